@@ -1,7 +1,82 @@
-//! (in progress)
-use crate::cli::EvalArgs;
+//! `eval`: evaluate a checkpoint on a benchmark (the embedded sample when `--data` is absent).
 
-/// Entry point.
-pub fn run(_args: EvalArgs) -> anyhow::Result<()> {
-    anyhow::bail!("not implemented yet")
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+
+use crate::cli::{EvalArgs, ModelArgs};
+use crate::engine::{run_eval, EvalConfig, JudgeChoice, ModelSpec};
+use crate::score::RulePreset;
+
+/// The model-loading arguments as an engine model spec.
+pub fn model_spec(a: &ModelArgs) -> ModelSpec {
+    ModelSpec {
+        model: a.model.clone(),
+        device: a.device.clone(),
+        dtype: a.dtype.clone(),
+        min_pixels: a.min_pixels,
+        max_pixels: a.max_pixels,
+    }
+}
+
+/// A fresh run folder under `runs/`: `runs/<UTC time>-<model name>`.
+fn default_run_dir(model: &str) -> PathBuf {
+    let name: String = model
+        .trim_end_matches('/')
+        .rsplit('/')
+        .next()
+        .unwrap_or("model")
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' })
+        .collect();
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let mut dir = PathBuf::from("runs").join(format!("{secs}-{name}"));
+    let mut n = 1;
+    while dir.exists() {
+        n += 1;
+        dir = PathBuf::from("runs").join(format!("{secs}-{name}-{n}"));
+    }
+    dir
+}
+
+/// Build the engine configuration from the command line.
+pub fn config(a: EvalArgs) -> Result<EvalConfig> {
+    let Some(rules) = RulePreset::by_name(&a.rules) else {
+        bail!("unknown --rules preset `{}` (known: mobile-r1, qwen-ac)", a.rules);
+    };
+    let system_prompt = a.system_prompt.parse().map_err(anyhow::Error::msg)?;
+    let data = match a.data {
+        Some(d) => d,
+        None => crate::sample::materialize_default().context("writing the embedded sample benchmark")?,
+    };
+    let judge = match (a.no_judge, a.judge_model) {
+        (true, _) => JudgeChoice::None,
+        (false, Some(m)) => JudgeChoice::Other(m),
+        (false, None) => JudgeChoice::SameModel,
+    };
+    Ok(EvalConfig {
+        out: a.out.unwrap_or_else(|| default_run_dir(&a.model.model)),
+        model: model_spec(&a.model),
+        data,
+        batch_size: a.batch_size,
+        max_batch_tokens: a.max_batch_tokens,
+        max_new_tokens: a.max_new_tokens,
+        rules,
+        system_prompt,
+        judge,
+    })
+}
+
+/// Entry point of `eval`.
+pub fn run(args: EvalArgs) -> Result<()> {
+    let cfg = config(args)?;
+    let outcome = run_eval(&cfg)?;
+    println!("{}", outcome.summary);
+    println!("Results written to {}:", outcome.out.display());
+    for f in ["metrics.json", "steps.jsonl", "summary.md", "predictions.jsonl", "judgements.jsonl", "throughput.json", "manifest.json"] {
+        if outcome.out.join(f).exists() {
+            println!("  {}", outcome.out.join(f).display());
+        }
+    }
+    Ok(())
 }

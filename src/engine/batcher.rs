@@ -1,0 +1,259 @@
+//! Continuous batching over the model: prompts join the running batch as soon as the token budget and the
+//! sequence cap allow (their prefill runs between two decode steps), finished sequences leave at once, and every
+//! result is handed to the caller the moment it is complete.
+//!
+//! Each sequence keeps its own exact-length KV cache and attends only to itself, so a sequence's tokens do not
+//! depend on what else is in the batch (see `crate::model` for the batch-invariance argument).
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
+
+use anyhow::Result;
+use candle_core::{Tensor, D};
+
+use super::progress::PhaseStats;
+use super::scheduler::{admit_count, prefill_chunks, BatchLimits, Occupancy};
+use crate::model::{PrefillRequest, Qwen25VL, SeqCache};
+use crate::preprocess::ModelInput;
+
+/// One prompt to generate for.
+pub struct GenRequest {
+    /// Caller's id, returned with the result.
+    pub id: usize,
+    /// Token ids and images.
+    pub input: ModelInput,
+    /// Length of the text-only prefix (the system turn) whose KV may be shared between prompts; 0 for none.
+    pub prefix_len: usize,
+}
+
+/// Why a sequence stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Finish {
+    /// It produced an end-of-sequence token (kept out of `token_ids`).
+    Eos,
+    /// It reached `max_new_tokens`.
+    Length,
+}
+
+/// One finished prompt.
+#[derive(Debug, Clone)]
+pub struct GenResult {
+    /// The request's id.
+    pub id: usize,
+    /// Generated token ids (end-of-sequence token excluded).
+    pub token_ids: Vec<u32>,
+    /// Prompt length in tokens.
+    pub prompt_tokens: usize,
+    /// Why it stopped.
+    pub finish: Finish,
+}
+
+struct Running {
+    id: usize,
+    cache: SeqCache,
+    generated: Vec<u32>,
+    prompt_tokens: usize,
+    cost: usize,
+}
+
+/// Cap on prompt tokens prefilled in one model call (bounds prefill activations).
+pub const MAX_PREFILL_TOKENS: usize = 16_384;
+/// How many prefix caches are kept (distinct system prompts, e.g. one per screen resolution).
+const PREFIX_CACHE_ENTRIES: usize = 8;
+
+/// Runs prompts through the model with continuous batching.
+pub struct Batcher<'m> {
+    model: &'m Qwen25VL,
+    limits: BatchLimits,
+    eos: Vec<u32>,
+    prefixes: HashMap<Vec<u32>, SeqCache>,
+    running: Vec<Running>,
+    waiting: VecDeque<GenRequest>,
+}
+
+impl<'m> Batcher<'m> {
+    /// A batcher for `model` under `limits`.
+    pub fn new(model: &'m Qwen25VL, limits: BatchLimits) -> Self {
+        let eos = model.config().eos_token_ids.clone();
+        Self { model, limits, eos, prefixes: HashMap::new(), running: Vec::new(), waiting: VecDeque::new() }
+    }
+
+    /// Generate for every request of `requests` (pulled lazily, so preparation overlaps compute), calling
+    /// `done` with each result as soon as it is complete.
+    pub fn run(
+        &mut self,
+        mut requests: impl Iterator<Item = GenRequest>,
+        stats: &mut PhaseStats,
+        mut done: impl FnMut(GenResult, &PhaseStats) -> Result<()>,
+    ) -> Result<()> {
+        let mut exhausted = false;
+        loop {
+            let t_wait = Instant::now();
+            while !exhausted && self.waiting.len() < self.limits.max_seqs.max(1) {
+                match requests.next() {
+                    Some(r) => self.waiting.push_back(r),
+                    None => exhausted = true,
+                }
+            }
+            stats.wait_seconds += t_wait.elapsed().as_secs_f64();
+            if self.waiting.is_empty() && self.running.is_empty() {
+                return Ok(());
+            }
+            self.admit(stats, &mut done)?;
+            if !self.running.is_empty() {
+                self.decode_step(stats, &mut done)?;
+            }
+        }
+    }
+
+    fn occupancy(&self) -> Occupancy {
+        Occupancy { seqs: self.running.len(), tokens: self.running.iter().map(|r| r.cost).sum() }
+    }
+
+    fn admit(&mut self, stats: &mut PhaseStats, done: &mut impl FnMut(GenResult, &PhaseStats) -> Result<()>) -> Result<()> {
+        let lens: Vec<usize> = self.waiting.iter().map(|r| r.input.input_ids.len()).collect();
+        let n = admit_count(&self.limits, self.occupancy(), &lens);
+        if n == 0 {
+            return Ok(());
+        }
+        let batch: Vec<GenRequest> = self.waiting.drain(..n).collect();
+        for range in prefill_chunks(&lens[..n], MAX_PREFILL_TOKENS) {
+            self.prefill_with_retry(&batch[range], stats, done)?;
+        }
+        Ok(())
+    }
+
+    /// Prefill `reqs`; on an out-of-memory error split the group in two and retry each half.
+    fn prefill_with_retry(
+        &mut self,
+        reqs: &[GenRequest],
+        stats: &mut PhaseStats,
+        done: &mut impl FnMut(GenResult, &PhaseStats) -> Result<()>,
+    ) -> Result<()> {
+        match self.prefill(reqs, stats) {
+            Ok(logits) => self.start_sequences(reqs, logits, stats, done),
+            Err(e) if reqs.len() > 1 && is_oom(&e) => {
+                tracing::warn!("out of memory prefilling {} prompts; retrying in halves", reqs.len());
+                stats.oom_retries += 1;
+                let (a, b) = reqs.split_at(reqs.len() / 2);
+                self.prefill_with_retry(a, stats, done)?;
+                self.prefill_with_retry(b, stats, done)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn prefill(&mut self, reqs: &[GenRequest], stats: &mut PhaseStats) -> Result<(Vec<SeqCache>, Tensor)> {
+        let t0 = Instant::now();
+        for r in reqs {
+            self.ensure_prefix(r, stats)?;
+        }
+        let prefixes: Vec<Option<&SeqCache>> = reqs
+            .iter()
+            .map(|r| (r.prefix_len > 0).then(|| self.prefixes.get(&r.input.input_ids[..r.prefix_len])).flatten())
+            .collect();
+        let batch: Vec<PrefillRequest<'_>> =
+            reqs.iter().zip(&prefixes).map(|(r, p)| PrefillRequest { input: &r.input, prefix: *p }).collect();
+        let out = self.model.prefill(&batch)?;
+        for (r, p) in reqs.iter().zip(&prefixes) {
+            let cached = p.map_or(0, |c| c.len());
+            stats.prefix_cached_tokens += cached;
+            stats.prefill_tokens += r.input.input_ids.len() - cached;
+            stats.images += r.input.images.len();
+        }
+        stats.prefill_seconds += t0.elapsed().as_secs_f64();
+        Ok(out)
+    }
+
+    /// Compute (once) the KV of a request's shared prefix.
+    fn ensure_prefix(&mut self, r: &GenRequest, stats: &mut PhaseStats) -> Result<()> {
+        if r.prefix_len == 0 || self.prefixes.contains_key(&r.input.input_ids[..r.prefix_len]) {
+            return Ok(());
+        }
+        if self.prefixes.len() >= PREFIX_CACHE_ENTRIES {
+            self.prefixes.clear();
+        }
+        let ids = r.input.input_ids[..r.prefix_len].to_vec();
+        let cache = self.model.prefill_prefix(&ids)?;
+        stats.prefill_tokens += ids.len();
+        self.prefixes.insert(ids, cache);
+        Ok(())
+    }
+
+    fn start_sequences(
+        &mut self,
+        reqs: &[GenRequest],
+        (caches, logits): (Vec<SeqCache>, Tensor),
+        stats: &mut PhaseStats,
+        done: &mut impl FnMut(GenResult, &PhaseStats) -> Result<()>,
+    ) -> Result<()> {
+        let next = argmax_rows(&logits)?;
+        for ((r, cache), tok) in reqs.iter().zip(caches).zip(next) {
+            let prompt_tokens = r.input.input_ids.len();
+            let seq = Running { id: r.id, cache, generated: Vec::new(), prompt_tokens, cost: self.limits.cost(prompt_tokens) };
+            self.running.push(seq);
+            let i = self.running.len() - 1;
+            self.push_token(i, tok, stats);
+        }
+        self.retire(stats, done)
+    }
+
+    fn decode_step(&mut self, stats: &mut PhaseStats, done: &mut impl FnMut(GenResult, &PhaseStats) -> Result<()>) -> Result<()> {
+        let t0 = Instant::now();
+        let tokens: Vec<u32> = self.running.iter().map(|r| *r.generated.last().expect("running sequences have a token")).collect();
+        let mut caches: Vec<&mut SeqCache> = self.running.iter_mut().map(|r| &mut r.cache).collect();
+        let logits = self.model.decode(&tokens, &mut caches)?;
+        let next = argmax_rows(&logits)?;
+        stats.decode_steps += 1;
+        stats.decode_seq_sum += self.running.len();
+        stats.decode_seconds += t0.elapsed().as_secs_f64();
+        for (i, tok) in next.into_iter().enumerate() {
+            self.push_token(i, tok, stats);
+        }
+        self.retire(stats, done)
+    }
+
+    fn push_token(&mut self, i: usize, tok: u32, stats: &mut PhaseStats) {
+        self.running[i].generated.push(tok);
+        stats.decode_tokens += 1;
+    }
+
+    /// Hand over and drop every sequence that hit an end-of-sequence token or the length limit.
+    fn retire(&mut self, stats: &mut PhaseStats, done: &mut impl FnMut(GenResult, &PhaseStats) -> Result<()>) -> Result<()> {
+        let mut i = 0;
+        while i < self.running.len() {
+            let r = &self.running[i];
+            let last = *r.generated.last().expect("a token was pushed");
+            let finish = if self.eos.contains(&last) {
+                Some(Finish::Eos)
+            } else if r.generated.len() >= self.limits.max_new_tokens {
+                Some(Finish::Length)
+            } else {
+                None
+            };
+            let Some(finish) = finish else {
+                i += 1;
+                continue;
+            };
+            let mut r = self.running.swap_remove(i);
+            if finish == Finish::Eos {
+                r.generated.pop();
+            }
+            stats.prompts += 1;
+            done(GenResult { id: r.id, token_ids: r.generated, prompt_tokens: r.prompt_tokens, finish }, stats)?;
+        }
+        Ok(())
+    }
+}
+
+/// Greedy choice per row of a (B, vocab) logits tensor: the first index of the maximum, as torch.argmax.
+pub fn argmax_rows(logits: &Tensor) -> Result<Vec<u32>> {
+    Ok(logits.argmax(D::Minus1)?.to_dtype(candle_core::DType::U32)?.to_vec1::<u32>()?)
+}
+
+/// Whether an error is a device out-of-memory error (CUDA's message, or the host allocator's).
+pub fn is_oom(e: &anyhow::Error) -> bool {
+    let s = format!("{e:#}").to_ascii_lowercase();
+    s.contains("out of memory") || s.contains("out_of_memory") || s.contains("cannot allocate")
+}

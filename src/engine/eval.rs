@@ -1,0 +1,210 @@
+//! `eval` end to end: open or resume the run folder, predict the pending steps, judge the pending trajectories,
+//! score everything, and write `metrics.json`, `steps.jsonl`, `summary.md`, `judgements.jsonl`,
+//! `throughput.json` and `manifest.json`.
+
+use std::path::{Path, PathBuf};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result};
+use serde_json::{json, Value};
+
+use super::judge::{judge_trajectories, pending_trajectories, summarize};
+use super::memory;
+use super::pipeline::Runner;
+use super::progress::{PhaseStats, Progress};
+use super::prompts::{self, SystemPrompt};
+use super::rundir::{self, completed_keys, step_key_of, trajectory_key_of, JsonlAppender};
+use super::scheduler::BatchLimits;
+use super::steps::{pending_steps, predict_steps};
+use crate::dataset::Benchmark;
+use super::loaded::{LoadedModel, ModelSpec};
+use crate::predictions::PredictionSet;
+use crate::score::{aggregate, score_benchmark, RulePreset};
+
+/// Which model answers the aggregation prompts.
+#[derive(Debug, Clone, PartialEq)]
+pub enum JudgeChoice {
+    /// The evaluated model.
+    SameModel,
+    /// Another checkpoint (folder or hub id).
+    Other(String),
+    /// No aggregation phase.
+    None,
+}
+
+/// Everything `eval` needs, validated by the CLI.
+#[derive(Debug, Clone)]
+pub struct EvalConfig {
+    /// The evaluated model and how to load it.
+    pub model: ModelSpec,
+    /// Benchmark folder (already resolved: the sample benchmark when the user gave none).
+    pub data: PathBuf,
+    /// Run folder.
+    pub out: PathBuf,
+    /// `--batch-size`.
+    pub batch_size: usize,
+    /// `--max-batch-tokens`; automatic when `None`.
+    pub max_batch_tokens: Option<usize>,
+    /// `--max-new-tokens`.
+    pub max_new_tokens: usize,
+    /// Rule preset for the metrics.
+    pub rules: RulePreset,
+    /// System prompt source.
+    pub system_prompt: SystemPrompt,
+    /// Judge model.
+    pub judge: JudgeChoice,
+}
+
+/// What a finished `eval` produced.
+#[derive(Debug)]
+pub struct EvalOutcome {
+    /// The run folder.
+    pub out: PathBuf,
+    /// `metrics.json` as written.
+    pub metrics: Value,
+    /// The readable summary table.
+    pub summary: String,
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// Run (or resume) an evaluation.
+pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
+    let started = now_secs();
+    let bench = Benchmark::load(&cfg.data).with_context(|| format!("loading the benchmark {}", cfg.data.display()))?;
+    let data_hash = prompts::sha256_hex(&std::fs::read(cfg.data.join("data.jsonl"))?);
+    let judge_spec = match &cfg.judge {
+        JudgeChoice::SameModel => Some(cfg.model.clone()),
+        JudgeChoice::Other(m) => Some(ModelSpec { model: m.clone(), ..cfg.model.clone() }),
+        JudgeChoice::None => None,
+    };
+    let model = LoadedModel::load(&cfg.model)?;
+    let judge_fingerprint = match (&cfg.judge, &judge_spec) {
+        (JudgeChoice::SameModel, _) => json!({"model": cfg.model.model, "hash": model.fingerprint}),
+        (_, Some(spec)) => json!({"model": spec.model, "hash": super::loaded::fingerprint(&crate::model::ModelFiles::resolve(&spec.model)?)?}),
+        (_, None) => Value::Null,
+    };
+    let settings = json!({
+        "model": cfg.model.model,
+        "model_hash": model.fingerprint,
+        "dtype": model.dtype_name(),
+        "data_hash": data_hash,
+        "prompt_hashes": prompts::template_hashes(),
+        "system_prompt": cfg.system_prompt,
+        "image_processor": model.kit.image,
+        "max_new_tokens": cfg.max_new_tokens,
+        "judge": judge_fingerprint,
+        "version": env!("CARGO_PKG_VERSION"),
+    });
+    let previous = rundir::open_or_create(&cfg.out, &settings)?;
+    let bytes_per_token = model.model.kv_bytes_per_token();
+    let limits = BatchLimits {
+        max_seqs: cfg.batch_size.max(1),
+        max_new_tokens: cfg.max_new_tokens.max(1),
+        max_batch_tokens: cfg.max_batch_tokens.unwrap_or_else(|| {
+            memory::auto_batch_tokens(memory::free_bytes(model.model.device()), bytes_per_token, 4096 + cfg.max_new_tokens)
+        }),
+    };
+    let mut manifest = json!({
+        "settings": settings,
+        "model_path": model.dir,
+        "device": cfg.model.device,
+        "data": cfg.data,
+        "rules": cfg.rules,
+        "batch_limits": limits,
+        "kv_bytes_per_token": bytes_per_token,
+        "git_revision": env!("MOBILE_R1_EVAL_GIT_REV"),
+        "started_at_unix": previous.as_ref().and_then(|p| p.get("started_at_unix").cloned()).unwrap_or(started.into()),
+        "resumed_at_unix": previous.as_ref().map(|_| started),
+        "finished_at_unix": Value::Null,
+    });
+    rundir::write_json_atomic(&cfg.out.join("manifest.json"), &manifest)?;
+    tracing::info!("run folder {}; batch limits {:?}", cfg.out.display(), limits);
+
+    let step_stats = run_steps(cfg, &bench, &model, limits)?;
+    let preds = PredictionSet::read(cfg.out.join("predictions.jsonl"))?;
+    let judge_stats = match judge_spec {
+        None => None,
+        Some(spec) => {
+            let judge = if matches!(cfg.judge, JudgeChoice::SameModel) { model } else { drop(model); LoadedModel::load(&spec)? };
+            Some(run_judge(cfg, &bench, &judge, limits, &preds)?)
+        }
+    };
+
+    let (metrics, summary) = score_and_report(cfg, &bench, &preds)?;
+    let mut phases = vec![step_stats.summary()];
+    phases.extend(judge_stats.map(|s| s.summary()));
+    rundir::write_json_atomic(
+        &cfg.out.join("throughput.json"),
+        &json!({"phases": phases, "peak_rss_bytes": memory::peak_rss_bytes(), "batch_limits": limits}),
+    )?;
+    manifest["finished_at_unix"] = now_secs().into();
+    rundir::write_json_atomic(&cfg.out.join("manifest.json"), &manifest)?;
+    Ok(EvalOutcome { out: cfg.out.clone(), metrics, summary })
+}
+
+fn run_steps(cfg: &EvalConfig, bench: &Benchmark, model: &LoadedModel, limits: BatchLimits) -> Result<PhaseStats> {
+    let path = cfg.out.join("predictions.jsonl");
+    let done = completed_keys(&path, step_key_of)?;
+    let jobs = pending_steps(bench, &done);
+    let total = bench.trajectories.iter().map(|t| t.steps.len()).sum::<usize>();
+    tracing::info!("steps: {} to predict, {} already done", jobs.len(), total - jobs.len());
+    let mut out = JsonlAppender::open(&path, 8)?;
+    let mut stats = PhaseStats { phase: "steps".into(), ..Default::default() };
+    let mut progress = Progress::new("steps", total as u64, (total - jobs.len()) as u64);
+    let t0 = Instant::now();
+    let runner = Runner { model: &model.model, kit: &model.kit, limits };
+    predict_steps(&runner, bench, cfg.system_prompt, &jobs, &mut out, &mut stats, &mut progress)?;
+    out.sync()?;
+    stats.wall_seconds = t0.elapsed().as_secs_f64();
+    progress.finish();
+    Ok(stats)
+}
+
+fn run_judge(cfg: &EvalConfig, bench: &Benchmark, judge: &LoadedModel, limits: BatchLimits, preds: &PredictionSet) -> Result<PhaseStats> {
+    let path = cfg.out.join("judgements.jsonl");
+    let done = completed_keys(&path, trajectory_key_of)?;
+    let jobs = pending_trajectories(bench, &done);
+    let total = bench.trajectories.len();
+    let mut out = JsonlAppender::open(&path, 8)?;
+    let mut stats = PhaseStats { phase: "judge".into(), ..Default::default() };
+    let mut progress = Progress::new("judge", total as u64, (total - jobs.len()) as u64);
+    let t0 = Instant::now();
+    let runner = Runner { model: &judge.model, kit: &judge.kit, limits };
+    judge_trajectories(&runner, bench, preds, &jobs, &mut out, &mut stats, &mut progress)?;
+    out.sync()?;
+    stats.wall_seconds = t0.elapsed().as_secs_f64();
+    progress.finish();
+    Ok(stats)
+}
+
+/// Score the predictions, add the judge summary and the prediction errors, and write the reports.
+fn score_and_report(cfg: &EvalConfig, bench: &Benchmark, preds: &PredictionSet) -> Result<(Value, String)> {
+    let scored = score_benchmark(&cfg.rules, bench, preds);
+    let mut metrics = aggregate(&scored.steps, &cfg.rules);
+    let judgements = read_optional(&cfg.out.join("judgements.jsonl"))?;
+    if let Value::Object(j) = summarize(bench, &judgements) {
+        if !matches!(cfg.judge, JudgeChoice::None) || !judgements.is_empty() {
+            metrics.extra.extend(j);
+        }
+    }
+    let errors = read_optional(&cfg.out.join("predictions.jsonl"))?
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v.get("error").is_some_and(|e| !e.is_null()))
+        .count();
+    metrics.extra.insert("prediction_errors".into(), errors.into());
+    crate::report::write_all(&cfg.out, &metrics, &scored.steps)?;
+    let summary = crate::report::render_summary(&metrics);
+    Ok((serde_json::to_value(&metrics)?, summary))
+}
+
+fn read_optional(path: &Path) -> Result<String> {
+    match std::fs::read_to_string(path) {
+        Ok(s) => Ok(s),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}

@@ -1,0 +1,67 @@
+//! Memory: how much the device has free, the automatic token budget derived from it, and the process's peak
+//! resident memory for `throughput.json`.
+
+use candle_core::Device;
+
+/// Share of the free memory the automatic budget may use; the rest absorbs fragmentation, the vision tower's
+/// activations and allocator slack.
+pub const BUDGET_FRACTION: f64 = 0.6;
+/// Upper bound of the automatic token budget (keeps a CPU run with a tiny model from planning absurd batches).
+pub const MAX_AUTO_TOKENS: usize = 1 << 20;
+
+/// Free memory of `device` in bytes: GPU memory on CUDA, `MemAvailable` of the host otherwise (Metal shares the
+/// host's memory). `None` when it cannot be read.
+pub fn free_bytes(device: &Device) -> Option<u64> {
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(_) = device {
+        return candle_core::cuda_backend::cudarc::driver::result::mem_get_info().ok().map(|(free, _)| free as u64);
+    }
+    let _ = device;
+    host_available_bytes()
+}
+
+/// `MemAvailable` from `/proc/meminfo`.
+pub fn host_available_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    meminfo_field(&text, "MemAvailable:")
+}
+
+fn meminfo_field(text: &str, field: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with(field))?;
+    let kib: u64 = line[field.len()..].trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Peak resident set size of this process in bytes (`VmHWM`), when the platform reports it.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/status").ok()?;
+    meminfo_field(&text, "VmHWM:")
+}
+
+/// The automatic token budget: `free · BUDGET_FRACTION / bytes_per_token`, clamped to
+/// `[min_tokens, MAX_AUTO_TOKENS]` (`min_tokens` keeps at least one worst-case sequence runnable).
+pub fn auto_batch_tokens(free: Option<u64>, bytes_per_token: usize, min_tokens: usize) -> usize {
+    let Some(free) = free else { return min_tokens.max(16_384) };
+    let tokens = (free as f64 * BUDGET_FRACTION / bytes_per_token.max(1) as f64) as usize;
+    tokens.clamp(min_tokens, MAX_AUTO_TOKENS.max(min_tokens))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn meminfo_is_parsed_in_kib() {
+        let t = "MemTotal:       24000000 kB\nMemAvailable:   2048 kB\n";
+        assert_eq!(meminfo_field(t, "MemAvailable:"), Some(2048 * 1024));
+        assert_eq!(meminfo_field(t, "Nope:"), None);
+    }
+
+    #[test]
+    fn budget_scales_with_free_memory_and_is_clamped() {
+        assert_eq!(auto_batch_tokens(Some(1_000_000), 100, 10), 6_000);
+        assert_eq!(auto_batch_tokens(Some(1_000), 100, 500), 500);
+        assert_eq!(auto_batch_tokens(Some(u64::MAX / 2), 1, 10), MAX_AUTO_TOKENS);
+        assert_eq!(auto_batch_tokens(None, 1, 10), 16_384);
+    }
+}

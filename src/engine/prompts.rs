@@ -1,0 +1,156 @@
+//! The project's prompt templates (`prompts/*.jinja`, embedded in the binary) and the chat messages built from
+//! them: one step prompt per benchmark step, one aggregation (judge) prompt per trajectory.
+//!
+//! Templates are rendered with the same Jinja engine as the checkpoint's chat template (`crate::chat`), and their
+//! SHA-256 goes into the run manifest.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::chat;
+use crate::dataset::Trajectory;
+use crate::parse::ParsedOutput;
+
+/// The `mobile_use` system prompt (Qwen-Agent NousFnCallPrompt wrapper of the Qwen2.5-VL MobileUse tool).
+/// Variables: `width`, `height` — the smart-resized screenshot size the model sees.
+pub const SYSTEM_TEMPLATE: &str = include_str!("../../prompts/system_mobile_use.jinja");
+/// The step user turn (Qwen2.5-VL mobile-agent convention). Variables: `instruction`, `history` (the gold
+/// `subtask` sentences of the previous steps).
+pub const STEP_TEMPLATE: &str = include_str!("../../prompts/step_user.jinja");
+/// The aggregation (judge) prompt. Variables: `app_name`, `instruction`, `steps` (thought, action_text,
+/// tool_call per predicted step).
+pub const JUDGE_TEMPLATE: &str = include_str!("../../prompts/judge.jinja");
+
+/// Where the step prompt's system message comes from (`--system-prompt`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SystemPrompt {
+    /// `prompts/system_mobile_use.jinja` with the resized screen size.
+    Default,
+    /// Each trajectory's own `system` field (the default template when a trajectory has none).
+    Data,
+}
+
+impl std::str::FromStr for SystemPrompt {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "default" => Ok(Self::Default),
+            "data" => Ok(Self::Data),
+            other => Err(format!("--system-prompt must be `default` or `data`, not `{other}`")),
+        }
+    }
+}
+
+/// SHA-256 (hex) of every embedded template, by file name, for the manifest.
+pub fn template_hashes() -> BTreeMap<&'static str, String> {
+    [
+        ("system_mobile_use.jinja", SYSTEM_TEMPLATE),
+        ("step_user.jinja", STEP_TEMPLATE),
+        ("judge.jinja", JUDGE_TEMPLATE),
+    ]
+    .into_iter()
+    .map(|(name, text)| (name, sha256_hex(text.as_bytes())))
+    .collect()
+}
+
+/// SHA-256 of bytes as lowercase hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Chat messages for step `step` of `traj`: system prompt, then one user turn with the instruction, the golden
+/// history (previous steps' `subtask`) and the screenshot, whose resized size is `resized_wh`.
+pub fn step_messages(
+    traj: &Trajectory,
+    step: usize,
+    resized_wh: [u32; 2],
+    mode: SystemPrompt,
+) -> Result<Value, chat::ChatError> {
+    let system = match (mode, &traj.system) {
+        (SystemPrompt::Data, Some(s)) if !s.trim().is_empty() => s.clone(),
+        _ => chat::render_str(SYSTEM_TEMPLATE, &json!({"width": resized_wh[0], "height": resized_wh[1]}))?,
+    };
+    let history: Vec<&str> = traj.steps[..step].iter().map(|s| s.subtask.as_str()).collect();
+    let user = chat::render_str(STEP_TEMPLATE, &json!({"instruction": traj.instruction, "history": history}))?;
+    Ok(json!([
+        {"role": "system", "content": system},
+        {"role": "user", "content": [{"type": "text", "text": user}, {"type": "image"}]},
+    ]))
+}
+
+/// Chat messages of the aggregation prompt of `traj`: the instruction, the predicted steps (thought, action
+/// sentence, tool call) and the final screenshot; the judge answers with a JSON verdict.
+pub fn judge_messages(traj: &Trajectory, predicted: &[ParsedOutput]) -> Result<Value, chat::ChatError> {
+    let steps: Vec<Value> = predicted
+        .iter()
+        .map(|p| {
+            let tool_call = match &p.action {
+                Ok(a) => a.to_tool_call().to_string(),
+                Err(e) => format!("(invalid: {e})"),
+            };
+            json!({"thought": p.think, "action_text": p.action_text, "tool_call": tool_call})
+        })
+        .collect();
+    let text = chat::render_str(
+        JUDGE_TEMPLATE,
+        &json!({"app_name": traj.app_name, "instruction": traj.instruction, "steps": steps}),
+    )?;
+    Ok(json!([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]))
+}
+
+/// A judge's verdict parsed from its raw answer.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Verdict {
+    /// Whether the judge said the trajectory accomplishes the task; `None` when the answer had no verdict.
+    pub success: Option<bool>,
+    /// The judge's reason, when given.
+    pub reason: Option<String>,
+}
+
+/// Parse a judge answer: the first JSON object in it with a boolean-like `success` field (`true`/`false`,
+/// `"yes"`/`"no"`, `"success"`/`"failure"`). Anything else is an unparseable verdict (`success: None`).
+pub fn parse_verdict(answer: &str) -> Verdict {
+    for (start, _) in answer.match_indices('{') {
+        let mut stream = serde_json::Deserializer::from_str(&answer[start..]).into_iter::<Value>();
+        let Some(Ok(Value::Object(obj))) = stream.next() else { continue };
+        let success = match obj.get("success") {
+            Some(Value::Bool(b)) => Some(*b),
+            Some(Value::String(s)) => match s.trim().to_ascii_lowercase().as_str() {
+                "true" | "yes" | "success" => Some(true),
+                "false" | "no" | "failure" => Some(false),
+                _ => None,
+            },
+            _ => None,
+        };
+        if success.is_some() {
+            let reason = obj.get("reason").and_then(Value::as_str).map(str::to_string);
+            return Verdict { success, reason };
+        }
+    }
+    Verdict { success: None, reason: None }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts_parse_from_noisy_answers() {
+        let v = parse_verdict("Sure. {\"success\": true, \"reason\": \"done\"} bye");
+        assert_eq!(v, Verdict { success: Some(true), reason: Some("done".into()) });
+        assert_eq!(parse_verdict("```json\n{\"success\": \"No\"}\n```").success, Some(false));
+        assert_eq!(parse_verdict("{\"x\": 1} {\"success\": false}").success, Some(false));
+        assert_eq!(parse_verdict("I think it worked").success, None);
+        assert_eq!(parse_verdict("{\"success\": \"maybe\"}").success, None);
+    }
+
+    #[test]
+    fn template_hashes_cover_every_template() {
+        let h = template_hashes();
+        assert_eq!(h.len(), 3);
+        assert!(h.values().all(|v| v.len() == 64));
+    }
+}

@@ -1,0 +1,134 @@
+//! `eval` end to end through the binary on the embedded sample benchmark with the tiny random checkpoint:
+//! metrics written, batch-size invariance, resume after a kill, manifest mismatch, corrupt screenshot, judge.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn model_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny-b")
+}
+
+/// Small pixel bound: every sample screenshot becomes a few dozen image tokens, so the suite stays fast.
+const MAX_PIXELS: &str = "40000";
+const MAX_NEW: &str = "10";
+
+fn eval(out: &Path, data: Option<&Path>, extra: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mobile-r1-eval"));
+    cmd.args(["eval", "--model"]).arg(model_dir()).arg("--out").arg(out);
+    cmd.args(["--max-pixels", MAX_PIXELS, "--max-new-tokens", MAX_NEW]);
+    if let Some(d) = data {
+        cmd.arg("--data").arg(d);
+    }
+    cmd.args(extra).env("RUST_LOG", "warn").output().expect("run the binary")
+}
+
+fn ok(o: &Output) {
+    assert!(o.status.success(), "eval failed:\nstdout:\n{}\nstderr:\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+}
+
+fn lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// `(trajectory, step) → response` of a predictions file, asserting that no step appears twice.
+fn responses(run: &Path) -> BTreeMap<(String, u64), String> {
+    let mut map = BTreeMap::new();
+    for v in lines(&run.join("predictions.jsonl")) {
+        let key = (v["trajectory"].to_string(), v["step"].as_u64().unwrap());
+        let old = map.insert(key.clone(), v["response"].as_str().unwrap().to_string());
+        assert!(old.is_none(), "step {key:?} written twice");
+    }
+    map
+}
+
+#[test]
+fn batch_size_does_not_change_predictions_and_metrics_are_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut runs = Vec::new();
+    for bs in ["1", "3", "8"] {
+        let out = tmp.path().join(format!("bs{bs}"));
+        let judge: &[&str] = if bs == "3" { &[] } else { &["--no-judge"] };
+        ok(&eval(&out, None, &[&["--batch-size", bs], judge].concat()));
+        runs.push(responses(&out));
+        let metrics: Value = serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
+        for key in ["steps", "trajectories", "accuracy", "task_success", "tail_success", "args_errors", "format_errors"] {
+            assert!(metrics.get(key).is_some(), "metrics.json lacks {key}");
+        }
+        assert_eq!(metrics["steps"].as_u64().unwrap() as usize, runs.last().unwrap().len());
+        assert!(out.join("summary.md").exists() && out.join("steps.jsonl").exists());
+        let tp: Value = serde_json::from_str(&std::fs::read_to_string(out.join("throughput.json")).unwrap()).unwrap();
+        assert!(tp["phases"][0]["decode_tokens_per_second"].as_f64().unwrap() > 0.0);
+        if bs == "3" {
+            let verdicts = lines(&out.join("judgements.jsonl"));
+            assert_eq!(verdicts.len() as u64, metrics["trajectories"].as_u64().unwrap());
+            assert!(metrics.get("judge_success").is_some() && metrics.get("judge_unparseable").is_some());
+        }
+    }
+    assert!(runs[0].values().all(|r| !r.is_empty()));
+    assert_eq!(runs[0], runs[1], "batch size 3 changed a response");
+    assert_eq!(runs[0], runs[2], "batch size 8 changed a response");
+}
+
+#[test]
+fn a_killed_run_resumes_without_losing_or_duplicating_steps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let full = tmp.path().join("full");
+    ok(&eval(&full, None, &["--no-judge", "--batch-size", "4"]));
+    let expected = responses(&full);
+
+    // Simulate a kill: keep the manifest and the first half of the lines, plus half of the next line.
+    let cut = tmp.path().join("cut");
+    std::fs::create_dir_all(&cut).unwrap();
+    std::fs::copy(full.join("manifest.json"), cut.join("manifest.json")).unwrap();
+    let text = std::fs::read_to_string(full.join("predictions.jsonl")).unwrap();
+    let all: Vec<&str> = text.lines().collect();
+    let half = all.len() / 2;
+    let mut partial = all[..half].join("\n") + "\n";
+    partial.push_str(&all[half][..all[half].len() / 2]);
+    std::fs::write(cut.join("predictions.jsonl"), partial).unwrap();
+
+    ok(&eval(&cut, None, &["--no-judge", "--batch-size", "4"]));
+    assert_eq!(responses(&cut), expected);
+}
+
+#[test]
+fn a_run_folder_made_with_other_settings_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    ok(&eval(&out, None, &["--no-judge"]));
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mobile-r1-eval"));
+    let o = cmd
+        .args(["eval", "--no-judge", "--model"])
+        .arg(model_dir())
+        .arg("--out")
+        .arg(&out)
+        .args(["--max-pixels", MAX_PIXELS, "--max-new-tokens", "11"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("max_new_tokens") && err.contains("other settings"), "{err}");
+}
+
+#[test]
+fn a_corrupt_screenshot_is_recorded_not_fatal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let o = Command::new(env!("CARGO_BIN_EXE_mobile-r1-eval")).arg("sample").arg("--out").arg(&data).output().unwrap();
+    assert!(o.status.success());
+    let first: Value = serde_json::from_str(std::fs::read_to_string(data.join("data.jsonl")).unwrap().lines().next().unwrap()).unwrap();
+    let image = first["trajectory"][0]["image"].as_str().unwrap();
+    std::fs::write(data.join(image), b"not a png").unwrap();
+
+    let out = tmp.path().join("run");
+    ok(&eval(&out, Some(&data), &["--no-judge"]));
+    let errors: Vec<Value> = lines(&out.join("predictions.jsonl")).into_iter().filter(|v| v.get("error").is_some()).collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0]["step"], 0);
+    let metrics: Value = serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
+    assert_eq!(metrics["prediction_errors"], 1);
+    assert!(metrics["format_errors"].as_u64().unwrap() >= 1);
+}
