@@ -29,6 +29,8 @@ pub enum Command {
     Sample(SampleArgs),
     /// Run one prompt with one image through the model and print the greedy answer.
     Generate(GenerateArgs),
+    /// Measure throughput with random weights on synthetic step prompts (no checkpoint needed).
+    Bench(BenchArgs),
 }
 
 /// `data` subcommands.
@@ -149,6 +151,53 @@ pub struct EvalArgs {
     pub no_judge: bool,
 }
 
+/// Arguments of `bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// `tiny`, `small` (Qwen2.5-0.5B text + real 3B vision), `3b`, `7b`, or a config.json / model folder.
+    #[arg(long, default_value = "tiny")]
+    pub config: String,
+    /// Build the model with deterministic random weights (the only mode: real checkpoints are measured by `eval`).
+    #[arg(long)]
+    pub random_weights: bool,
+    /// `cpu`, `cuda`, `cuda:N` or `metal`.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// `f32`, `bf16` or `f16` (default: bf16 on GPU, f32 on CPU).
+    #[arg(long)]
+    pub dtype: Option<String>,
+    /// Number of step prompts (rounded up to whole 4-step trajectories).
+    #[arg(long, default_value_t = 16)]
+    pub steps: usize,
+    /// Most sequences decoded together.
+    #[arg(long, default_value_t = 8)]
+    pub batch_size: usize,
+    /// Token budget of one batch; automatic from free memory when absent.
+    #[arg(long)]
+    pub max_batch_tokens: Option<usize>,
+    /// New tokens per prompt.
+    #[arg(long, default_value_t = 32)]
+    pub max_new_tokens: usize,
+    /// Smallest image area in pixels.
+    #[arg(long, default_value_t = 3136)]
+    pub min_pixels: u64,
+    /// Largest image area in pixels (default 1280·28²).
+    #[arg(long, default_value_t = 1_003_520)]
+    pub max_pixels: u64,
+    /// Folder with a Qwen2.5-VL tokenizer.json and chat template (default: the test fixtures' tokenizer).
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+    /// Skip the aggregation (judge) phase.
+    #[arg(long)]
+    pub no_judge: bool,
+    /// Seed of the random weights.
+    #[arg(long, default_value_t = 1234)]
+    pub seed: u64,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// Parse the command line, run the subcommand and turn an error into exit code 1 (printed with its causes).
 pub fn main() -> ExitCode {
     init_tracing();
@@ -171,6 +220,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Data(DataCommand::Validate(a)) => commands::data::validate(a),
         Command::Sample(a) => commands::sample::run(a),
         Command::Generate(a) => commands::generate::run(a),
+        Command::Bench(a) => commands::bench::run(a),
     }
 }
 

@@ -5,6 +5,7 @@
 //! `cli` is the only module that knows clap; `commands` holds one entry function per subcommand.
 
 pub mod action;
+pub mod bench;
 pub mod chat;
 pub mod cli;
 pub mod commands;

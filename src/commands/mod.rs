@@ -1,4 +1,5 @@
 //! One entry function per subcommand; each takes the validated arguments from `cli`.
+pub mod bench;
 pub mod data;
 pub mod eval;
 pub mod generate;

@@ -161,6 +161,7 @@ impl<'m> Batcher<'m> {
             stats.prefix_cached_tokens += cached;
             stats.prefill_tokens += r.input.input_ids.len() - cached;
             stats.images += r.input.images.len();
+            stats.patches += r.input.images.iter().map(|i| i.n_patches()).sum::<usize>();
         }
         stats.prefill_seconds += t0.elapsed().as_secs_f64();
         Ok(out)

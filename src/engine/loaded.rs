@@ -47,10 +47,8 @@ impl LoadedModel {
         let model = Qwen25VL::load(&files, &device, dtype).with_context(|| format!("loading model {}", spec.model))?;
         let mut image = ImageProcessorConfig::from_model_dir(&files.dir)?;
         if spec.min_pixels.is_some() || spec.max_pixels.is_some() {
-            image = image.with_pixel_bounds(
-                spec.min_pixels.unwrap_or(image.min_pixels),
-                spec.max_pixels.unwrap_or(image.max_pixels),
-            );
+            let (min, max) = (spec.min_pixels.unwrap_or(image.min_pixels), spec.max_pixels.unwrap_or(image.max_pixels));
+            image = image.with_pixel_bounds(min, max);
         }
         let kit = PromptKit {
             tokenizer: Tokenizer::from_model_dir(&files.dir)?,

@@ -49,12 +49,14 @@ pub fn run<J: Clone + Send + Sync>(
     let prepare = &prepare;
     std::thread::scope(|scope| -> Result<()> {
         let rx = prefetch(scope, jobs.to_vec(), lookahead, lookahead, move |i, job| {
+            let t0 = std::time::Instant::now();
             let input = prepare(job).map_err(|e| format!("{e:#}"));
             let image_size = input.as_ref().ok().and_then(|(m, _)| m.images.first()).map(|im| im.resized_wh);
-            Prepared { job: i, input, image_size }
+            Prepared { job: i, input, image_size, seconds: t0.elapsed().as_secs_f64() }
         });
         let errors_seen = RefCell::new(0usize);
-        let requests = rx.into_iter().map_while(|p| match p.input {
+        let prep_seconds = RefCell::new(0f64);
+        let requests = rx.into_iter().inspect(|p| *prep_seconds.borrow_mut() += p.seconds).map_while(|p| match p.input {
             Ok((input, prefix_len)) => {
                 sizes.borrow_mut()[p.job] = p.image_size;
                 Some(Some(GenRequest { id: p.job, input, prefix_len }))
@@ -77,6 +79,7 @@ pub fn run<J: Clone + Send + Sync>(
             (record.borrow_mut())(&jobs[r.id], Outcome::Generated(r, size), st)
         })?;
         stats.errors += *errors_seen.borrow();
+        stats.prepare_seconds += *prep_seconds.borrow();
         failure.borrow_mut().take().map_or(Ok(()), Err)
     })
 }

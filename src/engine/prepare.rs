@@ -31,6 +31,8 @@ pub struct Prepared {
     pub input: Result<(ModelInput, usize), String>,
     /// The resized screenshot size `[w, h]` the model saw.
     pub image_size: Option<[u32; 2]>,
+    /// Seconds spent preparing it.
+    pub seconds: f64,
 }
 
 const USER_TURN: &str = "<|im_start|>user\n";

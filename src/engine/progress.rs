@@ -18,6 +18,10 @@ pub struct PhaseStats {
     pub errors: usize,
     /// Images through the vision tower.
     pub images: usize,
+    /// Vision patches through the vision tower.
+    pub patches: usize,
+    /// Seconds the workers spent preparing prompts (decode, resize, patchify, tokenise), summed over threads.
+    pub prepare_seconds: f64,
     /// Prompt tokens prefilled (prefix-cache hits excluded).
     pub prefill_tokens: usize,
     /// Prompt tokens served from the prefix cache.

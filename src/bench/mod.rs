@@ -1,0 +1,202 @@
+//! `bench`: throughput of the real architecture with random weights, on synthetic Mobile-R1-like step prompts,
+//! through the same engine as `eval` (prefetch, continuous batching, prefix cache), plus the aggregation phase.
+//! Reports steps/s, images/s, prefill and decode tokens/s, the time split, peak memory, and an MFU estimate
+//! against the device's matmul throughput measured in the same run.
+
+pub mod random;
+pub mod workload;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use candle_core::{DType, Device, Tensor};
+use serde_json::{json, Value};
+
+use crate::chat::{ChatTemplate, Tokenizer};
+use crate::engine::judge::judge_trajectories;
+use crate::engine::memory;
+use crate::engine::pipeline::Runner;
+use crate::engine::prepare::PromptKit;
+use crate::engine::progress::{PhaseStats, Progress};
+use crate::engine::prompts::SystemPrompt;
+use crate::engine::rundir::JsonlAppender;
+use crate::engine::scheduler::BatchLimits;
+use crate::engine::steps::{pending_steps, predict_steps};
+use crate::model::{parse_device, parse_dtype, Qwen25VL};
+use crate::predictions::PredictionSet;
+use crate::preprocess::ImageProcessorConfig;
+
+/// Settings of one benchmark run.
+#[derive(Debug, Clone)]
+pub struct BenchConfig {
+    /// Preset (`tiny`, `small`, `3b`, `7b`) or a `config.json` path / model folder.
+    pub config: String,
+    /// Device spec.
+    pub device: String,
+    /// Dtype spec (device default when `None`).
+    pub dtype: Option<String>,
+    /// Number of step prompts.
+    pub steps: usize,
+    /// Sequence cap.
+    pub batch_size: usize,
+    /// Token budget; automatic when `None`.
+    pub max_batch_tokens: Option<usize>,
+    /// New tokens per prompt (generated to the end: random weights rarely stop).
+    pub max_new_tokens: usize,
+    /// Image pixel bounds.
+    pub min_pixels: u64,
+    /// Image pixel bounds.
+    pub max_pixels: u64,
+    /// Folder with `tokenizer.json` and a chat template (`tokenizer_config.json` or `chat_template.json`).
+    pub tokenizer: PathBuf,
+    /// Also benchmark the aggregation (judge) phase.
+    pub judge: bool,
+    /// Weight seed.
+    pub seed: u64,
+}
+
+/// Measured matmul throughput of `device` in `dtype` (FLOP/s): the best of a few square GEMMs of size `n`.
+pub fn matmul_peak(device: &Device, dtype: DType, n: usize) -> Result<f64> {
+    let a = Tensor::randn(0f32, 1.0, (n, n), device)?.to_dtype(dtype)?;
+    let b = Tensor::randn(0f32, 1.0, (n, n), device)?.to_dtype(dtype)?;
+    let _ = a.matmul(&b)?;
+    device.synchronize()?;
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let _ = a.matmul(&b)?;
+        device.synchronize()?;
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    Ok(2.0 * (n as f64).powi(3) / best)
+}
+
+/// Run the benchmark and return its report (the JSON object `bench --json` prints).
+pub fn run_bench(cfg: &BenchConfig) -> Result<Value> {
+    let device = parse_device(&cfg.device)?;
+    let dtype = parse_dtype(cfg.dtype.as_deref(), &device)?;
+    let model_cfg = random::load_config(&cfg.config)?;
+    let (vision_params, lm_params) = random::param_counts(&model_cfg);
+    let t_build = Instant::now();
+    let model = random::random_model(model_cfg, cfg.seed, &device, dtype)?;
+    let build_seconds = t_build.elapsed().as_secs_f64();
+    let kit = PromptKit {
+        tokenizer: Tokenizer::from_model_dir(&cfg.tokenizer).with_context(|| format!("--tokenizer {}", cfg.tokenizer.display()))?,
+        template: ChatTemplate::from_model_dir(&cfg.tokenizer)?,
+        image: ImageProcessorConfig::default().with_pixel_bounds(cfg.min_pixels, cfg.max_pixels),
+    };
+    let tmp = tempfile::tempdir()?;
+    let bench = workload::write(tmp.path(), cfg.steps)?;
+    let limits = BatchLimits {
+        max_seqs: cfg.batch_size.max(1),
+        max_new_tokens: cfg.max_new_tokens.max(1),
+        max_batch_tokens: cfg.max_batch_tokens.unwrap_or_else(|| {
+            memory::auto_batch_tokens(memory::free_bytes(&device), model.kv_bytes_per_token(), 8192 + cfg.max_new_tokens)
+        }),
+    };
+    let runner = Runner { model: &model, kit: &kit, limits };
+
+    let jobs = pending_steps(&bench, &Default::default());
+    let mut steps = PhaseStats { phase: "steps".into(), ..Default::default() };
+    let mut out = JsonlAppender::open(&tmp.path().join("predictions.jsonl"), 64)?;
+    let mut progress = Progress::new("bench", jobs.len() as u64, 0);
+    let t0 = Instant::now();
+    predict_steps(&runner, &bench, SystemPrompt::Default, &jobs, &mut out, &mut steps, &mut progress)?;
+    steps.wall_seconds = t0.elapsed().as_secs_f64();
+    progress.finish();
+    drop(out);
+
+    let judge = if cfg.judge { Some(bench_judge(&runner, &bench, tmp.path())?) } else { None };
+    let vision_seconds = time_vision(&model, &kit, &bench)?;
+    let peak = matmul_peak(&device, dtype, if device.is_cpu() { 1024 } else { 8192 })?;
+    Ok(report(cfg, &model, &steps, judge.as_ref(), vision_seconds, peak, (vision_params, lm_params), build_seconds))
+}
+
+fn bench_judge(runner: &Runner<'_>, bench: &crate::dataset::Benchmark, dir: &std::path::Path) -> Result<PhaseStats> {
+    let preds = PredictionSet::read(dir.join("predictions.jsonl"))?;
+    let jobs: Vec<usize> = (0..bench.trajectories.len()).collect();
+    let mut stats = PhaseStats { phase: "judge".into(), ..Default::default() };
+    let mut out = JsonlAppender::open(&dir.join("judgements.jsonl"), 64)?;
+    let mut progress = Progress::new("judge", jobs.len() as u64, 0);
+    let t0 = Instant::now();
+    judge_trajectories(runner, bench, &preds, &jobs, &mut out, &mut stats, &mut progress)?;
+    stats.wall_seconds = t0.elapsed().as_secs_f64();
+    progress.finish();
+    Ok(stats)
+}
+
+/// Seconds the vision tower alone takes over every step screenshot (a separate pass, batched by 8 images).
+fn time_vision(model: &Qwen25VL, kit: &PromptKit, bench: &crate::dataset::Benchmark) -> Result<f64> {
+    let images: Vec<_> = bench
+        .trajectories
+        .iter()
+        .flat_map(|t| t.steps.iter().map(|s| bench.root.join(&s.image)))
+        .map(|p| kit.load_image(&p))
+        .collect::<Result<_>>()?;
+    let t0 = Instant::now();
+    for chunk in images.chunks(8) {
+        let refs: Vec<_> = chunk.iter().collect();
+        let _ = model.encode_images(&refs, None)?;
+        model.device().synchronize()?;
+    }
+    Ok(t0.elapsed().as_secs_f64())
+}
+
+/// FLOPs of the work done: vision ≈ 2·params per patch, language model ≈ 2·(non-embedding params) per token
+/// plus the head once per generated token (attention score FLOPs are left out: an underestimate).
+fn flops(model: &Qwen25VL, stats: &PhaseStats, patches: usize, (vision_params, lm_params): (u64, u64)) -> f64 {
+    let t = &model.config().text;
+    let head = (t.vocab_size * t.hidden_size) as f64;
+    let body = lm_params as f64 - head;
+    2.0 * vision_params as f64 * patches as f64
+        + 2.0 * body * (stats.prefill_tokens + stats.decode_tokens) as f64
+        + 2.0 * head * stats.decode_tokens as f64
+}
+
+#[allow(clippy::too_many_arguments)]
+fn report(
+    cfg: &BenchConfig,
+    model: &Qwen25VL,
+    steps: &PhaseStats,
+    judge: Option<&PhaseStats>,
+    vision_seconds: f64,
+    peak: f64,
+    params: (u64, u64),
+    build_seconds: f64,
+) -> Value {
+    let rate = |n: usize, s: f64| if s > 0.0 { n as f64 / s } else { 0.0 };
+    let work = flops(model, steps, steps.patches, params);
+    let prefill_only = PhaseStats { decode_tokens: 0, ..steps.clone() };
+    let prefill_work = flops(model, &prefill_only, steps.patches, params);
+    let mfu = |w: f64, s: f64| if s > 0.0 && peak > 0.0 { w / s / peak } else { 0.0 };
+    json!({
+        "config": cfg.config,
+        "device": cfg.device,
+        "dtype": format!("{:?}", model.dtype()).to_lowercase(),
+        "steps": steps.prompts,
+        "steps_per_second": rate(steps.prompts, steps.wall_seconds),
+        "images_per_second": rate(steps.images, steps.wall_seconds),
+        "prefill_tokens_per_second": rate(steps.prefill_tokens, steps.prefill_seconds),
+        "decode_tokens_per_second": rate(steps.decode_tokens, steps.decode_seconds),
+        "peak_memory_bytes": memory::peak_rss_bytes(),
+        "mfu": mfu(work, steps.wall_seconds),
+        "mfu_prefill": mfu(prefill_work, steps.prefill_seconds),
+        "matmul_peak_flops": peak,
+        "model_flops": work,
+        "time_split_seconds": {
+            "preprocess_cpu": steps.prepare_seconds,
+            "preprocess_wait": steps.wait_seconds,
+            "vision_separate_pass": vision_seconds,
+            "prefill_including_vision": steps.prefill_seconds,
+            "decode": steps.decode_seconds,
+            "wall": steps.wall_seconds,
+            "model_build": build_seconds,
+        },
+        "params": {"vision": params.0, "language_model": params.1},
+        "batch_size": cfg.batch_size,
+        "max_new_tokens": cfg.max_new_tokens,
+        "pixel_bounds": [cfg.min_pixels, cfg.max_pixels],
+        "phases": [Some(steps.summary()), judge.map(PhaseStats::summary)],
+    })
+}

@@ -1,0 +1,171 @@
+//! Random-weight models for benchmarking without a checkpoint: the real architecture (presets with the real
+//! Qwen2.5-VL dimensions, or any `config.json`) with deterministic pseudo-random weights generated on demand.
+
+use std::path::Path;
+
+use candle_core::{DType, Device, Shape, Tensor};
+use candle_nn::var_builder::SimpleBackend;
+use candle_nn::VarBuilder;
+
+use crate::model::{ModelConfig, Qwen25VL};
+
+/// Flat Hub-layout `config.json` text of a preset: `tiny` (the test checkpoint's sizes), `small` (Qwen2.5-0.5B
+/// text dimensions with the real 3B vision tower), `3b` and `7b` (the real configurations).
+pub fn preset_config(name: &str) -> Option<String> {
+    // (hidden, inter, layers, heads, kv, vocab, tied, vision depth, vision hidden, heads, inter, fullatt, mrope)
+    let (h, i, l, nh, kv, tied, vd, vh, vnh, vi, full, mrope): (usize, usize, usize, usize, usize, bool, usize, usize, usize, usize, &str, &str) =
+        match name {
+            "tiny" => (16, 48, 2, 1, 1, false, 3, 32, 2, 64, "[2]", "[2,3,3]"),
+            "small" => (896, 4864, 24, 14, 2, true, 32, 1280, 16, 3420, "[7,15,23,31]", "[16,24,24]"),
+            "3b" => (2048, 11008, 36, 16, 2, true, 32, 1280, 16, 3420, "[7,15,23,31]", "[16,24,24]"),
+            "7b" => (3584, 18944, 28, 28, 4, false, 32, 1280, 16, 3420, "[7,15,23,31]", "[16,24,24]"),
+            _ => return None,
+        };
+    let vocab = if name == "7b" { 152064 } else { 151936 };
+    // `small` has head_dim 64: its M-RoPE sections are [8,12,12].
+    let mrope = if name == "small" { "[8,12,12]" } else { mrope };
+    Some(format!(
+        r#"{{"architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl",
+  "hidden_size": {h}, "intermediate_size": {i}, "num_hidden_layers": {l}, "num_attention_heads": {nh},
+  "num_key_value_heads": {kv}, "vocab_size": {vocab}, "tie_word_embeddings": {tied}, "rms_norm_eps": 1e-06,
+  "rope_theta": 1000000.0, "max_position_embeddings": 128000, "hidden_act": "silu",
+  "rope_scaling": {{"type": "mrope", "mrope_section": {mrope}}},
+  "bos_token_id": 151643, "eos_token_id": 151645, "image_token_id": 151655, "video_token_id": 151656,
+  "vision_start_token_id": 151652, "vision_end_token_id": 151653,
+  "vision_config": {{"depth": {vd}, "hidden_size": {vh}, "num_heads": {vnh}, "intermediate_size": {vi},
+    "hidden_act": "silu", "out_hidden_size": {h}, "patch_size": 14, "spatial_patch_size": 14,
+    "temporal_patch_size": 2, "spatial_merge_size": 2, "window_size": 112, "in_chans": 3,
+    "fullatt_block_indexes": {full}, "tokens_per_second": 2}}}}"#
+    ))
+}
+
+/// The config of a preset name, or of a `config.json` file or model folder.
+pub fn load_config(spec: &str) -> anyhow::Result<ModelConfig> {
+    let text = match preset_config(spec) {
+        Some(t) => t,
+        None => {
+            let p = Path::new(spec);
+            let p = if p.is_dir() { p.join("config.json") } else { p.to_path_buf() };
+            std::fs::read_to_string(&p).map_err(|e| {
+                anyhow::anyhow!("--config {spec}: not a preset (tiny, small, 3b, 7b) nor a readable config ({}: {e})", p.display())
+            })?
+        }
+    };
+    let mut cfg = ModelConfig::from_json(&text, None)?;
+    if cfg.eos_token_ids.is_empty() {
+        cfg.eos_token_ids = vec![151645, 151643];
+    }
+    Ok(cfg)
+}
+
+/// Serves every tensor the model asks for, filled with deterministic pseudo-random values: norms ≈ 1, biases
+/// small, matrices uniform with variance 1/fan_in (so activations stay in range through the depth).
+struct RandomBackend {
+    seed: u64,
+    tied: bool,
+}
+
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = x;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn name_seed(seed: u64, name: &str) -> u64 {
+    name.bytes().fold(splitmix(seed), |h, b| splitmix(h ^ b as u64))
+}
+
+fn fill(n: usize, seed: u64, center: f32, half_width: f32) -> Vec<f32> {
+    let mut state = seed;
+    (0..n)
+        .map(|_| {
+            state = splitmix(state);
+            let u = (state >> 40) as f32 / (1u64 << 24) as f32; // [0, 1)
+            center + half_width * (2.0 * u - 1.0)
+        })
+        .collect()
+}
+
+impl SimpleBackend for RandomBackend {
+    fn get(&self, s: Shape, name: &str, _: candle_nn::Init, dtype: DType, dev: &Device) -> candle_core::Result<Tensor> {
+        let dims = s.dims();
+        let n = s.elem_count();
+        let seed = name_seed(self.seed, name);
+        let values = if name.contains("norm") || name.contains("ln_q") {
+            fill(n, seed, 1.0, 0.1)
+        } else if name.ends_with("bias") {
+            fill(n, seed, 0.0, 0.05)
+        } else {
+            let fan_in: usize = dims[1..].iter().product::<usize>().max(1);
+            fill(n, seed, 0.0, (3.0 / fan_in as f32).sqrt())
+        };
+        Tensor::from_vec(values, s, &Device::Cpu)?.to_dtype(dtype)?.to_device(dev)
+    }
+
+    fn get_unchecked(&self, name: &str, _: DType, _: &Device) -> candle_core::Result<Tensor> {
+        candle_core::bail!("random backend: tensor `{name}` requested without a shape")
+    }
+
+    fn contains_tensor(&self, name: &str) -> bool {
+        // Serve the legacy Hub names; an lm_head only when the config is untied.
+        !name.starts_with("model.visual") && (name != "lm_head.weight" || !self.tied)
+    }
+}
+
+/// Build the model of `cfg` with random weights (seeded) on `device` in `dtype`.
+pub fn random_model(cfg: ModelConfig, seed: u64, device: &Device, dtype: DType) -> anyhow::Result<Qwen25VL> {
+    let backend = RandomBackend { seed, tied: cfg.tie_word_embeddings };
+    let vb = VarBuilder::from_backend(Box::new(backend), dtype, device.clone());
+    Ok(Qwen25VL::from_var_builder(cfg, vb)?)
+}
+
+/// Parameter counts `(vision, language model)` of a config, for FLOP estimates.
+pub fn param_counts(cfg: &ModelConfig) -> (u64, u64) {
+    let v = &cfg.vision;
+    let (vh, vi) = (v.hidden_size as u64, v.intermediate_size as u64);
+    let block = 4 * vh * vh + 3 * vh * vi;
+    let merge = (vh * 4) as u64;
+    let vision = v.depth as u64 * block + merge * merge + merge * cfg.text.hidden_size as u64 + vh * v.patch_dim() as u64;
+    let t = &cfg.text;
+    let (h, hd) = (t.hidden_size as u64, t.head_dim as u64);
+    let attn = h * hd * (t.num_attention_heads as u64 * 2 + t.num_key_value_heads as u64 * 2);
+    let mlp = 3 * h * t.intermediate_size as u64;
+    let lm = t.num_hidden_layers as u64 * (attn + mlp) + t.vocab_size as u64 * h;
+    (vision, lm)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_parse_with_their_real_dimensions() {
+        let c = load_config("3b").unwrap();
+        assert_eq!((c.text.hidden_size, c.text.num_hidden_layers, c.text.head_dim), (2048, 36, 128));
+        assert!(c.tie_word_embeddings);
+        let c = load_config("7b").unwrap();
+        assert_eq!((c.text.vocab_size, c.tie_word_embeddings), (152064, false));
+        let c = load_config("small").unwrap();
+        assert_eq!((c.text.head_dim, c.vision.hidden_size), (64, 1280));
+        let (v, l) = param_counts(&load_config("3b").unwrap());
+        assert!((600_000_000..750_000_000).contains(&v), "vision params {v}");
+        assert!((2_900_000_000..3_300_000_000).contains(&l), "lm params {l}");
+    }
+
+    #[test]
+    fn random_weights_are_deterministic_and_build_the_model() {
+        let a = fill(8, name_seed(1, "x.weight"), 0.0, 1.0);
+        assert_eq!(a, fill(8, name_seed(1, "x.weight"), 0.0, 1.0));
+        assert_ne!(a, fill(8, name_seed(2, "x.weight"), 0.0, 1.0));
+        let m = random_model(load_config("tiny").unwrap(), 7, &Device::Cpu, DType::F32).unwrap();
+        assert_eq!(m.config().text.hidden_size, 16);
+    }
+
+    #[test]
+    fn unknown_config_is_a_clear_error() {
+        let e = load_config("13b").unwrap_err().to_string();
+        assert!(e.contains("not a preset"), "{e}");
+    }
+}

@@ -1,0 +1,66 @@
+//! `bench`: throughput with random weights (see `crate::bench`).
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+
+use crate::bench::{run_bench, BenchConfig};
+use crate::cli::BenchArgs;
+
+/// Entry point of `bench`.
+pub fn run(a: BenchArgs) -> Result<()> {
+    if !a.random_weights {
+        bail!("bench needs --random-weights (a real checkpoint's throughput is in `eval`'s throughput.json)");
+    }
+    let cfg = BenchConfig {
+        config: a.config,
+        device: a.device,
+        dtype: a.dtype,
+        steps: a.steps.max(1),
+        batch_size: a.batch_size,
+        max_batch_tokens: a.max_batch_tokens,
+        max_new_tokens: a.max_new_tokens,
+        min_pixels: a.min_pixels,
+        max_pixels: a.max_pixels,
+        tokenizer: a.tokenizer.unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tokenizer")),
+        judge: !a.no_judge,
+        seed: a.seed,
+    };
+    let r = run_bench(&cfg)?;
+    if a.json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        println!("{}", render(&r));
+    }
+    Ok(())
+}
+
+fn render(r: &serde_json::Value) -> String {
+    let f = |k: &str| r[k].as_f64().unwrap_or(0.0);
+    let split = &r["time_split_seconds"];
+    let s = |k: &str| split[k].as_f64().unwrap_or(0.0);
+    format!(
+        "bench {} on {} ({}), {} steps\n\
+         steps/s {:.3}   images/s {:.3}   prefill tok/s {:.1}   decode tok/s {:.1}\n\
+         time: wall {:.2}s = prefill {:.2}s (vision alone {:.2}s) + decode {:.2}s; preprocessing {:.2}s CPU, {:.2}s waited\n\
+         MFU {:.1}% (prefill {:.1}%) of a measured matmul peak of {:.1} GFLOP/s; peak RSS {:.0} MiB",
+        r["config"].as_str().unwrap_or(""),
+        r["device"].as_str().unwrap_or(""),
+        r["dtype"].as_str().unwrap_or(""),
+        r["steps"],
+        f("steps_per_second"),
+        f("images_per_second"),
+        f("prefill_tokens_per_second"),
+        f("decode_tokens_per_second"),
+        s("wall"),
+        s("prefill_including_vision"),
+        s("vision_separate_pass"),
+        s("decode"),
+        s("preprocess_cpu"),
+        s("preprocess_wait"),
+        100.0 * f("mfu"),
+        100.0 * f("mfu_prefill"),
+        f("matmul_peak_flops") / 1e9,
+        f("peak_memory_bytes") / 1048576.0,
+    )
+}
