@@ -1,7 +1,16 @@
-//! (in progress)
+//! `sample`: write the embedded sample benchmark into a folder.
 use crate::cli::SampleArgs;
+use crate::dataset::Benchmark;
 
 /// Entry point.
-pub fn run(_args: SampleArgs) -> anyhow::Result<()> {
-    anyhow::bail!("not implemented yet")
+pub fn run(args: SampleArgs) -> anyhow::Result<()> {
+    crate::sample::write(&args.out)?;
+    let bench = Benchmark::load(&args.out)?;
+    println!(
+        "Wrote the sample benchmark to {}: {} trajectories, {} steps",
+        args.out.display(),
+        bench.trajectories.len(),
+        bench.num_steps()
+    );
+    Ok(())
 }

@@ -1,1 +1,213 @@
-//! (in progress)
+//! Qwen2.5-VL on candle, numerically following HF transformers (`Qwen2_5_VLForConditionalGeneration`).
+//!
+//! * [`Qwen25VL::load`] reads a checkpoint found by [`ModelFiles::resolve`] (local folder or hub id).
+//! * [`Qwen25VL::prefill`] encodes any mix of prompts (each with its images, optionally continuing a text-only
+//!   prefix cache) in one packed pass: every Linear runs once over all tokens, attention runs per sequence.
+//! * [`Qwen25VL::decode`] advances any set of per-sequence [`SeqCache`]s by one token each.
+//! * [`Qwen25VL::generate`] is static-batch greedy decoding on top of both.
+//!
+//! Design: no padding anywhere. Each sequence owns its KV cache with its exact length and its next M-RoPE
+//! position, so results do not depend on batch composition (up to GEMM summation order).
+
+pub mod attention;
+pub mod cache;
+pub mod config;
+pub mod files;
+mod forward;
+mod generate;
+pub mod nn;
+pub mod rope;
+pub mod text;
+pub mod vision;
+pub mod window;
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+
+pub use cache::SeqCache;
+pub use config::{ModelConfig, TextConfig, VisionConfig};
+pub use files::{parse_device, parse_dtype, ModelFiles};
+pub use generate::{top_k_logprobs, FinishReason, GenerateOptions, Generation};
+pub use vision::VisionTrace;
+
+use crate::preprocess::ModelInput;
+
+/// Errors of the model layer.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// A tensor operation or weight load failed (weight errors name the tensor).
+    #[error(transparent)]
+    Candle(#[from] candle_core::Error),
+    /// `config.json` / `generation_config.json` problem.
+    #[error("config: {0}")]
+    Config(String),
+    /// Checkpoint files could not be located or read.
+    #[error("model files: {0}")]
+    Files(String),
+    /// Invalid request (prompt/image mismatch, bad prefix, unknown device, ...).
+    #[error("invalid input: {0}")]
+    Input(String),
+}
+
+/// Result type of the model layer.
+pub type Result<T> = std::result::Result<T, ModelError>;
+
+/// One sequence to prefill: its prompt and images, and optionally a text-only prefix cache whose tokens the
+/// prompt starts with (only the rest is computed).
+#[derive(Debug, Clone, Copy)]
+pub struct PrefillRequest<'a> {
+    /// Prompt ids (image pads expanded) and images.
+    pub input: &'a ModelInput,
+    /// Cache of a prefix of `input.input_ids` (built by [`Qwen25VL::prefill_prefix`]).
+    pub prefix: Option<&'a SeqCache>,
+}
+
+/// Intermediate outputs recorded by [`Qwen25VL::prefill_traced`] (for golden tests and debugging).
+#[derive(Debug, Default, Clone)]
+pub struct Trace {
+    /// Vision patch embedding and block outputs (natural patch order).
+    pub vision: VisionTrace,
+    /// Merger output (merged tokens, natural order).
+    pub vision_merged: Option<Tensor>,
+    /// Language-model input after the image scatter (packed rows of all sequences' new tokens).
+    pub inputs_embeds: Option<Tensor>,
+    /// Output of every decoder layer (packed rows).
+    pub text_layers: Vec<Tensor>,
+    /// After the final norm (packed rows).
+    pub final_norm: Option<Tensor>,
+    /// Per sequence, the M-RoPE positions of its new tokens.
+    pub positions: Vec<Vec<[i64; 3]>>,
+}
+
+/// The loaded model.
+#[derive(Debug, Clone)]
+pub struct Qwen25VL {
+    cfg: ModelConfig,
+    vision: vision::VisionModel,
+    text: text::TextModel,
+    device: Device,
+    dtype: DType,
+    inv_freq: Vec<f32>,
+    attn_budget: usize,
+    decode_attention: DecodeAttention,
+}
+
+/// How [`Qwen25VL::decode`] runs attention over sequences of different lengths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodeAttention {
+    /// One small attention per sequence over its exact cache (no copies; default on the CPU).
+    PerSequence,
+    /// One batched attention over caches padded to the longest, with a length mask (fewer kernel launches;
+    /// default on GPUs).
+    Padded,
+}
+
+/// Tensor name prefixes of the vision tower and the language model in a checkpoint.
+fn detect_prefixes(vb: &VarBuilder) -> Result<(&'static str, &'static str)> {
+    const CANDIDATES: [(&str, &str); 2] = [("model.visual", "model.language_model"), ("visual", "model")];
+    CANDIDATES
+        .into_iter()
+        .find(|(v, _)| vb.contains_tensor(&format!("{v}.patch_embed.proj.weight")))
+        .ok_or_else(|| {
+            ModelError::Files(
+                "no vision tower found: neither `visual.patch_embed.proj.weight` nor \
+                 `model.visual.patch_embed.proj.weight` is in the safetensors files"
+                    .into(),
+            )
+        })
+}
+
+impl Qwen25VL {
+    /// Load config and memory-mapped weights on `device`, casting to `dtype`.
+    pub fn load(files: &ModelFiles, device: &Device, dtype: DType) -> Result<Self> {
+        let read = |p: &std::path::Path| {
+            std::fs::read_to_string(p).map_err(|e| ModelError::Files(format!("{}: {e}", p.display())))
+        };
+        let gen = files.generation_config.as_deref().map(read).transpose()?;
+        let cfg = ModelConfig::from_json(&read(&files.config)?, gen.as_deref())?;
+        // SAFETY: the weight files are memory-mapped read-only and must not change while the model lives.
+        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&files.weights, dtype, device)? };
+        Self::from_var_builder(cfg, vb)
+    }
+
+    /// Build from a parsed config and a var builder over the checkpoint's tensors.
+    pub fn from_var_builder(cfg: ModelConfig, vb: VarBuilder) -> Result<Self> {
+        let (vis_prefix, lm_prefix) = detect_prefixes(&vb)?;
+        let (v, d) = (cfg.text.vocab_size, cfg.text.hidden_size);
+        let lm_head = if !cfg.tie_word_embeddings && vb.contains_tensor("lm_head.weight") {
+            Some(nn::weight(&vb, (v, d), "lm_head.weight")?)
+        } else {
+            if !cfg.tie_word_embeddings {
+                tracing::warn!("config says untied embeddings but there is no lm_head.weight; using embed_tokens");
+            }
+            None
+        };
+        let vision = vision::VisionModel::new(&cfg.vision, vb.pp(vis_prefix))?;
+        let text = text::TextModel::new(&cfg.text, vb.pp(lm_prefix), lm_head)?;
+        Ok(Self {
+            inv_freq: rope::text_inv_freq(cfg.text.head_dim, cfg.text.rope_theta),
+            device: vb.device().clone(),
+            dtype: vb.dtype(),
+            cfg,
+            vision,
+            text,
+            attn_budget: attention::DEFAULT_MAX_SCORE_ELEMS,
+            decode_attention: if vb.device().is_cpu() { DecodeAttention::PerSequence } else { DecodeAttention::Padded },
+        })
+    }
+
+    /// The parsed configuration (including eos ids from `generation_config.json`).
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    /// Device holding the weights.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Activation and weight dtype.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Cap on attention scores materialised at once (elements); lower it to trade speed for memory.
+    pub fn set_attention_budget(&mut self, max_score_elems: usize) {
+        self.attn_budget = max_score_elems.max(1);
+    }
+
+    /// Choose the decode attention strategy (results agree to float rounding).
+    pub fn set_decode_attention(&mut self, mode: DecodeAttention) {
+        self.decode_attention = mode;
+    }
+
+    /// KV-cache bytes per cached token (all layers, K and V).
+    pub fn kv_bytes_per_token(&self) -> usize {
+        let t = &self.cfg.text;
+        t.num_hidden_layers * 2 * t.num_key_value_heads * t.head_dim * self.dtype.size_in_bytes()
+    }
+
+    /// Rough transient activation bytes per prefill token in the language model (one layer alive at a time).
+    pub fn activation_bytes_per_token(&self) -> usize {
+        let t = &self.cfg.text;
+        let per = 4 * t.hidden_size + 3 * t.intermediate_size + (t.num_attention_heads + 2 * t.num_key_value_heads) * t.head_dim;
+        per * self.dtype.size_in_bytes()
+    }
+
+    /// Rough transient activation bytes per vision patch (one block alive at a time), excluding attention
+    /// scores, which are capped by the attention budget (×4 bytes).
+    pub fn vision_activation_bytes_per_patch(&self) -> usize {
+        let v = &self.cfg.vision;
+        (8 * v.hidden_size + 3 * v.intermediate_size + v.patch_dim()) * self.dtype.size_in_bytes()
+    }
+
+    /// The language model (embedding, layers, head), e.g. for tests.
+    pub fn text_model(&self) -> &text::TextModel {
+        &self.text
+    }
+
+    /// The vision tower, e.g. for tests.
+    pub fn vision_model(&self) -> &vision::VisionModel {
+        &self.vision
+    }
+}

@@ -1,1 +1,161 @@
-//! (in progress)
+//! Scoring: per-step judgement under a [`RulePreset`] and aggregation into [`Metrics`]. Pure (no I/O).
+//!
+//! A step is **correct** when the response parses, the type equals the gold type and the arguments match;
+//! otherwise it is an **args error** (right type), a **type error** (valid action, wrong type) or a
+//! **format error** (no valid action, a missing prediction included).
+
+mod matching;
+mod metrics;
+mod rules;
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+pub use matching::{in_box, map_point, match_args, norm_distance, ArgCheck, Direction};
+pub use metrics::{aggregate, ActionStats, GroupStats, Metrics};
+pub use rules::{RulePreset, TextRule};
+
+use crate::action::{Action, ActionType};
+use crate::dataset::{Benchmark, Trajectory};
+use crate::parse::{parse_response, ParseFailure};
+use crate::predictions::{Prediction, PredictionSet};
+
+/// The four exclusive outcomes of a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Right type and arguments.
+    Correct,
+    /// Right type, wrong arguments.
+    ArgsError,
+    /// Valid action of the wrong type.
+    TypeError,
+    /// No valid action (unparseable or missing prediction).
+    FormatError,
+}
+
+/// The judgement of one step (one line of `steps.jsonl`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepScore {
+    /// Trajectory id.
+    pub trajectory: String,
+    /// 0-based step index.
+    pub step: usize,
+    /// Index of the trajectory in the benchmark (groups steps in [`aggregate`]).
+    pub traj_index: usize,
+    /// Whether this is the trajectory's final step.
+    pub last: bool,
+    /// App name.
+    pub app: String,
+    /// The gold action.
+    pub gold: Action,
+    /// The gold type.
+    pub gold_type: ActionType,
+    /// The raw response; `None` when the prediction is missing.
+    pub response: Option<String>,
+    /// The prediction's `image_size`.
+    pub image_size: Option<[u32; 2]>,
+    /// The prediction is missing.
+    pub missing: bool,
+    /// The parsed action.
+    pub predicted: Option<Action>,
+    /// Its type.
+    pub predicted_type: Option<ActionType>,
+    /// Why parsing failed.
+    pub parse_error: Option<ParseFailure>,
+    /// The response had the full `<think>`/`<action>`/`<tool_call>` format.
+    pub full_format: bool,
+    /// The types match.
+    pub type_match: bool,
+    /// The step is correct.
+    pub correct: bool,
+    /// The outcome.
+    pub outcome: Outcome,
+    /// The argument test used (when the types match).
+    pub check: Option<ArgCheck>,
+}
+
+/// Judge step `step` of `traj` (index `traj_index` in its benchmark) against an optional prediction.
+///
+/// # Panics
+/// When `step` is out of range for `traj`.
+pub fn score_step(
+    rules: &RulePreset,
+    traj: &Trajectory,
+    traj_index: usize,
+    step: usize,
+    pred: Option<&Prediction>,
+) -> StepScore {
+    let gold = &traj.steps[step];
+    let mut s = StepScore {
+        trajectory: traj.id.clone(),
+        step,
+        traj_index,
+        last: step + 1 == traj.steps.len(),
+        app: traj.app_name.clone(),
+        gold: gold.action.clone(),
+        gold_type: gold.action.action_type(),
+        response: pred.map(|p| p.response.clone()),
+        image_size: pred.and_then(|p| p.image_size),
+        missing: pred.is_none(),
+        predicted: None,
+        predicted_type: None,
+        parse_error: None,
+        full_format: false,
+        type_match: false,
+        correct: false,
+        outcome: Outcome::FormatError,
+        check: None,
+    };
+    let Some(pred) = pred else { return s };
+    let parsed = parse_response(&pred.response);
+    s.full_format = parsed.full_format;
+    let action = match parsed.action {
+        Ok(a) => a,
+        Err(e) => {
+            s.parse_error = Some(e);
+            return s;
+        }
+    };
+    s.predicted_type = Some(action.action_type());
+    let screen = [traj.image_width, traj.image_height];
+    match match_args(rules, &gold.action, &gold.bboxes, &action, screen, pred.image_size) {
+        None => s.outcome = Outcome::TypeError,
+        Some((ok, check)) => {
+            s.type_match = true;
+            s.correct = ok;
+            s.check = Some(check);
+            s.outcome = if ok { Outcome::Correct } else { Outcome::ArgsError };
+        }
+    }
+    s.predicted = Some(action);
+    s
+}
+
+/// Every step of a benchmark judged, plus the predictions that match no step.
+#[derive(Debug, Clone)]
+pub struct ScoredRun {
+    /// One score per benchmark step, in benchmark order.
+    pub steps: Vec<StepScore>,
+    /// `(trajectory, step)` of predictions that match no benchmark step, sorted.
+    pub unknown: Vec<(String, usize)>,
+}
+
+/// Judge every step of `bench` against `preds`.
+pub fn score_benchmark(rules: &RulePreset, bench: &Benchmark, preds: &PredictionSet) -> ScoredRun {
+    let mut steps = Vec::with_capacity(bench.num_steps());
+    for (ti, t) in bench.trajectories.iter().enumerate() {
+        for si in 0..t.steps.len() {
+            steps.push(score_step(rules, t, ti, si, preds.get(&t.id, si)));
+        }
+    }
+    let lengths: HashMap<&str, usize> = bench.trajectories.iter().map(|t| (t.id.as_str(), t.steps.len())).collect();
+    let mut unknown: Vec<(String, usize)> = preds
+        .iter()
+        .filter(|p| lengths.get(p.trajectory.as_str()).is_none_or(|&n| p.step >= n))
+        .map(|p| (p.trajectory.clone(), p.step))
+        .collect();
+    unknown.sort();
+    ScoredRun { steps, unknown }
+}

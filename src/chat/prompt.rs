@@ -1,0 +1,66 @@
+//! `PromptBuilder`: tokenizer + chat template + image processor of one checkpoint, turning messages and
+//! pictures into a `ModelInput`.
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use super::{ChatError, ChatTemplate, Tokenizer};
+use crate::preprocess::{self, ImageProcessorConfig, ModelInput, PreparedImage};
+
+/// Messages for one user turn: the images (one `{"type": "image"}` part each) followed by the text — the
+/// `generate` command's prompt.
+pub fn user_turn_messages(n_images: usize, text: &str) -> Value {
+    let mut parts: Vec<Value> = (0..n_images).map(|_| json!({"type": "image"})).collect();
+    parts.push(json!({"type": "text", "text": text}));
+    json!([{"role": "user", "content": parts}])
+}
+
+/// Everything needed to turn chat messages and pictures into model input ids for one checkpoint.
+#[derive(Debug)]
+pub struct PromptBuilder {
+    /// The tokenizer.
+    pub tokenizer: Tokenizer,
+    /// The chat template.
+    pub template: ChatTemplate,
+    /// Image processor settings.
+    pub image: ImageProcessorConfig,
+}
+
+impl PromptBuilder {
+    /// Loads `tokenizer.json`, the chat template and `preprocessor_config.json` from one model folder.
+    pub fn from_model_dir(dir: &Path) -> Result<Self, ChatError> {
+        Self::from_dirs(dir, dir)
+    }
+
+    /// Loads the chat template and image processor from `model_dir` and `tokenizer.json` from `tokenizer_dir`.
+    pub fn from_dirs(model_dir: &Path, tokenizer_dir: &Path) -> Result<Self, ChatError> {
+        Ok(Self {
+            tokenizer: Tokenizer::from_model_dir(tokenizer_dir)?,
+            template: ChatTemplate::from_model_dir(model_dir)?,
+            image: ImageProcessorConfig::from_model_dir(model_dir)?,
+        })
+    }
+
+    /// Renders `messages` with the generation prompt and tokenises them; `images` fill the messages' image parts
+    /// in order.
+    pub fn build(&self, messages: &Value, images: Vec<PreparedImage>) -> Result<ModelInput, ChatError> {
+        let text = self.template.render(messages, true)?;
+        let input_ids = self.tokenizer.encode_prompt(&text, &images)?;
+        Ok(ModelInput { input_ids, images })
+    }
+
+    /// One user turn: the already prepared images, then `text`.
+    pub fn build_user_turn(&self, images: Vec<PreparedImage>, text: &str) -> Result<ModelInput, ChatError> {
+        self.build(&user_turn_messages(images.len(), text), images)
+    }
+
+    /// One user turn from image files: decode and prepare each with this builder's image settings, then `text`.
+    pub fn build_user_turn_from_files(&self, paths: &[&Path], text: &str) -> Result<ModelInput, ChatError> {
+        let images = paths
+            .iter()
+            .map(|p| preprocess::load_and_prepare(p, &self.image))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.build_user_turn(images, text)
+    }
+}

@@ -1,0 +1,234 @@
+//! Parsing `data.jsonl` lines into trajectories, with errors naming file, line and field.
+
+use std::collections::HashMap;
+use std::path::{Component, Path};
+
+use serde_json::{Map, Value};
+
+use super::{BBox, DatasetError, Step, Trajectory};
+use crate::action::Action;
+
+/// Context of one line, for building errors.
+struct Line<'a> {
+    file: &'a Path,
+    line: usize,
+}
+
+impl Line<'_> {
+    fn err(&self, field: impl Into<String>, message: impl Into<String>) -> DatasetError {
+        DatasetError::Field {
+            file: self.file.to_path_buf(),
+            line: self.line,
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    fn req<'v>(&self, obj: &'v Map<String, Value>, prefix: &str, key: &str) -> Result<&'v Value, DatasetError> {
+        match obj.get(key) {
+            None | Some(Value::Null) => Err(self.err(format!("{prefix}{key}"), "missing")),
+            Some(v) => Ok(v),
+        }
+    }
+
+    fn string(&self, obj: &Map<String, Value>, prefix: &str, key: &str) -> Result<String, DatasetError> {
+        let v = self.req(obj, prefix, key)?;
+        v.as_str().map(str::to_owned).ok_or_else(|| self.err(format!("{prefix}{key}"), "must be a string"))
+    }
+
+    fn opt_string(&self, obj: &Map<String, Value>, prefix: &str, key: &str) -> Result<Option<String>, DatasetError> {
+        match obj.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(self.err(format!("{prefix}{key}"), "must be a string")),
+        }
+    }
+
+    fn positive(&self, obj: &Map<String, Value>, key: &str) -> Result<u32, DatasetError> {
+        let v = self.req(obj, "", key)?;
+        match v.as_u64() {
+            Some(n) if n > 0 && n <= u32::MAX as u64 => Ok(n as u32),
+            _ => Err(self.err(key, format!("must be a positive integer, found {v}"))),
+        }
+    }
+}
+
+/// Parse the whole file; blank lines are skipped (but counted for line numbers).
+pub(super) fn parse_jsonl(text: &str, file: &Path) -> Result<Vec<Trajectory>, DatasetError> {
+    let mut out: Vec<Trajectory> = Vec::new();
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for (i, raw) in text.lines().enumerate() {
+        if raw.trim().is_empty() {
+            continue;
+        }
+        let ctx = Line { file, line: i + 1 };
+        let t = parse_line(raw, i, &ctx)?;
+        if let Some(first) = seen.insert(t.id.clone(), t.line) {
+            return Err(ctx.err("id", format!("duplicate trajectory id {:?} (first on line {first})", t.id)));
+        }
+        out.push(t);
+    }
+    if out.is_empty() {
+        return Err(DatasetError::Empty { file: file.to_path_buf() });
+    }
+    Ok(out)
+}
+
+fn parse_line(raw: &str, index: usize, ctx: &Line) -> Result<Trajectory, DatasetError> {
+    let v: Value = serde_json::from_str(raw).map_err(|e| DatasetError::Json {
+        file: ctx.file.to_path_buf(),
+        line: ctx.line,
+        message: e.to_string(),
+    })?;
+    let obj = v.as_object().ok_or_else(|| DatasetError::Json {
+        file: ctx.file.to_path_buf(),
+        line: ctx.line,
+        message: "a line must be a JSON object".into(),
+    })?;
+    let id = match obj.get("id") {
+        None | Some(Value::Null) => index.to_string(),
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Number(n)) if n.is_u64() || n.is_i64() => n.to_string(),
+        Some(_) => return Err(ctx.err("id", "must be a string or an integer")),
+    };
+    let image_width = ctx.positive(obj, "image_width")?;
+    let image_height = ctx.positive(obj, "image_height")?;
+    let steps_v = ctx.req(obj, "", "trajectory")?;
+    let steps_arr = steps_v.as_array().ok_or_else(|| ctx.err("trajectory", "must be a list of steps"))?;
+    if steps_arr.is_empty() {
+        return Err(ctx.err("trajectory", "is empty"));
+    }
+    let screen = [image_width as f64, image_height as f64];
+    let steps = steps_arr
+        .iter()
+        .enumerate()
+        .map(|(k, s)| parse_step(s, &format!("trajectory[{k}]."), screen, ctx))
+        .collect::<Result<Vec<_>, _>>()?;
+    let len_v = ctx.req(obj, "", "trajectory_length")?;
+    match len_v.as_u64() {
+        Some(n) if n as usize == steps.len() => {}
+        Some(n) => {
+            return Err(ctx.err("trajectory_length", format!("is {n} but `trajectory` has {} steps", steps.len())))
+        }
+        None => return Err(ctx.err("trajectory_length", "must be a non-negative integer")),
+    }
+    Ok(Trajectory {
+        id,
+        line: ctx.line,
+        app_name: ctx.string(obj, "", "app_name")?,
+        instruction: ctx.string(obj, "", "instruction")?,
+        system: ctx.opt_string(obj, "", "system")?,
+        image_width,
+        image_height,
+        steps,
+    })
+}
+
+fn parse_step(v: &Value, prefix: &str, screen: [f64; 2], ctx: &Line) -> Result<Step, DatasetError> {
+    let obj = v.as_object().ok_or_else(|| ctx.err(prefix.trim_end_matches('.'), "a step must be an object"))?;
+    let image = ctx.string(obj, prefix, "image")?;
+    check_image_path(&image).map_err(|m| ctx.err(format!("{prefix}image"), m))?;
+    let action_v = ctx.req(obj, prefix, "action")?;
+    let action = parse_gold_action(action_v).map_err(|m| ctx.err(format!("{prefix}action"), m))?;
+    let bbox_key = if obj.contains_key("bbox") { "bbox" } else { "candidate_bbox" };
+    let bboxes = match obj.get(bbox_key) {
+        None | Some(Value::Null) => Vec::new(),
+        Some(b) => parse_boxes(b, screen).map_err(|m| ctx.err(format!("{prefix}{bbox_key}"), m))?,
+    };
+    Ok(Step {
+        image,
+        thought: ctx.opt_string(obj, prefix, "thought")?.unwrap_or_default(),
+        subtask: ctx.opt_string(obj, prefix, "subtask")?.unwrap_or_default(),
+        action,
+        response: ctx.opt_string(obj, prefix, "response")?.unwrap_or_default(),
+        bboxes,
+    })
+}
+
+/// The gold action: a tool call (object or JSON string), or a bare arguments object.
+fn parse_gold_action(v: &Value) -> Result<Action, String> {
+    let parsed;
+    let v = match v {
+        Value::String(s) => {
+            parsed = serde_json::from_str::<Value>(s).map_err(|e| format!("not valid JSON: {e}"))?;
+            &parsed
+        }
+        other => other,
+    };
+    let r = if v.get("name").is_some() || v.get("arguments").is_some() {
+        Action::from_tool_call(v)
+    } else {
+        Action::from_arguments(v)
+    };
+    r.map_err(|e| e.to_string())
+}
+
+/// Refuse absolute paths and paths that escape the folder.
+fn check_image_path(p: &str) -> Result<(), String> {
+    if p.trim().is_empty() {
+        return Err("is empty".into());
+    }
+    let bytes = p.as_bytes();
+    let windows_abs = bytes.len() >= 2 && bytes[1] == b':' && bytes[0].is_ascii_alphabetic();
+    if p.starts_with('/') || p.starts_with('\\') || windows_abs || Path::new(p).is_absolute() {
+        return Err(format!("{p:?} is absolute; image paths must be relative to the benchmark folder"));
+    }
+    let escapes = Path::new(p).components().any(|c| matches!(c, Component::ParentDir))
+        || p.split(['/', '\\']).any(|part| part == "..");
+    if escapes {
+        return Err(format!("{p:?} escapes the benchmark folder"));
+    }
+    Ok(())
+}
+
+fn parse_box(v: &Value, screen: [f64; 2]) -> Result<BBox, String> {
+    let arr = v.as_array().filter(|a| a.len() == 4).ok_or_else(|| format!("a box must be [x1, y1, x2, y2], found {v}"))?;
+    let mut b = [0.0; 4];
+    for (slot, x) in b.iter_mut().zip(arr) {
+        *slot = x.as_f64().filter(|f| f.is_finite()).ok_or_else(|| format!("box coordinates must be numbers, found {v}"))?;
+    }
+    if b.iter().any(|&x| x < 0.0) {
+        return Err(format!("box {v} has a negative coordinate"));
+    }
+    if b[0] > b[2] || b[1] > b[3] {
+        return Err(format!("box {v} has x1 > x2 or y1 > y2"));
+    }
+    if b[2] > screen[0] || b[3] > screen[1] {
+        return Err(format!("box {v} lies outside the {}x{} screen", screen[0], screen[1]));
+    }
+    Ok(b)
+}
+
+/// One box `[x1, y1, x2, y2]` or a list of boxes.
+fn parse_boxes(v: &Value, screen: [f64; 2]) -> Result<Vec<BBox>, String> {
+    let arr = v.as_array().ok_or_else(|| format!("must be a box or a list of boxes, found {v}"))?;
+    if arr.iter().all(Value::is_number) && !arr.is_empty() {
+        return Ok(vec![parse_box(v, screen)?]);
+    }
+    arr.iter().map(|b| parse_box(b, screen)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_paths() {
+        assert!(check_image_path("images/a.png").is_ok());
+        assert!(check_image_path("/etc/passwd").is_err());
+        assert!(check_image_path("images/../../x.png").is_err());
+        assert!(check_image_path("C:\\x.png").is_err());
+        assert!(check_image_path("").is_err());
+    }
+
+    #[test]
+    fn boxes() {
+        let s = [100.0, 200.0];
+        assert_eq!(parse_boxes(&serde_json::json!([1, 2, 3, 4]), s).unwrap().len(), 1);
+        assert_eq!(parse_boxes(&serde_json::json!([[1, 2, 3, 4], [0, 0, 100, 200]]), s).unwrap().len(), 2);
+        assert!(parse_boxes(&serde_json::json!([]), s).unwrap().is_empty());
+        assert!(parse_boxes(&serde_json::json!([-1, 2, 3, 4]), s).is_err());
+        assert!(parse_boxes(&serde_json::json!([1, 2, 300, 4]), s).is_err());
+        assert!(parse_boxes(&serde_json::json!([5, 2, 3, 4]), s).is_err());
+    }
+}

@@ -1,0 +1,169 @@
+//! Benchmark data in the Mobile-R1 schema: a folder with `data.jsonl` (one trajectory per line) and screenshots.
+//!
+//! Loading reads `data.jsonl` only; screenshots are opened by [`Benchmark::validate_images`] and by the
+//! commands that need pixels. Every error names the file, the 1-based line and the field.
+
+mod images;
+mod load;
+
+use std::path::{Path, PathBuf};
+
+pub use images::{ImageProblem, ImageReport};
+
+use crate::action::Action;
+
+/// The file name of the trajectories inside a benchmark folder.
+pub const DATA_FILE: &str = "data.jsonl";
+
+/// A gold box `[x1, y1, x2, y2]` in screen pixels.
+pub type BBox = [f64; 4];
+
+/// Why a benchmark could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum DatasetError {
+    /// The file could not be read.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A line is not a JSON object.
+    #[error("{}:{line}: malformed JSON: {message}", file.display())]
+    Json {
+        /// The file.
+        file: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// The parser's message.
+        message: String,
+    },
+    /// A field is absent or invalid.
+    #[error("{}:{line}: field `{field}`: {message}", file.display())]
+    Field {
+        /// The file.
+        file: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// The field path, e.g. `trajectory[2].action`.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The file holds no trajectory.
+    #[error("{}: no trajectories", file.display())]
+    Empty {
+        /// The file.
+        file: PathBuf,
+    },
+}
+
+impl DatasetError {
+    /// The 1-based line number the error is about, if any.
+    pub fn line(&self) -> Option<usize> {
+        match self {
+            DatasetError::Json { line, .. } | DatasetError::Field { line, .. } => Some(*line),
+            _ => None,
+        }
+    }
+
+    /// The field path the error is about, if any.
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            DatasetError::Field { field, .. } => Some(field),
+            _ => None,
+        }
+    }
+}
+
+/// One step of a trajectory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    /// Screenshot path relative to the benchmark folder.
+    pub image: String,
+    /// Annotated reasoning (empty when absent).
+    pub thought: String,
+    /// The one-sentence sub-goal (the `<action>` text; empty when absent).
+    pub subtask: String,
+    /// The gold action.
+    pub action: Action,
+    /// The annotated full response (empty when absent).
+    pub response: String,
+    /// Gold element boxes in screen pixels (empty when none).
+    pub bboxes: Vec<BBox>,
+}
+
+/// One trajectory (one line of `data.jsonl`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trajectory {
+    /// The `id` field (number or string), else the 0-based line number.
+    pub id: String,
+    /// 1-based line number in `data.jsonl`.
+    pub line: usize,
+    /// App name.
+    pub app_name: String,
+    /// The user instruction.
+    pub instruction: String,
+    /// The trajectory's system prompt, if stored.
+    pub system: Option<String>,
+    /// Device screen width in pixels.
+    pub image_width: u32,
+    /// Device screen height in pixels.
+    pub image_height: u32,
+    /// The steps, in order (0-based).
+    pub steps: Vec<Step>,
+}
+
+/// A loaded benchmark.
+#[derive(Debug, Clone)]
+pub struct Benchmark {
+    /// The benchmark folder.
+    pub root: PathBuf,
+    /// The trajectories in file order.
+    pub trajectories: Vec<Trajectory>,
+}
+
+impl Benchmark {
+    /// Load `DIR/data.jsonl` (no image is opened).
+    pub fn load(dir: impl AsRef<Path>) -> Result<Benchmark, DatasetError> {
+        let root = dir.as_ref().to_path_buf();
+        let file = root.join(DATA_FILE);
+        let text = std::fs::read_to_string(&file).map_err(|source| DatasetError::Io { path: file.clone(), source })?;
+        let trajectories = load::parse_jsonl(&text, &file)?;
+        Ok(Benchmark { root, trajectories })
+    }
+
+    /// Parse `data.jsonl` text; `root` is where images are resolved, `file` names the source in errors.
+    pub fn from_jsonl(text: &str, root: impl Into<PathBuf>, file: &Path) -> Result<Benchmark, DatasetError> {
+        Ok(Benchmark { root: root.into(), trajectories: load::parse_jsonl(text, file)? })
+    }
+
+    /// The screenshot path of step `step` of trajectory number `traj` (indices into the vectors).
+    ///
+    /// # Panics
+    /// When an index is out of range (a programming error, not a data error).
+    pub fn image_path(&self, traj: usize, step: usize) -> PathBuf {
+        self.resolve(&self.trajectories[traj].steps[step].image)
+    }
+
+    /// Resolve a relative image path against the benchmark folder.
+    pub fn resolve(&self, relative: &str) -> PathBuf {
+        self.root.join(relative)
+    }
+
+    /// Total number of steps.
+    pub fn num_steps(&self) -> usize {
+        self.trajectories.iter().map(|t| t.steps.len()).sum()
+    }
+
+    /// The trajectory with this id.
+    pub fn trajectory(&self, id: &str) -> Option<&Trajectory> {
+        self.trajectories.iter().find(|t| t.id == id)
+    }
+
+    /// Check every screenshot: it exists, decodes, and has the screen's aspect ratio.
+    pub fn validate_images(&self) -> ImageReport {
+        images::validate(self)
+    }
+}

@@ -1,0 +1,231 @@
+//! `config.json` (+ `generation_config.json`) parsing for Qwen2.5-VL checkpoints.
+//!
+//! Accepts both the flat Hub layout (text fields at the top level, `rope_scaling: {type: mrope, mrope_section}`)
+//! and the nested transformers-5 layout (`text_config` with `rope_parameters`).
+
+use serde_json::Value;
+
+use super::ModelError;
+
+/// Language-model (Qwen2 decoder) hyper-parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TextConfig {
+    /// Embedding rows.
+    pub vocab_size: usize,
+    /// Model width.
+    pub hidden_size: usize,
+    /// MLP width.
+    pub intermediate_size: usize,
+    /// Decoder layers.
+    pub num_hidden_layers: usize,
+    /// Query heads.
+    pub num_attention_heads: usize,
+    /// Key/value heads (GQA).
+    pub num_key_value_heads: usize,
+    /// Per-head width (`hidden_size / num_attention_heads`).
+    pub head_dim: usize,
+    /// RMSNorm epsilon.
+    pub rms_norm_eps: f64,
+    /// RoPE base.
+    pub rope_theta: f64,
+    /// M-RoPE sections (t, h, w) over the half head dimension; sums to `head_dim / 2`.
+    pub mrope_section: [usize; 3],
+    /// Maximum positions (informational; caches are sized by need).
+    pub max_position_embeddings: usize,
+}
+
+/// Vision tower hyper-parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VisionConfig {
+    /// Number of transformer blocks.
+    pub depth: usize,
+    /// Width.
+    pub hidden_size: usize,
+    /// SwiGLU MLP width.
+    pub intermediate_size: usize,
+    /// Attention heads.
+    pub num_heads: usize,
+    /// Spatial patch size in pixels (14).
+    pub patch_size: usize,
+    /// Temporal patch size (2).
+    pub temporal_patch_size: usize,
+    /// Merge factor per side (2).
+    pub spatial_merge_size: usize,
+    /// Window size in pixels (112).
+    pub window_size: usize,
+    /// Blocks that use full (per-image) attention instead of window attention.
+    pub fullatt_block_indexes: Vec<usize>,
+    /// Merger output width (= LM hidden size).
+    pub out_hidden_size: usize,
+    /// Input channels (3).
+    pub in_channels: usize,
+}
+
+impl VisionConfig {
+    /// Values per patch row: `in_channels · temporal_patch_size · patch_size²` (1176).
+    pub fn patch_dim(&self) -> usize {
+        self.in_channels * self.temporal_patch_size * self.patch_size * self.patch_size
+    }
+    /// Per-head width.
+    pub fn head_dim(&self) -> usize {
+        self.hidden_size / self.num_heads
+    }
+    /// Patches per merged token (4).
+    pub fn merge_unit(&self) -> usize {
+        self.spatial_merge_size * self.spatial_merge_size
+    }
+    /// Window side in merged tokens (`window_size / merge / patch` = 4).
+    pub fn merger_window(&self) -> usize {
+        self.window_size / self.spatial_merge_size / self.patch_size
+    }
+}
+
+/// Everything the model needs from the checkpoint's JSON files.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    /// Language model.
+    pub text: TextConfig,
+    /// Vision tower.
+    pub vision: VisionConfig,
+    /// `<|image_pad|>` id (151655).
+    pub image_token_id: u32,
+    /// `<|video_pad|>` id (151656).
+    pub video_token_id: u32,
+    /// `<|vision_start|>` id (151652).
+    pub vision_start_token_id: u32,
+    /// Whether `lm_head` shares the embedding matrix.
+    pub tie_word_embeddings: bool,
+    /// End-of-sequence ids (from `generation_config.json`, else `config.json`).
+    pub eos_token_ids: Vec<u32>,
+}
+
+fn cfg_err(msg: impl Into<String>) -> ModelError {
+    ModelError::Config(msg.into())
+}
+
+fn get_usize(obj: &Value, key: &str) -> Option<usize> {
+    obj.get(key).and_then(Value::as_u64).map(|v| v as usize)
+}
+
+fn req_usize(obj: &Value, key: &str, ctx: &str) -> Result<usize, ModelError> {
+    get_usize(obj, key).ok_or_else(|| cfg_err(format!("missing or invalid `{ctx}{key}` in config.json")))
+}
+
+/// Token ids given as a number or a list of numbers.
+fn id_list(v: Option<&Value>) -> Vec<u32> {
+    match v {
+        Some(Value::Number(n)) => n.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
+        Some(Value::Array(a)) => a.iter().filter_map(Value::as_u64).map(|x| x as u32).collect(),
+        _ => Vec::new(),
+    }
+}
+
+impl ModelConfig {
+    /// Parse `config.json` text and optional `generation_config.json` text.
+    pub fn from_json(config: &str, generation: Option<&str>) -> Result<Self, ModelError> {
+        let root: Value =
+            serde_json::from_str(config).map_err(|e| cfg_err(format!("config.json is not valid JSON: {e}")))?;
+        let text = parse_text(&root)?;
+        let vis = root.get("vision_config").ok_or_else(|| cfg_err("config.json has no `vision_config`"))?;
+        let vision = parse_vision(vis, text.hidden_size)?;
+        let text_obj = root.get("text_config");
+        let tie = root
+            .get("tie_word_embeddings")
+            .or_else(|| text_obj.and_then(|t| t.get("tie_word_embeddings")))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let id = |k: &str, d: u32| {
+            root.get(k)
+                .or_else(|| text_obj.and_then(|t| t.get(k)))
+                .and_then(Value::as_u64)
+                .map(|v| v as u32)
+                .unwrap_or(d)
+        };
+        let mut eos = Vec::new();
+        if let Some(g) = generation {
+            let g: Value = serde_json::from_str(g)
+                .map_err(|e| cfg_err(format!("generation_config.json is not valid JSON: {e}")))?;
+            eos = id_list(g.get("eos_token_id"));
+        }
+        if eos.is_empty() {
+            eos = id_list(root.get("eos_token_id").or_else(|| text_obj.and_then(|t| t.get("eos_token_id"))));
+        }
+        Ok(Self {
+            text,
+            vision,
+            image_token_id: id("image_token_id", 151655),
+            video_token_id: id("video_token_id", 151656),
+            vision_start_token_id: id("vision_start_token_id", 151652),
+            tie_word_embeddings: tie,
+            eos_token_ids: eos,
+        })
+    }
+}
+
+/// Text fields live in `text_config` (transformers 5) or at the top level (Hub).
+fn parse_text(root: &Value) -> Result<TextConfig, ModelError> {
+    let t = match root.get("text_config") {
+        Some(t) if t.get("hidden_size").is_some() => t,
+        _ => root,
+    };
+    let ctx = if std::ptr::eq(t, root) { "" } else { "text_config." };
+    let hidden_size = req_usize(t, "hidden_size", ctx)?;
+    let num_attention_heads = req_usize(t, "num_attention_heads", ctx)?;
+    let head_dim = get_usize(t, "head_dim").unwrap_or(hidden_size / num_attention_heads.max(1));
+    let rope = ["rope_parameters", "rope_scaling"]
+        .iter()
+        .find_map(|k| t.get(*k).or_else(|| root.get(*k)).filter(|v| v.is_object()));
+    let section = rope
+        .and_then(|r| r.get("mrope_section"))
+        .and_then(Value::as_array)
+        .ok_or_else(|| cfg_err("config.json has no `mrope_section` (rope_scaling / rope_parameters)"))?;
+    let section: Vec<usize> = section.iter().filter_map(Value::as_u64).map(|v| v as usize).collect();
+    if section.len() != 3 || section.iter().sum::<usize>() * 2 != head_dim {
+        return Err(cfg_err(format!("mrope_section {section:?} must have 3 entries summing to head_dim/2")));
+    }
+    let rope_theta = t
+        .get("rope_theta")
+        .or_else(|| root.get("rope_theta"))
+        .or_else(|| rope.and_then(|r| r.get("rope_theta")))
+        .and_then(Value::as_f64)
+        .unwrap_or(1_000_000.0);
+    Ok(TextConfig {
+        vocab_size: get_usize(t, "vocab_size").or_else(|| get_usize(root, "vocab_size")).unwrap_or(151936),
+        hidden_size,
+        intermediate_size: req_usize(t, "intermediate_size", ctx)?,
+        num_hidden_layers: req_usize(t, "num_hidden_layers", ctx)?,
+        num_attention_heads,
+        num_key_value_heads: get_usize(t, "num_key_value_heads").unwrap_or(num_attention_heads),
+        head_dim,
+        rms_norm_eps: t.get("rms_norm_eps").and_then(Value::as_f64).unwrap_or(1e-6),
+        rope_theta,
+        mrope_section: [section[0], section[1], section[2]],
+        max_position_embeddings: get_usize(t, "max_position_embeddings").unwrap_or(128000),
+    })
+}
+
+fn parse_vision(v: &Value, text_hidden: usize) -> Result<VisionConfig, ModelError> {
+    let ctx = "vision_config.";
+    let fullatt = v
+        .get("fullatt_block_indexes")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_u64).map(|x| x as usize).collect())
+        .unwrap_or_default();
+    let cfg = VisionConfig {
+        depth: req_usize(v, "depth", ctx)?,
+        hidden_size: req_usize(v, "hidden_size", ctx)?,
+        intermediate_size: req_usize(v, "intermediate_size", ctx)?,
+        num_heads: req_usize(v, "num_heads", ctx)?,
+        patch_size: get_usize(v, "patch_size").or_else(|| get_usize(v, "spatial_patch_size")).unwrap_or(14),
+        temporal_patch_size: get_usize(v, "temporal_patch_size").unwrap_or(2),
+        spatial_merge_size: get_usize(v, "spatial_merge_size").unwrap_or(2),
+        window_size: get_usize(v, "window_size").unwrap_or(112),
+        fullatt_block_indexes: fullatt,
+        out_hidden_size: get_usize(v, "out_hidden_size").unwrap_or(text_hidden),
+        in_channels: get_usize(v, "in_channels").or_else(|| get_usize(v, "in_chans")).unwrap_or(3),
+    };
+    if !cfg.hidden_size.is_multiple_of(cfg.num_heads) || cfg.merger_window() == 0 {
+        return Err(cfg_err("inconsistent vision_config (hidden_size/num_heads or window_size)"));
+    }
+    Ok(cfg)
+}

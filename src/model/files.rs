@@ -1,0 +1,191 @@
+//! Locating a checkpoint: a local folder in the Hugging Face layout, or a hub repo id fetched with `hf-hub`
+//! into the standard cache (`$HF_HOME/hub`), resolved from that cache alone when `HF_HUB_OFFLINE` is set.
+//! Also parses `--device` and `--dtype`.
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device};
+
+use super::ModelError;
+
+/// Resolved paths of one checkpoint's files.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelFiles {
+    /// Folder holding `config.json` (a snapshot folder for hub checkpoints).
+    pub dir: PathBuf,
+    /// `config.json`.
+    pub config: PathBuf,
+    /// Safetensors shards (one file, or all files of `model.safetensors.index.json`).
+    pub weights: Vec<PathBuf>,
+    /// `tokenizer.json`, if present.
+    pub tokenizer: Option<PathBuf>,
+    /// `tokenizer_config.json`, if present.
+    pub tokenizer_config: Option<PathBuf>,
+    /// `chat_template.json`, if present.
+    pub chat_template: Option<PathBuf>,
+    /// `preprocessor_config.json`, if present.
+    pub preprocessor_config: Option<PathBuf>,
+    /// `generation_config.json`, if present.
+    pub generation_config: Option<PathBuf>,
+}
+
+const OPTIONAL: [&str; 5] = [
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.json",
+    "preprocessor_config.json",
+    "generation_config.json",
+];
+
+fn files_err(msg: impl Into<String>) -> ModelError {
+    ModelError::Files(msg.into())
+}
+
+/// Shard file names listed by a `model.safetensors.index.json` (`weight_map` values, deduplicated, sorted).
+pub fn shard_names(index_json: &str) -> Result<Vec<String>, ModelError> {
+    let v: serde_json::Value =
+        serde_json::from_str(index_json).map_err(|e| files_err(format!("invalid safetensors index: {e}")))?;
+    let map = v
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or_else(|| files_err("safetensors index has no `weight_map`"))?;
+    let mut names: Vec<String> = map.values().filter_map(|s| s.as_str().map(str::to_string)).collect();
+    names.sort();
+    names.dedup();
+    Ok(names)
+}
+
+impl ModelFiles {
+    /// Resolve `spec`: an existing folder, else a hub repo id (`org/name`).
+    pub fn resolve(spec: &str) -> Result<Self, ModelError> {
+        let p = Path::new(spec);
+        if p.is_dir() {
+            return Self::from_dir(p);
+        }
+        if p.exists() {
+            return Err(files_err(format!("--model {spec} is a file; expected a folder or a hub repo id")));
+        }
+        if spec.split('/').count() != 2 || spec.starts_with('.') || spec.starts_with('/') {
+            return Err(files_err(format!("--model {spec}: no such folder, and not a hub repo id (org/name)")));
+        }
+        let offline = std::env::var("HF_HUB_OFFLINE").map(|v| !v.is_empty() && v != "0").unwrap_or(false);
+        if offline {
+            Self::from_cache(spec)
+        } else {
+            Self::from_hub(spec)
+        }
+    }
+
+    /// A local folder in the HF layout.
+    pub fn from_dir(dir: &Path) -> Result<Self, ModelError> {
+        let fetch = |name: &str| -> Result<Option<PathBuf>, ModelError> {
+            let p = dir.join(name);
+            Ok(p.is_file().then_some(p))
+        };
+        Self::assemble(dir, &fetch).map_err(|e| match e {
+            ModelError::Files(m) => files_err(format!("{}: {m}", dir.display())),
+            other => other,
+        })
+    }
+
+    /// A hub repo from the local cache only (`$HF_HOME/hub/models--org--name/snapshots/<refs/main>/`).
+    pub fn from_cache(repo_id: &str) -> Result<Self, ModelError> {
+        let cache = hf_hub::Cache::from_env();
+        let repo = cache.model(repo_id.to_string());
+        let config = repo.get("config.json").ok_or_else(|| {
+            files_err(format!(
+                "{repo_id} is not in the local Hugging Face cache ({}) and HF_HUB_OFFLINE is set",
+                cache.path().display()
+            ))
+        })?;
+        let dir = config.parent().map(Path::to_path_buf).unwrap_or_default();
+        let fetch = |name: &str| -> Result<Option<PathBuf>, ModelError> { Ok(repo.get(name)) };
+        Self::assemble(&dir, &fetch).map_err(|e| match e {
+            ModelError::Files(m) => files_err(format!("{repo_id} (offline cache): {m}")),
+            other => other,
+        })
+    }
+
+    /// A hub repo downloaded (or found) in the standard cache with `hf_hub::api::sync`.
+    pub fn from_hub(repo_id: &str) -> Result<Self, ModelError> {
+        let api = hf_hub::api::sync::ApiBuilder::from_env()
+            .with_progress(true)
+            .build()
+            .map_err(|e| files_err(format!("hub client: {e}")))?;
+        let repo = api.model(repo_id.to_string());
+        let config =
+            repo.get("config.json").map_err(|e| files_err(format!("{repo_id}: cannot fetch config.json: {e}")))?;
+        let dir = config.parent().map(Path::to_path_buf).unwrap_or_default();
+        let fetch = |name: &str| -> Result<Option<PathBuf>, ModelError> {
+            match repo.get(name) {
+                Ok(p) => Ok(Some(p)),
+                Err(e) if OPTIONAL.contains(&name) || name == "model.safetensors" => {
+                    tracing::debug!("{repo_id}/{name}: {e}");
+                    Ok(None)
+                }
+                Err(e) => Err(files_err(format!("{repo_id}: cannot fetch {name}: {e}"))),
+            }
+        };
+        Self::assemble(&dir, &fetch)
+    }
+
+    /// Collect the files through `fetch` (None = absent).
+    fn assemble(
+        dir: &Path,
+        fetch: &dyn Fn(&str) -> Result<Option<PathBuf>, ModelError>,
+    ) -> Result<Self, ModelError> {
+        let config = fetch("config.json")?.ok_or_else(|| files_err("no config.json"))?;
+        let weights = match fetch("model.safetensors")? {
+            Some(p) => vec![p],
+            None => {
+                let index = fetch("model.safetensors.index.json")?
+                    .ok_or_else(|| files_err("neither model.safetensors nor model.safetensors.index.json"))?;
+                let text = std::fs::read_to_string(&index)
+                    .map_err(|e| files_err(format!("{}: {e}", index.display())))?;
+                shard_names(&text)?
+                    .iter()
+                    .map(|n| fetch(n)?.ok_or_else(|| files_err(format!("missing weight shard {n}"))))
+                    .collect::<Result<_, _>>()?
+            }
+        };
+        let [tokenizer, tokenizer_config, chat_template, preprocessor_config, generation_config] =
+            OPTIONAL.map(fetch);
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            config,
+            weights,
+            tokenizer: tokenizer?,
+            tokenizer_config: tokenizer_config?,
+            chat_template: chat_template?,
+            preprocessor_config: preprocessor_config?,
+            generation_config: generation_config?,
+        })
+    }
+}
+
+/// Parse `cpu`, `cuda`, `cuda:N` or `metal`.
+pub fn parse_device(spec: &str) -> Result<Device, ModelError> {
+    let dev = match spec {
+        "cpu" => return Ok(Device::Cpu),
+        "cuda" => Device::new_cuda(0),
+        "metal" => Device::new_metal(0),
+        s if s.starts_with("cuda:") => {
+            let n: usize = s[5..].parse().map_err(|_| files_err(format!("bad device `{s}`")))?;
+            Device::new_cuda(n)
+        }
+        s => return Err(ModelError::Input(format!("unknown device `{s}` (cpu, cuda, cuda:N, metal)"))),
+    };
+    dev.map_err(|e| ModelError::Input(format!("device `{spec}` is not available in this build or machine: {e}")))
+}
+
+/// Parse `f32`, `bf16` or `f16`; default bf16 on GPU and f32 on CPU.
+pub fn parse_dtype(spec: Option<&str>, device: &Device) -> Result<DType, ModelError> {
+    match spec {
+        None if device.is_cpu() => Ok(DType::F32),
+        None => Ok(DType::BF16),
+        Some("f32") => Ok(DType::F32),
+        Some("bf16") => Ok(DType::BF16),
+        Some("f16") => Ok(DType::F16),
+        Some(s) => Err(ModelError::Input(format!("unknown dtype `{s}` (f32, bf16, f16)"))),
+    }
+}

@@ -1,0 +1,74 @@
+//! Small building blocks shaped like the checkpoint: `Linear`, HF-order `RmsNorm`, and a weight getter whose
+//! errors name the tensor.
+
+use candle_core::{DType, Module, Result, Tensor};
+use candle_nn::VarBuilder;
+
+/// Load `name` under `vb` with the expected `shape`, cast to the builder's dtype; errors name the full tensor.
+pub fn weight<S: Into<candle_core::Shape>>(vb: &VarBuilder, shape: S, name: &str) -> Result<Tensor> {
+    let shape = shape.into();
+    let full = if vb.prefix().is_empty() { name.to_string() } else { format!("{}.{name}", vb.prefix()) };
+    if !vb.contains_tensor(name) {
+        candle_core::bail!("missing tensor `{full}` (expected shape {shape:?})");
+    }
+    vb.get(shape.clone(), name)
+        .map_err(|e| candle_core::Error::Msg(format!("tensor `{full}` (expected shape {shape:?}): {e}")))
+}
+
+/// `y = x·Wᵀ + b` for 2-D `x` (rows, in).
+#[derive(Debug, Clone)]
+pub struct Linear {
+    w: Tensor,
+    b: Option<Tensor>,
+}
+
+impl Linear {
+    /// Load `weight` (out, in) and, when `bias`, `bias` (out).
+    pub fn new(in_dim: usize, out_dim: usize, bias: bool, vb: VarBuilder) -> Result<Self> {
+        let w = weight(&vb, (out_dim, in_dim), "weight")?;
+        let b = if bias { Some(weight(&vb, out_dim, "bias")?) } else { None };
+        Ok(Self { w, b })
+    }
+    /// Wrap an existing weight (out, in), e.g. the tied embedding.
+    pub fn from_weight(w: Tensor) -> Self {
+        Self { w, b: None }
+    }
+}
+
+impl Module for Linear {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let y = x.matmul(&self.w.t()?)?;
+        match &self.b {
+            Some(b) => y.broadcast_add(b),
+            None => Ok(y),
+        }
+    }
+}
+
+/// Qwen2 RMSNorm in HF's cast order: normalise in f32, cast to the activation dtype, then multiply by the weight.
+#[derive(Debug, Clone)]
+pub struct RmsNorm {
+    w: Tensor,
+    ones: Tensor,
+    eps: f32,
+}
+
+impl RmsNorm {
+    /// Load `weight` (dim).
+    pub fn new(dim: usize, eps: f64, vb: VarBuilder) -> Result<Self> {
+        let w = weight(&vb, dim, "weight")?;
+        let ones = Tensor::ones(dim, DType::F32, w.device())?;
+        Ok(Self { w, ones, eps: eps as f32 })
+    }
+}
+
+impl Module for RmsNorm {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let dtype = x.dtype();
+        if dtype == DType::F32 {
+            return candle_nn::ops::rms_norm(x, &self.w, self.eps);
+        }
+        let normed = candle_nn::ops::rms_norm(&x.to_dtype(DType::F32)?, &self.ones, self.eps)?;
+        normed.to_dtype(dtype)?.broadcast_mul(&self.w)
+    }
+}

@@ -1,0 +1,255 @@
+//! The Qwen2 decoder with M-RoPE (HF `Qwen2_5_VLTextModel` + `lm_head`).
+//!
+//! Tokens of all sequences in a call are packed into one (N, hidden) matrix so every Linear is one GEMM;
+//! attention runs per sequence (no padding, no cross-sequence mask), against that sequence's own KV cache.
+
+use candle_core::{Module, Result, Tensor};
+use candle_nn::VarBuilder;
+
+use super::attention::attention;
+use super::cache::SeqCache;
+use super::config::TextConfig;
+use super::nn::{weight, Linear, RmsNorm};
+
+/// Self-attention: q/k/v with bias, o without; GQA; rotary applied by the caller-provided tables.
+#[derive(Debug, Clone)]
+pub struct TextAttention {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+}
+
+/// Packed q (N, H, d), k and v (N, KV, d) after rotary.
+pub type Qkv = (Tensor, Tensor, Tensor);
+
+impl TextAttention {
+    /// Load `q_proj`, `k_proj`, `v_proj`, `o_proj`.
+    pub fn new(cfg: &TextConfig, vb: VarBuilder) -> Result<Self> {
+        let (d, h, kv, hd) = (cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim);
+        Ok(Self {
+            q_proj: Linear::new(d, h * hd, true, vb.pp("q_proj"))?,
+            k_proj: Linear::new(d, kv * hd, true, vb.pp("k_proj"))?,
+            v_proj: Linear::new(d, kv * hd, true, vb.pp("v_proj"))?,
+            o_proj: Linear::new(h * hd, d, false, vb.pp("o_proj"))?,
+            heads: h,
+            kv_heads: kv,
+            head_dim: hd,
+        })
+    }
+
+    /// Project packed rows (N, hidden) and rotate q and k with cos/sin half-tables (N, head_dim/2).
+    pub fn qkv(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Qkv> {
+        let n = x.dim(0)?;
+        let hd = self.head_dim;
+        let q = self.q_proj.forward(x)?.reshape((1, n, self.heads, hd))?;
+        let k = self.k_proj.forward(x)?.reshape((1, n, self.kv_heads, hd))?;
+        let v = self.v_proj.forward(x)?.reshape((n, self.kv_heads, hd))?;
+        let q = candle_nn::rotary_emb::rope_thd(&q, cos, sin)?.squeeze(0)?;
+        let k = candle_nn::rotary_emb::rope_thd(&k, cos, sin)?.squeeze(0)?;
+        Ok((q, k, v))
+    }
+
+    /// Attention scale 1/√head_dim.
+    pub fn scale(&self) -> f64 {
+        1.0 / (self.head_dim as f64).sqrt()
+    }
+}
+
+/// SwiGLU MLP without biases.
+#[derive(Debug, Clone)]
+pub struct TextMlp {
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
+}
+
+impl TextMlp {
+    /// Load `gate_proj`, `up_proj`, `down_proj`.
+    pub fn new(cfg: &TextConfig, vb: VarBuilder) -> Result<Self> {
+        let (d, i) = (cfg.hidden_size, cfg.intermediate_size);
+        Ok(Self {
+            gate_proj: Linear::new(d, i, false, vb.pp("gate_proj"))?,
+            up_proj: Linear::new(d, i, false, vb.pp("up_proj"))?,
+            down_proj: Linear::new(i, d, false, vb.pp("down_proj"))?,
+        })
+    }
+}
+
+impl Module for TextMlp {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let g = self.gate_proj.forward(x)?.silu()?;
+        self.down_proj.forward(&(g * self.up_proj.forward(x)?)?)
+    }
+}
+
+/// One decoder layer.
+#[derive(Debug, Clone)]
+pub struct DecoderLayer {
+    input_layernorm: RmsNorm,
+    post_attention_layernorm: RmsNorm,
+    /// Self-attention.
+    pub self_attn: TextAttention,
+    mlp: TextMlp,
+}
+
+impl DecoderLayer {
+    /// Load one layer.
+    pub fn new(cfg: &TextConfig, vb: VarBuilder) -> Result<Self> {
+        Ok(Self {
+            input_layernorm: RmsNorm::new(cfg.hidden_size, cfg.rms_norm_eps, vb.pp("input_layernorm"))?,
+            post_attention_layernorm: RmsNorm::new(
+                cfg.hidden_size,
+                cfg.rms_norm_eps,
+                vb.pp("post_attention_layernorm"),
+            )?,
+            self_attn: TextAttention::new(cfg, vb.pp("self_attn"))?,
+            mlp: TextMlp::new(cfg, vb.pp("mlp"))?,
+        })
+    }
+
+    /// `x + o_proj(attend(qkv(norm(x))))`, then `+ mlp(norm(x))`; `attend` maps the packed q/k/v to the packed
+    /// attention output (N, H·d).
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        attend: impl FnOnce(&TextAttention, Qkv) -> Result<Tensor>,
+    ) -> Result<Tensor> {
+        let qkv = self.self_attn.qkv(&self.input_layernorm.forward(x)?, cos, sin)?;
+        let o = attend(&self.self_attn, qkv)?;
+        let x = (x + self.self_attn.o_proj.forward(&o)?)?;
+        &x + self.mlp.forward(&self.post_attention_layernorm.forward(&x)?)?
+    }
+}
+
+/// One sequence's slice of a packed prefill.
+#[derive(Debug)]
+pub struct PackedSeq<'a> {
+    /// First packed row.
+    pub start: usize,
+    /// Number of new rows.
+    pub len: usize,
+    /// Cached prefix this sequence continues, if any.
+    pub prefix: Option<&'a SeqCache>,
+    /// Additive causal mask (1, len, prefix_len + len), f32.
+    pub mask: Tensor,
+}
+
+/// Prefill attention per sequence; pushes each sequence's full K and V (KV, prefix+len, d) to `kv_out`.
+pub fn prefill_attend(
+    attn: &TextAttention,
+    (q, k, v): Qkv,
+    layer: usize,
+    seqs: &[PackedSeq<'_>],
+    budget: usize,
+    kv_out: &mut Vec<(Tensor, Tensor)>,
+) -> Result<Tensor> {
+    let mut outs = Vec::with_capacity(seqs.len());
+    for s in seqs {
+        let heads_first = |t: &Tensor| t.narrow(0, s.start, s.len)?.transpose(0, 1)?.contiguous();
+        let (mut ks, mut vs) = (heads_first(&k)?, heads_first(&v)?);
+        if let Some(p) = s.prefix {
+            let (pk, pv) = p.kv(layer)?;
+            ks = Tensor::cat(&[&pk, &ks], 1)?;
+            vs = Tensor::cat(&[&pv, &vs], 1)?;
+        }
+        let qs = heads_first(&q)?.unsqueeze(0)?;
+        let o = attention(&qs, &ks.unsqueeze(0)?, &vs.unsqueeze(0)?, Some(&s.mask), attn.scale(), budget)?;
+        outs.push(o.squeeze(0)?.transpose(0, 1)?.reshape((s.len, attn.heads * attn.head_dim))?);
+        kv_out.push((ks, vs));
+    }
+    Tensor::cat(&outs, 0)
+}
+
+/// Decode attention: row i of the packed q/k/v belongs to `caches[i]`; its K/V are written at the cache's
+/// current end and attended to together with the cached positions.
+pub fn decode_attend(
+    attn: &TextAttention,
+    (q, k, v): Qkv,
+    layer: usize,
+    caches: &mut [&mut SeqCache],
+    budget: usize,
+) -> Result<Tensor> {
+    let mut outs = Vec::with_capacity(caches.len());
+    for (i, c) in caches.iter_mut().enumerate() {
+        let ki = k.narrow(0, i, 1)?.transpose(0, 1)?;
+        let vi = v.narrow(0, i, 1)?.transpose(0, 1)?;
+        c.write(layer, &ki, &vi)?;
+        let (ks, vs) = c.kv_with_pending(layer)?;
+        let qi = q.narrow(0, i, 1)?.transpose(0, 1)?.contiguous()?.unsqueeze(0)?;
+        let o = attention(&qi, &ks.unsqueeze(0)?, &vs.unsqueeze(0)?, None, attn.scale(), budget)?;
+        outs.push(o.reshape((1, attn.heads * attn.head_dim))?);
+    }
+    Tensor::cat(&outs, 0)
+}
+
+/// Decode attention as one padded batch: row i's K/V are written at its cache's end, then every cache is
+/// viewed (or zero-padded) to `lmax` positions and stacked; `mask` (B, 1, lmax) hides positions past each
+/// sequence's length. Fewer kernel launches than [`decode_attend`], at the cost of one K/V copy per step.
+pub fn decode_attend_padded(
+    attn: &TextAttention,
+    (q, k, v): Qkv,
+    layer: usize,
+    caches: &mut [&mut SeqCache],
+    lmax: usize,
+    mask: &Tensor,
+    budget: usize,
+) -> Result<Tensor> {
+    let b = caches.len();
+    let mut ks = Vec::with_capacity(b);
+    let mut vs = Vec::with_capacity(b);
+    for (i, c) in caches.iter_mut().enumerate() {
+        c.write(layer, &k.narrow(0, i, 1)?.transpose(0, 1)?, &v.narrow(0, i, 1)?.transpose(0, 1)?)?;
+        let (kc, vc) = c.kv_padded(layer, lmax)?;
+        ks.push(kc);
+        vs.push(vc);
+    }
+    let (kb, vb) = (Tensor::stack(&ks, 0)?, Tensor::stack(&vs, 0)?);
+    let qb = q.unsqueeze(2)?;
+    let o = attention(&qb, &kb, &vb, Some(mask), attn.scale(), budget)?;
+    o.reshape((b, attn.heads * attn.head_dim))
+}
+
+/// Embedding, decoder stack, final norm and `lm_head`.
+#[derive(Debug, Clone)]
+pub struct TextModel {
+    /// Token embedding (vocab, hidden).
+    pub embed_tokens: Tensor,
+    /// Decoder layers.
+    pub layers: Vec<DecoderLayer>,
+    /// Final RMSNorm.
+    pub norm: RmsNorm,
+    /// Output projection (the embedding when tied).
+    pub lm_head: Linear,
+}
+
+impl TextModel {
+    /// Load `embed_tokens`, `layers.{i}`, `norm` under `vb`; `lm_head` is the given separate weight or the
+    /// embedding when `None`.
+    pub fn new(cfg: &TextConfig, vb: VarBuilder, lm_head: Option<Tensor>) -> Result<Self> {
+        let embed = weight(&vb.pp("embed_tokens"), (cfg.vocab_size, cfg.hidden_size), "weight")?;
+        let layers =
+            (0..cfg.num_hidden_layers).map(|i| DecoderLayer::new(cfg, vb.pp(format!("layers.{i}")))).collect::<Result<_>>()?;
+        Ok(Self {
+            lm_head: Linear::from_weight(lm_head.unwrap_or_else(|| embed.clone())),
+            embed_tokens: embed,
+            layers,
+            norm: RmsNorm::new(cfg.hidden_size, cfg.rms_norm_eps, vb.pp("norm"))?,
+        })
+    }
+
+    /// Embed token ids (u32 tensor) → (N, hidden).
+    pub fn embed(&self, ids: &Tensor) -> Result<Tensor> {
+        self.embed_tokens.index_select(ids, 0)
+    }
+
+    /// Final norm and `lm_head` on selected rows (R, hidden) → (R, vocab) f32 logits.
+    pub fn logits(&self, rows: &Tensor) -> Result<Tensor> {
+        self.lm_head.forward(&self.norm.forward(rows)?)?.to_dtype(candle_core::DType::F32)
+    }
+}

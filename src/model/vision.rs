@@ -1,0 +1,285 @@
+//! The Qwen2.5-VL vision tower (HF `Qwen2_5_VisionTransformerPretrainedModel`): patch embed, window/full
+//! attention blocks with 2-D rotary, and the patch merger. Several images of different sizes go through one
+//! call; attention never crosses images.
+
+use candle_core::{DType, Device, Module, Result, Tensor};
+use candle_nn::VarBuilder;
+
+use super::attention::{attention, MASK_MIN};
+use super::config::VisionConfig;
+use super::nn::{weight, Linear, RmsNorm};
+use super::rope::vision_rope_tables;
+use super::window::{pad_windows, window_index};
+
+const VISION_EPS: f64 = 1e-6;
+
+/// Conv3d patch embedding (no bias) as one matmul on the 1176-value patch rows.
+#[derive(Debug, Clone)]
+pub struct PatchEmbed {
+    w: Tensor,
+}
+
+impl PatchEmbed {
+    /// Load `proj.weight` (D, C, T, P, P) and flatten it to (D, C·T·P·P).
+    pub fn new(cfg: &VisionConfig, vb: VarBuilder) -> Result<Self> {
+        let (p, t) = (cfg.patch_size, cfg.temporal_patch_size);
+        let w = weight(&vb.pp("proj"), (cfg.hidden_size, cfg.in_channels, t, p, p), "weight")?;
+        Ok(Self { w: w.reshape((cfg.hidden_size, cfg.patch_dim()))? })
+    }
+}
+
+impl Module for PatchEmbed {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.matmul(&self.w.t()?)
+    }
+}
+
+/// Per-call layout shared by every block: rotary tables and the two attention groupings.
+#[derive(Debug)]
+pub struct VisionCtx {
+    cos: Tensor,
+    sin: Tensor,
+    /// Per image/frame (start, len) row ranges, in permuted order (for full-attention blocks).
+    full: Vec<(usize, usize)>,
+    win_gather: Tensor,
+    win_mask: Tensor,
+    win_back: Tensor,
+    n_windows: usize,
+    win_width: usize,
+    /// Largest number of scores one attention chunk may hold.
+    pub budget: usize,
+}
+
+/// Multi-head self-attention with fused `qkv` and `proj` (both with bias).
+#[derive(Debug, Clone)]
+pub struct VisionAttention {
+    qkv: Linear,
+    proj: Linear,
+    heads: usize,
+}
+
+impl VisionAttention {
+    /// Load `qkv` and `proj`.
+    pub fn new(cfg: &VisionConfig, vb: VarBuilder) -> Result<Self> {
+        let d = cfg.hidden_size;
+        Ok(Self {
+            qkv: Linear::new(d, 3 * d, true, vb.pp("qkv"))?,
+            proj: Linear::new(d, d, true, vb.pp("proj"))?,
+            heads: cfg.num_heads,
+        })
+    }
+
+    /// Attention over (N, D) rows; `full` selects per-image attention instead of windows.
+    pub fn forward(&self, x: &Tensor, ctx: &VisionCtx, full: bool) -> Result<Tensor> {
+        let (n, dm) = x.dims2()?;
+        let (h, d) = (self.heads, dm / self.heads);
+        let qkv = self.qkv.forward(x)?.reshape((n, 3, h, d))?;
+        let rot = |t: Tensor| -> Result<Tensor> {
+            let t32 = t.contiguous()?.to_dtype(DType::F32)?.unsqueeze(0)?;
+            candle_nn::rotary_emb::rope_thd(&t32, &ctx.cos, &ctx.sin)?.squeeze(0)?.to_dtype(x.dtype())
+        };
+        let q = rot(qkv.narrow(1, 0, 1)?.squeeze(1)?)?;
+        let k = rot(qkv.narrow(1, 1, 1)?.squeeze(1)?)?;
+        let v = qkv.narrow(1, 2, 1)?.squeeze(1)?.contiguous()?;
+        let scale = 1.0 / (d as f64).sqrt();
+        let out = if full {
+            let mut outs = Vec::with_capacity(ctx.full.len());
+            for &(s, len) in &ctx.full {
+                let heads_first = |t: &Tensor| t.narrow(0, s, len)?.transpose(0, 1)?.contiguous()?.unsqueeze(0);
+                let o = attention(&heads_first(&q)?, &heads_first(&k)?, &heads_first(&v)?, None, scale, ctx.budget)?;
+                outs.push(o.squeeze(0)?.transpose(0, 1)?.reshape((len, dm))?);
+            }
+            Tensor::cat(&outs, 0)?
+        } else {
+            let (nw, ww) = (ctx.n_windows, ctx.win_width);
+            let windows = |t: &Tensor| {
+                t.reshape((n, dm))?.index_select(&ctx.win_gather, 0)?.reshape((nw, ww, h, d))?.transpose(1, 2)?.contiguous()
+            };
+            let o = attention(&windows(&q)?, &windows(&k)?, &windows(&v)?, Some(&ctx.win_mask), scale, ctx.budget)?;
+            o.transpose(1, 2)?.reshape((nw * ww, dm))?.index_select(&ctx.win_back, 0)?
+        };
+        self.proj.forward(&out)
+    }
+}
+
+/// SwiGLU MLP with biases: `down(silu(gate(x)) · up(x))`.
+#[derive(Debug, Clone)]
+pub struct VisionMlp {
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
+}
+
+impl VisionMlp {
+    /// Load `gate_proj`, `up_proj`, `down_proj`.
+    pub fn new(cfg: &VisionConfig, vb: VarBuilder) -> Result<Self> {
+        let (d, i) = (cfg.hidden_size, cfg.intermediate_size);
+        Ok(Self {
+            gate_proj: Linear::new(d, i, true, vb.pp("gate_proj"))?,
+            up_proj: Linear::new(d, i, true, vb.pp("up_proj"))?,
+            down_proj: Linear::new(i, d, true, vb.pp("down_proj"))?,
+        })
+    }
+}
+
+impl Module for VisionMlp {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let g = self.gate_proj.forward(x)?.silu()?;
+        self.down_proj.forward(&(g * self.up_proj.forward(x)?)?)
+    }
+}
+
+/// One pre-norm transformer block.
+#[derive(Debug, Clone)]
+pub struct VisionBlock {
+    norm1: RmsNorm,
+    norm2: RmsNorm,
+    attn: VisionAttention,
+    mlp: VisionMlp,
+    full: bool,
+}
+
+impl VisionBlock {
+    /// Load block `i` (full attention when listed in `fullatt_block_indexes`).
+    pub fn new(cfg: &VisionConfig, i: usize, vb: VarBuilder) -> Result<Self> {
+        Ok(Self {
+            norm1: RmsNorm::new(cfg.hidden_size, VISION_EPS, vb.pp("norm1"))?,
+            norm2: RmsNorm::new(cfg.hidden_size, VISION_EPS, vb.pp("norm2"))?,
+            attn: VisionAttention::new(cfg, vb.pp("attn"))?,
+            mlp: VisionMlp::new(cfg, vb.pp("mlp"))?,
+            full: cfg.fullatt_block_indexes.contains(&i),
+        })
+    }
+
+    /// `x + attn(norm1(x))`, then `+ mlp(norm2(x))`.
+    pub fn forward(&self, x: &Tensor, ctx: &VisionCtx) -> Result<Tensor> {
+        let x = (x + self.attn.forward(&self.norm1.forward(x)?, ctx, self.full)?)?;
+        &x + self.mlp.forward(&self.norm2.forward(&x)?)?
+    }
+}
+
+/// `ln_q` RMSNorm, concatenation of each 2×2 block, `mlp.0` → exact GELU → `mlp.2`.
+#[derive(Debug, Clone)]
+pub struct PatchMerger {
+    ln_q: RmsNorm,
+    fc1: Linear,
+    fc2: Linear,
+    unit: usize,
+}
+
+impl PatchMerger {
+    /// Load `ln_q`, `mlp.0`, `mlp.2`.
+    pub fn new(cfg: &VisionConfig, vb: VarBuilder) -> Result<Self> {
+        let wide = cfg.hidden_size * cfg.merge_unit();
+        Ok(Self {
+            ln_q: RmsNorm::new(cfg.hidden_size, VISION_EPS, vb.pp("ln_q"))?,
+            fc1: Linear::new(wide, wide, true, vb.pp("mlp.0"))?,
+            fc2: Linear::new(wide, cfg.out_hidden_size, true, vb.pp("mlp.2"))?,
+            unit: cfg.merge_unit(),
+        })
+    }
+}
+
+impl Module for PatchMerger {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let (n, d) = x.dims2()?;
+        let x = self.ln_q.forward(x)?.reshape((n / self.unit, d * self.unit))?;
+        self.fc2.forward(&self.fc1.forward(&x)?.gelu_erf()?)
+    }
+}
+
+/// Intermediate vision outputs, in natural (un-permuted) patch order.
+#[derive(Debug, Default, Clone)]
+pub struct VisionTrace {
+    /// Patch embedding (N, D).
+    pub patch_embed: Option<Tensor>,
+    /// Output of every block (N, D).
+    pub blocks: Vec<Tensor>,
+}
+
+/// The whole tower.
+#[derive(Debug, Clone)]
+pub struct VisionModel {
+    patch_embed: PatchEmbed,
+    blocks: Vec<VisionBlock>,
+    merger: PatchMerger,
+    cfg: VisionConfig,
+}
+
+impl VisionModel {
+    /// Load `patch_embed`, `blocks.{i}` and `merger` under `vb`.
+    pub fn new(cfg: &VisionConfig, vb: VarBuilder) -> Result<Self> {
+        let blocks =
+            (0..cfg.depth).map(|i| VisionBlock::new(cfg, i, vb.pp(format!("blocks.{i}")))).collect::<Result<_>>()?;
+        Ok(Self {
+            patch_embed: PatchEmbed::new(cfg, vb.pp("patch_embed"))?,
+            blocks,
+            merger: PatchMerger::new(cfg, vb.pp("merger"))?,
+            cfg: cfg.clone(),
+        })
+    }
+
+    /// Build the per-call layout for `grids`: permuted rotary tables and window/full groupings.
+    pub fn context(&self, grids: &[[usize; 3]], device: &Device, budget: usize) -> Result<(VisionCtx, Vec<u32>)> {
+        let (m, unit) = (self.cfg.spatial_merge_size, self.cfg.merge_unit());
+        let wi = window_index(grids, m, self.cfg.merger_window());
+        let half = self.cfg.head_dim() / 2;
+        let (cos, sin) = vision_rope_tables(grids, self.cfg.head_dim(), m);
+        let permute = |t: &[f32]| -> Vec<f32> {
+            let row = unit * half;
+            wi.window_index.iter().flat_map(|&j| t[j * row..(j + 1) * row].iter().copied()).collect()
+        };
+        let n = wi.window_index.len() * unit;
+        let cos = Tensor::from_vec(permute(&cos), (n, half), device)?;
+        let sin = Tensor::from_vec(permute(&sin), (n, half), device)?;
+        let full = wi.cu_seqlens.windows(2).map(|p| (p[0], p[1] - p[0])).collect();
+        let pw = pad_windows(&wi.cu_window_seqlens, MASK_MIN);
+        let ctx = VisionCtx {
+            cos,
+            sin,
+            full,
+            win_gather: Tensor::new(pw.gather.as_slice(), device)?,
+            win_mask: Tensor::from_vec(pw.key_mask, (pw.n_windows, 1, pw.width), device)?,
+            win_back: Tensor::new(pw.scatter_back.as_slice(), device)?,
+            n_windows: pw.n_windows,
+            win_width: pw.width,
+            budget,
+        };
+        let perm: Vec<u32> = wi.window_index.iter().map(|&j| j as u32).collect();
+        Ok((ctx, perm))
+    }
+
+    /// Encode `pixels` (N, 1176) of images `grids` into merged tokens (N/4, out_hidden), per image in order.
+    pub fn forward(
+        &self,
+        pixels: &Tensor,
+        grids: &[[usize; 3]],
+        budget: usize,
+        mut trace: Option<&mut VisionTrace>,
+    ) -> Result<Tensor> {
+        let (n, _) = pixels.dims2()?;
+        let unit = self.cfg.merge_unit();
+        let (ctx, perm) = self.context(grids, pixels.device(), budget)?;
+        let rev: Vec<u32> = {
+            let mut r = vec![0u32; perm.len()];
+            perm.iter().enumerate().for_each(|(k, &j)| r[j as usize] = k as u32);
+            r
+        };
+        let perm = Tensor::new(perm.as_slice(), pixels.device())?;
+        let rev = Tensor::new(rev.as_slice(), pixels.device())?;
+        let x = self.patch_embed.forward(pixels)?;
+        let d = x.dim(1)?;
+        let groups = |t: &Tensor, idx: &Tensor| t.reshape((n / unit, unit * d))?.index_select(idx, 0)?.reshape((n, d));
+        if let Some(tr) = trace.as_deref_mut() {
+            tr.patch_embed = Some(x.clone());
+        }
+        let mut x = groups(&x, &perm)?;
+        for block in &self.blocks {
+            x = block.forward(&x, &ctx)?;
+            if let Some(tr) = trace.as_deref_mut() {
+                tr.blocks.push(groups(&x, &rev)?);
+            }
+        }
+        self.merger.forward(&x)?.index_select(&rev, 0)
+    }
+}

@@ -1,0 +1,97 @@
+//! Vision window bookkeeping as pure functions (HF `get_window_index` and the cu_seqlens of MQ L365-445), plus
+//! the gather plan that turns the variable-length windows into a padded (n_windows, W) batch.
+
+/// Window layout of a batch of images.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WindowIndex {
+    /// Merged-token ids (global over the batch) in window-major order: position k of the permuted sequence
+    /// holds merged token `window_index[k]`.
+    pub window_index: Vec<usize>,
+    /// Window boundaries in patch units (deduplicated, starts with 0).
+    pub cu_window_seqlens: Vec<usize>,
+    /// Per image and frame boundaries in patch units (full-attention layers).
+    pub cu_seqlens: Vec<usize>,
+}
+
+impl WindowIndex {
+    /// Inverse permutation (`argsort(window_index)`): natural merged token j sits at permuted position
+    /// `reverse[j]`.
+    pub fn reverse(&self) -> Vec<usize> {
+        let mut rev = vec![0; self.window_index.len()];
+        for (k, &j) in self.window_index.iter().enumerate() {
+            rev[j] = k;
+        }
+        rev
+    }
+}
+
+/// HF `get_window_index` (windows of `win × win` merged tokens, `unit` patches per merged token) plus the
+/// full-attention `cu_seqlens`, for images of patch grids `grids` (t, h, w).
+pub fn window_index(grids: &[[usize; 3]], merge: usize, win: usize) -> WindowIndex {
+    let unit = merge * merge;
+    let mut window_index = Vec::new();
+    let mut cu_window = vec![0usize];
+    let mut cu_full = vec![0usize];
+    let mut offset = 0;
+    for &[t, h, w] in grids {
+        let (gh, gw) = (h / merge, w / merge);
+        let (nh, nw) = (gh.div_ceil(win), gw.div_ceil(win));
+        for tt in 0..t {
+            for wy in 0..nh {
+                for wx in 0..nw {
+                    let mut count = 0;
+                    for y in wy * win..((wy + 1) * win).min(gh) {
+                        for x in wx * win..((wx + 1) * win).min(gw) {
+                            window_index.push(offset + tt * gh * gw + y * gw + x);
+                            count += 1;
+                        }
+                    }
+                    // Empty windows cannot occur with div_ceil (HF's "pad = 4" windows are dropped by its
+                    // unique_consecutive).
+                    let last = *cu_window.last().unwrap_or(&0);
+                    cu_window.push(last + count * unit);
+                }
+            }
+            let last = *cu_full.last().unwrap_or(&0);
+            cu_full.push(last + h * w);
+        }
+        offset += t * gh * gw;
+    }
+    WindowIndex { window_index, cu_window_seqlens: cu_window, cu_seqlens: cu_full }
+}
+
+/// Gather plan for batched window attention: every window padded to `width` rows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PaddedWindows {
+    /// Number of windows.
+    pub n_windows: usize,
+    /// Padded window length.
+    pub width: usize,
+    /// Source row of each padded slot (n_windows·width); padding slots repeat the window's first row.
+    pub gather: Vec<u32>,
+    /// Additive key mask per slot (0 valid, `MASK_MIN` padding), n_windows·width.
+    pub key_mask: Vec<f32>,
+    /// Padded slot of each real row, in row order (N).
+    pub scatter_back: Vec<u32>,
+}
+
+/// Build the padded-window plan from cumulative boundaries `cu` (rows), padding each window to the longest.
+pub fn pad_windows(cu: &[usize], mask_min: f32) -> PaddedWindows {
+    let n_windows = cu.len().saturating_sub(1);
+    let width = cu.windows(2).map(|p| p[1] - p[0]).max().unwrap_or(0).max(1);
+    let mut gather = Vec::with_capacity(n_windows * width);
+    let mut key_mask = Vec::with_capacity(n_windows * width);
+    let mut scatter_back = Vec::with_capacity(*cu.last().unwrap_or(&0));
+    for (w, p) in cu.windows(2).enumerate() {
+        let (start, len) = (p[0], p[1] - p[0]);
+        for j in 0..width {
+            let valid = j < len;
+            gather.push(if valid { start + j } else { start } as u32);
+            key_mask.push(if valid { 0.0 } else { mask_min });
+            if valid {
+                scatter_back.push((w * width + j) as u32);
+            }
+        }
+    }
+    PaddedWindows { n_windows, width, gather, key_mask, scatter_back }
+}

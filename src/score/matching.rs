@@ -1,0 +1,201 @@
+//! Argument matching of one predicted action against the gold action of the same type.
+
+use serde::Serialize;
+
+use super::rules::{RulePreset, TextRule};
+use crate::action::{Action, Point};
+use crate::dataset::BBox;
+
+/// A swipe direction: the way the finger moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// Finger moves up (y decreases).
+    Up,
+    /// Finger moves down.
+    Down,
+    /// Finger moves left (x decreases).
+    Left,
+    /// Finger moves right.
+    Right,
+}
+
+impl Direction {
+    /// The dominant axis of `to - from` and its sign; `None` for a zero move. Ties go to the vertical axis.
+    pub fn of(from: Point, to: Point) -> Option<Direction> {
+        let (dx, dy) = (to[0] - from[0], to[1] - from[1]);
+        if dx == 0.0 && dy == 0.0 {
+            None
+        } else if dy.abs() >= dx.abs() {
+            Some(if dy < 0.0 { Direction::Up } else { Direction::Down })
+        } else {
+            Some(if dx < 0.0 { Direction::Left } else { Direction::Right })
+        }
+    }
+}
+
+/// The argument test that decided a step, with its numbers (written into `steps.jsonl`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "test", rename_all = "snake_case")]
+pub enum ArgCheck {
+    /// Containment in the gold boxes (optionally followed by the distance test).
+    Box {
+        /// The predicted point in screen pixels.
+        point: Point,
+        /// Number of gold boxes.
+        boxes: usize,
+        /// Box scale factor about the centre.
+        scale: f64,
+        /// Index of the first box containing the point.
+        inside: Option<usize>,
+        /// Normalised distance to the gold point, when the fallback was evaluated.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        distance: Option<f64>,
+        /// Distance threshold, when the fallback was evaluated.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        threshold: Option<f64>,
+    },
+    /// Normalised distance to the gold point.
+    Distance {
+        /// The predicted point in screen pixels.
+        point: Point,
+        /// The gold point.
+        gold: Point,
+        /// `sqrt((dx/W)^2 + (dy/H)^2)`.
+        distance: f64,
+        /// The threshold.
+        threshold: f64,
+    },
+    /// Swipe directions.
+    Direction {
+        /// Gold direction.
+        gold: Option<Direction>,
+        /// Predicted direction (after mapping to screen pixels).
+        predicted: Option<Direction>,
+    },
+    /// Text comparison.
+    Text {
+        /// The rule.
+        rule: TextRule,
+    },
+    /// Button or status equality.
+    Equal,
+    /// Only the type is compared (wait).
+    TypeOnly,
+}
+
+/// Tolerance of the box and distance comparisons (absorbs floating-point rounding at exact boundaries).
+pub const EPS: f64 = 1e-9;
+
+/// Map a point from the model's image pixels to screen pixels.
+pub fn map_point(p: Point, screen: [u32; 2], image_size: Option<[u32; 2]>) -> Point {
+    match image_size {
+        Some([w, h]) if w > 0 && h > 0 => [p[0] * screen[0] as f64 / w as f64, p[1] * screen[1] as f64 / h as f64],
+        _ => p,
+    }
+}
+
+/// Whether `p` lies in `b` scaled by `scale` about its centre (edges included when `edges`).
+pub fn in_box(p: Point, b: &BBox, scale: f64, edges: bool) -> bool {
+    let (cx, cy) = ((b[0] + b[2]) / 2.0, (b[1] + b[3]) / 2.0);
+    let (hw, hh) = ((b[2] - b[0]) / 2.0 * scale, (b[3] - b[1]) / 2.0 * scale);
+    let (x0, x1, y0, y1) = (cx - hw - EPS, cx + hw + EPS, cy - hh - EPS, cy + hh + EPS);
+    if edges {
+        p[0] >= x0 && p[0] <= x1 && p[1] >= y0 && p[1] <= y1
+    } else {
+        let (x0, x1, y0, y1) = (x0 + 2.0 * EPS, x1 - 2.0 * EPS, y0 + 2.0 * EPS, y1 - 2.0 * EPS);
+        p[0] > x0 && p[0] < x1 && p[1] > y0 && p[1] < y1
+    }
+}
+
+/// Normalised distance between two screen points.
+pub fn norm_distance(a: Point, b: Point, screen: [u32; 2]) -> f64 {
+    let dx = (a[0] - b[0]) / screen[0].max(1) as f64;
+    let dy = (a[1] - b[1]) / screen[1].max(1) as f64;
+    (dx * dx + dy * dy).sqrt()
+}
+
+fn point_match(rules: &RulePreset, gold: Point, boxes: &[BBox], pred: Point, screen: [u32; 2]) -> (bool, ArgCheck) {
+    let threshold = rules.distance_threshold;
+    if boxes.is_empty() {
+        let distance = norm_distance(pred, gold, screen);
+        return (distance <= threshold + EPS, ArgCheck::Distance { point: pred, gold, distance, threshold });
+    }
+    let inside = boxes.iter().position(|b| in_box(pred, b, rules.bbox_scale, rules.box_edges_inside));
+    let mut check = ArgCheck::Box {
+        point: pred,
+        boxes: boxes.len(),
+        scale: rules.bbox_scale,
+        inside,
+        distance: None,
+        threshold: None,
+    };
+    if inside.is_some() {
+        return (true, check);
+    }
+    if rules.distance_fallback_with_boxes {
+        let d = norm_distance(pred, gold, screen);
+        if let ArgCheck::Box { distance, threshold: t, .. } = &mut check {
+            *distance = Some(d);
+            *t = Some(threshold);
+        }
+        return (d <= threshold + EPS, check);
+    }
+    (false, check)
+}
+
+/// Compare the arguments of `pred` with `gold`; `None` when the types differ.
+///
+/// `screen` is the device screen (gold pixels); predicted points are mapped through `image_size`.
+pub fn match_args(
+    rules: &RulePreset,
+    gold: &Action,
+    boxes: &[BBox],
+    pred: &Action,
+    screen: [u32; 2],
+    image_size: Option<[u32; 2]>,
+) -> Option<(bool, ArgCheck)> {
+    let m = |p: &Point| map_point(*p, screen, image_size);
+    let text = |rule: TextRule, g: &str, p: &str| (rule.matches(g, p), ArgCheck::Text { rule });
+    Some(match (gold, pred) {
+        (Action::Click { coordinate: g }, Action::Click { coordinate: p })
+        | (Action::LongPress { coordinate: g, .. }, Action::LongPress { coordinate: p, .. }) => {
+            point_match(rules, *g, boxes, m(p), screen)
+        }
+        (Action::Swipe { coordinate: g1, coordinate2: g2 }, Action::Swipe { coordinate: p1, coordinate2: p2 }) => {
+            let gold = Direction::of(*g1, *g2);
+            let predicted = Direction::of(m(p1), m(p2));
+            (gold == predicted, ArgCheck::Direction { gold, predicted })
+        }
+        (Action::Type { text: g }, Action::Type { text: p }) | (Action::Open { text: g }, Action::Open { text: p }) => {
+            text(rules.text, g, p)
+        }
+        (Action::Key { text: g }, Action::Key { text: p }) => text(rules.key, g, p),
+        (Action::SystemButton { button: g }, Action::SystemButton { button: p }) => (g == p, ArgCheck::Equal),
+        (Action::Terminate { status: g }, Action::Terminate { status: p }) => (g == p, ArgCheck::Equal),
+        (Action::Wait { .. }, Action::Wait { .. }) => (true, ArgCheck::TypeOnly),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directions() {
+        assert_eq!(Direction::of([500.0, 1800.0], [500.0, 600.0]), Some(Direction::Up));
+        assert_eq!(Direction::of([100.0, 10.0], [400.0, 20.0]), Some(Direction::Right));
+        assert_eq!(Direction::of([1.0, 1.0], [1.0, 1.0]), None);
+    }
+
+    #[test]
+    fn boxes_scale_about_centre() {
+        let b = [100.0, 100.0, 200.0, 200.0];
+        assert!(in_box([100.0, 200.0], &b, 1.0, true));
+        assert!(!in_box([100.0, 200.0], &b, 1.0, false));
+        assert!(!in_box([95.0, 150.0], &b, 1.0, true));
+        assert!(in_box([95.0, 150.0], &b, 1.2, true));
+        assert!(!in_box([89.0, 150.0], &b, 1.2, true));
+    }
+}

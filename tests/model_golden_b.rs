@@ -1,0 +1,168 @@
+//! tiny-b golden parity (untied lm_head, flat Hub config, new tensor names) for three prompts with different
+//! image sizes, and batch-vs-single equality of prefill, decode and greedy generation.
+
+mod model_support;
+
+use mobile_r1_eval::model::{GenerateOptions, PrefillRequest, SeqCache, Trace};
+use mobile_r1_eval::preprocess::ModelInput;
+use model_support::*;
+
+const TOL: f32 = 1e-4;
+const CASES: [&str; 3] = ["p0.", "p1.", "p2."];
+
+#[test]
+fn each_prompt_matches_golden_stages() {
+    let gold = goldens("tiny-b");
+    let model = load_model("tiny-b");
+    for p in CASES {
+        let input = golden_input(&gold, p);
+        let mut trace = Trace::default();
+        let (_, logits) =
+            model.prefill_traced(&[PrefillRequest { input: &input, prefix: None }], Some(&mut trace)).unwrap();
+        let s = input.input_ids.len();
+        let want = i64s(g(&gold, &format!("{p}position_ids")));
+        for axis in 0..3 {
+            let got: Vec<i64> = trace.positions[0].iter().map(|q| q[axis]).collect();
+            assert_eq!(got, want[axis * s..(axis + 1) * s], "{p} axis {axis}");
+        }
+        assert_close(&format!("{p}vision.patch_embed"), trace.vision.patch_embed.as_ref().unwrap(), g(&gold, &format!("{p}vision.patch_embed")), TOL);
+        for (i, b) in trace.vision.blocks.iter().enumerate() {
+            assert_close(&format!("{p}vision.block{i}"), b, g(&gold, &format!("{p}vision.block{i}")), TOL);
+        }
+        assert_close(&format!("{p}vision.merged"), trace.vision_merged.as_ref().unwrap(), g(&gold, &format!("{p}vision.merged")), TOL);
+        for (i, l) in trace.text_layers.iter().enumerate() {
+            assert_close(&format!("{p}text.layer{i}"), l, g(&gold, &format!("{p}text.layer{i}")), TOL);
+        }
+        assert_close(&format!("{p}text.logits_last"), &logits, g(&gold, &format!("{p}text.logits_last")), TOL);
+    }
+}
+
+fn inputs() -> Vec<ModelInput> {
+    let gold = goldens("tiny-b");
+    CASES.iter().map(|p| golden_input(&gold, p)).collect()
+}
+
+#[test]
+fn greedy_ids_and_top5_match_golden_alone_and_batched() {
+    let gold = goldens("tiny-b");
+    let model = load_model("tiny-b");
+    let inputs = inputs();
+    let opts = GenerateOptions { max_new_tokens: 10, ignore_eos: true, top_logprobs: 5, eos_token_ids: None };
+    let refs: Vec<&ModelInput> = inputs.iter().collect();
+    let batched = model.generate(&refs, &opts).unwrap();
+    for (i, p) in CASES.iter().enumerate() {
+        let alone = model.generate(&[&inputs[i]], &opts).unwrap().remove(0);
+        assert_eq!(alone.token_ids, ids(g(&gold, &format!("{p}gen.ids"))), "{p} alone");
+        assert_eq!(batched[i].token_ids, alone.token_ids, "{p} batched");
+        let want_ids = ids(g(&gold, &format!("{p}gen.step_top5_ids")));
+        let want_lp = g(&gold, &format!("{p}gen.step_top5_logprobs")).flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let mut worst = 0f32;
+        let mut worst_batch = 0f32;
+        for (step, top) in alone.top_logprobs.iter().enumerate() {
+            for (j, &(id, lp)) in top.iter().enumerate() {
+                assert_eq!(id, want_ids[step * 5 + j], "{p} step {step} rank {j}");
+                worst = worst.max((lp - want_lp[step * 5 + j]).abs());
+                let (bid, blp) = batched[i].top_logprobs[step][j];
+                assert_eq!(bid, id);
+                worst_batch = worst_batch.max((blp - lp).abs());
+            }
+        }
+        eprintln!("parity {p} top5 logprobs: {worst:.3e} vs golden, {worst_batch:.3e} batched vs alone");
+        assert!(worst < TOL && worst_batch < 1e-5);
+    }
+}
+
+#[test]
+fn batched_prefill_and_ragged_decode_equal_single() {
+    let model = load_model("tiny-b");
+    let inputs = inputs();
+    let reqs: Vec<PrefillRequest<'_>> = inputs.iter().map(|i| PrefillRequest { input: i, prefix: None }).collect();
+    let (mut bc, bl) = model.prefill(&reqs).unwrap();
+    let mut singles: Vec<(SeqCache, candle_core::Tensor)> =
+        reqs.iter().map(|r| { let (mut c, l) = model.prefill(&[*r]).unwrap(); (c.remove(0), l) }).collect();
+    for (i, (_, l)) in singles.iter().enumerate() {
+        assert!(max_abs(&bl.narrow(0, i, 1).unwrap(), l) <= 1e-5);
+    }
+    // Decode the three (different-length) sequences together, and the middle one alone.
+    let toks = [11u32, 22, 33];
+    let mut refs: Vec<&mut SeqCache> = bc.iter_mut().collect();
+    let bd = model.decode(&toks, &mut refs).unwrap();
+    for (i, (c, _)) in singles.iter_mut().enumerate() {
+        let sd = model.decode(&[toks[i]], &mut [c]).unwrap();
+        let d = max_abs(&bd.narrow(0, i, 1).unwrap(), &sd);
+        eprintln!("decode batch vs single seq {i}: {d:.3e}");
+        assert!(d <= 1e-5);
+        assert_eq!(c.len(), bc[i].len());
+    }
+}
+
+#[test]
+fn prefix_cache_continuation_equals_full_prefill() {
+    let model = load_model("tiny-b");
+    let inputs = inputs();
+    // The system prompt part (first 14 tokens: up to "<|im_start|>user\n") is shared text.
+    let prefix = model.prefill_prefix(&inputs[0].input_ids[..14]).unwrap();
+    let reqs: Vec<PrefillRequest<'_>> =
+        inputs.iter().map(|i| PrefillRequest { input: i, prefix: Some(&prefix) }).collect();
+    let (mut with, lw) = model.prefill(&reqs).unwrap();
+    let full: Vec<PrefillRequest<'_>> = inputs.iter().map(|i| PrefillRequest { input: i, prefix: None }).collect();
+    let (mut without, lf) = model.prefill(&full).unwrap();
+    let d = max_abs(&lw, &lf);
+    eprintln!("prefix-cache vs full prefill logits: {d:.3e}");
+    assert!(d <= 1e-5);
+    assert_eq!(prefix.len(), 14, "the shared prefix must be untouched");
+    let mut a: Vec<&mut SeqCache> = with.iter_mut().collect();
+    let mut b: Vec<&mut SeqCache> = without.iter_mut().collect();
+    let da = model.decode(&[5, 6, 7], &mut a).unwrap();
+    let db = model.decode(&[5, 6, 7], &mut b).unwrap();
+    assert!(max_abs(&da, &db) <= 1e-5);
+}
+
+#[test]
+fn cloned_cache_is_copy_on_write() {
+    let model = load_model("tiny-b");
+    let inputs = inputs();
+    let (mut c, _) = model.prefill(&[PrefillRequest { input: &inputs[1], prefix: None }]).unwrap();
+    let mut a = c.remove(0);
+    let mut b = a.clone();
+    let la = model.decode(&[100], &mut [&mut a]).unwrap();
+    let lb = model.decode(&[100], &mut [&mut b]).unwrap();
+    assert_eq!(max_abs(&la, &lb), 0.0);
+    let la2 = model.decode(&[7], &mut [&mut a]).unwrap();
+    let lb2 = model.decode(&[8], &mut [&mut b]).unwrap();
+    let la3 = model.decode(&[9], &mut [&mut a]).unwrap();
+    let mut fresh = model.prefill(&[PrefillRequest { input: &inputs[1], prefix: None }]).unwrap().0.remove(0);
+    model.decode(&[100], &mut [&mut fresh]).unwrap();
+    assert_eq!(max_abs(&la2, &model.decode(&[7], &mut [&mut fresh]).unwrap()), 0.0);
+    assert_eq!(max_abs(&la3, &model.decode(&[9], &mut [&mut fresh]).unwrap()), 0.0);
+    let _ = lb2;
+}
+
+#[test]
+fn padded_decode_equals_per_sequence_decode() {
+    use mobile_r1_eval::model::DecodeAttention;
+    let gold = goldens("tiny-b");
+    let mut model = load_model("tiny-b");
+    let inputs = inputs();
+    let reqs: Vec<PrefillRequest<'_>> = inputs.iter().map(|i| PrefillRequest { input: i, prefix: None }).collect();
+    let (mut a, _) = model.prefill(&reqs).unwrap();
+    let mut b = a.clone();
+    // Give one cache spare capacity so both the view and the zero-padding branch run.
+    a[1].reserve(200).unwrap();
+    b[1].reserve(200).unwrap();
+    for (step, toks) in [[3u32, 4, 5], [6, 7, 8], [9, 10, 11]].iter().enumerate() {
+        model.set_decode_attention(DecodeAttention::PerSequence);
+        let la = model.decode(toks, &mut a.iter_mut().collect::<Vec<_>>()).unwrap();
+        model.set_decode_attention(DecodeAttention::Padded);
+        let lb = model.decode(toks, &mut b.iter_mut().collect::<Vec<_>>()).unwrap();
+        let d = max_abs(&la, &lb);
+        eprintln!("padded vs per-sequence decode, step {step}: {d:.3e}");
+        assert!(d <= 1e-5);
+    }
+    let opts = GenerateOptions { max_new_tokens: 10, ignore_eos: true, top_logprobs: 0, eos_token_ids: None };
+    let refs: Vec<&ModelInput> = inputs.iter().collect();
+    let out = model.generate(&refs, &opts).unwrap();
+    for (i, p) in CASES.iter().enumerate() {
+        assert_eq!(out[i].token_ids, ids(g(&gold, &format!("{p}gen.ids"))), "{p} padded");
+    }
+}

@@ -1,0 +1,78 @@
+//! Shared helpers of the model tests: fixture paths, golden tensors, comparisons.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Tensor};
+use mobile_r1_eval::model::{ModelFiles, Qwen25VL};
+use mobile_r1_eval::preprocess::{ModelInput, PreparedImage};
+
+/// `tests/fixtures/...`.
+pub fn fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(rel)
+}
+
+/// Golden tensors of `name` (`tiny-a` / `tiny-b`).
+pub fn goldens(name: &str) -> HashMap<String, Tensor> {
+    candle_core::safetensors::load(fixture(&format!("goldens/{name}.safetensors")), &Device::Cpu).expect("goldens")
+}
+
+/// Golden JSON metadata.
+pub fn golden_meta(name: &str) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(fixture(&format!("goldens/{name}.json"))).unwrap()).unwrap()
+}
+
+/// Load a fixture model in f32 on the CPU.
+pub fn load_model(name: &str) -> Qwen25VL {
+    let files = ModelFiles::from_dir(&fixture(&format!("models/{name}"))).expect("files");
+    Qwen25VL::load(&files, &Device::Cpu, DType::F32).expect("load")
+}
+
+/// Tensor `key` of the golden map.
+pub fn g<'a>(gold: &'a HashMap<String, Tensor>, key: &str) -> &'a Tensor {
+    gold.get(key).unwrap_or_else(|| panic!("golden tensor {key} missing"))
+}
+
+/// Integer tensor as u32 values.
+pub fn ids(t: &Tensor) -> Vec<u32> {
+    t.flatten_all().unwrap().to_dtype(DType::I64).unwrap().to_vec1::<i64>().unwrap().into_iter().map(|x| x as u32).collect()
+}
+
+/// Integer tensor as i64 values.
+pub fn i64s(t: &Tensor) -> Vec<i64> {
+    t.flatten_all().unwrap().to_dtype(DType::I64).unwrap().to_vec1::<i64>().unwrap()
+}
+
+/// The golden model input of case `prefix` ("" for tiny-a, "p0." ... for tiny-b).
+pub fn golden_input(gold: &HashMap<String, Tensor>, prefix: &str) -> ModelInput {
+    let px = g(gold, &format!("{prefix}pixel_values"));
+    let grid = ids(g(gold, &format!("{prefix}image_grid_thw")));
+    let grid_thw = [grid[0] as usize, grid[1] as usize, grid[2] as usize];
+    let (h, w) = ((grid_thw[1] * 14) as u32, (grid_thw[2] * 14) as u32);
+    ModelInput {
+        input_ids: ids(g(gold, &format!("{prefix}input_ids"))),
+        images: vec![PreparedImage {
+            patches: px.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            grid_thw,
+            resized_wh: [w, h],
+            original_wh: [w, h],
+        }],
+    }
+}
+
+/// Max |a - b| over all elements (shapes must have the same element count).
+pub fn max_abs(a: &Tensor, b: &Tensor) -> f32 {
+    assert_eq!(a.elem_count(), b.elem_count(), "shape {:?} vs {:?}", a.shape(), b.shape());
+    let a = a.flatten_all().unwrap().to_dtype(DType::F32).unwrap();
+    let b = b.flatten_all().unwrap().to_dtype(DType::F32).unwrap();
+    (a - b).unwrap().abs().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
+}
+
+/// Assert max |a - b| ≤ tol, printing the measured value.
+pub fn assert_close(what: &str, a: &Tensor, b: &Tensor, tol: f32) -> f32 {
+    let d = max_abs(a, b);
+    eprintln!("parity {what}: max abs diff {d:.3e}");
+    assert!(d <= tol, "{what}: max abs diff {d} > {tol}");
+    d
+}
