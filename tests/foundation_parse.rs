@@ -112,3 +112,20 @@ fn first_tool_call_wins() {
     );
     assert_eq!(parse_response(&r).action, Ok(Action::Wait { time: None }));
 }
+
+#[test]
+fn every_truncation_is_handled_without_panic() {
+    let full = format!(
+        "<think>当前在“设置”页面 {{ 括号 }}</think><action>向上滑动</action><tool_call>\n```json\n{}\n```\n</tool_call>",
+        call(r#"{"action": "swipe", "coordinate": [360, 1200], "coordinate2": [360, 500]}"#)
+    );
+    let boundaries: Vec<usize> = full.char_indices().map(|(i, _)| i).collect();
+    for &cut in &boundaries {
+        let p = parse_response(&full[..cut]);
+        assert!(!p.full_format, "a truncated response is never the full format (cut at {cut})");
+        let _ = parse_response(&full[cut..]);
+    }
+    let p = parse_response(&full);
+    assert!(p.full_format);
+    assert_eq!(p.action.map(|a| a.action_type()), Ok(ActionType::Swipe));
+}

@@ -92,7 +92,8 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<Value> {
         max_seqs: cfg.batch_size.max(1),
         max_new_tokens: cfg.max_new_tokens.max(1),
         max_batch_tokens: cfg.max_batch_tokens.unwrap_or_else(|| {
-            memory::auto_batch_tokens(memory::free_bytes(&device), model.kv_bytes_per_token(), 8192 + cfg.max_new_tokens)
+            let reserve = memory::prefill_reserve(&model, crate::engine::batcher::MAX_PREFILL_TOKENS);
+            memory::auto_batch_tokens(memory::free_bytes(&device), model.kv_bytes_per_token(), reserve, 8192 + cfg.max_new_tokens)
         }),
     };
     let runner = Runner { model: &model, kit: &kit, limits };

@@ -2,11 +2,10 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
 use crate::cli::{EvalArgs, ModelArgs};
 use crate::engine::{run_eval, EvalConfig, JudgeChoice, ModelSpec};
-use crate::score::RulePreset;
 
 /// The model-loading arguments as an engine model spec.
 pub fn model_spec(a: &ModelArgs) -> ModelSpec {
@@ -41,9 +40,7 @@ fn default_run_dir(model: &str) -> PathBuf {
 
 /// Build the engine configuration from the command line.
 pub fn config(a: EvalArgs) -> Result<EvalConfig> {
-    let Some(rules) = RulePreset::by_name(&a.rules) else {
-        bail!("unknown --rules preset `{}` (known: mobile-r1, qwen-ac)", a.rules);
-    };
+    let rules = super::score::rules_by_name(&a.rules)?;
     let system_prompt = a.system_prompt.parse().map_err(anyhow::Error::msg)?;
     let data = match a.data {
         Some(d) => d,

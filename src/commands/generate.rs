@@ -6,7 +6,9 @@ use serde_json::json;
 
 use crate::chat::PromptBuilder;
 use crate::cli::GenerateArgs;
-use crate::model::{parse_device, parse_dtype, FinishReason, GenerateOptions, ModelFiles, Qwen25VL};
+use crate::model::{
+    parse_device, parse_dtype, FinishReason, GenerateOptions, ModelFiles, Qwen25VL,
+};
 
 /// Number of `[token_id, logprob]` pairs reported per generated position with `--json`.
 const TOP_LOGPROBS: usize = 5;
@@ -14,14 +16,23 @@ const TOP_LOGPROBS: usize = 5;
 /// Entry point.
 pub fn run(args: GenerateArgs) -> Result<()> {
     let spec = &args.model;
-    let files = ModelFiles::resolve(&spec.model).with_context(|| format!("locating model {}", spec.model))?;
+    let files = ModelFiles::resolve(&spec.model)
+        .with_context(|| format!("locating model {}", spec.model))?;
     let device = parse_device(&spec.device)?;
     let dtype = parse_dtype(spec.dtype.as_deref(), &device)?;
-    let model = Qwen25VL::load(&files, &device, dtype).with_context(|| format!("loading model {}", spec.model))?;
-    let mut builder = PromptBuilder::from_model_dir(&files.dir)
-        .with_context(|| format!("loading tokenizer, chat template and image settings from {}", files.dir.display()))?;
+    let model = Qwen25VL::load(&files, &device, dtype)
+        .with_context(|| format!("loading model {}", spec.model))?;
+    let mut builder = PromptBuilder::from_model_dir(&files.dir).with_context(|| {
+        format!(
+            "loading tokenizer, chat template and image settings from {}",
+            files.dir.display()
+        )
+    })?;
     if spec.min_pixels.is_some() || spec.max_pixels.is_some() {
-        let (lo, hi) = (spec.min_pixels.unwrap_or(builder.image.min_pixels), spec.max_pixels.unwrap_or(builder.image.max_pixels));
+        let (lo, hi) = (
+            spec.min_pixels.unwrap_or(builder.image.min_pixels),
+            spec.max_pixels.unwrap_or(builder.image.max_pixels),
+        );
         builder.image = builder.image.clone().with_pixel_bounds(lo, hi);
     }
     let input = builder
@@ -40,8 +51,11 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let gen = model.generate(&[&input], &opts)?.remove(0);
     let text = builder.tokenizer.decode(&gen.token_ids, true)?;
     if args.json {
-        let top: Vec<Vec<serde_json::Value>> =
-            gen.top_logprobs.iter().map(|row| row.iter().map(|&(id, lp)| json!([id, lp])).collect()).collect();
+        let top: Vec<Vec<serde_json::Value>> = gen
+            .top_logprobs
+            .iter()
+            .map(|row| row.iter().map(|&(id, lp)| json!([id, lp])).collect())
+            .collect();
         let out = json!({
             "text": text,
             "token_ids": gen.token_ids,

@@ -7,7 +7,7 @@ use crate::cli::ScoreArgs;
 use crate::dataset::Benchmark;
 use crate::predictions::PredictionSet;
 use crate::report;
-use crate::score::{aggregate, score_benchmark, RulePreset};
+use crate::score::{score_predictions, RulePreset};
 
 /// Load `--data`, or the embedded sample when absent.
 pub fn load_benchmark(data: Option<&Path>) -> anyhow::Result<Benchmark> {
@@ -42,7 +42,7 @@ pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
     if preds.duplicates > 0 {
         eprintln!("note: {} prediction lines were replaced by later lines for the same step", preds.duplicates);
     }
-    let scored = score_benchmark(&rules, &bench, &preds);
+    let (metrics, scored) = score_predictions(&rules, &bench, &preds);
     if !scored.unknown.is_empty() {
         let shown: Vec<String> = scored.unknown.iter().take(10).map(|(t, s)| format!("({t}, {s})")).collect();
         eprintln!(
@@ -52,9 +52,6 @@ pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
             if scored.unknown.len() > 10 { " …" } else { "" }
         );
     }
-    let mut metrics = aggregate(&scored.steps, &rules);
-    metrics.unknown_predictions = scored.unknown.len();
-    metrics.malformed_prediction_lines = preds.malformed.len();
     let out = args.out.unwrap_or_else(|| default_out(&args.predictions));
     let paths = report::write_all(&out, &metrics, &scored.steps)?;
     print!("{}", report::render_summary(&metrics));

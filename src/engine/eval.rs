@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
 use super::judge::{judge_trajectories, pending_trajectories, summarize};
+use super::batcher::MAX_PREFILL_TOKENS;
 use super::memory;
 use super::pipeline::Runner;
 use super::progress::{PhaseStats, Progress};
@@ -19,7 +20,7 @@ use super::steps::{pending_steps, predict_steps};
 use crate::dataset::Benchmark;
 use super::loaded::{LoadedModel, ModelSpec};
 use crate::predictions::PredictionSet;
-use crate::score::{aggregate, score_benchmark, RulePreset};
+use crate::score::{score_predictions, RulePreset};
 
 /// Which model answers the aggregation prompts.
 #[derive(Debug, Clone, PartialEq)]
@@ -104,7 +105,8 @@ pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
         max_seqs: cfg.batch_size.max(1),
         max_new_tokens: cfg.max_new_tokens.max(1),
         max_batch_tokens: cfg.max_batch_tokens.unwrap_or_else(|| {
-            memory::auto_batch_tokens(memory::free_bytes(model.model.device()), bytes_per_token, 4096 + cfg.max_new_tokens)
+            let reserve = memory::prefill_reserve(&model.model, MAX_PREFILL_TOKENS);
+            memory::auto_batch_tokens(memory::free_bytes(model.model.device()), bytes_per_token, reserve, 4096 + cfg.max_new_tokens)
         }),
     };
     let mut manifest = json!({
@@ -115,7 +117,8 @@ pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
         "rules": cfg.rules,
         "batch_limits": limits,
         "kv_bytes_per_token": bytes_per_token,
-        "git_revision": env!("MOBILE_R1_EVAL_GIT_REV"),
+        "versions": {"mobile-r1-eval": env!("CARGO_PKG_VERSION"), "candle": env!("MOBILE_R1_EVAL_CANDLE_VERSION"),
+                     "git_revision": env!("MOBILE_R1_EVAL_GIT_REV")},
         "started_at_unix": previous.as_ref().and_then(|p| p.get("started_at_unix").cloned()).unwrap_or(started.into()),
         "resumed_at_unix": previous.as_ref().map(|_| started),
         "finished_at_unix": Value::Null,
@@ -182,8 +185,7 @@ fn run_judge(cfg: &EvalConfig, bench: &Benchmark, judge: &LoadedModel, limits: B
 
 /// Score the predictions, add the judge summary and the prediction errors, and write the reports.
 fn score_and_report(cfg: &EvalConfig, bench: &Benchmark, preds: &PredictionSet) -> Result<(Value, String)> {
-    let scored = score_benchmark(&cfg.rules, bench, preds);
-    let mut metrics = aggregate(&scored.steps, &cfg.rules);
+    let (mut metrics, scored) = score_predictions(&cfg.rules, bench, preds);
     let judgements = read_optional(&cfg.out.join("judgements.jsonl"))?;
     if let Value::Object(j) = summarize(bench, &judgements) {
         if !matches!(cfg.judge, JudgeChoice::None) || !judgements.is_empty() {

@@ -38,12 +38,21 @@ pub fn peak_rss_bytes() -> Option<u64> {
     meminfo_field(&text, "VmHWM:")
 }
 
-/// The automatic token budget: `free · BUDGET_FRACTION / bytes_per_token`, clamped to
-/// `[min_tokens, MAX_AUTO_TOKENS]` (`min_tokens` keeps at least one worst-case sequence runnable).
-pub fn auto_batch_tokens(free: Option<u64>, bytes_per_token: usize, min_tokens: usize) -> usize {
+/// The automatic token budget: `(free · BUDGET_FRACTION − reserve) / kv_bytes_per_token`, clamped to
+/// `[min_tokens, MAX_AUTO_TOKENS]`. `reserve` is the transient memory of one prefill call (activations of the
+/// vision tower and the language model), which the KV caches must leave free; `min_tokens` keeps at least one
+/// worst-case sequence runnable.
+pub fn auto_batch_tokens(free: Option<u64>, kv_bytes_per_token: usize, reserve: u64, min_tokens: usize) -> usize {
     let Some(free) = free else { return min_tokens.max(16_384) };
-    let tokens = (free as f64 * BUDGET_FRACTION / bytes_per_token.max(1) as f64) as usize;
+    let usable = (free as f64 * BUDGET_FRACTION - reserve as f64).max(0.0);
+    let tokens = (usable / kv_bytes_per_token.max(1) as f64) as usize;
     tokens.clamp(min_tokens, MAX_AUTO_TOKENS.max(min_tokens))
+}
+
+/// Transient bytes of one prefill call of at most `prefill_tokens` tokens, whose images have at most four
+/// patches per image token: the language model's and the vision tower's activations.
+pub fn prefill_reserve(model: &crate::model::Qwen25VL, prefill_tokens: usize) -> u64 {
+    (prefill_tokens * model.activation_bytes_per_token() + 4 * prefill_tokens * model.vision_activation_bytes_per_patch()) as u64
 }
 
 #[cfg(test)]
@@ -59,9 +68,11 @@ mod tests {
 
     #[test]
     fn budget_scales_with_free_memory_and_is_clamped() {
-        assert_eq!(auto_batch_tokens(Some(1_000_000), 100, 10), 6_000);
-        assert_eq!(auto_batch_tokens(Some(1_000), 100, 500), 500);
-        assert_eq!(auto_batch_tokens(Some(u64::MAX / 2), 1, 10), MAX_AUTO_TOKENS);
-        assert_eq!(auto_batch_tokens(None, 1, 10), 16_384);
+        assert_eq!(auto_batch_tokens(Some(1_000_000), 100, 0, 10), 6_000);
+        assert_eq!(auto_batch_tokens(Some(1_000_000), 100, 100_000, 10), 5_000);
+        assert_eq!(auto_batch_tokens(Some(1_000), 100, 0, 500), 500);
+        assert_eq!(auto_batch_tokens(Some(1_000), 100, 10_000, 500), 500);
+        assert_eq!(auto_batch_tokens(Some(u64::MAX / 2), 1, 0, 10), MAX_AUTO_TOKENS);
+        assert_eq!(auto_batch_tokens(None, 1, 0, 10), 16_384);
     }
 }

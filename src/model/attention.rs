@@ -33,20 +33,39 @@ impl ChunkPlan {
 
 /// Choose chunk sizes for `b` batch items, `hq` query heads (in GQA groups of `group`), `n` queries and `l`
 /// keys so that one chunk holds at most `budget` scores (or the smallest possible chunk: one group, one row).
-pub fn plan_chunks(b: usize, hq: usize, group: usize, n: usize, l: usize, budget: usize) -> ChunkPlan {
+pub fn plan_chunks(
+    b: usize,
+    hq: usize,
+    group: usize,
+    n: usize,
+    l: usize,
+    budget: usize,
+) -> ChunkPlan {
     let (b, n, l, group) = (b.max(1), n.max(1), l.max(1), group.max(1));
     let per_item = hq * n * l;
     if b * per_item <= budget {
-        return ChunkPlan { batch: b, heads: hq, rows: n };
+        return ChunkPlan {
+            batch: b,
+            heads: hq,
+            rows: n,
+        };
     }
     if per_item <= budget {
-        return ChunkPlan { batch: budget / per_item, heads: hq, rows: n };
+        return ChunkPlan {
+            batch: budget / per_item,
+            heads: hq,
+            rows: n,
+        };
     }
     // One item at a time: keep as many heads as allow blocks of at least 64 rows, then block the rows.
     let min_rows = n.min(64);
     let heads = ((budget / (min_rows * l)) / group * group).clamp(group, hq);
     let rows = (budget / (heads * l)).clamp(1, n);
-    ChunkPlan { batch: 1, heads, rows }
+    ChunkPlan {
+        batch: 1,
+        heads,
+        rows,
+    }
 }
 
 /// Attention of `q` (B, Hq, n, d) over `k`, `v` (B, Hkv, L, d); `mask` is an additive f32 mask of shape
@@ -101,7 +120,14 @@ pub fn attention(
 }
 
 /// One unchunked attention: GQA by viewing q as (B, Hkv, g·n, d), so K/V are never repeated.
-fn attend_chunk(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, scale: f64, g: usize) -> Result<Tensor> {
+fn attend_chunk(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    scale: f64,
+    g: usize,
+) -> Result<Tensor> {
     let (b, hq, n, d) = q.dims4()?;
     let (_, hkv, l, _) = k.dims4()?;
     let dtype = q.dtype();
@@ -113,7 +139,8 @@ fn attend_chunk(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, scale
         let mn = m.dim(1)?;
         scores = scores.broadcast_add(&m.reshape((mb, 1, 1, mn, l))?)?;
     }
-    let probs = candle_nn::ops::softmax_last_dim(&scores.reshape((b, hkv, g * n, l))?)?.to_dtype(dtype)?;
+    let probs =
+        candle_nn::ops::softmax_last_dim(&scores.reshape((b, hkv, g * n, l))?)?.to_dtype(dtype)?;
     probs.matmul(v)?.reshape((b, hq, n, d))
 }
 

@@ -22,8 +22,20 @@ pub struct SeqCache {
 
 impl SeqCache {
     /// Wrap per-layer K/V buffers (kv_heads, capacity ≥ len, head_dim) holding `tokens` (len = tokens.len()).
-    pub(crate) fn from_parts(k: Vec<Tensor>, v: Vec<Tensor>, tokens: Vec<u32>, next_pos: i64) -> Self {
-        Self { k, v, len: tokens.len(), next_pos, tokens, owner: Arc::new(()) }
+    pub(crate) fn from_parts(
+        k: Vec<Tensor>,
+        v: Vec<Tensor>,
+        tokens: Vec<u32>,
+        next_pos: i64,
+    ) -> Self {
+        Self {
+            k,
+            v,
+            len: tokens.len(),
+            next_pos,
+            tokens,
+            owner: Arc::new(()),
+        }
     }
 
     /// Number of cached positions.
@@ -53,12 +65,19 @@ impl SeqCache {
 
     /// Bytes allocated for K and V.
     pub fn allocated_bytes(&self) -> usize {
-        self.k.iter().chain(&self.v).map(|t| t.elem_count() * t.dtype().size_in_bytes()).sum()
+        self.k
+            .iter()
+            .chain(&self.v)
+            .map(|t| t.elem_count() * t.dtype().size_in_bytes())
+            .sum()
     }
 
     /// Valid K and V of `layer`, (kv_heads, len, head_dim) views.
     pub(crate) fn kv(&self, layer: usize) -> Result<(Tensor, Tensor)> {
-        Ok((self.k[layer].narrow(1, 0, self.len)?, self.v[layer].narrow(1, 0, self.len)?))
+        Ok((
+            self.k[layer].narrow(1, 0, self.len)?,
+            self.v[layer].narrow(1, 0, self.len)?,
+        ))
     }
 
     /// Make sure `additional` more positions fit without reallocation and that the buffers are not shared
@@ -69,7 +88,11 @@ impl SeqCache {
         if unique && need <= self.capacity() {
             return Ok(());
         }
-        let cap = if need <= self.capacity() { self.capacity() } else { need.max(self.len + self.len / 4 + 16) };
+        let cap = if need <= self.capacity() {
+            self.capacity()
+        } else {
+            need.max(self.len + self.len / 4 + 16)
+        };
         for buf in self.k.iter_mut().chain(self.v.iter_mut()) {
             let (h, _, d) = buf.dims3()?;
             let fresh = Tensor::zeros((h, cap, d), buf.dtype(), buf.device())?;
@@ -91,7 +114,10 @@ impl SeqCache {
 
     /// K and V of `layer` including the position written in this step, (kv_heads, len + 1, head_dim).
     pub(crate) fn kv_with_pending(&self, layer: usize) -> Result<(Tensor, Tensor)> {
-        Ok((self.k[layer].narrow(1, 0, self.len + 1)?, self.v[layer].narrow(1, 0, self.len + 1)?))
+        Ok((
+            self.k[layer].narrow(1, 0, self.len + 1)?,
+            self.v[layer].narrow(1, 0, self.len + 1)?,
+        ))
     }
 
     /// K and V of `layer` including the pending position, extended to `lmax` ≥ len + 1 positions: a view of
@@ -99,7 +125,10 @@ impl SeqCache {
     /// zeros, to be masked), else zero-padded copies.
     pub(crate) fn kv_padded(&self, layer: usize, lmax: usize) -> Result<(Tensor, Tensor)> {
         if self.capacity() >= lmax {
-            return Ok((self.k[layer].narrow(1, 0, lmax)?, self.v[layer].narrow(1, 0, lmax)?));
+            return Ok((
+                self.k[layer].narrow(1, 0, lmax)?,
+                self.v[layer].narrow(1, 0, lmax)?,
+            ));
         }
         let (k, v) = self.kv_with_pending(layer)?;
         let (h, l, d) = k.dims3()?;

@@ -108,14 +108,19 @@ fn get_usize(obj: &Value, key: &str) -> Option<usize> {
 }
 
 fn req_usize(obj: &Value, key: &str, ctx: &str) -> Result<usize, ModelError> {
-    get_usize(obj, key).ok_or_else(|| cfg_err(format!("missing or invalid `{ctx}{key}` in config.json")))
+    get_usize(obj, key)
+        .ok_or_else(|| cfg_err(format!("missing or invalid `{ctx}{key}` in config.json")))
 }
 
 /// Token ids given as a number or a list of numbers.
 fn id_list(v: Option<&Value>) -> Vec<u32> {
     match v {
         Some(Value::Number(n)) => n.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
-        Some(Value::Array(a)) => a.iter().filter_map(Value::as_u64).map(|x| x as u32).collect(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(Value::as_u64)
+            .map(|x| x as u32)
+            .collect(),
         _ => Vec::new(),
     }
 }
@@ -123,10 +128,12 @@ fn id_list(v: Option<&Value>) -> Vec<u32> {
 impl ModelConfig {
     /// Parse `config.json` text and optional `generation_config.json` text.
     pub fn from_json(config: &str, generation: Option<&str>) -> Result<Self, ModelError> {
-        let root: Value =
-            serde_json::from_str(config).map_err(|e| cfg_err(format!("config.json is not valid JSON: {e}")))?;
+        let root: Value = serde_json::from_str(config)
+            .map_err(|e| cfg_err(format!("config.json is not valid JSON: {e}")))?;
         let text = parse_text(&root)?;
-        let vis = root.get("vision_config").ok_or_else(|| cfg_err("config.json has no `vision_config`"))?;
+        let vis = root
+            .get("vision_config")
+            .ok_or_else(|| cfg_err("config.json has no `vision_config`"))?;
         let vision = parse_vision(vis, text.hidden_size)?;
         let text_obj = root.get("text_config");
         let tie = root
@@ -148,7 +155,10 @@ impl ModelConfig {
             eos = id_list(g.get("eos_token_id"));
         }
         if eos.is_empty() {
-            eos = id_list(root.get("eos_token_id").or_else(|| text_obj.and_then(|t| t.get("eos_token_id"))));
+            eos = id_list(
+                root.get("eos_token_id")
+                    .or_else(|| text_obj.and_then(|t| t.get("eos_token_id"))),
+            );
         }
         Ok(Self {
             text,
@@ -168,7 +178,11 @@ fn parse_text(root: &Value) -> Result<TextConfig, ModelError> {
         Some(t) if t.get("hidden_size").is_some() => t,
         _ => root,
     };
-    let ctx = if std::ptr::eq(t, root) { "" } else { "text_config." };
+    let ctx = if std::ptr::eq(t, root) {
+        ""
+    } else {
+        "text_config."
+    };
     let hidden_size = req_usize(t, "hidden_size", ctx)?;
     let num_attention_heads = req_usize(t, "num_attention_heads", ctx)?;
     let head_dim = get_usize(t, "head_dim").unwrap_or(hidden_size / num_attention_heads.max(1));
@@ -178,10 +192,18 @@ fn parse_text(root: &Value) -> Result<TextConfig, ModelError> {
     let section = rope
         .and_then(|r| r.get("mrope_section"))
         .and_then(Value::as_array)
-        .ok_or_else(|| cfg_err("config.json has no `mrope_section` (rope_scaling / rope_parameters)"))?;
-    let section: Vec<usize> = section.iter().filter_map(Value::as_u64).map(|v| v as usize).collect();
+        .ok_or_else(|| {
+            cfg_err("config.json has no `mrope_section` (rope_scaling / rope_parameters)")
+        })?;
+    let section: Vec<usize> = section
+        .iter()
+        .filter_map(Value::as_u64)
+        .map(|v| v as usize)
+        .collect();
     if section.len() != 3 || section.iter().sum::<usize>() * 2 != head_dim {
-        return Err(cfg_err(format!("mrope_section {section:?} must have 3 entries summing to head_dim/2")));
+        return Err(cfg_err(format!(
+            "mrope_section {section:?} must have 3 entries summing to head_dim/2"
+        )));
     }
     let rope_theta = t
         .get("rope_theta")
@@ -190,14 +212,19 @@ fn parse_text(root: &Value) -> Result<TextConfig, ModelError> {
         .and_then(Value::as_f64)
         .unwrap_or(1_000_000.0);
     Ok(TextConfig {
-        vocab_size: get_usize(t, "vocab_size").or_else(|| get_usize(root, "vocab_size")).unwrap_or(151936),
+        vocab_size: get_usize(t, "vocab_size")
+            .or_else(|| get_usize(root, "vocab_size"))
+            .unwrap_or(151936),
         hidden_size,
         intermediate_size: req_usize(t, "intermediate_size", ctx)?,
         num_hidden_layers: req_usize(t, "num_hidden_layers", ctx)?,
         num_attention_heads,
         num_key_value_heads: get_usize(t, "num_key_value_heads").unwrap_or(num_attention_heads),
         head_dim,
-        rms_norm_eps: t.get("rms_norm_eps").and_then(Value::as_f64).unwrap_or(1e-6),
+        rms_norm_eps: t
+            .get("rms_norm_eps")
+            .and_then(Value::as_f64)
+            .unwrap_or(1e-6),
         rope_theta,
         mrope_section: [section[0], section[1], section[2]],
         max_position_embeddings: get_usize(t, "max_position_embeddings").unwrap_or(128000),
@@ -209,23 +236,34 @@ fn parse_vision(v: &Value, text_hidden: usize) -> Result<VisionConfig, ModelErro
     let fullatt = v
         .get("fullatt_block_indexes")
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_u64).map(|x| x as usize).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_u64)
+                .map(|x| x as usize)
+                .collect()
+        })
         .unwrap_or_default();
     let cfg = VisionConfig {
         depth: req_usize(v, "depth", ctx)?,
         hidden_size: req_usize(v, "hidden_size", ctx)?,
         intermediate_size: req_usize(v, "intermediate_size", ctx)?,
         num_heads: req_usize(v, "num_heads", ctx)?,
-        patch_size: get_usize(v, "patch_size").or_else(|| get_usize(v, "spatial_patch_size")).unwrap_or(14),
+        patch_size: get_usize(v, "patch_size")
+            .or_else(|| get_usize(v, "spatial_patch_size"))
+            .unwrap_or(14),
         temporal_patch_size: get_usize(v, "temporal_patch_size").unwrap_or(2),
         spatial_merge_size: get_usize(v, "spatial_merge_size").unwrap_or(2),
         window_size: get_usize(v, "window_size").unwrap_or(112),
         fullatt_block_indexes: fullatt,
         out_hidden_size: get_usize(v, "out_hidden_size").unwrap_or(text_hidden),
-        in_channels: get_usize(v, "in_channels").or_else(|| get_usize(v, "in_chans")).unwrap_or(3),
+        in_channels: get_usize(v, "in_channels")
+            .or_else(|| get_usize(v, "in_chans"))
+            .unwrap_or(3),
     };
     if !cfg.hidden_size.is_multiple_of(cfg.num_heads) || cfg.merger_window() == 0 {
-        return Err(cfg_err("inconsistent vision_config (hidden_size/num_heads or window_size)"));
+        return Err(cfg_err(
+            "inconsistent vision_config (hidden_size/num_heads or window_size)",
+        ));
     }
     Ok(cfg)
 }

@@ -43,13 +43,16 @@ fn files_err(msg: impl Into<String>) -> ModelError {
 
 /// Shard file names listed by a `model.safetensors.index.json` (`weight_map` values, deduplicated, sorted).
 pub fn shard_names(index_json: &str) -> Result<Vec<String>, ModelError> {
-    let v: serde_json::Value =
-        serde_json::from_str(index_json).map_err(|e| files_err(format!("invalid safetensors index: {e}")))?;
+    let v: serde_json::Value = serde_json::from_str(index_json)
+        .map_err(|e| files_err(format!("invalid safetensors index: {e}")))?;
     let map = v
         .get("weight_map")
         .and_then(|m| m.as_object())
         .ok_or_else(|| files_err("safetensors index has no `weight_map`"))?;
-    let mut names: Vec<String> = map.values().filter_map(|s| s.as_str().map(str::to_string)).collect();
+    let mut names: Vec<String> = map
+        .values()
+        .filter_map(|s| s.as_str().map(str::to_string))
+        .collect();
     names.sort();
     names.dedup();
     Ok(names)
@@ -63,13 +66,16 @@ impl ModelFiles {
             return Self::from_dir(p);
         }
         if p.exists() {
-            return Err(files_err(format!("--model {spec} is a file; expected a folder or a hub repo id")));
+            return Err(files_err(format!(
+                "--model {spec} is a file; expected a folder or a hub repo id"
+            )));
         }
         if spec.split('/').count() != 2 || spec.starts_with('.') || spec.starts_with('/') {
-            return Err(files_err(format!("--model {spec}: no such folder, and not a hub repo id (org/name)")));
+            return Err(files_err(format!(
+                "--model {spec}: no such folder, and not a hub repo id (org/name)"
+            )));
         }
-        let offline = std::env::var("HF_HUB_OFFLINE").map(|v| !v.is_empty() && v != "0").unwrap_or(false);
-        if offline {
+        if hub_offline() {
             Self::from_cache(spec)
         } else {
             Self::from_hub(spec)
@@ -113,8 +119,9 @@ impl ModelFiles {
             .build()
             .map_err(|e| files_err(format!("hub client: {e}")))?;
         let repo = api.model(repo_id.to_string());
-        let config =
-            repo.get("config.json").map_err(|e| files_err(format!("{repo_id}: cannot fetch config.json: {e}")))?;
+        let config = repo
+            .get("config.json")
+            .map_err(|e| files_err(format!("{repo_id}: cannot fetch config.json: {e}")))?;
         let dir = config.parent().map(Path::to_path_buf).unwrap_or_default();
         let fetch = |name: &str| -> Result<Option<PathBuf>, ModelError> {
             match repo.get(name) {
@@ -138,13 +145,16 @@ impl ModelFiles {
         let weights = match fetch("model.safetensors")? {
             Some(p) => vec![p],
             None => {
-                let index = fetch("model.safetensors.index.json")?
-                    .ok_or_else(|| files_err("neither model.safetensors nor model.safetensors.index.json"))?;
+                let index = fetch("model.safetensors.index.json")?.ok_or_else(|| {
+                    files_err("neither model.safetensors nor model.safetensors.index.json")
+                })?;
                 let text = std::fs::read_to_string(&index)
                     .map_err(|e| files_err(format!("{}: {e}", index.display())))?;
                 shard_names(&text)?
                     .iter()
-                    .map(|n| fetch(n)?.ok_or_else(|| files_err(format!("missing weight shard {n}"))))
+                    .map(|n| {
+                        fetch(n)?.ok_or_else(|| files_err(format!("missing weight shard {n}")))
+                    })
                     .collect::<Result<_, _>>()?
             }
         };
@@ -163,6 +173,18 @@ impl ModelFiles {
     }
 }
 
+/// `HF_HUB_OFFLINE` set to a true value (`1`, `true`, `yes`, `on`).
+pub fn hub_offline() -> bool {
+    std::env::var("HF_HUB_OFFLINE")
+        .map(|v| {
+            matches!(
+                v.trim().to_ascii_lowercase().as_str(),
+                "1" | "true" | "yes" | "on"
+            )
+        })
+        .unwrap_or(false)
+}
+
 /// Parse `cpu`, `cuda`, `cuda:N` or `metal`.
 pub fn parse_device(spec: &str) -> Result<Device, ModelError> {
     let dev = match spec {
@@ -170,12 +192,22 @@ pub fn parse_device(spec: &str) -> Result<Device, ModelError> {
         "cuda" => Device::new_cuda(0),
         "metal" => Device::new_metal(0),
         s if s.starts_with("cuda:") => {
-            let n: usize = s[5..].parse().map_err(|_| files_err(format!("bad device `{s}`")))?;
+            let n: usize = s[5..]
+                .parse()
+                .map_err(|_| files_err(format!("bad device `{s}`")))?;
             Device::new_cuda(n)
         }
-        s => return Err(ModelError::Input(format!("unknown device `{s}` (cpu, cuda, cuda:N, metal)"))),
+        s => {
+            return Err(ModelError::Input(format!(
+                "unknown device `{s}` (cpu, cuda, cuda:N, metal)"
+            )))
+        }
     };
-    dev.map_err(|e| ModelError::Input(format!("device `{spec}` is not available in this build or machine: {e}")))
+    dev.map_err(|e| {
+        ModelError::Input(format!(
+            "device `{spec}` is not available in this build or machine: {e}"
+        ))
+    })
 }
 
 /// Parse `f32`, `bf16` or `f16`; default bf16 on GPU and f32 on CPU.
@@ -186,6 +218,8 @@ pub fn parse_dtype(spec: Option<&str>, device: &Device) -> Result<DType, ModelEr
         Some("f32") => Ok(DType::F32),
         Some("bf16") => Ok(DType::BF16),
         Some("f16") => Ok(DType::F16),
-        Some(s) => Err(ModelError::Input(format!("unknown dtype `{s}` (f32, bf16, f16)"))),
+        Some(s) => Err(ModelError::Input(format!(
+            "unknown dtype `{s}` (f32, bf16, f16)"
+        ))),
     }
 }

@@ -1,10 +1,10 @@
 //! Packed prefill and batched decode of [`Qwen25VL`].
 
-use candle_core::{DType, Tensor};
+use candle_core::Tensor;
 
 use super::attention::causal_mask;
-use super::rope::{mrope_tables, rope_index, RopeTokens};
 use super::attention::MASK_MIN;
+use super::rope::{mrope_tables, rope_index, RopeTokens};
 use super::text::{decode_attend, decode_attend_padded, prefill_attend, PackedSeq};
 use super::{DecodeAttention, ModelError, PrefillRequest, Qwen25VL, Result, SeqCache, Trace};
 use crate::preprocess::{ModelInput, PreparedImage};
@@ -45,23 +45,41 @@ impl Qwen25VL {
         }
         let grids: Vec<[usize; 3]> = req.input.images.iter().map(|im| im.grid_thw).collect();
         let rp = rope_index(ids, &grids, self.rope_tokens())?;
-        Ok(SeqPlan { new_ids: &ids[p..], all_ids: ids, positions: rp.pos[p..].to_vec(), next_pos: rp.next, prefix: req.prefix })
+        Ok(SeqPlan {
+            new_ids: &ids[p..],
+            all_ids: ids,
+            positions: rp.pos[p..].to_vec(),
+            next_pos: rp.next,
+            prefix: req.prefix,
+        })
     }
 
     /// Run the vision tower on `images` (any sizes) → merged tokens (Σ n_tokens, hidden), per image in order.
-    pub fn encode_images(&self, images: &[&PreparedImage], trace: Option<&mut super::VisionTrace>) -> Result<Tensor> {
+    pub fn encode_images(
+        &self,
+        images: &[&PreparedImage],
+        trace: Option<&mut super::VisionTrace>,
+    ) -> Result<Tensor> {
         let pd = self.cfg.vision.patch_dim();
         let mut data = Vec::with_capacity(images.iter().map(|im| im.patches.len()).sum());
         for (i, im) in images.iter().enumerate() {
-            if im.patches.len() != im.n_patches() * pd || im.grid_thw[1] % 2 != 0 || im.grid_thw[2] % 2 != 0 {
-                return Err(ModelError::Input(format!("image #{i}: patches do not match grid {:?}", im.grid_thw)));
+            if im.patches.len() != im.n_patches() * pd
+                || im.grid_thw[1] % 2 != 0
+                || im.grid_thw[2] % 2 != 0
+            {
+                return Err(ModelError::Input(format!(
+                    "image #{i}: patches do not match grid {:?}",
+                    im.grid_thw
+                )));
             }
             data.extend_from_slice(&im.patches);
         }
         let n = data.len() / pd;
         let pixels = Tensor::from_vec(data, (n, pd), &self.device)?.to_dtype(self.dtype)?;
         let grids: Vec<[usize; 3]> = images.iter().map(|im| im.grid_thw).collect();
-        Ok(self.vision.forward(&pixels, &grids, self.attn_budget, trace)?)
+        Ok(self
+            .vision
+            .forward(&pixels, &grids, self.attn_budget, trace)?)
     }
 
     /// Prefill new sequences (see [`PrefillRequest`]); returns one cache per sequence and (B, vocab) f32
@@ -79,23 +97,36 @@ impl Qwen25VL {
         if inputs.is_empty() {
             return Err(ModelError::Input("prefill of an empty batch".into()));
         }
-        let plans = inputs.iter().map(|r| self.plan(r)).collect::<Result<Vec<_>>>()?;
+        let plans = inputs
+            .iter()
+            .map(|r| self.plan(r))
+            .collect::<Result<Vec<_>>>()?;
         let x = self.embed_packed(inputs, &plans, trace.as_deref_mut())?;
         let mut seqs = Vec::with_capacity(plans.len());
         let mut start = 0;
         for p in &plans {
             let off = p.prefix.map_or(0, SeqCache::len);
             let mask = causal_mask(p.new_ids.len(), off, &self.device)?.unsqueeze(0)?;
-            seqs.push(PackedSeq { start, len: p.new_ids.len(), prefix: p.prefix, mask });
+            seqs.push(PackedSeq {
+                start,
+                len: p.new_ids.len(),
+                prefix: p.prefix,
+                mask,
+            });
             start += p.new_ids.len();
         }
-        let positions: Vec<[i64; 3]> = plans.iter().flat_map(|p| p.positions.iter().copied()).collect();
+        let positions: Vec<[i64; 3]> = plans
+            .iter()
+            .flat_map(|p| p.positions.iter().copied())
+            .collect();
         let (cos, sin) = self.rope_tensors(&positions)?;
         let mut x = x;
         let mut kv_layers = Vec::with_capacity(self.text.layers.len());
         for (li, layer) in self.text.layers.iter().enumerate() {
             let mut kv = Vec::with_capacity(seqs.len());
-            x = layer.forward(&x, &cos, &sin, |a, qkv| prefill_attend(a, qkv, li, &seqs, self.attn_budget, &mut kv))?;
+            x = layer.forward(&x, &cos, &sin, |a, qkv| {
+                prefill_attend(a, qkv, li, &seqs, self.attn_budget, &mut kv)
+            })?;
             kv_layers.push(kv);
             if let Some(t) = trace.as_deref_mut() {
                 t.text_layers.push(x.clone());
@@ -106,7 +137,9 @@ impl Qwen25VL {
             t.positions = plans.iter().map(|p| p.positions.clone()).collect();
         }
         let last: Vec<u32> = seqs.iter().map(|s| (s.start + s.len - 1) as u32).collect();
-        let logits = self.text.logits(&x.index_select(&Tensor::new(last.as_slice(), &self.device)?, 0)?)?;
+        let logits = self
+            .text
+            .logits(&x.index_select(&Tensor::new(last.as_slice(), &self.device)?, 0)?)?;
         let mut caches = Vec::with_capacity(plans.len());
         for (i, p) in plans.iter().enumerate() {
             let (k, v) = kv_layers.iter().map(|l| l[i].clone()).unzip();
@@ -116,10 +149,21 @@ impl Qwen25VL {
     }
 
     /// Embed all new tokens of `plans` (packed) and scatter the merged image features into the pad positions.
-    fn embed_packed(&self, inputs: &[PrefillRequest<'_>], plans: &[SeqPlan<'_>], trace: Option<&mut Trace>) -> Result<Tensor> {
-        let ids: Vec<u32> = plans.iter().flat_map(|p| p.new_ids.iter().copied()).collect();
-        let emb = self.text.embed(&Tensor::new(ids.as_slice(), &self.device)?)?;
-        let images: Vec<&PreparedImage> = inputs.iter().flat_map(|r| r.input.images.iter()).collect();
+    fn embed_packed(
+        &self,
+        inputs: &[PrefillRequest<'_>],
+        plans: &[SeqPlan<'_>],
+        trace: Option<&mut Trace>,
+    ) -> Result<Tensor> {
+        let ids: Vec<u32> = plans
+            .iter()
+            .flat_map(|p| p.new_ids.iter().copied())
+            .collect();
+        let emb = self
+            .text
+            .embed(&Tensor::new(ids.as_slice(), &self.device)?)?;
+        let images: Vec<&PreparedImage> =
+            inputs.iter().flat_map(|r| r.input.images.iter()).collect();
         let mut trace = trace;
         if images.is_empty() {
             if let Some(t) = trace {
@@ -141,7 +185,10 @@ impl Qwen25VL {
             })
             .collect();
         if k as usize != vis.dim(0)? {
-            return Err(ModelError::Input(format!("{k} image-pad tokens but {} image features", vis.dim(0)?)));
+            return Err(ModelError::Input(format!(
+                "{k} image-pad tokens but {} image features",
+                vis.dim(0)?
+            )));
         }
         let all = Tensor::cat(&[&emb, &vis.to_dtype(emb.dtype())?], 0)?;
         let x = all.index_select(&Tensor::new(index.as_slice(), &self.device)?, 0)?;
@@ -165,7 +212,11 @@ impl Qwen25VL {
     /// One decode step: `tokens[i]` is appended to `caches[i]`; returns (B, vocab) f32 logits.
     pub fn decode(&self, tokens: &[u32], caches: &mut [&mut SeqCache]) -> Result<Tensor> {
         if tokens.len() != caches.len() || tokens.is_empty() {
-            return Err(ModelError::Input(format!("decode: {} tokens for {} caches", tokens.len(), caches.len())));
+            return Err(ModelError::Input(format!(
+                "decode: {} tokens for {} caches",
+                tokens.len(),
+                caches.len()
+            )));
         }
         for c in caches.iter_mut() {
             c.reserve(1)?;
@@ -197,7 +248,10 @@ impl Qwen25VL {
             .iter()
             .flat_map(|c| (0..lmax).map(move |j| if j <= c.len() { 0.0 } else { MASK_MIN }))
             .collect();
-        Ok((lmax, Tensor::from_vec(mask, (caches.len(), 1, lmax), &self.device)?))
+        Ok((
+            lmax,
+            Tensor::from_vec(mask, (caches.len(), 1, lmax), &self.device)?,
+        ))
     }
 
     /// Build a reusable prefix cache from text-only token ids (e.g. the rendered system prompt).
@@ -205,11 +259,14 @@ impl Qwen25VL {
         if ids.contains(&self.cfg.image_token_id) {
             return Err(ModelError::Input("prefix caches must be text-only".into()));
         }
-        let input = ModelInput { input_ids: ids.to_vec(), images: Vec::new() };
-        let (mut caches, _) = self.prefill(&[PrefillRequest { input: &input, prefix: None }])?;
+        let input = ModelInput {
+            input_ids: ids.to_vec(),
+            images: Vec::new(),
+        };
+        let (mut caches, _) = self.prefill(&[PrefillRequest {
+            input: &input,
+            prefix: None,
+        }])?;
         Ok(caches.remove(0))
     }
-
-    /// Logits dtype helper for callers: logits are always f32.
-    pub const LOGITS_DTYPE: DType = DType::F32;
 }

@@ -21,7 +21,12 @@ pub struct GenerateOptions {
 
 impl Default for GenerateOptions {
     fn default() -> Self {
-        Self { max_new_tokens: 256, ignore_eos: false, top_logprobs: 0, eos_token_ids: None }
+        Self {
+            max_new_tokens: 256,
+            ignore_eos: false,
+            top_logprobs: 0,
+            eos_token_ids: None,
+        }
     }
 }
 
@@ -56,7 +61,8 @@ pub fn top_k_logprobs(logits: &Tensor, k: usize) -> candle_core::Result<Vec<Vec<
         .map(|row| {
             let mut idx: Vec<u32> = (0..row.len() as u32).collect();
             let k = k.min(row.len());
-            let cmp = |a: &u32, b: &u32| row[*b as usize].total_cmp(&row[*a as usize]).then(a.cmp(b));
+            let cmp =
+                |a: &u32, b: &u32| row[*b as usize].total_cmp(&row[*a as usize]).then(a.cmp(b));
             if k > 0 && k < idx.len() {
                 idx.select_nth_unstable_by(k - 1, cmp);
             }
@@ -70,8 +76,15 @@ pub fn top_k_logprobs(logits: &Tensor, k: usize) -> candle_core::Result<Vec<Vec<
 impl Qwen25VL {
     /// Greedy generation for a static batch (no sampling, no repetition penalty). Finished sequences leave
     /// the batch; results do not depend on the batch composition.
-    pub fn generate(&self, inputs: &[&ModelInput], opts: &GenerateOptions) -> Result<Vec<Generation>> {
-        let eos = opts.eos_token_ids.clone().unwrap_or_else(|| self.cfg.eos_token_ids.clone());
+    pub fn generate(
+        &self,
+        inputs: &[&ModelInput],
+        opts: &GenerateOptions,
+    ) -> Result<Vec<Generation>> {
+        let eos = opts
+            .eos_token_ids
+            .clone()
+            .unwrap_or_else(|| self.cfg.eos_token_ids.clone());
         let mut gens: Vec<Generation> = inputs
             .iter()
             .map(|i| Generation {
@@ -84,7 +97,13 @@ impl Qwen25VL {
         if inputs.is_empty() || opts.max_new_tokens == 0 {
             return Ok(gens);
         }
-        let reqs: Vec<PrefillRequest<'_>> = inputs.iter().map(|i| PrefillRequest { input: i, prefix: None }).collect();
+        let reqs: Vec<PrefillRequest<'_>> = inputs
+            .iter()
+            .map(|i| PrefillRequest {
+                input: i,
+                prefix: None,
+            })
+            .collect();
         let (mut caches, mut logits) = self.prefill(&reqs)?;
         for c in caches.iter_mut() {
             c.reserve(opts.max_new_tokens)?;
@@ -92,7 +111,11 @@ impl Qwen25VL {
         let mut active: Vec<usize> = (0..inputs.len()).collect();
         loop {
             let next = logits.argmax(D::Minus1)?.to_vec1::<u32>()?;
-            let tops = if opts.top_logprobs > 0 { Some(top_k_logprobs(&logits, opts.top_logprobs)?) } else { None };
+            let tops = if opts.top_logprobs > 0 {
+                Some(top_k_logprobs(&logits, opts.top_logprobs)?)
+            } else {
+                None
+            };
             let mut still = Vec::with_capacity(active.len());
             let mut feed = Vec::with_capacity(active.len());
             for (row, &s) in active.iter().enumerate() {

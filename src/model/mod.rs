@@ -104,7 +104,10 @@ pub enum DecodeAttention {
 
 /// Tensor name prefixes of the vision tower and the language model in a checkpoint.
 fn detect_prefixes(vb: &VarBuilder) -> Result<(&'static str, &'static str)> {
-    const CANDIDATES: [(&str, &str); 2] = [("model.visual", "model.language_model"), ("visual", "model")];
+    const CANDIDATES: [(&str, &str); 2] = [
+        ("model.visual", "model.language_model"),
+        ("visual", "model"),
+    ];
     CANDIDATES
         .into_iter()
         .find(|(v, _)| vb.contains_tensor(&format!("{v}.patch_embed.proj.weight")))
@@ -121,7 +124,8 @@ impl Qwen25VL {
     /// Load config and memory-mapped weights on `device`, casting to `dtype`.
     pub fn load(files: &ModelFiles, device: &Device, dtype: DType) -> Result<Self> {
         let read = |p: &std::path::Path| {
-            std::fs::read_to_string(p).map_err(|e| ModelError::Files(format!("{}: {e}", p.display())))
+            std::fs::read_to_string(p)
+                .map_err(|e| ModelError::Files(format!("{}: {e}", p.display())))
         };
         let gen = files.generation_config.as_deref().map(read).transpose()?;
         let cfg = ModelConfig::from_json(&read(&files.config)?, gen.as_deref())?;
@@ -152,7 +156,11 @@ impl Qwen25VL {
             vision,
             text,
             attn_budget: attention::DEFAULT_MAX_SCORE_ELEMS,
-            decode_attention: if vb.device().is_cpu() { DecodeAttention::PerSequence } else { DecodeAttention::Padded },
+            decode_attention: if vb.device().is_cpu() {
+                DecodeAttention::PerSequence
+            } else {
+                DecodeAttention::Padded
+            },
         })
     }
 
@@ -190,7 +198,9 @@ impl Qwen25VL {
     /// Rough transient activation bytes per prefill token in the language model (one layer alive at a time).
     pub fn activation_bytes_per_token(&self) -> usize {
         let t = &self.cfg.text;
-        let per = 4 * t.hidden_size + 3 * t.intermediate_size + (t.num_attention_heads + 2 * t.num_key_value_heads) * t.head_dim;
+        let per = 4 * t.hidden_size
+            + 3 * t.intermediate_size
+            + (t.num_attention_heads + 2 * t.num_key_value_heads) * t.head_dim;
         per * self.dtype.size_in_bytes()
     }
 

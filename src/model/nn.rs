@@ -5,14 +5,23 @@ use candle_core::{DType, Module, Result, Tensor};
 use candle_nn::VarBuilder;
 
 /// Load `name` under `vb` with the expected `shape`, cast to the builder's dtype; errors name the full tensor.
-pub fn weight<S: Into<candle_core::Shape>>(vb: &VarBuilder, shape: S, name: &str) -> Result<Tensor> {
+pub fn weight<S: Into<candle_core::Shape>>(
+    vb: &VarBuilder,
+    shape: S,
+    name: &str,
+) -> Result<Tensor> {
     let shape = shape.into();
-    let full = if vb.prefix().is_empty() { name.to_string() } else { format!("{}.{name}", vb.prefix()) };
+    let full = if vb.prefix().is_empty() {
+        name.to_string()
+    } else {
+        format!("{}.{name}", vb.prefix())
+    };
     if !vb.contains_tensor(name) {
         candle_core::bail!("missing tensor `{full}` (expected shape {shape:?})");
     }
-    vb.get(shape.clone(), name)
-        .map_err(|e| candle_core::Error::Msg(format!("tensor `{full}` (expected shape {shape:?}): {e}")))
+    vb.get(shape.clone(), name).map_err(|e| {
+        candle_core::Error::Msg(format!("tensor `{full}` (expected shape {shape:?}): {e}"))
+    })
 }
 
 /// `y = x·Wᵀ + b` for 2-D `x` (rows, in).
@@ -26,7 +35,11 @@ impl Linear {
     /// Load `weight` (out, in) and, when `bias`, `bias` (out).
     pub fn new(in_dim: usize, out_dim: usize, bias: bool, vb: VarBuilder) -> Result<Self> {
         let w = weight(&vb, (out_dim, in_dim), "weight")?;
-        let b = if bias { Some(weight(&vb, out_dim, "bias")?) } else { None };
+        let b = if bias {
+            Some(weight(&vb, out_dim, "bias")?)
+        } else {
+            None
+        };
         Ok(Self { w, b })
     }
     /// Wrap an existing weight (out, in), e.g. the tied embedding.
@@ -58,7 +71,11 @@ impl RmsNorm {
     pub fn new(dim: usize, eps: f64, vb: VarBuilder) -> Result<Self> {
         let w = weight(&vb, dim, "weight")?;
         let ones = Tensor::ones(dim, DType::F32, w.device())?;
-        Ok(Self { w, ones, eps: eps as f32 })
+        Ok(Self {
+            w,
+            ones,
+            eps: eps as f32,
+        })
     }
 }
 

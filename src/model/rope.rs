@@ -31,7 +31,11 @@ impl RopePositions {
 /// HF `get_rope_index` for one unpadded sequence of images: text tokens advance all three axes together;
 /// each run of image-pad tokens (one image per run, `grids` in order) gets (t, h, w) = base + (0, row, col)
 /// over its llm grid, and the following text resumes at `max + 1`.
-pub fn rope_index(ids: &[u32], grids: &[[usize; 3]], tok: RopeTokens) -> Result<RopePositions, ModelError> {
+pub fn rope_index(
+    ids: &[u32],
+    grids: &[[usize; 3]],
+    tok: RopeTokens,
+) -> Result<RopePositions, ModelError> {
     let m = tok.spatial_merge_size;
     let mut pos = Vec::with_capacity(ids.len());
     let mut next: i64 = 0;
@@ -45,7 +49,10 @@ pub fn rope_index(ids: &[u32], grids: &[[usize; 3]], tok: RopeTokens) -> Result<
             continue;
         }
         let g = grids.get(img).ok_or_else(|| {
-            ModelError::Input(format!("image-pad run #{} at token {i} has no matching image", img + 1))
+            ModelError::Input(format!(
+                "image-pad run #{} at token {i} has no matching image",
+                img + 1
+            ))
         })?;
         let (t, h, w) = (g[0], g[1] / m, g[2] / m);
         let n = t * h * w;
@@ -72,7 +79,10 @@ pub fn rope_index(ids: &[u32], grids: &[[usize; 3]], tok: RopeTokens) -> Result<
         img += 1;
     }
     if img != grids.len() {
-        return Err(ModelError::Input(format!("{} images given but {img} image-pad runs in the prompt", grids.len())));
+        return Err(ModelError::Input(format!(
+            "{} images given but {img} image-pad runs in the prompt",
+            grids.len()
+        )));
     }
     Ok(RopePositions { pos, next })
 }
@@ -80,15 +90,29 @@ pub fn rope_index(ids: &[u32], grids: &[[usize; 3]], tok: RopeTokens) -> Result<
 /// Text RoPE inverse frequencies `1 / theta^(2j/head_dim)`, j < head_dim/2, in f32 like HF.
 pub fn text_inv_freq(head_dim: usize, theta: f64) -> Vec<f32> {
     let theta = theta as f32;
-    (0..head_dim / 2).map(|j| 1.0 / theta.powf((2 * j) as f32 / head_dim as f32)).collect()
+    (0..head_dim / 2)
+        .map(|j| 1.0 / theta.powf((2 * j) as f32 / head_dim as f32))
+        .collect()
 }
 
 /// M-RoPE cos/sin half-tables (n × head_dim/2, row-major, f32): entry j of row i uses the axis of section j
 /// (t for j < s0, h for j < s0+s1, w otherwise) of `pos[i]`.
-pub fn mrope_tables(pos: &[[i64; 3]], inv_freq: &[f32], section: [usize; 3]) -> (Vec<f32>, Vec<f32>) {
+pub fn mrope_tables(
+    pos: &[[i64; 3]],
+    inv_freq: &[f32],
+    section: [usize; 3],
+) -> (Vec<f32>, Vec<f32>) {
     let half = inv_freq.len();
     let axis: Vec<usize> = (0..half)
-        .map(|j| if j < section[0] { 0 } else if j < section[0] + section[1] { 1 } else { 2 })
+        .map(|j| {
+            if j < section[0] {
+                0
+            } else if j < section[0] + section[1] {
+                1
+            } else {
+                2
+            }
+        })
         .collect();
     let mut cos = Vec::with_capacity(pos.len() * half);
     let mut sin = Vec::with_capacity(pos.len() * half);
@@ -105,9 +129,15 @@ pub fn mrope_tables(pos: &[[i64; 3]], inv_freq: &[f32], section: [usize; 3]) -> 
 /// Vision rotary half-tables (N × head_dim/2, f32) for images of `grids`, rows in the processor's merge-block
 /// order: entries [0, q) rotate by the patch row, [q, 2q) by the patch column, q = head_dim/4,
 /// with frequencies `1 / 10000^(2k/(head_dim/2))`.
-pub fn vision_rope_tables(grids: &[[usize; 3]], head_dim: usize, merge: usize) -> (Vec<f32>, Vec<f32>) {
+pub fn vision_rope_tables(
+    grids: &[[usize; 3]],
+    head_dim: usize,
+    merge: usize,
+) -> (Vec<f32>, Vec<f32>) {
     let dim = head_dim / 2;
-    let inv: Vec<f32> = (0..dim / 2).map(|k| 1.0 / 10000f32.powf((2 * k) as f32 / dim as f32)).collect();
+    let inv: Vec<f32> = (0..dim / 2)
+        .map(|k| 1.0 / 10000f32.powf((2 * k) as f32 / dim as f32))
+        .collect();
     let mut cos = Vec::new();
     let mut sin = Vec::new();
     for &[t, h, w] in grids {

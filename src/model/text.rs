@@ -29,7 +29,12 @@ pub type Qkv = (Tensor, Tensor, Tensor);
 impl TextAttention {
     /// Load `q_proj`, `k_proj`, `v_proj`, `o_proj`.
     pub fn new(cfg: &TextConfig, vb: VarBuilder) -> Result<Self> {
-        let (d, h, kv, hd) = (cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim);
+        let (d, h, kv, hd) = (
+            cfg.hidden_size,
+            cfg.num_attention_heads,
+            cfg.num_key_value_heads,
+            cfg.head_dim,
+        );
         Ok(Self {
             q_proj: Linear::new(d, h * hd, true, vb.pp("q_proj"))?,
             k_proj: Linear::new(d, kv * hd, true, vb.pp("k_proj"))?,
@@ -100,7 +105,11 @@ impl DecoderLayer {
     /// Load one layer.
     pub fn new(cfg: &TextConfig, vb: VarBuilder) -> Result<Self> {
         Ok(Self {
-            input_layernorm: RmsNorm::new(cfg.hidden_size, cfg.rms_norm_eps, vb.pp("input_layernorm"))?,
+            input_layernorm: RmsNorm::new(
+                cfg.hidden_size,
+                cfg.rms_norm_eps,
+                vb.pp("input_layernorm"),
+            )?,
             post_attention_layernorm: RmsNorm::new(
                 cfg.hidden_size,
                 cfg.rms_norm_eps,
@@ -120,10 +129,14 @@ impl DecoderLayer {
         sin: &Tensor,
         attend: impl FnOnce(&TextAttention, Qkv) -> Result<Tensor>,
     ) -> Result<Tensor> {
-        let qkv = self.self_attn.qkv(&self.input_layernorm.forward(x)?, cos, sin)?;
+        let qkv = self
+            .self_attn
+            .qkv(&self.input_layernorm.forward(x)?, cos, sin)?;
         let o = attend(&self.self_attn, qkv)?;
         let x = (x + self.self_attn.o_proj.forward(&o)?)?;
-        &x + self.mlp.forward(&self.post_attention_layernorm.forward(&x)?)?
+        &x + self
+            .mlp
+            .forward(&self.post_attention_layernorm.forward(&x)?)?
     }
 }
 
@@ -159,8 +172,19 @@ pub fn prefill_attend(
             vs = Tensor::cat(&[&pv, &vs], 1)?;
         }
         let qs = heads_first(&q)?.unsqueeze(0)?;
-        let o = attention(&qs, &ks.unsqueeze(0)?, &vs.unsqueeze(0)?, Some(&s.mask), attn.scale(), budget)?;
-        outs.push(o.squeeze(0)?.transpose(0, 1)?.reshape((s.len, attn.heads * attn.head_dim))?);
+        let o = attention(
+            &qs,
+            &ks.unsqueeze(0)?,
+            &vs.unsqueeze(0)?,
+            Some(&s.mask),
+            attn.scale(),
+            budget,
+        )?;
+        outs.push(
+            o.squeeze(0)?
+                .transpose(0, 1)?
+                .reshape((s.len, attn.heads * attn.head_dim))?,
+        );
         kv_out.push((ks, vs));
     }
     Tensor::cat(&outs, 0)
@@ -181,8 +205,19 @@ pub fn decode_attend(
         let vi = v.narrow(0, i, 1)?.transpose(0, 1)?;
         c.write(layer, &ki, &vi)?;
         let (ks, vs) = c.kv_with_pending(layer)?;
-        let qi = q.narrow(0, i, 1)?.transpose(0, 1)?.contiguous()?.unsqueeze(0)?;
-        let o = attention(&qi, &ks.unsqueeze(0)?, &vs.unsqueeze(0)?, None, attn.scale(), budget)?;
+        let qi = q
+            .narrow(0, i, 1)?
+            .transpose(0, 1)?
+            .contiguous()?
+            .unsqueeze(0)?;
+        let o = attention(
+            &qi,
+            &ks.unsqueeze(0)?,
+            &vs.unsqueeze(0)?,
+            None,
+            attn.scale(),
+            budget,
+        )?;
         outs.push(o.reshape((1, attn.heads * attn.head_dim))?);
     }
     Tensor::cat(&outs, 0)
@@ -204,7 +239,11 @@ pub fn decode_attend_padded(
     let mut ks = Vec::with_capacity(b);
     let mut vs = Vec::with_capacity(b);
     for (i, c) in caches.iter_mut().enumerate() {
-        c.write(layer, &k.narrow(0, i, 1)?.transpose(0, 1)?, &v.narrow(0, i, 1)?.transpose(0, 1)?)?;
+        c.write(
+            layer,
+            &k.narrow(0, i, 1)?.transpose(0, 1)?,
+            &v.narrow(0, i, 1)?.transpose(0, 1)?,
+        )?;
         let (kc, vc) = c.kv_padded(layer, lmax)?;
         ks.push(kc);
         vs.push(vc);
@@ -232,9 +271,14 @@ impl TextModel {
     /// Load `embed_tokens`, `layers.{i}`, `norm` under `vb`; `lm_head` is the given separate weight or the
     /// embedding when `None`.
     pub fn new(cfg: &TextConfig, vb: VarBuilder, lm_head: Option<Tensor>) -> Result<Self> {
-        let embed = weight(&vb.pp("embed_tokens"), (cfg.vocab_size, cfg.hidden_size), "weight")?;
-        let layers =
-            (0..cfg.num_hidden_layers).map(|i| DecoderLayer::new(cfg, vb.pp(format!("layers.{i}")))).collect::<Result<_>>()?;
+        let embed = weight(
+            &vb.pp("embed_tokens"),
+            (cfg.vocab_size, cfg.hidden_size),
+            "weight",
+        )?;
+        let layers = (0..cfg.num_hidden_layers)
+            .map(|i| DecoderLayer::new(cfg, vb.pp(format!("layers.{i}"))))
+            .collect::<Result<_>>()?;
         Ok(Self {
             lm_head: Linear::from_weight(lm_head.unwrap_or_else(|| embed.clone())),
             embed_tokens: embed,
@@ -250,6 +294,8 @@ impl TextModel {
 
     /// Final norm and `lm_head` on selected rows (R, hidden) → (R, vocab) f32 logits.
     pub fn logits(&self, rows: &Tensor) -> Result<Tensor> {
-        self.lm_head.forward(&self.norm.forward(rows)?)?.to_dtype(candle_core::DType::F32)
+        self.lm_head
+            .forward(&self.norm.forward(rows)?)?
+            .to_dtype(candle_core::DType::F32)
     }
 }

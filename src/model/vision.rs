@@ -23,8 +23,14 @@ impl PatchEmbed {
     /// Load `proj.weight` (D, C, T, P, P) and flatten it to (D, C·T·P·P).
     pub fn new(cfg: &VisionConfig, vb: VarBuilder) -> Result<Self> {
         let (p, t) = (cfg.patch_size, cfg.temporal_patch_size);
-        let w = weight(&vb.pp("proj"), (cfg.hidden_size, cfg.in_channels, t, p, p), "weight")?;
-        Ok(Self { w: w.reshape((cfg.hidden_size, cfg.patch_dim()))? })
+        let w = weight(
+            &vb.pp("proj"),
+            (cfg.hidden_size, cfg.in_channels, t, p, p),
+            "weight",
+        )?;
+        Ok(Self {
+            w: w.reshape((cfg.hidden_size, cfg.patch_dim()))?,
+        })
     }
 }
 
@@ -76,7 +82,9 @@ impl VisionAttention {
         let qkv = self.qkv.forward(x)?.reshape((n, 3, h, d))?;
         let rot = |t: Tensor| -> Result<Tensor> {
             let t32 = t.contiguous()?.to_dtype(DType::F32)?.unsqueeze(0)?;
-            candle_nn::rotary_emb::rope_thd(&t32, &ctx.cos, &ctx.sin)?.squeeze(0)?.to_dtype(x.dtype())
+            candle_nn::rotary_emb::rope_thd(&t32, &ctx.cos, &ctx.sin)?
+                .squeeze(0)?
+                .to_dtype(x.dtype())
         };
         let q = rot(qkv.narrow(1, 0, 1)?.squeeze(1)?)?;
         let k = rot(qkv.narrow(1, 1, 1)?.squeeze(1)?)?;
@@ -85,18 +93,43 @@ impl VisionAttention {
         let out = if full {
             let mut outs = Vec::with_capacity(ctx.full.len());
             for &(s, len) in &ctx.full {
-                let heads_first = |t: &Tensor| t.narrow(0, s, len)?.transpose(0, 1)?.contiguous()?.unsqueeze(0);
-                let o = attention(&heads_first(&q)?, &heads_first(&k)?, &heads_first(&v)?, None, scale, ctx.budget)?;
+                let heads_first = |t: &Tensor| {
+                    t.narrow(0, s, len)?
+                        .transpose(0, 1)?
+                        .contiguous()?
+                        .unsqueeze(0)
+                };
+                let o = attention(
+                    &heads_first(&q)?,
+                    &heads_first(&k)?,
+                    &heads_first(&v)?,
+                    None,
+                    scale,
+                    ctx.budget,
+                )?;
                 outs.push(o.squeeze(0)?.transpose(0, 1)?.reshape((len, dm))?);
             }
             Tensor::cat(&outs, 0)?
         } else {
             let (nw, ww) = (ctx.n_windows, ctx.win_width);
             let windows = |t: &Tensor| {
-                t.reshape((n, dm))?.index_select(&ctx.win_gather, 0)?.reshape((nw, ww, h, d))?.transpose(1, 2)?.contiguous()
+                t.reshape((n, dm))?
+                    .index_select(&ctx.win_gather, 0)?
+                    .reshape((nw, ww, h, d))?
+                    .transpose(1, 2)?
+                    .contiguous()
             };
-            let o = attention(&windows(&q)?, &windows(&k)?, &windows(&v)?, Some(&ctx.win_mask), scale, ctx.budget)?;
-            o.transpose(1, 2)?.reshape((nw * ww, dm))?.index_select(&ctx.win_back, 0)?
+            let o = attention(
+                &windows(&q)?,
+                &windows(&k)?,
+                &windows(&v)?,
+                Some(&ctx.win_mask),
+                scale,
+                ctx.budget,
+            )?;
+            o.transpose(1, 2)?
+                .reshape((nw * ww, dm))?
+                .index_select(&ctx.win_back, 0)?
         };
         self.proj.forward(&out)
     }
@@ -183,7 +216,10 @@ impl PatchMerger {
 impl Module for PatchMerger {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let (n, d) = x.dims2()?;
-        let x = self.ln_q.forward(x)?.reshape((n / self.unit, d * self.unit))?;
+        let x = self
+            .ln_q
+            .forward(x)?
+            .reshape((n / self.unit, d * self.unit))?;
         self.fc2.forward(&self.fc1.forward(&x)?.gelu_erf()?)
     }
 }
@@ -209,8 +245,9 @@ pub struct VisionModel {
 impl VisionModel {
     /// Load `patch_embed`, `blocks.{i}` and `merger` under `vb`.
     pub fn new(cfg: &VisionConfig, vb: VarBuilder) -> Result<Self> {
-        let blocks =
-            (0..cfg.depth).map(|i| VisionBlock::new(cfg, i, vb.pp(format!("blocks.{i}")))).collect::<Result<_>>()?;
+        let blocks = (0..cfg.depth)
+            .map(|i| VisionBlock::new(cfg, i, vb.pp(format!("blocks.{i}"))))
+            .collect::<Result<_>>()?;
         Ok(Self {
             patch_embed: PatchEmbed::new(cfg, vb.pp("patch_embed"))?,
             blocks,
@@ -220,19 +257,31 @@ impl VisionModel {
     }
 
     /// Build the per-call layout for `grids`: permuted rotary tables and window/full groupings.
-    pub fn context(&self, grids: &[[usize; 3]], device: &Device, budget: usize) -> Result<(VisionCtx, Vec<u32>)> {
+    pub fn context(
+        &self,
+        grids: &[[usize; 3]],
+        device: &Device,
+        budget: usize,
+    ) -> Result<(VisionCtx, Vec<u32>)> {
         let (m, unit) = (self.cfg.spatial_merge_size, self.cfg.merge_unit());
         let wi = window_index(grids, m, self.cfg.merger_window());
         let half = self.cfg.head_dim() / 2;
         let (cos, sin) = vision_rope_tables(grids, self.cfg.head_dim(), m);
         let permute = |t: &[f32]| -> Vec<f32> {
             let row = unit * half;
-            wi.window_index.iter().flat_map(|&j| t[j * row..(j + 1) * row].iter().copied()).collect()
+            wi.window_index
+                .iter()
+                .flat_map(|&j| t[j * row..(j + 1) * row].iter().copied())
+                .collect()
         };
         let n = wi.window_index.len() * unit;
         let cos = Tensor::from_vec(permute(&cos), (n, half), device)?;
         let sin = Tensor::from_vec(permute(&sin), (n, half), device)?;
-        let full = wi.cu_seqlens.windows(2).map(|p| (p[0], p[1] - p[0])).collect();
+        let full = wi
+            .cu_seqlens
+            .windows(2)
+            .map(|p| (p[0], p[1] - p[0]))
+            .collect();
         let pw = pad_windows(&wi.cu_window_seqlens, MASK_MIN);
         let ctx = VisionCtx {
             cos,
@@ -262,14 +311,20 @@ impl VisionModel {
         let (ctx, perm) = self.context(grids, pixels.device(), budget)?;
         let rev: Vec<u32> = {
             let mut r = vec![0u32; perm.len()];
-            perm.iter().enumerate().for_each(|(k, &j)| r[j as usize] = k as u32);
+            perm.iter()
+                .enumerate()
+                .for_each(|(k, &j)| r[j as usize] = k as u32);
             r
         };
         let perm = Tensor::new(perm.as_slice(), pixels.device())?;
         let rev = Tensor::new(rev.as_slice(), pixels.device())?;
         let x = self.patch_embed.forward(pixels)?;
         let d = x.dim(1)?;
-        let groups = |t: &Tensor, idx: &Tensor| t.reshape((n / unit, unit * d))?.index_select(idx, 0)?.reshape((n, d));
+        let groups = |t: &Tensor, idx: &Tensor| {
+            t.reshape((n / unit, unit * d))?
+                .index_select(idx, 0)?
+                .reshape((n, d))
+        };
         if let Some(tr) = trace.as_deref_mut() {
             tr.patch_embed = Some(x.clone());
         }

@@ -57,7 +57,11 @@ pub fn window_index(grids: &[[usize; 3]], merge: usize, win: usize) -> WindowInd
         }
         offset += t * gh * gw;
     }
-    WindowIndex { window_index, cu_window_seqlens: cu_window, cu_seqlens: cu_full }
+    WindowIndex {
+        window_index,
+        cu_window_seqlens: cu_window,
+        cu_seqlens: cu_full,
+    }
 }
 
 /// Gather plan for batched window attention: every window padded to `width` rows.
@@ -93,5 +97,11 @@ pub fn pad_windows(cu: &[usize], mask_min: f32) -> PaddedWindows {
             }
         }
     }
-    PaddedWindows { n_windows, width, gather, key_mask, scatter_back }
+    PaddedWindows {
+        n_windows,
+        width,
+        gather,
+        key_mask,
+        scatter_back,
+    }
 }

@@ -212,8 +212,10 @@ pub fn materialize_default() -> Result<PathBuf, SampleError> {
     if dir.join(COMPLETE_MARKER).is_file() {
         return Ok(dir);
     }
+    static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let nth = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    let tmp = dir.with_extension(format!("tmp-{}-{nanos}", std::process::id()));
+    let tmp = dir.with_extension(format!("tmp-{}-{nth}-{nanos}", std::process::id()));
     write(&tmp)?;
     let marker = tmp.join(COMPLETE_MARKER);
     std::fs::write(&marker, SAMPLE_VERSION.to_string()).map_err(|source| SampleError::Io { path: marker, source })?;

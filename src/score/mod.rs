@@ -142,6 +142,15 @@ pub struct ScoredRun {
     pub unknown: Vec<(String, usize)>,
 }
 
+/// Score `preds` against `bench` and aggregate, with the unknown and malformed prediction counts filled in.
+pub fn score_predictions(rules: &RulePreset, bench: &Benchmark, preds: &PredictionSet) -> (Metrics, ScoredRun) {
+    let scored = score_benchmark(rules, bench, preds);
+    let mut metrics = aggregate(&scored.steps, rules);
+    metrics.unknown_predictions = scored.unknown.len();
+    metrics.malformed_prediction_lines = preds.malformed.len();
+    (metrics, scored)
+}
+
 /// Judge every step of `bench` against `preds`.
 pub fn score_benchmark(rules: &RulePreset, bench: &Benchmark, preds: &PredictionSet) -> ScoredRun {
     let mut steps = Vec::with_capacity(bench.num_steps());

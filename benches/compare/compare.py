@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""Side-by-side: mobile-r1-eval vs HF transformers on the same machine, in one run.
+
+1. Writes a random-weight Qwen2.5-VL checkpoint in the Hugging Face layout (preset `small`: Qwen2.5-0.5B text
+   dimensions with the real 3B vision tower; `tiny` for a quick check), f32, with the project's derived
+   tokenizer and chat template.
+2. Writes a benchmark folder of N step prompts (1080x2400 synthetic phone screenshots, data.jsonl).
+3. Runs the N step prompts through transformers (PyTorch, f32, greedy, batched with left padding, SDPA), built
+   with exactly the prompts mobile-r1-eval renders (the same prompts/*.jinja files, the same chat template).
+4. Runs `mobile-r1-eval eval --no-judge` on the same folder.
+5. Checks that both produce the same text for every step and prints steps/s of each, the ratio, peak RSS of
+   each, and the machine's f32 matmul throughput (torch sgemm) measured in the same run.
+
+Usage (from the repository root, after `cargo build --release`):
+
+    .venv-fixtures/bin/python benches/compare/compare.py --preset small --steps 4 --max-pixels 250880
+    .venv-fixtures/bin/python benches/compare/compare.py --preset tiny --steps 16      # quick check
+
+Each engine runs in its own process (peak RSS is per process). Needs the fixtures venv (see
+tests/fixtures/make_fixtures.py for its setup) and `jinja2` (a transformers dependency).
+"""
+import argparse
+import importlib.util
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+PROMPTS = os.path.join(ROOT, "prompts")
+TOKENIZER = os.path.join(ROOT, "tests", "fixtures", "tokenizer")
+
+
+def fixtures_module():
+    spec = importlib.util.spec_from_file_location("make_fixtures", os.path.join(ROOT, "tests", "fixtures", "make_fixtures.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+PRESETS = {
+    "tiny": dict(text=dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=1, num_key_value_heads=1,
+                           intermediate_size=48),
+                 vision=dict(depth=3, fullatt_block_indexes=[2], hidden_size=32, num_heads=2, intermediate_size=64,
+                             window_size=112),
+                 mrope=[2, 3, 3], tie=False),
+    "small": dict(text=dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                            intermediate_size=4864),
+                  vision=dict(depth=32, fullatt_block_indexes=[7, 15, 23, 31], hidden_size=1280, num_heads=16,
+                              intermediate_size=3420, window_size=112),
+                  mrope=[8, 12, 12], tie=True),
+}
+
+
+def write_checkpoint(fx, preset, out, seed, max_pixels):
+    from transformers import Qwen2_5_VLForConditionalGeneration
+    spec = PRESETS[preset]
+    cfg = fx.make_config(spec["text"], spec["vision"], spec["mrope"], spec["tie"])
+    model = Qwen2_5_VLForConditionalGeneration(cfg).eval()
+    fx.rerandomize(model, seed, lm_head_norm=1.0)
+    os.makedirs(out, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    for fn in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(TOKENIZER, fn), os.path.join(out, fn))
+    tpl = json.load(open(os.path.join(TOKENIZER, "tokenizer_config.json")))["chat_template"]
+    json.dump({"chat_template": tpl}, open(os.path.join(out, "chat_template.json"), "w"))
+    pre = dict(fx.HUB_PREPROCESSOR, max_pixels=max_pixels)
+    json.dump(pre, open(os.path.join(out, "preprocessor_config.json"), "w"), indent=2)
+    json.dump(fx.GENERATION_CONFIG, open(os.path.join(out, "generation_config.json"), "w"), indent=2)
+
+
+def write_benchmark(fx, out, n_steps):
+    """N steps: trajectories of up to 4 steps on 1080x2400 screens, each step with its own screenshot."""
+    os.makedirs(os.path.join(out, "images"), exist_ok=True)
+    lines, k = [], 0
+    while k < n_steps:
+        t = len(lines)
+        steps = []
+        for s in range(min(4, n_steps - k)):
+            name = f"t{t}_s{s}.png"
+            fx.save_png(out, name, fx.pattern_screen(2400, 1080, seed=7 + 10 * t + s))
+            name = "images/" + name
+            steps.append({"image": name, "thought": "", "subtask": f"第{s + 1}步：点击搜索框并输入商品名称",
+                          "action": {"name": "mobile_use", "arguments": {"action": "click", "coordinate": [540, 300]}},
+                          "response": ""})
+            k += 1
+        lines.append({"id": str(t), "app_name": "淘宝", "trajectory_length": len(steps),
+                      "instruction": "打开淘宝，搜索无线蓝牙降噪耳机，按销量排序后查看第一个商品", "image_width": 1080,
+                      "image_height": 2400, "trajectory": steps})
+    with open(os.path.join(out, "data.jsonl"), "w") as f:
+        for line in lines:
+            f.write(json.dumps(line, ensure_ascii=False) + "\n")
+    return lines
+
+
+def hf_messages(traj, si, resized_w, resized_h):
+    """The step prompt exactly as mobile-r1-eval builds it (engine/prompts.rs, prompts/*.jinja)."""
+    import jinja2
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False)
+    system = env.from_string(open(os.path.join(PROMPTS, "system_mobile_use.jinja")).read()).render(
+        width=resized_w, height=resized_h)
+    history = [s["subtask"] for s in traj["trajectory"][:si]]
+    user = env.from_string(open(os.path.join(PROMPTS, "step_user.jinja")).read()).render(
+        instruction=traj["instruction"], history=history)
+    return [{"role": "system", "content": system},
+            {"role": "user", "content": [{"type": "text", "text": user}, {"type": "image"}]}]
+
+
+def run_transformers(ckpt, data, lines, batch, max_new):
+    from PIL import Image
+    from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
+    torch.set_num_threads(os.cpu_count() or 1)
+    proc = AutoProcessor.from_pretrained(ckpt)
+    proc.tokenizer.padding_side = "left"
+    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(ckpt, dtype=torch.float32, attn_implementation="sdpa").eval()
+    jobs = [(t, si) for t in lines for si in range(len(t["trajectory"]))]
+    texts, images = [], []
+    for t, si in jobs:
+        img = Image.open(os.path.join(data, t["trajectory"][si]["image"])).convert("RGB")
+        grid = proc.image_processor(images=[img], return_tensors="pt")["image_grid_thw"][0].tolist()
+        msgs = hf_messages(t, si, grid[2] * 14, grid[1] * 14)
+        texts.append(proc.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False))
+        images.append(img)
+    outputs = []
+    t0 = time.time()
+    with torch.inference_mode():
+        for i in range(0, len(jobs), batch):
+            inputs = proc(text=texts[i:i + batch], images=images[i:i + batch], return_tensors="pt", padding=True)
+            gen = model.generate(**inputs, max_new_tokens=max_new, do_sample=False, repetition_penalty=1.0,
+                                 eos_token_id=[151645, 151643], pad_token_id=151643)
+            for row in gen[:, inputs["input_ids"].shape[1]:]:
+                ids = [int(x) for x in row if int(x) not in (151645, 151643)]
+                outputs.append(proc.tokenizer.decode(ids, skip_special_tokens=True))
+    wall = time.time() - t0
+    keys = [(t["id"], si) for t, si in jobs]
+    return dict(zip(keys, outputs)), wall, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def sgemm_gflops(n=2048):
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    best = min((lambda t: (a @ b, time.time() - t)[1])(time.time()) for _ in range(3))
+    return 2 * n ** 3 / best / 1e9
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--preset", default="small", choices=sorted(PRESETS))
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--max-new-tokens", type=int, default=16)
+    ap.add_argument("--max-pixels", type=int, default=250880)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--work", default=os.path.join(ROOT, "target", "compare"))
+    ap.add_argument("--binary", default=os.path.join(ROOT, "target", "release", "mobile-r1-eval"))
+    ap.add_argument("--role", default="driver", choices=["driver", "hf"])
+    args = ap.parse_args()
+    ckpt, data = os.path.join(args.work, f"{args.preset}-ckpt"), os.path.join(args.work, "data")
+
+    if args.role == "hf":  # child process: transformers alone, so its peak RSS is its own
+        lines = [json.loads(l) for l in open(os.path.join(data, "data.jsonl"))]
+        out, wall, rss = run_transformers(ckpt, data, lines, args.batch, args.max_new_tokens)
+        json.dump({"outputs": [[k[0], k[1], v] for k, v in out.items()], "wall": wall, "rss": rss}, sys.stdout)
+        return
+
+    fx = fixtures_module()
+    shutil.rmtree(args.work, ignore_errors=True)
+    write_checkpoint(fx, args.preset, ckpt, args.seed, args.max_pixels)
+    lines = write_benchmark(fx, data, args.steps)
+    child = subprocess.run([sys.executable, __file__, "--role", "hf", "--preset", args.preset, "--work", args.work,
+                            "--batch", str(args.batch), "--max-new-tokens", str(args.max_new_tokens)],
+                           check=True, capture_output=True, text=True)
+    hf = json.loads(child.stdout)
+    run_dir = os.path.join(args.work, "run")
+    subprocess.run([args.binary, "eval", "--model", ckpt, "--data", data, "--out", run_dir, "--no-judge",
+                    "--batch-size", str(args.batch), "--max-new-tokens", str(args.max_new_tokens)], check=True,
+                   stdout=subprocess.DEVNULL)
+    ours = {(json.loads(l)["trajectory"], json.loads(l)["step"]): json.loads(l)["response"]
+            for l in open(os.path.join(run_dir, "predictions.jsonl"))}
+    tp = json.load(open(os.path.join(run_dir, "throughput.json")))
+    hf_out = {(t, s): v for t, s, v in hf["outputs"]}
+    same = sum(hf_out[k] == ours.get(k) for k in hf_out)
+    ours_wall = tp["phases"][0]["wall_seconds"]
+    n = len(hf_out)
+    result = {
+        "preset": args.preset, "steps": n, "max_pixels": args.max_pixels, "max_new_tokens": args.max_new_tokens,
+        "batch": args.batch, "identical_outputs": f"{same}/{n}",
+        "transformers_steps_per_second": n / hf["wall"], "ours_steps_per_second": n / ours_wall,
+        "speedup": hf["wall"] / ours_wall,
+        "transformers_peak_rss_bytes": hf["rss"], "ours_peak_rss_bytes": tp["peak_rss_bytes"],
+        "torch_sgemm_gflops": sgemm_gflops(),
+        "versions": {"torch": torch.__version__, "numpy": np.__version__},
+        "cpu_threads": torch.get_num_threads(),
+    }
+    print(json.dumps(result, indent=1))
+    if same != n:
+        for k in sorted(hf_out):
+            if hf_out[k] != ours.get(k):
+                print("DIFF", k, repr(hf_out[k][:80]), "vs", repr((ours.get(k) or "")[:80]))
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
