@@ -132,3 +132,21 @@ fn a_corrupt_screenshot_is_recorded_not_fatal() {
     assert_eq!(metrics["prediction_errors"], 1);
     assert!(metrics["format_errors"].as_u64().unwrap() >= 1);
 }
+
+#[test]
+fn a_separate_judge_model_answers_the_aggregation_prompts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let judge = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny-a");
+    ok(&eval(&out, None, &["--judge-model", judge.to_str().unwrap(), "--batch-size", "8"]));
+    let metrics: Value = serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
+    let verdicts = lines(&out.join("judgements.jsonl"));
+    assert_eq!(verdicts.len() as u64, metrics["trajectories"].as_u64().unwrap());
+    assert!(verdicts.iter().all(|v| v["prompt_tokens"].as_u64().unwrap() > 0));
+    let manifest: Value = serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
+    assert!(manifest["settings"]["judge"]["model"].as_str().unwrap().ends_with("tiny-a"));
+    assert!(manifest["finished_at_unix"].as_u64().is_some());
+    // Resuming a finished run redoes nothing and keeps every line.
+    ok(&eval(&out, None, &["--judge-model", judge.to_str().unwrap(), "--batch-size", "8"]));
+    assert_eq!(lines(&out.join("judgements.jsonl")).len(), verdicts.len());
+}

@@ -15,7 +15,10 @@ const TOL: f32 = 1e-4;
 fn rope_positions_and_window_index_match_golden() {
     let gold = goldens("tiny-a");
     let input = golden_input(&gold, "");
-    let tok = RopeTokens { image_token_id: 151655, spatial_merge_size: 2 };
+    let tok = RopeTokens {
+        image_token_id: 151655,
+        spatial_merge_size: 2,
+    };
     let rp = rope_index(&input.input_ids, &[input.images[0].grid_thw], tok).unwrap();
     let want = i64s(g(&gold, "position_ids")); // (3, 1, S)
     let s = rp.pos.len();
@@ -25,9 +28,15 @@ fn rope_positions_and_window_index_match_golden() {
     }
     assert_eq!(rp.delta(), i64s(g(&gold, "rope_deltas"))[0]);
     let wi = window_index(&[input.images[0].grid_thw], 2, 4);
-    let want_wi: Vec<usize> = i64s(g(&gold, "vision.window_index")).into_iter().map(|x| x as usize).collect();
+    let want_wi: Vec<usize> = i64s(g(&gold, "vision.window_index"))
+        .into_iter()
+        .map(|x| x as usize)
+        .collect();
     assert_eq!(wi.window_index, want_wi);
-    let want_cu: Vec<usize> = i64s(g(&gold, "vision.cu_window_seqlens")).into_iter().map(|x| x as usize).collect();
+    let want_cu: Vec<usize> = i64s(g(&gold, "vision.cu_window_seqlens"))
+        .into_iter()
+        .map(|x| x as usize)
+        .collect();
     let mut dedup = want_cu.clone();
     dedup.dedup();
     assert_eq!(wi.cu_window_seqlens, dedup);
@@ -39,20 +48,62 @@ fn every_stage_matches_golden() {
     let model = load_model("tiny-a");
     let input = golden_input(&gold, "");
     let mut trace = Trace::default();
-    let (caches, logits) =
-        model.prefill_traced(&[PrefillRequest { input: &input, prefix: None }], Some(&mut trace)).unwrap();
-    assert_close("vision.patch_embed", trace.vision.patch_embed.as_ref().unwrap(), g(&gold, "vision.patch_embed"), TOL);
+    let (caches, logits) = model
+        .prefill_traced(
+            &[PrefillRequest {
+                input: &input,
+                prefix: None,
+            }],
+            Some(&mut trace),
+        )
+        .unwrap();
+    assert_close(
+        "vision.patch_embed",
+        trace.vision.patch_embed.as_ref().unwrap(),
+        g(&gold, "vision.patch_embed"),
+        TOL,
+    );
     assert_eq!(trace.vision.blocks.len(), 4);
     for (i, b) in trace.vision.blocks.iter().enumerate() {
-        assert_close(&format!("vision.block{i}"), b, g(&gold, &format!("vision.block{i}")), TOL);
+        assert_close(
+            &format!("vision.block{i}"),
+            b,
+            g(&gold, &format!("vision.block{i}")),
+            TOL,
+        );
     }
-    assert_close("vision.merged", trace.vision_merged.as_ref().unwrap(), g(&gold, "vision.merged"), TOL);
-    assert_close("text.inputs_embeds", trace.inputs_embeds.as_ref().unwrap(), g(&gold, "text.inputs_embeds"), TOL);
+    assert_close(
+        "vision.merged",
+        trace.vision_merged.as_ref().unwrap(),
+        g(&gold, "vision.merged"),
+        TOL,
+    );
+    assert_close(
+        "text.inputs_embeds",
+        trace.inputs_embeds.as_ref().unwrap(),
+        g(&gold, "text.inputs_embeds"),
+        TOL,
+    );
     for (i, l) in trace.text_layers.iter().enumerate() {
-        assert_close(&format!("text.layer{i}"), l, g(&gold, &format!("text.layer{i}")), TOL);
+        assert_close(
+            &format!("text.layer{i}"),
+            l,
+            g(&gold, &format!("text.layer{i}")),
+            TOL,
+        );
     }
-    assert_close("text.final_norm", trace.final_norm.as_ref().unwrap(), g(&gold, "text.final_norm"), TOL);
-    assert_close("text.logits_last", &logits, g(&gold, "text.logits_last"), TOL);
+    assert_close(
+        "text.final_norm",
+        trace.final_norm.as_ref().unwrap(),
+        g(&gold, "text.final_norm"),
+        TOL,
+    );
+    assert_close(
+        "text.logits_last",
+        &logits,
+        g(&gold, "text.logits_last"),
+        TOL,
+    );
     assert_eq!(caches[0].len(), 153);
     assert_eq!(caches[0].next_position(), 41);
 }
@@ -62,12 +113,21 @@ fn greedy_tokens_and_logprobs_match_golden() {
     let gold = goldens("tiny-a");
     let model = load_model("tiny-a");
     let input = golden_input(&gold, "");
-    let opts = GenerateOptions { max_new_tokens: 8, ignore_eos: true, top_logprobs: 5, eos_token_ids: None };
+    let opts = GenerateOptions {
+        max_new_tokens: 8,
+        ignore_eos: true,
+        top_logprobs: 5,
+        eos_token_ids: None,
+    };
     let out = model.generate(&[&input], &opts).unwrap();
     assert_eq!(out[0].token_ids, ids(g(&gold, "gen.ids")));
     assert_eq!(out[0].prompt_tokens, 153);
     let want_ids = ids(g(&gold, "gen.step_top5_ids"));
-    let want_lp = g(&gold, "gen.step_top5_logprobs").flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let want_lp = g(&gold, "gen.step_top5_logprobs")
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap();
     let mut worst = 0f32;
     for (step, top) in out[0].top_logprobs.iter().enumerate() {
         for (j, &(id, lp)) in top.iter().enumerate() {
@@ -92,17 +152,34 @@ fn hub_style_config_gives_same_logits() {
         }
         std::fs::copy(&p, dir.path().join(&name)).unwrap();
     }
-    std::fs::copy(src.join("config.hub-style.json"), dir.path().join("config.json")).unwrap();
+    std::fs::copy(
+        src.join("config.hub-style.json"),
+        dir.path().join("config.json"),
+    )
+    .unwrap();
     let files = mobile_r1_eval::model::ModelFiles::from_dir(dir.path()).unwrap();
-    let hub = mobile_r1_eval::model::Qwen25VL::load(&files, &candle_core::Device::Cpu, candle_core::DType::F32).unwrap();
+    let hub = mobile_r1_eval::model::Qwen25VL::load(
+        &files,
+        &candle_core::Device::Cpu,
+        candle_core::DType::F32,
+    )
+    .unwrap();
     let nested = load_model("tiny-a");
     assert_eq!(hub.config(), nested.config());
     let input = golden_input(&gold, "");
-    let req = [PrefillRequest { input: &input, prefix: None }];
+    let req = [PrefillRequest {
+        input: &input,
+        prefix: None,
+    }];
     let (_, a) = hub.prefill(&req).unwrap();
     let (_, b) = nested.prefill(&req).unwrap();
     let d = max_abs(&a, &b);
     assert_eq!(d, 0.0, "hub-style vs nested config logits differ by {d}");
-    assert_close("text.logits_last (hub config)", &a, g(&gold, "text.logits_last"), TOL);
+    assert_close(
+        "text.logits_last (hub config)",
+        &a,
+        g(&gold, "text.logits_last"),
+        TOL,
+    );
     let _ = Tensor::zeros(1, candle_core::DType::F32, &candle_core::Device::Cpu);
 }

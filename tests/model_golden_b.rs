@@ -17,23 +17,55 @@ fn each_prompt_matches_golden_stages() {
     for p in CASES {
         let input = golden_input(&gold, p);
         let mut trace = Trace::default();
-        let (_, logits) =
-            model.prefill_traced(&[PrefillRequest { input: &input, prefix: None }], Some(&mut trace)).unwrap();
+        let (_, logits) = model
+            .prefill_traced(
+                &[PrefillRequest {
+                    input: &input,
+                    prefix: None,
+                }],
+                Some(&mut trace),
+            )
+            .unwrap();
         let s = input.input_ids.len();
         let want = i64s(g(&gold, &format!("{p}position_ids")));
         for axis in 0..3 {
             let got: Vec<i64> = trace.positions[0].iter().map(|q| q[axis]).collect();
             assert_eq!(got, want[axis * s..(axis + 1) * s], "{p} axis {axis}");
         }
-        assert_close(&format!("{p}vision.patch_embed"), trace.vision.patch_embed.as_ref().unwrap(), g(&gold, &format!("{p}vision.patch_embed")), TOL);
+        assert_close(
+            &format!("{p}vision.patch_embed"),
+            trace.vision.patch_embed.as_ref().unwrap(),
+            g(&gold, &format!("{p}vision.patch_embed")),
+            TOL,
+        );
         for (i, b) in trace.vision.blocks.iter().enumerate() {
-            assert_close(&format!("{p}vision.block{i}"), b, g(&gold, &format!("{p}vision.block{i}")), TOL);
+            assert_close(
+                &format!("{p}vision.block{i}"),
+                b,
+                g(&gold, &format!("{p}vision.block{i}")),
+                TOL,
+            );
         }
-        assert_close(&format!("{p}vision.merged"), trace.vision_merged.as_ref().unwrap(), g(&gold, &format!("{p}vision.merged")), TOL);
+        assert_close(
+            &format!("{p}vision.merged"),
+            trace.vision_merged.as_ref().unwrap(),
+            g(&gold, &format!("{p}vision.merged")),
+            TOL,
+        );
         for (i, l) in trace.text_layers.iter().enumerate() {
-            assert_close(&format!("{p}text.layer{i}"), l, g(&gold, &format!("{p}text.layer{i}")), TOL);
+            assert_close(
+                &format!("{p}text.layer{i}"),
+                l,
+                g(&gold, &format!("{p}text.layer{i}")),
+                TOL,
+            );
         }
-        assert_close(&format!("{p}text.logits_last"), &logits, g(&gold, &format!("{p}text.logits_last")), TOL);
+        assert_close(
+            &format!("{p}text.logits_last"),
+            &logits,
+            g(&gold, &format!("{p}text.logits_last")),
+            TOL,
+        );
     }
 }
 
@@ -47,15 +79,28 @@ fn greedy_ids_and_top5_match_golden_alone_and_batched() {
     let gold = goldens("tiny-b");
     let model = load_model("tiny-b");
     let inputs = inputs();
-    let opts = GenerateOptions { max_new_tokens: 10, ignore_eos: true, top_logprobs: 5, eos_token_ids: None };
+    let opts = GenerateOptions {
+        max_new_tokens: 10,
+        ignore_eos: true,
+        top_logprobs: 5,
+        eos_token_ids: None,
+    };
     let refs: Vec<&ModelInput> = inputs.iter().collect();
     let batched = model.generate(&refs, &opts).unwrap();
     for (i, p) in CASES.iter().enumerate() {
         let alone = model.generate(&[&inputs[i]], &opts).unwrap().remove(0);
-        assert_eq!(alone.token_ids, ids(g(&gold, &format!("{p}gen.ids"))), "{p} alone");
+        assert_eq!(
+            alone.token_ids,
+            ids(g(&gold, &format!("{p}gen.ids"))),
+            "{p} alone"
+        );
         assert_eq!(batched[i].token_ids, alone.token_ids, "{p} batched");
         let want_ids = ids(g(&gold, &format!("{p}gen.step_top5_ids")));
-        let want_lp = g(&gold, &format!("{p}gen.step_top5_logprobs")).flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let want_lp = g(&gold, &format!("{p}gen.step_top5_logprobs"))
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
         let mut worst = 0f32;
         let mut worst_batch = 0f32;
         for (step, top) in alone.top_logprobs.iter().enumerate() {
@@ -67,7 +112,9 @@ fn greedy_ids_and_top5_match_golden_alone_and_batched() {
                 worst_batch = worst_batch.max((blp - lp).abs());
             }
         }
-        eprintln!("parity {p} top5 logprobs: {worst:.3e} vs golden, {worst_batch:.3e} batched vs alone");
+        eprintln!(
+            "parity {p} top5 logprobs: {worst:.3e} vs golden, {worst_batch:.3e} batched vs alone"
+        );
         assert!(worst < TOL && worst_batch < 1e-5);
     }
 }
@@ -76,10 +123,21 @@ fn greedy_ids_and_top5_match_golden_alone_and_batched() {
 fn batched_prefill_and_ragged_decode_equal_single() {
     let model = load_model("tiny-b");
     let inputs = inputs();
-    let reqs: Vec<PrefillRequest<'_>> = inputs.iter().map(|i| PrefillRequest { input: i, prefix: None }).collect();
+    let reqs: Vec<PrefillRequest<'_>> = inputs
+        .iter()
+        .map(|i| PrefillRequest {
+            input: i,
+            prefix: None,
+        })
+        .collect();
     let (mut bc, bl) = model.prefill(&reqs).unwrap();
-    let mut singles: Vec<(SeqCache, candle_core::Tensor)> =
-        reqs.iter().map(|r| { let (mut c, l) = model.prefill(&[*r]).unwrap(); (c.remove(0), l) }).collect();
+    let mut singles: Vec<(SeqCache, candle_core::Tensor)> = reqs
+        .iter()
+        .map(|r| {
+            let (mut c, l) = model.prefill(&[*r]).unwrap();
+            (c.remove(0), l)
+        })
+        .collect();
     for (i, (_, l)) in singles.iter().enumerate() {
         assert!(max_abs(&bl.narrow(0, i, 1).unwrap(), l) <= 1e-5);
     }
@@ -102,10 +160,21 @@ fn prefix_cache_continuation_equals_full_prefill() {
     let inputs = inputs();
     // The system prompt part (first 14 tokens: up to "<|im_start|>user\n") is shared text.
     let prefix = model.prefill_prefix(&inputs[0].input_ids[..14]).unwrap();
-    let reqs: Vec<PrefillRequest<'_>> =
-        inputs.iter().map(|i| PrefillRequest { input: i, prefix: Some(&prefix) }).collect();
+    let reqs: Vec<PrefillRequest<'_>> = inputs
+        .iter()
+        .map(|i| PrefillRequest {
+            input: i,
+            prefix: Some(&prefix),
+        })
+        .collect();
     let (mut with, lw) = model.prefill(&reqs).unwrap();
-    let full: Vec<PrefillRequest<'_>> = inputs.iter().map(|i| PrefillRequest { input: i, prefix: None }).collect();
+    let full: Vec<PrefillRequest<'_>> = inputs
+        .iter()
+        .map(|i| PrefillRequest {
+            input: i,
+            prefix: None,
+        })
+        .collect();
     let (mut without, lf) = model.prefill(&full).unwrap();
     let d = max_abs(&lw, &lf);
     eprintln!("prefix-cache vs full prefill logits: {d:.3e}");
@@ -122,7 +191,12 @@ fn prefix_cache_continuation_equals_full_prefill() {
 fn cloned_cache_is_copy_on_write() {
     let model = load_model("tiny-b");
     let inputs = inputs();
-    let (mut c, _) = model.prefill(&[PrefillRequest { input: &inputs[1], prefix: None }]).unwrap();
+    let (mut c, _) = model
+        .prefill(&[PrefillRequest {
+            input: &inputs[1],
+            prefix: None,
+        }])
+        .unwrap();
     let mut a = c.remove(0);
     let mut b = a.clone();
     let la = model.decode(&[100], &mut [&mut a]).unwrap();
@@ -131,10 +205,23 @@ fn cloned_cache_is_copy_on_write() {
     let la2 = model.decode(&[7], &mut [&mut a]).unwrap();
     let lb2 = model.decode(&[8], &mut [&mut b]).unwrap();
     let la3 = model.decode(&[9], &mut [&mut a]).unwrap();
-    let mut fresh = model.prefill(&[PrefillRequest { input: &inputs[1], prefix: None }]).unwrap().0.remove(0);
+    let mut fresh = model
+        .prefill(&[PrefillRequest {
+            input: &inputs[1],
+            prefix: None,
+        }])
+        .unwrap()
+        .0
+        .remove(0);
     model.decode(&[100], &mut [&mut fresh]).unwrap();
-    assert_eq!(max_abs(&la2, &model.decode(&[7], &mut [&mut fresh]).unwrap()), 0.0);
-    assert_eq!(max_abs(&la3, &model.decode(&[9], &mut [&mut fresh]).unwrap()), 0.0);
+    assert_eq!(
+        max_abs(&la2, &model.decode(&[7], &mut [&mut fresh]).unwrap()),
+        0.0
+    );
+    assert_eq!(
+        max_abs(&la3, &model.decode(&[9], &mut [&mut fresh]).unwrap()),
+        0.0
+    );
     let _ = lb2;
 }
 
@@ -144,7 +231,13 @@ fn padded_decode_equals_per_sequence_decode() {
     let gold = goldens("tiny-b");
     let mut model = load_model("tiny-b");
     let inputs = inputs();
-    let reqs: Vec<PrefillRequest<'_>> = inputs.iter().map(|i| PrefillRequest { input: i, prefix: None }).collect();
+    let reqs: Vec<PrefillRequest<'_>> = inputs
+        .iter()
+        .map(|i| PrefillRequest {
+            input: i,
+            prefix: None,
+        })
+        .collect();
     let (mut a, _) = model.prefill(&reqs).unwrap();
     let mut b = a.clone();
     // Give one cache spare capacity so both the view and the zero-padding branch run.
@@ -152,17 +245,30 @@ fn padded_decode_equals_per_sequence_decode() {
     b[1].reserve(200).unwrap();
     for (step, toks) in [[3u32, 4, 5], [6, 7, 8], [9, 10, 11]].iter().enumerate() {
         model.set_decode_attention(DecodeAttention::PerSequence);
-        let la = model.decode(toks, &mut a.iter_mut().collect::<Vec<_>>()).unwrap();
+        let la = model
+            .decode(toks, &mut a.iter_mut().collect::<Vec<_>>())
+            .unwrap();
         model.set_decode_attention(DecodeAttention::Padded);
-        let lb = model.decode(toks, &mut b.iter_mut().collect::<Vec<_>>()).unwrap();
+        let lb = model
+            .decode(toks, &mut b.iter_mut().collect::<Vec<_>>())
+            .unwrap();
         let d = max_abs(&la, &lb);
         eprintln!("padded vs per-sequence decode, step {step}: {d:.3e}");
         assert!(d <= 1e-5);
     }
-    let opts = GenerateOptions { max_new_tokens: 10, ignore_eos: true, top_logprobs: 0, eos_token_ids: None };
+    let opts = GenerateOptions {
+        max_new_tokens: 10,
+        ignore_eos: true,
+        top_logprobs: 0,
+        eos_token_ids: None,
+    };
     let refs: Vec<&ModelInput> = inputs.iter().collect();
     let out = model.generate(&refs, &opts).unwrap();
     for (i, p) in CASES.iter().enumerate() {
-        assert_eq!(out[i].token_ids, ids(g(&gold, &format!("{p}gen.ids"))), "{p} padded");
+        assert_eq!(
+            out[i].token_ids,
+            ids(g(&gold, &format!("{p}gen.ids"))),
+            "{p} padded"
+        );
     }
 }

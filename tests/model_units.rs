@@ -4,7 +4,9 @@
 mod model_support;
 
 use candle_core::{DType, Device, Tensor};
-use mobile_r1_eval::model::attention::{attention, causal_mask, plan_chunks, DEFAULT_MAX_SCORE_ELEMS, MASK_MIN};
+use mobile_r1_eval::model::attention::{
+    attention, causal_mask, plan_chunks, DEFAULT_MAX_SCORE_ELEMS, MASK_MIN,
+};
 use mobile_r1_eval::model::window::{pad_windows, window_index};
 use mobile_r1_eval::model::{ModelFiles, PrefillRequest, Qwen25VL};
 use model_support::*;
@@ -49,9 +51,24 @@ fn chunked_attention_equals_unchunked() {
         assert!(max_abs(&full, &c) < 1e-6, "budget {budget}");
     }
     // Reference: explicit GQA repeat + softmax.
-    let kr = k.unsqueeze(2).unwrap().expand((b, hkv, 2, l, d)).unwrap().reshape((b, hq, l, d)).unwrap();
-    let vr = v.unsqueeze(2).unwrap().expand((b, hkv, 2, l, d)).unwrap().reshape((b, hq, l, d)).unwrap();
-    let s = (q.matmul(&kr.t().unwrap()).unwrap() * 0.3).unwrap().broadcast_add(&mask.unsqueeze(0).unwrap()).unwrap();
+    let kr = k
+        .unsqueeze(2)
+        .unwrap()
+        .expand((b, hkv, 2, l, d))
+        .unwrap()
+        .reshape((b, hq, l, d))
+        .unwrap();
+    let vr = v
+        .unsqueeze(2)
+        .unwrap()
+        .expand((b, hkv, 2, l, d))
+        .unwrap()
+        .reshape((b, hq, l, d))
+        .unwrap();
+    let s = (q.matmul(&kr.t().unwrap()).unwrap() * 0.3)
+        .unwrap()
+        .broadcast_add(&mask.unsqueeze(0).unwrap())
+        .unwrap();
     let p = candle_nn::ops::softmax_last_dim(&s).unwrap();
     let want = p.matmul(&vr).unwrap();
     assert!(max_abs(&full, &want) < 1e-5);
@@ -62,20 +79,26 @@ fn budgeted_forward_equals_default() {
     let gold = goldens("tiny-a");
     let mut model = load_model("tiny-a");
     let input = golden_input(&gold, "");
-    let req = [PrefillRequest { input: &input, prefix: None }];
+    let req = [PrefillRequest {
+        input: &input,
+        prefix: None,
+    }];
     let (_, a) = model.prefill(&req).unwrap();
     model.set_attention_budget(3000);
     let (_, b) = model.prefill(&req).unwrap();
     assert!(max_abs(&a, &b) < 1e-5);
 }
 
-fn broken_copy(edit: impl FnOnce(&mut std::collections::HashMap<String, Tensor>)) -> tempfile::TempDir {
+fn broken_copy(
+    edit: impl FnOnce(&mut std::collections::HashMap<String, Tensor>),
+) -> tempfile::TempDir {
     let src = fixture("models/tiny-a");
     let dir = tempfile::tempdir().unwrap();
     for name in ["config.json", "generation_config.json"] {
         std::fs::copy(src.join(name), dir.path().join(name)).unwrap();
     }
-    let mut t = candle_core::safetensors::load(src.join("model.safetensors"), &Device::Cpu).unwrap();
+    let mut t =
+        candle_core::safetensors::load(src.join("model.safetensors"), &Device::Cpu).unwrap();
     edit(&mut t);
     candle_core::safetensors::save(&t, dir.path().join("model.safetensors")).unwrap();
     dir
@@ -83,7 +106,10 @@ fn broken_copy(edit: impl FnOnce(&mut std::collections::HashMap<String, Tensor>)
 
 fn load_err(dir: &std::path::Path) -> String {
     let files = ModelFiles::from_dir(dir).unwrap();
-    format!("{}", Qwen25VL::load(&files, &Device::Cpu, DType::F32).unwrap_err())
+    format!(
+        "{}",
+        Qwen25VL::load(&files, &Device::Cpu, DType::F32).unwrap_err()
+    )
 }
 
 #[test]
@@ -98,7 +124,10 @@ fn missing_or_misshapen_tensor_is_named() {
         t.insert("model.layers.1.self_attn.k_proj.bias".into(), x);
     });
     let e = load_err(d.path());
-    assert!(e.contains("model.layers.1.self_attn.k_proj.bias") && e.contains("shape"), "{e}");
+    assert!(
+        e.contains("model.layers.1.self_attn.k_proj.bias") && e.contains("shape"),
+        "{e}"
+    );
     let d = tempfile::tempdir().unwrap();
     let e = format!("{}", ModelFiles::from_dir(d.path()).unwrap_err());
     assert!(e.contains("config.json"), "{e}");
@@ -112,17 +141,34 @@ fn sharded_checkpoint_loads() {
         std::fs::copy(src.join(name), dir.path().join(name)).unwrap();
     }
     let all = candle_core::safetensors::load(src.join("model.safetensors"), &Device::Cpu).unwrap();
-    let (mut a, mut b) = (std::collections::HashMap::new(), std::collections::HashMap::new());
+    let (mut a, mut b) = (
+        std::collections::HashMap::new(),
+        std::collections::HashMap::new(),
+    );
     let mut map = serde_json::Map::new();
     for (k, v) in all {
-        let shard = if k.starts_with("visual") { "model-00001-of-00002.safetensors" } else { "model-00002-of-00002.safetensors" };
+        let shard = if k.starts_with("visual") {
+            "model-00001-of-00002.safetensors"
+        } else {
+            "model-00002-of-00002.safetensors"
+        };
         map.insert(k.clone(), shard.into());
-        if k.starts_with("visual") { a.insert(k, v); } else { b.insert(k, v); }
+        if k.starts_with("visual") {
+            a.insert(k, v);
+        } else {
+            b.insert(k, v);
+        }
     }
-    candle_core::safetensors::save(&a, dir.path().join("model-00001-of-00002.safetensors")).unwrap();
-    candle_core::safetensors::save(&b, dir.path().join("model-00002-of-00002.safetensors")).unwrap();
+    candle_core::safetensors::save(&a, dir.path().join("model-00001-of-00002.safetensors"))
+        .unwrap();
+    candle_core::safetensors::save(&b, dir.path().join("model-00002-of-00002.safetensors"))
+        .unwrap();
     let index = serde_json::json!({"metadata": {}, "weight_map": map});
-    std::fs::write(dir.path().join("model.safetensors.index.json"), index.to_string()).unwrap();
+    std::fs::write(
+        dir.path().join("model.safetensors.index.json"),
+        index.to_string(),
+    )
+    .unwrap();
     let files = ModelFiles::from_dir(dir.path()).unwrap();
     assert_eq!(files.weights.len(), 2);
     let m = Qwen25VL::load(&files, &Device::Cpu, DType::F32).unwrap();
@@ -133,7 +179,10 @@ fn sharded_checkpoint_loads() {
 #[test]
 fn rope_index_two_images_and_trailing_text() {
     use mobile_r1_eval::model::rope::{rope_index, RopeTokens};
-    let tok = RopeTokens { image_token_id: 9, spatial_merge_size: 2 };
+    let tok = RopeTokens {
+        image_token_id: 9,
+        spatial_merge_size: 2,
+    };
     // 15 text tokens, an image with llm grid 2×3, 2 text tokens, an image with llm grid 1×2, 1 text token.
     let mut ids: Vec<u32> = (100..115).collect();
     ids.extend([9; 6]);
@@ -143,7 +192,17 @@ fn rope_index_two_images_and_trailing_text() {
     let rp = rope_index(&ids, &[[1, 4, 6], [1, 2, 4]], tok).unwrap();
     assert_eq!(rp.pos[14], [14; 3]);
     let img: Vec<[i64; 3]> = rp.pos[15..21].to_vec();
-    assert_eq!(img, vec![[15, 15, 15], [15, 15, 16], [15, 15, 17], [15, 16, 15], [15, 16, 16], [15, 16, 17]]);
+    assert_eq!(
+        img,
+        vec![
+            [15, 15, 15],
+            [15, 15, 16],
+            [15, 15, 17],
+            [15, 16, 15],
+            [15, 16, 16],
+            [15, 16, 17]
+        ]
+    );
     assert_eq!(rp.pos[21], [18; 3]);
     assert_eq!(rp.pos[22], [19; 3]);
     assert_eq!(&rp.pos[23..25], &[[20, 20, 20], [20, 20, 21]]);
@@ -161,7 +220,10 @@ fn device_and_dtype_parsing() {
     assert!(parse_device("cpu").unwrap().is_cpu());
     assert!(parse_device("tpu").is_err());
     assert_eq!(parse_dtype(None, &Device::Cpu).unwrap(), DType::F32);
-    assert_eq!(parse_dtype(Some("bf16"), &Device::Cpu).unwrap(), DType::BF16);
+    assert_eq!(
+        parse_dtype(Some("bf16"), &Device::Cpu).unwrap(),
+        DType::BF16
+    );
     assert!(parse_dtype(Some("f64"), &Device::Cpu).is_err());
     #[cfg(not(feature = "cuda"))]
     assert!(parse_device("cuda:0").is_err());
@@ -174,9 +236,43 @@ fn bf16_cpu_forward_runs_and_stays_close() {
     let files = ModelFiles::from_dir(&fixture("models/tiny-a")).unwrap();
     let m = Qwen25VL::load(&files, &Device::Cpu, DType::BF16).unwrap();
     let input = golden_input(&gold, "");
-    let (_, logits) = m.prefill(&[PrefillRequest { input: &input, prefix: None }]).unwrap();
+    let (_, logits) = m
+        .prefill(&[PrefillRequest {
+            input: &input,
+            prefix: None,
+        }])
+        .unwrap();
     assert_eq!(logits.dtype(), DType::F32);
     let d = max_abs(&logits, g(&gold, "text.logits_last"));
     eprintln!("bf16 vs f32 golden logits: {d:.3e}");
     assert!(d.is_finite() && d < 0.1, "{d}");
+}
+
+/// Slow (seconds to minutes): a real 1080×2400-size vision forward (13,416 patches) with tiny-a's weights.
+/// Run by hand: `cargo test --test model_units -- --ignored screenshot_vision_forward`.
+#[test]
+#[ignore]
+fn screenshot_vision_forward() {
+    let model = load_model("tiny-a");
+    let grid = [1usize, 172, 78];
+    let n = grid.iter().product::<usize>();
+    let patches: Vec<f32> = (0..n * 1176)
+        .map(|i| ((i % 977) as f32 / 977.0) - 0.5)
+        .collect();
+    let img = mobile_r1_eval::preprocess::PreparedImage {
+        patches,
+        grid_thw: grid,
+        resized_wh: [1092, 2408],
+        original_wh: [1080, 2400],
+    };
+    let t = std::time::Instant::now();
+    let out = model.encode_images(&[&img], None).unwrap();
+    eprintln!(
+        "vision forward of {n} patches: {:?} in {:?}",
+        out.shape(),
+        t.elapsed()
+    );
+    assert_eq!(out.dims(), &[n / 4, 32]);
+    let v = out.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    assert!(v.iter().all(|x| x.is_finite()));
 }

@@ -10,17 +10,26 @@ use mobile_r1_eval::preprocess::{ModelInput, PreparedImage};
 
 /// `tests/fixtures/...`.
 pub fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(rel)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(rel)
 }
 
 /// Golden tensors of `name` (`tiny-a` / `tiny-b`).
 pub fn goldens(name: &str) -> HashMap<String, Tensor> {
-    candle_core::safetensors::load(fixture(&format!("goldens/{name}.safetensors")), &Device::Cpu).expect("goldens")
+    candle_core::safetensors::load(
+        fixture(&format!("goldens/{name}.safetensors")),
+        &Device::Cpu,
+    )
+    .expect("goldens")
 }
 
 /// Golden JSON metadata.
 pub fn golden_meta(name: &str) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(fixture(&format!("goldens/{name}.json"))).unwrap()).unwrap()
+    serde_json::from_str(
+        &std::fs::read_to_string(fixture(&format!("goldens/{name}.json"))).unwrap(),
+    )
+    .unwrap()
 }
 
 /// Load a fixture model in f32 on the CPU.
@@ -31,17 +40,31 @@ pub fn load_model(name: &str) -> Qwen25VL {
 
 /// Tensor `key` of the golden map.
 pub fn g<'a>(gold: &'a HashMap<String, Tensor>, key: &str) -> &'a Tensor {
-    gold.get(key).unwrap_or_else(|| panic!("golden tensor {key} missing"))
+    gold.get(key)
+        .unwrap_or_else(|| panic!("golden tensor {key} missing"))
 }
 
 /// Integer tensor as u32 values.
 pub fn ids(t: &Tensor) -> Vec<u32> {
-    t.flatten_all().unwrap().to_dtype(DType::I64).unwrap().to_vec1::<i64>().unwrap().into_iter().map(|x| x as u32).collect()
+    t.flatten_all()
+        .unwrap()
+        .to_dtype(DType::I64)
+        .unwrap()
+        .to_vec1::<i64>()
+        .unwrap()
+        .into_iter()
+        .map(|x| x as u32)
+        .collect()
 }
 
 /// Integer tensor as i64 values.
 pub fn i64s(t: &Tensor) -> Vec<i64> {
-    t.flatten_all().unwrap().to_dtype(DType::I64).unwrap().to_vec1::<i64>().unwrap()
+    t.flatten_all()
+        .unwrap()
+        .to_dtype(DType::I64)
+        .unwrap()
+        .to_vec1::<i64>()
+        .unwrap()
 }
 
 /// The golden model input of case `prefix` ("" for tiny-a, "p0." ... for tiny-b).
@@ -63,10 +86,23 @@ pub fn golden_input(gold: &HashMap<String, Tensor>, prefix: &str) -> ModelInput 
 
 /// Max |a - b| over all elements (shapes must have the same element count).
 pub fn max_abs(a: &Tensor, b: &Tensor) -> f32 {
-    assert_eq!(a.elem_count(), b.elem_count(), "shape {:?} vs {:?}", a.shape(), b.shape());
+    assert_eq!(
+        a.elem_count(),
+        b.elem_count(),
+        "shape {:?} vs {:?}",
+        a.shape(),
+        b.shape()
+    );
     let a = a.flatten_all().unwrap().to_dtype(DType::F32).unwrap();
     let b = b.flatten_all().unwrap().to_dtype(DType::F32).unwrap();
-    (a - b).unwrap().abs().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
+    (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap()
 }
 
 /// Assert max |a - b| ≤ tol, printing the measured value.
