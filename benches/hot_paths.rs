@@ -17,15 +17,22 @@ use mobile_r1_eval::preprocess::{prepare_rgb8, ImageProcessorConfig, ModelInput,
 use mobile_r1_eval::score::{aggregate, score_benchmark, RulePreset};
 
 fn screenshot(w: u32, h: u32) -> RgbImage {
-    RgbImage::from_fn(w, h, |x, y| Rgb([(x % 251) as u8, (y % 241) as u8, ((x + y) % 239) as u8]))
+    RgbImage::from_fn(w, h, |x, y| {
+        Rgb([(x % 251) as u8, (y % 241) as u8, ((x + y) % 239) as u8])
+    })
 }
 
 fn preprocess(c: &mut Criterion) {
     let img = screenshot(1080, 2400);
     let mut g = c.benchmark_group("preprocess_1080x2400");
-    for (name, max) in [("max_pixels_1003520", 1_003_520u64), ("max_pixels_hub", 12_845_056)] {
+    for (name, max) in [
+        ("max_pixels_1003520", 1_003_520u64),
+        ("max_pixels_hub", 12_845_056),
+    ] {
         let cfg = ImageProcessorConfig::default().with_pixel_bounds(3136, max);
-        g.bench_function(name, |b| b.iter(|| prepare_rgb8(black_box(&img), &cfg).unwrap()));
+        g.bench_function(name, |b| {
+            b.iter(|| prepare_rgb8(black_box(&img), &cfg).unwrap())
+        });
     }
     g.finish();
 }
@@ -48,7 +55,12 @@ fn parse_and_score(c: &mut Criterion) {
     let mut preds = PredictionSet::default();
     for t in &big.trajectories {
         for (si, s) in t.steps.iter().enumerate() {
-            preds.insert(Prediction { trajectory: t.id.clone(), step: si, response: s.response.clone(), image_size: None });
+            preds.insert(Prediction {
+                trajectory: t.id.clone(),
+                step: si,
+                response: s.response.clone(),
+                image_size: None,
+            });
         }
     }
     let rules = RulePreset::by_name("mobile-r1").unwrap();
@@ -61,26 +73,44 @@ fn parse_and_score(c: &mut Criterion) {
 }
 
 fn image_input(model: &Qwen25VL, w: u32, h: u32, text_tokens: usize) -> ModelInput {
-    let img: PreparedImage = prepare_rgb8(&screenshot(w, h), &ImageProcessorConfig::default()).unwrap();
+    let img: PreparedImage =
+        prepare_rgb8(&screenshot(w, h), &ImageProcessorConfig::default()).unwrap();
     let cfg = model.config();
     let mut ids: Vec<u32> = (0..text_tokens as u32).map(|i| 1000 + i).collect();
     ids.push(cfg.vision_start_token_id);
     ids.extend(std::iter::repeat_n(cfg.image_token_id, img.n_tokens()));
     ids.push(151653);
     ids.extend((0..16u32).map(|i| 2000 + i));
-    ModelInput { input_ids: ids, images: vec![img] }
+    ModelInput {
+        input_ids: ids,
+        images: vec![img],
+    }
 }
 
 fn model_paths(c: &mut Criterion) {
     let dev = Device::Cpu;
     let model = random_model(load_config("tiny").unwrap(), 1, &dev, DType::F32).unwrap();
     let input = image_input(&model, 448, 896, 200);
-    c.bench_function("tiny_vision_448x896", |b| b.iter(|| model.encode_images(&[&input.images[0]], None).unwrap()));
+    c.bench_function("tiny_vision_448x896", |b| {
+        b.iter(|| model.encode_images(&[&input.images[0]], None).unwrap())
+    });
     c.bench_function("tiny_prefill_448x896", |b| {
-        b.iter(|| model.prefill(&[PrefillRequest { input: &input, prefix: None }]).unwrap())
+        b.iter(|| {
+            model
+                .prefill(&[PrefillRequest {
+                    input: &input,
+                    prefix: None,
+                }])
+                .unwrap()
+        })
     });
     for batch in [1usize, 8] {
-        let reqs: Vec<_> = (0..batch).map(|_| PrefillRequest { input: &input, prefix: None }).collect();
+        let reqs: Vec<_> = (0..batch)
+            .map(|_| PrefillRequest {
+                input: &input,
+                prefix: None,
+            })
+            .collect();
         let (caches, _) = model.prefill(&reqs).unwrap();
         c.bench_function(&format!("tiny_decode_step_batch{batch}"), |b| {
             b.iter_batched(
@@ -98,7 +128,9 @@ fn model_paths(c: &mut Criterion) {
         let input = image_input(&big, 448, 448, 8);
         let mut g = c.benchmark_group("real_vision_tower");
         g.sample_size(10);
-        g.bench_function("vision_3b_tower_448x448", |b| b.iter(|| big.encode_images(&[&input.images[0]], None).unwrap()));
+        g.bench_function("vision_3b_tower_448x448", |b| {
+            b.iter(|| big.encode_images(&[&input.images[0]], None).unwrap())
+        });
         g.finish();
     }
 }
@@ -106,7 +138,8 @@ fn model_paths(c: &mut Criterion) {
 fn engine_end_to_end(c: &mut Criterion) {
     let mut g = c.benchmark_group("engine");
     g.sample_size(10);
-    let tokenizer = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tokenizer");
+    let tokenizer =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tokenizer");
     let cfg = mobile_r1_eval::bench::BenchConfig {
         config: "tiny".into(),
         device: "cpu".into(),
@@ -121,9 +154,17 @@ fn engine_end_to_end(c: &mut Criterion) {
         judge: false,
         seed: 1,
     };
-    g.bench_function("tiny_8_steps", |b| b.iter(|| mobile_r1_eval::bench::run_bench(&cfg).unwrap()));
+    g.bench_function("tiny_8_steps", |b| {
+        b.iter(|| mobile_r1_eval::bench::run_bench(&cfg).unwrap())
+    });
     g.finish();
 }
 
-criterion_group!(benches, preprocess, parse_and_score, model_paths, engine_end_to_end);
+criterion_group!(
+    benches,
+    preprocess,
+    parse_and_score,
+    model_paths,
+    engine_end_to_end
+);
 criterion_main!(benches);

@@ -32,10 +32,16 @@ impl ParseFailure {
             ParseFailure::Empty => "empty",
             ParseFailure::NoToolCall => "no_tool_call",
             ParseFailure::InvalidJson(_) => "invalid_json",
-            ParseFailure::Action(ActionError::WrongName(_) | ActionError::MissingName) => "wrong_name",
-            ParseFailure::Action(ActionError::UnknownAction(_) | ActionError::MissingAction) => "unknown_action",
+            ParseFailure::Action(ActionError::WrongName(_) | ActionError::MissingName) => {
+                "wrong_name"
+            }
+            ParseFailure::Action(ActionError::UnknownAction(_) | ActionError::MissingAction) => {
+                "unknown_action"
+            }
             ParseFailure::Action(ActionError::MissingArg { .. }) => "missing_argument",
-            ParseFailure::Action(ActionError::WrongType { .. } | ActionError::BadValue { .. }) => "bad_argument",
+            ParseFailure::Action(ActionError::WrongType { .. } | ActionError::BadValue { .. }) => {
+                "bad_argument"
+            }
             ParseFailure::Action(_) => "bad_tool_call",
         }
     }
@@ -81,15 +87,27 @@ fn find_tag<'a>(text: &'a str, name: &str, from: usize) -> Option<Tag<'a>> {
     let start = from + text.get(from..)?.find(&open)?;
     let body = start + open.len();
     match text[body..].find(&close) {
-        Some(rel) => Some(Tag { start, content: &text[body..body + rel], end: body + rel + close.len(), closed: true }),
-        None => Some(Tag { start, content: &text[body..], end: text.len(), closed: false }),
+        Some(rel) => Some(Tag {
+            start,
+            content: &text[body..body + rel],
+            end: body + rel + close.len(),
+            closed: true,
+        }),
+        None => Some(Tag {
+            start,
+            content: &text[body..],
+            end: text.len(),
+            closed: false,
+        }),
     }
 }
 
 /// Remove a surrounding Markdown code fence (```json … ```), if any.
 fn strip_fence(s: &str) -> &str {
     let t = s.trim();
-    let Some(rest) = t.strip_prefix("```") else { return t };
+    let Some(rest) = t.strip_prefix("```") else {
+        return t;
+    };
     let rest = match rest.find('\n') {
         Some(nl) if rest[..nl].trim().chars().all(|c| c.is_ascii_alphanumeric()) => &rest[nl + 1..],
         _ => rest.trim_start_matches(|c: char| c.is_ascii_alphabetic()),
@@ -137,7 +155,8 @@ fn parse_tool_call(body: &str) -> Result<Action, ParseFailure> {
         Some(i) => balanced_object(body, i).unwrap_or(&body[i..]),
         None => body,
     };
-    let v: Value = serde_json::from_str(json).map_err(|e| ParseFailure::InvalidJson(e.to_string()))?;
+    let v: Value =
+        serde_json::from_str(json).map_err(|e| ParseFailure::InvalidJson(e.to_string()))?;
     Ok(Action::from_tool_call(&v)?)
 }
 
@@ -145,8 +164,12 @@ fn parse_tool_call(body: &str) -> Result<Action, ParseFailure> {
 fn find_bare_tool_call(text: &str) -> Option<(&str, Result<Action, ParseFailure>)> {
     let mut first_obj: Option<(&str, Result<Action, ParseFailure>)> = None;
     for (i, _) in text.match_indices('{') {
-        let Some(obj) = balanced_object(text, i) else { continue };
-        let Ok(v) = serde_json::from_str::<Value>(obj) else { continue };
+        let Some(obj) = balanced_object(text, i) else {
+            continue;
+        };
+        let Ok(v) = serde_json::from_str::<Value>(obj) else {
+            continue;
+        };
         if v.get("name").is_some() || v.get("arguments").is_some() {
             return Some((obj, Action::from_tool_call(&v).map_err(ParseFailure::from)));
         }
@@ -167,13 +190,19 @@ pub fn parse_response(text: &str) -> ParsedOutput {
     };
     let after_think = think.as_ref().filter(|t| t.closed).map_or(0, |t| t.end);
     let action_tag = find_tag(text, "action", after_think);
-    let after_action = action_tag.as_ref().filter(|t| t.closed).map_or(after_think, |t| t.end);
+    let after_action = action_tag
+        .as_ref()
+        .filter(|t| t.closed)
+        .map_or(after_think, |t| t.end);
     let tool = find_tag(text, "tool_call", after_action).or_else(|| find_tag(text, "tool_call", 0));
 
     let (tool_call_text, action) = if text.trim().is_empty() {
         (None, Err(ParseFailure::Empty))
     } else if let Some(t) = &tool {
-        (Some(strip_fence(t.content).to_owned()), parse_tool_call(t.content))
+        (
+            Some(strip_fence(t.content).to_owned()),
+            parse_tool_call(t.content),
+        )
     } else {
         let rest = &text[after_action..];
         match find_bare_tool_call(rest) {
@@ -206,7 +235,12 @@ mod tests {
     fn full_format() {
         let r = "<think>在首页</think>\n<action>点击搜索框</action>\n<tool_call>\n{\"name\": \"mobile_use\", \"arguments\": {\"action\": \"click\", \"coordinate\": [360, 200]}}\n</tool_call>";
         let p = parse_response(r);
-        assert_eq!(p.action, Ok(Action::Click { coordinate: [360.0, 200.0] }));
+        assert_eq!(
+            p.action,
+            Ok(Action::Click {
+                coordinate: [360.0, 200.0]
+            })
+        );
         assert!(p.full_format);
         assert_eq!(p.think.as_deref(), Some("在首页"));
         assert_eq!(p.action_text.as_deref(), Some("点击搜索框"));
@@ -216,7 +250,12 @@ mod tests {
     fn fence_and_bare() {
         let r = "<tool_call>\n```json\n{\"name\":\"mobile_use\",\"arguments\":{\"action\":\"system_button\",\"button\":\"home\"}}\n```\n</tool_call>";
         let p = parse_response(r);
-        assert_eq!(p.action, Ok(Action::SystemButton { button: Button::Home }));
+        assert_eq!(
+            p.action,
+            Ok(Action::SystemButton {
+                button: Button::Home
+            })
+        );
         assert!(!p.full_format);
         let p = parse_response("I will wait. {\"name\": \"mobile_use\", \"arguments\": {\"action\": \"wait\", \"time\": 2}}");
         assert_eq!(p.action, Ok(Action::Wait { time: Some(2.0) }));
@@ -225,8 +264,17 @@ mod tests {
     #[test]
     fn failures() {
         assert_eq!(parse_response("  \n").action, Err(ParseFailure::Empty));
-        assert_eq!(parse_response("<think>hmm</think>").action, Err(ParseFailure::NoToolCall));
-        assert_eq!(parse_response("<tool_call>{\"name\": </tool_call>").action.unwrap_err().kind(), "invalid_json");
+        assert_eq!(
+            parse_response("<think>hmm</think>").action,
+            Err(ParseFailure::NoToolCall)
+        );
+        assert_eq!(
+            parse_response("<tool_call>{\"name\": </tool_call>")
+                .action
+                .unwrap_err()
+                .kind(),
+            "invalid_json"
+        );
     }
 
     #[test]

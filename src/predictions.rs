@@ -70,7 +70,10 @@ impl PredictionSet {
             }
             match parse_line(line) {
                 Ok(p) => set.insert(p),
-                Err(message) => set.malformed.push(MalformedLine { line: i + 1, message }),
+                Err(message) => set.malformed.push(MalformedLine {
+                    line: i + 1,
+                    message,
+                }),
             }
         }
         set
@@ -79,8 +82,10 @@ impl PredictionSet {
     /// Read a predictions file.
     pub fn read(path: impl AsRef<Path>) -> Result<PredictionSet, PredictionsError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| PredictionsError::Io { path: path.to_path_buf(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| PredictionsError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
         Ok(PredictionSet::parse(&text))
     }
 
@@ -119,13 +124,26 @@ fn parse_line(line: &str) -> Result<Prediction, String> {
     let trajectory = match obj.get("trajectory") {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Number(n)) if n.is_u64() || n.is_i64() => n.to_string(),
-        Some(other) => return Err(format!("`trajectory` must be a string or an integer, found {other}")),
+        Some(other) => {
+            return Err(format!(
+                "`trajectory` must be a string or an integer, found {other}"
+            ))
+        }
         None => return Err("missing `trajectory`".into()),
     };
     let step = match obj.get("step") {
-        Some(Value::Number(n)) => n.as_u64().ok_or_else(|| format!("`step` must be a non-negative integer, found {n}"))?,
-        Some(Value::String(s)) => s.trim().parse().map_err(|_| format!("`step` must be a non-negative integer, found {s:?}"))?,
-        Some(other) => return Err(format!("`step` must be a non-negative integer, found {other}")),
+        Some(Value::Number(n)) => n
+            .as_u64()
+            .ok_or_else(|| format!("`step` must be a non-negative integer, found {n}"))?,
+        Some(Value::String(s)) => s
+            .trim()
+            .parse()
+            .map_err(|_| format!("`step` must be a non-negative integer, found {s:?}"))?,
+        Some(other) => {
+            return Err(format!(
+                "`step` must be a non-negative integer, found {other}"
+            ))
+        }
         None => return Err("missing `step`".into()),
     } as usize;
     let response = match obj.get("response") {
@@ -133,11 +151,19 @@ fn parse_line(line: &str) -> Result<Prediction, String> {
         Some(other) => return Err(format!("`response` must be a string, found {other}")),
         None => return Err("missing `response`".into()),
     };
-    let image_size = match obj.get("image_size") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(parse_size(v).ok_or_else(|| format!("`image_size` must be [w, h] positive integers, found {v}"))?),
-    };
-    Ok(Prediction { trajectory, step, response, image_size })
+    let image_size =
+        match obj.get("image_size") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(parse_size(v).ok_or_else(|| {
+                format!("`image_size` must be [w, h] positive integers, found {v}")
+            })?),
+        };
+    Ok(Prediction {
+        trajectory,
+        step,
+        response,
+        image_size,
+    })
 }
 
 fn parse_size(v: &Value) -> Option<[u32; 2]> {
@@ -170,10 +196,21 @@ pub fn to_line(p: &Prediction, extra: &Map<String, Value>) -> String {
 }
 
 /// Append one prediction line to `path` (created when absent), flushed before returning.
-pub fn append(path: impl AsRef<Path>, p: &Prediction, extra: &Map<String, Value>) -> Result<(), PredictionsError> {
+pub fn append(
+    path: impl AsRef<Path>,
+    p: &Prediction,
+    extra: &Map<String, Value>,
+) -> Result<(), PredictionsError> {
     let path = path.as_ref();
-    let io = |source| PredictionsError::Io { path: path.to_path_buf(), source };
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(io)?;
+    let io = |source| PredictionsError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(io)?;
     let mut line = to_line(p, extra);
     line.push('\n');
     f.write_all(line.as_bytes()).map_err(io)?;
@@ -206,7 +243,12 @@ not json
     fn write_then_read() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.jsonl");
-        let p = Prediction { trajectory: "t1".into(), step: 3, response: "<tool_call>{}</tool_call>\n".into(), image_size: Some([10, 20]) };
+        let p = Prediction {
+            trajectory: "t1".into(),
+            step: 3,
+            response: "<tool_call>{}</tool_call>\n".into(),
+            image_size: Some([10, 20]),
+        };
         let mut extra = Map::new();
         extra.insert("new_tokens".into(), 7.into());
         append(&path, &p, &extra).unwrap();

@@ -39,11 +39,17 @@ pub struct ReportPaths {
 
 /// Write `contents` to `path` atomically (temporary file in the same folder, then rename).
 fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), ReportError> {
-    let io = |source| ReportError::Io { path: path.to_path_buf(), source };
+    let io = |source| ReportError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(io)?;
     }
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
     std::fs::write(&tmp, contents).map_err(io)?;
     std::fs::rename(&tmp, path).map_err(io)
@@ -52,7 +58,10 @@ fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), ReportError> {
 /// Write `DIR/metrics.json` (pretty-printed).
 pub fn write_metrics(dir: &Path, metrics: &Metrics) -> Result<PathBuf, ReportError> {
     let path = dir.join("metrics.json");
-    let mut text = serde_json::to_string_pretty(metrics).map_err(|source| ReportError::Json { what: "metrics", source })?;
+    let mut text = serde_json::to_string_pretty(metrics).map_err(|source| ReportError::Json {
+        what: "metrics",
+        source,
+    })?;
     text.push('\n');
     write_atomic(&path, text.as_bytes())?;
     Ok(path)
@@ -63,7 +72,10 @@ pub fn write_steps(dir: &Path, steps: &[StepScore]) -> Result<PathBuf, ReportErr
     let path = dir.join("steps.jsonl");
     let mut text = String::with_capacity(steps.len() * 512);
     for s in steps {
-        let line = serde_json::to_string(s).map_err(|source| ReportError::Json { what: "a step", source })?;
+        let line = serde_json::to_string(s).map_err(|source| ReportError::Json {
+            what: "a step",
+            source,
+        })?;
         text.push_str(&line);
         text.push('\n');
     }
@@ -79,7 +91,11 @@ pub fn write_summary(dir: &Path, metrics: &Metrics) -> Result<PathBuf, ReportErr
 }
 
 /// Write all three files into `dir` (created when absent).
-pub fn write_all(dir: &Path, metrics: &Metrics, steps: &[StepScore]) -> Result<ReportPaths, ReportError> {
+pub fn write_all(
+    dir: &Path,
+    metrics: &Metrics,
+    steps: &[StepScore],
+) -> Result<ReportPaths, ReportError> {
     Ok(ReportPaths {
         metrics: write_metrics(dir, metrics)?,
         steps: write_steps(dir, steps)?,
@@ -111,7 +127,12 @@ pub fn render_summary(m: &Metrics) -> String {
     let _ = writeln!(
         s,
         "Rules: `{}` v{} (box scale {}, distance {}, distance with boxes: {}, text: {:?})\n",
-        r.name, r.version, r.bbox_scale, r.distance_threshold, r.distance_fallback_with_boxes, r.text
+        r.name,
+        r.version,
+        r.bbox_scale,
+        r.distance_threshold,
+        r.distance_fallback_with_boxes,
+        r.text
     );
     let _ = writeln!(s, "| metric | value |\n|---|---|");
     let rows: [(&str, String); 12] = [
@@ -122,13 +143,22 @@ pub fn render_summary(m: &Metrics) -> String {
         ("tail success %", format!("{:.2}", m.tail_success)),
         ("type accuracy %", format!("{:.2}", m.type_accuracy)),
         ("args errors (Avg Err)", m.args_errors.to_string()),
-        ("avg args errors / trajectory", format!("{:.3}", m.avg_args_errors)),
+        (
+            "avg args errors / trajectory",
+            format!("{:.3}", m.avg_args_errors),
+        ),
         ("format errors", m.format_errors.to_string()),
         ("type errors", m.type_errors.to_string()),
-        ("full three-tag format %", format!("{:.2}", m.full_format_rate)),
+        (
+            "full three-tag format %",
+            format!("{:.2}", m.full_format_rate),
+        ),
         (
             "missing / unknown / malformed predictions",
-            format!("{} / {} / {}", m.missing_predictions, m.unknown_predictions, m.malformed_prediction_lines),
+            format!(
+                "{} / {} / {}",
+                m.missing_predictions, m.unknown_predictions, m.malformed_prediction_lines
+            ),
         ),
     ];
     for (k, v) in rows {
@@ -137,11 +167,21 @@ pub fn render_summary(m: &Metrics) -> String {
     for (k, v) in &m.extra {
         let _ = writeln!(s, "| {k} | {} |", extra_value(v));
     }
-    let _ = writeln!(s, "\n| action | steps | type acc % | exact acc % |\n|---|---|---|---|");
+    let _ = writeln!(
+        s,
+        "\n| action | steps | type acc % | exact acc % |\n|---|---|---|---|"
+    );
     for a in &m.per_action {
-        let _ = writeln!(s, "| {} | {} | {:.2} | {:.2} |", a.action, a.count, a.type_accuracy, a.exact_accuracy);
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.2} | {:.2} |",
+            a.action, a.count, a.type_accuracy, a.exact_accuracy
+        );
     }
-    let _ = writeln!(s, "\n| app | trajectories | steps | accuracy % | task success % |\n|---|---|---|---|---|");
+    let _ = writeln!(
+        s,
+        "\n| app | trajectories | steps | accuracy % | task success % |\n|---|---|---|---|---|"
+    );
     for g in &m.per_app {
         let _ = writeln!(
             s,
@@ -154,7 +194,11 @@ pub fn render_summary(m: &Metrics) -> String {
         );
     }
     if !m.format_error_kinds.is_empty() {
-        let kinds: Vec<String> = m.format_error_kinds.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        let kinds: Vec<String> = m
+            .format_error_kinds
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
         let _ = writeln!(s, "\nFormat errors by kind: {}", kinds.join(", "));
     }
     s

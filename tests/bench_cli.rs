@@ -7,25 +7,46 @@ use serde_json::Value;
 #[test]
 fn bench_json_reports_throughput_memory_and_mfu() {
     let o = Command::new(env!("CARGO_BIN_EXE_mobile-r1-eval"))
-        .args(["bench", "--config", "tiny", "--random-weights", "--steps", "8", "--batch-size", "4"])
+        .args([
+            "bench",
+            "--config",
+            "tiny",
+            "--random-weights",
+            "--steps",
+            "8",
+            "--batch-size",
+            "4",
+        ])
         .args(["--max-new-tokens", "6", "--max-pixels", "100352", "--json"])
         .env("RUST_LOG", "warn")
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let r: Value = serde_json::from_slice(&o.stdout).expect("one JSON object on stdout");
-    for key in ["steps_per_second", "images_per_second", "prefill_tokens_per_second", "decode_tokens_per_second", "mfu"] {
+    for key in [
+        "steps_per_second",
+        "images_per_second",
+        "prefill_tokens_per_second",
+        "decode_tokens_per_second",
+        "mfu",
+    ] {
         assert!(r[key].as_f64().unwrap() > 0.0, "{key} = {}", r[key]);
     }
     assert!(r["peak_memory_bytes"].as_u64().unwrap() > 0);
     assert_eq!(r["steps"], 8);
-    assert_eq!(r["phases"][1]["phase"], "judge", "the aggregation phase is benchmarked too");
+    assert_eq!(
+        r["phases"][1]["phase"], "judge",
+        "the aggregation phase is benchmarked too"
+    );
     assert_eq!(r["phases"][0]["decode_tokens"], 8 * 6);
 }
 
 #[test]
 fn bench_without_random_weights_is_refused() {
-    let o = Command::new(env!("CARGO_BIN_EXE_mobile-r1-eval")).args(["bench", "--config", "tiny"]).output().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_mobile-r1-eval"))
+        .args(["bench", "--config", "tiny"])
+        .output()
+        .unwrap();
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--random-weights"));
 }

@@ -14,12 +14,17 @@ fn fixtures() -> PathBuf {
 
 fn json(rel: &str) -> Value {
     let p = fixtures().join(rel);
-    let bytes = std::fs::read(&p).unwrap_or_else(|e| panic!("missing fixture {}: {e}", p.display()));
+    let bytes =
+        std::fs::read(&p).unwrap_or_else(|e| panic!("missing fixture {}: {e}", p.display()));
     serde_json::from_slice(&bytes).unwrap()
 }
 
 fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
 }
 
 fn tokenizer() -> Tokenizer {
@@ -30,8 +35,19 @@ fn tokenizer() -> Tokenizer {
 fn encode_matches_transformers_including_cjk_and_specials() {
     let tok = tokenizer();
     let g = json("goldens/tokenizer.json");
-    assert_eq!(tok.vocab_size(), g["len_tokenizer"].as_u64().unwrap() as usize);
-    assert_eq!((tok.image_pad_id(), tok.vision_start_id(), tok.vision_end_id(), tok.im_end_id()), (151655, 151652, 151653, 151645));
+    assert_eq!(
+        tok.vocab_size(),
+        g["len_tokenizer"].as_u64().unwrap() as usize
+    );
+    assert_eq!(
+        (
+            tok.image_pad_id(),
+            tok.vision_start_id(),
+            tok.vision_end_id(),
+            tok.im_end_id()
+        ),
+        (151655, 151652, 151653, 151645)
+    );
     for case in g["encode"].as_array().unwrap() {
         let text = case["text"].as_str().unwrap();
         assert_eq!(tok.encode(text).unwrap(), ids(&case["ids"]), "{text:?}");
@@ -41,7 +57,11 @@ fn encode_matches_transformers_including_cjk_and_specials() {
 #[test]
 fn chinese_round_trip() {
     let tok = tokenizer();
-    for text in ["请点击屏幕上的搜索按钮，然后输入“咖啡”。", "日本語のテキストと한국어 텍스트", "café 👍🏽"] {
+    for text in [
+        "请点击屏幕上的搜索按钮，然后输入“咖啡”。",
+        "日本語のテキストと한국어 텍스트",
+        "café 👍🏽",
+    ] {
         assert_eq!(tok.decode(&tok.encode(text).unwrap(), false).unwrap(), text);
     }
     let with_special = tok.encode("<|im_start|>user\nhi<|im_end|>").unwrap();
@@ -58,7 +78,9 @@ fn chat_template_cases_render_and_encode_identically() {
     for (name, case) in cases {
         let flag = |k: &str| name.split('|').any(|part| part == format!("{k}=True"));
         let extra = serde_json::json!({"add_vision_id": flag("add_vision_id")});
-        let text = t.render_with(&case["messages"], flag("add_generation_prompt"), &extra).unwrap();
+        let text = t
+            .render_with(&case["messages"], flag("add_generation_prompt"), &extra)
+            .unwrap();
         assert_eq!(text, case["text"].as_str().unwrap(), "{name}");
         assert_eq!(tok.encode(&text).unwrap(), ids(&case["ids"]), "{name}");
     }
@@ -69,9 +91,19 @@ fn tiny_a_prompt_ids_with_expanded_pads() {
     let g = json("goldens/tiny-a.json");
     let b = PromptBuilder::from_model_dir(&fixtures().join("models/tiny-a")).unwrap();
     let img = load_and_prepare(&fixtures().join(g["image"].as_str().unwrap()), &b.image).unwrap();
-    let input = b.build_user_turn(vec![img], g["text"].as_str().unwrap()).unwrap();
+    let input = b
+        .build_user_turn(vec![img], g["text"].as_str().unwrap())
+        .unwrap();
     assert_eq!(input.input_ids, ids(&g["input_ids"]));
-    assert_eq!(b.template.render(&mobile_r1_eval::chat::user_turn_messages(1, "Describe this image."), true).unwrap(), g["prompt"].as_str().unwrap());
+    assert_eq!(
+        b.template
+            .render(
+                &mobile_r1_eval::chat::user_turn_messages(1, "Describe this image."),
+                true
+            )
+            .unwrap(),
+        g["prompt"].as_str().unwrap()
+    );
 }
 
 #[test]
@@ -83,10 +115,20 @@ fn tiny_b_three_prompts_ids_identical() {
     let cases = g["cases"].as_object().unwrap();
     assert_eq!(cases.len(), 3);
     for (name, case) in cases {
-        let img = load_and_prepare(&fixtures().join(case["image"].as_str().expect("image")), &cfg).unwrap();
+        let img = load_and_prepare(
+            &fixtures().join(case["image"].as_str().expect("image")),
+            &cfg,
+        )
+        .unwrap();
         let text = case["text"].as_str().unwrap();
         let input = b.build_user_turn(vec![img], text).unwrap();
-        assert_eq!(b.template.render(&mobile_r1_eval::chat::user_turn_messages(1, text), true).unwrap(), case["prompt"].as_str().unwrap(), "{name}");
+        assert_eq!(
+            b.template
+                .render(&mobile_r1_eval::chat::user_turn_messages(1, text), true)
+                .unwrap(),
+            case["prompt"].as_str().unwrap(),
+            "{name}"
+        );
         assert_eq!(input.input_ids, ids(&case["input_ids"]), "{name}");
     }
 }
@@ -94,5 +136,7 @@ fn tiny_b_three_prompts_ids_identical() {
 #[test]
 fn placeholder_count_mismatch_is_an_error() {
     let tok = tokenizer();
-    assert!(tok.encode_prompt("<|vision_start|><|image_pad|><|vision_end|>", &[]).is_err());
+    assert!(tok
+        .encode_prompt("<|vision_start|><|image_pad|><|vision_end|>", &[])
+        .is_err());
 }

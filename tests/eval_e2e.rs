@@ -17,20 +17,35 @@ const MAX_NEW: &str = "10";
 
 fn eval(out: &Path, data: Option<&Path>, extra: &[&str]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_mobile-r1-eval"));
-    cmd.args(["eval", "--model"]).arg(model_dir()).arg("--out").arg(out);
+    cmd.args(["eval", "--model"])
+        .arg(model_dir())
+        .arg("--out")
+        .arg(out);
     cmd.args(["--max-pixels", MAX_PIXELS, "--max-new-tokens", MAX_NEW]);
     if let Some(d) = data {
         cmd.arg("--data").arg(d);
     }
-    cmd.args(extra).env("RUST_LOG", "warn").output().expect("run the binary")
+    cmd.args(extra)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run the binary")
 }
 
 fn ok(o: &Output) {
-    assert!(o.status.success(), "eval failed:\nstdout:\n{}\nstderr:\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "eval failed:\nstdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 fn lines(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 /// `(trajectory, step) → response` of a predictions file, asserting that no step appears twice.
@@ -53,18 +68,44 @@ fn batch_size_does_not_change_predictions_and_metrics_are_written() {
         let judge: &[&str] = if bs == "3" { &[] } else { &["--no-judge"] };
         ok(&eval(&out, None, &[&["--batch-size", bs], judge].concat()));
         runs.push(responses(&out));
-        let metrics: Value = serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
-        for key in ["steps", "trajectories", "accuracy", "task_success", "tail_success", "args_errors", "format_errors"] {
+        let metrics: Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap())
+                .unwrap();
+        for key in [
+            "steps",
+            "trajectories",
+            "accuracy",
+            "task_success",
+            "tail_success",
+            "args_errors",
+            "format_errors",
+        ] {
             assert!(metrics.get(key).is_some(), "metrics.json lacks {key}");
         }
-        assert_eq!(metrics["steps"].as_u64().unwrap() as usize, runs.last().unwrap().len());
+        assert_eq!(
+            metrics["steps"].as_u64().unwrap() as usize,
+            runs.last().unwrap().len()
+        );
         assert!(out.join("summary.md").exists() && out.join("steps.jsonl").exists());
-        let tp: Value = serde_json::from_str(&std::fs::read_to_string(out.join("throughput.json")).unwrap()).unwrap();
-        assert!(tp["phases"][0]["decode_tokens_per_second"].as_f64().unwrap() > 0.0);
+        let tp: Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("throughput.json")).unwrap())
+                .unwrap();
+        assert!(
+            tp["phases"][0]["decode_tokens_per_second"]
+                .as_f64()
+                .unwrap()
+                > 0.0
+        );
         if bs == "3" {
             let verdicts = lines(&out.join("judgements.jsonl"));
-            assert_eq!(verdicts.len() as u64, metrics["trajectories"].as_u64().unwrap());
-            assert!(metrics.get("judge_success").is_some() && metrics.get("judge_unparseable").is_some());
+            assert_eq!(
+                verdicts.len() as u64,
+                metrics["trajectories"].as_u64().unwrap()
+            );
+            assert!(
+                metrics.get("judge_success").is_some()
+                    && metrics.get("judge_unparseable").is_some()
+            );
         }
     }
     assert!(runs[0].values().all(|r| !r.is_empty()));
@@ -110,25 +151,44 @@ fn a_run_folder_made_with_other_settings_is_refused() {
         .unwrap();
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("max_new_tokens") && err.contains("other settings"), "{err}");
+    assert!(
+        err.contains("max_new_tokens") && err.contains("other settings"),
+        "{err}"
+    );
 }
 
 #[test]
 fn a_corrupt_screenshot_is_recorded_not_fatal() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
-    let o = Command::new(env!("CARGO_BIN_EXE_mobile-r1-eval")).arg("sample").arg("--out").arg(&data).output().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_mobile-r1-eval"))
+        .arg("sample")
+        .arg("--out")
+        .arg(&data)
+        .output()
+        .unwrap();
     assert!(o.status.success());
-    let first: Value = serde_json::from_str(std::fs::read_to_string(data.join("data.jsonl")).unwrap().lines().next().unwrap()).unwrap();
+    let first: Value = serde_json::from_str(
+        std::fs::read_to_string(data.join("data.jsonl"))
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
     let image = first["trajectory"][0]["image"].as_str().unwrap();
     std::fs::write(data.join(image), b"not a png").unwrap();
 
     let out = tmp.path().join("run");
     ok(&eval(&out, Some(&data), &["--no-judge"]));
-    let errors: Vec<Value> = lines(&out.join("predictions.jsonl")).into_iter().filter(|v| v.get("error").is_some()).collect();
+    let errors: Vec<Value> = lines(&out.join("predictions.jsonl"))
+        .into_iter()
+        .filter(|v| v.get("error").is_some())
+        .collect();
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert_eq!(errors[0]["step"], 0);
-    let metrics: Value = serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
+    let metrics: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
     assert_eq!(metrics["prediction_errors"], 1);
     assert!(metrics["format_errors"].as_u64().unwrap() >= 1);
 }
@@ -138,15 +198,43 @@ fn a_separate_judge_model_answers_the_aggregation_prompts() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run");
     let judge = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny-a");
-    ok(&eval(&out, None, &["--judge-model", judge.to_str().unwrap(), "--batch-size", "8"]));
-    let metrics: Value = serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
+    ok(&eval(
+        &out,
+        None,
+        &[
+            "--judge-model",
+            judge.to_str().unwrap(),
+            "--batch-size",
+            "8",
+        ],
+    ));
+    let metrics: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
     let verdicts = lines(&out.join("judgements.jsonl"));
-    assert_eq!(verdicts.len() as u64, metrics["trajectories"].as_u64().unwrap());
-    assert!(verdicts.iter().all(|v| v["prompt_tokens"].as_u64().unwrap() > 0));
-    let manifest: Value = serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
-    assert!(manifest["settings"]["judge"]["model"].as_str().unwrap().ends_with("tiny-a"));
+    assert_eq!(
+        verdicts.len() as u64,
+        metrics["trajectories"].as_u64().unwrap()
+    );
+    assert!(verdicts
+        .iter()
+        .all(|v| v["prompt_tokens"].as_u64().unwrap() > 0));
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
+    assert!(manifest["settings"]["judge"]["model"]
+        .as_str()
+        .unwrap()
+        .ends_with("tiny-a"));
     assert!(manifest["finished_at_unix"].as_u64().is_some());
     // Resuming a finished run redoes nothing and keeps every line.
-    ok(&eval(&out, None, &["--judge-model", judge.to_str().unwrap(), "--batch-size", "8"]));
+    ok(&eval(
+        &out,
+        None,
+        &[
+            "--judge-model",
+            judge.to_str().unwrap(),
+            "--batch-size",
+            "8",
+        ],
+    ));
     assert_eq!(lines(&out.join("judgements.jsonl")).len(), verdicts.len());
 }

@@ -5,11 +5,19 @@ use std::process::{Command, Output};
 const BIN: &str = env!("CARGO_BIN_EXE_mobile-r1-eval");
 
 fn run(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).env("RUST_LOG", "warn").output().expect("binary runs")
+    Command::new(BIN)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("binary runs")
 }
 
 fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 fn small() -> PathBuf {
@@ -25,10 +33,21 @@ fn score_small_fixture_end_to_end() {
     let out = tempfile::tempdir().unwrap();
     let data = small();
     let preds = data.join("predictions.jsonl");
-    let o = run(&["score", "--data", data.to_str().unwrap(), "--predictions", preds.to_str().unwrap(), "--out", out.path().to_str().unwrap()]);
+    let o = run(&[
+        "score",
+        "--data",
+        data.to_str().unwrap(),
+        "--predictions",
+        preds.to_str().unwrap(),
+        "--out",
+        out.path().to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", text(&o));
     let t = text(&o);
-    assert!(t.contains("line 7"), "malformed line reported with its number: {t}");
+    assert!(
+        t.contains("line 7"),
+        "malformed line reported with its number: {t}"
+    );
     assert!(t.contains("(zzz, 0)"), "unknown prediction reported: {t}");
     assert!(t.contains("| accuracy % | 28.57 |"), "{t}");
     let m = metrics(out.path());
@@ -43,7 +62,17 @@ fn score_small_fixture_end_to_end() {
     assert_eq!(steps.lines().count(), 7);
     assert!(out.path().join("summary.md").is_file());
 
-    let o = run(&["score", "--data", data.to_str().unwrap(), "--predictions", preds.to_str().unwrap(), "--out", out.path().to_str().unwrap(), "--rules", "qwen-ac"]);
+    let o = run(&[
+        "score",
+        "--data",
+        data.to_str().unwrap(),
+        "--predictions",
+        preds.to_str().unwrap(),
+        "--out",
+        out.path().to_str().unwrap(),
+        "--rules",
+        "qwen-ac",
+    ]);
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(metrics(out.path())["args_errors"], 2);
 }
@@ -52,7 +81,15 @@ fn score_small_fixture_end_to_end() {
 fn unknown_rules_and_bad_data_fail_clearly() {
     let data = small();
     let preds = data.join("predictions.jsonl");
-    let o = run(&["score", "--data", data.to_str().unwrap(), "--predictions", preds.to_str().unwrap(), "--rules", "strict"]);
+    let o = run(&[
+        "score",
+        "--data",
+        data.to_str().unwrap(),
+        "--predictions",
+        preds.to_str().unwrap(),
+        "--rules",
+        "strict",
+    ]);
     assert!(!o.status.success());
     assert!(text(&o).contains("qwen-ac"), "{}", text(&o));
     let dir = tempfile::tempdir().unwrap();
@@ -93,7 +130,15 @@ fn sample_validate_and_score_gold_responses() {
     let pf = dir.path().join("preds.jsonl");
     std::fs::write(&pf, preds).unwrap();
     let out = dir.path().join("out");
-    let o = run(&["score", "--data", bench.to_str().unwrap(), "--predictions", pf.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let o = run(&[
+        "score",
+        "--data",
+        bench.to_str().unwrap(),
+        "--predictions",
+        pf.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", text(&o));
     let m = metrics(&out);
     assert_eq!(m["accuracy"], 100.0, "{m}");
@@ -103,14 +148,22 @@ fn sample_validate_and_score_gold_responses() {
 
 /// Replace every `[x, y]` pair of integers inside the tool call by `[x/2, y/2]`.
 fn halve_coordinates(s: &str) -> String {
-    let Some(start) = s.find("<tool_call>") else { return s.to_owned() };
+    let Some(start) = s.find("<tool_call>") else {
+        return s.to_owned();
+    };
     let (head, tail) = s.split_at(start);
     let mut call: serde_json::Value = {
-        let body = tail.trim_start_matches("<tool_call>").trim_end().trim_end_matches("</tool_call>");
+        let body = tail
+            .trim_start_matches("<tool_call>")
+            .trim_end()
+            .trim_end_matches("</tool_call>");
         serde_json::from_str(body.trim()).unwrap()
     };
     for key in ["coordinate", "coordinate2"] {
-        if let Some(arr) = call["arguments"].get_mut(key).and_then(|v| v.as_array_mut()) {
+        if let Some(arr) = call["arguments"]
+            .get_mut(key)
+            .and_then(|v| v.as_array_mut())
+        {
             for x in arr.iter_mut() {
                 *x = (x.as_f64().unwrap() / 2.0).into();
             }

@@ -41,12 +41,19 @@ fn assert_line2(bad: String, field: &str, needle: &str) {
 #[test]
 fn loads_both_action_forms_and_ids() {
     let obj_step = r#"{"image": "images/y.png", "thought": "", "subtask": "", "response": "", "action": {"name": "mobile_use", "arguments": {"action": "System_Button", "button": "home"}}, "bbox": [[1, 2, 3, 4], [5, 6, 7, 8]]}"#;
-    let lines = [good(), line(obj_step, 1, r#", "id": 42"#), line(GOOD_STEP, 1, r#", "id": "x-1", "system": "sys""#)];
+    let lines = [
+        good(),
+        line(obj_step, 1, r#", "id": 42"#),
+        line(GOOD_STEP, 1, r#", "id": "x-1", "system": "sys""#),
+    ];
     let (_d, r) = load(&lines);
     let b = r.unwrap();
     let ids: Vec<&str> = b.trajectories.iter().map(|t| t.id.as_str()).collect();
     assert_eq!(ids, ["0", "42", "x-1"]);
-    assert_eq!(b.trajectories[1].steps[0].action.action_type(), ActionType::SystemButton);
+    assert_eq!(
+        b.trajectories[1].steps[0].action.action_type(),
+        ActionType::SystemButton
+    );
     assert_eq!(b.trajectories[1].steps[0].bboxes.len(), 2);
     assert_eq!(b.trajectories[2].system.as_deref(), Some("sys"));
     assert_eq!(b.trajectories[1].line, 2);
@@ -66,22 +73,74 @@ fn malformed_json() {
 
 #[test]
 fn missing_fields() {
-    assert_line2(good().replace(r#""instruction": "买东西", "#, ""), "instruction", "missing");
-    assert_line2(good().replace(r#""image_width": 720, "#, ""), "image_width", "missing");
-    assert_line2(good().replace(r#""image": "images/x.png", "#, ""), "trajectory[0].image", "missing");
-    assert_line2(line(r#"{"image": "a.png"}"#, 1, ""), "trajectory[0].action", "missing");
-    assert_line2(good().replace(r#""trajectory_length": 1, "#, ""), "trajectory_length", "missing");
+    assert_line2(
+        good().replace(r#""instruction": "买东西", "#, ""),
+        "instruction",
+        "missing",
+    );
+    assert_line2(
+        good().replace(r#""image_width": 720, "#, ""),
+        "image_width",
+        "missing",
+    );
+    assert_line2(
+        good().replace(r#""image": "images/x.png", "#, ""),
+        "trajectory[0].image",
+        "missing",
+    );
+    assert_line2(
+        line(r#"{"image": "a.png"}"#, 1, ""),
+        "trajectory[0].action",
+        "missing",
+    );
+    assert_line2(
+        good().replace(r#""trajectory_length": 1, "#, ""),
+        "trajectory_length",
+        "missing",
+    );
 }
 
 #[test]
 fn unknown_action_and_wrong_argument_types() {
-    let bad = |args: &str| line(&format!(r#"{{"image": "a.png", "action": {{"name": "mobile_use", "arguments": {args}}}}}"#), 1, "");
-    assert_line2(bad(r#"{"action": "scroll", "direction": "up"}"#), "trajectory[0].action", "unknown action");
-    assert_line2(bad(r#"{"action": "click", "coordinate": "10,20"}"#), "trajectory[0].action", "coordinate");
-    assert_line2(bad(r#"{"action": "type", "text": 3}"#), "trajectory[0].action", "text");
-    assert_line2(bad(r#"{"action": "terminate", "status": "ok"}"#), "trajectory[0].action", "status");
-    assert_line2(line(r#"{"image": "a.png", "action": "{not json"}"#, 1, ""), "trajectory[0].action", "not valid JSON");
-    assert_line2(good().replace("720", "\"720\""), "image_width", "positive integer");
+    let bad = |args: &str| {
+        line(
+            &format!(
+                r#"{{"image": "a.png", "action": {{"name": "mobile_use", "arguments": {args}}}}}"#
+            ),
+            1,
+            "",
+        )
+    };
+    assert_line2(
+        bad(r#"{"action": "scroll", "direction": "up"}"#),
+        "trajectory[0].action",
+        "unknown action",
+    );
+    assert_line2(
+        bad(r#"{"action": "click", "coordinate": "10,20"}"#),
+        "trajectory[0].action",
+        "coordinate",
+    );
+    assert_line2(
+        bad(r#"{"action": "type", "text": 3}"#),
+        "trajectory[0].action",
+        "text",
+    );
+    assert_line2(
+        bad(r#"{"action": "terminate", "status": "ok"}"#),
+        "trajectory[0].action",
+        "status",
+    );
+    assert_line2(
+        line(r#"{"image": "a.png", "action": "{not json"}"#, 1, ""),
+        "trajectory[0].action",
+        "not valid JSON",
+    );
+    assert_line2(
+        good().replace("720", "\"720\""),
+        "image_width",
+        "positive integer",
+    );
 }
 
 #[test]
@@ -92,18 +151,47 @@ fn length_mismatch_and_empty() {
 
 #[test]
 fn bad_boxes() {
-    let with_box = |b: &str| line(&GOOD_STEP.replace(r#""response": "r""#, &format!(r#""response": "r", "bbox": {b}"#)), 1, "");
-    assert_line2(with_box("[-1, 0, 10, 10]"), "trajectory[0].bbox", "negative");
+    let with_box = |b: &str| {
+        line(
+            &GOOD_STEP.replace(
+                r#""response": "r""#,
+                &format!(r#""response": "r", "bbox": {b}"#),
+            ),
+            1,
+            "",
+        )
+    };
+    assert_line2(
+        with_box("[-1, 0, 10, 10]"),
+        "trajectory[0].bbox",
+        "negative",
+    );
     assert_line2(with_box("[0, 0, 800, 10]"), "trajectory[0].bbox", "outside");
-    assert_line2(with_box("[[0, 0, 10, 10], [0, 0, 10, 1700]]"), "trajectory[0].bbox", "outside");
+    assert_line2(
+        with_box("[[0, 0, 10, 10], [0, 0, 10, 1700]]"),
+        "trajectory[0].bbox",
+        "outside",
+    );
     assert_line2(with_box("[10, 10, 5, 5]"), "trajectory[0].bbox", "x1 > x2");
-    assert_line2(with_box("[1, 2, 3]"), "trajectory[0].bbox", "[x1, y1, x2, y2]");
+    assert_line2(
+        with_box("[1, 2, 3]"),
+        "trajectory[0].bbox",
+        "[x1, y1, x2, y2]",
+    );
 }
 
 #[test]
 fn image_paths_refused() {
-    assert_line2(good().replace("images/x.png", "/etc/passwd"), "trajectory[0].image", "absolute");
-    assert_line2(good().replace("images/x.png", "images/../../secret.png"), "trajectory[0].image", "escapes");
+    assert_line2(
+        good().replace("images/x.png", "/etc/passwd"),
+        "trajectory[0].image",
+        "absolute",
+    );
+    assert_line2(
+        good().replace("images/x.png", "images/../../secret.png"),
+        "trajectory[0].image",
+        "escapes",
+    );
 }
 
 #[test]
@@ -116,5 +204,8 @@ fn duplicate_ids_and_empty_file() {
     let (_d, r) = load(&["".into()]);
     assert!(matches!(r, Err(DatasetError::Empty { .. })));
     let r = Benchmark::load(Path::new("/nonexistent/bench"));
-    assert!(r.unwrap_err().to_string().contains("/nonexistent/bench/data.jsonl"));
+    assert!(r
+        .unwrap_err()
+        .to_string()
+        .contains("/nonexistent/bench/data.jsonl"));
 }

@@ -29,7 +29,11 @@ fn close(a: f64, b: f64) -> bool {
 fn fixture_shape() {
     let (bench, preds) = small();
     let ids: Vec<&str> = bench.trajectories.iter().map(|t| t.id.as_str()).collect();
-    assert_eq!(ids, ["a", "2", "7"], "id field, else the 0-based line number (blank line counted)");
+    assert_eq!(
+        ids,
+        ["a", "2", "7"],
+        "id field, else the 0-based line number (blank line counted)"
+    );
     assert_eq!(bench.num_steps(), 7);
     assert_eq!(bench.trajectories[2].steps[1].bboxes.len(), 2);
     assert_eq!(preds.malformed.len(), 1);
@@ -43,13 +47,33 @@ fn mobile_r1_hand_computed() {
     let (m, outcomes) = metrics(&RulePreset::mobile_r1());
     // a0 click outside the strict box, a1 type (trimmed), a2 wrong status, 2/0 swipe down vs up,
     // 2/1 click mapped from a 500x1000 image, 7/0 wrong type, 7/1 missing.
-    assert_eq!(outcomes, [ArgsError, Correct, ArgsError, ArgsError, Correct, TypeError, FormatError]);
+    assert_eq!(
+        outcomes,
+        [
+            ArgsError,
+            Correct,
+            ArgsError,
+            ArgsError,
+            Correct,
+            TypeError,
+            FormatError
+        ]
+    );
     assert_eq!((m.steps, m.trajectories), (7, 3));
-    assert_eq!((m.correct, m.args_errors, m.format_errors, m.type_errors), (2, 3, 1, 1));
-    assert_eq!(m.correct + m.args_errors + m.format_errors + m.type_errors, m.steps);
+    assert_eq!(
+        (m.correct, m.args_errors, m.format_errors, m.type_errors),
+        (2, 3, 1, 1)
+    );
+    assert_eq!(
+        m.correct + m.args_errors + m.format_errors + m.type_errors,
+        m.steps
+    );
     assert!(close(m.accuracy, 200.0 / 7.0));
     assert!(close(m.task_success, 0.0));
-    assert!(close(m.tail_success, 100.0 / 3.0), "only trajectory 2 ends with a correct step");
+    assert!(
+        close(m.tail_success, 100.0 / 3.0),
+        "only trajectory 2 ends with a correct step"
+    );
     assert!(close(m.avg_args_errors, 1.0));
     assert!(close(m.type_accuracy, 500.0 / 7.0));
     assert_eq!(m.missing_predictions, 1);
@@ -58,10 +82,17 @@ fn mobile_r1_hand_computed() {
     assert_eq!(m.confusion["system_button"]["click"], 1);
     assert_eq!(m.confusion["long_press"]["none"], 1);
     let taobao = m.per_app.iter().find(|g| g.key == "淘宝").unwrap();
-    assert_eq!((taobao.trajectories, taobao.steps, taobao.correct), (2, 5, 1));
+    assert_eq!(
+        (taobao.trajectories, taobao.steps, taobao.correct),
+        (2, 5, 1)
+    );
     let idx0 = &m.per_step_index[0];
     assert_eq!((idx0.key.as_str(), idx0.steps, idx0.correct), ("0", 3, 0));
-    let click = m.per_action.iter().find(|a| a.action.as_str() == "click").unwrap();
+    let click = m
+        .per_action
+        .iter()
+        .find(|a| a.action.as_str() == "click")
+        .unwrap();
     assert_eq!((click.count, click.type_correct, click.correct), (2, 2, 1));
 }
 
@@ -69,7 +100,10 @@ fn mobile_r1_hand_computed() {
 fn qwen_ac_hand_computed() {
     let (m, _) = metrics(&RulePreset::qwen_ac());
     // a0 (610, 1000) is inside the ×1.2 box [380, 620].
-    assert_eq!((m.correct, m.args_errors, m.format_errors, m.type_errors), (3, 2, 1, 1));
+    assert_eq!(
+        (m.correct, m.args_errors, m.format_errors, m.type_errors),
+        (3, 2, 1, 1)
+    );
     assert!(close(m.accuracy, 300.0 / 7.0));
     assert!(close(m.avg_args_errors, 2.0 / 3.0));
     assert_eq!(m.rules.name, "qwen-ac");
@@ -81,8 +115,20 @@ fn metrics_json_top_level_keys_and_extra() {
     m.extra.insert("judge_success".into(), 12.5.into());
     let v = serde_json::to_value(&m).unwrap();
     for k in [
-        "steps", "trajectories", "accuracy", "task_success", "tail_success", "args_errors", "avg_args_errors",
-        "format_errors", "type_errors", "rules", "per_action", "per_app", "per_step_index", "confusion",
+        "steps",
+        "trajectories",
+        "accuracy",
+        "task_success",
+        "tail_success",
+        "args_errors",
+        "avg_args_errors",
+        "format_errors",
+        "type_errors",
+        "rules",
+        "per_action",
+        "per_app",
+        "per_step_index",
+        "confusion",
         "judge_success",
     ] {
         assert!(v.get(k).is_some(), "missing key {k}");
@@ -96,7 +142,9 @@ fn metrics_json_top_level_keys_and_extra() {
     assert_eq!(steps.lines().count(), 7);
     let first: serde_json::Value = serde_json::from_str(steps.lines().next().unwrap()).unwrap();
     assert_eq!(first["check"]["test"], "box");
-    assert!(std::fs::read_to_string(paths.summary).unwrap().contains("judge_success"));
+    assert!(std::fs::read_to_string(paths.summary)
+        .unwrap()
+        .contains("judge_success"));
 }
 
 #[test]
@@ -113,7 +161,8 @@ fn ten_thousand_steps_fast() {
         }
     }
     let start = std::time::Instant::now();
-    let bench = Benchmark::from_jsonl(&data, "/nonexistent", std::path::Path::new("mem.jsonl")).unwrap();
+    let bench =
+        Benchmark::from_jsonl(&data, "/nonexistent", std::path::Path::new("mem.jsonl")).unwrap();
     let set = PredictionSet::parse(&preds);
     let rules = RulePreset::mobile_r1();
     let run = score_benchmark(&rules, &bench, &set);

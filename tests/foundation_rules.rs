@@ -8,13 +8,24 @@ fn click(x: f64, y: f64) -> Action {
     Action::Click { coordinate: [x, y] }
 }
 
-fn ok(rules: &RulePreset, gold: &Action, boxes: &[[f64; 4]], pred: &Action, size: Option<[u32; 2]>) -> bool {
-    match_args(rules, gold, boxes, pred, SCREEN, size).expect("same type").0
+fn ok(
+    rules: &RulePreset,
+    gold: &Action,
+    boxes: &[[f64; 4]],
+    pred: &Action,
+    size: Option<[u32; 2]>,
+) -> bool {
+    match_args(rules, gold, boxes, pred, SCREEN, size)
+        .expect("same type")
+        .0
 }
 
 #[test]
 fn presets_by_name() {
-    assert_eq!(RulePreset::by_name("mobile-r1"), Some(RulePreset::mobile_r1()));
+    assert_eq!(
+        RulePreset::by_name("mobile-r1"),
+        Some(RulePreset::mobile_r1())
+    );
     assert_eq!(RulePreset::by_name("QWEN_AC"), Some(RulePreset::qwen_ac()));
     assert_eq!(RulePreset::by_name("nope"), None);
     let v = serde_json::to_value(RulePreset::qwen_ac()).unwrap();
@@ -27,13 +38,25 @@ fn mobile_r1_boxes_edges_included_no_fallback() {
     let r = RulePreset::mobile_r1();
     let g = click(500.0, 1000.0);
     let b = [[400.0, 900.0, 600.0, 1100.0]];
-    assert!(ok(&r, &g, &b, &click(400.0, 1100.0), None), "edges count as inside");
-    assert!(!ok(&r, &g, &b, &click(610.0, 1000.0), None), "no enlargement, no distance fallback");
+    assert!(
+        ok(&r, &g, &b, &click(400.0, 1100.0), None),
+        "edges count as inside"
+    );
+    assert!(
+        !ok(&r, &g, &b, &click(610.0, 1000.0), None),
+        "no enlargement, no distance fallback"
+    );
     // A second box also counts.
     let two = [b[0], [0.0, 0.0, 50.0, 50.0]];
     let (hit, check) = match_args(&r, &g, &two, &click(10.0, 10.0), SCREEN, None).unwrap();
     assert!(hit);
-    assert!(matches!(check, ArgCheck::Box { inside: Some(1), .. }));
+    assert!(matches!(
+        check,
+        ArgCheck::Box {
+            inside: Some(1),
+            ..
+        }
+    ));
 }
 
 #[test]
@@ -47,7 +70,10 @@ fn mobile_r1_distance_without_boxes() {
     assert!(!ok(&r, &g, &[], &click(600.0, 1200.0), None));
     assert!(ok(&r, &g, &[], &click(598.0, 1198.0), None));
     // Long press: time ignored.
-    let lp = |x, t| Action::LongPress { coordinate: [x, 1000.0], time: t };
+    let lp = |x, t| Action::LongPress {
+        coordinate: [x, 1000.0],
+        time: t,
+    };
     assert!(ok(&r, &lp(500.0, Some(2.0)), &[], &lp(520.0, None), None));
 }
 
@@ -84,13 +110,35 @@ fn qwen_ac_enlarged_boxes_then_distance() {
 #[test]
 fn swipe_directions() {
     let r = RulePreset::mobile_r1();
-    let sw = |a: [f64; 2], b: [f64; 2]| Action::Swipe { coordinate: a, coordinate2: b };
+    let sw = |a: [f64; 2], b: [f64; 2]| Action::Swipe {
+        coordinate: a,
+        coordinate2: b,
+    };
     let up = sw([500.0, 1500.0], [500.0, 500.0]);
     assert!(ok(&r, &up, &[], &sw([100.0, 900.0], [120.0, 100.0]), None));
-    assert!(!ok(&r, &up, &[], &sw([500.0, 500.0], [500.0, 1500.0]), None));
-    assert!(!ok(&r, &up, &[], &sw([100.0, 1000.0], [900.0, 900.0]), None));
-    let (_, check) = match_args(&r, &up, &[], &sw([0.0, 0.0], [-50.0, 10.0]), SCREEN, None).unwrap();
-    assert_eq!(check, ArgCheck::Direction { gold: Some(Direction::Up), predicted: Some(Direction::Left) });
+    assert!(!ok(
+        &r,
+        &up,
+        &[],
+        &sw([500.0, 500.0], [500.0, 1500.0]),
+        None
+    ));
+    assert!(!ok(
+        &r,
+        &up,
+        &[],
+        &sw([100.0, 1000.0], [900.0, 900.0]),
+        None
+    ));
+    let (_, check) =
+        match_args(&r, &up, &[], &sw([0.0, 0.0], [-50.0, 10.0]), SCREEN, None).unwrap();
+    assert_eq!(
+        check,
+        ArgCheck::Direction {
+            gold: Some(Direction::Up),
+            predicted: Some(Direction::Left)
+        }
+    );
     // Mapping by a non-square image_size can change the dominant axis: (100, 80) in a 500x500 image is
     // (200, 320) on the 1000x2000 screen, a downward move.
     let right_in_image = sw([0.0, 0.0], [100.0, 80.0]);
@@ -118,8 +166,17 @@ fn texts_buttons_status_wait() {
     assert!(ok(&m, &btn(Button::Back), &[], &btn(Button::Back), None));
     assert!(!ok(&m, &btn(Button::Back), &[], &btn(Button::Home), None));
     let term = |s| Action::Terminate { status: s };
-    assert!(!ok(&m, &term(Status::Success), &[], &term(Status::Failure), None));
+    assert!(!ok(
+        &m,
+        &term(Status::Success),
+        &[],
+        &term(Status::Failure),
+        None
+    ));
     let wait = |t| Action::Wait { time: t };
     assert!(ok(&m, &wait(Some(1.0)), &[], &wait(Some(5.0)), None));
-    assert!(match_args(&m, &wait(None), &[], &click(1.0, 1.0), SCREEN, None).is_none(), "type mismatch");
+    assert!(
+        match_args(&m, &wait(None), &[], &click(1.0, 1.0), SCREEN, None).is_none(),
+        "type mismatch"
+    );
 }

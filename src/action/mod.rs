@@ -161,18 +161,28 @@ struct Args<'a> {
 impl Args<'_> {
     fn get(&self, arg: &'static str) -> Result<&Value, ActionError> {
         match self.map.get(arg) {
-            None | Some(Value::Null) => Err(ActionError::MissingArg { action: self.action, arg }),
+            None | Some(Value::Null) => Err(ActionError::MissingArg {
+                action: self.action,
+                arg,
+            }),
             Some(v) => Ok(v),
         }
     }
 
     fn wrong(&self, arg: &'static str, expected: &'static str, v: &Value) -> ActionError {
-        ActionError::WrongType { action: self.action, arg, expected, found: short(v) }
+        ActionError::WrongType {
+            action: self.action,
+            arg,
+            expected,
+            found: short(v),
+        }
     }
 
     fn text(&self, arg: &'static str) -> Result<String, ActionError> {
         let v = self.get(arg)?;
-        v.as_str().map(str::to_owned).ok_or_else(|| self.wrong(arg, "a string", v))
+        v.as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| self.wrong(arg, "a string", v))
     }
 
     fn point(&self, arg: &'static str) -> Result<Point, ActionError> {
@@ -198,10 +208,19 @@ impl Args<'_> {
         }
     }
 
-    fn choice<T: FromStr>(&self, arg: &'static str, allowed: &'static str) -> Result<T, ActionError> {
+    fn choice<T: FromStr>(
+        &self,
+        arg: &'static str,
+        allowed: &'static str,
+    ) -> Result<T, ActionError> {
         let v = self.get(arg)?;
         let s = v.as_str().ok_or_else(|| self.wrong(arg, "a string", v))?;
-        s.parse().map_err(|_| ActionError::BadValue { action: self.action, arg, value: s.to_owned(), allowed })
+        s.parse().map_err(|_| ActionError::BadValue {
+            action: self.action,
+            arg,
+            value: s.to_owned(),
+            allowed,
+        })
     }
 }
 
@@ -224,9 +243,9 @@ impl Action {
     /// The (start) point of a click, long press or swipe.
     pub fn point(&self) -> Option<Point> {
         match self {
-            Action::Click { coordinate } | Action::LongPress { coordinate, .. } | Action::Swipe { coordinate, .. } => {
-                Some(*coordinate)
-            }
+            Action::Click { coordinate }
+            | Action::LongPress { coordinate, .. }
+            | Action::Swipe { coordinate, .. } => Some(*coordinate),
             _ => None,
         }
     }
@@ -239,24 +258,40 @@ impl Action {
             Some(Value::String(s)) => s,
             Some(other) => return Err(ActionError::UnknownAction(short(other))),
         };
-        let action: ActionType = name.parse().map_err(|_| ActionError::UnknownAction(name.clone()))?;
+        let action: ActionType = name
+            .parse()
+            .map_err(|_| ActionError::UnknownAction(name.clone()))?;
         let a = Args { map, action };
         Ok(match action {
-            ActionType::Key => Action::Key { text: a.text("text")? },
-            ActionType::Click => Action::Click { coordinate: a.point("coordinate")? },
-            ActionType::LongPress => {
-                Action::LongPress { coordinate: a.point("coordinate")?, time: a.opt_seconds("time")? }
-            }
-            ActionType::Swipe => {
-                Action::Swipe { coordinate: a.point("coordinate")?, coordinate2: a.point("coordinate2")? }
-            }
-            ActionType::Type => Action::Type { text: a.text("text")? },
-            ActionType::SystemButton => {
-                Action::SystemButton { button: a.choice("button", "Back, Home, Menu, Enter")? }
-            }
-            ActionType::Open => Action::Open { text: a.text("text")? },
-            ActionType::Wait => Action::Wait { time: a.opt_seconds("time")? },
-            ActionType::Terminate => Action::Terminate { status: a.choice("status", "success, failure")? },
+            ActionType::Key => Action::Key {
+                text: a.text("text")?,
+            },
+            ActionType::Click => Action::Click {
+                coordinate: a.point("coordinate")?,
+            },
+            ActionType::LongPress => Action::LongPress {
+                coordinate: a.point("coordinate")?,
+                time: a.opt_seconds("time")?,
+            },
+            ActionType::Swipe => Action::Swipe {
+                coordinate: a.point("coordinate")?,
+                coordinate2: a.point("coordinate2")?,
+            },
+            ActionType::Type => Action::Type {
+                text: a.text("text")?,
+            },
+            ActionType::SystemButton => Action::SystemButton {
+                button: a.choice("button", "Back, Home, Menu, Enter")?,
+            },
+            ActionType::Open => Action::Open {
+                text: a.text("text")?,
+            },
+            ActionType::Wait => Action::Wait {
+                time: a.opt_seconds("time")?,
+            },
+            ActionType::Terminate => Action::Terminate {
+                status: a.choice("status", "success, failure")?,
+            },
         })
     }
 
@@ -272,8 +307,8 @@ impl Action {
         match map.get("arguments") {
             None | Some(Value::Null) => Err(ActionError::MissingArguments),
             Some(Value::String(s)) => {
-                let inner: Value =
-                    serde_json::from_str(s).map_err(|_| ActionError::ArgumentsString(short(&Value::from(s.as_str()))))?;
+                let inner: Value = serde_json::from_str(s)
+                    .map_err(|_| ActionError::ArgumentsString(short(&Value::from(s.as_str()))))?;
                 Action::from_arguments(&inner)
             }
             Some(args) => Action::from_arguments(args),
@@ -298,7 +333,10 @@ impl Action {
                     m.insert("time".into(), num(*t));
                 }
             }
-            Action::Swipe { coordinate, coordinate2 } => {
+            Action::Swipe {
+                coordinate,
+                coordinate2,
+            } => {
                 m.insert("coordinate".into(), pt(coordinate));
                 m.insert("coordinate2".into(), pt(coordinate2));
             }
@@ -353,7 +391,11 @@ impl<'de> Deserialize<'de> for Action {
     /// Reads either an `arguments` object or a whole tool call.
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let v = Value::deserialize(d)?;
-        let r = if v.get("name").is_some() { Action::from_tool_call(&v) } else { Action::from_arguments(&v) };
+        let r = if v.get("name").is_some() {
+            Action::from_tool_call(&v)
+        } else {
+            Action::from_arguments(&v)
+        };
         r.map_err(serde::de::Error::custom)
     }
 }
@@ -399,17 +441,37 @@ mod tests {
 
     #[test]
     fn errors_name_the_argument() {
-        let e = Action::from_arguments(&json!({"action": "click", "coordinate": "12,3"})).unwrap_err();
-        assert!(matches!(e, ActionError::WrongType { arg: "coordinate", .. }), "{e}");
+        let e =
+            Action::from_arguments(&json!({"action": "click", "coordinate": "12,3"})).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ActionError::WrongType {
+                    arg: "coordinate",
+                    ..
+                }
+            ),
+            "{e}"
+        );
         let e = Action::from_arguments(&json!({"action": "click"})).unwrap_err();
-        assert!(matches!(e, ActionError::MissingArg { arg: "coordinate", .. }));
-        let e = Action::from_arguments(&json!({"action": "system_button", "button": "Power"})).unwrap_err();
+        assert!(matches!(
+            e,
+            ActionError::MissingArg {
+                arg: "coordinate",
+                ..
+            }
+        ));
+        let e = Action::from_arguments(&json!({"action": "system_button", "button": "Power"}))
+            .unwrap_err();
         assert!(matches!(e, ActionError::BadValue { arg: "button", .. }));
         let e = Action::from_arguments(&json!({"action": "fly"})).unwrap_err();
         assert_eq!(e, ActionError::UnknownAction("fly".into()));
-        let e = Action::from_tool_call(&json!({"name": "computer_use", "arguments": {}})).unwrap_err();
+        let e =
+            Action::from_tool_call(&json!({"name": "computer_use", "arguments": {}})).unwrap_err();
         assert!(matches!(e, ActionError::WrongName(_)));
-        let a = Action::from_tool_call(&json!({"name": "mobile_use", "arguments": "{\"action\":\"wait\"}"}));
+        let a = Action::from_tool_call(
+            &json!({"name": "mobile_use", "arguments": "{\"action\":\"wait\"}"}),
+        );
         assert_eq!(a, Ok(Action::Wait { time: None }));
     }
 }

@@ -104,4 +104,3 @@ string_enum!(
         Failure => "failure",
     }
 );
-

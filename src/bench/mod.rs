@@ -13,11 +13,10 @@ use anyhow::{Context, Result};
 use candle_core::{DType, Device, Tensor};
 use serde_json::{json, Value};
 
-use crate::chat::{ChatTemplate, Tokenizer};
+use crate::chat::{ChatTemplate, PromptBuilder, Tokenizer};
 use crate::engine::judge::judge_trajectories;
 use crate::engine::memory;
 use crate::engine::pipeline::Runner;
-use crate::engine::prepare::PromptKit;
 use crate::engine::progress::{PhaseStats, Progress};
 use crate::engine::prompts::SystemPrompt;
 use crate::engine::rundir::JsonlAppender;
@@ -81,8 +80,9 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<Value> {
     let t_build = Instant::now();
     let model = random::random_model(model_cfg, cfg.seed, &device, dtype)?;
     let build_seconds = t_build.elapsed().as_secs_f64();
-    let kit = PromptKit {
-        tokenizer: Tokenizer::from_model_dir(&cfg.tokenizer).with_context(|| format!("--tokenizer {}", cfg.tokenizer.display()))?,
+    let kit = PromptBuilder {
+        tokenizer: Tokenizer::from_model_dir(&cfg.tokenizer)
+            .with_context(|| format!("--tokenizer {}", cfg.tokenizer.display()))?,
         template: ChatTemplate::from_model_dir(&cfg.tokenizer)?,
         image: ImageProcessorConfig::default().with_pixel_bounds(cfg.min_pixels, cfg.max_pixels),
     };
@@ -92,49 +92,102 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<Value> {
         max_seqs: cfg.batch_size.max(1),
         max_new_tokens: cfg.max_new_tokens.max(1),
         max_batch_tokens: cfg.max_batch_tokens.unwrap_or_else(|| {
-            let reserve = memory::prefill_reserve(&model, crate::engine::batcher::MAX_PREFILL_TOKENS);
-            memory::auto_batch_tokens(memory::free_bytes(&device), model.kv_bytes_per_token(), reserve, 8192 + cfg.max_new_tokens)
+            let reserve =
+                memory::prefill_reserve(&model, crate::engine::batcher::MAX_PREFILL_TOKENS);
+            memory::auto_batch_tokens(
+                memory::free_bytes(&device),
+                model.kv_bytes_per_token(),
+                reserve,
+                8192 + cfg.max_new_tokens,
+            )
         }),
     };
-    let runner = Runner { model: &model, kit: &kit, limits };
+    let runner = Runner {
+        model: &model,
+        kit: &kit,
+        limits,
+    };
 
     let jobs = pending_steps(&bench, &Default::default());
-    let mut steps = PhaseStats { phase: "steps".into(), ..Default::default() };
+    let mut steps = PhaseStats {
+        phase: "steps".into(),
+        ..Default::default()
+    };
     let mut out = JsonlAppender::open(&tmp.path().join("predictions.jsonl"), 64)?;
     let mut progress = Progress::new("bench", jobs.len() as u64, 0);
     let t0 = Instant::now();
-    predict_steps(&runner, &bench, SystemPrompt::Default, &jobs, &mut out, &mut steps, &mut progress)?;
+    predict_steps(
+        &runner,
+        &bench,
+        SystemPrompt::Default,
+        &jobs,
+        &mut out,
+        &mut steps,
+        &mut progress,
+    )?;
     steps.wall_seconds = t0.elapsed().as_secs_f64();
     progress.finish();
     drop(out);
 
-    let judge = if cfg.judge { Some(bench_judge(&runner, &bench, tmp.path())?) } else { None };
+    let judge = if cfg.judge {
+        Some(bench_judge(&runner, &bench, tmp.path())?)
+    } else {
+        None
+    };
     let vision_seconds = time_vision(&model, &kit, &bench)?;
     let peak = matmul_peak(&device, dtype, if device.is_cpu() { 1024 } else { 8192 })?;
-    Ok(report(cfg, &model, &steps, judge.as_ref(), vision_seconds, peak, (vision_params, lm_params), build_seconds))
+    Ok(report(
+        cfg,
+        &model,
+        &steps,
+        judge.as_ref(),
+        vision_seconds,
+        peak,
+        (vision_params, lm_params),
+        build_seconds,
+    ))
 }
 
-fn bench_judge(runner: &Runner<'_>, bench: &crate::dataset::Benchmark, dir: &std::path::Path) -> Result<PhaseStats> {
+fn bench_judge(
+    runner: &Runner<'_>,
+    bench: &crate::dataset::Benchmark,
+    dir: &std::path::Path,
+) -> Result<PhaseStats> {
     let preds = PredictionSet::read(dir.join("predictions.jsonl"))?;
     let jobs: Vec<usize> = (0..bench.trajectories.len()).collect();
-    let mut stats = PhaseStats { phase: "judge".into(), ..Default::default() };
+    let mut stats = PhaseStats {
+        phase: "judge".into(),
+        ..Default::default()
+    };
     let mut out = JsonlAppender::open(&dir.join("judgements.jsonl"), 64)?;
     let mut progress = Progress::new("judge", jobs.len() as u64, 0);
     let t0 = Instant::now();
-    judge_trajectories(runner, bench, &preds, &jobs, &mut out, &mut stats, &mut progress)?;
+    judge_trajectories(
+        runner,
+        bench,
+        &preds,
+        &jobs,
+        &mut out,
+        &mut stats,
+        &mut progress,
+    )?;
     stats.wall_seconds = t0.elapsed().as_secs_f64();
     progress.finish();
     Ok(stats)
 }
 
 /// Seconds the vision tower alone takes over every step screenshot (a separate pass, batched by 8 images).
-fn time_vision(model: &Qwen25VL, kit: &PromptKit, bench: &crate::dataset::Benchmark) -> Result<f64> {
+fn time_vision(
+    model: &Qwen25VL,
+    kit: &PromptBuilder,
+    bench: &crate::dataset::Benchmark,
+) -> Result<f64> {
     let images: Vec<_> = bench
         .trajectories
         .iter()
         .flat_map(|t| t.steps.iter().map(|s| bench.root.join(&s.image)))
-        .map(|p| kit.load_image(&p))
-        .collect::<Result<_>>()?;
+        .map(|p| crate::preprocess::load_and_prepare(&p, &kit.image))
+        .collect::<std::result::Result<_, _>>()?;
     let t0 = Instant::now();
     for chunk in images.chunks(8) {
         let refs: Vec<_> = chunk.iter().collect();
@@ -146,7 +199,12 @@ fn time_vision(model: &Qwen25VL, kit: &PromptKit, bench: &crate::dataset::Benchm
 
 /// FLOPs of the work done: vision ≈ 2·params per patch, language model ≈ 2·(non-embedding params) per token
 /// plus the head once per generated token (attention score FLOPs are left out: an underestimate).
-fn flops(model: &Qwen25VL, stats: &PhaseStats, patches: usize, (vision_params, lm_params): (u64, u64)) -> f64 {
+fn flops(
+    model: &Qwen25VL,
+    stats: &PhaseStats,
+    patches: usize,
+    (vision_params, lm_params): (u64, u64),
+) -> f64 {
     let t = &model.config().text;
     let head = (t.vocab_size * t.hidden_size) as f64;
     let body = lm_params as f64 - head;
@@ -168,9 +226,18 @@ fn report(
 ) -> Value {
     let rate = |n: usize, s: f64| if s > 0.0 { n as f64 / s } else { 0.0 };
     let work = flops(model, steps, steps.patches, params);
-    let prefill_only = PhaseStats { decode_tokens: 0, ..steps.clone() };
+    let prefill_only = PhaseStats {
+        decode_tokens: 0,
+        ..steps.clone()
+    };
     let prefill_work = flops(model, &prefill_only, steps.patches, params);
-    let mfu = |w: f64, s: f64| if s > 0.0 && peak > 0.0 { w / s / peak } else { 0.0 };
+    let mfu = |w: f64, s: f64| {
+        if s > 0.0 && peak > 0.0 {
+            w / s / peak
+        } else {
+            0.0
+        }
+    };
     json!({
         "config": cfg.config,
         "device": cfg.device,

@@ -12,18 +12,68 @@ use crate::model::{ModelConfig, Qwen25VL};
 /// Flat Hub-layout `config.json` text of a preset: `tiny` (the test checkpoint's sizes), `small` (Qwen2.5-0.5B
 /// text dimensions with the real 3B vision tower), `3b` and `7b` (the real configurations).
 pub fn preset_config(name: &str) -> Option<String> {
-    // (hidden, inter, layers, heads, kv, vocab, tied, vision depth, vision hidden, heads, inter, fullatt, mrope)
-    let (h, i, l, nh, kv, tied, vd, vh, vnh, vi, full, mrope): (usize, usize, usize, usize, usize, bool, usize, usize, usize, usize, &str, &str) =
-        match name {
-            "tiny" => (16, 48, 2, 1, 1, false, 3, 32, 2, 64, "[2]", "[2,3,3]"),
-            "small" => (896, 4864, 24, 14, 2, true, 32, 1280, 16, 3420, "[7,15,23,31]", "[16,24,24]"),
-            "3b" => (2048, 11008, 36, 16, 2, true, 32, 1280, 16, 3420, "[7,15,23,31]", "[16,24,24]"),
-            "7b" => (3584, 18944, 28, 28, 4, false, 32, 1280, 16, 3420, "[7,15,23,31]", "[16,24,24]"),
-            _ => return None,
-        };
-    let vocab = if name == "7b" { 152064 } else { 151936 };
-    // `small` has head_dim 64: its M-RoPE sections are [8,12,12].
-    let mrope = if name == "small" { "[8,12,12]" } else { mrope };
+    let p = match name {
+        "tiny" => Preset {
+            h: 16,
+            i: 48,
+            l: 2,
+            nh: 1,
+            kv: 1,
+            tied: false,
+            vd: 3,
+            vh: 32,
+            vnh: 2,
+            vi: 64,
+            full: "[2]",
+            mrope: "[2,3,3]",
+            vocab: 151936,
+        },
+        "small" => Preset {
+            h: 896,
+            i: 4864,
+            l: 24,
+            nh: 14,
+            kv: 2,
+            tied: true,
+            mrope: "[8,12,12]",
+            ..REAL_VISION
+        },
+        "3b" => Preset {
+            h: 2048,
+            i: 11008,
+            l: 36,
+            nh: 16,
+            kv: 2,
+            tied: true,
+            ..REAL_VISION
+        },
+        "7b" => Preset {
+            h: 3584,
+            i: 18944,
+            l: 28,
+            nh: 28,
+            kv: 4,
+            tied: false,
+            vocab: 152064,
+            ..REAL_VISION
+        },
+        _ => return None,
+    };
+    let Preset {
+        h,
+        i,
+        l,
+        nh,
+        kv,
+        tied,
+        vd,
+        vh,
+        vnh,
+        vi,
+        full,
+        mrope,
+        vocab,
+    } = p;
     Some(format!(
         r#"{{"architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl",
   "hidden_size": {h}, "intermediate_size": {i}, "num_hidden_layers": {l}, "num_attention_heads": {nh},
@@ -39,13 +89,52 @@ pub fn preset_config(name: &str) -> Option<String> {
     ))
 }
 
+/// The dimensions a preset varies: text (hidden, intermediate, layers, heads, kv heads, tied, vocab, M-RoPE
+/// sections) and vision (depth, hidden, heads, intermediate, full-attention blocks).
+struct Preset {
+    h: usize,
+    i: usize,
+    l: usize,
+    nh: usize,
+    kv: usize,
+    tied: bool,
+    vd: usize,
+    vh: usize,
+    vnh: usize,
+    vi: usize,
+    full: &'static str,
+    mrope: &'static str,
+    vocab: usize,
+}
+
+/// The real Qwen2.5-VL vision tower (3B and 7B share it) and the text defaults of the real checkpoints.
+const REAL_VISION: Preset = Preset {
+    h: 0,
+    i: 0,
+    l: 0,
+    nh: 0,
+    kv: 0,
+    tied: true,
+    vd: 32,
+    vh: 1280,
+    vnh: 16,
+    vi: 3420,
+    full: "[7,15,23,31]",
+    mrope: "[16,24,24]",
+    vocab: 151936,
+};
+
 /// The config of a preset name, or of a `config.json` file or model folder.
 pub fn load_config(spec: &str) -> anyhow::Result<ModelConfig> {
     let text = match preset_config(spec) {
         Some(t) => t,
         None => {
             let p = Path::new(spec);
-            let p = if p.is_dir() { p.join("config.json") } else { p.to_path_buf() };
+            let p = if p.is_dir() {
+                p.join("config.json")
+            } else {
+                p.to_path_buf()
+            };
             std::fs::read_to_string(&p).map_err(|e| {
                 anyhow::anyhow!("--config {spec}: not a preset (tiny, small, 3b, 7b) nor a readable config ({}: {e})", p.display())
             })?
@@ -74,7 +163,8 @@ fn splitmix(mut x: u64) -> u64 {
 }
 
 fn name_seed(seed: u64, name: &str) -> u64 {
-    name.bytes().fold(splitmix(seed), |h, b| splitmix(h ^ b as u64))
+    name.bytes()
+        .fold(splitmix(seed), |h, b| splitmix(h ^ b as u64))
 }
 
 fn fill(n: usize, seed: u64, center: f32, half_width: f32) -> Vec<f32> {
@@ -89,7 +179,14 @@ fn fill(n: usize, seed: u64, center: f32, half_width: f32) -> Vec<f32> {
 }
 
 impl SimpleBackend for RandomBackend {
-    fn get(&self, s: Shape, name: &str, _: candle_nn::Init, dtype: DType, dev: &Device) -> candle_core::Result<Tensor> {
+    fn get(
+        &self,
+        s: Shape,
+        name: &str,
+        _: candle_nn::Init,
+        dtype: DType,
+        dev: &Device,
+    ) -> candle_core::Result<Tensor> {
         let dims = s.dims();
         let n = s.elem_count();
         let seed = name_seed(self.seed, name);
@@ -101,7 +198,9 @@ impl SimpleBackend for RandomBackend {
             let fan_in: usize = dims[1..].iter().product::<usize>().max(1);
             fill(n, seed, 0.0, (3.0 / fan_in as f32).sqrt())
         };
-        Tensor::from_vec(values, s, &Device::Cpu)?.to_dtype(dtype)?.to_device(dev)
+        Tensor::from_vec(values, s, &Device::Cpu)?
+            .to_dtype(dtype)?
+            .to_device(dev)
     }
 
     fn get_unchecked(&self, name: &str, _: DType, _: &Device) -> candle_core::Result<Tensor> {
@@ -115,8 +214,16 @@ impl SimpleBackend for RandomBackend {
 }
 
 /// Build the model of `cfg` with random weights (seeded) on `device` in `dtype`.
-pub fn random_model(cfg: ModelConfig, seed: u64, device: &Device, dtype: DType) -> anyhow::Result<Qwen25VL> {
-    let backend = RandomBackend { seed, tied: cfg.tie_word_embeddings };
+pub fn random_model(
+    cfg: ModelConfig,
+    seed: u64,
+    device: &Device,
+    dtype: DType,
+) -> anyhow::Result<Qwen25VL> {
+    let backend = RandomBackend {
+        seed,
+        tied: cfg.tie_word_embeddings,
+    };
     let vb = VarBuilder::from_backend(Box::new(backend), dtype, device.clone());
     Ok(Qwen25VL::from_var_builder(cfg, vb)?)
 }
@@ -126,8 +233,11 @@ pub fn param_counts(cfg: &ModelConfig) -> (u64, u64) {
     let v = &cfg.vision;
     let (vh, vi) = (v.hidden_size as u64, v.intermediate_size as u64);
     let block = 4 * vh * vh + 3 * vh * vi;
-    let merge = (vh * 4) as u64;
-    let vision = v.depth as u64 * block + merge * merge + merge * cfg.text.hidden_size as u64 + vh * v.patch_dim() as u64;
+    let merge = vh * 4;
+    let vision = v.depth as u64 * block
+        + merge * merge
+        + merge * cfg.text.hidden_size as u64
+        + vh * v.patch_dim() as u64;
     let t = &cfg.text;
     let (h, hd) = (t.hidden_size as u64, t.head_dim as u64);
     let attn = h * hd * (t.num_attention_heads as u64 * 2 + t.num_key_value_heads as u64 * 2);
@@ -143,7 +253,14 @@ mod tests {
     #[test]
     fn presets_parse_with_their_real_dimensions() {
         let c = load_config("3b").unwrap();
-        assert_eq!((c.text.hidden_size, c.text.num_hidden_layers, c.text.head_dim), (2048, 36, 128));
+        assert_eq!(
+            (
+                c.text.hidden_size,
+                c.text.num_hidden_layers,
+                c.text.head_dim
+            ),
+            (2048, 36, 128)
+        );
         assert!(c.tie_word_embeddings);
         let c = load_config("7b").unwrap();
         assert_eq!((c.text.vocab_size, c.tie_word_embeddings), (152064, false));

@@ -25,16 +25,41 @@ fn fill_rect(img: &mut RgbImage, x0: u32, y0: u32, x1: u32, y1: u32, c: [u8; 3])
 fn draw_screen(w: u32, h: u32, t: usize, s: usize) -> RgbImage {
     let mut img = RgbImage::from_pixel(w, h, Rgb([246, 246, 248]));
     let u = h / 40;
-    let hue = [(t * 53 + s * 29) as u8, (t * 97) as u8, (200 - s * 40) as u8];
+    let hue = [
+        (t * 53 + s * 29) as u8,
+        (t * 97) as u8,
+        (200 - s * 40) as u8,
+    ];
     fill_rect(&mut img, 0, 0, w, u, [30, 30, 30]);
     fill_rect(&mut img, 0, u, w, 3 * u, hue);
-    fill_rect(&mut img, w / 20, 4 * u, w - w / 20, 5 * u + u / 2, [255, 255, 255]);
+    fill_rect(
+        &mut img,
+        w / 20,
+        4 * u,
+        w - w / 20,
+        5 * u + u / 2,
+        [255, 255, 255],
+    );
     for row in 0..((h - 12 * u) / (3 * u)) {
         let y = 7 * u + row * 3 * u;
         let shade = 225 - ((row as usize + s) % 4) as u8 * 12;
         fill_rect(&mut img, w / 20, y, w / 20 + 2 * u, y + 2 * u, hue);
-        fill_rect(&mut img, w / 20 + 3 * u, y + u / 3, w - w / 5, y + u, [shade, shade, shade]);
-        fill_rect(&mut img, w / 20 + 3 * u, y + 4 * u / 3, w / 2, y + 5 * u / 3, [200, 200, 205]);
+        fill_rect(
+            &mut img,
+            w / 20 + 3 * u,
+            y + u / 3,
+            w - w / 5,
+            y + u,
+            [shade, shade, shade],
+        );
+        fill_rect(
+            &mut img,
+            w / 20 + 3 * u,
+            y + 4 * u / 3,
+            w / 2,
+            y + 5 * u / 3,
+            [200, 200, 205],
+        );
     }
     fill_rect(&mut img, 0, h - 3 * u, w, h, [255, 255, 255]);
     img
@@ -42,15 +67,27 @@ fn draw_screen(w: u32, h: u32, t: usize, s: usize) -> RgbImage {
 
 fn step(image: String, i: usize, w: u32, h: u32) -> Step {
     let action = match i {
-        0 => Action::Click { coordinate: [w as f64 / 2.0, h as f64 / 8.0] },
-        1 => Action::Type { text: "无线蓝牙耳机 降噪".into() },
-        2 => Action::Swipe { coordinate: [w as f64 / 2.0, h as f64 * 0.8], coordinate2: [w as f64 / 2.0, h as f64 * 0.3] },
-        _ => Action::Terminate { status: Status::Success },
+        0 => Action::Click {
+            coordinate: [w as f64 / 2.0, h as f64 / 8.0],
+        },
+        1 => Action::Type {
+            text: "无线蓝牙耳机 降噪".into(),
+        },
+        2 => Action::Swipe {
+            coordinate: [w as f64 / 2.0, h as f64 * 0.8],
+            coordinate2: [w as f64 / 2.0, h as f64 * 0.3],
+        },
+        _ => Action::Terminate {
+            status: Status::Success,
+        },
     };
     Step {
         image,
         thought: "当前在首页，需要先进入搜索框再输入商品名称。".into(),
-        subtask: format!("第{}步：点击页面上方的搜索框，输入要查找的商品并查看结果列表", i + 1),
+        subtask: format!(
+            "第{}步：点击页面上方的搜索框，输入要查找的商品并查看结果列表",
+            i + 1
+        ),
         action,
         response: String::new(),
         bboxes: Vec::new(),
@@ -75,12 +112,16 @@ pub fn write(dir: &Path, n_steps: usize) -> Result<Benchmark> {
             id: t.to_string(),
             line: t + 1,
             app_name: "淘宝".into(),
-            instruction: "打开淘宝，搜索无线蓝牙降噪耳机，按销量排序后查看第一个商品的详情和评价".into(),
+            instruction: "打开淘宝，搜索无线蓝牙降噪耳机，按销量排序后查看第一个商品的详情和评价"
+                .into(),
             system: None,
             image_width: w,
             image_height: h,
             steps,
         });
     }
-    Ok(Benchmark { root: dir.to_path_buf(), trajectories })
+    Ok(Benchmark {
+        root: dir.to_path_buf(),
+        trajectories,
+    })
 }

@@ -23,7 +23,12 @@ pub(super) fn tojson(value: &Value, kwargs: Kwargs) -> Result<Value, Error> {
     kwargs.assert_all_used()?;
     let (item, key) = match separators {
         Some(s) if s.len() == 2 => (s[0].clone(), s[1].clone()),
-        Some(_) => return Err(Error::new(ErrorKind::InvalidOperation, "separators must be a pair")),
+        Some(_) => {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                "separators must be a pair",
+            ))
+        }
         None if indent.is_some() => (",".to_string(), ": ".to_string()),
         None => (", ".to_string(), ": ".to_string()),
     };

@@ -44,19 +44,56 @@ impl PromptBuilder {
 
     /// Renders `messages` with the generation prompt and tokenises them; `images` fill the messages' image parts
     /// in order.
-    pub fn build(&self, messages: &Value, images: Vec<PreparedImage>) -> Result<ModelInput, ChatError> {
+    pub fn build(
+        &self,
+        messages: &Value,
+        images: Vec<PreparedImage>,
+    ) -> Result<ModelInput, ChatError> {
         let text = self.template.render(messages, true)?;
         let input_ids = self.tokenizer.encode_prompt(&text, &images)?;
         Ok(ModelInput { input_ids, images })
     }
 
+    /// Like [`PromptBuilder::build`], and also the token length of the rendered text up to the first user turn
+    /// (the system turn) when that text tokenises on its own to an exact prefix of the whole prompt — only then
+    /// may its KV cache be shared between prompts; 0 otherwise.
+    pub fn build_with_prefix(
+        &self,
+        messages: &Value,
+        images: Vec<PreparedImage>,
+    ) -> Result<(ModelInput, usize), ChatError> {
+        const USER_TURN: &str = "<|im_start|>user\n";
+        let text = self.template.render(messages, true)?;
+        let input_ids = self.tokenizer.encode_prompt(&text, &images)?;
+        let prefix_len = match text.find(USER_TURN) {
+            Some(at) if at > 0 => {
+                let p = self.tokenizer.encode(&text[..at + USER_TURN.len()])?;
+                if input_ids.starts_with(&p) {
+                    p.len()
+                } else {
+                    0
+                }
+            }
+            _ => 0,
+        };
+        Ok((ModelInput { input_ids, images }, prefix_len))
+    }
+
     /// One user turn: the already prepared images, then `text`.
-    pub fn build_user_turn(&self, images: Vec<PreparedImage>, text: &str) -> Result<ModelInput, ChatError> {
+    pub fn build_user_turn(
+        &self,
+        images: Vec<PreparedImage>,
+        text: &str,
+    ) -> Result<ModelInput, ChatError> {
         self.build(&user_turn_messages(images.len(), text), images)
     }
 
     /// One user turn from image files: decode and prepare each with this builder's image settings, then `text`.
-    pub fn build_user_turn_from_files(&self, paths: &[&Path], text: &str) -> Result<ModelInput, ChatError> {
+    pub fn build_user_turn_from_files(
+        &self,
+        paths: &[&Path],
+        text: &str,
+    ) -> Result<ModelInput, ChatError> {
         let images = paths
             .iter()
             .map(|p| preprocess::load_and_prepare(p, &self.image))

@@ -78,19 +78,31 @@ impl ChatTemplate {
     /// Renders `messages` (a JSON array of `{"role", "content"}` in the OpenAI/transformers shape; content is a
     /// string or a list of `{"type": "image"}` / `{"type": "text", "text": …}` parts), optionally ending with the
     /// assistant turn opener.
-    pub fn render(&self, messages: &Value, add_generation_prompt: bool) -> Result<String, ChatError> {
+    pub fn render(
+        &self,
+        messages: &Value,
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatError> {
         self.render_with(messages, add_generation_prompt, &Value::Null)
     }
 
     /// Like [`render`](Self::render) with extra template variables (a JSON object, e.g.
     /// `{"add_vision_id": true}`); `messages` and `add_generation_prompt` take precedence.
-    pub fn render_with(&self, messages: &Value, add_generation_prompt: bool, extra: &Value) -> Result<String, ChatError> {
+    pub fn render_with(
+        &self,
+        messages: &Value,
+        add_generation_prompt: bool,
+        extra: &Value,
+    ) -> Result<String, ChatError> {
         let mut ctx = match extra {
             Value::Object(m) => m.clone(),
             _ => serde_json::Map::new(),
         };
         ctx.insert("messages".into(), messages.clone());
-        ctx.insert("add_generation_prompt".into(), Value::Bool(add_generation_prompt));
+        ctx.insert(
+            "add_generation_prompt".into(),
+            Value::Bool(add_generation_prompt),
+        );
         Ok(self.env.get_template(NAME)?.render(Value::Object(ctx))?)
     }
 }
@@ -108,7 +120,10 @@ fn template_field(cfg: &Value) -> Option<String> {
 }
 
 fn read_error(path: &Path, e: impl ToString) -> ChatError {
-    ChatError::Read { path: path.display().to_string(), reason: e.to_string() }
+    ChatError::Read {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    }
 }
 
 fn read_json(path: &Path) -> Result<Value, ChatError> {
@@ -132,15 +147,20 @@ mod tests {
             t.render(&msgs, true).unwrap(),
             "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Describe this image.<|im_end|>\n<|im_start|>assistant\n"
         );
-        let with_ids = t.render_with(&msgs, false, &json!({"add_vision_id": true})).unwrap();
+        let with_ids = t
+            .render_with(&msgs, false, &json!({"add_vision_id": true}))
+            .unwrap();
         assert!(with_ids.contains("Picture 1: <|vision_start|>"));
         assert!(!with_ids.ends_with("assistant\n"));
     }
 
     #[test]
     fn tojson_is_python_style() {
-        let out = render_str("{{ x | tojson }}|{{ x | tojson(indent=2) }}", &json!({"x": {"a": [1, "<b>"], "é": null}}))
-            .unwrap();
+        let out = render_str(
+            "{{ x | tojson }}|{{ x | tojson(indent=2) }}",
+            &json!({"x": {"a": [1, "<b>"], "é": null}}),
+        )
+        .unwrap();
         assert_eq!(out, "{\"a\": [1, \"<b>\"], \"é\": null}|{\n  \"a\": [\n    1,\n    \"<b>\"\n  ],\n  \"é\": null\n}");
     }
 

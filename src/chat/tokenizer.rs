@@ -40,8 +40,10 @@ fn tok_err(e: impl std::fmt::Display) -> ChatError {
 impl Tokenizer {
     /// Loads a `tokenizer.json`.
     pub fn from_file(path: &Path) -> Result<Self, ChatError> {
-        let inner = tokenizers::Tokenizer::from_file(path)
-            .map_err(|e| ChatError::Read { path: path.display().to_string(), reason: e.to_string() })?;
+        let inner = tokenizers::Tokenizer::from_file(path).map_err(|e| ChatError::Read {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
         Self::from_tokenizer(inner)
     }
 
@@ -113,20 +115,35 @@ impl Tokenizer {
     /// Encodes text as transformers does with `add_special_tokens=False` (Qwen adds no BOS anyway); special
     /// tokens written in the text (`<|im_start|>`, …) become their ids.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, ChatError> {
-        Ok(self.inner.encode_fast(text, false).map_err(tok_err)?.get_ids().to_vec())
+        Ok(self
+            .inner
+            .encode_fast(text, false)
+            .map_err(tok_err)?
+            .get_ids()
+            .to_vec())
     }
 
     /// Encodes a rendered chat prompt whose `i`-th `<|image_pad|>` stands for `images[i]`, expanding each into
     /// `images[i].n_tokens()` copies — the ids transformers' processor produces after replacing each placeholder
     /// with that many pad strings. The text is tokenised with one pad per image (an added token, so it splits
     /// the text exactly as the expanded string would) and the ids are spliced.
-    pub fn encode_prompt(&self, text: &str, images: &[PreparedImage]) -> Result<Vec<u32>, ChatError> {
+    pub fn encode_prompt(
+        &self,
+        text: &str,
+        images: &[PreparedImage],
+    ) -> Result<Vec<u32>, ChatError> {
         let ids = self.encode(text)?;
         let placeholders = ids.iter().filter(|&&i| i == self.image_pad).count();
         if placeholders != images.len() {
-            return Err(ChatError::ImageCount { placeholders, images: images.len() });
+            return Err(ChatError::ImageCount {
+                placeholders,
+                images: images.len(),
+            });
         }
-        let extra: usize = images.iter().map(|im| im.n_tokens().saturating_sub(1)).sum();
+        let extra: usize = images
+            .iter()
+            .map(|im| im.n_tokens().saturating_sub(1))
+            .sum();
         let mut out = Vec::with_capacity(ids.len() + extra);
         let mut next = images.iter();
         for id in ids {

@@ -22,7 +22,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
         max_new_tokens: a.max_new_tokens,
         min_pixels: a.min_pixels,
         max_pixels: a.max_pixels,
-        tokenizer: a.tokenizer.unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tokenizer")),
+        tokenizer: a.tokenizer.unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tokenizer")
+        }),
         judge: !a.no_judge,
         seed: a.seed,
     };

@@ -42,7 +42,10 @@ pub fn validate(args: ValidateArgs) -> anyhow::Result<()> {
     let bench = super::score::load_benchmark(args.data.as_deref())?;
     print!("{}", summary(&bench));
     let report = bench.validate_images();
-    println!("  screenshots checked: {} ({} resized from the screen size)", report.checked, report.resized);
+    println!(
+        "  screenshots checked: {} ({} resized from the screen size)",
+        report.checked, report.resized
+    );
     if report.ok() {
         println!("OK");
         return Ok(());
@@ -50,5 +53,9 @@ pub fn validate(args: ValidateArgs) -> anyhow::Result<()> {
     for p in &report.problems {
         eprintln!("error: {p}");
     }
-    anyhow::bail!("{} of {} screenshots have problems", report.problems.len(), report.checked)
+    anyhow::bail!(
+        "{} of {} screenshots have problems",
+        report.problems.len(),
+        report.checked
+    )
 }

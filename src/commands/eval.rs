@@ -4,19 +4,9 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
-use crate::cli::{EvalArgs, ModelArgs};
-use crate::engine::{run_eval, EvalConfig, JudgeChoice, ModelSpec};
-
-/// The model-loading arguments as an engine model spec.
-pub fn model_spec(a: &ModelArgs) -> ModelSpec {
-    ModelSpec {
-        model: a.model.clone(),
-        device: a.device.clone(),
-        dtype: a.dtype.clone(),
-        min_pixels: a.min_pixels,
-        max_pixels: a.max_pixels,
-    }
-}
+use super::model_spec;
+use crate::cli::EvalArgs;
+use crate::engine::{run_eval, EvalConfig, JudgeChoice};
 
 /// A fresh run folder under `runs/`: `runs/<UTC time>-<model name>`.
 fn default_run_dir(model: &str) -> PathBuf {
@@ -26,9 +16,17 @@ fn default_run_dir(model: &str) -> PathBuf {
         .next()
         .unwrap_or("model")
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
     let mut dir = PathBuf::from("runs").join(format!("{secs}-{name}"));
     let mut n = 1;
     while dir.exists() {
@@ -44,7 +42,9 @@ pub fn config(a: EvalArgs) -> Result<EvalConfig> {
     let system_prompt = a.system_prompt.parse().map_err(anyhow::Error::msg)?;
     let data = match a.data {
         Some(d) => d,
-        None => crate::sample::materialize_default().context("writing the embedded sample benchmark")?,
+        None => {
+            crate::sample::materialize_default().context("writing the embedded sample benchmark")?
+        }
     };
     let judge = match (a.no_judge, a.judge_model) {
         (true, _) => JudgeChoice::None,
@@ -70,7 +70,15 @@ pub fn run(args: EvalArgs) -> Result<()> {
     let outcome = run_eval(&cfg)?;
     println!("{}", outcome.summary);
     println!("Results written to {}:", outcome.out.display());
-    for f in ["metrics.json", "steps.jsonl", "summary.md", "predictions.jsonl", "judgements.jsonl", "throughput.json", "manifest.json"] {
+    for f in [
+        "metrics.json",
+        "steps.jsonl",
+        "summary.md",
+        "predictions.jsonl",
+        "judgements.jsonl",
+        "throughput.json",
+        "manifest.json",
+    ] {
         if outcome.out.join(f).exists() {
             println!("  {}", outcome.out.join(f).display());
         }

@@ -4,37 +4,20 @@
 use anyhow::{Context, Result};
 use serde_json::json;
 
-use crate::chat::PromptBuilder;
 use crate::cli::GenerateArgs;
-use crate::model::{
-    parse_device, parse_dtype, FinishReason, GenerateOptions, ModelFiles, Qwen25VL,
-};
+use crate::engine::LoadedModel;
+use crate::model::{FinishReason, GenerateOptions};
 
 /// Number of `[token_id, logprob]` pairs reported per generated position with `--json`.
 const TOP_LOGPROBS: usize = 5;
 
 /// Entry point.
 pub fn run(args: GenerateArgs) -> Result<()> {
-    let spec = &args.model;
-    let files = ModelFiles::resolve(&spec.model)
-        .with_context(|| format!("locating model {}", spec.model))?;
-    let device = parse_device(&spec.device)?;
-    let dtype = parse_dtype(spec.dtype.as_deref(), &device)?;
-    let model = Qwen25VL::load(&files, &device, dtype)
-        .with_context(|| format!("loading model {}", spec.model))?;
-    let mut builder = PromptBuilder::from_model_dir(&files.dir).with_context(|| {
-        format!(
-            "loading tokenizer, chat template and image settings from {}",
-            files.dir.display()
-        )
-    })?;
-    if spec.min_pixels.is_some() || spec.max_pixels.is_some() {
-        let (lo, hi) = (
-            spec.min_pixels.unwrap_or(builder.image.min_pixels),
-            spec.max_pixels.unwrap_or(builder.image.max_pixels),
-        );
-        builder.image = builder.image.clone().with_pixel_bounds(lo, hi);
-    }
+    let LoadedModel {
+        model,
+        kit: builder,
+        ..
+    } = LoadedModel::load(&super::model_spec(&args.model))?;
     let input = builder
         .build_user_turn_from_files(&[args.image.as_path()], &args.prompt)
         .with_context(|| format!("preparing the prompt with image {}", args.image.display()))?;

@@ -13,15 +13,21 @@ use crate::score::{score_predictions, RulePreset};
 pub fn load_benchmark(data: Option<&Path>) -> anyhow::Result<Benchmark> {
     let dir = match data {
         Some(d) => d.to_path_buf(),
-        None => crate::sample::materialize_default().context("writing the embedded sample benchmark")?,
+        None => {
+            crate::sample::materialize_default().context("writing the embedded sample benchmark")?
+        }
     };
     Benchmark::load(&dir).with_context(|| format!("loading benchmark {}", dir.display()))
 }
 
 /// The rule preset named on the command line, or an error listing the known names.
 pub fn rules_by_name(name: &str) -> anyhow::Result<RulePreset> {
-    RulePreset::by_name(name)
-        .with_context(|| format!("unknown rule preset {name:?} (known: {})", RulePreset::NAMES.join(", ")))
+    RulePreset::by_name(name).with_context(|| {
+        format!(
+            "unknown rule preset {name:?} (known: {})",
+            RulePreset::NAMES.join(", ")
+        )
+    })
 }
 
 fn default_out(predictions: &Path) -> PathBuf {
@@ -40,21 +46,38 @@ pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
         eprintln!("warning: {}: {m}", args.predictions.display());
     }
     if preds.duplicates > 0 {
-        eprintln!("note: {} prediction lines were replaced by later lines for the same step", preds.duplicates);
+        eprintln!(
+            "note: {} prediction lines were replaced by later lines for the same step",
+            preds.duplicates
+        );
     }
     let (metrics, scored) = score_predictions(&rules, &bench, &preds);
     if !scored.unknown.is_empty() {
-        let shown: Vec<String> = scored.unknown.iter().take(10).map(|(t, s)| format!("({t}, {s})")).collect();
+        let shown: Vec<String> = scored
+            .unknown
+            .iter()
+            .take(10)
+            .map(|(t, s)| format!("({t}, {s})"))
+            .collect();
         eprintln!(
             "warning: {} predictions match no benchmark step (trajectory, step): {}{}",
             scored.unknown.len(),
             shown.join(" "),
-            if scored.unknown.len() > 10 { " …" } else { "" }
+            if scored.unknown.len() > 10 {
+                " …"
+            } else {
+                ""
+            }
         );
     }
     let out = args.out.unwrap_or_else(|| default_out(&args.predictions));
     let paths = report::write_all(&out, &metrics, &scored.steps)?;
     print!("{}", report::render_summary(&metrics));
-    println!("\nWrote {}, {} and {}", paths.metrics.display(), paths.steps.display(), paths.summary.display());
+    println!(
+        "\nWrote {}, {} and {}",
+        paths.metrics.display(),
+        paths.steps.display(),
+        paths.summary.display()
+    );
     Ok(())
 }

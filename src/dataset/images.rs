@@ -72,7 +72,10 @@ fn check_one(path: &PathBuf, screen: [u32; 2]) -> Result<bool, String> {
     let a = w as f64 / h as f64;
     let b = screen[0] as f64 / screen[1] as f64;
     if (a / b - 1.0).abs() > ASPECT_TOLERANCE {
-        return Err(format!("size {w}x{h} does not match the {}x{} screen (aspect ratio)", screen[0], screen[1]));
+        return Err(format!(
+            "size {w}x{h} does not match the {}x{} screen (aspect ratio)",
+            screen[0], screen[1]
+        ));
     }
     Ok(true)
 }
@@ -98,19 +101,33 @@ pub(super) fn validate(bench: &Benchmark) -> ImageReport {
             })
         })
         .collect();
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 16);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 16);
     let chunk = jobs.len().div_ceil(threads).max(1);
     let results: Vec<Result<bool, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = jobs
             .chunks(chunk)
-            .map(|c| s.spawn(move || c.iter().map(|j| check_one(&j.path, j.screen)).collect::<Vec<_>>()))
+            .map(|c| {
+                s.spawn(move || {
+                    c.iter()
+                        .map(|j| check_one(&j.path, j.screen))
+                        .collect::<Vec<_>>()
+                })
+            })
             .collect();
         handles
             .into_iter()
-            .flat_map(|h| h.join().unwrap_or_else(|_| vec![Err("checker thread panicked".into())]))
+            .flat_map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| vec![Err("checker thread panicked".into())])
+            })
             .collect()
     });
-    let mut report = ImageReport { checked: jobs.len(), ..Default::default() };
+    let mut report = ImageReport {
+        checked: jobs.len(),
+        ..Default::default()
+    };
     for (job, r) in jobs.iter().zip(results) {
         match r {
             Ok(true) => report.resized += 1,

@@ -24,19 +24,36 @@ impl Line<'_> {
         }
     }
 
-    fn req<'v>(&self, obj: &'v Map<String, Value>, prefix: &str, key: &str) -> Result<&'v Value, DatasetError> {
+    fn req<'v>(
+        &self,
+        obj: &'v Map<String, Value>,
+        prefix: &str,
+        key: &str,
+    ) -> Result<&'v Value, DatasetError> {
         match obj.get(key) {
             None | Some(Value::Null) => Err(self.err(format!("{prefix}{key}"), "missing")),
             Some(v) => Ok(v),
         }
     }
 
-    fn string(&self, obj: &Map<String, Value>, prefix: &str, key: &str) -> Result<String, DatasetError> {
+    fn string(
+        &self,
+        obj: &Map<String, Value>,
+        prefix: &str,
+        key: &str,
+    ) -> Result<String, DatasetError> {
         let v = self.req(obj, prefix, key)?;
-        v.as_str().map(str::to_owned).ok_or_else(|| self.err(format!("{prefix}{key}"), "must be a string"))
+        v.as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| self.err(format!("{prefix}{key}"), "must be a string"))
     }
 
-    fn opt_string(&self, obj: &Map<String, Value>, prefix: &str, key: &str) -> Result<Option<String>, DatasetError> {
+    fn opt_string(
+        &self,
+        obj: &Map<String, Value>,
+        prefix: &str,
+        key: &str,
+    ) -> Result<Option<String>, DatasetError> {
         match obj.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => Ok(Some(s.clone())),
@@ -64,12 +81,17 @@ pub(super) fn parse_jsonl(text: &str, file: &Path) -> Result<Vec<Trajectory>, Da
         let ctx = Line { file, line: i + 1 };
         let t = parse_line(raw, i, &ctx)?;
         if let Some(first) = seen.insert(t.id.clone(), t.line) {
-            return Err(ctx.err("id", format!("duplicate trajectory id {:?} (first on line {first})", t.id)));
+            return Err(ctx.err(
+                "id",
+                format!("duplicate trajectory id {:?} (first on line {first})", t.id),
+            ));
         }
         out.push(t);
     }
     if out.is_empty() {
-        return Err(DatasetError::Empty { file: file.to_path_buf() });
+        return Err(DatasetError::Empty {
+            file: file.to_path_buf(),
+        });
     }
     Ok(out)
 }
@@ -94,7 +116,9 @@ fn parse_line(raw: &str, index: usize, ctx: &Line) -> Result<Trajectory, Dataset
     let image_width = ctx.positive(obj, "image_width")?;
     let image_height = ctx.positive(obj, "image_height")?;
     let steps_v = ctx.req(obj, "", "trajectory")?;
-    let steps_arr = steps_v.as_array().ok_or_else(|| ctx.err("trajectory", "must be a list of steps"))?;
+    let steps_arr = steps_v
+        .as_array()
+        .ok_or_else(|| ctx.err("trajectory", "must be a list of steps"))?;
     if steps_arr.is_empty() {
         return Err(ctx.err("trajectory", "is empty"));
     }
@@ -108,7 +132,10 @@ fn parse_line(raw: &str, index: usize, ctx: &Line) -> Result<Trajectory, Dataset
     match len_v.as_u64() {
         Some(n) if n as usize == steps.len() => {}
         Some(n) => {
-            return Err(ctx.err("trajectory_length", format!("is {n} but `trajectory` has {} steps", steps.len())))
+            return Err(ctx.err(
+                "trajectory_length",
+                format!("is {n} but `trajectory` has {} steps", steps.len()),
+            ))
         }
         None => return Err(ctx.err("trajectory_length", "must be a non-negative integer")),
     }
@@ -125,12 +152,18 @@ fn parse_line(raw: &str, index: usize, ctx: &Line) -> Result<Trajectory, Dataset
 }
 
 fn parse_step(v: &Value, prefix: &str, screen: [f64; 2], ctx: &Line) -> Result<Step, DatasetError> {
-    let obj = v.as_object().ok_or_else(|| ctx.err(prefix.trim_end_matches('.'), "a step must be an object"))?;
+    let obj = v
+        .as_object()
+        .ok_or_else(|| ctx.err(prefix.trim_end_matches('.'), "a step must be an object"))?;
     let image = ctx.string(obj, prefix, "image")?;
     check_image_path(&image).map_err(|m| ctx.err(format!("{prefix}image"), m))?;
     let action_v = ctx.req(obj, prefix, "action")?;
     let action = parse_gold_action(action_v).map_err(|m| ctx.err(format!("{prefix}action"), m))?;
-    let bbox_key = if obj.contains_key("bbox") { "bbox" } else { "candidate_bbox" };
+    let bbox_key = if obj.contains_key("bbox") {
+        "bbox"
+    } else {
+        "candidate_bbox"
+    };
     let bboxes = match obj.get(bbox_key) {
         None | Some(Value::Null) => Vec::new(),
         Some(b) => parse_boxes(b, screen).map_err(|m| ctx.err(format!("{prefix}{bbox_key}"), m))?,
@@ -150,7 +183,8 @@ fn parse_gold_action(v: &Value) -> Result<Action, String> {
     let parsed;
     let v = match v {
         Value::String(s) => {
-            parsed = serde_json::from_str::<Value>(s).map_err(|e| format!("not valid JSON: {e}"))?;
+            parsed =
+                serde_json::from_str::<Value>(s).map_err(|e| format!("not valid JSON: {e}"))?;
             &parsed
         }
         other => other,
@@ -171,9 +205,13 @@ fn check_image_path(p: &str) -> Result<(), String> {
     let bytes = p.as_bytes();
     let windows_abs = bytes.len() >= 2 && bytes[1] == b':' && bytes[0].is_ascii_alphabetic();
     if p.starts_with('/') || p.starts_with('\\') || windows_abs || Path::new(p).is_absolute() {
-        return Err(format!("{p:?} is absolute; image paths must be relative to the benchmark folder"));
+        return Err(format!(
+            "{p:?} is absolute; image paths must be relative to the benchmark folder"
+        ));
     }
-    let escapes = Path::new(p).components().any(|c| matches!(c, Component::ParentDir))
+    let escapes = Path::new(p)
+        .components()
+        .any(|c| matches!(c, Component::ParentDir))
         || p.split(['/', '\\']).any(|part| part == "..");
     if escapes {
         return Err(format!("{p:?} escapes the benchmark folder"));
@@ -182,10 +220,16 @@ fn check_image_path(p: &str) -> Result<(), String> {
 }
 
 fn parse_box(v: &Value, screen: [f64; 2]) -> Result<BBox, String> {
-    let arr = v.as_array().filter(|a| a.len() == 4).ok_or_else(|| format!("a box must be [x1, y1, x2, y2], found {v}"))?;
+    let arr = v
+        .as_array()
+        .filter(|a| a.len() == 4)
+        .ok_or_else(|| format!("a box must be [x1, y1, x2, y2], found {v}"))?;
     let mut b = [0.0; 4];
     for (slot, x) in b.iter_mut().zip(arr) {
-        *slot = x.as_f64().filter(|f| f.is_finite()).ok_or_else(|| format!("box coordinates must be numbers, found {v}"))?;
+        *slot = x
+            .as_f64()
+            .filter(|f| f.is_finite())
+            .ok_or_else(|| format!("box coordinates must be numbers, found {v}"))?;
     }
     if b.iter().any(|&x| x < 0.0) {
         return Err(format!("box {v} has a negative coordinate"));
@@ -194,14 +238,19 @@ fn parse_box(v: &Value, screen: [f64; 2]) -> Result<BBox, String> {
         return Err(format!("box {v} has x1 > x2 or y1 > y2"));
     }
     if b[2] > screen[0] || b[3] > screen[1] {
-        return Err(format!("box {v} lies outside the {}x{} screen", screen[0], screen[1]));
+        return Err(format!(
+            "box {v} lies outside the {}x{} screen",
+            screen[0], screen[1]
+        ));
     }
     Ok(b)
 }
 
 /// One box `[x1, y1, x2, y2]` or a list of boxes.
 fn parse_boxes(v: &Value, screen: [f64; 2]) -> Result<Vec<BBox>, String> {
-    let arr = v.as_array().ok_or_else(|| format!("must be a box or a list of boxes, found {v}"))?;
+    let arr = v
+        .as_array()
+        .ok_or_else(|| format!("must be a box or a list of boxes, found {v}"))?;
     if arr.iter().all(Value::is_number) && !arr.is_empty() {
         return Ok(vec![parse_box(v, screen)?]);
     }
@@ -224,8 +273,18 @@ mod tests {
     #[test]
     fn boxes() {
         let s = [100.0, 200.0];
-        assert_eq!(parse_boxes(&serde_json::json!([1, 2, 3, 4]), s).unwrap().len(), 1);
-        assert_eq!(parse_boxes(&serde_json::json!([[1, 2, 3, 4], [0, 0, 100, 200]]), s).unwrap().len(), 2);
+        assert_eq!(
+            parse_boxes(&serde_json::json!([1, 2, 3, 4]), s)
+                .unwrap()
+                .len(),
+            1
+        );
+        assert_eq!(
+            parse_boxes(&serde_json::json!([[1, 2, 3, 4], [0, 0, 100, 200]]), s)
+                .unwrap()
+                .len(),
+            2
+        );
         assert!(parse_boxes(&serde_json::json!([]), s).unwrap().is_empty());
         assert!(parse_boxes(&serde_json::json!([-1, 2, 3, 4]), s).is_err());
         assert!(parse_boxes(&serde_json::json!([1, 2, 300, 4]), s).is_err());

@@ -129,14 +129,24 @@ impl Benchmark {
     pub fn load(dir: impl AsRef<Path>) -> Result<Benchmark, DatasetError> {
         let root = dir.as_ref().to_path_buf();
         let file = root.join(DATA_FILE);
-        let text = std::fs::read_to_string(&file).map_err(|source| DatasetError::Io { path: file.clone(), source })?;
+        let text = std::fs::read_to_string(&file).map_err(|source| DatasetError::Io {
+            path: file.clone(),
+            source,
+        })?;
         let trajectories = load::parse_jsonl(&text, &file)?;
         Ok(Benchmark { root, trajectories })
     }
 
     /// Parse `data.jsonl` text; `root` is where images are resolved, `file` names the source in errors.
-    pub fn from_jsonl(text: &str, root: impl Into<PathBuf>, file: &Path) -> Result<Benchmark, DatasetError> {
-        Ok(Benchmark { root: root.into(), trajectories: load::parse_jsonl(text, file)? })
+    pub fn from_jsonl(
+        text: &str,
+        root: impl Into<PathBuf>,
+        file: &Path,
+    ) -> Result<Benchmark, DatasetError> {
+        Ok(Benchmark {
+            root: root.into(),
+            trajectories: load::parse_jsonl(text, file)?,
+        })
     }
 
     /// The screenshot path of step `step` of trajectory number `traj` (indices into the vectors).

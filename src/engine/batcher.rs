@@ -76,7 +76,14 @@ impl<'m> Batcher<'m> {
     /// A batcher for `model` under `limits`.
     pub fn new(model: &'m Qwen25VL, limits: BatchLimits) -> Self {
         let eos = model.config().eos_token_ids.clone();
-        Self { model, limits, eos, prefixes: HashMap::new(), running: Vec::new(), waiting: VecDeque::new() }
+        Self {
+            model,
+            limits,
+            eos,
+            prefixes: HashMap::new(),
+            running: Vec::new(),
+            waiting: VecDeque::new(),
+        }
     }
 
     /// Generate for every request of `requests` (pulled lazily, so preparation overlaps compute), calling
@@ -108,11 +115,22 @@ impl<'m> Batcher<'m> {
     }
 
     fn occupancy(&self) -> Occupancy {
-        Occupancy { seqs: self.running.len(), tokens: self.running.iter().map(|r| r.cost).sum() }
+        Occupancy {
+            seqs: self.running.len(),
+            tokens: self.running.iter().map(|r| r.cost).sum(),
+        }
     }
 
-    fn admit(&mut self, stats: &mut PhaseStats, done: &mut impl FnMut(GenResult, &PhaseStats) -> Result<()>) -> Result<()> {
-        let lens: Vec<usize> = self.waiting.iter().map(|r| r.input.input_ids.len()).collect();
+    fn admit(
+        &mut self,
+        stats: &mut PhaseStats,
+        done: &mut impl FnMut(GenResult, &PhaseStats) -> Result<()>,
+    ) -> Result<()> {
+        let lens: Vec<usize> = self
+            .waiting
+            .iter()
+            .map(|r| r.input.input_ids.len())
+            .collect();
         let n = admit_count(&self.limits, self.occupancy(), &lens);
         if n == 0 {
             return Ok(());
@@ -134,7 +152,10 @@ impl<'m> Batcher<'m> {
         match self.prefill(reqs, stats) {
             Ok(logits) => self.start_sequences(reqs, logits, stats, done),
             Err(e) if reqs.len() > 1 && is_oom(&e) => {
-                tracing::warn!("out of memory prefilling {} prompts; retrying in halves", reqs.len());
+                tracing::warn!(
+                    "out of memory prefilling {} prompts; retrying in halves",
+                    reqs.len()
+                );
                 stats.oom_retries += 1;
                 let (a, b) = reqs.split_at(reqs.len() / 2);
                 self.prefill_with_retry(a, stats, done)?;
@@ -144,17 +165,31 @@ impl<'m> Batcher<'m> {
         }
     }
 
-    fn prefill(&mut self, reqs: &[GenRequest], stats: &mut PhaseStats) -> Result<(Vec<SeqCache>, Tensor)> {
+    fn prefill(
+        &mut self,
+        reqs: &[GenRequest],
+        stats: &mut PhaseStats,
+    ) -> Result<(Vec<SeqCache>, Tensor)> {
         let t0 = Instant::now();
         for r in reqs {
             self.ensure_prefix(r, stats)?;
         }
         let prefixes: Vec<Option<&SeqCache>> = reqs
             .iter()
-            .map(|r| (r.prefix_len > 0).then(|| self.prefixes.get(&r.input.input_ids[..r.prefix_len])).flatten())
+            .map(|r| {
+                (r.prefix_len > 0)
+                    .then(|| self.prefixes.get(&r.input.input_ids[..r.prefix_len]))
+                    .flatten()
+            })
             .collect();
-        let batch: Vec<PrefillRequest<'_>> =
-            reqs.iter().zip(&prefixes).map(|(r, p)| PrefillRequest { input: &r.input, prefix: *p }).collect();
+        let batch: Vec<PrefillRequest<'_>> = reqs
+            .iter()
+            .zip(&prefixes)
+            .map(|(r, p)| PrefillRequest {
+                input: &r.input,
+                prefix: *p,
+            })
+            .collect();
         let out = self.model.prefill(&batch)?;
         for (r, p) in reqs.iter().zip(&prefixes) {
             let cached = p.map_or(0, |c| c.len());
@@ -169,7 +204,11 @@ impl<'m> Batcher<'m> {
 
     /// Compute (once) the KV of a request's shared prefix.
     fn ensure_prefix(&mut self, r: &GenRequest, stats: &mut PhaseStats) -> Result<()> {
-        if r.prefix_len == 0 || self.prefixes.contains_key(&r.input.input_ids[..r.prefix_len]) {
+        if r.prefix_len == 0
+            || self
+                .prefixes
+                .contains_key(&r.input.input_ids[..r.prefix_len])
+        {
             return Ok(());
         }
         if self.prefixes.len() >= PREFIX_CACHE_ENTRIES {
@@ -192,7 +231,13 @@ impl<'m> Batcher<'m> {
         let next = argmax_rows(&logits)?;
         for ((r, cache), tok) in reqs.iter().zip(caches).zip(next) {
             let prompt_tokens = r.input.input_ids.len();
-            let seq = Running { id: r.id, cache, generated: Vec::new(), prompt_tokens, cost: self.limits.cost(prompt_tokens) };
+            let seq = Running {
+                id: r.id,
+                cache,
+                generated: Vec::new(),
+                prompt_tokens,
+                cost: self.limits.cost(prompt_tokens),
+            };
             self.running.push(seq);
             let i = self.running.len() - 1;
             self.push_token(i, tok, stats);
@@ -200,10 +245,19 @@ impl<'m> Batcher<'m> {
         self.retire(stats, done)
     }
 
-    fn decode_step(&mut self, stats: &mut PhaseStats, done: &mut impl FnMut(GenResult, &PhaseStats) -> Result<()>) -> Result<()> {
+    fn decode_step(
+        &mut self,
+        stats: &mut PhaseStats,
+        done: &mut impl FnMut(GenResult, &PhaseStats) -> Result<()>,
+    ) -> Result<()> {
         let t0 = Instant::now();
-        let tokens: Vec<u32> = self.running.iter().map(|r| *r.generated.last().expect("running sequences have a token")).collect();
-        let mut caches: Vec<&mut SeqCache> = self.running.iter_mut().map(|r| &mut r.cache).collect();
+        let tokens: Vec<u32> = self
+            .running
+            .iter()
+            .map(|r| *r.generated.last().expect("running sequences have a token"))
+            .collect();
+        let mut caches: Vec<&mut SeqCache> =
+            self.running.iter_mut().map(|r| &mut r.cache).collect();
         let logits = self.model.decode(&tokens, &mut caches)?;
         let next = argmax_rows(&logits)?;
         stats.decode_steps += 1;
@@ -221,7 +275,11 @@ impl<'m> Batcher<'m> {
     }
 
     /// Hand over and drop every sequence that hit an end-of-sequence token or the length limit.
-    fn retire(&mut self, stats: &mut PhaseStats, done: &mut impl FnMut(GenResult, &PhaseStats) -> Result<()>) -> Result<()> {
+    fn retire(
+        &mut self,
+        stats: &mut PhaseStats,
+        done: &mut impl FnMut(GenResult, &PhaseStats) -> Result<()>,
+    ) -> Result<()> {
         let mut i = 0;
         while i < self.running.len() {
             let r = &self.running[i];
@@ -242,7 +300,15 @@ impl<'m> Batcher<'m> {
                 r.generated.pop();
             }
             stats.prompts += 1;
-            done(GenResult { id: r.id, token_ids: r.generated, prompt_tokens: r.prompt_tokens, finish }, stats)?;
+            done(
+                GenResult {
+                    id: r.id,
+                    token_ids: r.generated,
+                    prompt_tokens: r.prompt_tokens,
+                    finish,
+                },
+                stats,
+            )?;
         }
         Ok(())
     }
@@ -250,7 +316,10 @@ impl<'m> Batcher<'m> {
 
 /// Greedy choice per row of a (B, vocab) logits tensor: the first index of the maximum, as torch.argmax.
 pub fn argmax_rows(logits: &Tensor) -> Result<Vec<u32>> {
-    Ok(logits.argmax(D::Minus1)?.to_dtype(candle_core::DType::U32)?.to_vec1::<u32>()?)
+    Ok(logits
+        .argmax(D::Minus1)?
+        .to_dtype(candle_core::DType::U32)?
+        .to_vec1::<u32>()?)
 }
 
 /// Whether an error is a device out-of-memory error (CUDA's message, or the host allocator's).

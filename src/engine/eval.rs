@@ -8,8 +8,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
-use super::judge::{judge_trajectories, pending_trajectories, summarize};
 use super::batcher::MAX_PREFILL_TOKENS;
+use super::judge::{judge_trajectories, pending_trajectories, summarize};
+use super::loaded::{LoadedModel, ModelSpec};
 use super::memory;
 use super::pipeline::Runner;
 use super::progress::{PhaseStats, Progress};
@@ -18,7 +19,6 @@ use super::rundir::{self, completed_keys, step_key_of, trajectory_key_of, JsonlA
 use super::scheduler::BatchLimits;
 use super::steps::{pending_steps, predict_steps};
 use crate::dataset::Benchmark;
-use super::loaded::{LoadedModel, ModelSpec};
 use crate::predictions::PredictionSet;
 use crate::score::{score_predictions, RulePreset};
 
@@ -68,23 +68,31 @@ pub struct EvalOutcome {
 }
 
 fn now_secs() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// Run (or resume) an evaluation.
 pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
     let started = now_secs();
-    let bench = Benchmark::load(&cfg.data).with_context(|| format!("loading the benchmark {}", cfg.data.display()))?;
+    let bench = Benchmark::load(&cfg.data)
+        .with_context(|| format!("loading the benchmark {}", cfg.data.display()))?;
     let data_hash = prompts::sha256_hex(&std::fs::read(cfg.data.join("data.jsonl"))?);
     let judge_spec = match &cfg.judge {
         JudgeChoice::SameModel => Some(cfg.model.clone()),
-        JudgeChoice::Other(m) => Some(ModelSpec { model: m.clone(), ..cfg.model.clone() }),
+        JudgeChoice::Other(m) => Some(ModelSpec {
+            model: m.clone(),
+            ..cfg.model.clone()
+        }),
         JudgeChoice::None => None,
     };
     let model = LoadedModel::load(&cfg.model)?;
     let judge_fingerprint = match (&cfg.judge, &judge_spec) {
         (JudgeChoice::SameModel, _) => json!({"model": cfg.model.model, "hash": model.fingerprint}),
-        (_, Some(spec)) => json!({"model": spec.model, "hash": super::loaded::fingerprint(&crate::model::ModelFiles::resolve(&spec.model)?)?}),
+        (_, Some(spec)) => {
+            json!({"model": spec.model, "hash": super::loaded::fingerprint(&crate::model::ModelFiles::resolve(&spec.model)?)?})
+        }
         (_, None) => Value::Null,
     };
     let settings = json!({
@@ -106,7 +114,12 @@ pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
         max_new_tokens: cfg.max_new_tokens.max(1),
         max_batch_tokens: cfg.max_batch_tokens.unwrap_or_else(|| {
             let reserve = memory::prefill_reserve(&model.model, MAX_PREFILL_TOKENS);
-            memory::auto_batch_tokens(memory::free_bytes(model.model.device()), bytes_per_token, reserve, 4096 + cfg.max_new_tokens)
+            memory::auto_batch_tokens(
+                memory::free_bytes(model.model.device()),
+                bytes_per_token,
+                reserve,
+                4096 + cfg.max_new_tokens,
+            )
         }),
     };
     let mut manifest = json!({
@@ -124,14 +137,23 @@ pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
         "finished_at_unix": Value::Null,
     });
     rundir::write_json_atomic(&cfg.out.join("manifest.json"), &manifest)?;
-    tracing::info!("run folder {}; batch limits {:?}", cfg.out.display(), limits);
+    tracing::info!(
+        "run folder {}; batch limits {:?}",
+        cfg.out.display(),
+        limits
+    );
 
     let step_stats = run_steps(cfg, &bench, &model, limits)?;
     let preds = PredictionSet::read(cfg.out.join("predictions.jsonl"))?;
     let judge_stats = match judge_spec {
         None => None,
         Some(spec) => {
-            let judge = if matches!(cfg.judge, JudgeChoice::SameModel) { model } else { drop(model); LoadedModel::load(&spec)? };
+            let judge = if matches!(cfg.judge, JudgeChoice::SameModel) {
+                model
+            } else {
+                drop(model);
+                LoadedModel::load(&spec)?
+            };
             Some(run_judge(cfg, &bench, &judge, limits, &preds)?)
         }
     };
@@ -145,38 +167,91 @@ pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
     )?;
     manifest["finished_at_unix"] = now_secs().into();
     rundir::write_json_atomic(&cfg.out.join("manifest.json"), &manifest)?;
-    Ok(EvalOutcome { out: cfg.out.clone(), metrics, summary })
+    Ok(EvalOutcome {
+        out: cfg.out.clone(),
+        metrics,
+        summary,
+    })
 }
 
-fn run_steps(cfg: &EvalConfig, bench: &Benchmark, model: &LoadedModel, limits: BatchLimits) -> Result<PhaseStats> {
+fn run_steps(
+    cfg: &EvalConfig,
+    bench: &Benchmark,
+    model: &LoadedModel,
+    limits: BatchLimits,
+) -> Result<PhaseStats> {
     let path = cfg.out.join("predictions.jsonl");
     let done = completed_keys(&path, step_key_of)?;
     let jobs = pending_steps(bench, &done);
-    let total = bench.trajectories.iter().map(|t| t.steps.len()).sum::<usize>();
-    tracing::info!("steps: {} to predict, {} already done", jobs.len(), total - jobs.len());
+    let total = bench
+        .trajectories
+        .iter()
+        .map(|t| t.steps.len())
+        .sum::<usize>();
+    tracing::info!(
+        "steps: {} to predict, {} already done",
+        jobs.len(),
+        total - jobs.len()
+    );
     let mut out = JsonlAppender::open(&path, 8)?;
-    let mut stats = PhaseStats { phase: "steps".into(), ..Default::default() };
+    let mut stats = PhaseStats {
+        phase: "steps".into(),
+        ..Default::default()
+    };
     let mut progress = Progress::new("steps", total as u64, (total - jobs.len()) as u64);
     let t0 = Instant::now();
-    let runner = Runner { model: &model.model, kit: &model.kit, limits };
-    predict_steps(&runner, bench, cfg.system_prompt, &jobs, &mut out, &mut stats, &mut progress)?;
+    let runner = Runner {
+        model: &model.model,
+        kit: &model.kit,
+        limits,
+    };
+    predict_steps(
+        &runner,
+        bench,
+        cfg.system_prompt,
+        &jobs,
+        &mut out,
+        &mut stats,
+        &mut progress,
+    )?;
     out.sync()?;
     stats.wall_seconds = t0.elapsed().as_secs_f64();
     progress.finish();
     Ok(stats)
 }
 
-fn run_judge(cfg: &EvalConfig, bench: &Benchmark, judge: &LoadedModel, limits: BatchLimits, preds: &PredictionSet) -> Result<PhaseStats> {
+fn run_judge(
+    cfg: &EvalConfig,
+    bench: &Benchmark,
+    judge: &LoadedModel,
+    limits: BatchLimits,
+    preds: &PredictionSet,
+) -> Result<PhaseStats> {
     let path = cfg.out.join("judgements.jsonl");
     let done = completed_keys(&path, trajectory_key_of)?;
     let jobs = pending_trajectories(bench, &done);
     let total = bench.trajectories.len();
     let mut out = JsonlAppender::open(&path, 8)?;
-    let mut stats = PhaseStats { phase: "judge".into(), ..Default::default() };
+    let mut stats = PhaseStats {
+        phase: "judge".into(),
+        ..Default::default()
+    };
     let mut progress = Progress::new("judge", total as u64, (total - jobs.len()) as u64);
     let t0 = Instant::now();
-    let runner = Runner { model: &judge.model, kit: &judge.kit, limits };
-    judge_trajectories(&runner, bench, preds, &jobs, &mut out, &mut stats, &mut progress)?;
+    let runner = Runner {
+        model: &judge.model,
+        kit: &judge.kit,
+        limits,
+    };
+    judge_trajectories(
+        &runner,
+        bench,
+        preds,
+        &jobs,
+        &mut out,
+        &mut stats,
+        &mut progress,
+    )?;
     out.sync()?;
     stats.wall_seconds = t0.elapsed().as_secs_f64();
     progress.finish();
@@ -184,7 +259,11 @@ fn run_judge(cfg: &EvalConfig, bench: &Benchmark, judge: &LoadedModel, limits: B
 }
 
 /// Score the predictions, add the judge summary and the prediction errors, and write the reports.
-fn score_and_report(cfg: &EvalConfig, bench: &Benchmark, preds: &PredictionSet) -> Result<(Value, String)> {
+fn score_and_report(
+    cfg: &EvalConfig,
+    bench: &Benchmark,
+    preds: &PredictionSet,
+) -> Result<(Value, String)> {
     let (mut metrics, scored) = score_predictions(&cfg.rules, bench, preds);
     let judgements = read_optional(&cfg.out.join("judgements.jsonl"))?;
     if let Value::Object(j) = summarize(bench, &judgements) {
@@ -197,7 +276,9 @@ fn score_and_report(cfg: &EvalConfig, bench: &Benchmark, preds: &PredictionSet) 
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|v| v.get("error").is_some_and(|e| !e.is_null()))
         .count();
-    metrics.extra.insert("prediction_errors".into(), errors.into());
+    metrics
+        .extra
+        .insert("prediction_errors".into(), errors.into());
     crate::report::write_all(&cfg.out, &metrics, &scored.steps)?;
     let summary = crate::report::render_summary(&metrics);
     Ok((serde_json::to_value(&metrics)?, summary))

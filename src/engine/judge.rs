@@ -16,7 +16,9 @@ use crate::predictions::PredictionSet;
 
 /// Indices of the trajectories whose id is not in `done`.
 pub fn pending_trajectories(bench: &Benchmark, done: &HashSet<String>) -> Vec<usize> {
-    (0..bench.trajectories.len()).filter(|&i| !done.contains(&bench.trajectories[i].id)).collect()
+    (0..bench.trajectories.len())
+        .filter(|&i| !done.contains(&bench.trajectories[i].id))
+        .collect()
 }
 
 /// The predicted steps of trajectory `ti`, parsed (a missing prediction parses as an empty response).
@@ -40,10 +42,13 @@ pub fn judge_trajectories(
     let kit = runner.kit;
     let prepare = |&ti: &usize| {
         let t = &bench.trajectories[ti];
-        let last = t.steps.last().ok_or_else(|| anyhow::anyhow!("trajectory {} has no steps", t.id))?;
-        let image = kit.load_image(&bench.root.join(&last.image))?;
+        let last = t
+            .steps
+            .last()
+            .ok_or_else(|| anyhow::anyhow!("trajectory {} has no steps", t.id))?;
+        let image = crate::preprocess::load_and_prepare(&bench.root.join(&last.image), &kit.image)?;
         let messages = judge_messages(t, &predicted_steps(bench, preds, ti))?;
-        kit.encode(&messages, vec![image])
+        Ok(kit.build_with_prefix(&messages, vec![image])?)
     };
     runner.run(jobs, prepare, stats, |&ti, outcome, st| {
         let traj = &bench.trajectories[ti].id;
@@ -70,14 +75,23 @@ pub fn judge_trajectories(
 pub fn summarize(bench: &Benchmark, judgements: &str) -> serde_json::Value {
     let mut latest = std::collections::HashMap::new();
     for line in judgements.lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
         if let Some(k) = super::rundir::trajectory_key_of(&v) {
             latest.insert(k, v.get("success").and_then(serde_json::Value::as_bool));
         }
     }
     let n = bench.trajectories.len();
-    let verdicts: Vec<Option<&Option<bool>>> = bench.trajectories.iter().map(|t| latest.get(&t.id)).collect();
-    let success = verdicts.iter().filter(|v| matches!(v, Some(Some(true)))).count();
+    let verdicts: Vec<Option<&Option<bool>>> = bench
+        .trajectories
+        .iter()
+        .map(|t| latest.get(&t.id))
+        .collect();
+    let success = verdicts
+        .iter()
+        .filter(|v| matches!(v, Some(Some(true))))
+        .count();
     let unparseable = verdicts.iter().filter(|v| matches!(v, Some(None))).count();
     let missing = verdicts.iter().filter(|v| v.is_none()).count();
     json!({

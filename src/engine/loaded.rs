@@ -5,10 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
-use super::prepare::PromptKit;
-use crate::chat::{ChatTemplate, Tokenizer};
+use crate::chat::PromptBuilder;
 use crate::model::{self, ModelFiles, Qwen25VL};
-use crate::preprocess::ImageProcessorConfig;
 
 /// How to load a model (`--model`, `--device`, `--dtype`, `--min-pixels`, `--max-pixels`).
 #[derive(Debug, Clone, PartialEq)]
@@ -30,7 +28,7 @@ pub struct LoadedModel {
     /// The model.
     pub model: Qwen25VL,
     /// Tokenizer, chat template and image settings.
-    pub kit: PromptKit,
+    pub kit: PromptBuilder,
     /// The local folder the files came from.
     pub dir: PathBuf,
     /// SHA-256 over the checkpoint's config and weight index (see [`fingerprint`]).
@@ -40,22 +38,32 @@ pub struct LoadedModel {
 impl LoadedModel {
     /// Resolve, load and prepare a checkpoint.
     pub fn load(spec: &ModelSpec) -> Result<Self> {
-        let files = ModelFiles::resolve(&spec.model).with_context(|| format!("locating model {}", spec.model))?;
+        let files = ModelFiles::resolve(&spec.model)
+            .with_context(|| format!("locating model {}", spec.model))?;
         let device = model::parse_device(&spec.device)?;
         let dtype = model::parse_dtype(spec.dtype.as_deref(), &device)?;
         let fingerprint = fingerprint(&files)?;
-        let model = Qwen25VL::load(&files, &device, dtype).with_context(|| format!("loading model {}", spec.model))?;
-        let mut image = ImageProcessorConfig::from_model_dir(&files.dir)?;
+        let model = Qwen25VL::load(&files, &device, dtype)
+            .with_context(|| format!("loading model {}", spec.model))?;
+        let mut kit = PromptBuilder::from_model_dir(&files.dir).with_context(|| {
+            format!(
+                "loading tokenizer, chat template and image settings from {}",
+                files.dir.display()
+            )
+        })?;
         if spec.min_pixels.is_some() || spec.max_pixels.is_some() {
-            let (min, max) = (spec.min_pixels.unwrap_or(image.min_pixels), spec.max_pixels.unwrap_or(image.max_pixels));
-            image = image.with_pixel_bounds(min, max);
+            let (min, max) = (
+                spec.min_pixels.unwrap_or(kit.image.min_pixels),
+                spec.max_pixels.unwrap_or(kit.image.max_pixels),
+            );
+            kit.image = kit.image.clone().with_pixel_bounds(min, max);
         }
-        let kit = PromptKit {
-            tokenizer: Tokenizer::from_model_dir(&files.dir)?,
-            template: ChatTemplate::from_model_dir(&files.dir)?,
-            image,
-        };
-        Ok(Self { model, kit, dir: files.dir.clone(), fingerprint })
+        Ok(Self {
+            model,
+            kit,
+            dir: files.dir.clone(),
+            fingerprint,
+        })
     }
 
     /// The dtype's name (`f32`, `bf16`, …) for the manifest.
@@ -77,10 +85,12 @@ pub fn fingerprint(files: &ModelFiles) -> Result<String> {
         let mut f = std::fs::File::open(w).with_context(|| format!("opening {}", w.display()))?;
         let size = f.metadata()?.len();
         let mut len = [0u8; 8];
-        f.read_exact(&mut len).with_context(|| format!("{} is not a safetensors file", w.display()))?;
+        f.read_exact(&mut len)
+            .with_context(|| format!("{} is not a safetensors file", w.display()))?;
         let n = u64::from_le_bytes(len).min(size.saturating_sub(8));
         let mut header = vec![0u8; n as usize];
-        f.read_exact(&mut header).with_context(|| format!("{}: truncated safetensors header", w.display()))?;
+        f.read_exact(&mut header)
+            .with_context(|| format!("{}: truncated safetensors header", w.display()))?;
         h.update(size.to_le_bytes());
         h.update(&header);
     }

@@ -14,7 +14,9 @@ pub const MAX_AUTO_TOKENS: usize = 1 << 20;
 pub fn free_bytes(device: &Device) -> Option<u64> {
     #[cfg(feature = "cuda")]
     if let Device::Cuda(_) = device {
-        return candle_core::cuda_backend::cudarc::driver::result::mem_get_info().ok().map(|(free, _)| free as u64);
+        return candle_core::cuda_backend::cudarc::driver::result::mem_get_info()
+            .ok()
+            .map(|(free, _)| free as u64);
     }
     let _ = device;
     host_available_bytes()
@@ -28,7 +30,12 @@ pub fn host_available_bytes() -> Option<u64> {
 
 fn meminfo_field(text: &str, field: &str) -> Option<u64> {
     let line = text.lines().find(|l| l.starts_with(field))?;
-    let kib: u64 = line[field.len()..].trim().trim_end_matches("kB").trim().parse().ok()?;
+    let kib: u64 = line[field.len()..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
     Some(kib * 1024)
 }
 
@@ -42,8 +49,15 @@ pub fn peak_rss_bytes() -> Option<u64> {
 /// `[min_tokens, MAX_AUTO_TOKENS]`. `reserve` is the transient memory of one prefill call (activations of the
 /// vision tower and the language model), which the KV caches must leave free; `min_tokens` keeps at least one
 /// worst-case sequence runnable.
-pub fn auto_batch_tokens(free: Option<u64>, kv_bytes_per_token: usize, reserve: u64, min_tokens: usize) -> usize {
-    let Some(free) = free else { return min_tokens.max(16_384) };
+pub fn auto_batch_tokens(
+    free: Option<u64>,
+    kv_bytes_per_token: usize,
+    reserve: u64,
+    min_tokens: usize,
+) -> usize {
+    let Some(free) = free else {
+        return min_tokens.max(16_384);
+    };
     let usable = (free as f64 * BUDGET_FRACTION - reserve as f64).max(0.0);
     let tokens = (usable / kv_bytes_per_token.max(1) as f64) as usize;
     tokens.clamp(min_tokens, MAX_AUTO_TOKENS.max(min_tokens))
@@ -52,7 +66,8 @@ pub fn auto_batch_tokens(free: Option<u64>, kv_bytes_per_token: usize, reserve: 
 /// Transient bytes of one prefill call of at most `prefill_tokens` tokens, whose images have at most four
 /// patches per image token: the language model's and the vision tower's activations.
 pub fn prefill_reserve(model: &crate::model::Qwen25VL, prefill_tokens: usize) -> u64 {
-    (prefill_tokens * model.activation_bytes_per_token() + 4 * prefill_tokens * model.vision_activation_bytes_per_patch()) as u64
+    (prefill_tokens * model.activation_bytes_per_token()
+        + 4 * prefill_tokens * model.vision_activation_bytes_per_patch()) as u64
 }
 
 #[cfg(test)]
@@ -72,7 +87,10 @@ mod tests {
         assert_eq!(auto_batch_tokens(Some(1_000_000), 100, 100_000, 10), 5_000);
         assert_eq!(auto_batch_tokens(Some(1_000), 100, 0, 500), 500);
         assert_eq!(auto_batch_tokens(Some(1_000), 100, 10_000, 500), 500);
-        assert_eq!(auto_batch_tokens(Some(u64::MAX / 2), 1, 0, 10), MAX_AUTO_TOKENS);
+        assert_eq!(
+            auto_batch_tokens(Some(u64::MAX / 2), 1, 0, 10),
+            MAX_AUTO_TOKENS
+        );
         assert_eq!(auto_batch_tokens(None, 1, 0, 10), 16_384);
     }
 }

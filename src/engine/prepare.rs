@@ -2,26 +2,14 @@
 //! prompt rendering and tokenisation run on the rayon pool, and a bounded channel hands the results to the
 //! model thread so preparation overlaps compute without piling up memory.
 
-use std::path::Path;
 use std::sync::mpsc::{sync_channel, Receiver};
 
 use rayon::prelude::*;
 
 use super::prompts::{self, SystemPrompt};
-use crate::chat::{ChatTemplate, Tokenizer};
+use crate::chat::PromptBuilder;
 use crate::dataset::{Benchmark, Trajectory};
-use crate::preprocess::{self, ImageProcessorConfig, ModelInput, PreparedImage};
-
-/// What turns messages and screenshots into token ids: the checkpoint's tokenizer, chat template and image
-/// processor settings.
-pub struct PromptKit {
-    /// The checkpoint's tokenizer.
-    pub tokenizer: Tokenizer,
-    /// The checkpoint's chat template.
-    pub template: ChatTemplate,
-    /// Image processor settings (pixel bounds included).
-    pub image: ImageProcessorConfig,
-}
+use crate::preprocess::{self, ModelInput};
 
 /// A prepared prompt, or why it could not be prepared (the step is then recorded as an error).
 pub struct Prepared {
@@ -35,36 +23,18 @@ pub struct Prepared {
     pub seconds: f64,
 }
 
-const USER_TURN: &str = "<|im_start|>user\n";
-
-impl PromptKit {
-    /// Render `messages` (whose image parts are filled by `images` in order) and tokenise them; also return the
-    /// token length of the text up to the first user turn (the system prefix) when it tokenises on its own to a
-    /// prefix of the whole — only then is its KV safely shareable.
-    pub fn encode(&self, messages: &serde_json::Value, images: Vec<PreparedImage>) -> anyhow::Result<(ModelInput, usize)> {
-        let text = self.template.render(messages, true)?;
-        let ids = self.tokenizer.encode_prompt(&text, &images)?;
-        let prefix_len = match text.find(USER_TURN) {
-            Some(at) if at > 0 => {
-                let p = self.tokenizer.encode_prompt(&text[..at + USER_TURN.len()], &[])?;
-                if ids.starts_with(&p) { p.len() } else { 0 }
-            }
-            _ => 0,
-        };
-        Ok((ModelInput { input_ids: ids, images }, prefix_len))
-    }
-
-    /// Prepare step `step` of trajectory `traj`.
-    pub fn step(&self, bench: &Benchmark, traj: &Trajectory, step: usize, mode: SystemPrompt) -> anyhow::Result<(ModelInput, usize)> {
-        let img = self.load_image(&bench.root.join(&traj.steps[step].image))?;
-        let messages = prompts::step_messages(traj, step, img.resized_wh, mode)?;
-        self.encode(&messages, vec![img])
-    }
-
-    /// Load and preprocess one screenshot.
-    pub fn load_image(&self, path: &Path) -> anyhow::Result<PreparedImage> {
-        Ok(preprocess::load_and_prepare(path, &self.image)?)
-    }
+/// The input of step `step` of `traj` (and its shareable prefix length): the screenshot prepared with the
+/// checkpoint's image settings, then the step prompt rendered with the checkpoint's chat template.
+pub fn step_input(
+    kit: &PromptBuilder,
+    bench: &Benchmark,
+    traj: &Trajectory,
+    step: usize,
+    mode: SystemPrompt,
+) -> anyhow::Result<(ModelInput, usize)> {
+    let img = preprocess::load_and_prepare(&bench.root.join(&traj.steps[step].image), &kit.image)?;
+    let messages = prompts::step_messages(traj, step, img.resized_wh, mode)?;
+    Ok(kit.build_with_prefix(&messages, vec![img])?)
 }
 
 /// Prepare `jobs` in order on the rayon pool, `chunk` at a time, and stream the results through a channel that

@@ -83,16 +83,25 @@ impl Progress {
         let bar = std::io::stderr().is_terminal().then(|| {
             let b = ProgressBar::new(total);
             b.set_style(
-                ProgressStyle::with_template("{prefix:>6} [{bar:30}] {pos}/{len} {per_sec} ETA {eta} {msg}")
-                    .expect("valid template")
-                    .progress_chars("=> "),
+                ProgressStyle::with_template(
+                    "{prefix:>6} [{bar:30}] {pos}/{len} {per_sec} ETA {eta} {msg}",
+                )
+                .expect("valid template")
+                .progress_chars("=> "),
             );
             b.set_prefix(name.to_string());
             b.set_position(already);
             b
         });
         let now = Instant::now();
-        Self { bar, name: name.to_string(), total, done: already, start: now, last_log: now }
+        Self {
+            bar,
+            name: name.to_string(),
+            total,
+            done: already,
+            start: now,
+            last_log: now,
+        }
     }
 
     /// Record `n` more finished prompts and refresh the token rates.
@@ -109,7 +118,13 @@ impl Progress {
             b.inc(n);
         } else if self.last_log.elapsed() >= LOG_EVERY || self.done == self.total {
             self.last_log = Instant::now();
-            tracing::info!("{}: {}/{} done, {:.2}/s, {msg}", self.name, self.done, self.total, stats.prompts as f64 / secs);
+            tracing::info!(
+                "{}: {}/{} done, {:.2}/s, {msg}",
+                self.name,
+                self.done,
+                self.total,
+                stats.prompts as f64 / secs
+            );
         }
     }
 

@@ -39,7 +39,9 @@ impl std::str::FromStr for SystemPrompt {
         match s {
             "default" => Ok(Self::Default),
             "data" => Ok(Self::Data),
-            other => Err(format!("--system-prompt must be `default` or `data`, not `{other}`")),
+            other => Err(format!(
+                "--system-prompt must be `default` or `data`, not `{other}`"
+            )),
         }
     }
 }
@@ -58,7 +60,10 @@ pub fn template_hashes() -> BTreeMap<&'static str, String> {
 
 /// SHA-256 of bytes as lowercase hex.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// Chat messages for step `step` of `traj`: system prompt, then one user turn with the instruction, the golden
@@ -71,10 +76,19 @@ pub fn step_messages(
 ) -> Result<Value, chat::ChatError> {
     let system = match (mode, &traj.system) {
         (SystemPrompt::Data, Some(s)) if !s.trim().is_empty() => s.clone(),
-        _ => chat::render_str(SYSTEM_TEMPLATE, &json!({"width": resized_wh[0], "height": resized_wh[1]}))?,
+        _ => chat::render_str(
+            SYSTEM_TEMPLATE,
+            &json!({"width": resized_wh[0], "height": resized_wh[1]}),
+        )?,
     };
-    let history: Vec<&str> = traj.steps[..step].iter().map(|s| s.subtask.as_str()).collect();
-    let user = chat::render_str(STEP_TEMPLATE, &json!({"instruction": traj.instruction, "history": history}))?;
+    let history: Vec<&str> = traj.steps[..step]
+        .iter()
+        .map(|s| s.subtask.as_str())
+        .collect();
+    let user = chat::render_str(
+        STEP_TEMPLATE,
+        &json!({"instruction": traj.instruction, "history": history}),
+    )?;
     Ok(json!([
         {"role": "system", "content": system},
         {"role": "user", "content": [{"type": "text", "text": user}, {"type": "image"}]},
@@ -83,7 +97,10 @@ pub fn step_messages(
 
 /// Chat messages of the aggregation prompt of `traj`: the instruction, the predicted steps (thought, action
 /// sentence, tool call) and the final screenshot; the judge answers with a JSON verdict.
-pub fn judge_messages(traj: &Trajectory, predicted: &[ParsedOutput]) -> Result<Value, chat::ChatError> {
+pub fn judge_messages(
+    traj: &Trajectory,
+    predicted: &[ParsedOutput],
+) -> Result<Value, chat::ChatError> {
     let steps: Vec<Value> = predicted
         .iter()
         .map(|p| {
@@ -115,7 +132,9 @@ pub struct Verdict {
 pub fn parse_verdict(answer: &str) -> Verdict {
     for (start, _) in answer.match_indices('{') {
         let mut stream = serde_json::Deserializer::from_str(&answer[start..]).into_iter::<Value>();
-        let Some(Ok(Value::Object(obj))) = stream.next() else { continue };
+        let Some(Ok(Value::Object(obj))) = stream.next() else {
+            continue;
+        };
         let success = match obj.get("success") {
             Some(Value::Bool(b)) => Some(*b),
             Some(Value::String(s)) => match s.trim().to_ascii_lowercase().as_str() {
@@ -126,11 +145,17 @@ pub fn parse_verdict(answer: &str) -> Verdict {
             _ => None,
         };
         if success.is_some() {
-            let reason = obj.get("reason").and_then(Value::as_str).map(str::to_string);
+            let reason = obj
+                .get("reason")
+                .and_then(Value::as_str)
+                .map(str::to_string);
             return Verdict { success, reason };
         }
     }
-    Verdict { success: None, reason: None }
+    Verdict {
+        success: None,
+        reason: None,
+    }
 }
 
 #[cfg(test)]
@@ -140,9 +165,21 @@ mod tests {
     #[test]
     fn verdicts_parse_from_noisy_answers() {
         let v = parse_verdict("Sure. {\"success\": true, \"reason\": \"done\"} bye");
-        assert_eq!(v, Verdict { success: Some(true), reason: Some("done".into()) });
-        assert_eq!(parse_verdict("```json\n{\"success\": \"No\"}\n```").success, Some(false));
-        assert_eq!(parse_verdict("{\"x\": 1} {\"success\": false}").success, Some(false));
+        assert_eq!(
+            v,
+            Verdict {
+                success: Some(true),
+                reason: Some("done".into())
+            }
+        );
+        assert_eq!(
+            parse_verdict("```json\n{\"success\": \"No\"}\n```").success,
+            Some(false)
+        );
+        assert_eq!(
+            parse_verdict("{\"x\": 1} {\"success\": false}").success,
+            Some(false)
+        );
         assert_eq!(parse_verdict("I think it worked").success, None);
         assert_eq!(parse_verdict("{\"success\": \"maybe\"}").success, None);
     }

@@ -45,7 +45,10 @@ pub enum RunDirError {
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> RunDirError + '_ {
-    move |source| RunDirError::Io { path: path.to_path_buf(), source }
+    move |source| RunDirError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// Create the run folder, or check that an existing one was made with the same `settings`.
@@ -59,12 +62,18 @@ pub fn open_or_create(dir: &Path, settings: &Value) -> Result<Option<Value>, Run
         return Ok(None);
     }
     let text = std::fs::read_to_string(&path).map_err(io_err(&path))?;
-    let old: Value = serde_json::from_str(&text).map_err(|source| RunDirError::BadManifest { path: path.clone(), source })?;
+    let old: Value = serde_json::from_str(&text).map_err(|source| RunDirError::BadManifest {
+        path: path.clone(),
+        source,
+    })?;
     let diffs = diff_settings(old.get("settings").unwrap_or(&Value::Null), settings);
     if diffs.is_empty() {
         Ok(Some(old))
     } else {
-        Err(RunDirError::ManifestMismatch { path, diffs: diffs.join("\n") })
+        Err(RunDirError::ManifestMismatch {
+            path,
+            diffs: diffs.join("\n"),
+        })
     }
 }
 
@@ -79,7 +88,8 @@ pub fn diff_settings(old: &Value, new: &Value) -> Vec<String> {
     keys.into_iter()
         .filter(|k| o.get(*k) != n.get(*k))
         .map(|k| {
-            let show = |v: Option<&Value>| v.map_or_else(|| "(absent)".to_string(), |v| v.to_string());
+            let show =
+                |v: Option<&Value>| v.map_or_else(|| "(absent)".to_string(), |v| v.to_string());
             format!("  {k}: {} → {}", show(o.get(k)), show(n.get(k)))
         })
         .collect()
@@ -104,9 +114,19 @@ pub struct JsonlAppender {
 impl JsonlAppender {
     /// Open `path` for appending, first cutting off a partial last line left by a killed run.
     pub fn open(path: &Path, sync_every: usize) -> Result<Self, RunDirError> {
-        let mut file = OpenOptions::new().create(true).read(true).append(true).open(path).map_err(io_err(path))?;
+        let mut file = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .append(true)
+            .open(path)
+            .map_err(io_err(path))?;
         truncate_partial_line(&mut file).map_err(io_err(path))?;
-        Ok(Self { path: path.to_path_buf(), file, unsynced: 0, sync_every: sync_every.max(1) })
+        Ok(Self {
+            path: path.to_path_buf(),
+            file,
+            unsynced: 0,
+            sync_every: sync_every.max(1),
+        })
     }
 
     /// Append one record as one line.
@@ -156,7 +176,10 @@ fn truncate_partial_line(file: &mut File) -> std::io::Result<()> {
         }
     }
     if keep < len {
-        tracing::warn!("dropping a partial last line ({} bytes) left by an interrupted run", len - keep);
+        tracing::warn!(
+            "dropping a partial last line ({} bytes) left by an interrupted run",
+            len - keep
+        );
         file.set_len(keep)?;
     }
     Ok(())
@@ -164,16 +187,26 @@ fn truncate_partial_line(file: &mut File) -> std::io::Result<()> {
 
 /// The `(trajectory, step)` keys of a JSONL file whose lines parse and carry no `error` field. Lines that do not
 /// parse (a torn last line, hand edits) are ignored, so their steps are redone.
-pub fn completed_keys(path: &Path, key: impl Fn(&Value) -> Option<String>) -> Result<HashSet<String>, RunDirError> {
+pub fn completed_keys(
+    path: &Path,
+    key: impl Fn(&Value) -> Option<String>,
+) -> Result<HashSet<String>, RunDirError> {
     let mut done = HashSet::new();
     let file = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(done),
-        Err(e) => return Err(RunDirError::Io { path: path.to_path_buf(), source: e }),
+        Err(e) => {
+            return Err(RunDirError::Io {
+                path: path.to_path_buf(),
+                source: e,
+            })
+        }
     };
     for line in BufReader::new(file).lines() {
         let line = line.map_err(io_err(path))?;
-        let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
+        let Ok(v) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
         if v.get("error").is_some_and(|e| !e.is_null()) {
             continue;
         }
@@ -217,10 +250,15 @@ mod tests {
     fn partial_last_line_is_cut_and_redone() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("predictions.jsonl");
-        std::fs::write(&p, "{\"trajectory\":\"a\",\"step\":0,\"response\":\"x\"}\n{\"trajectory\":\"a\",\"st").unwrap();
+        std::fs::write(
+            &p,
+            "{\"trajectory\":\"a\",\"step\":0,\"response\":\"x\"}\n{\"trajectory\":\"a\",\"st",
+        )
+        .unwrap();
         assert_eq!(completed_keys(&p, step_key_of).unwrap().len(), 1);
         let mut w = JsonlAppender::open(&p, 1).unwrap();
-        w.append(&json!({"trajectory": "a", "step": 1, "response": "y"})).unwrap();
+        w.append(&json!({"trajectory": "a", "step": 1, "response": "y"}))
+            .unwrap();
         drop(w);
         let text = std::fs::read_to_string(&p).unwrap();
         assert_eq!(text.lines().count(), 2);
@@ -233,7 +271,11 @@ mod tests {
     fn errored_steps_are_not_completed() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("p.jsonl");
-        std::fs::write(&p, "{\"trajectory\":3,\"step\":0,\"response\":\"\",\"error\":\"bad png\"}\n").unwrap();
+        std::fs::write(
+            &p,
+            "{\"trajectory\":3,\"step\":0,\"response\":\"\",\"error\":\"bad png\"}\n",
+        )
+        .unwrap();
         assert!(completed_keys(&p, step_key_of).unwrap().is_empty());
     }
 

@@ -53,7 +53,10 @@ pub fn admit_count(limits: &BatchLimits, running: Occupancy, waiting: &[usize]) 
 
 /// Most prompt tokens prefilled in one model call: bounds the activations of a prefill (vision tower and LM)
 /// independently of how many sequences are admitted. At least one prompt is always taken.
-pub fn prefill_chunks(prompt_tokens: &[usize], max_prefill_tokens: usize) -> Vec<std::ops::Range<usize>> {
+pub fn prefill_chunks(
+    prompt_tokens: &[usize],
+    max_prefill_tokens: usize,
+) -> Vec<std::ops::Range<usize>> {
     let mut chunks = Vec::new();
     let mut start = 0;
     let mut sum = 0;
@@ -76,30 +79,66 @@ mod tests {
     use super::*;
 
     fn limits(seqs: usize, tokens: usize) -> BatchLimits {
-        BatchLimits { max_seqs: seqs, max_batch_tokens: tokens, max_new_tokens: 10 }
+        BatchLimits {
+            max_seqs: seqs,
+            max_batch_tokens: tokens,
+            max_new_tokens: 10,
+        }
     }
 
     #[test]
     fn admits_up_to_the_sequence_cap() {
-        assert_eq!(admit_count(&limits(3, 10_000), Occupancy::default(), &[5, 5, 5, 5]), 3);
-        assert_eq!(admit_count(&limits(3, 10_000), Occupancy { seqs: 2, tokens: 30 }, &[5, 5]), 1);
+        assert_eq!(
+            admit_count(&limits(3, 10_000), Occupancy::default(), &[5, 5, 5, 5]),
+            3
+        );
+        assert_eq!(
+            admit_count(
+                &limits(3, 10_000),
+                Occupancy {
+                    seqs: 2,
+                    tokens: 30
+                },
+                &[5, 5]
+            ),
+            1
+        );
     }
 
     #[test]
     fn admits_up_to_the_token_budget_in_queue_order() {
         // costs 20, 30, 20 → 20 + 30 = 50 fits, + 20 = 70 does not
-        assert_eq!(admit_count(&limits(8, 60), Occupancy::default(), &[10, 20, 10]), 2);
+        assert_eq!(
+            admit_count(&limits(8, 60), Occupancy::default(), &[10, 20, 10]),
+            2
+        );
     }
 
     #[test]
     fn an_oversized_prompt_runs_alone() {
-        assert_eq!(admit_count(&limits(8, 60), Occupancy::default(), &[500, 1]), 1);
-        assert_eq!(admit_count(&limits(8, 60), Occupancy { seqs: 1, tokens: 20 }, &[500]), 0);
+        assert_eq!(
+            admit_count(&limits(8, 60), Occupancy::default(), &[500, 1]),
+            1
+        );
+        assert_eq!(
+            admit_count(
+                &limits(8, 60),
+                Occupancy {
+                    seqs: 1,
+                    tokens: 20
+                },
+                &[500]
+            ),
+            0
+        );
     }
 
     #[test]
     fn prefill_chunks_respect_the_token_cap() {
-        assert_eq!(prefill_chunks(&[4, 4, 4, 9, 1], 8), vec![0..2, 2..3, 3..4, 4..5]);
+        assert_eq!(
+            prefill_chunks(&[4, 4, 4, 9, 1], 8),
+            vec![0..2, 2..3, 3..4, 4..5]
+        );
         assert_eq!(prefill_chunks(&[100], 8), vec![0..1]);
         assert!(prefill_chunks(&[], 8).is_empty());
     }

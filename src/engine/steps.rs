@@ -6,6 +6,7 @@ use anyhow::Result;
 use serde_json::json;
 
 use super::pipeline::{Outcome, Runner};
+use super::prepare::step_input;
 use super::progress::{PhaseStats, Progress};
 use super::prompts::SystemPrompt;
 use super::rundir::{step_key, JsonlAppender};
@@ -27,7 +28,12 @@ pub fn pending_steps(bench: &Benchmark, done: &HashSet<String>) -> Vec<StepJob> 
     jobs.sort_by_key(|&(ti, si)| {
         let t = &bench.trajectories[ti];
         let history: usize = t.steps[..si].iter().map(|s| s.subtask.len()).sum();
-        std::cmp::Reverse((t.image_width as u64 * t.image_height as u64, history + t.instruction.len(), ti, si))
+        std::cmp::Reverse((
+            t.image_width as u64 * t.image_height as u64,
+            history + t.instruction.len(),
+            ti,
+            si,
+        ))
     });
     jobs
 }
@@ -43,7 +49,7 @@ pub fn predict_steps(
     progress: &mut Progress,
 ) -> Result<()> {
     let kit = runner.kit;
-    let prepare = |&(ti, si): &StepJob| kit.step(bench, &bench.trajectories[ti], si, system);
+    let prepare = |&(ti, si): &StepJob| step_input(kit, bench, &bench.trajectories[ti], si, system);
     runner.run(jobs, prepare, stats, |&(ti, si), outcome, st| {
         let traj = &bench.trajectories[ti].id;
         let line = match outcome {

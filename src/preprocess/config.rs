@@ -8,9 +8,12 @@ use serde::{Deserialize, Serialize};
 
 use super::PreprocessError;
 
-/// `OPENAI_CLIP_MEAN` (transformers `utils/constants.py`), the class default for `image_mean`.
+/// `OPENAI_CLIP_MEAN` (transformers `utils/constants.py`), the class default for `image_mean`. The digits are
+/// transformers' own, kept verbatim so the source can be compared with it.
+#[allow(clippy::excessive_precision)]
 pub const OPENAI_CLIP_MEAN: [f32; 3] = [0.481_454_66, 0.457_827_5, 0.408_210_73];
-/// `OPENAI_CLIP_STD`, the class default for `image_std`.
+/// `OPENAI_CLIP_STD`, the class default for `image_std` (transformers' digits, verbatim).
+#[allow(clippy::excessive_precision)]
 pub const OPENAI_CLIP_STD: [f32; 3] = [0.268_629_54, 0.261_302_58, 0.275_777_11];
 /// Class default `min_pixels` (56·56 = 4 tokens).
 pub const DEFAULT_MIN_PIXELS: u64 = 56 * 56;
@@ -106,12 +109,18 @@ impl ImageProcessorConfig {
             path: "<string>".into(),
             reason: e.to_string(),
         })?;
-        Self::from_raw(raw).map_err(|reason| PreprocessError::Config { path: "<string>".into(), reason })
+        Self::from_raw(raw).map_err(|reason| PreprocessError::Config {
+            path: "<string>".into(),
+            reason,
+        })
     }
 
     /// Reads `preprocessor_config.json` from a file path.
     pub fn from_file(path: &Path) -> Result<Self, PreprocessError> {
-        let err = |reason: String| PreprocessError::Config { path: path.display().to_string(), reason };
+        let err = |reason: String| PreprocessError::Config {
+            path: path.display().to_string(),
+            reason,
+        };
         let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
         let raw: RawConfig = serde_json::from_str(&text).map_err(|e| err(e.to_string()))?;
         Self::from_raw(raw).map_err(err)
@@ -151,13 +160,22 @@ impl ImageProcessorConfig {
             return Err("patch_size, temporal_patch_size and merge_size must be positive".into());
         }
         if self.image_std.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
-            return Err(format!("image_std must be positive, got {:?}", self.image_std));
+            return Err(format!(
+                "image_std must be positive, got {:?}",
+                self.image_std
+            ));
         }
         if !(self.rescale_factor.is_finite() && self.rescale_factor > 0.0) {
-            return Err(format!("rescale_factor must be positive, got {}", self.rescale_factor));
+            return Err(format!(
+                "rescale_factor must be positive, got {}",
+                self.rescale_factor
+            ));
         }
         if self.min_pixels > self.max_pixels {
-            return Err(format!("min_pixels {} exceeds max_pixels {}", self.min_pixels, self.max_pixels));
+            return Err(format!(
+                "min_pixels {} exceeds max_pixels {}",
+                self.min_pixels, self.max_pixels
+            ));
         }
         Ok(())
     }
@@ -166,7 +184,10 @@ impl ImageProcessorConfig {
         let d = Self::default();
         let size = raw.size.unwrap_or_default();
         let cfg = Self {
-            min_pixels: raw.min_pixels.or(size.shortest_edge).unwrap_or(d.min_pixels),
+            min_pixels: raw
+                .min_pixels
+                .or(size.shortest_edge)
+                .unwrap_or(d.min_pixels),
             max_pixels: raw.max_pixels.or(size.longest_edge).unwrap_or(d.max_pixels),
             patch_size: raw.patch_size.unwrap_or(d.patch_size),
             temporal_patch_size: raw.temporal_patch_size.unwrap_or(d.temporal_patch_size),

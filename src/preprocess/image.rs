@@ -45,7 +45,13 @@ fn normalisation_lut(cfg: &ImageProcessorConfig) -> Lut {
 
 /// Lays out a normalised `height × width` RGB8 picture as patch rows (see `PreparedImage::patches`).
 /// `height` and `width` must be multiples of `patch_size · merge_size`.
-fn patchify(rgb: &[u8], height: usize, width: usize, cfg: &ImageProcessorConfig, lut: &Lut) -> Vec<f32> {
+fn patchify(
+    rgb: &[u8],
+    height: usize,
+    width: usize,
+    cfg: &ImageProcessorConfig,
+    lut: &Lut,
+) -> Vec<f32> {
     let (p, m, t) = (cfg.patch_size, cfg.merge_size, cfg.temporal_patch_size);
     let (gh, gw) = (height / p, width / p);
     let dim = cfg.patch_dim();
@@ -77,8 +83,14 @@ fn patchify(rgb: &[u8], height: usize, width: usize, cfg: &ImageProcessorConfig,
 /// Prepares an RGB8 picture for the vision tower: smart-resize to multiples of `patch_size · merge_size`
 /// within the config's pixel bounds, bicubic resample (bit-exact with the config's backend), rescale and
 /// normalise (bit-exact float32), and patchify.
-pub fn prepare_rgb8(img: &RgbImage, cfg: &ImageProcessorConfig) -> Result<PreparedImage, PreprocessError> {
-    cfg.validate().map_err(|reason| PreprocessError::Config { path: "<in memory>".into(), reason })?;
+pub fn prepare_rgb8(
+    img: &RgbImage,
+    cfg: &ImageProcessorConfig,
+) -> Result<PreparedImage, PreprocessError> {
+    cfg.validate().map_err(|reason| PreprocessError::Config {
+        path: "<in memory>".into(),
+        reason,
+    })?;
     let (w, h) = (img.width() as usize, img.height() as usize);
     let (rh, rw) = smart_resize(h, w, cfg.factor(), cfg.min_pixels, cfg.max_pixels)?;
     let resized;
@@ -100,7 +112,10 @@ pub fn prepare_rgb8(img: &RgbImage, cfg: &ImageProcessorConfig) -> Result<Prepar
 
 /// Like [`prepare_rgb8`] for any decoded picture. Other colour types are converted to RGB8 first; an alpha
 /// channel is dropped (PIL's `convert("RGB")`, which transformers' `convert_to_rgb` uses), not composited.
-pub fn prepare_image(img: &DynamicImage, cfg: &ImageProcessorConfig) -> Result<PreparedImage, PreprocessError> {
+pub fn prepare_image(
+    img: &DynamicImage,
+    cfg: &ImageProcessorConfig,
+) -> Result<PreparedImage, PreprocessError> {
     match img {
         DynamicImage::ImageRgb8(rgb) => prepare_rgb8(rgb, cfg),
         other => prepare_rgb8(&other.to_rgb8(), cfg),
@@ -108,7 +123,10 @@ pub fn prepare_image(img: &DynamicImage, cfg: &ImageProcessorConfig) -> Result<P
 }
 
 /// Decodes a PNG or JPEG file and prepares it; errors name the path.
-pub fn load_and_prepare(path: &Path, cfg: &ImageProcessorConfig) -> Result<PreparedImage, PreprocessError> {
+pub fn load_and_prepare(
+    path: &Path,
+    cfg: &ImageProcessorConfig,
+) -> Result<PreparedImage, PreprocessError> {
     let img = load_rgb8(path)?;
     prepare_rgb8(&img, cfg)
 }
@@ -116,11 +134,20 @@ pub fn load_and_prepare(path: &Path, cfg: &ImageProcessorConfig) -> Result<Prepa
 /// Decodes a PNG or JPEG file into RGB8 (alpha dropped); errors name the path.
 pub fn load_rgb8(path: &Path) -> Result<RgbImage, PreprocessError> {
     let img = image::ImageReader::open(path)
-        .map_err(|e| PreprocessError::Decode { path: path.display().to_string(), reason: e.to_string() })?
+        .map_err(|e| PreprocessError::Decode {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?
         .with_guessed_format()
-        .map_err(|e| PreprocessError::Decode { path: path.display().to_string(), reason: e.to_string() })?
+        .map_err(|e| PreprocessError::Decode {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?
         .decode()
-        .map_err(|e| PreprocessError::Decode { path: path.display().to_string(), reason: e.to_string() })?;
+        .map_err(|e| PreprocessError::Decode {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
     Ok(match img {
         DynamicImage::ImageRgb8(rgb) => rgb,
         other => other.to_rgb8(),
@@ -133,7 +160,9 @@ mod tests {
 
     /// A 56×84 picture whose pixel value encodes its position and channel.
     fn coded(width: u32, height: u32) -> RgbImage {
-        RgbImage::from_fn(width, height, |x, y| image::Rgb([(x % 256) as u8, (y % 256) as u8, ((x + y) % 7) as u8]))
+        RgbImage::from_fn(width, height, |x, y| {
+            image::Rgb([(x % 256) as u8, (y % 256) as u8, ((x + y) % 7) as u8])
+        })
     }
 
     #[test]
@@ -156,8 +185,10 @@ mod tests {
                             for t in 0..2 {
                                 for py in 0..14 {
                                     for px in 0..14 {
-                                        let (y, x) = ((bh * 2 + mh) * 14 + py, (bw * 2 + mw) * 14 + px);
-                                        let want = lut[c][img.get_pixel(x as u32, y as u32)[c] as usize];
+                                        let (y, x) =
+                                            ((bh * 2 + mh) * 14 + py, (bw * 2 + mw) * 14 + px);
+                                        let want =
+                                            lut[c][img.get_pixel(x as u32, y as u32)[c] as usize];
                                         let col = ((c * 2 + t) * 14 + py) * 14 + px;
                                         assert_eq!(prep.patches[row * 1176 + col], want);
                                     }
@@ -175,14 +206,29 @@ mod tests {
     fn backends_agree_closely_without_resize() {
         let img = coded(56, 56);
         let a = prepare_rgb8(&img, &ImageProcessorConfig::default()).unwrap();
-        let b = prepare_rgb8(&img, &ImageProcessorConfig::default().with_backend(ProcessorBackend::Pil)).unwrap();
-        let max = a.patches.iter().zip(&b.patches).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+        let b = prepare_rgb8(
+            &img,
+            &ImageProcessorConfig::default().with_backend(ProcessorBackend::Pil),
+        )
+        .unwrap();
+        let max = a
+            .patches
+            .iter()
+            .zip(&b.patches)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max);
         assert!(max < 1e-6, "{max}");
     }
 
     #[test]
     fn missing_file_names_path() {
-        let err = load_and_prepare(Path::new("/nonexistent/shot.png"), &ImageProcessorConfig::default());
-        assert!(err.unwrap_err().to_string().contains("/nonexistent/shot.png"));
+        let err = load_and_prepare(
+            Path::new("/nonexistent/shot.png"),
+            &ImageProcessorConfig::default(),
+        );
+        assert!(err
+            .unwrap_err()
+            .to_string()
+            .contains("/nonexistent/shot.png"));
     }
 }

@@ -72,7 +72,11 @@ fn c_round(v: f64) -> i32 {
 
 /// Normalised double coefficients (`precompute_coeffs` / `_compute_indices_min_size_weights_aa`).
 /// Returns `(ksize, bounds, weights)`.
-fn float_taps(in_size: usize, out_size: usize, filter: fn(f64) -> f64) -> (usize, Vec<(usize, usize)>, Vec<f64>) {
+fn float_taps(
+    in_size: usize,
+    out_size: usize,
+    filter: fn(f64) -> f64,
+) -> (usize, Vec<(usize, usize)>, Vec<f64>) {
     let scale = in_size as f64 / out_size as f64;
     let filterscale = scale.max(1.0);
     let support = 2.0 * filterscale;
@@ -106,7 +110,12 @@ impl Taps {
         let (ksize, bounds, w) = float_taps(in_size, out_size, pil_bicubic);
         let scale = f64::from(1u32 << PRECISION_BITS);
         let weights = w.iter().map(|&v| c_round(v * scale)).collect();
-        Self { ksize, bounds, weights, precision: PRECISION_BITS }
+        Self {
+            ksize,
+            bounds,
+            weights,
+            precision: PRECISION_BITS,
+        }
     }
 
     /// torch's int16 taps with per-axis precision (`_compute_index_ranges_int16_weights`).
@@ -123,8 +132,16 @@ impl Taps {
         }
         let scale = f64::from(1u32 << precision);
         // The C code stores into int16; with the precision rule above every weight fits.
-        let weights = w.iter().map(|&v| i32::from(c_round(v * scale) as i16)).collect();
-        Self { ksize, bounds, weights, precision }
+        let weights = w
+            .iter()
+            .map(|&v| i32::from(c_round(v * scale) as i16))
+            .collect();
+        Self {
+            ksize,
+            bounds,
+            weights,
+            precision,
+        }
     }
 
     fn new(in_size: usize, out_size: usize, backend: ProcessorBackend) -> Self {
@@ -156,21 +173,23 @@ impl Taps {
 fn horizontal(src: &[u8], src_w: usize, row0: usize, rows: usize, taps: &Taps) -> Vec<u8> {
     let out_w = taps.bounds.len();
     let mut dst = vec![0u8; out_w * 3 * rows];
-    dst.par_chunks_mut(out_w * 3).enumerate().for_each(|(r, out_row)| {
-        let in_row = &src[(row0 + r) * src_w * 3..(row0 + r + 1) * src_w * 3];
-        for (xx, px) in out_row.chunks_exact_mut(3).enumerate() {
-            let (start, k) = taps.taps(xx);
-            let (mut s0, mut s1, mut s2) = (taps.half(), taps.half(), taps.half());
-            for (&w, p) in k.iter().zip(in_row[start * 3..].chunks_exact(3)) {
-                s0 += i32::from(p[0]) * w;
-                s1 += i32::from(p[1]) * w;
-                s2 += i32::from(p[2]) * w;
+    dst.par_chunks_mut(out_w * 3)
+        .enumerate()
+        .for_each(|(r, out_row)| {
+            let in_row = &src[(row0 + r) * src_w * 3..(row0 + r + 1) * src_w * 3];
+            for (xx, px) in out_row.chunks_exact_mut(3).enumerate() {
+                let (start, k) = taps.taps(xx);
+                let (mut s0, mut s1, mut s2) = (taps.half(), taps.half(), taps.half());
+                for (&w, p) in k.iter().zip(in_row[start * 3..].chunks_exact(3)) {
+                    s0 += i32::from(p[0]) * w;
+                    s1 += i32::from(p[1]) * w;
+                    s2 += i32::from(p[2]) * w;
+                }
+                px[0] = taps.clip(s0);
+                px[1] = taps.clip(s1);
+                px[2] = taps.clip(s2);
             }
-            px[0] = taps.clip(s0);
-            px[1] = taps.clip(s1);
-            px[2] = taps.clip(s2);
-        }
-    });
+        });
     dst
 }
 
@@ -205,7 +224,9 @@ fn vertical(src: &[u8], row_len: usize, first_row: usize, taps: &Taps) -> Vec<u8
 /// vertical-first; 150×260 → 140×252, 70×70 → 56×56 and the upscales go horizontal-first. Shapes outside
 /// these families are covered by the one-level bound between orders, not proven bit-exact.
 fn pil_vertical_first(width: usize, height: usize, out_w: usize, out_h: usize) -> bool {
-    height > width && out_h < height && (out_h as f64 / height as f64) < (out_w as f64 / width as f64)
+    height > width
+        && out_h < height
+        && (out_h as f64 / height as f64) < (out_w as f64 / width as f64)
 }
 
 /// Resizes an interleaved RGB8 picture (`width × height × 3` bytes, row-major) to `out_w × out_h` with the
@@ -225,7 +246,9 @@ pub fn resize_rgb8(
     match (need_h, need_v) {
         (false, false) => return src.to_vec(),
         (false, true) => return vertical(src, width * 3, 0, &Taps::new(height, out_h, backend)),
-        (true, false) => return horizontal(src, width, 0, height, &Taps::new(width, out_w, backend)),
+        (true, false) => {
+            return horizontal(src, width, 0, height, &Taps::new(width, out_w, backend))
+        }
         (true, true) => {}
     }
     let vtaps = Taps::new(height, out_h, backend);
@@ -237,7 +260,13 @@ pub fn resize_rgb8(
     // Rows of the source the vertical pass reads (PIL's `ybox_first`/`ybox_last`).
     let (first_row, _) = vtaps.bounds[0];
     let (last_start, last_len) = vtaps.bounds[out_h - 1];
-    let tmp = horizontal(src, width, first_row, last_start + last_len - first_row, &htaps);
+    let tmp = horizontal(
+        src,
+        width,
+        first_row,
+        last_start + last_len - first_row,
+        &htaps,
+    );
     vertical(&tmp, out_w * 3, first_row, &vtaps)
 }
 
@@ -273,7 +302,10 @@ mod tests {
                     let (_, k) = t.taps(xx);
                     let s: i32 = k.iter().sum();
                     let one = 1i32 << t.precision;
-                    assert!((s - one).abs() <= k.len() as i32, "{i}->{o} sum {s} vs {one}");
+                    assert!(
+                        (s - one).abs() <= k.len() as i32,
+                        "{i}->{o} sum {s} vs {one}"
+                    );
                 }
             }
         }
@@ -283,6 +315,9 @@ mod tests {
     fn torch_precision_fits_int16() {
         let t = Taps::torch(150, 140);
         assert!(t.precision > 0 && t.precision <= 22);
-        assert!(t.weights.iter().all(|&w| (i16::MIN as i32..=i16::MAX as i32).contains(&w)));
+        assert!(t
+            .weights
+            .iter()
+            .all(|&w| (i16::MIN as i32..=i16::MAX as i32).contains(&w)));
     }
 }

@@ -23,7 +23,11 @@ pub fn smart_resize(
     max_pixels: u64,
 ) -> Result<(usize, usize), PreprocessError> {
     if height == 0 || width == 0 || factor == 0 {
-        return Err(PreprocessError::BadSize { height, width, reason: "sides and factor must be non-zero".into() });
+        return Err(PreprocessError::BadSize {
+            height,
+            width,
+            reason: "sides and factor must be non-zero".into(),
+        });
     }
     let (h, w, f) = (height as f64, width as f64, factor as f64);
     let ratio = h.max(w) / h.min(w);
@@ -31,7 +35,9 @@ pub fn smart_resize(
         return Err(PreprocessError::BadSize {
             height,
             width,
-            reason: format!("absolute aspect ratio must be smaller than {MAX_ASPECT_RATIO}, got {ratio}"),
+            reason: format!(
+                "absolute aspect ratio must be smaller than {MAX_ASPECT_RATIO}, got {ratio}"
+            ),
         });
     }
     let mut h_bar = (h / f).round_ties_even() * f;
@@ -68,8 +74,16 @@ mod tests {
             ((1000, 2000), (1008, 1988), (700, 1400)),
         ];
         for ((h, w), hub, cap) in cases {
-            assert_eq!(smart_resize(h, w, 28, 3136, HUB_MAX).unwrap(), hub, "{h}x{w} hub");
-            assert_eq!(smart_resize(h, w, 28, 3136, CAP).unwrap(), cap, "{h}x{w} cap");
+            assert_eq!(
+                smart_resize(h, w, 28, 3136, HUB_MAX).unwrap(),
+                hub,
+                "{h}x{w} hub"
+            );
+            assert_eq!(
+                smart_resize(h, w, 28, 3136, CAP).unwrap(),
+                cap,
+                "{h}x{w} cap"
+            );
         }
     }
 

@@ -63,7 +63,11 @@ impl Layout {
 }
 
 fn shade(c: Rgb<u8>, k: f32) -> Rgb<u8> {
-    Rgb(c.0.map(|v| (v as f32 + (255.0 - v as f32) * k).round().clamp(0.0, 255.0) as u8))
+    Rgb(c.0.map(|v| {
+        (v as f32 + (255.0 - v as f32) * k)
+            .round()
+            .clamp(0.0, 255.0) as u8
+    }))
 }
 
 fn palette(i: u32) -> Rgb<u8> {
@@ -82,17 +86,32 @@ fn palette(i: u32) -> Rgb<u8> {
 
 fn text_lines(l: &mut Layout, x: u32, y: u32, widths: &[u32]) {
     for (i, &w) in widths.iter().enumerate() {
-        l.add("text", [x, y + i as u32 * 40, w, 22], if i == 0 { TEXT } else { LIGHT });
+        l.add(
+            "text",
+            [x, y + i as u32 * 40, w, 22],
+            if i == 0 { TEXT } else { LIGHT },
+        );
     }
 }
 
 fn list_rows(l: &mut Layout, y0: u32, h: u32, n: u32, thumb: u32, seed: u32) {
-    const ROWS: [&str; 8] = ["row0", "row1", "row2", "row3", "row4", "row5", "row6", "row7"];
+    const ROWS: [&str; 8] = [
+        "row0", "row1", "row2", "row3", "row4", "row5", "row6", "row7",
+    ];
     for i in 0..n.min(8) {
         let y = y0 + i * (h + 12);
         l.add(ROWS[i as usize], [20, y, 680, h], WHITE);
-        l.add("thumb", [40, y + (h - thumb) / 2, thumb, thumb], shade(palette(i + seed), 0.25));
-        text_lines(l, 60 + thumb, y + h / 2 - 40, &[380 - 7 * ((i + seed) % 5), 240]);
+        l.add(
+            "thumb",
+            [40, y + (h - thumb) / 2, thumb, thumb],
+            shade(palette(i + seed), 0.25),
+        );
+        text_lines(
+            l,
+            60 + thumb,
+            y + h / 2 - 40,
+            &[380 - 7 * ((i + seed) % 5), 240],
+        );
     }
 }
 
@@ -104,13 +123,21 @@ fn keyboard(l: &mut Layout, y0: u32) {
             l.add("key", [8 + k * 71, y, 62, 95], WHITE);
         }
     }
-    l.add("enter", [560, y0 + 20 + 3 * 115, 150, 95], Rgb([52, 120, 246]));
+    l.add(
+        "enter",
+        [560, y0 + 20 + 3 * 115, 150, 95],
+        Rgb([52, 120, 246]),
+    );
 }
 
 fn search_box(l: &mut Layout, typed: bool, accent: Rgb<u8>, with_button: bool) {
     let w = if with_button { 520 } else { 660 };
     l.add("search", [30, 170, w, 70], WHITE);
-    l.add("text", [60, 194, if typed { 160 } else { 240 }, 22], if typed { DARK } else { LIGHT });
+    l.add(
+        "text",
+        [60, 194, if typed { 160 } else { 240 }, 22],
+        if typed { DARK } else { LIGHT },
+    );
     if with_button {
         l.add("search_button", [570, 170, 120, 70], accent);
     }
@@ -118,8 +145,8 @@ fn search_box(l: &mut Layout, typed: bool, accent: Rgb<u8>, with_button: bool) {
 
 fn launcher(l: &mut Layout) {
     const ICONS: [&str; 20] = [
-        "app0", "app1", "app2", "app3", "app4", "app5", "app6", "app7", "app8", "app9", "app10", "app11", "app12",
-        "app13", "app14", "app15", "app16", "app17", "app18", "app19",
+        "app0", "app1", "app2", "app3", "app4", "app5", "app6", "app7", "app8", "app9", "app10",
+        "app11", "app12", "app13", "app14", "app15", "app16", "app17", "app18", "app19",
     ];
     for i in 0..20u32 {
         let (col, row) = (i % 4, i / 4);
@@ -133,18 +160,30 @@ fn feed(l: &mut Layout, accent: Rgb<u8>) {
     search_box(l, false, accent, false);
     l.add("banner", [30, 260, 660, 260], shade(accent, 0.5));
     for i in 0..5u32 {
-        l.add("category", [42 + i * 132, 545, 100, 100], shade(palette(i + 2), 0.2));
+        l.add(
+            "category",
+            [42 + i * 132, 545, 100, 100],
+            shade(palette(i + 2), 0.2),
+        );
     }
     list_rows(l, 680, 140, 4, 110, 1);
     for i in 0..4u32 {
-        l.add("tab", [45 + i * 180, 1440, 90, 60], if i == 0 { accent } else { LIGHT });
+        l.add(
+            "tab",
+            [45 + i * 180, 1440, 90, 60],
+            if i == 0 { accent } else { LIGHT },
+        );
     }
 }
 
 fn search(l: &mut Layout, accent: Rgb<u8>, typed: bool) {
     search_box(l, typed, accent, true);
     for i in 0..6u32 {
-        l.add("history", [30 + (i % 3) * 220, 280 + (i / 3) * 80, 200, 56], WHITE);
+        l.add(
+            "history",
+            [30 + (i % 3) * 220, 280 + (i / 3) * 80, 200, 56],
+            WHITE,
+        );
     }
     keyboard(l, 1000);
 }
@@ -152,7 +191,11 @@ fn search(l: &mut Layout, accent: Rgb<u8>, typed: bool) {
 fn results(l: &mut Layout, accent: Rgb<u8>) {
     search_box(l, true, accent, true);
     for i in 0..5u32 {
-        l.add("filter", [20 + i * 140, 270, 124, 56], if i == 0 { shade(accent, 0.6) } else { WHITE });
+        l.add(
+            "filter",
+            [20 + i * 140, 270, 124, 56],
+            if i == 0 { shade(accent, 0.6) } else { WHITE },
+        );
     }
     list_rows(l, 350, 170, 6, 140, 3);
 }
@@ -168,7 +211,11 @@ fn detail(l: &mut Layout, accent: Rgb<u8>) {
 
 fn chat(l: &mut Layout, keyboard_up: bool) {
     for i in 0..4u32 {
-        let (x, c) = if i % 2 == 0 { (30, WHITE) } else { (330, Rgb([149, 236, 105])) };
+        let (x, c) = if i % 2 == 0 {
+            (30, WHITE)
+        } else {
+            (330, Rgb([149, 236, 105]))
+        };
         l.add("bubble", [x, 190 + i * 150, 360, 100], c);
     }
     let y = if keyboard_up { 900 } else { 1420 };
@@ -206,14 +253,22 @@ fn content(l: &mut Layout, page: Page, accent: Rgb<u8>) {
 
 fn photos(l: &mut Layout, accent: Rgb<u8>, select: bool, dialog: bool) {
     const PHOTOS: [&str; 12] = [
-        "photo0", "photo1", "photo2", "photo3", "photo4", "photo5", "photo6", "photo7", "photo8", "photo9", "photo10",
-        "photo11",
+        "photo0", "photo1", "photo2", "photo3", "photo4", "photo5", "photo6", "photo7", "photo8",
+        "photo9", "photo10", "photo11",
     ];
     for i in 0..12u32 {
         let r = [3 + (i % 3) * 239, 160 + (i / 3) * 242, 236, 236];
-        l.add(PHOTOS[i as usize], r, shade(palette(i + 5), 0.15 * (i % 4) as f32));
+        l.add(
+            PHOTOS[i as usize],
+            r,
+            shade(palette(i + 5), 0.15 * (i % 4) as f32),
+        );
         if select {
-            l.add("check", [r[0] + 190, r[1] + 10, 36, 36], if i == 0 { accent } else { WHITE });
+            l.add(
+                "check",
+                [r[0] + 190, r[1] + 10, 36, 36],
+                if i == 0 { accent } else { WHITE },
+            );
         }
     }
     if select {
@@ -231,7 +286,9 @@ fn photos(l: &mut Layout, accent: Rgb<u8>, select: bool, dialog: bool) {
 
 /// The layout of a page in an app with this accent colour.
 pub fn layout(page: Page, accent: Rgb<u8>) -> Layout {
-    let mut l = Layout { elems: Vec::with_capacity(128) };
+    let mut l = Layout {
+        elems: Vec::with_capacity(128),
+    };
     if page != Page::Launcher {
         l.add("app_bar", [0, 50, W, 100], accent);
         l.add("title", [40, 85, 220, 30], WHITE);
@@ -256,7 +313,11 @@ pub fn draw(page: Page, accent: Rgb<u8>) -> RgbImage {
     if page == Page::Launcher {
         for y in 0..H {
             let t = y as f32 / H as f32;
-            let c = Rgb([(40.0 + 60.0 * t) as u8, (70.0 + 40.0 * t) as u8, (140.0 - 30.0 * t) as u8]);
+            let c = Rgb([
+                (40.0 + 60.0 * t) as u8,
+                (70.0 + 40.0 * t) as u8,
+                (140.0 - 30.0 * t) as u8,
+            ]);
             fill(&mut img, [0, y, W, 1], c);
         }
     }

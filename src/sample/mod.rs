@@ -109,8 +109,14 @@ fn resolve(spec: &StepSpec, accent: Rgb<u8>) -> (Action, Vec<Rect>) {
     let point = target.map_or([draw::W as f64 / 2.0, draw::H as f64 / 2.0], centre);
     let action = match &spec.act {
         Act::Click => Action::Click { coordinate: point },
-        Act::LongPress(t) => Action::LongPress { coordinate: point, time: Some(*t) },
-        Act::Swipe(a, b) => Action::Swipe { coordinate: *a, coordinate2: *b },
+        Act::LongPress(t) => Action::LongPress {
+            coordinate: point,
+            time: Some(*t),
+        },
+        Act::Swipe(a, b) => Action::Swipe {
+            coordinate: *a,
+            coordinate2: *b,
+        },
         Act::Plain(a) => a.clone(),
     };
     (action, boxes)
@@ -130,7 +136,10 @@ fn trajectory_json(ti: usize, t: &TrajSpec, system: &str) -> Value {
             m.insert("thought".into(), s.thought.into());
             m.insert("subtask".into(), s.subtask.into());
             m.insert("action".into(), call.clone().into());
-            let response = format!("<think>{}</think>\n<action>{}</action>\n<tool_call>\n{call}\n</tool_call>", s.thought, s.subtask);
+            let response = format!(
+                "<think>{}</think>\n<action>{}</action>\n<tool_call>\n{call}\n</tool_call>",
+                s.thought, s.subtask
+            );
             m.insert("response".into(), response.into());
             match boxes.as_slice() {
                 [] => {}
@@ -138,7 +147,10 @@ fn trajectory_json(ti: usize, t: &TrajSpec, system: &str) -> Value {
                     m.insert("bbox".into(), bbox(*one));
                 }
                 many => {
-                    m.insert("bbox".into(), Value::Array(many.iter().map(|r| bbox(*r)).collect()));
+                    m.insert(
+                        "bbox".into(),
+                        Value::Array(many.iter().map(|r| bbox(*r)).collect()),
+                    );
                 }
             }
             Value::Object(m)
@@ -175,14 +187,24 @@ pub fn write(dir: &Path) -> Result<(), SampleError> {
         .enumerate()
         .flat_map(|(ti, t)| {
             let images = &images;
-            t.steps.iter().enumerate().map(move |(si, s)| (images.join(format!("t{ti}_s{si}.png")), s.page, t.accent))
+            t.steps
+                .iter()
+                .enumerate()
+                .map(move |(si, s)| (images.join(format!("t{ti}_s{si}.png")), s.page, t.accent))
         })
         .collect();
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 8);
     let chunk = jobs.len().div_ceil(threads).max(1);
     std::thread::scope(|sc| {
-        let handles: Vec<_> = jobs.chunks(chunk).map(|c| sc.spawn(move || c.iter().try_for_each(save_png))).collect();
-        handles.into_iter().try_for_each(|h| h.join().unwrap_or_else(|_| Ok(())))
+        let handles: Vec<_> = jobs
+            .chunks(chunk)
+            .map(|c| sc.spawn(move || c.iter().try_for_each(save_png)))
+            .collect();
+        handles
+            .into_iter()
+            .try_for_each(|h| h.join().unwrap_or_else(|_| Ok(())))
     })?;
     let data = dir.join(crate::dataset::DATA_FILE);
     std::fs::write(&data, data_jsonl()).map_err(io(&data))
@@ -191,9 +213,20 @@ pub fn write(dir: &Path) -> Result<(), SampleError> {
 fn save_png((path, page, accent): &(PathBuf, Page, Rgb<u8>)) -> Result<(), SampleError> {
     use image::codecs::png::{CompressionType, FilterType, PngEncoder};
     let img = draw::draw(*page, *accent);
-    let file = std::fs::File::create(path).map_err(|source| SampleError::Io { path: path.clone(), source })?;
-    let enc = PngEncoder::new_with_quality(std::io::BufWriter::new(file), CompressionType::Fast, FilterType::Sub);
-    img.write_with_encoder(enc).map_err(|source| SampleError::Image { path: path.clone(), source })
+    let file = std::fs::File::create(path).map_err(|source| SampleError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    let enc = PngEncoder::new_with_quality(
+        std::io::BufWriter::new(file),
+        CompressionType::Fast,
+        FilterType::Sub,
+    );
+    img.write_with_encoder(enc)
+        .map_err(|source| SampleError::Image {
+            path: path.clone(),
+            source,
+        })
 }
 
 /// The cache folder for this build's sample: `TMP/mobile-r1-eval-sample-<hash of version and data>`.
@@ -201,7 +234,12 @@ pub fn default_dir() -> PathBuf {
     let mut h = Sha256::new();
     h.update(SAMPLE_VERSION.to_le_bytes());
     h.update(data_jsonl().as_bytes());
-    let hex: String = h.finalize().iter().take(6).map(|b| format!("{b:02x}")).collect();
+    let hex: String = h
+        .finalize()
+        .iter()
+        .take(6)
+        .map(|b| format!("{b:02x}"))
+        .collect();
     std::env::temp_dir().join(format!("mobile-r1-eval-sample-{hex}"))
 }
 
@@ -214,11 +252,16 @@ pub fn materialize_default() -> Result<PathBuf, SampleError> {
     }
     static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let nth = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
     let tmp = dir.with_extension(format!("tmp-{}-{nth}-{nanos}", std::process::id()));
     write(&tmp)?;
     let marker = tmp.join(COMPLETE_MARKER);
-    std::fs::write(&marker, SAMPLE_VERSION.to_string()).map_err(|source| SampleError::Io { path: marker, source })?;
+    std::fs::write(&marker, SAMPLE_VERSION.to_string()).map_err(|source| SampleError::Io {
+        path: marker,
+        source,
+    })?;
     if std::fs::rename(&tmp, &dir).is_err() {
         // Another process won the race (or a stale partial folder is in the way).
         if !dir.join(COMPLETE_MARKER).is_file() {
@@ -232,7 +275,10 @@ pub fn materialize_default() -> Result<PathBuf, SampleError> {
     if dir.join(COMPLETE_MARKER).is_file() {
         Ok(dir)
     } else {
-        Err(SampleError::Io { path: dir, source: std::io::Error::other("could not place the sample benchmark") })
+        Err(SampleError::Io {
+            path: dir,
+            source: std::io::Error::other("could not place the sample benchmark"),
+        })
     }
 }
 
@@ -246,20 +292,36 @@ mod tests {
     #[test]
     fn deterministic_complete_and_consistent() {
         assert_eq!(data_jsonl(), data_jsonl());
-        let b = Benchmark::from_jsonl(&data_jsonl(), "/unused", Path::new("sample/data.jsonl")).unwrap();
+        let b = Benchmark::from_jsonl(&data_jsonl(), "/unused", Path::new("sample/data.jsonl"))
+            .unwrap();
         let n = b.num_steps();
         assert!((15..=30).contains(&n), "{n} steps");
-        let types: std::collections::HashSet<ActionType> =
-            b.trajectories.iter().flat_map(|t| t.steps.iter().map(|s| s.action.action_type())).collect();
-        assert_eq!(types.len(), ActionType::ALL.len(), "every action type appears");
+        let types: std::collections::HashSet<ActionType> = b
+            .trajectories
+            .iter()
+            .flat_map(|t| t.steps.iter().map(|s| s.action.action_type()))
+            .collect();
+        assert_eq!(
+            types.len(),
+            ActionType::ALL.len(),
+            "every action type appears"
+        );
         for t in &b.trajectories {
             assert!(t.system.as_deref().is_some_and(|s| s.contains("720x1600")));
             for s in &t.steps {
                 let ty = s.action.action_type();
                 if matches!(ty, ActionType::Click | ActionType::LongPress) {
                     let p = s.action.point().unwrap();
-                    assert!(!s.bboxes.is_empty(), "{}: click without a gold box", s.image);
-                    assert!(s.bboxes.iter().any(|bx| in_box(p, bx, 1.0, false)), "{}: gold point outside its box", s.image);
+                    assert!(
+                        !s.bboxes.is_empty(),
+                        "{}: click without a gold box",
+                        s.image
+                    );
+                    assert!(
+                        s.bboxes.iter().any(|bx| in_box(p, bx, 1.0, false)),
+                        "{}: gold point outside its box",
+                        s.image
+                    );
                 }
                 let parsed = crate::parse::parse_response(&s.response);
                 assert!(parsed.full_format);

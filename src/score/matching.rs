@@ -27,9 +27,17 @@ impl Direction {
         if dx == 0.0 && dy == 0.0 {
             None
         } else if dy.abs() >= dx.abs() {
-            Some(if dy < 0.0 { Direction::Up } else { Direction::Down })
+            Some(if dy < 0.0 {
+                Direction::Up
+            } else {
+                Direction::Down
+            })
         } else {
-            Some(if dx < 0.0 { Direction::Left } else { Direction::Right })
+            Some(if dx < 0.0 {
+                Direction::Left
+            } else {
+                Direction::Right
+            })
         }
     }
 }
@@ -90,7 +98,10 @@ pub const EPS: f64 = 1e-9;
 /// Map a point from the model's image pixels to screen pixels.
 pub fn map_point(p: Point, screen: [u32; 2], image_size: Option<[u32; 2]>) -> Point {
     match image_size {
-        Some([w, h]) if w > 0 && h > 0 => [p[0] * screen[0] as f64 / w as f64, p[1] * screen[1] as f64 / h as f64],
+        Some([w, h]) if w > 0 && h > 0 => [
+            p[0] * screen[0] as f64 / w as f64,
+            p[1] * screen[1] as f64 / h as f64,
+        ],
         _ => p,
     }
 }
@@ -103,7 +114,12 @@ pub fn in_box(p: Point, b: &BBox, scale: f64, edges: bool) -> bool {
     if edges {
         p[0] >= x0 && p[0] <= x1 && p[1] >= y0 && p[1] <= y1
     } else {
-        let (x0, x1, y0, y1) = (x0 + 2.0 * EPS, x1 - 2.0 * EPS, y0 + 2.0 * EPS, y1 - 2.0 * EPS);
+        let (x0, x1, y0, y1) = (
+            x0 + 2.0 * EPS,
+            x1 - 2.0 * EPS,
+            y0 + 2.0 * EPS,
+            y1 - 2.0 * EPS,
+        );
         p[0] > x0 && p[0] < x1 && p[1] > y0 && p[1] < y1
     }
 }
@@ -115,13 +131,29 @@ pub fn norm_distance(a: Point, b: Point, screen: [u32; 2]) -> f64 {
     (dx * dx + dy * dy).sqrt()
 }
 
-fn point_match(rules: &RulePreset, gold: Point, boxes: &[BBox], pred: Point, screen: [u32; 2]) -> (bool, ArgCheck) {
+fn point_match(
+    rules: &RulePreset,
+    gold: Point,
+    boxes: &[BBox],
+    pred: Point,
+    screen: [u32; 2],
+) -> (bool, ArgCheck) {
     let threshold = rules.distance_threshold;
     if boxes.is_empty() {
         let distance = norm_distance(pred, gold, screen);
-        return (distance <= threshold + EPS, ArgCheck::Distance { point: pred, gold, distance, threshold });
+        return (
+            distance <= threshold + EPS,
+            ArgCheck::Distance {
+                point: pred,
+                gold,
+                distance,
+                threshold,
+            },
+        );
     }
-    let inside = boxes.iter().position(|b| in_box(pred, b, rules.bbox_scale, rules.box_edges_inside));
+    let inside = boxes
+        .iter()
+        .position(|b| in_box(pred, b, rules.bbox_scale, rules.box_edges_inside));
     let mut check = ArgCheck::Box {
         point: pred,
         boxes: boxes.len(),
@@ -135,7 +167,12 @@ fn point_match(rules: &RulePreset, gold: Point, boxes: &[BBox], pred: Point, scr
     }
     if rules.distance_fallback_with_boxes {
         let d = norm_distance(pred, gold, screen);
-        if let ArgCheck::Box { distance, threshold: t, .. } = &mut check {
+        if let ArgCheck::Box {
+            distance,
+            threshold: t,
+            ..
+        } = &mut check
+        {
             *distance = Some(d);
             *t = Some(threshold);
         }
@@ -162,17 +199,29 @@ pub fn match_args(
         | (Action::LongPress { coordinate: g, .. }, Action::LongPress { coordinate: p, .. }) => {
             point_match(rules, *g, boxes, m(p), screen)
         }
-        (Action::Swipe { coordinate: g1, coordinate2: g2 }, Action::Swipe { coordinate: p1, coordinate2: p2 }) => {
+        (
+            Action::Swipe {
+                coordinate: g1,
+                coordinate2: g2,
+            },
+            Action::Swipe {
+                coordinate: p1,
+                coordinate2: p2,
+            },
+        ) => {
             let gold = Direction::of(*g1, *g2);
             let predicted = Direction::of(m(p1), m(p2));
             (gold == predicted, ArgCheck::Direction { gold, predicted })
         }
-        (Action::Type { text: g }, Action::Type { text: p }) | (Action::Open { text: g }, Action::Open { text: p }) => {
-            text(rules.text, g, p)
-        }
+        (Action::Type { text: g }, Action::Type { text: p })
+        | (Action::Open { text: g }, Action::Open { text: p }) => text(rules.text, g, p),
         (Action::Key { text: g }, Action::Key { text: p }) => text(rules.key, g, p),
-        (Action::SystemButton { button: g }, Action::SystemButton { button: p }) => (g == p, ArgCheck::Equal),
-        (Action::Terminate { status: g }, Action::Terminate { status: p }) => (g == p, ArgCheck::Equal),
+        (Action::SystemButton { button: g }, Action::SystemButton { button: p }) => {
+            (g == p, ArgCheck::Equal)
+        }
+        (Action::Terminate { status: g }, Action::Terminate { status: p }) => {
+            (g == p, ArgCheck::Equal)
+        }
         (Action::Wait { .. }, Action::Wait { .. }) => (true, ArgCheck::TypeOnly),
         _ => return None,
     })
@@ -184,8 +233,14 @@ mod tests {
 
     #[test]
     fn directions() {
-        assert_eq!(Direction::of([500.0, 1800.0], [500.0, 600.0]), Some(Direction::Up));
-        assert_eq!(Direction::of([100.0, 10.0], [400.0, 20.0]), Some(Direction::Right));
+        assert_eq!(
+            Direction::of([500.0, 1800.0], [500.0, 600.0]),
+            Some(Direction::Up)
+        );
+        assert_eq!(
+            Direction::of([100.0, 10.0], [400.0, 20.0]),
+            Some(Direction::Right)
+        );
         assert_eq!(Direction::of([1.0, 1.0], [1.0, 1.0]), None);
     }
 

@@ -247,7 +247,13 @@ pub fn aggregate(steps: &[StepScore], rules: &RulePreset) -> Metrics {
         tally.step(s);
     }
     tally.finish_trajectories();
-    let Tally { total, by_index, by_app, kinds, .. } = tally;
+    let Tally {
+        total,
+        by_index,
+        by_app,
+        kinds,
+        ..
+    } = tally;
     let (n, t) = (total.steps, total.trajs);
     let correct = total.outcomes[Outcome::Correct as usize];
     let args = total.outcomes[Outcome::ArgsError as usize];
@@ -274,8 +280,14 @@ pub fn aggregate(steps: &[StepScore], rules: &RulePreset) -> Metrics {
         format_error_kinds: kinds,
         per_action: per_action(steps),
         confusion: confusion(steps),
-        per_app: by_app.into_iter().map(|(k, a)| a.stats(k.to_owned(), true)).collect(),
-        per_step_index: by_index.into_iter().map(|(k, a)| a.stats(k.to_string(), false)).collect(),
+        per_app: by_app
+            .into_iter()
+            .map(|(k, a)| a.stats(k.to_owned(), true))
+            .collect(),
+        per_step_index: by_index
+            .into_iter()
+            .map(|(k, a)| a.stats(k.to_string(), false))
+            .collect(),
         rules: rules.clone(),
         extra: Map::new(),
     }

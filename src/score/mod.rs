@@ -120,13 +120,24 @@ pub fn score_step(
     };
     s.predicted_type = Some(action.action_type());
     let screen = [traj.image_width, traj.image_height];
-    match match_args(rules, &gold.action, &gold.bboxes, &action, screen, pred.image_size) {
+    match match_args(
+        rules,
+        &gold.action,
+        &gold.bboxes,
+        &action,
+        screen,
+        pred.image_size,
+    ) {
         None => s.outcome = Outcome::TypeError,
         Some((ok, check)) => {
             s.type_match = true;
             s.correct = ok;
             s.check = Some(check);
-            s.outcome = if ok { Outcome::Correct } else { Outcome::ArgsError };
+            s.outcome = if ok {
+                Outcome::Correct
+            } else {
+                Outcome::ArgsError
+            };
         }
     }
     s.predicted = Some(action);
@@ -143,7 +154,11 @@ pub struct ScoredRun {
 }
 
 /// Score `preds` against `bench` and aggregate, with the unknown and malformed prediction counts filled in.
-pub fn score_predictions(rules: &RulePreset, bench: &Benchmark, preds: &PredictionSet) -> (Metrics, ScoredRun) {
+pub fn score_predictions(
+    rules: &RulePreset,
+    bench: &Benchmark,
+    preds: &PredictionSet,
+) -> (Metrics, ScoredRun) {
     let scored = score_benchmark(rules, bench, preds);
     let mut metrics = aggregate(&scored.steps, rules);
     metrics.unknown_predictions = scored.unknown.len();
@@ -159,10 +174,18 @@ pub fn score_benchmark(rules: &RulePreset, bench: &Benchmark, preds: &Prediction
             steps.push(score_step(rules, t, ti, si, preds.get(&t.id, si)));
         }
     }
-    let lengths: HashMap<&str, usize> = bench.trajectories.iter().map(|t| (t.id.as_str(), t.steps.len())).collect();
+    let lengths: HashMap<&str, usize> = bench
+        .trajectories
+        .iter()
+        .map(|t| (t.id.as_str(), t.steps.len()))
+        .collect();
     let mut unknown: Vec<(String, usize)> = preds
         .iter()
-        .filter(|p| lengths.get(p.trajectory.as_str()).is_none_or(|&n| p.step >= n))
+        .filter(|p| {
+            lengths
+                .get(p.trajectory.as_str())
+                .is_none_or(|&n| p.step >= n)
+        })
         .map(|p| (p.trajectory.clone(), p.step))
         .collect();
     unknown.sort();
