@@ -16,10 +16,9 @@ use serde_json::{json, Value};
 use crate::chat::{ChatTemplate, PromptBuilder, Tokenizer};
 use crate::engine::judge::judge_trajectories;
 use crate::engine::memory;
-use crate::engine::pipeline::Runner;
-use crate::engine::progress::{PhaseStats, Progress};
+use crate::engine::pipeline::{run_phase, Runner};
+use crate::engine::progress::PhaseStats;
 use crate::engine::prompts::SystemPrompt;
-use crate::engine::rundir::JsonlAppender;
 use crate::engine::scheduler::BatchLimits;
 use crate::engine::steps::{pending_steps, predict_steps};
 use crate::model::{parse_device, parse_dtype, Qwen25VL};
@@ -109,25 +108,23 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<Value> {
     };
 
     let jobs = pending_steps(&bench, &Default::default());
-    let mut steps = PhaseStats {
-        phase: "steps".into(),
-        ..Default::default()
-    };
-    let mut out = JsonlAppender::open(&tmp.path().join("predictions.jsonl"), 64)?;
-    let mut progress = Progress::new("bench", jobs.len() as u64, 0);
-    let t0 = Instant::now();
-    predict_steps(
-        &runner,
-        &bench,
-        SystemPrompt::Default,
-        &jobs,
-        &mut out,
-        &mut steps,
-        &mut progress,
+    let steps = run_phase(
+        "bench",
+        &tmp.path().join("predictions.jsonl"),
+        jobs.len(),
+        jobs.len(),
+        |out, stats, progress| {
+            predict_steps(
+                &runner,
+                &bench,
+                SystemPrompt::Default,
+                &jobs,
+                out,
+                stats,
+                progress,
+            )
+        },
     )?;
-    steps.wall_seconds = t0.elapsed().as_secs_f64();
-    progress.finish();
-    drop(out);
 
     let judge = if cfg.judge {
         Some(bench_judge(&runner, &bench, tmp.path())?)
@@ -155,25 +152,15 @@ fn bench_judge(
 ) -> Result<PhaseStats> {
     let preds = PredictionSet::read(dir.join("predictions.jsonl"))?;
     let jobs: Vec<usize> = (0..bench.trajectories.len()).collect();
-    let mut stats = PhaseStats {
-        phase: "judge".into(),
-        ..Default::default()
-    };
-    let mut out = JsonlAppender::open(&dir.join("judgements.jsonl"), 64)?;
-    let mut progress = Progress::new("judge", jobs.len() as u64, 0);
-    let t0 = Instant::now();
-    judge_trajectories(
-        runner,
-        bench,
-        &preds,
-        &jobs,
-        &mut out,
-        &mut stats,
-        &mut progress,
-    )?;
-    stats.wall_seconds = t0.elapsed().as_secs_f64();
-    progress.finish();
-    Ok(stats)
+    run_phase(
+        "judge",
+        &dir.join("judgements.jsonl"),
+        jobs.len(),
+        jobs.len(),
+        |out, stats, progress| {
+            judge_trajectories(runner, bench, &preds, &jobs, out, stats, progress)
+        },
+    )
 }
 
 /// Seconds the vision tower alone takes over every step screenshot (a separate pass, batched by 8 images).

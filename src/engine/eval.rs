@@ -3,7 +3,7 @@
 //! `throughput.json` and `manifest.json`.
 
 use std::path::{Path, PathBuf};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
@@ -12,10 +12,10 @@ use super::batcher::MAX_PREFILL_TOKENS;
 use super::judge::{judge_trajectories, pending_trajectories, summarize};
 use super::loaded::{LoadedModel, ModelSpec};
 use super::memory;
-use super::pipeline::Runner;
-use super::progress::{PhaseStats, Progress};
+use super::pipeline::{run_phase, Runner};
+use super::progress::PhaseStats;
 use super::prompts::{self, SystemPrompt};
-use super::rundir::{self, completed_keys, step_key_of, trajectory_key_of, JsonlAppender};
+use super::rundir::{self, completed_keys, step_key_of, trajectory_key_of};
 use super::scheduler::BatchLimits;
 use super::steps::{pending_steps, predict_steps};
 use crate::dataset::Benchmark;
@@ -181,43 +181,29 @@ fn run_steps(
     limits: BatchLimits,
 ) -> Result<PhaseStats> {
     let path = cfg.out.join("predictions.jsonl");
-    let done = completed_keys(&path, step_key_of)?;
-    let jobs = pending_steps(bench, &done);
-    let total = bench
-        .trajectories
-        .iter()
-        .map(|t| t.steps.len())
-        .sum::<usize>();
+    let jobs = pending_steps(bench, &completed_keys(&path, step_key_of)?);
+    let total = bench.num_steps();
     tracing::info!(
         "steps: {} to predict, {} already done",
         jobs.len(),
         total - jobs.len()
     );
-    let mut out = JsonlAppender::open(&path, 8)?;
-    let mut stats = PhaseStats {
-        phase: "steps".into(),
-        ..Default::default()
-    };
-    let mut progress = Progress::new("steps", total as u64, (total - jobs.len()) as u64);
-    let t0 = Instant::now();
     let runner = Runner {
         model: &model.model,
         kit: &model.kit,
         limits,
     };
-    predict_steps(
-        &runner,
-        bench,
-        cfg.system_prompt,
-        &jobs,
-        &mut out,
-        &mut stats,
-        &mut progress,
-    )?;
-    out.sync()?;
-    stats.wall_seconds = t0.elapsed().as_secs_f64();
-    progress.finish();
-    Ok(stats)
+    run_phase("steps", &path, total, jobs.len(), |out, stats, progress| {
+        predict_steps(
+            &runner,
+            bench,
+            cfg.system_prompt,
+            &jobs,
+            out,
+            stats,
+            progress,
+        )
+    })
 }
 
 fn run_judge(
@@ -228,34 +214,21 @@ fn run_judge(
     preds: &PredictionSet,
 ) -> Result<PhaseStats> {
     let path = cfg.out.join("judgements.jsonl");
-    let done = completed_keys(&path, trajectory_key_of)?;
-    let jobs = pending_trajectories(bench, &done);
-    let total = bench.trajectories.len();
-    let mut out = JsonlAppender::open(&path, 8)?;
-    let mut stats = PhaseStats {
-        phase: "judge".into(),
-        ..Default::default()
-    };
-    let mut progress = Progress::new("judge", total as u64, (total - jobs.len()) as u64);
-    let t0 = Instant::now();
+    let jobs = pending_trajectories(bench, &completed_keys(&path, trajectory_key_of)?);
     let runner = Runner {
         model: &judge.model,
         kit: &judge.kit,
         limits,
     };
-    judge_trajectories(
-        &runner,
-        bench,
-        preds,
-        &jobs,
-        &mut out,
-        &mut stats,
-        &mut progress,
-    )?;
-    out.sync()?;
-    stats.wall_seconds = t0.elapsed().as_secs_f64();
-    progress.finish();
-    Ok(stats)
+    run_phase(
+        "judge",
+        &path,
+        bench.trajectories.len(),
+        jobs.len(),
+        |out, stats, progress| {
+            judge_trajectories(&runner, bench, preds, &jobs, out, stats, progress)
+        },
+    )
 }
 
 /// Score the predictions, add the judge summary and the prediction errors, and write the reports.

@@ -8,7 +8,8 @@ use anyhow::Result;
 
 use super::batcher::{Batcher, GenRequest, GenResult};
 use super::prepare::{prefetch, Prepared};
-use super::progress::PhaseStats;
+use super::progress::{PhaseStats, Progress};
+use super::rundir::JsonlAppender;
 use super::scheduler::BatchLimits;
 use crate::chat::PromptBuilder;
 use crate::model::Qwen25VL;
@@ -100,4 +101,28 @@ impl Runner<'_> {
             failure.borrow_mut().take().map_or(Ok(()), Err)
         })
     }
+}
+
+/// Run one phase whose results are appended to `path`: `work` gets the appender, the phase counters and the
+/// progress display (`total` prompts, `total - pending` of them done by an earlier run); the wall time is
+/// measured and everything appended is synced before returning.
+pub fn run_phase(
+    name: &str,
+    path: &std::path::Path,
+    total: usize,
+    pending: usize,
+    work: impl FnOnce(&mut JsonlAppender, &mut PhaseStats, &mut Progress) -> Result<()>,
+) -> Result<PhaseStats> {
+    let mut out = JsonlAppender::open(path, 8)?;
+    let mut stats = PhaseStats {
+        phase: name.into(),
+        ..Default::default()
+    };
+    let mut progress = Progress::new(name, total as u64, total.saturating_sub(pending) as u64);
+    let t0 = std::time::Instant::now();
+    work(&mut out, &mut stats, &mut progress)?;
+    out.sync()?;
+    stats.wall_seconds = t0.elapsed().as_secs_f64();
+    progress.finish();
+    Ok(stats)
 }
