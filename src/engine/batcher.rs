@@ -70,6 +70,11 @@ pub struct Batcher<'m> {
     prefixes: HashMap<Vec<u32>, SeqCache>,
     running: Vec<Running>,
     waiting: VecDeque<GenRequest>,
+    /// Most sequences per decode call (halved on out-of-memory errors).
+    decode_group: usize,
+    /// Test hook: how many multi-sequence prefill and decode calls fail with an injected out-of-memory error.
+    #[cfg(test)]
+    inject_oom: (usize, usize),
 }
 
 impl<'m> Batcher<'m> {
@@ -83,6 +88,9 @@ impl<'m> Batcher<'m> {
             prefixes: HashMap::new(),
             running: Vec::new(),
             waiting: VecDeque::new(),
+            decode_group: usize::MAX,
+            #[cfg(test)]
+            inject_oom: (0, 0),
         }
     }
 
@@ -170,6 +178,11 @@ impl<'m> Batcher<'m> {
         reqs: &[GenRequest],
         stats: &mut PhaseStats,
     ) -> Result<(Vec<SeqCache>, Tensor)> {
+        #[cfg(test)]
+        if self.inject_oom.0 > 0 && reqs.len() > 1 {
+            self.inject_oom.0 -= 1;
+            anyhow::bail!("CUDA_ERROR_OUT_OF_MEMORY: out of memory (injected)");
+        }
         let t0 = Instant::now();
         for r in reqs {
             self.ensure_prefix(r, stats)?;
@@ -245,28 +258,55 @@ impl<'m> Batcher<'m> {
         self.retire(stats, done)
     }
 
+    /// One decode step for every running sequence, in groups of at most `decode_group` sequences; an
+    /// out-of-memory error halves the group size for the rest of the run and retries (a failed call leaves the
+    /// caches unchanged, so no sequence advances twice).
     fn decode_step(
         &mut self,
         stats: &mut PhaseStats,
         done: &mut impl FnMut(GenResult, &PhaseStats) -> Result<()>,
     ) -> Result<()> {
         let t0 = Instant::now();
-        let tokens: Vec<u32> = self
-            .running
-            .iter()
-            .map(|r| *r.generated.last().expect("running sequences have a token"))
-            .collect();
-        let mut caches: Vec<&mut SeqCache> =
-            self.running.iter_mut().map(|r| &mut r.cache).collect();
-        let logits = self.model.decode(&tokens, &mut caches)?;
-        let next = argmax_rows(&logits)?;
+        let n = self.running.len();
+        let mut next = Vec::with_capacity(n);
+        while next.len() < n {
+            let (start, end) = (next.len(), (next.len() + self.decode_group).min(n));
+            match self.decode_range(start, end) {
+                Ok(toks) => next.extend(toks),
+                Err(e) if end - start > 1 && is_oom(&e) => {
+                    self.decode_group = (end - start) / 2;
+                    stats.oom_retries += 1;
+                    tracing::warn!(
+                        "out of memory decoding {} sequences; now at most {} per call",
+                        end - start,
+                        self.decode_group
+                    );
+                }
+                Err(e) => return Err(e),
+            }
+        }
         stats.decode_steps += 1;
-        stats.decode_seq_sum += self.running.len();
+        stats.decode_seq_sum += n;
         stats.decode_seconds += t0.elapsed().as_secs_f64();
         for (i, tok) in next.into_iter().enumerate() {
             self.push_token(i, tok, stats);
         }
         self.retire(stats, done)
+    }
+
+    fn decode_range(&mut self, start: usize, end: usize) -> Result<Vec<u32>> {
+        #[cfg(test)]
+        if self.inject_oom.1 > 0 && end - start > 1 {
+            self.inject_oom.1 -= 1;
+            anyhow::bail!("CUDA_ERROR_OUT_OF_MEMORY: out of memory (injected)");
+        }
+        let running = &mut self.running[start..end];
+        let tokens: Vec<u32> = running
+            .iter()
+            .map(|r| *r.generated.last().expect("running sequences have a token"))
+            .collect();
+        let mut caches: Vec<&mut SeqCache> = running.iter_mut().map(|r| &mut r.cache).collect();
+        argmax_rows(&self.model.decode(&tokens, &mut caches)?)
     }
 
     fn push_token(&mut self, i: usize, tok: u32, stats: &mut PhaseStats) {
@@ -326,4 +366,76 @@ pub fn argmax_rows(logits: &Tensor) -> Result<Vec<u32>> {
 pub fn is_oom(e: &anyhow::Error) -> bool {
     let s = format!("{e:#}").to_ascii_lowercase();
     s.contains("out of memory") || s.contains("out_of_memory") || s.contains("cannot allocate")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ModelFiles, Qwen25VL};
+    use crate::preprocess::{prepare_rgb8, ImageProcessorConfig};
+
+    fn tiny() -> Qwen25VL {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny-b");
+        let files = ModelFiles::resolve(dir.to_str().unwrap()).unwrap();
+        Qwen25VL::load(&files, &candle_core::Device::Cpu, candle_core::DType::F32).unwrap()
+    }
+
+    fn requests(model: &Qwen25VL) -> Vec<GenRequest> {
+        let cfg = ImageProcessorConfig::default().with_pixel_bounds(3136, 20_000);
+        (0..5u32)
+            .map(|i| {
+                let img = image::RgbImage::from_fn(100 + 20 * i, 180, |x, y| {
+                    image::Rgb([(x * 3 + i) as u8, (y * 5) as u8, 90])
+                });
+                let img = prepare_rgb8(&img, &cfg).unwrap();
+                let c = model.config();
+                let mut ids: Vec<u32> = (0..(10 + 7 * i)).map(|t| 500 + t * 13 + i).collect();
+                ids.push(c.vision_start_token_id);
+                ids.extend(std::iter::repeat_n(c.image_token_id, img.n_tokens()));
+                ids.extend([151653, 872, 198]);
+                GenRequest {
+                    id: i as usize,
+                    input: ModelInput {
+                        input_ids: ids,
+                        images: vec![img],
+                    },
+                    prefix_len: 0,
+                }
+            })
+            .collect()
+    }
+
+    fn run(model: &Qwen25VL, inject: (usize, usize)) -> (Vec<(usize, Vec<u32>)>, PhaseStats) {
+        let limits = BatchLimits {
+            max_seqs: 4,
+            max_batch_tokens: 100_000,
+            max_new_tokens: 6,
+        };
+        let mut b = Batcher::new(model, limits);
+        b.inject_oom = inject;
+        let mut stats = PhaseStats::default();
+        let mut out = Vec::new();
+        b.run(requests(model).into_iter(), &mut stats, |r, _| {
+            out.push((r.id, r.token_ids));
+            Ok(())
+        })
+        .unwrap();
+        out.sort();
+        (out, stats)
+    }
+
+    #[test]
+    fn out_of_memory_shrinks_the_batch_and_changes_no_token() {
+        let model = tiny();
+        let (clean, s0) = run(&model, (0, 0));
+        assert_eq!(clean.len(), 5);
+        assert_eq!(s0.oom_retries, 0);
+        // The 4-prompt prefill fails twice (4 → 2+2 → 1+1+2).
+        let (retried, s1) = run(&model, (2, 0));
+        assert_eq!((retried, s1.oom_retries), (clean.clone(), 2));
+        // Decode fails twice: groups of 4 → 2 → 1, every sequence advancing exactly once per step.
+        let (retried, s2) = run(&model, (0, 2));
+        assert_eq!((retried, s2.oom_retries), (clean, 2));
+    }
 }

@@ -184,6 +184,64 @@ mod tests {
         assert_eq!(parse_verdict("{\"success\": \"maybe\"}").success, None);
     }
 
+    fn trajectory(system: Option<&str>) -> Trajectory {
+        let step = |subtask: &str| crate::dataset::Step {
+            image: "images/a.png".into(),
+            thought: String::new(),
+            subtask: subtask.into(),
+            action: crate::action::Action::Wait { time: None },
+            response: String::new(),
+            bboxes: Vec::new(),
+        };
+        Trajectory {
+            id: "7".into(),
+            line: 1,
+            app_name: "淘宝".into(),
+            instruction: "搜索耳机".into(),
+            system: system.map(str::to_string),
+            image_width: 1080,
+            image_height: 2400,
+            steps: vec![step("打开淘宝"), step("点击搜索框"), step("输入耳机")],
+        }
+    }
+
+    #[test]
+    fn step_prompt_holds_resized_size_golden_history_and_the_screenshot() {
+        let m = step_messages(&trajectory(None), 2, [644, 1428], SystemPrompt::Default).unwrap();
+        let system = m[0]["content"].as_str().unwrap();
+        assert!(
+            system.contains("The screen's resolution is 644x1428."),
+            "{system}"
+        );
+        let user = m[1]["content"][0]["text"].as_str().unwrap();
+        assert_eq!(
+            user,
+            "The user query:  搜索耳机 \nTask progress (You have done the following operation on the current device): \
+             Step 1: 打开淘宝; Step 2: 点击搜索框; "
+        );
+        assert_eq!(m[1]["content"][1]["type"], "image");
+        let first =
+            step_messages(&trajectory(None), 0, [644, 1428], SystemPrompt::Default).unwrap();
+        assert!(first[1]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .ends_with("current device): "));
+    }
+
+    #[test]
+    fn data_system_prompt_uses_the_trajectory_field_else_the_default() {
+        let own = step_messages(
+            &trajectory(Some("你是手机助手。")),
+            0,
+            [644, 1428],
+            SystemPrompt::Data,
+        )
+        .unwrap();
+        assert_eq!(own[0]["content"], "你是手机助手。");
+        let none = step_messages(&trajectory(None), 0, [644, 1428], SystemPrompt::Data).unwrap();
+        assert!(none[0]["content"].as_str().unwrap().contains("mobile_use"));
+    }
+
     #[test]
     fn template_hashes_cover_every_template() {
         let h = template_hashes();
