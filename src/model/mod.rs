@@ -19,6 +19,7 @@ pub mod nn;
 pub mod rope;
 pub mod text;
 pub mod vision;
+pub mod weights;
 pub mod window;
 
 use candle_core::{DType, Device, Tensor};
@@ -129,8 +130,8 @@ impl Qwen25VL {
         };
         let gen = files.generation_config.as_deref().map(read).transpose()?;
         let cfg = ModelConfig::from_json(&read(&files.config)?, gen.as_deref())?;
-        // SAFETY: the weight files are memory-mapped read-only and must not change while the model lives.
-        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&files.weights, dtype, device)? };
+        let weights = weights::MmapWeights::open(&files.weights)?;
+        let vb = VarBuilder::from_backend(Box::new(weights), dtype, device.clone());
         Self::from_var_builder(cfg, vb)
     }
 
