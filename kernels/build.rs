@@ -12,7 +12,8 @@ fn main() {
     let candle = std::fs::read_to_string("Cargo.lock")
         .ok()
         .and_then(|lock| {
-            let at = lock.find("name = \"candle-core\"\nversion = \"")? + "name = \"candle-core\"\nversion = \"".len();
+            let at = lock.find("name = \"candle-core\"\nversion = \"")?
+                + "name = \"candle-core\"\nversion = \"".len();
             lock[at..].split('"').next().map(str::to_string)
         })
         .unwrap_or_else(|| "unknown".to_string());
