@@ -40,6 +40,10 @@ fn ok(o: &Output) {
     );
 }
 
+fn json_file(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
 fn lines(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .unwrap()
@@ -68,9 +72,7 @@ fn batch_size_does_not_change_predictions_and_metrics_are_written() {
         let judge: &[&str] = if bs == "3" { &[] } else { &["--no-judge"] };
         ok(&eval(&out, None, &[&["--batch-size", bs], judge].concat()));
         runs.push(responses(&out));
-        let metrics: Value =
-            serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap())
-                .unwrap();
+        let metrics: Value = json_file(&out.join("metrics.json"));
         for key in [
             "steps",
             "trajectories",
@@ -87,9 +89,7 @@ fn batch_size_does_not_change_predictions_and_metrics_are_written() {
             runs.last().unwrap().len()
         );
         assert!(out.join("summary.md").exists() && out.join("steps.jsonl").exists());
-        let tp: Value =
-            serde_json::from_str(&std::fs::read_to_string(out.join("throughput.json")).unwrap())
-                .unwrap();
+        let tp: Value = json_file(&out.join("throughput.json"));
         assert!(
             tp["phases"][0]["decode_tokens_per_second"]
                 .as_f64()
@@ -187,8 +187,7 @@ fn a_corrupt_screenshot_is_recorded_not_fatal() {
         .collect();
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert_eq!(errors[0]["step"], 0);
-    let metrics: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
+    let metrics: Value = json_file(&out.join("metrics.json"));
     assert_eq!(metrics["prediction_errors"], 1);
     assert!(metrics["format_errors"].as_u64().unwrap() >= 1);
 }
@@ -208,8 +207,7 @@ fn a_separate_judge_model_answers_the_aggregation_prompts() {
             "8",
         ],
     ));
-    let metrics: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
+    let metrics: Value = json_file(&out.join("metrics.json"));
     let verdicts = lines(&out.join("judgements.jsonl"));
     assert_eq!(
         verdicts.len() as u64,
@@ -218,8 +216,7 @@ fn a_separate_judge_model_answers_the_aggregation_prompts() {
     assert!(verdicts
         .iter()
         .all(|v| v["prompt_tokens"].as_u64().unwrap() > 0));
-    let manifest: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
+    let manifest: Value = json_file(&out.join("manifest.json"));
     assert!(manifest["settings"]["judge"]["model"]
         .as_str()
         .unwrap()
