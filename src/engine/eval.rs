@@ -73,29 +73,30 @@ fn now_secs() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// Run (or resume) an evaluation.
-pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
-    let started = now_secs();
-    let bench = Benchmark::load(&cfg.data)
-        .with_context(|| format!("loading the benchmark {}", cfg.data.display()))?;
-    let data_hash = prompts::sha256_hex(&std::fs::read(cfg.data.join("data.jsonl"))?);
-    let judge_spec = match &cfg.judge {
+/// The judge model's spec, if there is an aggregation phase.
+fn judge_spec(cfg: &EvalConfig) -> Option<ModelSpec> {
+    match &cfg.judge {
         JudgeChoice::SameModel => Some(cfg.model.clone()),
         JudgeChoice::Other(m) => Some(ModelSpec {
             model: m.clone(),
             ..cfg.model.clone()
         }),
         JudgeChoice::None => None,
-    };
-    let model = LoadedModel::load(&cfg.model)?;
-    let judge_fingerprint = match (&cfg.judge, &judge_spec) {
+    }
+}
+
+/// Everything that changes the predictions or verdicts: a resumed run must have the same.
+fn settings(cfg: &EvalConfig, model: &LoadedModel) -> Result<Value> {
+    let data_hash = prompts::sha256_hex(&std::fs::read(cfg.data.join("data.jsonl"))?);
+    let judge = match (&cfg.judge, judge_spec(cfg)) {
         (JudgeChoice::SameModel, _) => json!({"model": cfg.model.model, "hash": model.fingerprint}),
         (_, Some(spec)) => {
-            json!({"model": spec.model, "hash": super::loaded::fingerprint(&crate::model::ModelFiles::resolve(&spec.model)?)?})
+            let files = crate::model::ModelFiles::resolve(&spec.model)?;
+            json!({"model": spec.model, "hash": super::loaded::fingerprint(&files)?})
         }
         (_, None) => Value::Null,
     };
-    let settings = json!({
+    Ok(json!({
         "model": cfg.model.model,
         "model_hash": model.fingerprint,
         "dtype": model.dtype_name(),
@@ -104,24 +105,39 @@ pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
         "system_prompt": cfg.system_prompt,
         "image_processor": model.kit.image,
         "max_new_tokens": cfg.max_new_tokens,
-        "judge": judge_fingerprint,
+        "judge": judge,
         "version": env!("CARGO_PKG_VERSION"),
-    });
-    let previous = rundir::open_or_create(&cfg.out, &settings)?;
-    let bytes_per_token = model.model.kv_bytes_per_token();
-    let limits = BatchLimits {
+    }))
+}
+
+/// `--batch-size`, `--max-new-tokens`, and `--max-batch-tokens` or the automatic budget from free memory.
+fn batch_limits(cfg: &EvalConfig, model: &LoadedModel) -> BatchLimits {
+    let m = &model.model;
+    BatchLimits {
         max_seqs: cfg.batch_size.max(1),
         max_new_tokens: cfg.max_new_tokens.max(1),
         max_batch_tokens: cfg.max_batch_tokens.unwrap_or_else(|| {
-            let reserve = memory::prefill_reserve(&model.model, MAX_PREFILL_TOKENS);
+            let reserve = memory::prefill_reserve(m, MAX_PREFILL_TOKENS);
+            let min = 4096 + cfg.max_new_tokens;
             memory::auto_batch_tokens(
-                memory::free_bytes(model.model.device()),
-                bytes_per_token,
+                memory::free_bytes(m.device()),
+                m.kv_bytes_per_token(),
                 reserve,
-                4096 + cfg.max_new_tokens,
+                min,
             )
         }),
-    };
+    }
+}
+
+/// Run (or resume) an evaluation.
+pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
+    let started = now_secs();
+    let bench = Benchmark::load(&cfg.data)
+        .with_context(|| format!("loading the benchmark {}", cfg.data.display()))?;
+    let model = LoadedModel::load(&cfg.model)?;
+    let settings = settings(cfg, &model)?;
+    let previous = rundir::open_or_create(&cfg.out, &settings)?;
+    let limits = batch_limits(cfg, &model);
     let mut manifest = json!({
         "settings": settings,
         "model_path": model.dir,
@@ -129,7 +145,7 @@ pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
         "data": cfg.data,
         "rules": cfg.rules,
         "batch_limits": limits,
-        "kv_bytes_per_token": bytes_per_token,
+        "kv_bytes_per_token": model.model.kv_bytes_per_token(),
         "versions": {"mobile-r1-eval": env!("CARGO_PKG_VERSION"), "candle": env!("MOBILE_R1_EVAL_CANDLE_VERSION"),
                      "git_revision": env!("MOBILE_R1_EVAL_GIT_REV")},
         "started_at_unix": previous.as_ref().and_then(|p| p.get("started_at_unix").cloned()).unwrap_or(started.into()),
@@ -143,28 +159,21 @@ pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
         limits
     );
 
-    let step_stats = run_steps(cfg, &bench, &model, limits)?;
+    let mut phases = vec![run_steps(cfg, &bench, &model, limits)?.summary()];
     let preds = PredictionSet::read(cfg.out.join("predictions.jsonl"))?;
-    let judge_stats = match judge_spec {
-        None => None,
-        Some(spec) => {
-            let judge = if matches!(cfg.judge, JudgeChoice::SameModel) {
-                model
-            } else {
-                drop(model);
-                LoadedModel::load(&spec)?
-            };
-            Some(run_judge(cfg, &bench, &judge, limits, &preds)?)
-        }
-    };
+    if let Some(spec) = judge_spec(cfg) {
+        let judge = if cfg.judge == JudgeChoice::SameModel {
+            model
+        } else {
+            drop(model); // one model in memory at a time
+            LoadedModel::load(&spec)?
+        };
+        phases.push(run_judge(cfg, &bench, &judge, limits, &preds)?.summary());
+    }
 
     let (metrics, summary) = score_and_report(cfg, &bench, &preds)?;
-    let mut phases = vec![step_stats.summary()];
-    phases.extend(judge_stats.map(|s| s.summary()));
-    rundir::write_json_atomic(
-        &cfg.out.join("throughput.json"),
-        &json!({"phases": phases, "peak_rss_bytes": memory::peak_rss_bytes(), "batch_limits": limits}),
-    )?;
+    let throughput = json!({"phases": phases, "peak_rss_bytes": memory::peak_rss_bytes(), "batch_limits": limits});
+    rundir::write_json_atomic(&cfg.out.join("throughput.json"), &throughput)?;
     manifest["finished_at_unix"] = now_secs().into();
     rundir::write_json_atomic(&cfg.out.join("manifest.json"), &manifest)?;
     Ok(EvalOutcome {
