@@ -133,16 +133,31 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<Value> {
     };
     let vision_seconds = time_vision(&model, &kit, &bench)?;
     let peak = matmul_peak(&device, dtype, if device.is_cpu() { 1024 } else { 8192 })?;
-    Ok(report(
-        cfg,
-        &model,
-        &steps,
-        judge.as_ref(),
+    let measured = Measured {
+        steps,
+        judge,
         vision_seconds,
-        peak,
-        (vision_params, lm_params),
+        matmul_peak: peak,
+        params: (vision_params, lm_params),
         build_seconds,
-    ))
+    };
+    Ok(report(cfg, &model, &measured))
+}
+
+/// What one benchmark run measured.
+struct Measured {
+    /// The step phase.
+    steps: PhaseStats,
+    /// The aggregation phase, when run.
+    judge: Option<PhaseStats>,
+    /// Seconds of the separate vision-tower pass.
+    vision_seconds: f64,
+    /// Measured matmul throughput (FLOP/s).
+    matmul_peak: f64,
+    /// Parameter counts `(vision, language model)`.
+    params: (u64, u64),
+    /// Seconds to build the random model.
+    build_seconds: f64,
 }
 
 fn bench_judge(
@@ -186,12 +201,8 @@ fn time_vision(
 
 /// FLOPs of the work done: vision ≈ 2·params per patch, language model ≈ 2·(non-embedding params) per token
 /// plus the head once per generated token (attention score FLOPs are left out: an underestimate).
-fn flops(
-    model: &Qwen25VL,
-    stats: &PhaseStats,
-    patches: usize,
-    (vision_params, lm_params): (u64, u64),
-) -> f64 {
+fn flops(model: &Qwen25VL, stats: &PhaseStats, (vision_params, lm_params): (u64, u64)) -> f64 {
+    let patches = stats.patches;
     let t = &model.config().text;
     let head = (t.vocab_size * t.hidden_size) as f64;
     let body = lm_params as f64 - head;
@@ -200,24 +211,15 @@ fn flops(
         + 2.0 * head * stats.decode_tokens as f64
 }
 
-#[allow(clippy::too_many_arguments)]
-fn report(
-    cfg: &BenchConfig,
-    model: &Qwen25VL,
-    steps: &PhaseStats,
-    judge: Option<&PhaseStats>,
-    vision_seconds: f64,
-    peak: f64,
-    params: (u64, u64),
-    build_seconds: f64,
-) -> Value {
+fn report(cfg: &BenchConfig, model: &Qwen25VL, m: &Measured) -> Value {
+    let (steps, peak, params) = (&m.steps, m.matmul_peak, m.params);
     let rate = |n: usize, s: f64| if s > 0.0 { n as f64 / s } else { 0.0 };
-    let work = flops(model, steps, steps.patches, params);
+    let work = flops(model, steps, params);
     let prefill_only = PhaseStats {
         decode_tokens: 0,
         ..steps.clone()
     };
-    let prefill_work = flops(model, &prefill_only, steps.patches, params);
+    let prefill_work = flops(model, &prefill_only, params);
     let mfu = |w: f64, s: f64| {
         if s > 0.0 && peak > 0.0 {
             w / s / peak
@@ -242,16 +244,16 @@ fn report(
         "time_split_seconds": {
             "preprocess_cpu": steps.prepare_seconds,
             "preprocess_wait": steps.wait_seconds,
-            "vision_separate_pass": vision_seconds,
+            "vision_separate_pass": m.vision_seconds,
             "prefill_including_vision": steps.prefill_seconds,
             "decode": steps.decode_seconds,
             "wall": steps.wall_seconds,
-            "model_build": build_seconds,
+            "model_build": m.build_seconds,
         },
         "params": {"vision": params.0, "language_model": params.1},
         "batch_size": cfg.batch_size,
         "max_new_tokens": cfg.max_new_tokens,
         "pixel_bounds": [cfg.min_pixels, cfg.max_pixels],
-        "phases": [Some(steps.summary()), judge.map(PhaseStats::summary)],
+        "phases": [Some(steps.summary()), m.judge.as_ref().map(PhaseStats::summary)],
     })
 }
