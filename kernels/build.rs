@@ -1,6 +1,11 @@
-//! Build script. The CPU build needs nothing; the `cuda` feature's kernels are compiled by candle's own build
-//! machinery. This script records the git revision and the candle version for the run manifest.
+//! Build script: records the git revision and the candle version for the run manifest and, with the `cuda`
+//! feature, compiles the project's own kernels (`kernels/*.cu`) to PTX with nvcc (`$NVCC`, else
+//! `$CUDA_HOME/bin/nvcc`, else `nvcc` on the PATH) for `compute_$CUDA_COMPUTE_CAP` (default 80; the driver
+//! JIT-compiles the PTX for newer GPUs). The CPU build needs no CUDA at all.
 fn main() {
+    if std::env::var_os("CARGO_FEATURE_CUDA").is_some() {
+        compile_ptx("fused");
+    }
     let rev = std::process::Command::new("git")
         .args(["rev-parse", "--short=12", "HEAD"])
         .output()
@@ -20,4 +25,24 @@ fn main() {
     println!("cargo:rustc-env=MOBILE_R1_EVAL_CANDLE_VERSION={candle}");
     println!("cargo:rerun-if-changed=.git/HEAD");
     println!("cargo:rerun-if-changed=Cargo.lock");
+}
+
+fn compile_ptx(name: &str) {
+    let src = format!("kernels/{name}.cu");
+    println!("cargo:rerun-if-changed={src}");
+    for var in ["NVCC", "CUDA_HOME", "CUDA_COMPUTE_CAP"] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
+    let nvcc = std::env::var("NVCC").unwrap_or_else(|_| match std::env::var("CUDA_HOME") {
+        Ok(home) => format!("{home}/bin/nvcc"),
+        Err(_) => "nvcc".to_string(),
+    });
+    let cap = std::env::var("CUDA_COMPUTE_CAP").unwrap_or_else(|_| "80".to_string());
+    let cap = cap.trim_end_matches(['a', 'f']).replace('.', "");
+    let out = format!("{}/{name}.ptx", std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let status = std::process::Command::new(&nvcc)
+        .args(["--ptx", "-O3", "-std=c++17", &format!("-arch=compute_{cap}"), &src, "-o", &out])
+        .status()
+        .unwrap_or_else(|e| panic!("the `cuda` feature needs nvcc to compile {src}: running `{nvcc}`: {e}"));
+    assert!(status.success(), "`{nvcc}` failed to compile {src} (exit {status})");
 }

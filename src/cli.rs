@@ -31,6 +31,19 @@ pub enum Command {
     Generate(GenerateArgs),
     /// Measure throughput with random weights on synthetic step prompts (no checkpoint needed).
     Bench(BenchArgs),
+    /// Check this build's fused kernels on a device against their CPU references (exit 1 on a mismatch).
+    SelfTest(SelfTestArgs),
+}
+
+/// Arguments of `self-test`.
+#[derive(Debug, Args)]
+pub struct SelfTestArgs {
+    /// `cpu`, `cuda`, `cuda:N` or `metal`.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `data` subcommands.
@@ -221,6 +234,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Sample(a) => commands::sample::run(a),
         Command::Generate(a) => commands::generate::run(a),
         Command::Bench(a) => commands::bench::run(a),
+        Command::SelfTest(a) => commands::selftest::run(a),
     }
 }
 

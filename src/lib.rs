@@ -12,6 +12,7 @@ pub mod commands;
 pub mod dataset;
 pub mod engine;
 pub mod model;
+pub mod ops;
 pub mod parse;
 pub mod predictions;
 pub mod preprocess;

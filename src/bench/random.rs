@@ -167,12 +167,15 @@ fn name_seed(seed: u64, name: &str) -> u64 {
         .fold(splitmix(seed), |h, b| splitmix(h ^ b as u64))
 }
 
+/// `n` values uniform in `center ± half_width`; value `i` depends only on `(seed, i)`, so the fill runs in
+/// parallel (a 7B model's weights take seconds, not minutes) and is the same on any number of threads.
 fn fill(n: usize, seed: u64, center: f32, half_width: f32) -> Vec<f32> {
-    let mut state = seed;
+    use rayon::prelude::*;
+    let base = splitmix(seed);
     (0..n)
-        .map(|_| {
-            state = splitmix(state);
-            let u = (state >> 40) as f32 / (1u64 << 24) as f32; // [0, 1)
+        .into_par_iter()
+        .map(|i| {
+            let u = (splitmix(base ^ (i as u64)) >> 40) as f32 / (1u64 << 24) as f32; // [0, 1)
             center + half_width * (2.0 * u - 1.0)
         })
         .collect()

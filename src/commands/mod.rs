@@ -5,6 +5,7 @@ pub mod eval;
 pub mod generate;
 pub mod sample;
 pub mod score;
+pub mod selftest;
 
 /// The model-loading arguments as an engine model spec.
 pub fn model_spec(a: &crate::cli::ModelArgs) -> crate::engine::ModelSpec {

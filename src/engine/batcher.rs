@@ -11,6 +11,7 @@ use std::time::Instant;
 use anyhow::Result;
 use candle_core::{Tensor, D};
 
+use super::memory;
 use super::progress::PhaseStats;
 use super::scheduler::{admit_count, prefill_chunks, BatchLimits, Occupancy};
 use crate::model::{PrefillRequest, Qwen25VL, SeqCache};
@@ -204,6 +205,9 @@ impl<'m> Batcher<'m> {
             })
             .collect();
         let out = self.model.prefill(&batch)?;
+        // GPU work is asynchronous: wait for it, so the prefill time is the prefill's and not the next step's.
+        self.model.device().synchronize()?;
+        memory::note_device_usage(self.model.device());
         for (r, p) in reqs.iter().zip(&prefixes) {
             let cached = p.map_or(0, |c| c.len());
             stats.prefix_cached_tokens += cached;
@@ -285,6 +289,7 @@ impl<'m> Batcher<'m> {
                 Err(e) => return Err(e),
             }
         }
+        memory::note_device_usage(self.model.device());
         stats.decode_steps += 1;
         stats.decode_seq_sum += n;
         stats.decode_seconds += t0.elapsed().as_secs_f64();

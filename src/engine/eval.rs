@@ -172,7 +172,12 @@ pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
     }
 
     let (metrics, summary) = score_and_report(cfg, &bench, &preds)?;
-    let throughput = json!({"phases": phases, "peak_rss_bytes": memory::peak_rss_bytes(), "batch_limits": limits});
+    let throughput = json!({
+        "phases": phases,
+        "peak_rss_bytes": memory::peak_rss_bytes(),
+        "peak_device_bytes": memory::peak_device_bytes(),
+        "batch_limits": limits,
+    });
     rundir::write_json_atomic(&cfg.out.join("throughput.json"), &throughput)?;
     manifest["finished_at_unix"] = now_secs().into();
     rundir::write_json_atomic(&cfg.out.join("manifest.json"), &manifest)?;

@@ -112,6 +112,16 @@ impl SeqCache {
         self.v[layer].slice_set(&v.contiguous()?, 1, self.len)
     }
 
+    /// The buffers of `layer` for the fused decode kernel, which writes the new position at `len` itself.
+    /// Requires a prior `reserve(1)` in this step (so the buffers are unique and have room).
+    pub(crate) fn decode_kv(&self, layer: usize) -> crate::ops::DecodeKv<'_> {
+        crate::ops::DecodeKv {
+            k: &self.k[layer],
+            v: &self.v[layer],
+            len: self.len,
+        }
+    }
+
     /// K and V of `layer` including the position written in this step, (kv_heads, len + 1, head_dim).
     pub(crate) fn kv_with_pending(&self, layer: usize) -> Result<(Tensor, Tensor)> {
         Ok((

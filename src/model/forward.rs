@@ -5,7 +5,7 @@ use candle_core::Tensor;
 use super::attention::causal_mask;
 use super::attention::MASK_MIN;
 use super::rope::{mrope_tables, rope_index, RopeTokens};
-use super::text::{decode_attend, decode_attend_padded, prefill_attend, PackedSeq};
+use super::text::{decode_attend, decode_attend_fused, decode_attend_padded, prefill_attend, PackedSeq};
 use super::{DecodeAttention, ModelError, PrefillRequest, Qwen25VL, Result, SeqCache, Trace};
 use crate::preprocess::{ModelInput, PreparedImage};
 
@@ -224,15 +224,19 @@ impl Qwen25VL {
         let positions: Vec<[i64; 3]> = caches.iter().map(|c| [c.next_position(); 3]).collect();
         let (cos, sin) = self.rope_tensors(&positions)?;
         let mut x = self.text.embed(&Tensor::new(tokens, &self.device)?)?;
-        let padded = match self.decode_attention {
+        let mode = self.decode_attention;
+        let padded = match mode {
             DecodeAttention::Padded => Some(self.length_mask(caches)?),
-            DecodeAttention::PerSequence => None,
+            _ => None,
         };
         let budget = self.attn_budget;
         for (li, layer) in self.text.layers.iter().enumerate() {
-            x = layer.forward(&x, &cos, &sin, |a, qkv| match &padded {
-                Some((lmax, mask)) => decode_attend_padded(a, qkv, li, caches, *lmax, mask, budget),
-                None => decode_attend(a, qkv, li, caches, budget),
+            x = layer.forward(&x, &cos, &sin, |a, qkv| match (&padded, mode) {
+                (Some((lmax, mask)), _) => {
+                    decode_attend_padded(a, qkv, li, caches, *lmax, mask, budget)
+                }
+                (None, DecodeAttention::Fused) => decode_attend_fused(a, qkv, li, caches),
+                (None, _) => decode_attend(a, qkv, li, caches, budget),
             })?;
         }
         for (c, &t) in caches.iter_mut().zip(tokens) {

@@ -99,8 +99,11 @@ pub enum DecodeAttention {
     /// One small attention per sequence over its exact cache (no copies; default on the CPU).
     PerSequence,
     /// One batched attention over caches padded to the longest, with a length mask (fewer kernel launches;
-    /// default on GPUs).
+    /// default on GPUs without a fused kernel for the head shape).
     Padded,
+    /// One launch per layer of the project's CUDA kernel ([`crate::ops::decode_attention`]): it writes every
+    /// new K/V and attends over each sequence's own cache, no padding and no copies (default on CUDA).
+    Fused,
 }
 
 /// Tensor name prefixes of the vision tower and the language model in a checkpoint.
@@ -149,6 +152,7 @@ impl Qwen25VL {
         };
         let vision = vision::VisionModel::new(&cfg.vision, vb.pp(vis_prefix))?;
         let text = text::TextModel::new(&cfg.text, vb.pp(lm_prefix), lm_head)?;
+        let decode_attention = default_decode_attention(&cfg.text, vb.device(), vb.dtype());
         Ok(Self {
             inv_freq: rope::text_inv_freq(cfg.text.head_dim, cfg.text.rope_theta),
             device: vb.device().clone(),
@@ -157,12 +161,13 @@ impl Qwen25VL {
             vision,
             text,
             attn_budget: attention::DEFAULT_MAX_SCORE_ELEMS,
-            decode_attention: if vb.device().is_cpu() {
-                DecodeAttention::PerSequence
-            } else {
-                DecodeAttention::Padded
-            },
+            decode_attention,
         })
+    }
+
+    /// How decode runs attention.
+    pub fn decode_attention(&self) -> DecodeAttention {
+        self.decode_attention
     }
 
     /// The parsed configuration (including eos ids from `generation_config.json`).
@@ -220,5 +225,18 @@ impl Qwen25VL {
     /// The vision tower, e.g. for tests.
     pub fn vision_model(&self) -> &vision::VisionModel {
         &self.vision
+    }
+}
+
+/// Per-sequence on the CPU, the fused kernel on CUDA when it covers the head shape, else padded.
+fn default_decode_attention(t: &config::TextConfig, device: &Device, dtype: DType) -> DecodeAttention {
+    if device.is_cpu() {
+        return DecodeAttention::PerSequence;
+    }
+    let group = t.num_attention_heads / t.num_key_value_heads.max(1);
+    let probe = Tensor::zeros((1, 1), dtype, device);
+    match probe {
+        Ok(p) if crate::ops::fused_decode_supported(&p, t.head_dim, group) => DecodeAttention::Fused,
+        _ => DecodeAttention::Padded,
     }
 }

@@ -1,7 +1,7 @@
 //! Small building blocks shaped like the checkpoint: `Linear`, HF-order `RmsNorm`, and a weight getter whose
 //! errors name the tensor.
 
-use candle_core::{DType, Module, Result, Tensor};
+use candle_core::{Module, Result, Tensor};
 use candle_nn::VarBuilder;
 
 /// Load `name` under `vb` with the expected `shape`, cast to the builder's dtype; errors name the full tensor.
@@ -58,11 +58,11 @@ impl Module for Linear {
     }
 }
 
-/// Qwen2 RMSNorm in HF's cast order: normalise in f32, cast to the activation dtype, then multiply by the weight.
+/// Qwen2 RMSNorm in HF's cast order: normalise in f32, cast to the activation dtype, then multiply by the weight
+/// ([`crate::ops::rms_norm_hf`]: one kernel on CUDA).
 #[derive(Debug, Clone)]
 pub struct RmsNorm {
     w: Tensor,
-    ones: Tensor,
     eps: f32,
 }
 
@@ -70,10 +70,8 @@ impl RmsNorm {
     /// Load `weight` (dim).
     pub fn new(dim: usize, eps: f64, vb: VarBuilder) -> Result<Self> {
         let w = weight(&vb, dim, "weight")?;
-        let ones = Tensor::ones(dim, DType::F32, w.device())?;
         Ok(Self {
             w,
-            ones,
             eps: eps as f32,
         })
     }
@@ -81,11 +79,6 @@ impl RmsNorm {
 
 impl Module for RmsNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let dtype = x.dtype();
-        if dtype == DType::F32 {
-            return candle_nn::ops::rms_norm(x, &self.w, self.eps);
-        }
-        let normed = candle_nn::ops::rms_norm(&x.to_dtype(DType::F32)?, &self.ones, self.eps)?;
-        normed.to_dtype(dtype)?.broadcast_mul(&self.w)
+        crate::ops::rms_norm_hf(x, &self.w, self.eps)
     }
 }

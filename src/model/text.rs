@@ -86,8 +86,8 @@ impl TextMlp {
 
 impl Module for TextMlp {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let g = self.gate_proj.forward(x)?.silu()?;
-        self.down_proj.forward(&(g * self.up_proj.forward(x)?)?)
+        let h = crate::ops::swiglu(&self.gate_proj.forward(x)?, &self.up_proj.forward(x)?)?;
+        self.down_proj.forward(&h)
     }
 }
 
@@ -221,6 +221,19 @@ pub fn decode_attend(
         outs.push(o.reshape((1, attn.heads * attn.head_dim))?);
     }
     Tensor::cat(&outs, 0)
+}
+
+/// Decode attention in one launch per layer ([`crate::ops::decode_attention`]): the kernel writes row i's new
+/// K/V into `caches[i]` (reserved beforehand) and attends over it.
+pub fn decode_attend_fused(
+    attn: &TextAttention,
+    (q, k, v): Qkv,
+    layer: usize,
+    caches: &mut [&mut SeqCache],
+) -> Result<Tensor> {
+    let kv: Vec<crate::ops::DecodeKv<'_>> = caches.iter().map(|c| c.decode_kv(layer)).collect();
+    let o = crate::ops::decode_attention(&q, &k, &v, &kv, attn.scale() as f32)?;
+    o.reshape((caches.len(), attn.heads * attn.head_dim))
 }
 
 /// Decode attention as one padded batch: row i's K/V are written at its cache's end, then every cache is

@@ -157,8 +157,8 @@ impl VisionMlp {
 
 impl Module for VisionMlp {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let g = self.gate_proj.forward(x)?.silu()?;
-        self.down_proj.forward(&(g * self.up_proj.forward(x)?)?)
+        let h = crate::ops::swiglu(&self.gate_proj.forward(x)?, &self.up_proj.forward(x)?)?;
+        self.down_proj.forward(&h)
     }
 }
 

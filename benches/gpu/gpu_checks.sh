@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# GPU checks and timings in one run, for a machine with an NVIDIA GPU, CUDA 13 libraries and PyTorch +
+# transformers (no Rust toolchain needed): build the binary elsewhere with the `cuda` feature (README, "Building
+# for a GPU") and point BIN at it.
+#
+#   BIN=path/to/mobile-r1-eval OUT=gpu-results bash benches/gpu/gpu_checks.sh [quick]
+#
+# 1. correctness: the embedded sample benchmark through the tiny test checkpoint on CPU and on CUDA (f32 at batch
+#    sizes 1, 3 and 8; bf16 at 1 and 8), predictions compared token for token (benches/gpu/compare_runs.py);
+# 2. the project's CUDA kernels against their CPU references (`mobile-r1-eval self-test --device cuda`);
+# 3. `bench --config 3b --random-weights --device cuda` (bf16): steps/s, MFU, memory, judge phase;
+# 4. benches/compare/compare.py on the GPU, `3b` in bf16 against transformers (steps/s, peak GPU memory);
+# 5. the bench again with MOBILE_R1_EVAL_KERNELS=off (candle's ops only), to measure what the kernels bring;
+# 6. compare.py with `small` in f32 (identical tokens required).
+# Every stage has its own time limit and its log in $LOGS; a failed stage does not stop the later ones. After
+# each stage, $OUT/gpu-checks.tgz holds every log and result so far.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+BIN=${BIN:-target/release/mobile-r1-eval}
+OUT=${OUT:-target/gpu-checks}
+MODE=${1:-full}
+WORK=${WORK:-/tmp/mre-gpu}
+LOGS=$WORK/logs
+mkdir -p "$OUT" "$LOGS"
+export RUST_LOG=${RUST_LOG:-warn} PYTHONUNBUFFERED=1
+
+# The CUDA runtime libraries the binary links (cuBLAS 13, cuRAND 10, cudart 13) from PyPI wheels of PyTorch's,
+# when the system has none.
+libs=$(python3 - <<'PY'
+import glob, os, site, sys
+dirs = set()
+for root in site.getsitepackages() + [p for p in sys.path if p.endswith("site-packages")]:
+    for pat in ("libcublas.so.*", "libcublasLt.so.*", "libcurand.so.*", "libcudart.so.*", "libnvrtc.so.*"):
+        dirs.update(os.path.dirname(p) for p in glob.glob(os.path.join(root, "nvidia", "**", pat), recursive=True))
+print(":".join(sorted(dirs)))
+PY
+)
+export LD_LIBRARY_PATH=${libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+stage() {  # stage NAME SECONDS CMD...: run (functions too) with a limit, log to $OUT/NAME.log, report its status
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  timeout "$limit" bash -c '"$@"' _ "$@" >"$LOGS/$name.log" 2>&1
+  local rc=$?
+  echo "== $name: rc=$rc, $((SECONDS - t0)) s"
+  tail -n "${TAIL:-12}" "$LOGS/$name.log"
+  tar -czf "$OUT/gpu-checks.tgz" -C "$WORK" logs
+}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+ldd "$BIN" | grep -i "not found"
+
+export BIN WORK M=tests/fixtures/models/tiny-a
+run_eval() {  # run_eval NAME DEVICE DTYPE BATCH
+  rm -rf "$WORK/$1"; "$BIN" eval --model "$M" --out "$WORK/$1" --device "$2" --dtype "$3" --batch-size "$4" --max-new-tokens 24 --max-pixels 1003520
+}
+export -f run_eval
+TAIL=3 stage eval_cpu 90 run_eval cpu cpu f32 8
+for b in 1 3 8; do TAIL=3 stage "eval_cuda_f32_b$b" 60 run_eval "cuda_f32_b$b" cuda f32 "$b"; done
+for b in 1 8; do TAIL=3 stage "eval_cuda_bf16_b$b" 60 run_eval "cuda_bf16_b$b" cuda bf16 "$b"; done
+stage same_tokens 60 python3 benches/gpu/compare_runs.py "$WORK" cpu cuda_f32_b1 cuda_f32_b3 cuda_f32_b8 \
+  -- cuda_bf16_b1 cuda_bf16_b8
+TAIL=40 stage self_test 60 "$BIN" self-test --device cuda
+cp "$WORK"/cuda_f32_b8/throughput.json "$LOGS/eval_cuda_throughput.json" 2>/dev/null
+[ "$MODE" = quick ] && exit 0
+
+bench3b() { "$BIN" bench --config 3b --random-weights --device cuda --dtype bf16 --steps "$1" --batch-size 64 \
+  --tokenizer tests/fixtures/tokenizer --json; }
+export -f bench3b
+stage bench_3b 150 bench3b 128
+stage compare_3b_bf16 200 python3 benches/compare/compare.py --preset 3b --device cuda --dtype bf16 \
+  --steps 64 --batch 32 --max-pixels 1003520 --binary "$BIN" --work "$WORK/cmp-3b" --json-out "$LOGS/compare_3b.json"
+stage bench_3b_kernels_off 120 env MOBILE_R1_EVAL_KERNELS=off bash -c 'bench3b 64'
+stage compare_small_f32 120 python3 benches/compare/compare.py --preset small --device cuda --dtype f32 \
+  --steps 8 --batch 8 --max-pixels 1003520 --binary "$BIN" --work "$WORK/cmp-small" --json-out "$LOGS/compare_small.json"

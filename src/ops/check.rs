@@ -1,0 +1,156 @@
+//! Compare the fused ops on a device with their references on the CPU, on seeded random inputs of the model's
+//! shapes, in f32, bf16 and f16. `mobile-r1-eval self-test --device cuda` prints these results; on the CPU the
+//! ops are their references, so every difference is 0.
+
+use candle_core::{DType, Device, Result, Tensor};
+use serde::Serialize;
+
+use super::{reference, DecodeKv};
+
+/// One comparison.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckResult {
+    /// Op and shape, e.g. `rms_norm_hf 7x2048`.
+    pub case: String,
+    /// Dtype of the inputs.
+    pub dtype: String,
+    /// True when the device ran the project's kernel (not the reference).
+    pub kernel: bool,
+    /// Largest |device − reference|.
+    pub max_abs_diff: f32,
+    /// Largest allowed difference: `atol + rtol·max|reference|`.
+    pub tolerance: f32,
+    /// `max_abs_diff <= tolerance`.
+    pub passed: bool,
+}
+
+/// Relative tolerance of a dtype: about two units in the last place.
+fn rtol(dtype: DType) -> f32 {
+    match dtype {
+        DType::BF16 => 2.0 / 128.0,
+        DType::F16 => 2.0 / 1024.0,
+        _ => 2e-5,
+    }
+}
+
+/// Seeded uniform values in [-1, 1).
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+fn input(shape: &[usize], seed: u64, scale: f32, dtype: DType) -> Result<Tensor> {
+    let n = shape.iter().product();
+    let v: Vec<f32> = values(n, seed).into_iter().map(|x| x * scale).collect();
+    Tensor::from_vec(v, shape, &Device::Cpu)?.to_dtype(dtype)
+}
+
+fn compare(case: String, dtype: DType, got: &Tensor, want: &Tensor, kernel: bool) -> Result<CheckResult> {
+    let got = got.to_device(&Device::Cpu)?.to_dtype(DType::F32)?;
+    let want = want.to_device(&Device::Cpu)?.to_dtype(DType::F32)?;
+    let max_abs_diff = (&got - &want)?.abs()?.max_all()?.to_scalar::<f32>()?;
+    let scale = want.abs()?.max_all()?.to_scalar::<f32>()?;
+    let tolerance = 1e-6 + rtol(dtype) * scale;
+    Ok(CheckResult {
+        case,
+        dtype: format!("{dtype:?}").to_lowercase(),
+        kernel,
+        max_abs_diff,
+        tolerance,
+        passed: max_abs_diff <= tolerance,
+    })
+}
+
+/// Run every comparison on `device`.
+pub fn run(device: &Device) -> Result<Vec<CheckResult>> {
+    let mut out = Vec::new();
+    for dtype in [DType::F32, DType::BF16, DType::F16] {
+        let kernel = device.is_cuda() && super::kernels_enabled();
+        for (rows, cols) in [(7, 2048), (3, 1280), (2, 100)] {
+            let x = input(&[rows, cols], 1 + cols as u64, 3.0, dtype)?;
+            let w = input(&[cols], 2 + cols as u64, 1.0, dtype)?;
+            let want = reference::rms_norm_hf(&x, &w, 1e-6)?;
+            let got = super::rms_norm_hf(&x.to_device(device)?, &w.to_device(device)?, 1e-6)?;
+            out.push(compare(format!("rms_norm_hf {rows}x{cols}"), dtype, &got, &want, kernel)?);
+        }
+        for n in [11_008usize, 3 * 3420 + 5] {
+            let g = input(&[n], 3 + n as u64, 6.0, dtype)?;
+            let u = input(&[n], 4 + n as u64, 2.0, dtype)?;
+            let want = reference::swiglu(&g, &u)?;
+            let got = super::swiglu(&g.to_device(device)?, &u.to_device(device)?)?;
+            out.push(compare(format!("swiglu {n}"), dtype, &got, &want, kernel)?);
+        }
+        for (kv_heads, group, d) in [(2, 8, 128), (2, 7, 64), (4, 7, 128), (1, 2, 32)] {
+            out.push(check_decode(device, dtype, kv_heads, group, d)?);
+        }
+    }
+    Ok(out)
+}
+
+/// Fused decode attention over five sequences of lengths 0..1000 (new K/V written at each length) against the
+/// composed reference on the CPU; the written K/V are compared too.
+fn check_decode(
+    device: &Device,
+    dtype: DType,
+    kv_heads: usize,
+    group: usize,
+    d: usize,
+) -> Result<CheckResult> {
+    let lens = [0usize, 1, 17, 300, 1000];
+    let b = lens.len();
+    let seed = (kv_heads * 1000 + group * 100 + d) as u64;
+    let q = input(&[b, kv_heads * group, d], seed, 2.0, dtype)?;
+    let k_new = input(&[b, kv_heads, d], seed + 1, 2.0, dtype)?;
+    let v_new = input(&[b, kv_heads, d], seed + 2, 1.0, dtype)?;
+    let bufs: Vec<(Tensor, Tensor)> = lens
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| {
+            let cap = l + 1 + i;
+            let s = seed + 10 * i as u64;
+            Ok((input(&[kv_heads, cap, d], s + 3, 2.0, dtype)?, input(&[kv_heads, cap, d], s + 4, 1.0, dtype)?))
+        })
+        .collect::<Result<_>>()?;
+    let on_device: Vec<(Tensor, Tensor)> = bufs
+        .iter()
+        .map(|(k, v)| Ok((k.to_device(device)?.contiguous()?, v.to_device(device)?.contiguous()?)))
+        .collect::<Result<_>>()?;
+    fn kv(bs: &[(Tensor, Tensor)], lens: [usize; 5]) -> Vec<DecodeKv<'_>> {
+        bs.iter().zip(lens).map(|((k, v), len)| DecodeKv { k, v, len }).collect()
+    }
+    let scale = 1.0 / (d as f32).sqrt();
+    let got = super::decode_attention(
+        &q.to_device(device)?,
+        &k_new.to_device(device)?,
+        &v_new.to_device(device)?,
+        &kv(&on_device, lens),
+        scale,
+    )?;
+    let f32s = |t: &Tensor| t.to_dtype(DType::F32);
+    let cpu: Vec<(Tensor, Tensor)> =
+        bufs.iter().map(|(k, v)| Ok((f32s(k)?, f32s(v)?))).collect::<Result<_>>()?;
+    let want = reference::decode_attention(&f32s(&q)?, &f32s(&k_new)?, &f32s(&v_new)?, &kv(&cpu, lens), scale)?;
+    let mut r = compare(
+        format!("decode_attention kv{kv_heads} g{group} d{d}"),
+        dtype,
+        &got,
+        &want,
+        super::fused_decode_supported(&q.to_device(device)?, d, group),
+    )?;
+    // The new position must have been written into every buffer.
+    for ((k, v), (kc, vc)) in on_device.iter().zip(&cpu) {
+        for (a, b) in [(k, kc), (v, vc)] {
+            let diff = (f32s(&a.to_device(&Device::Cpu)?)? - b)?.abs()?.max_all()?.to_scalar::<f32>()?;
+            r.max_abs_diff = r.max_abs_diff.max(diff);
+        }
+    }
+    r.passed = r.max_abs_diff <= r.tolerance;
+    Ok(r)
+}

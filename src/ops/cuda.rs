@@ -1,0 +1,236 @@
+//! Launchers of the project's CUDA kernels (`kernels/fused.cu`, compiled to PTX by `kernels/build.rs` and loaded
+//! once per device as a custom module).
+
+use candle_core::op::BackpropOp;
+use candle_core::cuda_backend::cudarc::driver::{
+    CudaSlice, CudaView, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
+};
+use candle_core::cuda_backend::{CudaDType, CudaStorage, WrapErr};
+use candle_core::{bail, CudaDevice, DType, Result, Shape, Storage, Tensor};
+use half::{bf16, f16};
+
+use super::DecodeKv;
+
+const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/fused.ptx"));
+const MODULE: &str = "mobile_r1_eval_fused";
+
+/// Kernel-name suffix of a dtype.
+fn suffix(dtype: DType) -> Result<&'static str> {
+    Ok(match dtype {
+        DType::F32 => "f32",
+        DType::BF16 => "bf16",
+        DType::F16 => "f16",
+        other => bail!("no fused kernel for dtype {other:?}"),
+    })
+}
+
+/// The CUDA device of `t`.
+fn cuda_device(t: &Tensor) -> Result<CudaDevice> {
+    match t.device() {
+        candle_core::Device::Cuda(d) => Ok(d.clone()),
+        other => bail!("expected a CUDA tensor, found one on {other:?}"),
+    }
+}
+
+/// Run `f` on the contiguous data of `t` as a typed view.
+fn with_view<T: CudaDType + DeviceRepr, R>(
+    t: &Tensor,
+    f: impl FnOnce(CudaView<'_, T>) -> Result<R>,
+) -> Result<R> {
+    let (storage, layout) = t.storage_and_layout();
+    let Storage::Cuda(cs) = &*storage else {
+        bail!("expected a CUDA tensor");
+    };
+    let Some((start, end)) = layout.contiguous_offsets() else {
+        bail!("fused kernels need contiguous inputs (shape {:?})", layout.shape());
+    };
+    f(cs.as_cuda_slice::<T>()?.slice(start..end))
+}
+
+/// Wrap a freshly written device buffer as a tensor of `shape`.
+fn tensor_of<T: CudaDType>(out: CudaSlice<T>, dev: &CudaDevice, shape: Shape) -> Tensor {
+    let storage = Storage::Cuda(CudaStorage::wrap_cuda_slice(out, dev.clone()));
+    Tensor::from_storage(storage, shape, BackpropOp::none(), false)
+}
+
+/// See [`super::rms_norm_hf`].
+pub fn rms_norm_hf(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
+    match x.dtype() {
+        DType::F32 => rms_norm_t::<f32>(x, w, eps),
+        DType::BF16 => rms_norm_t::<bf16>(x, w, eps),
+        DType::F16 => rms_norm_t::<f16>(x, w, eps),
+        other => bail!("rms_norm_hf: no kernel for {other:?}"),
+    }
+}
+
+fn rms_norm_t<T: CudaDType + DeviceRepr>(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
+    let dev = cuda_device(x)?;
+    let x = x.contiguous()?;
+    let cols = x.dim(candle_core::D::Minus1)?;
+    if w.dims() != [cols] {
+        bail!("rms_norm_hf: weight {:?} for rows of {cols}", w.dims());
+    }
+    let rows = x.elem_count() / cols.max(1);
+    let func = dev.get_or_load_custom_func(
+        &format!("rmsnorm_hf_{}", suffix(x.dtype())?),
+        MODULE,
+        PTX,
+    )?;
+    let out = unsafe { dev.alloc::<T>(x.elem_count())? };
+    with_view::<T, _>(&x, |xs| {
+        with_view::<T, _>(w, |ws| {
+            let cfg = LaunchConfig {
+                grid_dim: (rows as u32, 1, 1),
+                block_dim: (cols.next_power_of_two().clamp(32, 1024) as u32, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let cols = cols as i32;
+            let mut b = func.builder();
+            b.arg(&xs).arg(&ws).arg(&out).arg(&cols).arg(&eps);
+            // SAFETY: the kernel reads rows·cols elements of x, cols of w and writes rows·cols of out.
+            unsafe { b.launch(cfg) }.w()?;
+            Ok(())
+        })
+    })?;
+    Ok(tensor_of(out, &dev, x.shape().clone()))
+}
+
+/// See [`super::swiglu`].
+pub fn swiglu(g: &Tensor, u: &Tensor) -> Result<Tensor> {
+    match g.dtype() {
+        DType::F32 => swiglu_t::<f32>(g, u),
+        DType::BF16 => swiglu_t::<bf16>(g, u),
+        DType::F16 => swiglu_t::<f16>(g, u),
+        other => bail!("swiglu: no kernel for {other:?}"),
+    }
+}
+
+fn swiglu_t<T: CudaDType + DeviceRepr>(g: &Tensor, u: &Tensor) -> Result<Tensor> {
+    let dev = cuda_device(g)?;
+    let (g, u) = (g.contiguous()?, u.contiguous()?);
+    let n = g.elem_count();
+    let func =
+        dev.get_or_load_custom_func(&format!("swiglu_{}", suffix(g.dtype())?), MODULE, PTX)?;
+    let out = unsafe { dev.alloc::<T>(n)? };
+    with_view::<T, _>(&g, |gs| {
+        with_view::<T, _>(&u, |us| {
+            let cfg = LaunchConfig {
+                grid_dim: (n.div_ceil(256).clamp(1, 65_535 * 8) as u32, 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let n = n as u64;
+            let mut b = func.builder();
+            b.arg(&gs).arg(&us).arg(&out).arg(&n);
+            // SAFETY: the kernel reads n elements of g and u and writes n of out (grid-stride loop).
+            unsafe { b.launch(cfg) }.w()?;
+            Ok(())
+        })
+    })?;
+    Ok(tensor_of(out, &dev, g.shape().clone()))
+}
+
+/// See [`super::decode_attention`].
+pub fn decode_attention(
+    q: &Tensor,
+    k_new: &Tensor,
+    v_new: &Tensor,
+    kv: &[DecodeKv<'_>],
+    scale: f32,
+) -> Result<Tensor> {
+    match q.dtype() {
+        DType::F32 => decode_t::<f32>(q, k_new, v_new, kv, scale),
+        DType::BF16 => decode_t::<bf16>(q, k_new, v_new, kv, scale),
+        DType::F16 => decode_t::<f16>(q, k_new, v_new, kv, scale),
+        other => bail!("decode_attention: no kernel for {other:?}"),
+    }
+}
+
+/// Device address of the first element of a contiguous CUDA buffer and its (kv_heads, capacity, head_dim).
+fn buffer_ptr<T: CudaDType + DeviceRepr>(
+    t: &Tensor,
+    dev: &CudaDevice,
+) -> Result<(u64, (usize, usize, usize))> {
+    let dims = t.dims3()?;
+    let (storage, layout) = t.storage_and_layout();
+    let Storage::Cuda(cs) = &*storage else {
+        bail!("expected a CUDA KV buffer");
+    };
+    if !layout.is_contiguous() {
+        bail!("decode_attention: KV buffer {dims:?} is not contiguous");
+    }
+    let stream = dev.cuda_stream();
+    let (base, _sync) = cs.as_cuda_slice::<T>()?.device_ptr(&stream);
+    Ok((base + (layout.start_offset() * std::mem::size_of::<T>()) as u64, dims))
+}
+
+fn decode_t<T: CudaDType + DeviceRepr>(
+    q: &Tensor,
+    k_new: &Tensor,
+    v_new: &Tensor,
+    kv: &[DecodeKv<'_>],
+    scale: f32,
+) -> Result<Tensor> {
+    let dev = cuda_device(q)?;
+    let (b, heads, d) = q.dims3()?;
+    let (b2, kv_heads, d2) = k_new.dims3()?;
+    if b2 != b
+        || d2 != d
+        || v_new.dims() != k_new.dims()
+        || kv.len() != b
+        || heads % kv_heads != 0
+        || heads / kv_heads > 8
+    {
+        bail!(
+            "decode_attention: q {:?}, k_new {:?}, v_new {:?}, {} caches",
+            q.dims(),
+            k_new.dims(),
+            v_new.dims(),
+            kv.len()
+        );
+    }
+    let dl = match d {
+        32 => 1,
+        64 => 2,
+        128 => 4,
+        _ => bail!("decode_attention: head_dim {d} has no kernel"),
+    };
+    let (mut kp, mut vp, mut caps, mut lens) = (vec![], vec![], vec![], vec![]);
+    for c in kv {
+        let (k, (kh, cap, kd)) = buffer_ptr::<T>(c.k, &dev)?;
+        let (v, vdims) = buffer_ptr::<T>(c.v, &dev)?;
+        if kh != kv_heads || kd != d || vdims != (kh, cap, kd) || c.len >= cap {
+            bail!("decode_attention: KV buffer ({kh}, {cap}, {kd}) for length {}", c.len);
+        }
+        kp.push(k);
+        vp.push(v);
+        caps.push(cap as i32);
+        lens.push(c.len as i32);
+    }
+    let (kp, vp) = (dev.clone_htod(&kp)?, dev.clone_htod(&vp)?);
+    let (caps, lens) = (dev.clone_htod(&caps)?, dev.clone_htod(&lens)?);
+    let (q, k_new, v_new) = (q.contiguous()?, k_new.contiguous()?, v_new.contiguous()?);
+    let name = format!("decode_attn_d{dl}_{}", suffix(q.dtype())?);
+    let func = dev.get_or_load_custom_func(&name, MODULE, PTX)?;
+    let out = unsafe { dev.alloc::<T>(q.elem_count())? };
+    with_view::<T, _>(&q, |qs| {
+        with_view::<T, _>(&k_new, |ks| {
+            with_view::<T, _>(&v_new, |vs| {
+                let cfg = LaunchConfig {
+                    grid_dim: (b as u32, kv_heads as u32, 1),
+                    block_dim: (256, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                let (kvh, group) = (kv_heads as i32, (heads / kv_heads) as i32);
+                let mut bld = func.builder();
+                bld.arg(&qs).arg(&ks).arg(&vs).arg(&kp).arg(&vp).arg(&caps).arg(&lens);
+                bld.arg(&out).arg(&kvh).arg(&group).arg(&scale);
+                // SAFETY: every pointer addresses a buffer checked above: (kv_heads, cap, d) per sequence with
+                // len < cap; q/out (b, heads, d); k_new/v_new (b, kv_heads, d).
+                unsafe { bld.launch(cfg) }.w()?;
+                Ok(())
+            })
+        })
+    })?;
+    Ok(tensor_of(out, &dev, q.shape().clone()))
+}

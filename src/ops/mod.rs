@@ -1,0 +1,83 @@
+//! Fused ops behind the model code: each has a reference made of candle ops (the transformers order, used on the
+//! CPU and Metal, and whenever the kernels are off) and, with the `cuda` feature, one of the project's own CUDA
+//! kernels (`kernels/fused.cu`). `check` compares the two on a device (`mobile-r1-eval self-test`).
+//!
+//! `MOBILE_R1_EVAL_KERNELS=off` routes every op through its reference, to measure what the kernels bring.
+
+pub mod check;
+#[cfg(feature = "cuda")]
+mod cuda;
+pub mod reference;
+
+use candle_core::{DType, Result, Tensor};
+
+/// True unless `MOBILE_R1_EVAL_KERNELS=off`.
+pub fn kernels_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        std::env::var("MOBILE_R1_EVAL_KERNELS").map_or(true, |v| !v.eq_ignore_ascii_case("off"))
+    })
+}
+
+/// True when `t` lives on a CUDA device, the kernels are on and its dtype has a kernel.
+fn on_kernel_path(t: &Tensor) -> bool {
+    cfg!(feature = "cuda")
+        && t.device().is_cuda()
+        && matches!(t.dtype(), DType::F32 | DType::BF16 | DType::F16)
+        && kernels_enabled()
+}
+
+/// Qwen2 RMSNorm in transformers' order over the last dimension of `x`: normalise in f32, round to `x`'s
+/// dtype, multiply by `w` (same dtype as `x`).
+pub fn rms_norm_hf(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if on_kernel_path(x) && w.dtype() == x.dtype() {
+        return cuda::rms_norm_hf(x, w, eps);
+    }
+    reference::rms_norm_hf(x, w, eps)
+}
+
+/// `silu(g) · u` with transformers' roundings (the SwiGLU of the MLPs).
+pub fn swiglu(g: &Tensor, u: &Tensor) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if on_kernel_path(g) && u.dtype() == g.dtype() && u.dims() == g.dims() {
+        return cuda::swiglu(g, u);
+    }
+    reference::swiglu(g, u)
+}
+
+/// One layer's KV buffers of one sequence for [`decode_attention`]: K and V of shape (kv_heads, capacity,
+/// head_dim), contiguous, not shared with any other cache (the new position is written into them), and `len`
+/// valid positions before this step (`len < capacity`).
+pub struct DecodeKv<'a> {
+    /// K buffer.
+    pub k: &'a Tensor,
+    /// V buffer.
+    pub v: &'a Tensor,
+    /// Valid positions before this step.
+    pub len: usize,
+}
+
+/// Whether [`decode_attention`] has a fused kernel for these shapes on this device (else the caller keeps its
+/// composed path): CUDA, kernels on, head_dim 32, 64 or 128, at most 8 query heads per KV head.
+pub fn fused_decode_supported(q: &Tensor, head_dim: usize, group: usize) -> bool {
+    on_kernel_path(q) && matches!(head_dim, 32 | 64 | 128) && (1..=8).contains(&group)
+}
+
+/// One decode step of attention for B sequences with separate KV buffers, in one launch: writes each
+/// sequence's new K/V (`k_new`, `v_new`: (B, kv_heads, head_dim)) at position `len` of its buffers, then attends
+/// its queries `q` (B, kv_heads·group, head_dim) over positions `0..=len`. Returns (B, heads, head_dim).
+/// One launch where [`fused_decode_supported`] holds, else [`reference::decode_attention`].
+pub fn decode_attention(
+    q: &Tensor,
+    k_new: &Tensor,
+    v_new: &Tensor,
+    kv: &[DecodeKv<'_>],
+    scale: f32,
+) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if fused_decode_supported(q, q.dim(2)?, q.dim(1)? / k_new.dim(1)?.max(1)) {
+        return cuda::decode_attention(q, k_new, v_new, kv, scale);
+    }
+    reference::decode_attention(q, k_new, v_new, kv, scale)
+}

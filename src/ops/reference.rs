@@ -1,0 +1,128 @@
+//! The references of the fused ops, made of candle ops in transformers' order: what runs on the CPU, and what
+//! the CUDA kernels are compared with.
+
+use candle_core::{DType, Result, Tensor, D};
+
+/// RMSNorm over the last dimension: `x·rsqrt(mean(x²) + eps)` in f32, rounded to `x`'s dtype, times `w`.
+pub fn rms_norm_hf(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
+    let dtype = x.dtype();
+    if dtype == DType::F32 {
+        return candle_nn::ops::rms_norm(x, w, eps);
+    }
+    let dim = x.dim(D::Minus1)?;
+    let ones = Tensor::ones(dim, DType::F32, x.device())?;
+    let normed = candle_nn::ops::rms_norm(&x.to_dtype(DType::F32)?, &ones, eps)?;
+    normed.to_dtype(dtype)?.broadcast_mul(w)
+}
+
+/// `silu(g)·u`, each op rounded to the dtype.
+pub fn swiglu(g: &Tensor, u: &Tensor) -> Result<Tensor> {
+    g.silu()? * u
+}
+
+/// Decode attention of one sequence, composed: K/V `(kv_heads, L, d)` (the new position included), query
+/// `(heads, d)`; softmax in f32. Returns `(heads, d)`. The reference of the fused decode kernel.
+pub fn decode_attention_one(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<Tensor> {
+    let (h, d) = q.dims2()?;
+    let o = crate::model::attention::attention(
+        &q.reshape((1, h, 1, d))?,
+        &k.unsqueeze(0)?,
+        &v.unsqueeze(0)?,
+        None,
+        scale,
+        crate::model::attention::DEFAULT_MAX_SCORE_ELEMS,
+    )?;
+    o.reshape((h, d))
+}
+
+/// [`super::decode_attention`] composed: `slice_set` of each new K/V at position `len`, then
+/// [`decode_attention_one`] per sequence.
+pub fn decode_attention(
+    q: &Tensor,
+    k_new: &Tensor,
+    v_new: &Tensor,
+    kv: &[super::DecodeKv<'_>],
+    scale: f32,
+) -> Result<Tensor> {
+    let mut outs = Vec::with_capacity(kv.len());
+    for (i, c) in kv.iter().enumerate() {
+        c.k.slice_set(&k_new.get(i)?.unsqueeze(1)?.contiguous()?, 1, c.len)?;
+        c.v.slice_set(&v_new.get(i)?.unsqueeze(1)?.contiguous()?, 1, c.len)?;
+        let (k, v) = (c.k.narrow(1, 0, c.len + 1)?, c.v.narrow(1, 0, c.len + 1)?);
+        outs.push(decode_attention_one(&q.get(i)?, &k, &v, scale as f64)?);
+    }
+    Tensor::stack(&outs, 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    fn t(v: &[f32], shape: (usize, usize)) -> Tensor {
+        Tensor::from_slice(v, shape, &Device::Cpu).unwrap()
+    }
+
+    #[test]
+    fn rms_norm_matches_the_formula() {
+        let x = [1.0f32, -2.0, 3.0, 0.5, 0.0, 4.0];
+        let w = [1.0f32, 0.5, 2.0];
+        let out = rms_norm_hf(&t(&x, (2, 3)), &Tensor::new(&w, &Device::Cpu).unwrap(), 1e-6)
+            .unwrap()
+            .to_vec2::<f32>()
+            .unwrap();
+        for r in 0..2 {
+            let row = &x[3 * r..3 * r + 3];
+            let inv = 1.0 / (row.iter().map(|v| v * v).sum::<f32>() / 3.0 + 1e-6).sqrt();
+            for c in 0..3 {
+                assert!((out[r][c] - row[c] * inv * w[c]).abs() < 1e-6);
+            }
+        }
+        // bf16: the normalised value is rounded before the weight.
+        let xb = t(&x, (2, 3)).to_dtype(DType::BF16).unwrap();
+        let wb = Tensor::new(&w, &Device::Cpu).unwrap().to_dtype(DType::BF16).unwrap();
+        let got = rms_norm_hf(&xb, &wb, 1e-6).unwrap();
+        assert_eq!(got.dtype(), DType::BF16);
+        let want = rms_norm_hf(&t(&x, (2, 3)), &Tensor::ones(3, DType::F32, &Device::Cpu).unwrap(), 1e-6)
+            .unwrap()
+            .to_dtype(DType::BF16)
+            .unwrap()
+            .broadcast_mul(&wb)
+            .unwrap();
+        let diff = (got.to_dtype(DType::F32).unwrap() - want.to_dtype(DType::F32).unwrap())
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert_eq!(diff, 0.0);
+    }
+
+    #[test]
+    fn swiglu_matches_the_formula() {
+        let g = [-3.0f32, -0.5, 0.0, 2.0];
+        let u = [1.0f32, 2.0, 3.0, -1.5];
+        let out = swiglu(&t(&g, (1, 4)), &t(&u, (1, 4)))
+            .unwrap()
+            .to_vec2::<f32>()
+            .unwrap();
+        for i in 0..4 {
+            let want = g[i] / (1.0 + (-g[i]).exp()) * u[i];
+            assert!((out[0][i] - want).abs() < 1e-6, "{i}: {} vs {want}", out[0][i]);
+        }
+    }
+
+    #[test]
+    fn decode_attention_one_is_softmax_weighted_values() {
+        // One head, two positions: weights softmax(q·k·scale).
+        let q = t(&[1.0, 0.0], (1, 2));
+        let k = Tensor::from_slice(&[1.0f32, 0.0, 0.0, 1.0], (1, 2, 2), &Device::Cpu).unwrap();
+        let v = Tensor::from_slice(&[10.0f32, 0.0, 0.0, 20.0], (1, 2, 2), &Device::Cpu).unwrap();
+        let o = decode_attention_one(&q, &k, &v, 2.0).unwrap().to_vec2::<f32>().unwrap();
+        let (e0, e1) = (2.0f32.exp(), 1.0f32);
+        assert!((o[0][0] - 10.0 * e0 / (e0 + e1)).abs() < 1e-4);
+        assert!((o[0][1] - 20.0 * e1 / (e0 + e1)).abs() < 1e-4);
+    }
+}

@@ -1,0 +1,124 @@
+//! The fused ops (`src/ops`, `kernels/fused.cu`): the composed references against naive loops on the CPU, and
+//! every kernel against its reference on a CUDA device when this build and machine have one (the same
+//! comparisons `mobile-r1-eval self-test --device cuda` prints; without a GPU they run on the CPU, where the ops
+//! are their references).
+
+use std::process::Command;
+
+use candle_core::{Device, Tensor};
+use mobile_r1_eval::ops::{self, check, DecodeKv};
+
+fn cuda_or_cpu() -> Device {
+    Device::new_cuda(0).unwrap_or(Device::Cpu)
+}
+
+/// Naive attention of one query head over positions `keys` (each a d-vector), softmax in f64.
+fn naive_attend(q: &[f32], keys: &[Vec<f32>], values: &[Vec<f32>], scale: f32) -> Vec<f32> {
+    let scores: Vec<f64> = keys
+        .iter()
+        .map(|k| q.iter().zip(k).map(|(a, b)| (a * b) as f64).sum::<f64>() * scale as f64)
+        .collect();
+    let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let e: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+    let z: f64 = e.iter().sum();
+    (0..q.len())
+        .map(|j| (e.iter().zip(values).map(|(w, v)| w * v[j] as f64).sum::<f64>() / z) as f32)
+        .collect()
+}
+
+#[test]
+fn decode_attention_writes_the_new_position_and_attends_over_it() {
+    let (kv_heads, group, d) = (2, 3, 4);
+    let lens = [0usize, 2, 5];
+    let val = |i: usize| ((i * 37 % 23) as f32 - 11.0) / 7.0;
+    let b = lens.len();
+    let h = kv_heads * group;
+    let q: Vec<f32> = (0..b * h * d).map(val).collect();
+    let k_new: Vec<f32> = (0..b * kv_heads * d).map(|i| val(i + 5)).collect();
+    let v_new: Vec<f32> = (0..b * kv_heads * d).map(|i| val(i + 9)).collect();
+    let dev = Device::Cpu;
+    let bufs: Vec<(Tensor, Tensor)> = lens
+        .iter()
+        .enumerate()
+        .map(|(s, &l)| {
+            let n = kv_heads * (l + 2) * d;
+            let kb: Vec<f32> = (0..n).map(|i| val(i + 100 * s)).collect();
+            let vb: Vec<f32> = (0..n).map(|i| val(i + 100 * s + 3)).collect();
+            (
+                Tensor::from_vec(kb, (kv_heads, l + 2, d), &dev).unwrap(),
+                Tensor::from_vec(vb, (kv_heads, l + 2, d), &dev).unwrap(),
+            )
+        })
+        .collect();
+    let kv: Vec<DecodeKv<'_>> = bufs
+        .iter()
+        .zip(lens)
+        .map(|((k, v), len)| DecodeKv { k, v, len })
+        .collect();
+    let t = |v: &[f32], s: (usize, usize, usize)| Tensor::from_slice(v, s, &dev).unwrap();
+    let scale = 0.5;
+    let out = ops::decode_attention(
+        &t(&q, (b, h, d)),
+        &t(&k_new, (b, kv_heads, d)),
+        &t(&v_new, (b, kv_heads, d)),
+        &kv,
+        scale,
+    )
+    .unwrap()
+    .to_vec3::<f32>()
+    .unwrap();
+    for (s, &len) in lens.iter().enumerate() {
+        let kb = bufs[s].0.to_vec3::<f32>().unwrap();
+        let vb = bufs[s].1.to_vec3::<f32>().unwrap();
+        for kvh in 0..kv_heads {
+            let new_k = &k_new[(s * kv_heads + kvh) * d..][..d];
+            let new_v = &v_new[(s * kv_heads + kvh) * d..][..d];
+            assert_eq!(kb[kvh][len], new_k, "K written at position {len}");
+            assert_eq!(vb[kvh][len], new_v, "V written at position {len}");
+            for g in 0..group {
+                let hh = kvh * group + g;
+                let qh = &q[(s * h + hh) * d..][..d];
+                let want = naive_attend(qh, &kb[kvh][..=len], &vb[kvh][..=len], scale);
+                for j in 0..d {
+                    assert!((out[s][hh][j] - want[j]).abs() < 1e-5, "seq {s} head {hh} dim {j}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn every_kernel_matches_its_reference_on_this_machine() {
+    let device = cuda_or_cpu();
+    let results = check::run(&device).unwrap();
+    assert_eq!(results.len(), 3 * (3 + 2 + 4));
+    for r in &results {
+        assert!(r.passed, "{r:?}");
+    }
+    let kernels = results.iter().filter(|r| r.kernel).count();
+    if device.is_cuda() && ops::kernels_enabled() {
+        assert_eq!(kernels, results.len(), "every case runs a kernel on CUDA");
+    } else {
+        assert_eq!(kernels, 0);
+        eprintln!("no CUDA device: the CUDA kernels were not exercised (run `self-test --device cuda` on a GPU)");
+    }
+}
+
+#[test]
+fn self_test_command_reports_json() {
+    let out = Command::new(env!("CARGO_BIN_EXE_mobile-r1-eval"))
+        .args(["self-test", "--device", "cpu", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["passed"], true);
+    assert_eq!(v["results"].as_array().unwrap().len(), 27);
+    assert_eq!(v["results"][0]["dtype"], "f32");
+    let bad = Command::new(env!("CARGO_BIN_EXE_mobile-r1-eval"))
+        .args(["self-test", "--device", "tpu"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("tpu"));
+}
