@@ -3,7 +3,9 @@
 # transformers (no Rust toolchain needed): build the binary elsewhere with the `cuda` feature (README, "Building
 # for a GPU") and point BIN at it.
 #
-#   BIN=path/to/mobile-r1-eval OUT=gpu-results bash benches/gpu/gpu_checks.sh [quick]
+#   BIN=path/to/mobile-r1-eval OUT=gpu-results bash benches/gpu/gpu_checks.sh [full|quick|profile]
+#
+# `quick` stops after step 2; `profile` runs only step 7.
 #
 # 1. correctness: the embedded sample benchmark through the tiny test checkpoint on CPU and on CUDA (f32 at batch
 #    sizes 1, 3 and 8; bf16 at 1 and 8), predictions compared token for token (benches/gpu/compare_runs.py);
@@ -11,7 +13,9 @@
 # 3. `bench --config 3b --random-weights --device cuda` (bf16): steps/s, MFU, memory, judge phase;
 # 4. benches/compare/compare.py on the GPU, `3b` in bf16 against transformers (steps/s, peak GPU memory);
 # 5. the bench again with MOBILE_R1_EVAL_KERNELS=off (candle's ops only), to measure what the kernels bring;
-# 6. compare.py with `small` in f32 (identical tokens required).
+# 6. compare.py with `small` in f32 (identical tokens required);
+# 7. (`profile` only) where the time goes: the 3b bench with the per-section profiler
+#    (MOBILE_R1_EVAL_PROFILE=1), and with CUDA event tracking back on (MOBILE_R1_EVAL_CUDA_EVENTS=1).
 # Every stage has its own time limit and its log in $LOGS; a failed stage does not stop the later ones. After
 # each stage, $OUT/gpu-checks.tgz holds every log and result so far.
 set -uo pipefail
@@ -48,7 +52,18 @@ stage() {  # stage NAME SECONDS CMD...: run (functions too) with a limit, log to
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 ldd "$BIN" | grep -i "not found"
 
-export BIN WORK M=tests/fixtures/models/tiny-a
+bench3b() { "$BIN" bench --config 3b --random-weights --device cuda --dtype bf16 --steps "$1" --batch-size 64 \
+  --tokenizer tests/fixtures/tokenizer --json "${@:2}"; }
+export -f bench3b
+export BIN WORK
+if [ "$MODE" = profile ]; then
+  stage bench_3b_nojudge 90 bench3b 64 --no-judge
+  stage bench_3b_events 90 env MOBILE_R1_EVAL_CUDA_EVENTS=1 bash -c 'bench3b 64 --no-judge'
+  stage bench_3b_profile 120 env MOBILE_R1_EVAL_PROFILE=1 bash -c 'bench3b 64'
+  exit 0
+fi
+
+export M=tests/fixtures/models/tiny-a
 run_eval() {  # run_eval NAME DEVICE DTYPE BATCH
   rm -rf "$WORK/$1"; "$BIN" eval --model "$M" --out "$WORK/$1" --device "$2" --dtype "$3" --batch-size "$4" --max-new-tokens 24 --max-pixels 1003520
 }
@@ -62,9 +77,6 @@ TAIL=40 stage self_test 60 "$BIN" self-test --device cuda
 cp "$WORK"/cuda_f32_b8/throughput.json "$LOGS/eval_cuda_throughput.json" 2>/dev/null
 [ "$MODE" = quick ] && exit 0
 
-bench3b() { "$BIN" bench --config 3b --random-weights --device cuda --dtype bf16 --steps "$1" --batch-size 64 \
-  --tokenizer tests/fixtures/tokenizer --json; }
-export -f bench3b
 stage bench_3b 150 bench3b 128
 stage compare_3b_bf16 200 python3 benches/compare/compare.py --preset 3b --device cuda --dtype bf16 \
   --steps 64 --batch 32 --max-pixels 1003520 --binary "$BIN" --work "$WORK/cmp-3b" --json-out "$LOGS/compare_3b.json"

@@ -131,6 +131,7 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<Value> {
     } else {
         None
     };
+    let profile = crate::model::profile::enabled().then(crate::model::profile::snapshot);
     let vision_seconds = time_vision(&model, &kit, &bench)?;
     let peak = matmul_peak(&device, dtype, if device.is_cpu() { 1024 } else { 8192 })?;
     let measured = Measured {
@@ -140,6 +141,7 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<Value> {
         matmul_peak: peak,
         params: (vision_params, lm_params),
         build_seconds,
+        profile,
     };
     Ok(report(cfg, &model, &measured))
 }
@@ -158,6 +160,8 @@ struct Measured {
     params: (u64, u64),
     /// Seconds to build the random model.
     build_seconds: f64,
+    /// Section times of the step and judge phases (`MOBILE_R1_EVAL_PROFILE=1`): name → (calls, seconds).
+    profile: Option<std::collections::BTreeMap<&'static str, (u64, f64)>>,
 }
 
 fn bench_judge(
@@ -257,5 +261,10 @@ fn report(cfg: &BenchConfig, model: &Qwen25VL, m: &Measured) -> Value {
         "max_new_tokens": cfg.max_new_tokens,
         "pixel_bounds": [cfg.min_pixels, cfg.max_pixels],
         "phases": [Some(steps.summary()), m.judge.as_ref().map(PhaseStats::summary)],
+        "profile": m.profile.as_ref().map(|p| {
+            p.iter()
+                .map(|(k, (calls, secs))| (k.to_string(), json!({"calls": calls, "seconds": secs})))
+                .collect::<serde_json::Map<_, _>>()
+        }),
     })
 }

@@ -175,7 +175,12 @@ impl ModelFiles {
 
 /// `HF_HUB_OFFLINE` set to a true value (`1`, `true`, `yes`, `on`).
 pub fn hub_offline() -> bool {
-    std::env::var("HF_HUB_OFFLINE")
+    env_flag("HF_HUB_OFFLINE")
+}
+
+/// Environment variable `name` set to a true value (`1`, `true`, `yes`, `on`).
+pub fn env_flag(name: &str) -> bool {
+    std::env::var(name)
         .map(|v| {
             matches!(
                 v.trim().to_ascii_lowercase().as_str(),
@@ -203,11 +208,20 @@ pub fn parse_device(spec: &str) -> Result<Device, ModelError> {
             )))
         }
     };
-    dev.map_err(|e| {
+    let dev = dev.map_err(|e| {
         ModelError::Input(format!(
             "device `{spec}` is not available in this build or machine: {e}"
         ))
-    })
+    })?;
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(d) = &dev {
+        if !env_flag("MOBILE_R1_EVAL_CUDA_EVENTS") {
+            // SAFETY: every tensor of this program lives on the device's one stream, so the per-tensor CUDA
+            // events that order uses across streams are pure overhead (an event record per op input/output).
+            unsafe { d.disable_event_tracking() };
+        }
+    }
+    Ok(dev)
 }
 
 /// Parse `f32`, `bf16` or `f16`; default bf16 on GPU and f32 on CPU.

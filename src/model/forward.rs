@@ -4,6 +4,7 @@ use candle_core::Tensor;
 
 use super::attention::causal_mask;
 use super::attention::MASK_MIN;
+use super::profile::section;
 use super::rope::{mrope_tables, rope_index, RopeTokens};
 use super::text::{decode_attend, decode_attend_fused, decode_attend_padded, prefill_attend, PackedSeq};
 use super::{DecodeAttention, ModelError, PrefillRequest, Qwen25VL, Result, SeqCache, Trace};
@@ -101,7 +102,9 @@ impl Qwen25VL {
             .iter()
             .map(|r| self.plan(r))
             .collect::<Result<Vec<_>>>()?;
-        let x = self.embed_packed(inputs, &plans, trace.as_deref_mut())?;
+        let x = section("prefill.embed_and_vision", &self.device, || {
+            self.embed_packed(inputs, &plans, trace.as_deref_mut())
+        })?;
         let mut seqs = Vec::with_capacity(plans.len());
         let mut start = 0;
         for p in &plans {
@@ -122,16 +125,19 @@ impl Qwen25VL {
         let (cos, sin) = self.rope_tensors(&positions)?;
         let mut x = x;
         let mut kv_layers = Vec::with_capacity(self.text.layers.len());
-        for (li, layer) in self.text.layers.iter().enumerate() {
-            let mut kv = Vec::with_capacity(seqs.len());
-            x = layer.forward(&x, &cos, &sin, |a, qkv| {
-                prefill_attend(a, qkv, li, &seqs, self.attn_budget, &mut kv)
-            })?;
-            kv_layers.push(kv);
-            if let Some(t) = trace.as_deref_mut() {
-                t.text_layers.push(x.clone());
+        section("prefill.text_layers", &self.device, || {
+            for (li, layer) in self.text.layers.iter().enumerate() {
+                let mut kv = Vec::with_capacity(seqs.len());
+                x = layer.forward(&x, &cos, &sin, |a, qkv| {
+                    prefill_attend(a, qkv, li, &seqs, self.attn_budget, &mut kv)
+                })?;
+                kv_layers.push(kv);
+                if let Some(t) = trace.as_deref_mut() {
+                    t.text_layers.push(x.clone());
+                }
             }
-        }
+            Ok::<(), candle_core::Error>(())
+        })?;
         if let Some(t) = trace {
             t.final_norm = Some(candle_core::Module::forward(&self.text.norm, &x)?);
             t.positions = plans.iter().map(|p| p.positions.clone()).collect();
@@ -230,15 +236,18 @@ impl Qwen25VL {
             _ => None,
         };
         let budget = self.attn_budget;
-        for (li, layer) in self.text.layers.iter().enumerate() {
-            x = layer.forward(&x, &cos, &sin, |a, qkv| match (&padded, mode) {
-                (Some((lmax, mask)), _) => {
-                    decode_attend_padded(a, qkv, li, caches, *lmax, mask, budget)
-                }
-                (None, DecodeAttention::Fused) => decode_attend_fused(a, qkv, li, caches),
-                (None, _) => decode_attend(a, qkv, li, caches, budget),
-            })?;
-        }
+        section("decode.text_layers", &self.device, || {
+            for (li, layer) in self.text.layers.iter().enumerate() {
+                x = layer.forward(&x, &cos, &sin, |a, qkv| match (&padded, mode) {
+                    (Some((lmax, mask)), _) => {
+                        decode_attend_padded(a, qkv, li, caches, *lmax, mask, budget)
+                    }
+                    (None, DecodeAttention::Fused) => decode_attend_fused(a, qkv, li, caches),
+                    (None, _) => decode_attend(a, qkv, li, caches, budget),
+                })?;
+            }
+            Ok::<(), candle_core::Error>(())
+        })?;
         for (c, &t) in caches.iter_mut().zip(tokens) {
             c.commit(t);
         }

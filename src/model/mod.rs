@@ -16,6 +16,7 @@ pub mod files;
 mod forward;
 mod generate;
 pub mod nn;
+pub mod profile;
 pub mod rope;
 pub mod text;
 pub mod vision;

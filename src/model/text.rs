@@ -10,6 +10,7 @@ use super::attention::attention;
 use super::cache::SeqCache;
 use super::config::TextConfig;
 use super::nn::{weight, Linear, RmsNorm};
+use super::profile::section;
 
 /// Self-attention: q/k/v with bias, o without; GQA; rotary applied by the caller-provided tables.
 #[derive(Debug, Clone)]
@@ -129,14 +130,18 @@ impl DecoderLayer {
         sin: &Tensor,
         attend: impl FnOnce(&TextAttention, Qkv) -> Result<Tensor>,
     ) -> Result<Tensor> {
-        let qkv = self
-            .self_attn
-            .qkv(&self.input_layernorm.forward(x)?, cos, sin)?;
-        let o = attend(&self.self_attn, qkv)?;
-        let x = (x + self.self_attn.o_proj.forward(&o)?)?;
-        &x + self
-            .mlp
-            .forward(&self.post_attention_layernorm.forward(&x)?)?
+        let dev = x.device();
+        let qkv = section("text.norm_qkv_rope", dev, || {
+            self.self_attn
+                .qkv(&self.input_layernorm.forward(x)?, cos, sin)
+        })?;
+        let o = section("text.attend", dev, || attend(&self.self_attn, qkv))?;
+        let x = section("text.o_proj", dev, || x + self.self_attn.o_proj.forward(&o)?)?;
+        let m = section("text.mlp", dev, || {
+            self.mlp
+                .forward(&self.post_attention_layernorm.forward(&x)?)
+        })?;
+        &x + m
     }
 }
 

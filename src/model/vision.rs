@@ -8,6 +8,7 @@ use candle_nn::VarBuilder;
 use super::attention::{attention, MASK_MIN};
 use super::config::VisionConfig;
 use super::nn::{weight, Linear, RmsNorm};
+use super::profile::section;
 use super::rope::vision_rope_tables;
 use super::window::{pad_windows, window_index};
 
@@ -90,7 +91,9 @@ impl VisionAttention {
         let k = rot(qkv.narrow(1, 1, 1)?.squeeze(1)?)?;
         let v = qkv.narrow(1, 2, 1)?.squeeze(1)?.contiguous()?;
         let scale = 1.0 / (d as f64).sqrt();
+        let dev = x.device();
         let out = if full {
+            section("vision.attn_core.full", dev, || {
             let mut outs = Vec::with_capacity(ctx.full.len());
             for &(s, len) in &ctx.full {
                 let heads_first = |t: &Tensor| {
@@ -109,8 +112,10 @@ impl VisionAttention {
                 )?;
                 outs.push(o.squeeze(0)?.transpose(0, 1)?.reshape((len, dm))?);
             }
-            Tensor::cat(&outs, 0)?
+            Tensor::cat(&outs, 0)
+            })?
         } else {
+            section("vision.attn_core.window", dev, || {
             let (nw, ww) = (ctx.n_windows, ctx.win_width);
             let windows = |t: &Tensor| {
                 t.reshape((n, dm))?
@@ -129,7 +134,8 @@ impl VisionAttention {
             )?;
             o.transpose(1, 2)?
                 .reshape((nw * ww, dm))?
-                .index_select(&ctx.win_back, 0)?
+                .index_select(&ctx.win_back, 0)
+            })?
         };
         self.proj.forward(&out)
     }
@@ -186,8 +192,12 @@ impl VisionBlock {
 
     /// `x + attn(norm1(x))`, then `+ mlp(norm2(x))`.
     pub fn forward(&self, x: &Tensor, ctx: &VisionCtx) -> Result<Tensor> {
-        let x = (x + self.attn.forward(&self.norm1.forward(x)?, ctx, self.full)?)?;
-        &x + self.mlp.forward(&self.norm2.forward(&x)?)?
+        let dev = x.device();
+        let name = if self.full { "vision.attn.full" } else { "vision.attn.window" };
+        let a = section(name, dev, || self.attn.forward(&self.norm1.forward(x)?, ctx, self.full))?;
+        let x = (x + a)?;
+        let m = section("vision.mlp", dev, || self.mlp.forward(&self.norm2.forward(&x)?))?;
+        &x + m
     }
 }
 
@@ -318,7 +328,7 @@ impl VisionModel {
         };
         let perm = Tensor::new(perm.as_slice(), pixels.device())?;
         let rev = Tensor::new(rev.as_slice(), pixels.device())?;
-        let x = self.patch_embed.forward(pixels)?;
+        let x = section("vision.patch_embed", pixels.device(), || self.patch_embed.forward(pixels))?;
         let d = x.dim(1)?;
         let groups = |t: &Tensor, idx: &Tensor| {
             t.reshape((n / unit, unit * d))?
@@ -335,6 +345,6 @@ impl VisionModel {
                 tr.blocks.push(groups(&x, &rev)?);
             }
         }
-        self.merger.forward(&x)?.index_select(&rev, 0)
+        section("vision.merger", pixels.device(), || self.merger.forward(&x)?.index_select(&rev, 0))
     }
 }
