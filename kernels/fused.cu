@@ -9,6 +9,10 @@
 //                   (kv_heads, capacity, head_dim): writes each sequence's new K/V at its position `len`, then
 //                   attends its query heads over positions 0..=len (GQA), softmax in f32 with an online max.
 //                   One block per (sequence, kv head); one launch per layer instead of several per sequence.
+// * varlen_attn_*   Prefill attention over packed variable-length segments (the vision tower's windows and
+//                   images, the prompts of a prefill batch): each segment's queries attend to its own keys,
+//                   optionally causally and after a cached prefix whose K/V live in a separate buffer. Flash-style
+//                   (K/V tiles in shared memory, online softmax in f32), no score matrix, one launch per layer.
 //
 // Compiled to PTX by kernels/build.rs when the `cuda` feature is on.
 #include <cuda_bf16.h>
@@ -176,6 +180,108 @@ __device__ void decode_attn(const T *q, const T *k_new, const T *v_new, const ui
 }
 
 // ---------------------------------------------------------------------------------------------------------------
+// Varlen attention.
+//   q:     (N, H, D)   packed query rows;  k, v: (N, KV, D) packed key/value rows of the same segments
+//   meta:  int32 [cu (S+1) | prefix_len (S) | prefix_cap (S) | tile_seg (T) | tile_row0 (T)]
+//          segment s owns rows cu[s]..cu[s+1]; tile t covers rows tile_row0[t].. +VA_ROWS of segment tile_seg[t]
+//   ptrs:  uint64 [prefix_k (S) | prefix_v (S)]: (KV, prefix_cap, D) buffers holding prefix_len positions, or 0
+//   out:   (N, H, D)
+// Key j of segment s is prefix position j (j < P) or packed row cu[s] + j − P; query i sees key j when
+// j < P + len (non-causal) or j ≤ P + i (causal). Block (tile, head): VA_TPR threads per query row, each holding
+// D / VA_TPR dims (interleaved: dim j·VA_TPR + part, so the threads of a row read adjacent shared-memory
+// banks) of q and of the output accumulator; keys are staged VA_KEYS at a time in shared memory (f32).
+#define VA_ROWS 32
+#define VA_TPR 4
+#define VA_KEYS 32
+
+template <typename T, int DPT>
+__device__ void varlen_attn(const T *q, const T *k, const T *v, const int *meta, const uint64_t *ptrs, T *out,
+                            int n_seg, int n_tiles, int heads, int kv_heads, int causal, float scale) {
+    constexpr int D = DPT * VA_TPR;
+    __shared__ float ks[VA_KEYS][D];
+    __shared__ float vs[VA_KEYS][D];
+    const int *cu = meta, *plen = meta + n_seg + 1, *pcap = plen + n_seg, *tseg = pcap + n_seg;
+    const int *trow = tseg + n_tiles;
+    const int tile = blockIdx.x, h = blockIdx.y, kvh = h / (heads / kv_heads);
+    const int s = tseg[tile], row0 = trow[tile];
+    const int start = cu[s], len = cu[s + 1] - cu[s], P = plen[s], cap = pcap[s];
+    const T *pk = reinterpret_cast<const T *>(ptrs[s]);
+    const T *pv = reinterpret_cast<const T *>(ptrs[n_seg + s]);
+    const int r = threadIdx.x / VA_TPR, part = threadIdx.x % VA_TPR;
+    const int qi = row0 + r;
+    const bool valid = qi < len;
+    const int lane = threadIdx.x & 31;
+    const unsigned group_mask = 0xfu << (lane & ~(VA_TPR - 1));
+    float qv[DPT], acc[DPT];
+#pragma unroll
+    for (int j = 0; j < DPT; ++j) {
+        qv[j] = valid ? to_f<T>(q[((size_t)(start + qi) * heads + h) * D + j * VA_TPR + part]) * scale : 0.f;
+        acc[j] = 0.f;
+    }
+    float m = -INFINITY, l = 0.f;
+    const int row_last = min(row0 + VA_ROWS, len) - 1;
+    const int n_keys = causal ? P + row_last + 1 : P + len;  // keys any row of this tile may see
+    const int my_keys = causal ? P + qi + 1 : P + len;        // keys this row sees
+    for (int kb = 0; kb < n_keys; kb += VA_KEYS) {
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < VA_KEYS * D; idx += blockDim.x) {
+            const int t = idx / D, c = idx % D, j = kb + t;
+            float kx = 0.f, vx = 0.f;
+            if (j < n_keys) {
+                size_t off;
+                const T *kbase, *vbase;
+                if (j < P) {
+                    off = ((size_t)kvh * cap + j) * D + c;
+                    kbase = pk;
+                    vbase = pv;
+                } else {
+                    off = ((size_t)(start + j - P) * kv_heads + kvh) * D + c;
+                    kbase = k;
+                    vbase = v;
+                }
+                kx = to_f<T>(kbase[off]);
+                vx = to_f<T>(vbase[off]);
+            }
+            ks[t][c] = kx;
+            vs[t][c] = vx;
+        }
+        __syncthreads();
+        if (!valid) continue;
+        float sc[VA_KEYS];
+        float tmax = -INFINITY;
+#pragma unroll
+        for (int t = 0; t < VA_KEYS; ++t) {
+            float d = 0.f;
+#pragma unroll
+            for (int j = 0; j < DPT; ++j) d += qv[j] * ks[t][j * VA_TPR + part];
+            d += __shfl_xor_sync(group_mask, d, 1);
+            d += __shfl_xor_sync(group_mask, d, 2);
+            sc[t] = kb + t < my_keys ? d : -INFINITY;
+            tmax = fmaxf(tmax, sc[t]);
+        }
+        const float m_new = fmaxf(m, tmax);
+        if (m_new == -INFINITY) continue;  // nothing visible yet (cannot happen for key 0, kept for safety)
+        const float corr = __expf(m - m_new);
+        l *= corr;
+#pragma unroll
+        for (int j = 0; j < DPT; ++j) acc[j] *= corr;
+#pragma unroll
+        for (int t = 0; t < VA_KEYS; ++t) {
+            const float p = __expf(sc[t] - m_new);
+            l += p;
+#pragma unroll
+            for (int j = 0; j < DPT; ++j) acc[j] += p * vs[t][j * VA_TPR + part];
+        }
+        m = m_new;
+    }
+    if (valid) {
+        T *o = out + ((size_t)(start + qi) * heads + h) * D + part;
+#pragma unroll
+        for (int j = 0; j < DPT; ++j) o[j * VA_TPR] = from_f<T>(acc[j] / l);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
 // Entry points, one per dtype (and per head-dim class for decode attention).
 #define RMS(NAME, T)                                                                                              \
     extern "C" __global__ void rmsnorm_hf_##NAME(const T *x, const T *w, T *out, int cols, float eps) {          \
@@ -190,10 +296,18 @@ __device__ void decode_attn(const T *q, const T *k_new, const T *v_new, const ui
                                    int kv_heads, int group, float scale) {                                      \
         decode_attn<T, DL>(q, k_new, v_new, k_ptrs, v_ptrs, caps, lens, out, kv_heads, group, scale);            \
     }
+#define VARLEN(NAME, T, D)                                                                                        \
+    extern "C" __global__ void __launch_bounds__(VA_ROWS * VA_TPR)                                               \
+        varlen_attn_d##D##_##NAME(const T *q, const T *k, const T *v, const int *meta, const uint64_t *ptrs,     \
+                                  T *out, int n_seg, int n_tiles, int heads, int kv_heads, int causal,          \
+                                  float scale) {                                                                \
+        varlen_attn<T, D / VA_TPR>(q, k, v, meta, ptrs, out, n_seg, n_tiles, heads, kv_heads, causal, scale);    \
+    }
 #define ALL(NAME, T)                                                                                              \
     RMS(NAME, T)                                                                                                  \
     SWIGLU(NAME, T)                                                                                               \
-    DECODE(NAME, T, 1) DECODE(NAME, T, 2) DECODE(NAME, T, 4)
+    DECODE(NAME, T, 1) DECODE(NAME, T, 2) DECODE(NAME, T, 4)                                                      \
+    VARLEN(NAME, T, 64) VARLEN(NAME, T, 80) VARLEN(NAME, T, 128)
 
 ALL(f32, float)
 ALL(bf16, __nv_bfloat16)

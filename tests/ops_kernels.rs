@@ -6,7 +6,7 @@
 use std::process::Command;
 
 use candle_core::{Device, Tensor};
-use mobile_r1_eval::ops::{self, check, DecodeKv};
+use mobile_r1_eval::ops::{self, check, DecodeKv, VarlenSeg};
 
 fn cuda_or_cpu() -> Device {
     Device::new_cuda(0).unwrap_or(Device::Cpu)
@@ -88,10 +88,70 @@ fn decode_attention_writes_the_new_position_and_attends_over_it() {
 }
 
 #[test]
+fn varlen_attention_attends_within_segments_after_their_prefix() {
+    let (heads, kv_heads, d) = (4, 2, 3);
+    let group = heads / kv_heads;
+    let val = |i: usize| ((i * 53 % 29) as f32 - 14.0) / 9.0;
+    // Segments: 3 rows after a 2-position prefix (buffer of 4), then 2 rows without prefix.
+    let (lens, plens, cap) = ([3usize, 2], [2usize, 0], 4);
+    let n = 5;
+    let dev = Device::Cpu;
+    let q: Vec<f32> = (0..n * heads * d).map(val).collect();
+    let k: Vec<f32> = (0..n * kv_heads * d).map(|i| val(i + 7)).collect();
+    let v: Vec<f32> = (0..n * kv_heads * d).map(|i| val(i + 11)).collect();
+    let pk: Vec<f32> = (0..kv_heads * cap * d).map(|i| val(i + 19)).collect();
+    let pv: Vec<f32> = (0..kv_heads * cap * d).map(|i| val(i + 23)).collect();
+    let t = |x: &[f32], s: (usize, usize, usize)| Tensor::from_slice(x, s, &dev).unwrap();
+    let (pkt, pvt) = (t(&pk, (kv_heads, cap, d)), t(&pv, (kv_heads, cap, d)));
+    let segs = [
+        VarlenSeg { start: 0, len: 3, prefix: Some((&pkt, &pvt, 2)) },
+        VarlenSeg { start: 3, len: 2, prefix: None },
+    ];
+    for causal in [true, false] {
+        let out = ops::varlen_attention(
+            &t(&q, (n, heads, d)),
+            &t(&k, (n, kv_heads, d)),
+            &t(&v, (n, kv_heads, d)),
+            &segs,
+            causal,
+            0.7,
+        )
+        .unwrap()
+        .to_vec3::<f32>()
+        .unwrap();
+        let row = |x: &[f32], r: usize, h: usize, hs: usize| x[(r * hs + h) * d..][..d].to_vec();
+        let mut start = 0;
+        for (s, (&len, &p)) in lens.iter().zip(&plens).enumerate() {
+            for i in 0..len {
+                for h in 0..heads {
+                    let kvh = h / group;
+                    let (mut keys, mut values) = (vec![], vec![]);
+                    for j in 0..p {
+                        keys.push(pk[(kvh * cap + j) * d..][..d].to_vec());
+                        values.push(pv[(kvh * cap + j) * d..][..d].to_vec());
+                    }
+                    let visible = if causal { i + 1 } else { len };
+                    for j in 0..visible {
+                        keys.push(row(&k, start + j, kvh, kv_heads));
+                        values.push(row(&v, start + j, kvh, kv_heads));
+                    }
+                    let want = naive_attend(&row(&q, start + i, h, heads), &keys, &values, 0.7);
+                    for c in 0..d {
+                        let got = out[start + i][h][c];
+                        assert!((got - want[c]).abs() < 1e-5, "causal={causal} seg {s} row {i} head {h}");
+                    }
+                }
+            }
+            start += len;
+        }
+    }
+}
+
+#[test]
 fn every_kernel_matches_its_reference_on_this_machine() {
     let device = cuda_or_cpu();
     let results = check::run(&device).unwrap();
-    assert_eq!(results.len(), 3 * (3 + 2 + 4));
+    assert_eq!(results.len(), 3 * (3 + 2 + 4 + 3));
     for r in &results {
         assert!(r.passed, "{r:?}");
     }
@@ -113,7 +173,7 @@ fn self_test_command_reports_json() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["passed"], true);
-    assert_eq!(v["results"].as_array().unwrap().len(), 27);
+    assert_eq!(v["results"].as_array().unwrap().len(), 36);
     assert_eq!(v["results"][0]["dtype"], "f32");
     let bad = Command::new(env!("CARGO_BIN_EXE_mobile-r1-eval"))
         .args(["self-test", "--device", "tpu"])

@@ -214,14 +214,33 @@ pub fn parse_device(spec: &str) -> Result<Device, ModelError> {
         ))
     })?;
     #[cfg(feature = "cuda")]
-    if let Device::Cuda(d) = &dev {
-        if !env_flag("MOBILE_R1_EVAL_CUDA_EVENTS") {
-            // SAFETY: every tensor of this program lives on the device's one stream, so the per-tensor CUDA
-            // events that order uses across streams are pure overhead (an event record per op input/output).
-            unsafe { d.disable_event_tracking() };
-        }
+    if let candle_core::DeviceLocation::Cuda { gpu_id } = dev.location() {
+        keep_pool_memory(gpu_id);
     }
     Ok(dev)
+}
+
+/// Let the device's stream-ordered memory pool (every candle allocation) keep freed memory instead of returning
+/// it to the driver at each synchronisation, so the next batch's large activations reuse it (PyTorch's caching
+/// allocator behaves so). Best effort: a failure only costs speed.
+#[cfg(feature = "cuda")]
+fn keep_pool_memory(ordinal: usize) {
+    use candle_core::cuda_backend::cudarc::driver::{result, sys};
+    // SAFETY: the device exists (candle created its context); the attribute takes a u64.
+    let r = unsafe {
+        result::device::get(ordinal as i32).and_then(|dev| {
+            let pool = result::device::get_default_mem_pool(dev)?;
+            let mut threshold = u64::MAX;
+            result::mem_pool::set_attribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                &mut threshold as *mut u64 as *mut std::ffi::c_void,
+            )
+        })
+    };
+    if let Err(e) = r {
+        tracing::warn!("could not raise the CUDA memory pool's release threshold: {e}");
+    }
 }
 
 /// Parse `f32`, `bf16` or `f16`; default bf16 on GPU and f32 on CPU.

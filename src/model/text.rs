@@ -158,7 +158,8 @@ pub struct PackedSeq<'a> {
     pub mask: Tensor,
 }
 
-/// Prefill attention per sequence; pushes each sequence's full K and V (KV, prefix+len, d) to `kv_out`.
+/// Prefill attention per sequence; pushes each sequence's full K and V (KV, prefix+len, d) to `kv_out`. On CUDA
+/// the attention of all sequences is one launch ([`crate::ops::varlen_attention`]).
 pub fn prefill_attend(
     attn: &TextAttention,
     (q, k, v): Qkv,
@@ -167,32 +168,51 @@ pub fn prefill_attend(
     budget: usize,
     kv_out: &mut Vec<(Tensor, Tensor)>,
 ) -> Result<Tensor> {
+    let n = q.dim(0)?;
+    let fused = crate::ops::varlen_supported(&q, attn.head_dim);
     let mut outs = Vec::with_capacity(seqs.len());
+    let mut prefixes = Vec::with_capacity(seqs.len());
     for s in seqs {
         let heads_first = |t: &Tensor| t.narrow(0, s.start, s.len)?.transpose(0, 1)?.contiguous();
         let (mut ks, mut vs) = (heads_first(&k)?, heads_first(&v)?);
-        if let Some(p) = s.prefix {
-            let (pk, pv) = p.kv(layer)?;
-            ks = Tensor::cat(&[&pk, &ks], 1)?;
-            vs = Tensor::cat(&[&pv, &vs], 1)?;
+        let prefix = s.prefix.map(|p| p.kv(layer)).transpose()?;
+        if let Some((pk, pv)) = &prefix {
+            ks = Tensor::cat(&[pk, &ks], 1)?;
+            vs = Tensor::cat(&[pv, &vs], 1)?;
         }
-        let qs = heads_first(&q)?.unsqueeze(0)?;
-        let o = attention(
-            &qs,
-            &ks.unsqueeze(0)?,
-            &vs.unsqueeze(0)?,
-            Some(&s.mask),
-            attn.scale(),
-            budget,
-        )?;
-        outs.push(
-            o.squeeze(0)?
-                .transpose(0, 1)?
-                .reshape((s.len, attn.heads * attn.head_dim))?,
-        );
+        if !fused {
+            let qs = heads_first(&q)?.unsqueeze(0)?;
+            let o = attention(
+                &qs,
+                &ks.unsqueeze(0)?,
+                &vs.unsqueeze(0)?,
+                Some(&s.mask),
+                attn.scale(),
+                budget,
+            )?;
+            outs.push(
+                o.squeeze(0)?
+                    .transpose(0, 1)?
+                    .reshape((s.len, attn.heads * attn.head_dim))?,
+            );
+        }
+        prefixes.push(prefix);
         kv_out.push((ks, vs));
     }
-    Tensor::cat(&outs, 0)
+    if !fused {
+        return Tensor::cat(&outs, 0);
+    }
+    let segs: Vec<crate::ops::VarlenSeg<'_>> = seqs
+        .iter()
+        .zip(&prefixes)
+        .map(|(s, p)| crate::ops::VarlenSeg {
+            start: s.start,
+            len: s.len,
+            prefix: p.as_ref().map(|(pk, pv)| (pk, pv, pk.dim(1).unwrap_or(0))),
+        })
+        .collect();
+    let o = crate::ops::varlen_attention(&q, &k, &v, &segs, true, attn.scale() as f32)?;
+    o.reshape((n, attn.heads * attn.head_dim))
 }
 
 /// Decode attention: row i of the packed q/k/v belongs to `caches[i]`; its K/V are written at the cache's

@@ -48,6 +48,8 @@ pub struct VisionCtx {
     sin: Tensor,
     /// Per image/frame (start, len) row ranges, in permuted order (for full-attention blocks).
     full: Vec<(usize, usize)>,
+    /// Per window (start, len) row ranges in permuted order (the varlen kernel's window segments).
+    win_segs: Vec<(usize, usize)>,
     win_gather: Tensor,
     win_mask: Tensor,
     win_back: Tensor,
@@ -92,7 +94,17 @@ impl VisionAttention {
         let v = qkv.narrow(1, 2, 1)?.squeeze(1)?.contiguous()?;
         let scale = 1.0 / (d as f64).sqrt();
         let dev = x.device();
-        let out = if full {
+        let out = if crate::ops::varlen_supported(&q, d) {
+            let name = if full { "vision.attn_core.full" } else { "vision.attn_core.window" };
+            let ranges = if full { &ctx.full } else { &ctx.win_segs };
+            let segs: Vec<crate::ops::VarlenSeg<'_>> = ranges
+                .iter()
+                .map(|&(start, len)| crate::ops::VarlenSeg { start, len, prefix: None })
+                .collect();
+            section(name, dev, || {
+                crate::ops::varlen_attention(&q, &k, &v, &segs, false, scale as f32)?.reshape((n, dm))
+            })?
+        } else if full {
             section("vision.attn_core.full", dev, || {
             let mut outs = Vec::with_capacity(ctx.full.len());
             for &(s, len) in &ctx.full {
@@ -293,10 +305,16 @@ impl VisionModel {
             .map(|p| (p[0], p[1] - p[0]))
             .collect();
         let pw = pad_windows(&wi.cu_window_seqlens, MASK_MIN);
+        let win_segs = wi
+            .cu_window_seqlens
+            .windows(2)
+            .map(|p| (p[0], p[1] - p[0]))
+            .collect();
         let ctx = VisionCtx {
             cos,
             sin,
             full,
+            win_segs,
             win_gather: Tensor::new(pw.gather.as_slice(), device)?,
             win_mask: Tensor::from_vec(pw.key_mask, (pw.n_windows, 1, pw.width), device)?,
             win_back: Tensor::new(pw.scatter_back.as_slice(), device)?,

@@ -5,7 +5,7 @@
 use candle_core::{DType, Device, Result, Tensor};
 use serde::Serialize;
 
-use super::{reference, DecodeKv};
+use super::{reference, DecodeKv, VarlenSeg};
 
 /// One comparison.
 #[derive(Debug, Clone, Serialize)]
@@ -90,6 +90,9 @@ pub fn run(device: &Device) -> Result<Vec<CheckResult>> {
         for (kv_heads, group, d) in [(2, 8, 128), (2, 7, 64), (4, 7, 128), (1, 2, 32)] {
             out.push(check_decode(device, dtype, kv_heads, group, d)?);
         }
+        for case in VARLEN_CASES {
+            out.push(check_varlen(device, dtype, case)?);
+        }
     }
     Ok(out)
 }
@@ -153,4 +156,77 @@ fn check_decode(
     }
     r.passed = r.max_abs_diff <= r.tolerance;
     Ok(r)
+}
+
+/// A varlen attention case: heads, kv_heads, head_dim, causal, segments as (rows, prefix_len, prefix_cap).
+type VarlenCase = (usize, usize, usize, bool, &'static [(usize, usize, usize)]);
+
+/// The vision tower's windows and images (no prefix), and prefill batches of the 3B and 0.5B text shapes.
+const VARLEN_CASES: [VarlenCase; 3] = [
+    (16, 16, 80, false, &[(64, 0, 0), (64, 0, 0), (50, 0, 0), (300, 0, 0), (7, 0, 0)]),
+    (16, 2, 128, true, &[(5, 0, 0), (100, 20, 24), (37, 64, 64)]),
+    (14, 2, 64, true, &[(70, 33, 40), (1, 0, 0), (33, 5, 5)]),
+];
+
+/// Varlen attention on the device against the composed reference on the CPU (f32 from the same inputs).
+fn check_varlen(device: &Device, dtype: DType, case: VarlenCase) -> Result<CheckResult> {
+    let (heads, kv_heads, d, causal, spec) = case;
+    let n: usize = spec.iter().map(|s| s.0).sum();
+    let seed = (heads * 1000 + d) as u64;
+    let q = input(&[n, heads, d], seed, 2.0, dtype)?;
+    let k = input(&[n, kv_heads, d], seed + 1, 2.0, dtype)?;
+    let v = input(&[n, kv_heads, d], seed + 2, 1.0, dtype)?;
+    let prefixes: Vec<(Tensor, Tensor)> = spec
+        .iter()
+        .enumerate()
+        .map(|(i, &(_, _, cap))| {
+            let s = seed + 10 * i as u64;
+            let shape = [kv_heads, cap.max(1), d];
+            Ok((input(&shape, s + 3, 2.0, dtype)?, input(&shape, s + 4, 1.0, dtype)?))
+        })
+        .collect::<Result<_>>()?;
+    fn segs<'a>(spec: &[(usize, usize, usize)], bufs: &'a [(Tensor, Tensor)]) -> Vec<VarlenSeg<'a>> {
+        let mut start = 0;
+        spec.iter()
+            .zip(bufs)
+            .map(|(&(len, p, _), (k, v))| {
+                let seg = VarlenSeg { start, len, prefix: (p > 0).then_some((k, v, p)) };
+                start += len;
+                seg
+            })
+            .collect()
+    }
+    let on_device: Vec<(Tensor, Tensor)> = prefixes
+        .iter()
+        .map(|(k, v)| Ok((k.to_device(device)?, v.to_device(device)?)))
+        .collect::<Result<_>>()?;
+    let scale = 1.0 / (d as f32).sqrt();
+    let qd = q.to_device(device)?;
+    let got = super::varlen_attention(
+        &qd,
+        &k.to_device(device)?,
+        &v.to_device(device)?,
+        &segs(spec, &on_device),
+        causal,
+        scale,
+    )?;
+    let f32s = |t: &Tensor| t.to_dtype(DType::F32);
+    let cpu: Vec<(Tensor, Tensor)> =
+        prefixes.iter().map(|(k, v)| Ok((f32s(k)?, f32s(v)?))).collect::<Result<_>>()?;
+    let want = reference::varlen_attention(
+        &f32s(&q)?,
+        &f32s(&k)?,
+        &f32s(&v)?,
+        &segs(spec, &cpu),
+        causal,
+        scale,
+    )?;
+    let lens: Vec<String> = spec.iter().map(|s| format!("{}+{}", s.1, s.0)).collect();
+    compare(
+        format!("varlen h{heads}/{kv_heads} d{d}{} [{}]", if causal { " causal" } else { "" }, lens.join(",")),
+        dtype,
+        &got,
+        &want,
+        super::varlen_supported(&qd, d),
+    )
 }

@@ -234,3 +234,122 @@ fn decode_t<T: CudaDType + DeviceRepr>(
     })?;
     Ok(tensor_of(out, &dev, q.shape().clone()))
 }
+
+/// Rows of one varlen tile (VA_ROWS in kernels/fused.cu).
+const VA_ROWS: usize = 32;
+
+/// See [`super::varlen_attention`].
+pub fn varlen_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    segs: &[super::VarlenSeg<'_>],
+    causal: bool,
+    scale: f32,
+) -> Result<Tensor> {
+    match q.dtype() {
+        DType::F32 => varlen_t::<f32>(q, k, v, segs, causal, scale),
+        DType::BF16 => varlen_t::<bf16>(q, k, v, segs, causal, scale),
+        DType::F16 => varlen_t::<f16>(q, k, v, segs, causal, scale),
+        other => bail!("varlen_attention: no kernel for {other:?}"),
+    }
+}
+
+/// The kernel's int32 metadata `[cu | prefix_len | prefix_cap | tile_seg | tile_row0]` and the tile count.
+fn varlen_meta(
+    segs: &[super::VarlenSeg<'_>],
+    caps: &[usize],
+    rows: usize,
+) -> Result<(Vec<i32>, usize)> {
+    let i = |x: usize| i32::try_from(x).map_err(|_| candle_core::Error::Msg(format!("{x} overflows i32")));
+    let mut cu = vec![0i32];
+    let (mut plen, mut pcap, mut tseg, mut trow) = (vec![], vec![], vec![], vec![]);
+    let mut next = 0;
+    for (s, (seg, &cap)) in segs.iter().zip(caps).enumerate() {
+        if seg.start != next {
+            bail!("varlen_attention: segment {s} starts at row {} instead of {next}", seg.start);
+        }
+        next += seg.len;
+        cu.push(i(next)?);
+        plen.push(i(seg.prefix.map_or(0, |p| p.2))?);
+        pcap.push(i(cap)?);
+        for row0 in (0..seg.len).step_by(VA_ROWS) {
+            tseg.push(i(s)?);
+            trow.push(i(row0)?);
+        }
+    }
+    if next != rows {
+        bail!("varlen_attention: the segments cover {next} of {rows} rows");
+    }
+    let tiles = tseg.len();
+    Ok(([cu, plen, pcap, tseg, trow].concat(), tiles))
+}
+
+fn varlen_t<T: CudaDType + DeviceRepr>(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    segs: &[super::VarlenSeg<'_>],
+    causal: bool,
+    scale: f32,
+) -> Result<Tensor> {
+    let dev = cuda_device(q)?;
+    let (n, heads, d) = q.dims3()?;
+    let (nk, kv_heads, dk) = k.dims3()?;
+    if nk != n || dk != d || v.dims() != k.dims() || kv_heads == 0 || heads % kv_heads != 0 {
+        bail!("varlen_attention: q {:?}, k {:?}, v {:?}", q.dims(), k.dims(), v.dims());
+    }
+    // Prefix buffers must be contiguous (kv_heads, cap, d); copies are kept alive until the launch is queued.
+    let mut keep = Vec::new();
+    let (mut ptrs_k, mut ptrs_v, mut caps) = (vec![], vec![], vec![]);
+    for s in segs {
+        let Some((pk, pv, p)) = s.prefix else {
+            ptrs_k.push(0u64);
+            ptrs_v.push(0u64);
+            caps.push(0);
+            continue;
+        };
+        let (pk, pv) = (pk.contiguous()?, pv.contiguous()?);
+        let (kp, (kh, cap, kd)) = buffer_ptr::<T>(&pk, &dev)?;
+        let (vp, vdims) = buffer_ptr::<T>(&pv, &dev)?;
+        if kh != kv_heads || kd != d || vdims != (kh, cap, kd) || p > cap {
+            bail!("varlen_attention: prefix buffer ({kh}, {cap}, {kd}) holding {p} positions");
+        }
+        ptrs_k.push(kp);
+        ptrs_v.push(vp);
+        caps.push(cap);
+        keep.push((pk, pv));
+    }
+    let (meta, tiles) = varlen_meta(segs, &caps, n)?;
+    let out = unsafe { dev.alloc::<T>(q.elem_count())? };
+    if tiles == 0 {
+        return Ok(tensor_of(out, &dev, q.shape().clone()));
+    }
+    let meta = dev.clone_htod(&meta)?;
+    let ptrs = dev.clone_htod(&[ptrs_k, ptrs_v].concat())?;
+    let (q, k, v) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
+    let name = format!("varlen_attn_d{d}_{}", suffix(q.dtype())?);
+    let func = dev.get_or_load_custom_func(&name, MODULE, PTX)?;
+    with_view::<T, _>(&q, |qs| {
+        with_view::<T, _>(&k, |ks| {
+            with_view::<T, _>(&v, |vs| {
+                let cfg = LaunchConfig {
+                    grid_dim: (tiles as u32, heads as u32, 1),
+                    block_dim: ((VA_ROWS * 4) as u32, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                let (n_seg, n_tiles) = (segs.len() as i32, tiles as i32);
+                let (h, kvh, causal) = (heads as i32, kv_heads as i32, causal as i32);
+                let mut b = func.builder();
+                b.arg(&qs).arg(&ks).arg(&vs).arg(&meta).arg(&ptrs).arg(&out);
+                b.arg(&n_seg).arg(&n_tiles).arg(&h).arg(&kvh).arg(&causal).arg(&scale);
+                // SAFETY: the segments tile rows 0..n of q/k/v/out (checked by varlen_meta); every prefix pointer
+                // addresses a contiguous (kv_heads, cap, d) buffer holding at least prefix_len positions.
+                unsafe { b.launch(cfg) }.w()?;
+                Ok(())
+            })
+        })
+    })?;
+    drop(keep);
+    Ok(tensor_of(out, &dev, q.shape().clone()))
+}

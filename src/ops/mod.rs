@@ -81,3 +81,39 @@ pub fn decode_attention(
     }
     reference::decode_attention(q, k_new, v_new, kv, scale)
 }
+
+/// One segment of a packed varlen attention: rows `start..start+len` of q/k/v, optionally continuing a cached
+/// prefix whose K/V buffers are (kv_heads, capacity ≥ prefix_len, head_dim).
+#[derive(Clone, Copy)]
+pub struct VarlenSeg<'a> {
+    /// First packed row.
+    pub start: usize,
+    /// Number of rows.
+    pub len: usize,
+    /// `(K buffer, V buffer, prefix_len)` of a cached prefix the segment's queries also attend to.
+    pub prefix: Option<(&'a Tensor, &'a Tensor, usize)>,
+}
+
+/// Whether [`varlen_attention`] runs the fused kernel for `q` with this head_dim: CUDA, kernels on, head_dim
+/// 64, 80 or 128.
+pub fn varlen_supported(q: &Tensor, head_dim: usize) -> bool {
+    on_kernel_path(q) && matches!(head_dim, 64 | 80 | 128)
+}
+
+/// Attention of packed segments (in order, covering every row): the queries of each segment (rows of `q`, (N, heads, d)) attend to the
+/// segment's keys (its prefix, then its rows of `k`/`v`, (N, kv_heads, d)), causally or not. Returns
+/// (N, heads, d). One launch on CUDA where [`varlen_supported`] holds, else [`reference::varlen_attention`].
+pub fn varlen_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    segs: &[VarlenSeg<'_>],
+    causal: bool,
+    scale: f32,
+) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if varlen_supported(q, q.dim(2)?) {
+        return cuda::varlen_attention(q, k, v, segs, causal, scale);
+    }
+    reference::varlen_attention(q, k, v, segs, causal, scale)
+}

@@ -54,6 +54,44 @@ pub fn decode_attention(
     Tensor::stack(&outs, 0)
 }
 
+/// [`super::varlen_attention`] composed: per segment, the prefix K/V concatenated with its rows, then
+/// [`crate::model::attention::attention`] with a causal mask when asked.
+pub fn varlen_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    segs: &[super::VarlenSeg<'_>],
+    causal: bool,
+    scale: f32,
+) -> Result<Tensor> {
+    use crate::model::attention::{attention, causal_mask, DEFAULT_MAX_SCORE_ELEMS};
+    let mut outs = Vec::with_capacity(segs.len());
+    for s in segs {
+        let heads_first = |t: &Tensor| t.narrow(0, s.start, s.len)?.transpose(0, 1)?.contiguous();
+        let (mut ks, mut vs) = (heads_first(k)?, heads_first(v)?);
+        let p = s.prefix.map_or(0, |(_, _, p)| p);
+        if let Some((pk, pv, p)) = s.prefix {
+            ks = Tensor::cat(&[&pk.narrow(1, 0, p)?, &ks], 1)?;
+            vs = Tensor::cat(&[&pv.narrow(1, 0, p)?, &vs], 1)?;
+        }
+        let mask = if causal {
+            Some(causal_mask(s.len, p, q.device())?.unsqueeze(0)?)
+        } else {
+            None
+        };
+        let o = attention(
+            &heads_first(q)?.unsqueeze(0)?,
+            &ks.unsqueeze(0)?,
+            &vs.unsqueeze(0)?,
+            mask.as_ref(),
+            scale as f64,
+            DEFAULT_MAX_SCORE_ELEMS,
+        )?;
+        outs.push(o.squeeze(0)?.transpose(0, 1)?);
+    }
+    Tensor::cat(&outs, 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
