@@ -5,7 +5,7 @@
 #
 #   BIN=path/to/mobile-r1-eval OUT=gpu-results bash benches/gpu/gpu_checks.sh [full|quick|profile]
 #
-# `quick` stops after step 2; `kernels` runs steps 2, 6, 3 and 4; `profile` runs only step 7.
+# `quick` stops after step 2; `kernels` runs steps 2, 6, 3, 4 and 7's profiled bench; `profile` runs only step 7.
 #
 # 1. correctness: the embedded sample benchmark through the tiny test checkpoint on CPU and on CUDA (f32 at batch
 #    sizes 1, 3 and 8; bf16 at 1 and 8), predictions compared token for token (benches/gpu/compare_runs.py);
@@ -63,6 +63,7 @@ if [ "$MODE" = kernels ]; then  # the kernels, then speed and parity with transf
   stage bench_3b 90 bench3b 128
   stage compare_3b_bf16 150 python3 benches/compare/compare.py --preset 3b --device cuda --dtype bf16 \
     --steps 64 --batch 32 --max-pixels 1003520 --binary "$BIN" --work "$WORK/cmp-3b" --json-out "$LOGS/compare_3b.json"
+  stage bench_3b_profile 90 env MOBILE_R1_EVAL_PROFILE=1 bash -c 'bench3b 64'
   exit 0
 fi
 if [ "$MODE" = profile ]; then

@@ -50,9 +50,10 @@ impl Linear {
 
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = x.matmul(&self.w.t()?)?;
+        use super::profile::section;
+        let y = section("linear.matmul", x.device(), || x.matmul(&self.w.t()?))?;
         match &self.b {
-            Some(b) => y.broadcast_add(b),
+            Some(b) => section("linear.bias_add", x.device(), || y.broadcast_add(b)),
             None => Ok(y),
         }
     }

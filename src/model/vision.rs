@@ -175,7 +175,8 @@ impl VisionMlp {
 
 impl Module for VisionMlp {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let h = crate::ops::swiglu(&self.gate_proj.forward(x)?, &self.up_proj.forward(x)?)?;
+        let (g, u) = (self.gate_proj.forward(x)?, self.up_proj.forward(x)?);
+        let h = section("vision.mlp.swiglu", x.device(), || crate::ops::swiglu(&g, &u))?;
         self.down_proj.forward(&h)
     }
 }
