@@ -39,10 +39,26 @@ fn compile_ptx(name: &str) {
     });
     let cap = std::env::var("CUDA_COMPUTE_CAP").unwrap_or_else(|_| "80".to_string());
     let cap = cap.trim_end_matches(['a', 'f']).replace('.', "");
-    let out = format!("{}/{name}.ptx", std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let out = format!(
+        "{}/{name}.ptx",
+        std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")
+    );
     let status = std::process::Command::new(&nvcc)
-        .args(["--ptx", "-O3", "-std=c++17", &format!("-arch=compute_{cap}"), &src, "-o", &out])
+        .args([
+            "--ptx",
+            "-O3",
+            "-std=c++17",
+            &format!("-arch=compute_{cap}"),
+            &src,
+            "-o",
+            &out,
+        ])
         .status()
-        .unwrap_or_else(|e| panic!("the `cuda` feature needs nvcc to compile {src}: running `{nvcc}`: {e}"));
-    assert!(status.success(), "`{nvcc}` failed to compile {src} (exit {status})");
+        .unwrap_or_else(|e| {
+            panic!("the `cuda` feature needs nvcc to compile {src}: running `{nvcc}`: {e}")
+        });
+    assert!(
+        status.success(),
+        "`{nvcc}` failed to compile {src} (exit {status})"
+    );
 }

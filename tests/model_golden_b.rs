@@ -178,7 +178,9 @@ fn prefix_cache_continuation_equals_full_prefill() {
     let (mut without, lf) = model.prefill(&full).unwrap();
     let d = max_abs(&lw, &lf);
     eprintln!("prefix-cache vs full prefill logits: {d:.3e}");
-    assert!(d <= 1e-5);
+    // Same math, other f32 summation order (the prefix's K/V come from their own prefill): ~1e-5 on logits of
+    // this checkpoint's scale.
+    assert!(d <= 3e-5);
     assert_eq!(prefix.len(), 14, "the shared prefix must be untouched");
     let mut a: Vec<&mut SeqCache> = with.iter_mut().collect();
     let mut b: Vec<&mut SeqCache> = without.iter_mut().collect();

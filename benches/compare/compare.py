@@ -130,8 +130,9 @@ def run_transformers(ckpt, data, lines, batch, max_new, device, dtype):
     torch.set_num_threads(os.cpu_count() or 1)
     proc = AutoProcessor.from_pretrained(ckpt)
     proc.tokenizer.padding_side = "left"
+    placement = {} if device == "cpu" else {"device_map": device}  # device_map needs accelerate
     model = Qwen2_5_VLForConditionalGeneration.from_pretrained(ckpt, dtype=DTYPES[dtype], attn_implementation="sdpa",
-                                                               device_map=device).eval()
+                                                               **placement).eval()
     jobs = [(t, si) for t in lines for si in range(len(t["trajectory"]))]
     texts, images = [], []
     for t, si in jobs:
@@ -209,7 +210,9 @@ def main():
     child = subprocess.run([sys.executable, __file__, "--role", "hf", "--preset", args.preset, "--work", args.work,
                             "--batch", str(args.batch), "--max-new-tokens", str(args.max_new_tokens),
                             "--device", args.device, "--dtype", args.dtype],
-                           check=True, capture_output=True, text=True)
+                           capture_output=True, text=True)
+    if child.returncode != 0:
+        sys.exit(f"transformers run failed:\n{child.stderr[-4000:]}")
     hf = json.loads(child.stdout)
     run_dir = os.path.join(args.work, "run")
     subprocess.run([args.binary, "eval", "--model", ckpt, "--data", data, "--out", run_dir, "--no-judge",

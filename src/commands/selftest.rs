@@ -21,17 +21,28 @@ pub fn run(a: SelfTestArgs) -> Result<()> {
         });
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        println!("{:<36} {:<5} {:<9} {:>12} {:>12}  ok", "case", "dtype", "path", "max |diff|", "tolerance");
+        println!(
+            "{:<36} {:<5} {:<9} {:>12} {:>12}  ok",
+            "case", "dtype", "path", "max |diff|", "tolerance"
+        );
         for r in &results {
             let path = if r.kernel { "kernel" } else { "reference" };
             println!(
                 "{:<36} {:<5} {:<9} {:>12.3e} {:>12.3e}  {}",
-                r.case, r.dtype, path, r.max_abs_diff, r.tolerance, if r.passed { "yes" } else { "NO" }
+                r.case,
+                r.dtype,
+                path,
+                r.max_abs_diff,
+                r.tolerance,
+                if r.passed { "yes" } else { "NO" }
             );
         }
     }
     if failed > 0 {
-        bail!("{failed} of {} kernel checks out of tolerance", results.len());
+        bail!(
+            "{failed} of {} kernel checks out of tolerance",
+            results.len()
+        );
     }
     Ok(())
 }

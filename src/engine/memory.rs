@@ -30,7 +30,8 @@ static DEVICE_PEAK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64:
 pub fn note_device_usage(device: &Device) {
     #[cfg(feature = "cuda")]
     if let Device::Cuda(_) = device {
-        if let Ok((free, total)) = candle_core::cuda_backend::cudarc::driver::result::mem_get_info() {
+        if let Ok((free, total)) = candle_core::cuda_backend::cudarc::driver::result::mem_get_info()
+        {
             let used = total.saturating_sub(free) as u64;
             DEVICE_PEAK.fetch_max(used, std::sync::atomic::Ordering::Relaxed);
         }

@@ -6,7 +6,9 @@ use super::attention::causal_mask;
 use super::attention::MASK_MIN;
 use super::profile::section;
 use super::rope::{mrope_tables, rope_index, RopeTokens};
-use super::text::{decode_attend, decode_attend_fused, decode_attend_padded, prefill_attend, PackedSeq};
+use super::text::{
+    decode_attend, decode_attend_fused, decode_attend_padded, prefill_attend, PackedSeq,
+};
 use super::{DecodeAttention, ModelError, PrefillRequest, Qwen25VL, Result, SeqCache, Trace};
 use crate::preprocess::{ModelInput, PreparedImage};
 

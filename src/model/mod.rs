@@ -230,14 +230,20 @@ impl Qwen25VL {
 }
 
 /// Per-sequence on the CPU, the fused kernel on CUDA when it covers the head shape, else padded.
-fn default_decode_attention(t: &config::TextConfig, device: &Device, dtype: DType) -> DecodeAttention {
+fn default_decode_attention(
+    t: &config::TextConfig,
+    device: &Device,
+    dtype: DType,
+) -> DecodeAttention {
     if device.is_cpu() {
         return DecodeAttention::PerSequence;
     }
     let group = t.num_attention_heads / t.num_key_value_heads.max(1);
     let probe = Tensor::zeros((1, 1), dtype, device);
     match probe {
-        Ok(p) if crate::ops::fused_decode_supported(&p, t.head_dim, group) => DecodeAttention::Fused,
+        Ok(p) if crate::ops::fused_decode_supported(&p, t.head_dim, group) => {
+            DecodeAttention::Fused
+        }
         _ => DecodeAttention::Padded,
     }
 }

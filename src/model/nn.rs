@@ -71,10 +71,7 @@ impl RmsNorm {
     /// Load `weight` (dim).
     pub fn new(dim: usize, eps: f64, vb: VarBuilder) -> Result<Self> {
         let w = weight(&vb, dim, "weight")?;
-        Ok(Self {
-            w,
-            eps: eps as f32,
-        })
+        Ok(Self { w, eps: eps as f32 })
     }
 }
 

@@ -136,7 +136,9 @@ impl DecoderLayer {
                 .qkv(&self.input_layernorm.forward(x)?, cos, sin)
         })?;
         let o = section("text.attend", dev, || attend(&self.self_attn, qkv))?;
-        let x = section("text.o_proj", dev, || x + self.self_attn.o_proj.forward(&o)?)?;
+        let x = section("text.o_proj", dev, || {
+            x + self.self_attn.o_proj.forward(&o)?
+        })?;
         let m = section("text.mlp", dev, || {
             self.mlp
                 .forward(&self.post_attention_layernorm.forward(&x)?)

@@ -95,58 +95,67 @@ impl VisionAttention {
         let scale = 1.0 / (d as f64).sqrt();
         let dev = x.device();
         let out = if crate::ops::varlen_supported(&q, d) {
-            let name = if full { "vision.attn_core.full" } else { "vision.attn_core.window" };
+            let name = if full {
+                "vision.attn_core.full"
+            } else {
+                "vision.attn_core.window"
+            };
             let ranges = if full { &ctx.full } else { &ctx.win_segs };
             let segs: Vec<crate::ops::VarlenSeg<'_>> = ranges
                 .iter()
-                .map(|&(start, len)| crate::ops::VarlenSeg { start, len, prefix: None })
+                .map(|&(start, len)| crate::ops::VarlenSeg {
+                    start,
+                    len,
+                    prefix: None,
+                })
                 .collect();
             section(name, dev, || {
-                crate::ops::varlen_attention(&q, &k, &v, &segs, false, scale as f32)?.reshape((n, dm))
+                crate::ops::varlen_attention(&q, &k, &v, &segs, false, scale as f32)?
+                    .reshape((n, dm))
             })?
         } else if full {
             section("vision.attn_core.full", dev, || {
-            let mut outs = Vec::with_capacity(ctx.full.len());
-            for &(s, len) in &ctx.full {
-                let heads_first = |t: &Tensor| {
-                    t.narrow(0, s, len)?
-                        .transpose(0, 1)?
-                        .contiguous()?
-                        .unsqueeze(0)
-                };
-                let o = attention(
-                    &heads_first(&q)?,
-                    &heads_first(&k)?,
-                    &heads_first(&v)?,
-                    None,
-                    scale,
-                    ctx.budget,
-                )?;
-                outs.push(o.squeeze(0)?.transpose(0, 1)?.reshape((len, dm))?);
-            }
-            Tensor::cat(&outs, 0)
+                let mut outs = Vec::with_capacity(ctx.full.len());
+                for &(s, len) in &ctx.full {
+                    let heads_first = |t: &Tensor| {
+                        t.narrow(0, s, len)?
+                            .transpose(0, 1)?
+                            .contiguous()?
+                            .unsqueeze(0)
+                    };
+                    let o = attention(
+                        &heads_first(&q)?,
+                        &heads_first(&k)?,
+                        &heads_first(&v)?,
+                        None,
+                        scale,
+                        ctx.budget,
+                    )?;
+                    outs.push(o.squeeze(0)?.transpose(0, 1)?.reshape((len, dm))?);
+                }
+                Tensor::cat(&outs, 0)
             })?
         } else {
             section("vision.attn_core.window", dev, || {
-            let (nw, ww) = (ctx.n_windows, ctx.win_width);
-            let windows = |t: &Tensor| {
-                t.reshape((n, dm))?
-                    .index_select(&ctx.win_gather, 0)?
-                    .reshape((nw, ww, h, d))?
-                    .transpose(1, 2)?
-                    .contiguous()
-            };
-            let o = attention(
-                &windows(&q)?,
-                &windows(&k)?,
-                &windows(&v)?,
-                Some(&ctx.win_mask),
-                scale,
-                ctx.budget,
-            )?;
-            o.transpose(1, 2)?
-                .reshape((nw * ww, dm))?
-                .index_select(&ctx.win_back, 0)
+                let (nw, ww) = (ctx.n_windows, ctx.win_width);
+                let windows = |t: &Tensor| {
+                    t.reshape((n, dm))?
+                        .index_select(&ctx.win_gather, 0)?
+                        .reshape((nw, ww, h, d))?
+                        .transpose(1, 2)?
+                        .contiguous()
+                };
+                let o = attention(
+                    &windows(&q)?,
+                    &windows(&k)?,
+                    &windows(&v)?,
+                    Some(&ctx.win_mask),
+                    scale,
+                    ctx.budget,
+                )?;
+                o.transpose(1, 2)?
+                    .reshape((nw * ww, dm))?
+                    .index_select(&ctx.win_back, 0)
             })?
         };
         self.proj.forward(&out)
@@ -176,7 +185,9 @@ impl VisionMlp {
 impl Module for VisionMlp {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let (g, u) = (self.gate_proj.forward(x)?, self.up_proj.forward(x)?);
-        let h = section("vision.mlp.swiglu", x.device(), || crate::ops::swiglu(&g, &u))?;
+        let h = section("vision.mlp.swiglu", x.device(), || {
+            crate::ops::swiglu(&g, &u)
+        })?;
         self.down_proj.forward(&h)
     }
 }
@@ -206,10 +217,18 @@ impl VisionBlock {
     /// `x + attn(norm1(x))`, then `+ mlp(norm2(x))`.
     pub fn forward(&self, x: &Tensor, ctx: &VisionCtx) -> Result<Tensor> {
         let dev = x.device();
-        let name = if self.full { "vision.attn.full" } else { "vision.attn.window" };
-        let a = section(name, dev, || self.attn.forward(&self.norm1.forward(x)?, ctx, self.full))?;
+        let name = if self.full {
+            "vision.attn.full"
+        } else {
+            "vision.attn.window"
+        };
+        let a = section(name, dev, || {
+            self.attn.forward(&self.norm1.forward(x)?, ctx, self.full)
+        })?;
         let x = (x + a)?;
-        let m = section("vision.mlp", dev, || self.mlp.forward(&self.norm2.forward(&x)?))?;
+        let m = section("vision.mlp", dev, || {
+            self.mlp.forward(&self.norm2.forward(&x)?)
+        })?;
         &x + m
     }
 }
@@ -347,7 +366,9 @@ impl VisionModel {
         };
         let perm = Tensor::new(perm.as_slice(), pixels.device())?;
         let rev = Tensor::new(rev.as_slice(), pixels.device())?;
-        let x = section("vision.patch_embed", pixels.device(), || self.patch_embed.forward(pixels))?;
+        let x = section("vision.patch_embed", pixels.device(), || {
+            self.patch_embed.forward(pixels)
+        })?;
         let d = x.dim(1)?;
         let groups = |t: &Tensor, idx: &Tensor| {
             t.reshape((n / unit, unit * d))?
@@ -364,6 +385,8 @@ impl VisionModel {
                 tr.blocks.push(groups(&x, &rev)?);
             }
         }
-        section("vision.merger", pixels.device(), || self.merger.forward(&x)?.index_select(&rev, 0))
+        section("vision.merger", pixels.device(), || {
+            self.merger.forward(&x)?.index_select(&rev, 0)
+        })
     }
 }

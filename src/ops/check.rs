@@ -52,7 +52,13 @@ fn input(shape: &[usize], seed: u64, scale: f32, dtype: DType) -> Result<Tensor>
     Tensor::from_vec(v, shape, &Device::Cpu)?.to_dtype(dtype)
 }
 
-fn compare(case: String, dtype: DType, got: &Tensor, want: &Tensor, kernel: bool) -> Result<CheckResult> {
+fn compare(
+    case: String,
+    dtype: DType,
+    got: &Tensor,
+    want: &Tensor,
+    kernel: bool,
+) -> Result<CheckResult> {
     let got = got.to_device(&Device::Cpu)?.to_dtype(DType::F32)?;
     let want = want.to_device(&Device::Cpu)?.to_dtype(DType::F32)?;
     let max_abs_diff = (&got - &want)?.abs()?.max_all()?.to_scalar::<f32>()?;
@@ -78,7 +84,13 @@ pub fn run(device: &Device) -> Result<Vec<CheckResult>> {
             let w = input(&[cols], 2 + cols as u64, 1.0, dtype)?;
             let want = reference::rms_norm_hf(&x, &w, 1e-6)?;
             let got = super::rms_norm_hf(&x.to_device(device)?, &w.to_device(device)?, 1e-6)?;
-            out.push(compare(format!("rms_norm_hf {rows}x{cols}"), dtype, &got, &want, kernel)?);
+            out.push(compare(
+                format!("rms_norm_hf {rows}x{cols}"),
+                dtype,
+                &got,
+                &want,
+                kernel,
+            )?);
         }
         for n in [11_008usize, 3 * 3420 + 5] {
             let g = input(&[n], 3 + n as u64, 6.0, dtype)?;
@@ -118,15 +130,26 @@ fn check_decode(
         .map(|(i, &l)| {
             let cap = l + 1 + i;
             let s = seed + 10 * i as u64;
-            Ok((input(&[kv_heads, cap, d], s + 3, 2.0, dtype)?, input(&[kv_heads, cap, d], s + 4, 1.0, dtype)?))
+            Ok((
+                input(&[kv_heads, cap, d], s + 3, 2.0, dtype)?,
+                input(&[kv_heads, cap, d], s + 4, 1.0, dtype)?,
+            ))
         })
         .collect::<Result<_>>()?;
     let on_device: Vec<(Tensor, Tensor)> = bufs
         .iter()
-        .map(|(k, v)| Ok((k.to_device(device)?.contiguous()?, v.to_device(device)?.contiguous()?)))
+        .map(|(k, v)| {
+            Ok((
+                k.to_device(device)?.contiguous()?,
+                v.to_device(device)?.contiguous()?,
+            ))
+        })
         .collect::<Result<_>>()?;
     fn kv(bs: &[(Tensor, Tensor)], lens: [usize; 5]) -> Vec<DecodeKv<'_>> {
-        bs.iter().zip(lens).map(|((k, v), len)| DecodeKv { k, v, len }).collect()
+        bs.iter()
+            .zip(lens)
+            .map(|((k, v), len)| DecodeKv { k, v, len })
+            .collect()
     }
     let scale = 1.0 / (d as f32).sqrt();
     let got = super::decode_attention(
@@ -137,9 +160,17 @@ fn check_decode(
         scale,
     )?;
     let f32s = |t: &Tensor| t.to_dtype(DType::F32);
-    let cpu: Vec<(Tensor, Tensor)> =
-        bufs.iter().map(|(k, v)| Ok((f32s(k)?, f32s(v)?))).collect::<Result<_>>()?;
-    let want = reference::decode_attention(&f32s(&q)?, &f32s(&k_new)?, &f32s(&v_new)?, &kv(&cpu, lens), scale)?;
+    let cpu: Vec<(Tensor, Tensor)> = bufs
+        .iter()
+        .map(|(k, v)| Ok((f32s(k)?, f32s(v)?)))
+        .collect::<Result<_>>()?;
+    let want = reference::decode_attention(
+        &f32s(&q)?,
+        &f32s(&k_new)?,
+        &f32s(&v_new)?,
+        &kv(&cpu, lens),
+        scale,
+    )?;
     let mut r = compare(
         format!("decode_attention kv{kv_heads} g{group} d{d}"),
         dtype,
@@ -150,7 +181,10 @@ fn check_decode(
     // The new position must have been written into every buffer.
     for ((k, v), (kc, vc)) in on_device.iter().zip(&cpu) {
         for (a, b) in [(k, kc), (v, vc)] {
-            let diff = (f32s(&a.to_device(&Device::Cpu)?)? - b)?.abs()?.max_all()?.to_scalar::<f32>()?;
+            let diff = (f32s(&a.to_device(&Device::Cpu)?)? - b)?
+                .abs()?
+                .max_all()?
+                .to_scalar::<f32>()?;
             r.max_abs_diff = r.max_abs_diff.max(diff);
         }
     }
@@ -163,7 +197,13 @@ type VarlenCase = (usize, usize, usize, bool, &'static [(usize, usize, usize)]);
 
 /// The vision tower's windows and images (no prefix), and prefill batches of the 3B and 0.5B text shapes.
 const VARLEN_CASES: [VarlenCase; 3] = [
-    (16, 16, 80, false, &[(64, 0, 0), (64, 0, 0), (50, 0, 0), (300, 0, 0), (7, 0, 0)]),
+    (
+        16,
+        16,
+        80,
+        false,
+        &[(64, 0, 0), (64, 0, 0), (50, 0, 0), (300, 0, 0), (7, 0, 0)],
+    ),
     (16, 2, 128, true, &[(5, 0, 0), (100, 20, 24), (37, 64, 64)]),
     (14, 2, 64, true, &[(70, 33, 40), (1, 0, 0), (33, 5, 5)]),
 ];
@@ -182,15 +222,25 @@ fn check_varlen(device: &Device, dtype: DType, case: VarlenCase) -> Result<Check
         .map(|(i, &(_, _, cap))| {
             let s = seed + 10 * i as u64;
             let shape = [kv_heads, cap.max(1), d];
-            Ok((input(&shape, s + 3, 2.0, dtype)?, input(&shape, s + 4, 1.0, dtype)?))
+            Ok((
+                input(&shape, s + 3, 2.0, dtype)?,
+                input(&shape, s + 4, 1.0, dtype)?,
+            ))
         })
         .collect::<Result<_>>()?;
-    fn segs<'a>(spec: &[(usize, usize, usize)], bufs: &'a [(Tensor, Tensor)]) -> Vec<VarlenSeg<'a>> {
+    fn segs<'a>(
+        spec: &[(usize, usize, usize)],
+        bufs: &'a [(Tensor, Tensor)],
+    ) -> Vec<VarlenSeg<'a>> {
         let mut start = 0;
         spec.iter()
             .zip(bufs)
             .map(|(&(len, p, _), (k, v))| {
-                let seg = VarlenSeg { start, len, prefix: (p > 0).then_some((k, v, p)) };
+                let seg = VarlenSeg {
+                    start,
+                    len,
+                    prefix: (p > 0).then_some((k, v, p)),
+                };
                 start += len;
                 seg
             })
@@ -211,8 +261,10 @@ fn check_varlen(device: &Device, dtype: DType, case: VarlenCase) -> Result<Check
         scale,
     )?;
     let f32s = |t: &Tensor| t.to_dtype(DType::F32);
-    let cpu: Vec<(Tensor, Tensor)> =
-        prefixes.iter().map(|(k, v)| Ok((f32s(k)?, f32s(v)?))).collect::<Result<_>>()?;
+    let cpu: Vec<(Tensor, Tensor)> = prefixes
+        .iter()
+        .map(|(k, v)| Ok((f32s(k)?, f32s(v)?)))
+        .collect::<Result<_>>()?;
     let want = reference::varlen_attention(
         &f32s(&q)?,
         &f32s(&k)?,
@@ -223,7 +275,11 @@ fn check_varlen(device: &Device, dtype: DType, case: VarlenCase) -> Result<Check
     )?;
     let lens: Vec<String> = spec.iter().map(|s| format!("{}+{}", s.1, s.0)).collect();
     compare(
-        format!("varlen h{heads}/{kv_heads} d{d}{} [{}]", if causal { " causal" } else { "" }, lens.join(",")),
+        format!(
+            "varlen h{heads}/{kv_heads} d{d}{} [{}]",
+            if causal { " causal" } else { "" },
+            lens.join(",")
+        ),
         dtype,
         &got,
         &want,

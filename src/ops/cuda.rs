@@ -1,11 +1,11 @@
 //! Launchers of the project's CUDA kernels (`kernels/fused.cu`, compiled to PTX by `kernels/build.rs` and loaded
 //! once per device as a custom module).
 
-use candle_core::op::BackpropOp;
 use candle_core::cuda_backend::cudarc::driver::{
     CudaSlice, CudaView, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 use candle_core::cuda_backend::{CudaDType, CudaStorage, WrapErr};
+use candle_core::op::BackpropOp;
 use candle_core::{bail, CudaDevice, DType, Result, Shape, Storage, Tensor};
 use half::{bf16, f16};
 
@@ -42,7 +42,10 @@ fn with_view<T: CudaDType + DeviceRepr, R>(
         bail!("expected a CUDA tensor");
     };
     let Some((start, end)) = layout.contiguous_offsets() else {
-        bail!("fused kernels need contiguous inputs (shape {:?})", layout.shape());
+        bail!(
+            "fused kernels need contiguous inputs (shape {:?})",
+            layout.shape()
+        );
     };
     f(cs.as_cuda_slice::<T>()?.slice(start..end))
 }
@@ -71,11 +74,8 @@ fn rms_norm_t<T: CudaDType + DeviceRepr>(x: &Tensor, w: &Tensor, eps: f32) -> Re
         bail!("rms_norm_hf: weight {:?} for rows of {cols}", w.dims());
     }
     let rows = x.elem_count() / cols.max(1);
-    let func = dev.get_or_load_custom_func(
-        &format!("rmsnorm_hf_{}", suffix(x.dtype())?),
-        MODULE,
-        PTX,
-    )?;
+    let func =
+        dev.get_or_load_custom_func(&format!("rmsnorm_hf_{}", suffix(x.dtype())?), MODULE, PTX)?;
     let out = unsafe { dev.alloc::<T>(x.elem_count())? };
     with_view::<T, _>(&x, |xs| {
         with_view::<T, _>(w, |ws| {
@@ -161,7 +161,10 @@ fn buffer_ptr<T: CudaDType + DeviceRepr>(
     }
     let stream = dev.cuda_stream();
     let (base, _sync) = cs.as_cuda_slice::<T>()?.device_ptr(&stream);
-    Ok((base + (layout.start_offset() * std::mem::size_of::<T>()) as u64, dims))
+    Ok((
+        base + (layout.start_offset() * std::mem::size_of::<T>()) as u64,
+        dims,
+    ))
 }
 
 fn decode_t<T: CudaDType + DeviceRepr>(
@@ -200,7 +203,10 @@ fn decode_t<T: CudaDType + DeviceRepr>(
         let (k, (kh, cap, kd)) = buffer_ptr::<T>(c.k, &dev)?;
         let (v, vdims) = buffer_ptr::<T>(c.v, &dev)?;
         if kh != kv_heads || kd != d || vdims != (kh, cap, kd) || c.len >= cap {
-            bail!("decode_attention: KV buffer ({kh}, {cap}, {kd}) for length {}", c.len);
+            bail!(
+                "decode_attention: KV buffer ({kh}, {cap}, {kd}) for length {}",
+                c.len
+            );
         }
         kp.push(k);
         vp.push(v);
@@ -223,7 +229,13 @@ fn decode_t<T: CudaDType + DeviceRepr>(
                 };
                 let (kvh, group) = (kv_heads as i32, (heads / kv_heads) as i32);
                 let mut bld = func.builder();
-                bld.arg(&qs).arg(&ks).arg(&vs).arg(&kp).arg(&vp).arg(&caps).arg(&lens);
+                bld.arg(&qs)
+                    .arg(&ks)
+                    .arg(&vs)
+                    .arg(&kp)
+                    .arg(&vp)
+                    .arg(&caps)
+                    .arg(&lens);
                 bld.arg(&out).arg(&kvh).arg(&group).arg(&scale);
                 // SAFETY: every pointer addresses a buffer checked above: (kv_heads, cap, d) per sequence with
                 // len < cap; q/out (b, heads, d); k_new/v_new (b, kv_heads, d).
@@ -261,13 +273,18 @@ fn varlen_meta(
     caps: &[usize],
     rows: usize,
 ) -> Result<(Vec<i32>, usize)> {
-    let i = |x: usize| i32::try_from(x).map_err(|_| candle_core::Error::Msg(format!("{x} overflows i32")));
+    let i = |x: usize| {
+        i32::try_from(x).map_err(|_| candle_core::Error::Msg(format!("{x} overflows i32")))
+    };
     let mut cu = vec![0i32];
     let (mut plen, mut pcap, mut tseg, mut trow) = (vec![], vec![], vec![], vec![]);
     let mut next = 0;
     for (s, (seg, &cap)) in segs.iter().zip(caps).enumerate() {
         if seg.start != next {
-            bail!("varlen_attention: segment {s} starts at row {} instead of {next}", seg.start);
+            bail!(
+                "varlen_attention: segment {s} starts at row {} instead of {next}",
+                seg.start
+            );
         }
         next += seg.len;
         cu.push(i(next)?);
@@ -297,7 +314,12 @@ fn varlen_t<T: CudaDType + DeviceRepr>(
     let (n, heads, d) = q.dims3()?;
     let (nk, kv_heads, dk) = k.dims3()?;
     if nk != n || dk != d || v.dims() != k.dims() || kv_heads == 0 || heads % kv_heads != 0 {
-        bail!("varlen_attention: q {:?}, k {:?}, v {:?}", q.dims(), k.dims(), v.dims());
+        bail!(
+            "varlen_attention: q {:?}, k {:?}, v {:?}",
+            q.dims(),
+            k.dims(),
+            v.dims()
+        );
     }
     // Prefix buffers must be contiguous (kv_heads, cap, d); copies are kept alive until the launch is queued.
     let mut keep = Vec::new();
@@ -342,7 +364,12 @@ fn varlen_t<T: CudaDType + DeviceRepr>(
                 let (h, kvh, causal) = (heads as i32, kv_heads as i32, causal as i32);
                 let mut b = func.builder();
                 b.arg(&qs).arg(&ks).arg(&vs).arg(&meta).arg(&ptrs).arg(&out);
-                b.arg(&n_seg).arg(&n_tiles).arg(&h).arg(&kvh).arg(&causal).arg(&scale);
+                b.arg(&n_seg)
+                    .arg(&n_tiles)
+                    .arg(&h)
+                    .arg(&kvh)
+                    .arg(&causal)
+                    .arg(&scale);
                 // SAFETY: the segments tile rows 0..n of q/k/v/out (checked by varlen_meta); every prefix pointer
                 // addresses a contiguous (kv_heads, cap, d) buffer holding at least prefix_len positions.
                 unsafe { b.launch(cfg) }.w()?;

@@ -5,6 +5,7 @@
 //! `MOBILE_R1_EVAL_KERNELS=off` routes every op through its reference, to measure what the kernels bring.
 
 pub mod check;
+mod cpu_attn;
 #[cfg(feature = "cuda")]
 mod cuda;
 pub mod reference;
@@ -94,10 +95,11 @@ pub struct VarlenSeg<'a> {
     pub prefix: Option<(&'a Tensor, &'a Tensor, usize)>,
 }
 
-/// Whether [`varlen_attention`] runs the fused kernel for `q` with this head_dim: CUDA, kernels on, head_dim
-/// 64, 80 or 128.
+/// Whether [`varlen_attention`] runs a fused kernel for `q` with this head_dim (kernels on): CUDA with head_dim
+/// 64, 80 or 128, or the CPU in f32 with head_dim a multiple of 8.
 pub fn varlen_supported(q: &Tensor, head_dim: usize) -> bool {
-    on_kernel_path(q) && matches!(head_dim, 64 | 80 | 128)
+    (on_kernel_path(q) && matches!(head_dim, 64 | 80 | 128))
+        || (kernels_enabled() && cpu_attn::supported(q, head_dim))
 }
 
 /// Attention of packed segments (in order, covering every row): the queries of each segment (rows of `q`, (N, heads, d)) attend to the
@@ -111,8 +113,12 @@ pub fn varlen_attention(
     causal: bool,
     scale: f32,
 ) -> Result<Tensor> {
+    let d = q.dim(2)?;
+    if kernels_enabled() && cpu_attn::supported(q, d) {
+        return cpu_attn::varlen_attention(q, k, v, segs, causal, scale);
+    }
     #[cfg(feature = "cuda")]
-    if varlen_supported(q, q.dim(2)?) {
+    if varlen_supported(q, d) {
         return cuda::varlen_attention(q, k, v, segs, causal, scale);
     }
     reference::varlen_attention(q, k, v, segs, causal, scale)

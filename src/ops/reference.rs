@@ -105,10 +105,14 @@ mod tests {
     fn rms_norm_matches_the_formula() {
         let x = [1.0f32, -2.0, 3.0, 0.5, 0.0, 4.0];
         let w = [1.0f32, 0.5, 2.0];
-        let out = rms_norm_hf(&t(&x, (2, 3)), &Tensor::new(&w, &Device::Cpu).unwrap(), 1e-6)
-            .unwrap()
-            .to_vec2::<f32>()
-            .unwrap();
+        let out = rms_norm_hf(
+            &t(&x, (2, 3)),
+            &Tensor::new(&w, &Device::Cpu).unwrap(),
+            1e-6,
+        )
+        .unwrap()
+        .to_vec2::<f32>()
+        .unwrap();
         for r in 0..2 {
             let row = &x[3 * r..3 * r + 3];
             let inv = 1.0 / (row.iter().map(|v| v * v).sum::<f32>() / 3.0 + 1e-6).sqrt();
@@ -118,15 +122,22 @@ mod tests {
         }
         // bf16: the normalised value is rounded before the weight.
         let xb = t(&x, (2, 3)).to_dtype(DType::BF16).unwrap();
-        let wb = Tensor::new(&w, &Device::Cpu).unwrap().to_dtype(DType::BF16).unwrap();
-        let got = rms_norm_hf(&xb, &wb, 1e-6).unwrap();
-        assert_eq!(got.dtype(), DType::BF16);
-        let want = rms_norm_hf(&t(&x, (2, 3)), &Tensor::ones(3, DType::F32, &Device::Cpu).unwrap(), 1e-6)
+        let wb = Tensor::new(&w, &Device::Cpu)
             .unwrap()
             .to_dtype(DType::BF16)
-            .unwrap()
-            .broadcast_mul(&wb)
             .unwrap();
+        let got = rms_norm_hf(&xb, &wb, 1e-6).unwrap();
+        assert_eq!(got.dtype(), DType::BF16);
+        let want = rms_norm_hf(
+            &t(&x, (2, 3)),
+            &Tensor::ones(3, DType::F32, &Device::Cpu).unwrap(),
+            1e-6,
+        )
+        .unwrap()
+        .to_dtype(DType::BF16)
+        .unwrap()
+        .broadcast_mul(&wb)
+        .unwrap();
         let diff = (got.to_dtype(DType::F32).unwrap() - want.to_dtype(DType::F32).unwrap())
             .unwrap()
             .abs()
@@ -148,7 +159,11 @@ mod tests {
             .unwrap();
         for i in 0..4 {
             let want = g[i] / (1.0 + (-g[i]).exp()) * u[i];
-            assert!((out[0][i] - want).abs() < 1e-6, "{i}: {} vs {want}", out[0][i]);
+            assert!(
+                (out[0][i] - want).abs() < 1e-6,
+                "{i}: {} vs {want}",
+                out[0][i]
+            );
         }
     }
 
@@ -158,7 +173,10 @@ mod tests {
         let q = t(&[1.0, 0.0], (1, 2));
         let k = Tensor::from_slice(&[1.0f32, 0.0, 0.0, 1.0], (1, 2, 2), &Device::Cpu).unwrap();
         let v = Tensor::from_slice(&[10.0f32, 0.0, 0.0, 20.0], (1, 2, 2), &Device::Cpu).unwrap();
-        let o = decode_attention_one(&q, &k, &v, 2.0).unwrap().to_vec2::<f32>().unwrap();
+        let o = decode_attention_one(&q, &k, &v, 2.0)
+            .unwrap()
+            .to_vec2::<f32>()
+            .unwrap();
         let (e0, e1) = (2.0f32.exp(), 1.0f32);
         assert!((o[0][0] - 10.0 * e0 / (e0 + e1)).abs() < 1e-4);
         assert!((o[0][1] - 20.0 * e1 / (e0 + e1)).abs() < 1e-4);
