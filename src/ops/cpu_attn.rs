@@ -227,19 +227,27 @@ mod kernels {
         if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
             // SAFETY: the CPU supports AVX2 and FMA (checked above); every index stays inside the buffers
             // (kpad ≤ lpad, d a multiple of 8).
-            unsafe { avx2::scores(b, kpad, scores) };
-            softmax_rows(b, last, scores);
-            unsafe { avx2::weighted_sum(b, last, scores, out) };
+            unsafe {
+                avx2::scores(b, kpad, scores);
+                softmax_rows(b, last, scores, |s| avx2::exp_sum(s));
+                avx2::weighted_sum(b, last, scores, out);
+            }
             return;
         }
         portable_scores(b, kpad, scores);
-        softmax_rows(b, last, scores);
+        softmax_rows(b, last, scores, exp_sum);
         portable_weighted_sum(b, last, scores, out);
     }
 
     /// Softmax of each row's visible scores in place, the row's remaining scores up to `last` set to 0 and
-    /// the visible ones already divided by their sum.
-    fn softmax_rows(b: &Block<'_>, last: usize, scores: &mut [f32]) {
+    /// the visible ones already divided by their sum. `exp_sum` replaces each `x` by `exp(x − max)` and returns
+    /// the sum.
+    fn softmax_rows(
+        b: &Block<'_>,
+        last: usize,
+        scores: &mut [f32],
+        exp_sum: impl Fn(&mut [f32]) -> f32,
+    ) {
         for (i, &vis) in b.visible.iter().enumerate() {
             let row = &mut scores[i * b.lpad..i * b.lpad + last];
             let (s, rest) = row.split_at_mut(vis);
@@ -247,15 +255,20 @@ mod kernels {
             if vis == 0 {
                 continue;
             }
-            let m = s.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
-            let mut sum = 0f32;
-            for x in s.iter_mut() {
-                *x = (*x - m).exp();
-                sum += *x;
-            }
-            let inv = 1.0 / sum;
+            let inv = 1.0 / exp_sum(s);
             s.iter_mut().for_each(|x| *x *= inv);
         }
+    }
+
+    /// `x ← exp(x − max x)` over `s`, returning the sum (libm's `expf`).
+    fn exp_sum(s: &mut [f32]) -> f32 {
+        let m = s.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+        let mut sum = 0f32;
+        for x in s.iter_mut() {
+            *x = (*x - m).exp();
+            sum += *x;
+        }
+        sum
     }
 
     fn portable_scores(b: &Block<'_>, kpad: usize, scores: &mut [f32]) {
@@ -283,10 +296,87 @@ mod kernels {
         }
     }
 
+    /// The vector `exp_sum`, for the unit test.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA.
+    #[cfg(all(test, target_arch = "x86_64"))]
+    pub unsafe fn avx2_exp_sum_for_test(s: &mut [f32]) -> f32 {
+        avx2::exp_sum(s)
+    }
+
     #[cfg(target_arch = "x86_64")]
     mod avx2 {
         use super::{Block, KEY_BLOCK, ROWS};
         use std::arch::x86_64::*;
+
+        /// `exp` of 8 lanes: range reduction by ln 2 (split in two constants) and a degree-5 polynomial
+        /// (the Cephes `expf` scheme, about 1 ulp), inputs clamped to [-87.3, 88].
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn exp8(x: __m256) -> __m256 {
+            let x = _mm256_min_ps(
+                _mm256_max_ps(x, _mm256_set1_ps(-87.3)),
+                _mm256_set1_ps(88.0),
+            );
+            let n = _mm256_round_ps(
+                _mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E)),
+                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
+            );
+            let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
+            let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
+            let mut p = _mm256_set1_ps(1.987_569_2e-4);
+            for c in [
+                1.398_199_9e-3,
+                8.333_452e-3,
+                4.166_579_6e-2,
+                0.166_666_65,
+                0.5,
+            ] {
+                p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+            }
+            let y = _mm256_fmadd_ps(
+                _mm256_mul_ps(p, r),
+                r,
+                _mm256_add_ps(r, _mm256_set1_ps(1.0)),
+            );
+            let pow2 = _mm256_slli_epi32(
+                _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)),
+                23,
+            );
+            _mm256_mul_ps(y, _mm256_castsi256_ps(pow2))
+        }
+
+        /// [`super::exp_sum`] 8 lanes at a time.
+        #[target_feature(enable = "avx2,fma")]
+        pub unsafe fn exp_sum(s: &mut [f32]) -> f32 {
+            let n8 = s.len() / 8 * 8;
+            let p = s.as_mut_ptr();
+            let mut mv = _mm256_set1_ps(f32::NEG_INFINITY);
+            for i in (0..n8).step_by(8) {
+                mv = _mm256_max_ps(mv, _mm256_loadu_ps(p.add(i)));
+            }
+            let mut lanes = [0f32; 8];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), mv);
+            let m = lanes
+                .iter()
+                .chain(&s[n8..])
+                .cloned()
+                .fold(f32::NEG_INFINITY, f32::max);
+            let (mb, mut acc) = (_mm256_set1_ps(m), _mm256_setzero_ps());
+            for i in (0..n8).step_by(8) {
+                let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(p.add(i)), mb));
+                _mm256_storeu_ps(p.add(i), e);
+                acc = _mm256_add_ps(acc, e);
+            }
+            _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
+            let mut sum: f32 = lanes.iter().sum();
+            for x in &mut s[n8..] {
+                *x = (*x - m).exp();
+                sum += *x;
+            }
+            sum
+        }
 
         /// Scores of all ROWS rows for keys 0..kpad, 16 keys × 4 rows per inner step (8 accumulators).
         #[target_feature(enable = "avx2,fma")]
@@ -344,6 +434,32 @@ mod kernels {
                     _mm256_storeu_ps(op.add(i * b.d + c), *a);
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn vector_exp_matches_libm() {
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            let xs: Vec<f32> = (0..20_003).map(|i| -80.0 + i as f32 * 0.0041).collect();
+            let mut got = xs.clone();
+            // SAFETY: AVX2 and FMA are present (checked above).
+            let sum = unsafe { super::kernels::avx2_exp_sum_for_test(&mut got) };
+            let m = xs.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+            let mut want_sum = 0f64;
+            for (g, x) in got.iter().zip(&xs) {
+                let want = ((*x - m) as f64).exp();
+                want_sum += want;
+                assert!(
+                    ((*g as f64) - want).abs() <= 3e-7 * want + 1e-38,
+                    "exp({}) = {g} vs {want}",
+                    x - m
+                );
+            }
+            assert!(((sum as f64) - want_sum).abs() <= 1e-5 * want_sum);
         }
     }
 }
