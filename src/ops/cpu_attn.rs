@@ -1,6 +1,6 @@
-//! Varlen attention on the CPU in f32, fused: for each (segment, KV head) the segment's keys and values are
-//! gathered once into contiguous rows, then every query row of that head group takes its scores, softmax and
-//! weighted sum in one pass over them, four rows at a time so each key/value row loaded serves four queries.
+//! Varlen attention on the CPU in f32, fused: for each (segment, KV head) the segment's keys are gathered once,
+//! transposed, and its values into contiguous rows; then the query rows of that head group take their scores,
+//! softmax and weighted sum four rows at a time, so each key/value load serves four queries.
 //! No score matrix is materialised, no mask tensor is built, and windows need no padding. Work items run on
 //! rayon; the inner products use AVX2/FMA when the CPU has them (checked at run time).
 
