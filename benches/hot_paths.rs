@@ -1,5 +1,6 @@
 //! Criterion benchmarks of the hot paths: screenshot preprocessing, output parsing + scoring, the vision
-//! encoder, prefill, one decode step at batch 1 and 8, and the engine end to end on the tiny config.
+//! encoder, prefill, one decode step at batch 1 and 8, varlen attention (fused vs composed, the shapes of the 3B
+//! vision tower's windows and full-attention layers), and the engine end to end on the tiny config.
 //!
 //! `cargo bench --bench hot_paths` (release). Models use random weights (`mobile_r1_eval::bench::random`); the
 //! real 3B vision tower case runs only with `MOBILE_R1_BENCH_BIG=1` (it allocates 2.7 GB of f32 weights).
@@ -160,11 +161,44 @@ fn engine_end_to_end(c: &mut Criterion) {
     g.finish();
 }
 
+/// Varlen attention on the CPU: the fused f32 path against the composed candle reference, on one 1080×2400
+/// screenshot at 1,248 patches (16 heads of 80): 20 windows of 64 rows, and the whole image in one segment.
+fn varlen_attention(c: &mut Criterion) {
+    use candle_core::Tensor;
+    use mobile_r1_eval::ops::{reference, varlen_attention, VarlenSeg};
+    let (n, h, d) = (1280, 16, 80);
+    let t = || Tensor::randn(0f32, 1.0, (n, h, d), &Device::Cpu).unwrap();
+    let (q, k, v) = (t(), t(), t());
+    let windows: Vec<VarlenSeg<'_>> = (0..n / 64)
+        .map(|i| VarlenSeg {
+            start: 64 * i,
+            len: 64,
+            prefix: None,
+        })
+        .collect();
+    let full = [VarlenSeg {
+        start: 0,
+        len: n,
+        prefix: None,
+    }];
+    let mut g = c.benchmark_group("varlen_attention_1280x16x80");
+    for (name, segs) in [("windows", &windows[..]), ("full", &full[..])] {
+        g.bench_function(format!("{name}_fused"), |b| {
+            b.iter(|| varlen_attention(&q, &k, &v, segs, false, 0.11).unwrap())
+        });
+        g.bench_function(format!("{name}_reference"), |b| {
+            b.iter(|| reference::varlen_attention(&q, &k, &v, segs, false, 0.11).unwrap())
+        });
+    }
+    g.finish();
+}
+
 criterion_group!(
     benches,
     preprocess,
     parse_and_score,
     model_paths,
+    varlen_attention,
     engine_end_to_end
 );
 criterion_main!(benches);
