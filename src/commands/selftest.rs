@@ -28,7 +28,7 @@ pub fn run(a: SelfTestArgs) -> Result<()> {
         for r in &results {
             let path = if r.kernel { "kernel" } else { "reference" };
             println!(
-                "{:<36} {:<5} {:<9} {:>12.3e} {:>12.3e}  {}",
+                "{:<48} {:<5} {:<9} {:>12.3e} {:>12.3e}  {}",
                 r.case,
                 r.dtype,
                 path,
