@@ -22,7 +22,7 @@ pub fn run(a: SelfTestArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!(
-            "{:<36} {:<5} {:<9} {:>12} {:>12}  ok",
+            "{:<48} {:<5} {:<9} {:>12} {:>12}  ok",
             "case", "dtype", "path", "max |diff|", "tolerance"
         );
         for r in &results {
