@@ -26,7 +26,7 @@ pub fn run(a: SelfTestArgs) -> Result<()> {
             "case", "dtype", "path", "max |diff|", "tolerance"
         );
         for r in &results {
-            let path = if r.kernel { "kernel" } else { "reference" };
+            let path = if r.kernel { "fused" } else { "reference" };
             println!(
                 "{:<48} {:<5} {:<9} {:>12.3e} {:>12.3e}  {}",
                 r.case,

@@ -14,7 +14,7 @@ pub struct CheckResult {
     pub case: String,
     /// Dtype of the inputs.
     pub dtype: String,
-    /// True when the device ran the project's kernel (not the reference).
+    /// True when a fused implementation ran (a CUDA kernel, or the fused CPU attention), not the reference.
     pub kernel: bool,
     /// Largest |device − reference|.
     pub max_abs_diff: f32,
