@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # GPU checks and timings in one run, for a machine with an NVIDIA GPU, CUDA 13 libraries and PyTorch +
-# transformers (no Rust toolchain needed): build the binary elsewhere with the `cuda` feature (README, "Building
-# for a GPU") and point BIN at it.
+# transformers (no Rust toolchain needed): build the binary elsewhere with the `cuda` feature (README, "GPU
+# builds"; .ci/cuda-check.sh has a recipe that needs no CUDA install) and point BIN at it.
 #
-#   BIN=path/to/mobile-r1-eval OUT=gpu-results bash benches/gpu/gpu_checks.sh [full|quick|profile]
+#   BIN=path/to/mobile-r1-eval OUT=gpu-results bash benches/gpu/gpu_checks.sh [full|quick|kernels|profile]
 #
 # `quick` stops after step 2; `kernels` runs steps 2, 6, 3, 4 and 7's profiled bench; `profile` runs only step 7.
 #
@@ -14,8 +14,8 @@
 # 4. benches/compare/compare.py on the GPU, `3b` in bf16 against transformers (steps/s, peak GPU memory);
 # 5. the bench again with MOBILE_R1_EVAL_KERNELS=off (candle's ops only), to measure what the kernels bring;
 # 6. compare.py with `small` in f32 (identical tokens required);
-# 7. (`profile` only) where the time goes: the 3b bench with the per-section profiler
-#    (MOBILE_R1_EVAL_PROFILE=1), and with CUDA event tracking back on (MOBILE_R1_EVAL_CUDA_EVENTS=1).
+# 7. (`profile` only) where the time goes: the 3b bench without the judge, with the kernels off, and with the
+#    per-section profiler (MOBILE_R1_EVAL_PROFILE=1).
 # Every stage has its own time limit and its log in $LOGS; a failed stage does not stop the later ones. After
 # each stage, $OUT/gpu-checks.tgz holds every log and result so far.
 set -uo pipefail
@@ -68,7 +68,7 @@ if [ "$MODE" = kernels ]; then  # the kernels, then speed and parity with transf
 fi
 if [ "$MODE" = profile ]; then
   stage bench_3b_nojudge 90 bench3b 64 --no-judge
-  stage bench_3b_events 90 env MOBILE_R1_EVAL_CUDA_EVENTS=1 bash -c 'bench3b 64 --no-judge'
+  stage bench_3b_kernels_off 90 env MOBILE_R1_EVAL_KERNELS=off bash -c 'bench3b 64 --no-judge'
   stage bench_3b_profile 120 env MOBILE_R1_EVAL_PROFILE=1 bash -c 'bench3b 64'
   exit 0
 fi
