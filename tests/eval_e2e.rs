@@ -222,6 +222,12 @@ fn a_separate_judge_model_answers_the_aggregation_prompts() {
         .unwrap()
         .ends_with("tiny-a"));
     assert!(manifest["finished_at_unix"].as_u64().is_some());
+    assert_eq!(manifest["ops"]["fused"], true);
+    assert_eq!(
+        manifest["ops"]["kernels_sha256"].as_str().map(str::len),
+        Some(64)
+    );
+    assert_eq!(manifest["decode_attention"], "PerSequence");
     // Resuming a finished run redoes nothing and keeps every line.
     ok(&eval(
         &out,

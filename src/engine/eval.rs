@@ -146,6 +146,8 @@ pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
         "rules": cfg.rules,
         "batch_limits": limits,
         "kv_bytes_per_token": model.model.kv_bytes_per_token(),
+        "ops": crate::ops::manifest_entry(),
+        "decode_attention": format!("{:?}", model.model.decode_attention()),
         "versions": {"mobile-r1-eval": env!("CARGO_PKG_VERSION"), "candle": env!("MOBILE_R1_EVAL_CANDLE_VERSION"),
                      "git_revision": env!("MOBILE_R1_EVAL_GIT_REV")},
         "started_at_unix": previous.as_ref().and_then(|p| p.get("started_at_unix").cloned()).unwrap_or(started.into()),

@@ -20,6 +20,22 @@ pub fn kernels_enabled() -> bool {
     })
 }
 
+/// What the run manifest records about the fused ops: whether they are on, whether this build has the CUDA
+/// kernels, and the SHA-256 of `kernels/fused.cu` as compiled into this build.
+pub fn manifest_entry() -> serde_json::Value {
+    use sha2::{Digest, Sha256};
+    let source = include_str!("../../kernels/fused.cu");
+    let sha: String = Sha256::digest(source.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    serde_json::json!({
+        "fused": kernels_enabled(),
+        "cuda_kernels": cfg!(feature = "cuda"),
+        "kernels_sha256": sha,
+    })
+}
+
 /// True when `t` lives on a CUDA device, the kernels are on and its dtype has a kernel.
 fn on_kernel_path(t: &Tensor) -> bool {
     cfg!(feature = "cuda")
