@@ -50,3 +50,57 @@ fn bench_without_random_weights_is_refused() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--random-weights"));
 }
+
+/// `MOBILE_R1_EVAL_PROFILE=1` adds the per-section table; `MOBILE_R1_EVAL_KERNELS=off` (the composed references)
+/// generates the same tokens as the fused path.
+#[test]
+fn profile_sections_and_the_kernel_switch() {
+    let run = |env: &[(&str, &str)], dir: &std::path::Path| -> Value {
+        let o = Command::new(env!("CARGO_BIN_EXE_mobile-r1-eval"))
+            .args([
+                "bench",
+                "--config",
+                "tiny",
+                "--random-weights",
+                "--steps",
+                "4",
+            ])
+            .args([
+                "--max-new-tokens",
+                "5",
+                "--max-pixels",
+                "100352",
+                "--no-judge",
+                "--json",
+            ])
+            .env("RUST_LOG", "warn")
+            .env("TMPDIR", dir)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let plain = run(&[], tmp.path());
+    assert!(plain["profile"].is_null());
+    let profiled = run(&[("MOBILE_R1_EVAL_PROFILE", "1")], tmp.path());
+    let p = profiled["profile"].as_object().expect("a profile table");
+    for section in [
+        "vision.attn_core.window",
+        "vision.attn_core.full",
+        "vision.mlp",
+        "text.attend",
+        "prefill.text_layers",
+        "decode.text_layers",
+        "linear.matmul",
+    ] {
+        assert!(p[section]["calls"].as_u64().unwrap() > 0, "{section}");
+        assert!(p[section]["seconds"].as_f64().unwrap() >= 0.0, "{section}");
+    }
+    let off = run(&[("MOBILE_R1_EVAL_KERNELS", "off")], tmp.path());
+    assert_eq!(
+        off["phases"][0]["decode_tokens"],
+        plain["phases"][0]["decode_tokens"]
+    );
+}

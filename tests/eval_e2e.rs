@@ -241,3 +241,35 @@ fn a_separate_judge_model_answers_the_aggregation_prompts() {
     ));
     assert_eq!(lines(&out.join("judgements.jsonl")).len(), verdicts.len());
 }
+
+/// The fused ops (CPU varlen attention) give the composed references' greedy outputs.
+#[test]
+fn fused_ops_and_their_references_give_the_same_predictions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |name: &str, kernels: &str| {
+        let out = tmp.path().join(name);
+        let o = Command::new(env!("CARGO_BIN_EXE_mobile-r1-eval"))
+            .args(["eval", "--model"])
+            .arg(model_dir())
+            .arg("--out")
+            .arg(&out)
+            .args([
+                "--max-pixels",
+                MAX_PIXELS,
+                "--max-new-tokens",
+                MAX_NEW,
+                "--no-judge",
+            ])
+            .env("RUST_LOG", "warn")
+            .env("MOBILE_R1_EVAL_KERNELS", kernels)
+            .output()
+            .unwrap();
+        ok(&o);
+        let manifest = json_file(&out.join("manifest.json"));
+        assert_eq!(manifest["ops"]["fused"], kernels == "on");
+        responses(&out)
+    };
+    let fused = run("fused", "on");
+    assert_eq!(fused.len(), 30);
+    assert_eq!(fused, run("reference", "off"));
+}
