@@ -140,7 +140,7 @@ fn varlen_attention_attends_within_segments_after_their_prefix() {
         let mut start = 0;
         for (s, (&len, &p)) in lens.iter().zip(&plens).enumerate() {
             for i in 0..len {
-                for h in 0..heads {
+                for (h, got_row) in out[start + i].iter().enumerate() {
                     let kvh = h / group;
                     let (mut keys, mut values) = (vec![], vec![]);
                     for j in 0..p {
@@ -153,8 +153,7 @@ fn varlen_attention_attends_within_segments_after_their_prefix() {
                         values.push(row(&v, start + j, kvh, kv_heads));
                     }
                     let want = naive_attend(&row(&q, start + i, h, heads), &keys, &values, 0.7);
-                    for c in 0..d {
-                        let got = out[start + i][h][c];
+                    for (c, got) in got_row.iter().enumerate() {
                         assert!(
                             (got - want[c]).abs() < 1e-5,
                             "causal={causal} seg {s} row {i} head {h}"

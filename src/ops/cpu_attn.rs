@@ -16,7 +16,7 @@ const KEY_BLOCK: usize = 16;
 
 /// Whether the fused CPU path covers `q`: CPU, f32, head_dim a multiple of 8.
 pub fn supported(q: &Tensor, head_dim: usize) -> bool {
-    q.device().is_cpu() && q.dtype() == DType::F32 && head_dim % 8 == 0 && head_dim > 0
+    q.device().is_cpu() && q.dtype() == DType::F32 && head_dim.is_multiple_of(8) && head_dim > 0
 }
 
 /// Run `f` on the f32 data of a contiguous CPU tensor.
@@ -29,6 +29,9 @@ fn with_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<R>) -> Result<R> {
     let data = cs.as_slice::<f32>()?;
     f(&data[layout.start_offset()..layout.start_offset() + t.elem_count()])
 }
+
+/// A cached prefix copied out of its buffers: K and V (kv_heads, cap, d) data, cap, valid positions.
+type Prefix = (Vec<f32>, Vec<f32>, usize, usize);
 
 /// Shapes of one call.
 #[derive(Clone, Copy)]
@@ -50,7 +53,7 @@ pub fn varlen_attention(
     let (n, heads, d) = q.dims3()?;
     let (_, kv_heads, _) = k.dims3()?;
     let dims = Dims { heads, kv_heads, d };
-    let prefixes: Vec<Option<(Vec<f32>, Vec<f32>, usize, usize)>> = segs
+    let prefixes: Vec<Option<Prefix>> = segs
         .iter()
         .map(|s| {
             s.prefix
@@ -94,7 +97,7 @@ fn gather(
     ks: &[f32],
     vs: &[f32],
     seg: &VarlenSeg<'_>,
-    prefix: Option<&(Vec<f32>, Vec<f32>, usize, usize)>,
+    prefix: Option<&Prefix>,
     kh: usize,
     dims: Dims,
 ) -> (Vec<f32>, Vec<f32>) {
