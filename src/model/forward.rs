@@ -109,9 +109,13 @@ impl Qwen25VL {
         })?;
         let mut seqs = Vec::with_capacity(plans.len());
         let mut start = 0;
+        // The fused varlen attention masks causally by itself; only the composed path needs mask tensors.
+        let fused = crate::ops::varlen_supported(&self.device, self.dtype, self.cfg.text.head_dim);
         for p in &plans {
             let off = p.prefix.map_or(0, SeqCache::len);
-            let mask = causal_mask(p.new_ids.len(), off, &self.device)?.unsqueeze(0)?;
+            let mask = (!fused)
+                .then(|| causal_mask(p.new_ids.len(), off, &self.device)?.unsqueeze(0))
+                .transpose()?;
             seqs.push(PackedSeq {
                 start,
                 len: p.new_ids.len(),

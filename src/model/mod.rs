@@ -235,15 +235,12 @@ fn default_decode_attention(
     device: &Device,
     dtype: DType,
 ) -> DecodeAttention {
-    if device.is_cpu() {
-        return DecodeAttention::PerSequence;
-    }
     let group = t.num_attention_heads / t.num_key_value_heads.max(1);
-    let probe = Tensor::zeros((1, 1), dtype, device);
-    match probe {
-        Ok(p) if crate::ops::fused_decode_supported(&p, t.head_dim, group) => {
-            DecodeAttention::Fused
-        }
-        _ => DecodeAttention::Padded,
+    if device.is_cpu() {
+        DecodeAttention::PerSequence
+    } else if crate::ops::fused_decode_supported(device, dtype, t.head_dim, group) {
+        DecodeAttention::Fused
+    } else {
+        DecodeAttention::Padded
     }
 }

@@ -10,14 +10,10 @@ use candle_core::Device;
 
 static TABLE: Mutex<BTreeMap<&'static str, (u64, f64)>> = Mutex::new(BTreeMap::new());
 
-/// True when `MOBILE_R1_EVAL_PROFILE` is set to anything but `0`/`off`.
+/// True when `MOBILE_R1_EVAL_PROFILE` is set to a true value (`1`, `true`, `yes`, `on`).
 pub fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        std::env::var("MOBILE_R1_EVAL_PROFILE")
-            .map(|v| !matches!(v.as_str(), "" | "0" | "off"))
-            .unwrap_or(false)
-    })
+    *ON.get_or_init(|| super::files::env_flag("MOBILE_R1_EVAL_PROFILE"))
 }
 
 /// Run `f`, adding its (device-synchronised) time to section `name` when profiling is on.

@@ -156,8 +156,9 @@ pub struct PackedSeq<'a> {
     pub len: usize,
     /// Cached prefix this sequence continues, if any.
     pub prefix: Option<&'a SeqCache>,
-    /// Additive causal mask (1, len, prefix_len + len), f32.
-    pub mask: Tensor,
+    /// Additive causal mask (1, len, prefix_len + len), f32; only for the composed attention (`None` where
+    /// [`crate::ops::varlen_supported`] holds).
+    pub mask: Option<Tensor>,
 }
 
 /// Prefill attention per sequence; pushes each sequence's full K and V (KV, prefix+len, d) to `kv_out`. On CUDA
@@ -171,7 +172,7 @@ pub fn prefill_attend(
     kv_out: &mut Vec<(Tensor, Tensor)>,
 ) -> Result<Tensor> {
     let n = q.dim(0)?;
-    let fused = crate::ops::varlen_supported(&q, attn.head_dim);
+    let fused = crate::ops::varlen_supported(q.device(), q.dtype(), attn.head_dim);
     let mut outs = Vec::with_capacity(seqs.len());
     let mut prefixes = Vec::with_capacity(seqs.len());
     for s in seqs {
@@ -188,7 +189,11 @@ pub fn prefill_attend(
                 &qs,
                 &ks.unsqueeze(0)?,
                 &vs.unsqueeze(0)?,
-                Some(&s.mask),
+                Some(s.mask.as_ref().ok_or_else(|| {
+                    candle_core::Error::Msg(
+                        "composed prefill attention without its causal mask".into(),
+                    )
+                })?),
                 attn.scale(),
                 budget,
             )?;

@@ -94,7 +94,7 @@ impl VisionAttention {
         let v = qkv.narrow(1, 2, 1)?.squeeze(1)?.contiguous()?;
         let scale = 1.0 / (d as f64).sqrt();
         let dev = x.device();
-        let out = if crate::ops::varlen_supported(&q, d) {
+        let out = if crate::ops::varlen_supported(dev, q.dtype(), d) {
             let name = if full {
                 "vision.attn_core.full"
             } else {

@@ -176,7 +176,7 @@ fn check_decode(
         dtype,
         &got,
         &want,
-        super::fused_decode_supported(&q.to_device(device)?, d, group),
+        super::fused_decode_supported(device, dtype, d, group),
     )?;
     // The new position must have been written into every buffer.
     for ((k, v), (kc, vc)) in on_device.iter().zip(&cpu) {
@@ -283,6 +283,6 @@ fn check_varlen(device: &Device, dtype: DType, case: VarlenCase) -> Result<Check
         dtype,
         &got,
         &want,
-        super::varlen_supported(&qd, d),
+        super::varlen_supported(device, dtype, d),
     )
 }

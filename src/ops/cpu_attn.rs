@@ -14,9 +14,9 @@ const ROWS: usize = 4;
 /// Keys scored together (two AVX registers); the transposed keys are padded to a multiple of it.
 const KEY_BLOCK: usize = 16;
 
-/// Whether the fused CPU path covers `q`: CPU, f32, head_dim a multiple of 8.
-pub fn supported(q: &Tensor, head_dim: usize) -> bool {
-    q.device().is_cpu() && q.dtype() == DType::F32 && head_dim.is_multiple_of(8) && head_dim > 0
+/// Whether the fused CPU path covers tensors of `dtype` on `device`: CPU, f32, head_dim a multiple of 8.
+pub fn supported(device: &candle_core::Device, dtype: DType, head_dim: usize) -> bool {
+    device.is_cpu() && dtype == DType::F32 && head_dim.is_multiple_of(8) && head_dim > 0
 }
 
 /// Run `f` on the f32 data of a contiguous CPU tensor.

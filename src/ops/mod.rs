@@ -10,7 +10,7 @@ mod cpu_attn;
 mod cuda;
 pub mod reference;
 
-use candle_core::{DType, Result, Tensor};
+use candle_core::{DType, Device, Result, Tensor};
 
 /// True unless `MOBILE_R1_EVAL_KERNELS=off`.
 pub fn kernels_enabled() -> bool {
@@ -36,11 +36,11 @@ pub fn manifest_entry() -> serde_json::Value {
     })
 }
 
-/// True when `t` lives on a CUDA device, the kernels are on and its dtype has a kernel.
-fn on_kernel_path(t: &Tensor) -> bool {
+/// True when `device` is a CUDA device, the kernels are on and `dtype` has a kernel.
+fn on_kernel_path(device: &Device, dtype: DType) -> bool {
     cfg!(feature = "cuda")
-        && t.device().is_cuda()
-        && matches!(t.dtype(), DType::F32 | DType::BF16 | DType::F16)
+        && device.is_cuda()
+        && matches!(dtype, DType::F32 | DType::BF16 | DType::F16)
         && kernels_enabled()
 }
 
@@ -48,7 +48,7 @@ fn on_kernel_path(t: &Tensor) -> bool {
 /// dtype, multiply by `w` (same dtype as `x`).
 pub fn rms_norm_hf(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
-    if on_kernel_path(x) && w.dtype() == x.dtype() {
+    if on_kernel_path(x.device(), x.dtype()) && w.dtype() == x.dtype() {
         return cuda::rms_norm_hf(x, w, eps);
     }
     reference::rms_norm_hf(x, w, eps)
@@ -57,7 +57,7 @@ pub fn rms_norm_hf(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
 /// `silu(g) · u` with transformers' roundings (the SwiGLU of the MLPs).
 pub fn swiglu(g: &Tensor, u: &Tensor) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
-    if on_kernel_path(g) && u.dtype() == g.dtype() && u.dims() == g.dims() {
+    if on_kernel_path(g.device(), g.dtype()) && u.dtype() == g.dtype() && u.dims() == g.dims() {
         return cuda::swiglu(g, u);
     }
     reference::swiglu(g, u)
@@ -77,8 +77,13 @@ pub struct DecodeKv<'a> {
 
 /// Whether [`decode_attention`] has a fused kernel for these shapes on this device (else the caller keeps its
 /// composed path): CUDA, kernels on, head_dim 32, 64 or 128, at most 8 query heads per KV head.
-pub fn fused_decode_supported(q: &Tensor, head_dim: usize, group: usize) -> bool {
-    on_kernel_path(q) && matches!(head_dim, 32 | 64 | 128) && (1..=8).contains(&group)
+pub fn fused_decode_supported(
+    device: &Device,
+    dtype: DType,
+    head_dim: usize,
+    group: usize,
+) -> bool {
+    on_kernel_path(device, dtype) && matches!(head_dim, 32 | 64 | 128) && (1..=8).contains(&group)
 }
 
 /// One decode step of attention for B sequences with separate KV buffers, in one launch: writes each
@@ -93,7 +98,12 @@ pub fn decode_attention(
     scale: f32,
 ) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
-    if fused_decode_supported(q, q.dim(2)?, q.dim(1)? / k_new.dim(1)?.max(1)) {
+    if fused_decode_supported(
+        q.device(),
+        q.dtype(),
+        q.dim(2)?,
+        q.dim(1)? / k_new.dim(1)?.max(1),
+    ) {
         return cuda::decode_attention(q, k_new, v_new, kv, scale);
     }
     reference::decode_attention(q, k_new, v_new, kv, scale)
@@ -111,11 +121,11 @@ pub struct VarlenSeg<'a> {
     pub prefix: Option<(&'a Tensor, &'a Tensor, usize)>,
 }
 
-/// Whether [`varlen_attention`] runs a fused kernel for `q` with this head_dim (kernels on): CUDA with head_dim
-/// 64, 80 or 128, or the CPU in f32 with head_dim a multiple of 8.
-pub fn varlen_supported(q: &Tensor, head_dim: usize) -> bool {
-    (on_kernel_path(q) && matches!(head_dim, 64 | 80 | 128))
-        || (kernels_enabled() && cpu_attn::supported(q, head_dim))
+/// Whether [`varlen_attention`] runs a fused implementation for tensors of `dtype` on `device` with this
+/// head_dim (kernels on): CUDA with head_dim 64, 80 or 128, or the CPU in f32 with head_dim a multiple of 8.
+pub fn varlen_supported(device: &Device, dtype: DType, head_dim: usize) -> bool {
+    (on_kernel_path(device, dtype) && matches!(head_dim, 64 | 80 | 128))
+        || (kernels_enabled() && cpu_attn::supported(device, dtype, head_dim))
 }
 
 /// Attention of packed segments (in order, covering every row): the queries of each segment (rows of `q`, (N, heads, d)) attend to the
@@ -129,13 +139,12 @@ pub fn varlen_attention(
     causal: bool,
     scale: f32,
 ) -> Result<Tensor> {
-    let d = q.dim(2)?;
-    if kernels_enabled() && cpu_attn::supported(q, d) {
+    if varlen_supported(q.device(), q.dtype(), q.dim(2)?) {
+        #[cfg(feature = "cuda")]
+        if q.device().is_cuda() {
+            return cuda::varlen_attention(q, k, v, segs, causal, scale);
+        }
         return cpu_attn::varlen_attention(q, k, v, segs, causal, scale);
-    }
-    #[cfg(feature = "cuda")]
-    if varlen_supported(q, d) {
-        return cuda::varlen_attention(q, k, v, segs, causal, scale);
     }
     reference::varlen_attention(q, k, v, segs, causal, scale)
 }
