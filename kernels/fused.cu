@@ -5,6 +5,10 @@
 //                   the activation dtype, then multiplied by the weight (rounded again). One block per row.
 // * swiglu_*        silu(gate)·up with transformers' roundings: silu in f32 rounded to the dtype, the product
 //                   rounded again. Elementwise.
+// * bias_*          The biases of the Linear layers folded into one pass: bias_add (y + b), bias_swiglu
+//                   (silu(g + bg)·(u + bu), the vision MLP) and bias_residual (r + (y + b), a projection closing a
+//                   residual branch), each op rounded to the dtype as transformers does. Rows × columns grid, no
+//                   division per element.
 // * decode_attn_*   One decode step of attention for a batch of sequences whose KV caches are separate buffers
 //                   (kv_heads, capacity, head_dim): writes each sequence's new K/V at its position `len`, then
 //                   attends its query heads over positions 0..=len (GQA), softmax in f32 with an online max.
@@ -77,6 +81,35 @@ __device__ void swiglu(const T *g, const T *u, T *out, size_t n) {
         float s = round_to<T>(gv / (1.f + expf(-gv)));
         out[i] = from_f<T>(s * to_f<T>(u[i]));
     }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Bias epilogues. y, g, u, r, out: (rows, cols) contiguous; b, bg, bu: (cols). Grid: x over column blocks, y over
+// rows (grid-stride in both).
+#define ROWS_COLS_LOOP(BODY)                                                                                      \
+    for (int row = blockIdx.y; row < rows; row += gridDim.y) {                                                    \
+        const size_t base = (size_t)row * cols;                                                                   \
+        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x) {              \
+            const size_t i = base + c;                                                                            \
+            BODY                                                                                                  \
+        }                                                                                                         \
+    }
+
+template <typename T> __device__ void bias_add(const T *y, const T *b, T *out, int rows, int cols) {
+    ROWS_COLS_LOOP(out[i] = from_f<T>(to_f<T>(y[i]) + to_f<T>(b[c]));)
+}
+
+template <typename T>
+__device__ void bias_swiglu(const T *g, const T *u, const T *bg, const T *bu, T *out, int rows, int cols) {
+    ROWS_COLS_LOOP(const float gv = round_to<T>(to_f<T>(g[i]) + to_f<T>(bg[c]));
+                   const float uv = round_to<T>(to_f<T>(u[i]) + to_f<T>(bu[c]));
+                   const float sv = round_to<T>(gv / (1.f + expf(-gv))); out[i] = from_f<T>(sv * uv);)
+}
+
+template <typename T>
+__device__ void bias_residual(const T *y, const T *b, const T *r, T *out, int rows, int cols) {
+    ROWS_COLS_LOOP(const float yv = round_to<T>(to_f<T>(y[i]) + to_f<T>(b[c]));
+                   out[i] = from_f<T>(to_f<T>(r[i]) + yv);)
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -282,6 +315,198 @@ __device__ void varlen_attn(const T *q, const T *k, const T *v, const int *meta,
 }
 
 // ---------------------------------------------------------------------------------------------------------------
+// Varlen attention on tensor cores (bf16/f16 only): the same inputs, outputs and masking rules as varlen_attn, in
+// the FlashAttention-2 shape. Block = 4 warps = VM_ROWS query rows of one (tile, head); warp w owns rows
+// 16w..16w+15 of the tile. Q·Kᵀ and P·V are mma.sync.m16n8k16 with f32 accumulation (PTX ISA fragment layouts:
+// lane = 4·group + quad; an A fragment holds rows group and group+8, columns 2·quad(+1) and 2·quad+8(+1); a B
+// fragment holds column group, rows 2·quad(+1) and 2·quad+8(+1); a C fragment holds rows group and group+8,
+// columns 2·quad and 2·quad+1). Scores are scaled and masked in f32, the online softmax runs on the C fragments
+// (a row's four owners are one quad, reduced with two shuffles), and the probabilities are rounded to T and fed
+// back as the A fragments of P·V. K and V tiles of VM_KEYS keys are staged in shared memory; Q stays in registers.
+#define VM_ROWS 64
+#define VM_KEYS 64
+#define VM_PAD 8
+
+template <typename T> __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                               uint32_t b1);
+template <>
+__device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                        uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma16816<__half>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats rounded to T, packed low-first into one register (the element order of the fragments).
+template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <> __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+template <> __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+template <typename T, int D>
+__device__ void varlen_mma(const T *q, const T *k, const T *v, const int *meta, const uint64_t *ptrs, T *out,
+                           int n_seg, int n_tiles, int heads, int kv_heads, int causal, float scale) {
+    constexpr int LD = D + VM_PAD;  // shared row stride (elements): spreads a fragment's rows over all banks
+    constexpr int KSTEPS = D / 16;  // k-steps of Q·Kᵀ
+    constexpr int NT = D / 8;       // n-tiles of the output
+    constexpr int ST = VM_KEYS / 8; // n-tiles of a score tile
+    __shared__ __align__(16) T ks[VM_KEYS * LD];
+    __shared__ __align__(16) T vs[VM_KEYS * LD];
+    const uint16_t *vs16 = reinterpret_cast<const uint16_t *>(vs);
+    const int *cu = meta, *plen = meta + n_seg + 1, *pcap = plen + n_seg, *tseg = pcap + n_seg;
+    const int *trow = tseg + n_tiles;
+    const int tile = blockIdx.x, h = blockIdx.y, kvh = h / (heads / kv_heads);
+    const int s = tseg[tile], row0 = trow[tile];
+    const int start = cu[s], len = cu[s + 1] - cu[s], P = plen[s], cap = pcap[s];
+    const T *pk = reinterpret_cast<const T *>(ptrs[s]);
+    const T *pv = reinterpret_cast<const T *>(ptrs[n_seg + s]);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, grp = lane >> 2, quad = lane & 3;
+    const int r_lo = row0 + warp * 16 + grp, r_hi = r_lo + 8;  // this thread's two query rows
+    auto q_word = [&](int r, int c) -> uint32_t {
+        if (r >= len) return 0u;
+        return *reinterpret_cast<const uint32_t *>(q + ((size_t)(start + r) * heads + h) * D + c);
+    };
+    uint32_t qa[KSTEPS][4];
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; ++kk) {
+        const int c = kk * 16 + 2 * quad;
+        qa[kk][0] = q_word(r_lo, c);
+        qa[kk][1] = q_word(r_hi, c);
+        qa[kk][2] = q_word(r_lo, c + 8);
+        qa[kk][3] = q_word(r_hi, c + 8);
+    }
+    float o[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+    const int row_last = min(row0 + VM_ROWS, len) - 1;
+    const int n_keys = causal ? P + row_last + 1 : P + len;  // keys any row of this tile may see
+    // Keys each of this thread's rows sees (rows past the segment end behave like its last row; never written).
+    const int lim[2] = {causal ? P + min(r_lo, len - 1) + 1 : P + len, causal ? P + min(r_hi, len - 1) + 1 : P + len};
+    for (int kb = 0; kb < n_keys; kb += VM_KEYS) {
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < VM_KEYS * (D / 2); idx += blockDim.x) {
+            const int t = idx / (D / 2), c = (idx % (D / 2)) * 2, j = kb + t;
+            uint32_t kx = 0u, vx = 0u;
+            if (j < n_keys) {
+                size_t off;
+                const T *kbase, *vbase;
+                if (j < P) {
+                    off = ((size_t)kvh * cap + j) * D + c;
+                    kbase = pk;
+                    vbase = pv;
+                } else {
+                    off = ((size_t)(start + j - P) * kv_heads + kvh) * D + c;
+                    kbase = k;
+                    vbase = v;
+                }
+                kx = *reinterpret_cast<const uint32_t *>(kbase + off);
+                vx = *reinterpret_cast<const uint32_t *>(vbase + off);
+            }
+            *reinterpret_cast<uint32_t *>(&ks[t * LD + c]) = kx;
+            *reinterpret_cast<uint32_t *>(&vs[t * LD + c]) = vx;
+        }
+        __syncthreads();
+        // S = Q·Kᵀ for the warp's 16 rows and the tile's keys; B(k = dim, n = key) = K[key][dim].
+        float sc[ST][4];
+#pragma unroll
+        for (int nt = 0; nt < ST; ++nt) {
+            sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.f;
+            const T *krow = ks + (nt * 8 + grp) * LD + 2 * quad;
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS; ++kk) {
+                const uint32_t b0 = *reinterpret_cast<const uint32_t *>(krow + kk * 16);
+                const uint32_t b1 = *reinterpret_cast<const uint32_t *>(krow + kk * 16 + 8);
+                mma16816<T>(sc[nt], qa[kk], b0, b1);
+            }
+        }
+        // Scale and mask in f32; the rows' maxima over the quad.
+        float tmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int nt = 0; nt < ST; ++nt) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int key = kb + nt * 8 + 2 * quad + (i & 1);
+                const float x = key < lim[i >> 1] ? sc[nt][i] * scale : -INFINITY;
+                sc[nt][i] = x;
+                tmax[i >> 1] = fmaxf(tmax[i >> 1], x);
+            }
+        }
+        float corr[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffff, tmax[r], 1));
+            tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffff, tmax[r], 2));
+            const float m_new = fmaxf(m[r], tmax[r]);  // finite: key 0 is in the first tile of every row
+            corr[r] = __expf(m[r] - m_new);
+            m[r] = m_new;
+            l[r] *= corr[r];
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            o[nt][0] *= corr[0];
+            o[nt][1] *= corr[0];
+            o[nt][2] *= corr[1];
+            o[nt][3] *= corr[1];
+        }
+#pragma unroll
+        for (int nt = 0; nt < ST; ++nt) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const float p = __expf(sc[nt][i] - m[i >> 1]);
+                sc[nt][i] = p;
+                l[i >> 1] += p;  // this thread's columns; the quad is summed at the end
+            }
+        }
+        // O += P·V: the C fragments of score n-tiles 2kk and 2kk+1 are the A fragment of k-step kk;
+        // B(k = key, n = dim) = V[key][dim], two keys per register.
+#pragma unroll
+        for (int kk = 0; kk < VM_KEYS / 16; ++kk) {
+            const uint32_t pa[4] = {pack2<T>(sc[2 * kk][0], sc[2 * kk][1]), pack2<T>(sc[2 * kk][2], sc[2 * kk][3]),
+                                    pack2<T>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                                    pack2<T>(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+            const uint16_t *vcol = vs16 + (kk * 16 + 2 * quad) * LD + grp;
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                const uint16_t *vp = vcol + nt * 8;
+                const uint32_t b0 = (uint32_t)vp[0] | ((uint32_t)vp[LD] << 16);
+                const uint32_t b1 = (uint32_t)vp[8 * LD] | ((uint32_t)vp[9 * LD] << 16);
+                mma16816<T>(o[nt], pa, b0, b1);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        l[r] += __shfl_xor_sync(0xffffffff, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffff, l[r], 2);
+    }
+    const float inv_lo = 1.f / l[0], inv_hi = 1.f / l[1];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+        const int c = nt * 8 + 2 * quad;
+        if (r_lo < len)
+            *reinterpret_cast<uint32_t *>(out + ((size_t)(start + r_lo) * heads + h) * D + c) =
+                pack2<T>(o[nt][0] * inv_lo, o[nt][1] * inv_lo);
+        if (r_hi < len)
+            *reinterpret_cast<uint32_t *>(out + ((size_t)(start + r_hi) * heads + h) * D + c) =
+                pack2<T>(o[nt][2] * inv_hi, o[nt][3] * inv_hi);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
 // Entry points, one per dtype (and per head-dim class for decode attention).
 #define RMS(NAME, T)                                                                                              \
     extern "C" __global__ void rmsnorm_hf_##NAME(const T *x, const T *w, T *out, int cols, float eps) {          \
@@ -303,12 +528,34 @@ __device__ void varlen_attn(const T *q, const T *k, const T *v, const int *meta,
                                   float scale) {                                                                \
         varlen_attn<T, D / VA_TPR>(q, k, v, meta, ptrs, out, n_seg, n_tiles, heads, kv_heads, causal, scale);    \
     }
+#define BIAS(NAME, T)                                                                                             \
+    extern "C" __global__ void bias_add_##NAME(const T *y, const T *b, T *out, int rows, int cols) {             \
+        bias_add<T>(y, b, out, rows, cols);                                                                      \
+    }                                                                                                             \
+    extern "C" __global__ void bias_swiglu_##NAME(const T *g, const T *u, const T *bg, const T *bu, T *out,      \
+                                                  int rows, int cols) {                                          \
+        bias_swiglu<T>(g, u, bg, bu, out, rows, cols);                                                           \
+    }                                                                                                             \
+    extern "C" __global__ void bias_residual_##NAME(const T *y, const T *b, const T *r, T *out, int rows,        \
+                                                    int cols) {                                                  \
+        bias_residual<T>(y, b, r, out, rows, cols);                                                              \
+    }
+#define VARLEN_MMA(NAME, T, D)                                                                                    \
+    extern "C" __global__ void __launch_bounds__(128)                                                             \
+        varlen_mma_d##D##_##NAME(const T *q, const T *k, const T *v, const int *meta, const uint64_t *ptrs,      \
+                                 T *out, int n_seg, int n_tiles, int heads, int kv_heads, int causal,           \
+                                 float scale) {                                                                 \
+        varlen_mma<T, D>(q, k, v, meta, ptrs, out, n_seg, n_tiles, heads, kv_heads, causal, scale);               \
+    }
 #define ALL(NAME, T)                                                                                              \
     RMS(NAME, T)                                                                                                  \
     SWIGLU(NAME, T)                                                                                               \
+    BIAS(NAME, T)                                                                                                 \
     DECODE(NAME, T, 1) DECODE(NAME, T, 2) DECODE(NAME, T, 4)                                                      \
     VARLEN(NAME, T, 64) VARLEN(NAME, T, 80) VARLEN(NAME, T, 128)
 
 ALL(f32, float)
 ALL(bf16, __nv_bfloat16)
 ALL(f16, __half)
+VARLEN_MMA(bf16, __nv_bfloat16, 64) VARLEN_MMA(bf16, __nv_bfloat16, 80) VARLEN_MMA(bf16, __nv_bfloat16, 128)
+VARLEN_MMA(f16, __half, 64) VARLEN_MMA(f16, __half, 80) VARLEN_MMA(f16, __half, 128)

@@ -33,6 +33,57 @@ fn naive_attend(q: &[f32], keys: &[Vec<f32>], values: &[Vec<f32>], scale: f32) -
 }
 
 #[test]
+fn bias_epilogues_follow_the_transformers_roundings() {
+    // bf16 makes each op's rounding visible: y + b is rounded before it meets the residual or the SwiGLU.
+    use candle_core::DType;
+    let (rows, cols) = (3, 5);
+    let val = |i: usize| ((i * 29 % 17) as f32 - 8.0) / 3.0;
+    let t = |n: usize, off: usize, shape: &[usize]| {
+        let v: Vec<f32> = (0..n).map(|i| val(i + off)).collect();
+        Tensor::from_vec(v, shape, &Device::Cpu)
+            .unwrap()
+            .to_dtype(DType::BF16)
+            .unwrap()
+    };
+    let (y, u, r) = (
+        t(rows * cols, 0, &[rows, cols]),
+        t(rows * cols, 7, &[rows, cols]),
+        t(rows * cols, 3, &[rows, cols]),
+    );
+    let (b, bu) = (t(cols, 11, &[cols]), t(cols, 5, &[cols]));
+    let flat = |x: &Tensor| -> Vec<f32> {
+        x.to_dtype(DType::F32)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap()
+    };
+    let bf = |x: f32| half::bf16::from_f32(x).to_f32();
+    let (yv, uv, rv, bv, buv) = (flat(&y), flat(&u), flat(&r), flat(&b), flat(&bu));
+    let dev = cuda_or_cpu();
+    let on = |x: &Tensor| x.to_device(&dev).unwrap();
+    let add = flat(&ops::bias_add(&on(&y), &on(&b)).unwrap());
+    let swi = flat(&ops::bias_swiglu(&on(&y), &on(&u), &on(&b), &on(&bu)).unwrap());
+    let res = flat(&ops::bias_residual(&on(&y), &on(&b), &on(&r)).unwrap());
+    for i in 0..rows * cols {
+        let c = i % cols;
+        let yb = bf(yv[i] + bv[c]);
+        assert_eq!(add[i], yb, "bias_add at {i}");
+        assert_eq!(res[i], bf(rv[i] + yb), "bias_residual at {i}");
+        let g = yb;
+        let up = bf(uv[i] + buv[c]);
+        let silu = bf(g / (1.0 + (-g).exp()));
+        let want = bf(silu * up);
+        assert!(
+            (swi[i] - want).abs() <= want.abs() / 128.0,
+            "bias_swiglu at {i}: {} vs {want}",
+            swi[i]
+        );
+    }
+}
+
+#[test]
 fn decode_attention_writes_the_new_position_and_attends_over_it() {
     let (kv_heads, group, d) = (2, 3, 4);
     let lens = [0usize, 2, 5];
@@ -170,7 +221,14 @@ fn varlen_attention_attends_within_segments_after_their_prefix() {
 fn every_kernel_matches_its_reference_on_this_machine() {
     let device = cuda_or_cpu();
     let results = check::run(&device).unwrap();
-    assert_eq!(results.len(), 3 * (3 + 2 + 4 + 3));
+    // Per dtype: RMSNorm, SwiGLU, bias epilogues, decode, varlen; on CUDA bf16/f16 also run the varlen cases on
+    // the tensor-core kernel.
+    let mma = if device.is_cuda() && ops::kernels_enabled() {
+        2 * 3
+    } else {
+        0
+    };
+    assert_eq!(results.len(), 3 * (3 + 2 + 6 + 4 + 3) + mma);
     for r in &results {
         assert!(r.passed, "{r:?}");
     }
@@ -206,7 +264,8 @@ fn self_test_command_reports_json() {
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["passed"], true);
-    assert_eq!(v["results"].as_array().unwrap().len(), 36);
+    // Per dtype: 3 RMSNorm, 2 SwiGLU, 6 bias epilogues, 4 decode and 3 varlen cases.
+    assert_eq!(v["results"].as_array().unwrap().len(), 54);
     assert_eq!(v["results"][0]["dtype"], "f32");
     let bad = Command::new(env!("CARGO_BIN_EXE_mobile-r1-eval"))
         .args(["self-test", "--device", "tpu"])

@@ -48,12 +48,35 @@ impl Linear {
     }
 }
 
+impl Linear {
+    /// `x·Wᵀ` without the bias.
+    pub fn matmul(&self, x: &Tensor) -> Result<Tensor> {
+        super::profile::section("linear.matmul", x.device(), || x.matmul(&self.w.t()?))
+    }
+
+    /// The bias, if the layer has one.
+    pub fn bias(&self) -> Option<&Tensor> {
+        self.b.as_ref()
+    }
+
+    /// `r + (x·Wᵀ + b)`: the layer closing a residual branch, bias and residual in one pass
+    /// ([`crate::ops::bias_residual`]).
+    pub fn forward_residual(&self, x: &Tensor, r: &Tensor) -> Result<Tensor> {
+        let y = self.matmul(x)?;
+        super::profile::section("linear.bias_residual", x.device(), || match &self.b {
+            Some(b) => crate::ops::bias_residual(&y, b, r),
+            None => r + y,
+        })
+    }
+}
+
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        use super::profile::section;
-        let y = section("linear.matmul", x.device(), || x.matmul(&self.w.t()?))?;
+        let y = self.matmul(x)?;
         match &self.b {
-            Some(b) => section("linear.bias_add", x.device(), || y.broadcast_add(b)),
+            Some(b) => super::profile::section("linear.bias_add", x.device(), || {
+                crate::ops::bias_add(&y, b)
+            }),
             None => Ok(y),
         }
     }

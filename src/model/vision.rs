@@ -78,8 +78,14 @@ impl VisionAttention {
         })
     }
 
-    /// Attention over (N, D) rows; `full` selects per-image attention instead of windows.
-    pub fn forward(&self, x: &Tensor, ctx: &VisionCtx, full: bool) -> Result<Tensor> {
+    /// `residual + proj(attention over the (N, D) rows x)`; `full` selects per-image attention instead of windows.
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        ctx: &VisionCtx,
+        full: bool,
+        residual: &Tensor,
+    ) -> Result<Tensor> {
         let (n, dm) = x.dims2()?;
         let (h, d) = (self.heads, dm / self.heads);
         let qkv = self.qkv.forward(x)?.reshape((n, 3, h, d))?;
@@ -158,7 +164,7 @@ impl VisionAttention {
                     .index_select(&ctx.win_back, 0)
             })?
         };
-        self.proj.forward(&out)
+        self.proj.forward_residual(&out, residual)
     }
 }
 
@@ -182,13 +188,18 @@ impl VisionMlp {
     }
 }
 
-impl Module for VisionMlp {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let (g, u) = (self.gate_proj.forward(x)?, self.up_proj.forward(x)?);
+impl VisionMlp {
+    /// `residual + down(silu(gate(x)) · up(x))`; the biases of gate and up are folded into the SwiGLU, the one of
+    /// down into the residual add.
+    pub fn forward(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
+        let (g, u) = (self.gate_proj.matmul(x)?, self.up_proj.matmul(x)?);
         let h = section("vision.mlp.swiglu", x.device(), || {
-            crate::ops::swiglu(&g, &u)
+            match (self.gate_proj.bias(), self.up_proj.bias()) {
+                (Some(bg), Some(bu)) => crate::ops::bias_swiglu(&g, &u, bg, bu),
+                _ => candle_core::bail!("vision MLP without gate/up biases"),
+            }
         })?;
-        self.down_proj.forward(&h)
+        self.down_proj.forward_residual(&h, residual)
     }
 }
 
@@ -222,14 +233,13 @@ impl VisionBlock {
         } else {
             "vision.attn.window"
         };
-        let a = section(name, dev, || {
-            self.attn.forward(&self.norm1.forward(x)?, ctx, self.full)
+        let x = section(name, dev, || {
+            self.attn
+                .forward(&self.norm1.forward(x)?, ctx, self.full, x)
         })?;
-        let x = (x + a)?;
-        let m = section("vision.mlp", dev, || {
-            self.mlp.forward(&self.norm2.forward(&x)?)
-        })?;
-        &x + m
+        section("vision.mlp", dev, || {
+            self.mlp.forward(&self.norm2.forward(&x)?, &x)
+        })
     }
 }
 

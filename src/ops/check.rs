@@ -102,11 +102,60 @@ pub fn run(device: &Device) -> Result<Vec<CheckResult>> {
         for (kv_heads, group, d) in [(2, 8, 128), (2, 7, 64), (4, 7, 128), (1, 2, 32)] {
             out.push(check_decode(device, dtype, kv_heads, group, d)?);
         }
+        for (rows, cols) in [(5, 3420), (3, 1280)] {
+            out.extend(check_bias(device, dtype, rows, cols, kernel)?);
+        }
+        // On CUDA, bf16/f16 have two varlen kernels (CUDA cores, tensor cores): check both.
+        let mma_too = device.is_cuda() && kernel && dtype != DType::F32;
         for case in VARLEN_CASES {
-            out.push(check_varlen(device, dtype, case)?);
+            out.push(check_varlen(device, dtype, case, false)?);
+            if mma_too {
+                out.push(check_varlen(device, dtype, case, true)?);
+            }
         }
     }
     Ok(out)
+}
+
+/// The three bias epilogues on (rows, cols) operands.
+fn check_bias(
+    device: &Device,
+    dtype: DType,
+    rows: usize,
+    cols: usize,
+    kernel: bool,
+) -> Result<Vec<CheckResult>> {
+    let seed = (rows * 7 + cols) as u64;
+    let y = input(&[rows, cols], seed, 4.0, dtype)?;
+    let u = input(&[rows, cols], seed + 1, 2.0, dtype)?;
+    let b = input(&[cols], seed + 2, 1.0, dtype)?;
+    let bu = input(&[cols], seed + 3, 1.0, dtype)?;
+    let on = |t: &Tensor| t.to_device(device);
+    let (yd, ud, bd, bud) = (on(&y)?, on(&u)?, on(&b)?, on(&bu)?);
+    let shape = format!("{rows}x{cols}");
+    Ok(vec![
+        compare(
+            format!("bias_add {shape}"),
+            dtype,
+            &super::bias_add(&yd, &bd)?,
+            &reference::bias_add(&y, &b)?,
+            kernel,
+        )?,
+        compare(
+            format!("bias_swiglu {shape}"),
+            dtype,
+            &super::bias_swiglu(&yd, &ud, &bd, &bud)?,
+            &reference::bias_swiglu(&y, &u, &b, &bu)?,
+            kernel,
+        )?,
+        compare(
+            format!("bias_residual {shape}"),
+            dtype,
+            &super::bias_residual(&yd, &bd, &ud)?,
+            &reference::bias_residual(&y, &b, &u)?,
+            kernel,
+        )?,
+    ])
 }
 
 /// Fused decode attention over five sequences of lengths 0..1000 (new K/V written at each length) against the
@@ -208,8 +257,9 @@ const VARLEN_CASES: [VarlenCase; 3] = [
     (14, 2, 64, true, &[(70, 33, 40), (1, 0, 0), (33, 5, 5)]),
 ];
 
-/// Varlen attention on the device against the composed reference on the CPU (f32 from the same inputs).
-fn check_varlen(device: &Device, dtype: DType, case: VarlenCase) -> Result<CheckResult> {
+/// Varlen attention on the device against the composed reference on the CPU (f32 from the same inputs); on CUDA
+/// with the kernels on, `mma` picks the tensor-core kernel over the CUDA-core one.
+fn check_varlen(device: &Device, dtype: DType, case: VarlenCase, mma: bool) -> Result<CheckResult> {
     let (heads, kv_heads, d, causal, spec) = case;
     let n: usize = spec.iter().map(|s| s.0).sum();
     let seed = (heads * 1000 + d) as u64;
@@ -251,15 +301,20 @@ fn check_varlen(device: &Device, dtype: DType, case: VarlenCase) -> Result<Check
         .map(|(k, v)| Ok((k.to_device(device)?, v.to_device(device)?)))
         .collect::<Result<_>>()?;
     let scale = 1.0 / (d as f32).sqrt();
-    let qd = q.to_device(device)?;
-    let got = super::varlen_attention(
-        &qd,
-        &k.to_device(device)?,
-        &v.to_device(device)?,
-        &segs(spec, &on_device),
-        causal,
-        scale,
-    )?;
+    let (qd, kd, vd) = (
+        q.to_device(device)?,
+        k.to_device(device)?,
+        v.to_device(device)?,
+    );
+    let segs_d = segs(spec, &on_device);
+    let got = if device.is_cuda() && super::varlen_supported(device, dtype, d) {
+        #[cfg(not(feature = "cuda"))]
+        unreachable!("varlen_supported holds on CUDA only with the cuda feature");
+        #[cfg(feature = "cuda")]
+        super::varlen_attention_cuda(&qd, &kd, &vd, &segs_d, causal, scale, mma)?
+    } else {
+        super::varlen_attention(&qd, &kd, &vd, &segs_d, causal, scale)?
+    };
     let f32s = |t: &Tensor| t.to_dtype(DType::F32);
     let cpu: Vec<(Tensor, Tensor)> = prefixes
         .iter()
@@ -276,7 +331,8 @@ fn check_varlen(device: &Device, dtype: DType, case: VarlenCase) -> Result<Check
     let lens: Vec<String> = spec.iter().map(|s| format!("{}+{}", s.1, s.0)).collect();
     compare(
         format!(
-            "varlen h{heads}/{kv_heads} d{d}{} [{}]",
+            "varlen{} h{heads}/{kv_heads} d{d}{} [{}]",
+            if mma { " mma" } else { "" },
             if causal { " causal" } else { "" },
             lens.join(",")
         ),

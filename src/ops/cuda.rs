@@ -130,6 +130,89 @@ fn swiglu_t<T: CudaDType + DeviceRepr>(g: &Tensor, u: &Tensor) -> Result<Tensor>
     Ok(tensor_of(out, &dev, g.shape().clone()))
 }
 
+/// See [`super::bias_add`], [`super::bias_swiglu`], [`super::bias_residual`]: `kernel` is `bias_add`,
+/// `bias_swiglu` or `bias_residual`; `full` are the (rows, cols) operands and `per_col` the (cols) biases, in the
+/// kernel's argument order (full operands first, except `bias_residual`: y, b, r).
+pub fn bias_op(kernel: &str, full: &[&Tensor], per_col: &[&Tensor]) -> Result<Tensor> {
+    match full[0].dtype() {
+        DType::F32 => bias_t::<f32>(kernel, full, per_col),
+        DType::BF16 => bias_t::<bf16>(kernel, full, per_col),
+        DType::F16 => bias_t::<f16>(kernel, full, per_col),
+        other => bail!("{kernel}: no kernel for {other:?}"),
+    }
+}
+
+fn bias_t<T: CudaDType + DeviceRepr>(
+    kernel: &str,
+    full: &[&Tensor],
+    per_col: &[&Tensor],
+) -> Result<Tensor> {
+    let dev = cuda_device(full[0])?;
+    let shape = full[0].shape().clone();
+    let cols = full[0].dim(candle_core::D::Minus1)?;
+    let rows = shape.elem_count() / cols.max(1);
+    let full: Vec<Tensor> = full.iter().map(|t| t.contiguous()).collect::<Result<_>>()?;
+    let per_col: Vec<Tensor> = per_col
+        .iter()
+        .map(|t| t.contiguous())
+        .collect::<Result<_>>()?;
+    if full.iter().any(|t| t.shape() != &shape) || per_col.iter().any(|b| b.dims() != [cols]) {
+        bail!(
+            "{kernel}: operands {:?} with biases {:?}",
+            full.iter().map(|t| t.dims()).collect::<Vec<_>>(),
+            per_col.iter().map(|t| t.dims()).collect::<Vec<_>>()
+        );
+    }
+    let args: Vec<&Tensor> = if kernel == "bias_residual" {
+        vec![&full[0], &per_col[0], &full[1]]
+    } else {
+        full.iter().chain(&per_col).collect()
+    };
+    let guards: Vec<_> = args.iter().map(|t| t.storage_and_layout()).collect();
+    let mut views = Vec::with_capacity(guards.len());
+    for (storage, layout) in &guards {
+        let Storage::Cuda(cs) = &**storage else {
+            bail!("{kernel}: expected CUDA tensors");
+        };
+        let (start, end) = layout
+            .contiguous_offsets()
+            .ok_or_else(|| candle_core::Error::Msg(format!("{kernel}: non-contiguous operand")))?;
+        views.push(cs.as_cuda_slice::<T>()?.slice(start..end));
+    }
+    let func = dev.get_or_load_custom_func(
+        &format!("{kernel}_{}", suffix(full[0].dtype())?),
+        MODULE,
+        PTX,
+    )?;
+    let out = unsafe { dev.alloc::<T>(shape.elem_count())? };
+    if rows == 0 || cols == 0 {
+        return Ok(tensor_of(out, &dev, shape));
+    }
+    let cfg = LaunchConfig {
+        grid_dim: (
+            cols.div_ceil(256).min(64) as u32,
+            rows.min(65_535) as u32,
+            1,
+        ),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let (r, c) = (
+        i32::try_from(rows).map_err(candle_core::Error::wrap)?,
+        cols as i32,
+    );
+    let mut b = func.builder();
+    for v in &views {
+        b.arg(v);
+    }
+    b.arg(&out).arg(&r).arg(&c);
+    // SAFETY: every full operand and `out` hold rows·cols elements, every bias cols (checked above); the kernel
+    // loops over rows < `rows` and columns < `cols`.
+    unsafe { b.launch(cfg) }.w()?;
+    drop(views);
+    Ok(tensor_of(out, &dev, shape))
+}
+
 /// See [`super::decode_attention`].
 pub fn decode_attention(
     q: &Tensor,
@@ -247,10 +330,12 @@ fn decode_t<T: CudaDType + DeviceRepr>(
     Ok(tensor_of(out, &dev, q.shape().clone()))
 }
 
-/// Rows of one varlen tile (VA_ROWS in kernels/fused.cu).
+/// Rows of one tile of the CUDA-core varlen kernel (VA_ROWS in kernels/fused.cu).
 const VA_ROWS: usize = 32;
+/// Rows of one tile of the tensor-core varlen kernel (VM_ROWS: 4 warps × 16 rows).
+const VM_ROWS: usize = 64;
 
-/// See [`super::varlen_attention`].
+/// See [`super::varlen_attention`]; `mma` picks the tensor-core kernel (bf16/f16 only).
 pub fn varlen_attention(
     q: &Tensor,
     k: &Tensor,
@@ -258,12 +343,32 @@ pub fn varlen_attention(
     segs: &[super::VarlenSeg<'_>],
     causal: bool,
     scale: f32,
+    mma: bool,
 ) -> Result<Tensor> {
+    let args = VarlenArgs { causal, scale, mma };
     match q.dtype() {
-        DType::F32 => varlen_t::<f32>(q, k, v, segs, causal, scale),
-        DType::BF16 => varlen_t::<bf16>(q, k, v, segs, causal, scale),
-        DType::F16 => varlen_t::<f16>(q, k, v, segs, causal, scale),
-        other => bail!("varlen_attention: no kernel for {other:?}"),
+        DType::F32 if !mma => varlen_t::<f32>(q, k, v, segs, args),
+        DType::BF16 => varlen_t::<bf16>(q, k, v, segs, args),
+        DType::F16 => varlen_t::<f16>(q, k, v, segs, args),
+        other => bail!("varlen_attention: no kernel for {other:?} (tensor cores: {mma})"),
+    }
+}
+
+/// The scalar arguments of a varlen launch.
+#[derive(Clone, Copy)]
+struct VarlenArgs {
+    causal: bool,
+    scale: f32,
+    mma: bool,
+}
+
+/// `t` contiguous and starting at an even element: the kernels read 16-bit types two at a time (32-bit words).
+fn word_aligned(t: &Tensor) -> Result<Tensor> {
+    let t = t.contiguous()?;
+    if t.layout().start_offset() % 2 == 0 {
+        Ok(t)
+    } else {
+        t.copy()
     }
 }
 
@@ -272,6 +377,7 @@ fn varlen_meta(
     segs: &[super::VarlenSeg<'_>],
     caps: &[usize],
     rows: usize,
+    tile_rows: usize,
 ) -> Result<(Vec<i32>, usize)> {
     let i = |x: usize| {
         i32::try_from(x).map_err(|_| candle_core::Error::Msg(format!("{x} overflows i32")))
@@ -290,7 +396,7 @@ fn varlen_meta(
         cu.push(i(next)?);
         plen.push(i(seg.prefix.map_or(0, |p| p.2))?);
         pcap.push(i(cap)?);
-        for row0 in (0..seg.len).step_by(VA_ROWS) {
+        for row0 in (0..seg.len).step_by(tile_rows) {
             tseg.push(i(s)?);
             trow.push(i(row0)?);
         }
@@ -307,8 +413,7 @@ fn varlen_t<T: CudaDType + DeviceRepr>(
     k: &Tensor,
     v: &Tensor,
     segs: &[super::VarlenSeg<'_>],
-    causal: bool,
-    scale: f32,
+    VarlenArgs { causal, scale, mma }: VarlenArgs,
 ) -> Result<Tensor> {
     let dev = cuda_device(q)?;
     let (n, heads, d) = q.dims3()?;
@@ -331,7 +436,7 @@ fn varlen_t<T: CudaDType + DeviceRepr>(
             caps.push(0);
             continue;
         };
-        let (pk, pv) = (pk.contiguous()?, pv.contiguous()?);
+        let (pk, pv) = (word_aligned(pk)?, word_aligned(pv)?);
         let (kp, (kh, cap, kd)) = buffer_ptr::<T>(&pk, &dev)?;
         let (vp, vdims) = buffer_ptr::<T>(&pv, &dev)?;
         if kh != kv_heads || kd != d || vdims != (kh, cap, kd) || p > cap {
@@ -342,22 +447,25 @@ fn varlen_t<T: CudaDType + DeviceRepr>(
         caps.push(cap);
         keep.push((pk, pv));
     }
-    let (meta, tiles) = varlen_meta(segs, &caps, n)?;
+    let tile_rows = if mma { VM_ROWS } else { VA_ROWS };
+    let (meta, tiles) = varlen_meta(segs, &caps, n, tile_rows)?;
     let out = unsafe { dev.alloc::<T>(q.elem_count())? };
     if tiles == 0 {
         return Ok(tensor_of(out, &dev, q.shape().clone()));
     }
     let meta = dev.clone_htod(&meta)?;
     let ptrs = dev.clone_htod(&[ptrs_k, ptrs_v].concat())?;
-    let (q, k, v) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
-    let name = format!("varlen_attn_d{d}_{}", suffix(q.dtype())?);
+    let (q, k, v) = (word_aligned(q)?, word_aligned(k)?, word_aligned(v)?);
+    let kind = if mma { "mma" } else { "attn" };
+    let name = format!("varlen_{kind}_d{d}_{}", suffix(q.dtype())?);
     let func = dev.get_or_load_custom_func(&name, MODULE, PTX)?;
     with_view::<T, _>(&q, |qs| {
         with_view::<T, _>(&k, |ks| {
             with_view::<T, _>(&v, |vs| {
                 let cfg = LaunchConfig {
                     grid_dim: (tiles as u32, heads as u32, 1),
-                    block_dim: ((VA_ROWS * 4) as u32, 1, 1),
+                    // VA_ROWS rows × VA_TPR threads, or VM_ROWS / 16 warps.
+                    block_dim: (if mma { 128 } else { (VA_ROWS * 4) as u32 }, 1, 1),
                     shared_mem_bytes: 0,
                 };
                 let (n_seg, n_tiles) = (segs.len() as i32, tiles as i32);

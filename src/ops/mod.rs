@@ -20,6 +20,30 @@ pub fn kernels_enabled() -> bool {
     })
 }
 
+/// True when `MOBILE_R1_EVAL_MMA` is on (`1`, `true`, `yes`, `on`): bf16/f16 varlen attention on CUDA runs on
+/// tensor cores (`varlen_mma_*`) instead of the CUDA-core kernel. Opt-in until the kernel has passed
+/// `self-test` on a GPU (it was written and compile-checked on a machine without one).
+pub fn mma_attention_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        std::env::var("MOBILE_R1_EVAL_MMA").is_ok_and(|v| {
+            matches!(
+                v.trim().to_ascii_lowercase().as_str(),
+                "1" | "true" | "yes" | "on"
+            )
+        })
+    })
+}
+
+/// The varlen attention kernel CUDA runs for `dtype`: `mma` (tensor cores) or `simt` (CUDA cores).
+pub fn varlen_cuda_kernel(dtype: DType) -> &'static str {
+    if mma_attention_enabled() && matches!(dtype, DType::BF16 | DType::F16) {
+        "mma"
+    } else {
+        "simt"
+    }
+}
+
 /// What the run manifest records about the fused ops: whether they are on, whether this build has the CUDA
 /// kernels, and the SHA-256 of `kernels/fused.cu` as compiled into this build.
 pub fn manifest_entry() -> serde_json::Value {
@@ -32,6 +56,7 @@ pub fn manifest_entry() -> serde_json::Value {
     serde_json::json!({
         "fused": kernels_enabled(),
         "cuda_kernels": cfg!(feature = "cuda"),
+        "tensor_core_attention": mma_attention_enabled(),
         "kernels_sha256": sha,
     })
 }
@@ -61,6 +86,34 @@ pub fn swiglu(g: &Tensor, u: &Tensor) -> Result<Tensor> {
         return cuda::swiglu(g, u);
     }
     reference::swiglu(g, u)
+}
+
+/// `y + b` over the last dimension (a Linear layer's bias), rounded to the dtype.
+pub fn bias_add(y: &Tensor, b: &Tensor) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if on_kernel_path(y.device(), y.dtype()) && b.dtype() == y.dtype() {
+        return cuda::bias_op("bias_add", &[y], &[b]);
+    }
+    reference::bias_add(y, b)
+}
+
+/// `silu(g + bg) · (u + bu)` with transformers' roundings: the SwiGLU of an MLP whose gate and up projections
+/// have biases (the vision tower's).
+pub fn bias_swiglu(g: &Tensor, u: &Tensor, bg: &Tensor, bu: &Tensor) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if on_kernel_path(g.device(), g.dtype()) && [u, bg, bu].iter().all(|t| t.dtype() == g.dtype()) {
+        return cuda::bias_op("bias_swiglu", &[g, u], &[bg, bu]);
+    }
+    reference::bias_swiglu(g, u, bg, bu)
+}
+
+/// `r + (y + b)`, each op rounded to the dtype: a biased projection closing a residual branch.
+pub fn bias_residual(y: &Tensor, b: &Tensor, r: &Tensor) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if on_kernel_path(y.device(), y.dtype()) && b.dtype() == y.dtype() && r.dtype() == y.dtype() {
+        return cuda::bias_op("bias_residual", &[y, r], &[b]);
+    }
+    reference::bias_residual(y, b, r)
 }
 
 /// One layer's KV buffers of one sequence for [`decode_attention`]: K and V of shape (kv_heads, capacity,
@@ -142,9 +195,25 @@ pub fn varlen_attention(
     if varlen_supported(q.device(), q.dtype(), q.dim(2)?) {
         #[cfg(feature = "cuda")]
         if q.device().is_cuda() {
-            return cuda::varlen_attention(q, k, v, segs, causal, scale);
+            let mma = varlen_cuda_kernel(q.dtype()) == "mma";
+            return cuda::varlen_attention(q, k, v, segs, causal, scale, mma);
         }
         return cpu_attn::varlen_attention(q, k, v, segs, causal, scale);
     }
     reference::varlen_attention(q, k, v, segs, causal, scale)
+}
+
+/// [`varlen_attention`] on CUDA with the kernel chosen by the caller (`mma`: tensor cores, bf16/f16 only), for
+/// `self-test` to check both kernels whatever `MOBILE_R1_EVAL_MMA` says.
+#[cfg(feature = "cuda")]
+pub(crate) fn varlen_attention_cuda(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    segs: &[VarlenSeg<'_>],
+    causal: bool,
+    scale: f32,
+    mma: bool,
+) -> Result<Tensor> {
+    cuda::varlen_attention(q, k, v, segs, causal, scale, mma)
 }

@@ -20,6 +20,21 @@ pub fn swiglu(g: &Tensor, u: &Tensor) -> Result<Tensor> {
     g.silu()? * u
 }
 
+/// `y + b` broadcast over rows.
+pub fn bias_add(y: &Tensor, b: &Tensor) -> Result<Tensor> {
+    y.broadcast_add(b)
+}
+
+/// `swiglu(g + bg, u + bu)`.
+pub fn bias_swiglu(g: &Tensor, u: &Tensor, bg: &Tensor, bu: &Tensor) -> Result<Tensor> {
+    swiglu(&g.broadcast_add(bg)?, &u.broadcast_add(bu)?)
+}
+
+/// `r + (y + b)`.
+pub fn bias_residual(y: &Tensor, b: &Tensor, r: &Tensor) -> Result<Tensor> {
+    r + y.broadcast_add(b)?
+}
+
 /// Decode attention of one sequence, composed: K/V `(kv_heads, L, d)` (the new position included), query
 /// `(heads, d)`; softmax in f32. Returns `(heads, d)`. The reference of the fused decode kernel.
 pub fn decode_attention_one(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<Tensor> {
