@@ -84,6 +84,61 @@ fn bias_epilogues_follow_the_transformers_roundings() {
 }
 
 #[test]
+fn qkv_rope_splits_adds_the_bias_and_rotates_half() {
+    // One row, heads 2 / kv 1, d 4: columns [q0 | q1 | k | v], bf16 roundings per op.
+    use candle_core::DType;
+    let (heads, kv, d) = (2usize, 1usize, 4usize);
+    let width = (heads + 2 * kv) * d;
+    let yv: Vec<f32> = (0..width).map(|i| (i as f32 - 7.3) / 3.1).collect();
+    let bv: Vec<f32> = (0..width).map(|i| (i as f32 * 0.37).sin()).collect();
+    let (cv, sv) = (vec![0.8f32, -0.3], vec![0.6f32, 0.95]);
+    let bf = |x: f32| half::bf16::from_f32(x).to_f32();
+    let t = |v: &[f32], shape: &[usize]| {
+        Tensor::from_slice(v, shape, &Device::Cpu)
+            .unwrap()
+            .to_dtype(DType::BF16)
+            .unwrap()
+            .to_device(&cuda_or_cpu())
+            .unwrap()
+    };
+    let (q, k, v) = ops::qkv_rope(
+        &t(&yv, &[1, width]),
+        &t(&bv, &[width]),
+        &t(&cv, &[1, 2]),
+        &t(&sv, &[1, 2]),
+        heads,
+        kv,
+    )
+    .unwrap();
+    assert_eq!(q.dims(), [1, heads, d]);
+    assert_eq!(k.dims(), [1, kv, d]);
+    let flat = |x: &Tensor| -> Vec<f32> {
+        x.to_dtype(DType::F32)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap()
+    };
+    let x: Vec<f32> = (0..width).map(|i| bf(bf(yv[i]) + bf(bv[i]))).collect();
+    let (c, s) = (cv.iter().map(|&a| bf(a)), sv.iter().map(|&a| bf(a)));
+    let (c, s): (Vec<f32>, Vec<f32>) = (c.collect(), s.collect());
+    let rotated = |h: usize| -> Vec<f32> {
+        let o = h * d;
+        let mut out = vec![0.0; d];
+        for j in 0..d / 2 {
+            let (x1, x2) = (x[o + j], x[o + j + d / 2]);
+            out[j] = bf(bf(x1 * c[j]) - bf(x2 * s[j]));
+            out[j + d / 2] = bf(bf(x2 * c[j]) + bf(x1 * s[j]));
+        }
+        out
+    };
+    assert_eq!(flat(&q), [rotated(0), rotated(1)].concat());
+    assert_eq!(flat(&k), rotated(2));
+    assert_eq!(flat(&v), x[3 * d..].to_vec());
+}
+
+#[test]
 fn decode_attention_writes_the_new_position_and_attends_over_it() {
     let (kv_heads, group, d) = (2, 3, 4);
     let lens = [0usize, 2, 5];
@@ -228,7 +283,7 @@ fn every_kernel_matches_its_reference_on_this_machine() {
     } else {
         0
     };
-    assert_eq!(results.len(), 3 * (3 + 2 + 6 + 4 + 3) + mma);
+    assert_eq!(results.len(), 3 * (3 + 2 + 6 + 2 + 4 + 3) + mma);
     for r in &results {
         assert!(r.passed, "{r:?}");
     }
@@ -264,8 +319,8 @@ fn self_test_command_reports_json() {
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["passed"], true);
-    // Per dtype: 3 RMSNorm, 2 SwiGLU, 6 bias epilogues, 4 decode and 3 varlen cases.
-    assert_eq!(v["results"].as_array().unwrap().len(), 54);
+    // Per dtype: 3 RMSNorm, 2 SwiGLU, 6 bias epilogues, 2 qkv_rope, 4 decode and 3 varlen cases.
+    assert_eq!(v["results"].as_array().unwrap().len(), 60);
     assert_eq!(v["results"][0]["dtype"], "f32");
     let bad = Command::new(env!("CARGO_BIN_EXE_mobile-r1-eval"))
         .args(["self-test", "--device", "tpu"])

@@ -42,6 +42,20 @@ impl Linear {
         };
         Ok(Self { w, b })
     }
+    /// One layer computing the given layers' outputs side by side (their weights stacked along `out`): one GEMM
+    /// instead of several. All parts must agree on having a bias.
+    pub fn concat(parts: &[Linear]) -> Result<Self> {
+        let w: Vec<&Tensor> = parts.iter().map(|p| &p.w).collect();
+        let b: Option<Vec<&Tensor>> = parts.iter().map(|p| p.b.as_ref()).collect();
+        if b.is_none() && parts.iter().any(|p| p.b.is_some()) {
+            candle_core::bail!("Linear::concat: some parts have a bias and some do not");
+        }
+        Ok(Self {
+            w: Tensor::cat(&w, 0)?,
+            b: b.map(|b| Tensor::cat(&b, 0)).transpose()?,
+        })
+    }
+
     /// Wrap an existing weight (out, in), e.g. the tied embedding.
     pub fn from_weight(w: Tensor) -> Self {
         Self { w, b: None }

@@ -12,12 +12,11 @@ use super::config::TextConfig;
 use super::nn::{weight, Linear, RmsNorm};
 use super::profile::section;
 
-/// Self-attention: q/k/v with bias, o without; GQA; rotary applied by the caller-provided tables.
+/// Self-attention: q/k/v with bias (packed into one projection at load), o without; GQA; rotary applied by the
+/// caller-provided tables.
 #[derive(Debug, Clone)]
 pub struct TextAttention {
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
+    qkv_proj: Linear,
     o_proj: Linear,
     heads: usize,
     kv_heads: usize,
@@ -36,10 +35,13 @@ impl TextAttention {
             cfg.num_key_value_heads,
             cfg.head_dim,
         );
+        let qkv_proj = Linear::concat(&[
+            Linear::new(d, h * hd, true, vb.pp("q_proj"))?,
+            Linear::new(d, kv * hd, true, vb.pp("k_proj"))?,
+            Linear::new(d, kv * hd, true, vb.pp("v_proj"))?,
+        ])?;
         Ok(Self {
-            q_proj: Linear::new(d, h * hd, true, vb.pp("q_proj"))?,
-            k_proj: Linear::new(d, kv * hd, true, vb.pp("k_proj"))?,
-            v_proj: Linear::new(d, kv * hd, true, vb.pp("v_proj"))?,
+            qkv_proj,
             o_proj: Linear::new(h * hd, d, false, vb.pp("o_proj"))?,
             heads: h,
             kv_heads: kv,
@@ -49,14 +51,14 @@ impl TextAttention {
 
     /// Project packed rows (N, hidden) and rotate q and k with cos/sin half-tables (N, head_dim/2).
     pub fn qkv(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Qkv> {
-        let n = x.dim(0)?;
-        let hd = self.head_dim;
-        let q = self.q_proj.forward(x)?.reshape((1, n, self.heads, hd))?;
-        let k = self.k_proj.forward(x)?.reshape((1, n, self.kv_heads, hd))?;
-        let v = self.v_proj.forward(x)?.reshape((n, self.kv_heads, hd))?;
-        let q = candle_nn::rotary_emb::rope_thd(&q, cos, sin)?.squeeze(0)?;
-        let k = candle_nn::rotary_emb::rope_thd(&k, cos, sin)?.squeeze(0)?;
-        Ok((q, k, v))
+        let y = self.qkv_proj.matmul(x)?;
+        let b = self
+            .qkv_proj
+            .bias()
+            .ok_or_else(|| candle_core::Error::Msg("q/k/v projections without bias".into()))?;
+        section("text.qkv_rope", x.device(), || {
+            crate::ops::qkv_rope(&y, b, cos, sin, self.heads, self.kv_heads)
+        })
     }
 
     /// Attention scale 1/√head_dim.

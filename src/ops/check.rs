@@ -105,6 +105,11 @@ pub fn run(device: &Device) -> Result<Vec<CheckResult>> {
         for (rows, cols) in [(5, 3420), (3, 1280)] {
             out.extend(check_bias(device, dtype, rows, cols, kernel)?);
         }
+        for (n, heads, kv_heads, d) in [(7, 16, 2, 128), (3, 14, 2, 64)] {
+            out.push(check_qkv_rope(
+                device, dtype, n, heads, kv_heads, d, kernel,
+            )?);
+        }
         // On CUDA, bf16/f16 have two varlen kernels (CUDA cores, tensor cores): check both.
         let mma_too = device.is_cuda() && kernel && dtype != DType::F32;
         for case in VARLEN_CASES {
@@ -115,6 +120,44 @@ pub fn run(device: &Device) -> Result<Vec<CheckResult>> {
         }
     }
     Ok(out)
+}
+
+/// Packed q/k/v + bias + rotary: q, k and v compared as one flattened tensor.
+fn check_qkv_rope(
+    device: &Device,
+    dtype: DType,
+    n: usize,
+    heads: usize,
+    kv_heads: usize,
+    d: usize,
+    kernel: bool,
+) -> Result<CheckResult> {
+    let width = (heads + 2 * kv_heads) * d;
+    let seed = (n * 31 + heads + d) as u64;
+    let y = input(&[n, width], seed, 3.0, dtype)?;
+    let b = input(&[width], seed + 1, 1.0, dtype)?;
+    let angles: Vec<f32> = values(n * d / 2, seed + 2)
+        .iter()
+        .map(|x| x * 40.0)
+        .collect();
+    let cos: Vec<f32> = angles.iter().map(|a| a.cos()).collect();
+    let sin: Vec<f32> = angles.iter().map(|a| a.sin()).collect();
+    let table = |v: Vec<f32>| Tensor::from_vec(v, (n, d / 2), &Device::Cpu)?.to_dtype(dtype);
+    let (cos, sin) = (table(cos)?, table(sin)?);
+    let flat = |(q, k, v): (Tensor, Tensor, Tensor)| -> Result<Tensor> {
+        let cpu = |t: Tensor| t.to_device(&Device::Cpu)?.flatten_all();
+        Tensor::cat(&[cpu(q)?, cpu(k)?, cpu(v)?], 0)
+    };
+    let on = |t: &Tensor| t.to_device(device);
+    let got = super::qkv_rope(&on(&y)?, &on(&b)?, &on(&cos)?, &on(&sin)?, heads, kv_heads)?;
+    let want = reference::qkv_rope(&y, &b, &cos, &sin, heads, kv_heads)?;
+    compare(
+        format!("qkv_rope n{n} h{heads}/{kv_heads} d{d}"),
+        dtype,
+        &flat(got)?,
+        &flat(want)?,
+        kernel,
+    )
 }
 
 /// The three bias epilogues on (rows, cols) operands.

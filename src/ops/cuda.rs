@@ -213,6 +213,89 @@ fn bias_t<T: CudaDType + DeviceRepr>(
     Ok(tensor_of(out, &dev, shape))
 }
 
+/// See [`super::qkv_rope`].
+pub fn qkv_rope(
+    y: &Tensor,
+    b: &Tensor,
+    cos: &Tensor,
+    sin: &Tensor,
+    heads: usize,
+    kv_heads: usize,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    match y.dtype() {
+        DType::F32 => qkv_rope_t::<f32>(y, b, cos, sin, heads, kv_heads),
+        DType::BF16 => qkv_rope_t::<bf16>(y, b, cos, sin, heads, kv_heads),
+        DType::F16 => qkv_rope_t::<f16>(y, b, cos, sin, heads, kv_heads),
+        other => bail!("qkv_rope: no kernel for {other:?}"),
+    }
+}
+
+fn qkv_rope_t<T: CudaDType + DeviceRepr>(
+    y: &Tensor,
+    b: &Tensor,
+    cos: &Tensor,
+    sin: &Tensor,
+    heads: usize,
+    kv_heads: usize,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let dev = cuda_device(y)?;
+    let (n, width) = y.dims2()?;
+    let d = width / (heads + 2 * kv_heads).max(1);
+    if d % 2 != 0
+        || width != (heads + 2 * kv_heads) * d
+        || b.dims() != [width]
+        || cos.dims() != [n, d / 2]
+        || sin.dims() != [n, d / 2]
+    {
+        bail!(
+            "qkv_rope: y {:?}, bias {:?}, cos {:?}, sin {:?} for {heads}/{kv_heads} heads",
+            y.dims(),
+            b.dims(),
+            cos.dims(),
+            sin.dims()
+        );
+    }
+    let (y, b, cos, sin) = (
+        y.contiguous()?,
+        b.contiguous()?,
+        cos.contiguous()?,
+        sin.contiguous()?,
+    );
+    let func =
+        dev.get_or_load_custom_func(&format!("qkv_rope_{}", suffix(y.dtype())?), MODULE, PTX)?;
+    let q = unsafe { dev.alloc::<T>(n * heads * d)? };
+    let k = unsafe { dev.alloc::<T>(n * kv_heads * d)? };
+    let v = unsafe { dev.alloc::<T>(n * kv_heads * d)? };
+    if n > 0 {
+        with_view::<T, _>(&y, |ys| {
+            with_view::<T, _>(&b, |bs| {
+                with_view::<T, _>(&cos, |cs| {
+                    with_view::<T, _>(&sin, |ss| {
+                        let cfg = LaunchConfig {
+                            grid_dim: (n as u32, 1, 1),
+                            block_dim: (256, 1, 1),
+                            shared_mem_bytes: 0,
+                        };
+                        let (h, kvh, dd) = (heads as i32, kv_heads as i32, d as i32);
+                        let mut bld = func.builder();
+                        bld.arg(&ys).arg(&bs).arg(&cs).arg(&ss);
+                        bld.arg(&q).arg(&k).arg(&v).arg(&h).arg(&kvh).arg(&dd);
+                        // SAFETY: y is (n, width), b (width), cos/sin (n, d/2), checked above; q, k, v were
+                        // allocated with n·heads·d and n·kv_heads·d elements.
+                        unsafe { bld.launch(cfg) }.w()?;
+                        Ok(())
+                    })
+                })
+            })
+        })?;
+    }
+    Ok((
+        tensor_of(q, &dev, Shape::from((n, heads, d))),
+        tensor_of(k, &dev, Shape::from((n, kv_heads, d))),
+        tensor_of(v, &dev, Shape::from((n, kv_heads, d))),
+    ))
+}
+
 /// See [`super::decode_attention`].
 pub fn decode_attention(
     q: &Tensor,

@@ -116,6 +116,25 @@ pub fn bias_residual(y: &Tensor, b: &Tensor, r: &Tensor) -> Result<Tensor> {
     reference::bias_residual(y, b, r)
 }
 
+/// The text attention's packed projection `y` (N, (heads + 2·kv_heads)·d), without its bias `b`, made into
+/// q (N, heads, d), k and v (N, kv_heads, d): bias added, q and k rotated with the cos/sin half-tables
+/// (N, d/2) as transformers does (`x·cos + rotate_half(x)·sin`, each op rounded to the dtype).
+pub fn qkv_rope(
+    y: &Tensor,
+    b: &Tensor,
+    cos: &Tensor,
+    sin: &Tensor,
+    heads: usize,
+    kv_heads: usize,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    #[cfg(feature = "cuda")]
+    if on_kernel_path(y.device(), y.dtype()) && [b, cos, sin].iter().all(|t| t.dtype() == y.dtype())
+    {
+        return cuda::qkv_rope(y, b, cos, sin, heads, kv_heads);
+    }
+    reference::qkv_rope(y, b, cos, sin, heads, kv_heads)
+}
+
 /// One layer's KV buffers of one sequence for [`decode_attention`]: K and V of shape (kv_heads, capacity,
 /// head_dim), contiguous, not shared with any other cache (the new position is written into them), and `len`
 /// valid positions before this step (`len < capacity`).

@@ -35,6 +35,33 @@ pub fn bias_residual(y: &Tensor, b: &Tensor, r: &Tensor) -> Result<Tensor> {
     r + y.broadcast_add(b)?
 }
 
+/// [`super::qkv_rope`] composed: bias, split, candle's `rope_thd` on q and k.
+pub fn qkv_rope(
+    y: &Tensor,
+    b: &Tensor,
+    cos: &Tensor,
+    sin: &Tensor,
+    heads: usize,
+    kv_heads: usize,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let n = y.dim(0)?;
+    let d = y.dim(1)? / (heads + 2 * kv_heads);
+    let a = y.broadcast_add(b)?;
+    let part = |first: usize, count: usize| -> Result<Tensor> {
+        a.narrow(1, first * d, count * d)?
+            .reshape((n, count, d))?
+            .contiguous()
+    };
+    let rope = |t: Tensor| -> Result<Tensor> {
+        candle_nn::rotary_emb::rope_thd(&t.unsqueeze(0)?, cos, sin)?.squeeze(0)
+    };
+    Ok((
+        rope(part(0, heads)?)?,
+        rope(part(heads, kv_heads)?)?,
+        part(heads + kv_heads, kv_heads)?,
+    ))
+}
+
 /// Decode attention of one sequence, composed: K/V `(kv_heads, L, d)` (the new position included), query
 /// `(heads, d)`; softmax in f32. Returns `(heads, d)`. The reference of the fused decode kernel.
 pub fn decode_attention_one(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<Tensor> {
