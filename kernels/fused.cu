@@ -3,11 +3,10 @@
 //
 // * rmsnorm_hf_*    Qwen2 RMSNorm in transformers' cast order: mean of squares in f32, x·rsqrt(ms+eps) rounded to
 //                   the activation dtype, then multiplied by the weight (rounded again). One block per row.
-// * swiglu_*        silu(gate)·up with transformers' roundings: silu in f32 rounded to the dtype, the product
-//                   rounded again. Elementwise.
-// * bias_*          The biases of the Linear layers folded into one pass: bias_add (y + b), bias_swiglu
-//                   (silu(g + bg)·(u + bu), the vision MLP) and bias_residual (r + (y + b), a projection closing a
-//                   residual branch), each op rounded to the dtype as transformers does. Rows × columns grid, no
+// * swiglu_packed_* silu(gate)·up of a packed [gate | up] projection, optionally adding its bias first, with
+//                   transformers' roundings: silu in f32 rounded to the dtype, the product rounded again.
+// * bias_*          The biases of the Linear layers folded into one pass: bias_add (y + b) and
+//                   bias_residual (r + (y + b), a projection closing a residual branch), each op rounded to the dtype as transformers does. Rows × columns grid, no
 //                   division per element.
 // * qkv_rope_*      The text attention's packed q/k/v projection (one GEMM) + its bias, split into q, k and v, with
 //                   the rotary embedding (rotate-half) applied to q and k; transformers' roundings. One block per
@@ -76,17 +75,6 @@ __device__ void rmsnorm_hf(const T *x, const T *w, T *out, int cols, float eps) 
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// SwiGLU: out = silu(g)·u, all (n) contiguous.
-template <typename T>
-__device__ void swiglu(const T *g, const T *u, T *out, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float gv = to_f<T>(g[i]);
-        float s = round_to<T>(gv / (1.f + expf(-gv)));
-        out[i] = from_f<T>(s * to_f<T>(u[i]));
-    }
-}
-
-// ---------------------------------------------------------------------------------------------------------------
 // Bias epilogues. y, g, u, r, out: (rows, cols) contiguous; b, bg, bu: (cols). Grid: x over column blocks, y over
 // rows (grid-stride in both).
 #define ROWS_COLS_LOOP(BODY)                                                                                      \
@@ -102,11 +90,22 @@ template <typename T> __device__ void bias_add(const T *y, const T *b, T *out, i
     ROWS_COLS_LOOP(out[i] = from_f<T>(to_f<T>(y[i]) + to_f<T>(b[c]));)
 }
 
+// SwiGLU of a packed projection: gu (rows, 2·cols) = [gate | up], bias (2·cols) added first when has_bias;
+// out (rows, cols).
 template <typename T>
-__device__ void bias_swiglu(const T *g, const T *u, const T *bg, const T *bu, T *out, int rows, int cols) {
-    ROWS_COLS_LOOP(const float gv = round_to<T>(to_f<T>(g[i]) + to_f<T>(bg[c]));
-                   const float uv = round_to<T>(to_f<T>(u[i]) + to_f<T>(bu[c]));
-                   const float sv = round_to<T>(gv / (1.f + expf(-gv))); out[i] = from_f<T>(sv * uv);)
+__device__ void swiglu_packed(const T *gu, const T *bias, int has_bias, T *out, int rows, int cols) {
+    for (int row = blockIdx.y; row < rows; row += gridDim.y) {
+        const T *gr = gu + (size_t)row * 2 * cols;
+        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x) {
+            float gv = to_f<T>(gr[c]), uv = to_f<T>(gr[cols + c]);
+            if (has_bias) {
+                gv = round_to<T>(gv + to_f<T>(bias[c]));
+                uv = round_to<T>(uv + to_f<T>(bias[cols + c]));
+            }
+            const float sv = round_to<T>(gv / (1.f + expf(-gv)));
+            out[(size_t)row * cols + c] = from_f<T>(sv * uv);
+        }
+    }
 }
 
 template <typename T>
@@ -543,7 +542,10 @@ __device__ void varlen_mma(const T *q, const T *k, const T *v, const int *meta, 
         rmsnorm_hf<T>(x, w, out, cols, eps);                                                                     \
     }
 #define SWIGLU(NAME, T)                                                                                           \
-    extern "C" __global__ void swiglu_##NAME(const T *g, const T *u, T *out, size_t n) { swiglu<T>(g, u, out, n); }
+    extern "C" __global__ void swiglu_packed_##NAME(const T *gu, const T *bias, int has_bias, T *out, int rows,  \
+                                                    int cols) {                                                  \
+        swiglu_packed<T>(gu, bias, has_bias, out, rows, cols);                                                   \
+    }
 #define DECODE(NAME, T, DL)                                                                                       \
     extern "C" __global__ void __launch_bounds__(DA_WARPS * 32)                                                  \
         decode_attn_d##DL##_##NAME(const T *q, const T *k_new, const T *v_new, const uint64_t *k_ptrs,          \
@@ -561,10 +563,6 @@ __device__ void varlen_mma(const T *q, const T *k, const T *v, const int *meta, 
 #define BIAS(NAME, T)                                                                                             \
     extern "C" __global__ void bias_add_##NAME(const T *y, const T *b, T *out, int rows, int cols) {             \
         bias_add<T>(y, b, out, rows, cols);                                                                      \
-    }                                                                                                             \
-    extern "C" __global__ void bias_swiglu_##NAME(const T *g, const T *u, const T *bg, const T *bu, T *out,      \
-                                                  int rows, int cols) {                                          \
-        bias_swiglu<T>(g, u, bg, bu, out, rows, cols);                                                           \
     }                                                                                                             \
     extern "C" __global__ void bias_residual_##NAME(const T *y, const T *b, const T *r, T *out, int rows,        \
                                                     int cols) {                                                  \

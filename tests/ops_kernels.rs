@@ -33,7 +33,7 @@ fn naive_attend(q: &[f32], keys: &[Vec<f32>], values: &[Vec<f32>], scale: f32) -
 }
 
 #[test]
-fn bias_epilogues_follow_the_transformers_roundings() {
+fn bias_epilogues_and_packed_swiglu_follow_the_transformers_roundings() {
     // bf16 makes each op's rounding visible: y + b is rounded before it meets the residual or the SwiGLU.
     use candle_core::DType;
     let (rows, cols) = (3, 5);
@@ -64,7 +64,9 @@ fn bias_epilogues_follow_the_transformers_roundings() {
     let dev = cuda_or_cpu();
     let on = |x: &Tensor| x.to_device(&dev).unwrap();
     let add = flat(&ops::bias_add(&on(&y), &on(&b)).unwrap());
-    let swi = flat(&ops::bias_swiglu(&on(&y), &on(&u), &on(&b), &on(&bu)).unwrap());
+    let gu = Tensor::cat(&[&y, &u], 1).unwrap();
+    let bgu = Tensor::cat(&[&b, &bu], 0).unwrap();
+    let swi = flat(&ops::swiglu_packed(&on(&gu), Some(&on(&bgu))).unwrap());
     let res = flat(&ops::bias_residual(&on(&y), &on(&b), &on(&r)).unwrap());
     for i in 0..rows * cols {
         let c = i % cols;
@@ -77,7 +79,7 @@ fn bias_epilogues_follow_the_transformers_roundings() {
         let want = bf(silu * up);
         assert!(
             (swi[i] - want).abs() <= want.abs() / 128.0,
-            "bias_swiglu at {i}: {} vs {want}",
+            "swiglu_packed at {i}: {} vs {want}",
             swi[i]
         );
     }
@@ -283,7 +285,7 @@ fn every_kernel_matches_its_reference_on_this_machine() {
     } else {
         0
     };
-    assert_eq!(results.len(), 3 * (3 + 2 + 6 + 2 + 4 + 3) + mma);
+    assert_eq!(results.len(), 3 * (3 + 4 + 4 + 2 + 4 + 3) + mma);
     for r in &results {
         assert!(r.passed, "{r:?}");
     }
@@ -319,7 +321,7 @@ fn self_test_command_reports_json() {
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["passed"], true);
-    // Per dtype: 3 RMSNorm, 2 SwiGLU, 6 bias epilogues, 2 qkv_rope, 4 decode and 3 varlen cases.
+    // Per dtype: 3 RMSNorm, 4 SwiGLU, 4 bias epilogues, 2 qkv_rope, 4 decode and 3 varlen cases.
     assert_eq!(v["results"].as_array().unwrap().len(), 60);
     assert_eq!(v["results"][0]["dtype"], "f32");
     let bad = Command::new(env!("CARGO_BIN_EXE_mobile-r1-eval"))

@@ -67,11 +67,10 @@ impl TextAttention {
     }
 }
 
-/// SwiGLU MLP without biases.
+/// SwiGLU MLP without biases; `gate_proj` and `up_proj` are packed into one projection at load.
 #[derive(Debug, Clone)]
 pub struct TextMlp {
-    gate_proj: Linear,
-    up_proj: Linear,
+    gate_up: Linear,
     down_proj: Linear,
 }
 
@@ -80,17 +79,18 @@ impl TextMlp {
     pub fn new(cfg: &TextConfig, vb: VarBuilder) -> Result<Self> {
         let (d, i) = (cfg.hidden_size, cfg.intermediate_size);
         Ok(Self {
-            gate_proj: Linear::new(d, i, false, vb.pp("gate_proj"))?,
-            up_proj: Linear::new(d, i, false, vb.pp("up_proj"))?,
+            gate_up: Linear::concat(&[
+                Linear::new(d, i, false, vb.pp("gate_proj"))?,
+                Linear::new(d, i, false, vb.pp("up_proj"))?,
+            ])?,
             down_proj: Linear::new(i, d, false, vb.pp("down_proj"))?,
         })
     }
-}
 
-impl Module for TextMlp {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let h = crate::ops::swiglu(&self.gate_proj.forward(x)?, &self.up_proj.forward(x)?)?;
-        self.down_proj.forward(&h)
+    /// `residual + down(silu(gate(x)) · up(x))`.
+    pub fn forward(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
+        let h = crate::ops::swiglu_packed(&self.gate_up.matmul(x)?, None)?;
+        self.down_proj.forward_residual(&h, residual)
     }
 }
 
@@ -139,13 +139,12 @@ impl DecoderLayer {
         })?;
         let o = section("text.attend", dev, || attend(&self.self_attn, qkv))?;
         let x = section("text.o_proj", dev, || {
-            x + self.self_attn.o_proj.forward(&o)?
+            self.self_attn.o_proj.forward_residual(&o, x)
         })?;
-        let m = section("text.mlp", dev, || {
+        section("text.mlp", dev, || {
             self.mlp
-                .forward(&self.post_attention_layernorm.forward(&x)?)
-        })?;
-        &x + m
+                .forward(&self.post_attention_layernorm.forward(&x)?, &x)
+        })
     }
 }
 

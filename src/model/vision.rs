@@ -171,8 +171,8 @@ impl VisionAttention {
 /// SwiGLU MLP with biases: `down(silu(gate(x)) · up(x))`.
 #[derive(Debug, Clone)]
 pub struct VisionMlp {
-    gate_proj: Linear,
-    up_proj: Linear,
+    /// `gate_proj` and `up_proj` packed into one projection at load.
+    gate_up: Linear,
     down_proj: Linear,
 }
 
@@ -181,8 +181,10 @@ impl VisionMlp {
     pub fn new(cfg: &VisionConfig, vb: VarBuilder) -> Result<Self> {
         let (d, i) = (cfg.hidden_size, cfg.intermediate_size);
         Ok(Self {
-            gate_proj: Linear::new(d, i, true, vb.pp("gate_proj"))?,
-            up_proj: Linear::new(d, i, true, vb.pp("up_proj"))?,
+            gate_up: Linear::concat(&[
+                Linear::new(d, i, true, vb.pp("gate_proj"))?,
+                Linear::new(d, i, true, vb.pp("up_proj"))?,
+            ])?,
             down_proj: Linear::new(i, d, true, vb.pp("down_proj"))?,
         })
     }
@@ -192,12 +194,9 @@ impl VisionMlp {
     /// `residual + down(silu(gate(x)) · up(x))`; the biases of gate and up are folded into the SwiGLU, the one of
     /// down into the residual add.
     pub fn forward(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
-        let (g, u) = (self.gate_proj.matmul(x)?, self.up_proj.matmul(x)?);
+        let gu = self.gate_up.matmul(x)?;
         let h = section("vision.mlp.swiglu", x.device(), || {
-            match (self.gate_proj.bias(), self.up_proj.bias()) {
-                (Some(bg), Some(bu)) => crate::ops::bias_swiglu(&g, &u, bg, bu),
-                _ => candle_core::bail!("vision MLP without gate/up biases"),
-            }
+            crate::ops::swiglu_packed(&gu, self.gate_up.bias())
         })?;
         self.down_proj.forward_residual(&h, residual)
     }

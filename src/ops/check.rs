@@ -92,12 +92,13 @@ pub fn run(device: &Device) -> Result<Vec<CheckResult>> {
                 kernel,
             )?);
         }
-        for n in [11_008usize, 3 * 3420 + 5] {
-            let g = input(&[n], 3 + n as u64, 6.0, dtype)?;
-            let u = input(&[n], 4 + n as u64, 2.0, dtype)?;
-            let want = reference::swiglu(&g, &u)?;
-            let got = super::swiglu(&g.to_device(device)?, &u.to_device(device)?)?;
-            out.push(compare(format!("swiglu {n}"), dtype, &got, &want, kernel)?);
+        for (rows, cols, bias) in [
+            (7, 5504, false),
+            (2, 50, false),
+            (3, 3420, true),
+            (5, 1280, true),
+        ] {
+            out.push(check_swiglu(device, dtype, rows, cols, bias, kernel)?);
         }
         for (kv_heads, group, d) in [(2, 8, 128), (2, 7, 64), (4, 7, 128), (1, 2, 32)] {
             out.push(check_decode(device, dtype, kv_heads, group, d)?);
@@ -160,7 +161,34 @@ fn check_qkv_rope(
     )
 }
 
-/// The three bias epilogues on (rows, cols) operands.
+/// SwiGLU of a packed (rows, 2·cols) projection, with or without its bias.
+fn check_swiglu(
+    device: &Device,
+    dtype: DType,
+    rows: usize,
+    cols: usize,
+    bias: bool,
+    kernel: bool,
+) -> Result<CheckResult> {
+    let seed = (rows * 13 + cols) as u64;
+    let gu = input(&[rows, 2 * cols], seed, 6.0, dtype)?;
+    let b = bias
+        .then(|| input(&[2 * cols], seed + 1, 1.0, dtype))
+        .transpose()?;
+    let bd = b.as_ref().map(|b| b.to_device(device)).transpose()?;
+    compare(
+        format!(
+            "swiglu_packed {rows}x{cols}{}",
+            if bias { " bias" } else { "" }
+        ),
+        dtype,
+        &super::swiglu_packed(&gu.to_device(device)?, bd.as_ref())?,
+        &reference::swiglu_packed(&gu, b.as_ref())?,
+        kernel,
+    )
+}
+
+/// The bias epilogues on (rows, cols) operands.
 fn check_bias(
     device: &Device,
     dtype: DType,
@@ -172,9 +200,8 @@ fn check_bias(
     let y = input(&[rows, cols], seed, 4.0, dtype)?;
     let u = input(&[rows, cols], seed + 1, 2.0, dtype)?;
     let b = input(&[cols], seed + 2, 1.0, dtype)?;
-    let bu = input(&[cols], seed + 3, 1.0, dtype)?;
     let on = |t: &Tensor| t.to_device(device);
-    let (yd, ud, bd, bud) = (on(&y)?, on(&u)?, on(&b)?, on(&bu)?);
+    let (yd, ud, bd) = (on(&y)?, on(&u)?, on(&b)?);
     let shape = format!("{rows}x{cols}");
     Ok(vec![
         compare(
@@ -182,13 +209,6 @@ fn check_bias(
             dtype,
             &super::bias_add(&yd, &bd)?,
             &reference::bias_add(&y, &b)?,
-            kernel,
-        )?,
-        compare(
-            format!("bias_swiglu {shape}"),
-            dtype,
-            &super::bias_swiglu(&yd, &ud, &bd, &bud)?,
-            &reference::bias_swiglu(&y, &u, &b, &bu)?,
             kernel,
         )?,
         compare(

@@ -95,44 +95,76 @@ fn rms_norm_t<T: CudaDType + DeviceRepr>(x: &Tensor, w: &Tensor, eps: f32) -> Re
     Ok(tensor_of(out, &dev, x.shape().clone()))
 }
 
-/// See [`super::swiglu`].
-pub fn swiglu(g: &Tensor, u: &Tensor) -> Result<Tensor> {
-    match g.dtype() {
-        DType::F32 => swiglu_t::<f32>(g, u),
-        DType::BF16 => swiglu_t::<bf16>(g, u),
-        DType::F16 => swiglu_t::<f16>(g, u),
-        other => bail!("swiglu: no kernel for {other:?}"),
+/// See [`super::swiglu_packed`].
+pub fn swiglu_packed(gu: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    match gu.dtype() {
+        DType::F32 => swiglu_packed_t::<f32>(gu, bias),
+        DType::BF16 => swiglu_packed_t::<bf16>(gu, bias),
+        DType::F16 => swiglu_packed_t::<f16>(gu, bias),
+        other => bail!("swiglu_packed: no kernel for {other:?}"),
     }
 }
 
-fn swiglu_t<T: CudaDType + DeviceRepr>(g: &Tensor, u: &Tensor) -> Result<Tensor> {
-    let dev = cuda_device(g)?;
-    let (g, u) = (g.contiguous()?, u.contiguous()?);
-    let n = g.elem_count();
-    let func =
-        dev.get_or_load_custom_func(&format!("swiglu_{}", suffix(g.dtype())?), MODULE, PTX)?;
-    let out = unsafe { dev.alloc::<T>(n)? };
-    with_view::<T, _>(&g, |gs| {
-        with_view::<T, _>(&u, |us| {
-            let cfg = LaunchConfig {
-                grid_dim: (n.div_ceil(256).clamp(1, 65_535 * 8) as u32, 1, 1),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            let n = n as u64;
-            let mut b = func.builder();
-            b.arg(&gs).arg(&us).arg(&out).arg(&n);
-            // SAFETY: the kernel reads n elements of g and u and writes n of out (grid-stride loop).
-            unsafe { b.launch(cfg) }.w()?;
-            Ok(())
-        })
-    })?;
-    Ok(tensor_of(out, &dev, g.shape().clone()))
+fn swiglu_packed_t<T: CudaDType + DeviceRepr>(
+    gu: &Tensor,
+    bias: Option<&Tensor>,
+) -> Result<Tensor> {
+    let dev = cuda_device(gu)?;
+    let gu = gu.contiguous()?;
+    let width = gu.dim(candle_core::D::Minus1)?;
+    let rows = gu.elem_count() / width.max(1);
+    let cols = width / 2;
+    if width % 2 != 0 || bias.is_some_and(|b| b.dims() != [width]) {
+        bail!(
+            "swiglu_packed: projection {:?} with bias {:?}",
+            gu.dims(),
+            bias.map(|b| b.dims())
+        );
+    }
+    let mut shape = gu.dims().to_vec();
+    *shape.last_mut().expect("rank ≥ 1") = cols;
+    let func = dev.get_or_load_custom_func(
+        &format!("swiglu_packed_{}", suffix(gu.dtype())?),
+        MODULE,
+        PTX,
+    )?;
+    let out = unsafe { dev.alloc::<T>(rows * cols)? };
+    if rows > 0 && cols > 0 {
+        let has_bias = i32::from(bias.is_some());
+        // Without a bias the kernel never reads its bias argument; the projection stands in for it.
+        let bias = bias
+            .map(|b| b.contiguous())
+            .transpose()?
+            .unwrap_or_else(|| gu.clone());
+        with_view::<T, _>(&gu, |gs| {
+            with_view::<T, _>(&bias, |bs| {
+                let cfg = LaunchConfig {
+                    grid_dim: (
+                        cols.div_ceil(256).min(64) as u32,
+                        rows.min(65_535) as u32,
+                        1,
+                    ),
+                    block_dim: (256, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                let (r, c) = (
+                    i32::try_from(rows).map_err(candle_core::Error::wrap)?,
+                    cols as i32,
+                );
+                let mut b = func.builder();
+                b.arg(&gs).arg(&bs).arg(&has_bias).arg(&out).arg(&r).arg(&c);
+                // SAFETY: gu holds rows·2·cols elements, the bias (when read) 2·cols, out rows·cols.
+                unsafe { b.launch(cfg) }.w()?;
+                Ok(())
+            })
+        })?;
+    }
+    Ok(tensor_of(out, &dev, Shape::from(shape)))
 }
 
-/// See [`super::bias_add`], [`super::bias_swiglu`], [`super::bias_residual`]: `kernel` is `bias_add`,
-/// `bias_swiglu` or `bias_residual`; `full` are the (rows, cols) operands and `per_col` the (cols) biases, in the
-/// kernel's argument order (full operands first, except `bias_residual`: y, b, r).
+/// See [`super::bias_add`] and [`super::bias_residual`]: `kernel` is `bias_add` or `bias_residual`; `full` are
+/// the (rows, cols) operands and `per_col` the (cols) biases, in the kernel's argument order (full operands
+/// first, except `bias_residual`: y, b, r).
 pub fn bias_op(kernel: &str, full: &[&Tensor], per_col: &[&Tensor]) -> Result<Tensor> {
     match full[0].dtype() {
         DType::F32 => bias_t::<f32>(kernel, full, per_col),

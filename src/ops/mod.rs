@@ -79,15 +79,6 @@ pub fn rms_norm_hf(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
     reference::rms_norm_hf(x, w, eps)
 }
 
-/// `silu(g) · u` with transformers' roundings (the SwiGLU of the MLPs).
-pub fn swiglu(g: &Tensor, u: &Tensor) -> Result<Tensor> {
-    #[cfg(feature = "cuda")]
-    if on_kernel_path(g.device(), g.dtype()) && u.dtype() == g.dtype() && u.dims() == g.dims() {
-        return cuda::swiglu(g, u);
-    }
-    reference::swiglu(g, u)
-}
-
 /// `y + b` over the last dimension (a Linear layer's bias), rounded to the dtype.
 pub fn bias_add(y: &Tensor, b: &Tensor) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
@@ -97,14 +88,14 @@ pub fn bias_add(y: &Tensor, b: &Tensor) -> Result<Tensor> {
     reference::bias_add(y, b)
 }
 
-/// `silu(g + bg) · (u + bu)` with transformers' roundings: the SwiGLU of an MLP whose gate and up projections
-/// have biases (the vision tower's).
-pub fn bias_swiglu(g: &Tensor, u: &Tensor, bg: &Tensor, bu: &Tensor) -> Result<Tensor> {
+/// `silu(g) · u` with transformers' roundings, for a packed projection `gu` (rows, 2·I) = [gate | up] whose
+/// bias (2·I), if any, is added first (the vision MLP has one, the text MLP not). Returns (rows, I).
+pub fn swiglu_packed(gu: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
-    if on_kernel_path(g.device(), g.dtype()) && [u, bg, bu].iter().all(|t| t.dtype() == g.dtype()) {
-        return cuda::bias_op("bias_swiglu", &[g, u], &[bg, bu]);
+    if on_kernel_path(gu.device(), gu.dtype()) && bias.is_none_or(|b| b.dtype() == gu.dtype()) {
+        return cuda::swiglu_packed(gu, bias);
     }
-    reference::bias_swiglu(g, u, bg, bu)
+    reference::swiglu_packed(gu, bias)
 }
 
 /// `r + (y + b)`, each op rounded to the dtype: a biased projection closing a residual branch.

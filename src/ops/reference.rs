@@ -25,9 +25,15 @@ pub fn bias_add(y: &Tensor, b: &Tensor) -> Result<Tensor> {
     y.broadcast_add(b)
 }
 
-/// `swiglu(g + bg, u + bu)`.
-pub fn bias_swiglu(g: &Tensor, u: &Tensor, bg: &Tensor, bu: &Tensor) -> Result<Tensor> {
-    swiglu(&g.broadcast_add(bg)?, &u.broadcast_add(bu)?)
+/// [`super::swiglu_packed`] composed: bias, split, [`swiglu`].
+pub fn swiglu_packed(gu: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    let gu = match bias {
+        Some(b) => gu.broadcast_add(b)?,
+        None => gu.clone(),
+    };
+    let i = gu.dim(candle_core::D::Minus1)? / 2;
+    let last = gu.rank() - 1;
+    swiglu(&gu.narrow(last, 0, i)?, &gu.narrow(last, i, i)?)
 }
 
 /// `r + (y + b)`.
