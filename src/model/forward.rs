@@ -242,14 +242,27 @@ impl Qwen25VL {
             _ => None,
         };
         let budget = self.attn_budget;
+        let t = &self.cfg.text;
+        let group = t.num_attention_heads / t.num_key_value_heads.max(1);
+        // Fused where the kernel covers this device and shape; otherwise the per-sequence path.
+        let fused = crate::ops::fused_decode_supported(&self.device, self.dtype, t.head_dim, group);
+        let plan = match mode {
+            DecodeAttention::Fused if fused => {
+                let layers: Vec<Vec<crate::ops::DecodeKv<'_>>> = (0..self.text.layers.len())
+                    .map(|l| caches.iter().map(|c| c.decode_kv(l)).collect())
+                    .collect();
+                Some(crate::ops::DecodePlan::new(self.dtype, &layers)?)
+            }
+            _ => None,
+        };
         section("decode.text_layers", &self.device, || {
             for (li, layer) in self.text.layers.iter().enumerate() {
-                x = layer.forward(&x, &cos, &sin, |a, qkv| match (&padded, mode) {
+                x = layer.forward(&x, &cos, &sin, |a, qkv| match (&padded, &plan) {
                     (Some((lmax, mask)), _) => {
                         decode_attend_padded(a, qkv, li, caches, *lmax, mask, budget)
                     }
-                    (None, DecodeAttention::Fused) => decode_attend_fused(a, qkv, li, caches),
-                    (None, _) => decode_attend(a, qkv, li, caches, budget),
+                    (None, Some(plan)) => decode_attend_fused(a, qkv, li, plan),
+                    (None, None) => decode_attend(a, qkv, li, caches, budget),
                 })?;
             }
             Ok::<(), candle_core::Error>(())

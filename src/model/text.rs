@@ -256,17 +256,17 @@ pub fn decode_attend(
     Tensor::cat(&outs, 0)
 }
 
-/// Decode attention in one launch per layer ([`crate::ops::decode_attention`]): the kernel writes row i's new
-/// K/V into `caches[i]` (reserved beforehand) and attends over it.
+/// Decode attention in one launch per layer ([`crate::ops::DecodePlan`], built once per step over the reserved
+/// caches): the kernel writes row i's new K/V into cache i and attends over it.
 pub fn decode_attend_fused(
     attn: &TextAttention,
     (q, k, v): Qkv,
     layer: usize,
-    caches: &mut [&mut SeqCache],
+    plan: &crate::ops::DecodePlan,
 ) -> Result<Tensor> {
-    let kv: Vec<crate::ops::DecodeKv<'_>> = caches.iter().map(|c| c.decode_kv(layer)).collect();
-    let o = crate::ops::decode_attention(&q, &k, &v, &kv, attn.scale() as f32)?;
-    o.reshape((caches.len(), attn.heads * attn.head_dim))
+    let b = q.dim(0)?;
+    let o = plan.attend(&q, &k, &v, layer, attn.scale() as f32)?;
+    o.reshape((b, attn.heads * attn.head_dim))
 }
 
 /// Decode attention as one padded batch: row i's K/V are written at its cache's end, then every cache is

@@ -328,18 +328,91 @@ fn qkv_rope_t<T: CudaDType + DeviceRepr>(
     ))
 }
 
-/// See [`super::decode_attention`].
+/// The per-step tables of the fused decode attention, uploaded once per decode step for all layers: each
+/// sequence's K and V buffer addresses per layer (layer-major), its capacity and its length before the step.
+pub struct DecodeTables {
+    k_ptrs: CudaSlice<u64>,
+    v_ptrs: CudaSlice<u64>,
+    caps: CudaSlice<i32>,
+    lens: CudaSlice<i32>,
+    batch: usize,
+    layers: usize,
+    /// (kv_heads, head_dim) every buffer has.
+    dims: (usize, usize),
+}
+
+impl DecodeTables {
+    /// Check and upload `layers[l][b]`, the buffers of sequence b in layer l (every layer lists the same
+    /// sequences, with the same capacity and length).
+    pub fn new(dtype: DType, layers: &[Vec<DecodeKv<'_>>]) -> Result<Self> {
+        match dtype {
+            DType::F32 => Self::new_t::<f32>(layers),
+            DType::BF16 => Self::new_t::<bf16>(layers),
+            DType::F16 => Self::new_t::<f16>(layers),
+            other => bail!("decode_attention: no kernel for {other:?}"),
+        }
+    }
+
+    fn new_t<T: CudaDType + DeviceRepr>(layers: &[Vec<DecodeKv<'_>>]) -> Result<Self> {
+        let Some(first) = layers.first().and_then(|l| l.first()) else {
+            bail!("decode_attention: no sequences");
+        };
+        let dev = cuda_device(first.k)?;
+        let batch = layers[0].len();
+        let (mut kp, mut vp, mut caps, mut lens) = (vec![], vec![], vec![], vec![]);
+        let mut dims = None;
+        for (l, layer) in layers.iter().enumerate() {
+            if layer.len() != batch {
+                bail!(
+                    "decode_attention: layer {l} lists {} sequences, layer 0 {batch}",
+                    layer.len()
+                );
+            }
+            for (b, c) in layer.iter().enumerate() {
+                let (k, (kh, cap, kd)) = buffer_ptr::<T>(c.k, &dev)?;
+                let (v, vdims) = buffer_ptr::<T>(c.v, &dev)?;
+                let same_step = l == 0 || (caps[b] as usize == cap && lens[b] as usize == c.len);
+                if vdims != (kh, cap, kd)
+                    || c.len >= cap
+                    || dims.is_some_and(|d| d != (kh, kd))
+                    || !same_step
+                {
+                    bail!("decode_attention: layer {l} sequence {b}: KV buffer ({kh}, {cap}, {kd}) for length {}", c.len);
+                }
+                dims = Some((kh, kd));
+                kp.push(k);
+                vp.push(v);
+                if l == 0 {
+                    caps.push(i32::try_from(cap).map_err(candle_core::Error::wrap)?);
+                    lens.push(c.len as i32);
+                }
+            }
+        }
+        Ok(Self {
+            k_ptrs: dev.clone_htod(&kp)?,
+            v_ptrs: dev.clone_htod(&vp)?,
+            caps: dev.clone_htod(&caps)?,
+            lens: dev.clone_htod(&lens)?,
+            batch,
+            layers: layers.len(),
+            dims: dims.expect("at least one sequence"),
+        })
+    }
+}
+
+/// See [`super::decode_attention`]: layer `layer` of `tables`.
 pub fn decode_attention(
     q: &Tensor,
     k_new: &Tensor,
     v_new: &Tensor,
-    kv: &[DecodeKv<'_>],
+    tables: &DecodeTables,
+    layer: usize,
     scale: f32,
 ) -> Result<Tensor> {
     match q.dtype() {
-        DType::F32 => decode_t::<f32>(q, k_new, v_new, kv, scale),
-        DType::BF16 => decode_t::<bf16>(q, k_new, v_new, kv, scale),
-        DType::F16 => decode_t::<f16>(q, k_new, v_new, kv, scale),
+        DType::F32 => decode_t::<f32>(q, k_new, v_new, tables, layer, scale),
+        DType::BF16 => decode_t::<bf16>(q, k_new, v_new, tables, layer, scale),
+        DType::F16 => decode_t::<f16>(q, k_new, v_new, tables, layer, scale),
         other => bail!("decode_attention: no kernel for {other:?}"),
     }
 }
@@ -369,7 +442,8 @@ fn decode_t<T: CudaDType + DeviceRepr>(
     q: &Tensor,
     k_new: &Tensor,
     v_new: &Tensor,
-    kv: &[DecodeKv<'_>],
+    tables: &DecodeTables,
+    layer: usize,
     scale: f32,
 ) -> Result<Tensor> {
     let dev = cuda_device(q)?;
@@ -378,16 +452,20 @@ fn decode_t<T: CudaDType + DeviceRepr>(
     if b2 != b
         || d2 != d
         || v_new.dims() != k_new.dims()
-        || kv.len() != b
+        || tables.batch != b
+        || tables.dims != (kv_heads, d)
+        || layer >= tables.layers
         || heads % kv_heads != 0
         || heads / kv_heads > 8
     {
         bail!(
-            "decode_attention: q {:?}, k_new {:?}, v_new {:?}, {} caches",
+            "decode_attention: q {:?}, k_new {:?}, v_new {:?}, layer {layer} of {} with {} caches of {:?}",
             q.dims(),
             k_new.dims(),
             v_new.dims(),
-            kv.len()
+            tables.layers,
+            tables.batch,
+            tables.dims
         );
     }
     let dl = match d {
@@ -396,23 +474,8 @@ fn decode_t<T: CudaDType + DeviceRepr>(
         128 => 4,
         _ => bail!("decode_attention: head_dim {d} has no kernel"),
     };
-    let (mut kp, mut vp, mut caps, mut lens) = (vec![], vec![], vec![], vec![]);
-    for c in kv {
-        let (k, (kh, cap, kd)) = buffer_ptr::<T>(c.k, &dev)?;
-        let (v, vdims) = buffer_ptr::<T>(c.v, &dev)?;
-        if kh != kv_heads || kd != d || vdims != (kh, cap, kd) || c.len >= cap {
-            bail!(
-                "decode_attention: KV buffer ({kh}, {cap}, {kd}) for length {}",
-                c.len
-            );
-        }
-        kp.push(k);
-        vp.push(v);
-        caps.push(cap as i32);
-        lens.push(c.len as i32);
-    }
-    let (kp, vp) = (dev.clone_htod(&kp)?, dev.clone_htod(&vp)?);
-    let (caps, lens) = (dev.clone_htod(&caps)?, dev.clone_htod(&lens)?);
+    let rows = layer * b..(layer + 1) * b;
+    let (kp, vp) = (tables.k_ptrs.slice(rows.clone()), tables.v_ptrs.slice(rows));
     let (q, k_new, v_new) = (q.contiguous()?, k_new.contiguous()?, v_new.contiguous()?);
     let name = format!("decode_attn_d{dl}_{}", suffix(q.dtype())?);
     let func = dev.get_or_load_custom_func(&name, MODULE, PTX)?;
@@ -432,11 +495,11 @@ fn decode_t<T: CudaDType + DeviceRepr>(
                     .arg(&vs)
                     .arg(&kp)
                     .arg(&vp)
-                    .arg(&caps)
-                    .arg(&lens);
+                    .arg(&tables.caps)
+                    .arg(&tables.lens);
                 bld.arg(&out).arg(&kvh).arg(&group).arg(&scale);
-                // SAFETY: every pointer addresses a buffer checked above: (kv_heads, cap, d) per sequence with
-                // len < cap; q/out (b, heads, d); k_new/v_new (b, kv_heads, d).
+                // SAFETY: every address in the tables is a buffer checked by DecodeTables::new: (kv_heads, cap,
+                // d) per sequence with len < cap; q/out (b, heads, d); k_new/v_new (b, kv_heads, d).
                 unsafe { bld.launch(cfg) }.w()?;
                 Ok(())
             })

@@ -129,6 +129,7 @@ pub fn qkv_rope(
 /// One layer's KV buffers of one sequence for [`decode_attention`]: K and V of shape (kv_heads, capacity,
 /// head_dim), contiguous, not shared with any other cache (the new position is written into them), and `len`
 /// valid positions before this step (`len < capacity`).
+#[derive(Clone, Copy)]
 pub struct DecodeKv<'a> {
     /// K buffer.
     pub k: &'a Tensor,
@@ -167,9 +168,50 @@ pub fn decode_attention(
         q.dim(2)?,
         q.dim(1)? / k_new.dim(1)?.max(1),
     ) {
-        return cuda::decode_attention(q, k_new, v_new, kv, scale);
+        let plan = DecodePlan::new(q.dtype(), std::slice::from_ref(&kv.to_vec()))?;
+        return plan.attend(q, k_new, v_new, 0, scale);
     }
     reference::decode_attention(q, k_new, v_new, kv, scale)
+}
+
+/// The fused decode attention of one step over all layers: the buffer tables are checked and uploaded once per
+/// step instead of once per layer. CUDA only (where [`fused_decode_supported`] holds).
+pub struct DecodePlan {
+    #[cfg(feature = "cuda")]
+    tables: cuda::DecodeTables,
+}
+
+impl DecodePlan {
+    /// `layers[l][b]`: the buffers of sequence b in layer l, reserved for this step.
+    pub fn new(dtype: DType, layers: &[Vec<DecodeKv<'_>>]) -> Result<Self> {
+        #[cfg(feature = "cuda")]
+        return Ok(Self {
+            tables: cuda::DecodeTables::new(dtype, layers)?,
+        });
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = (dtype, layers);
+            candle_core::bail!("the fused decode attention needs the `cuda` feature")
+        }
+    }
+
+    /// [`decode_attention`] for layer `layer` of the plan.
+    pub fn attend(
+        &self,
+        q: &Tensor,
+        k_new: &Tensor,
+        v_new: &Tensor,
+        layer: usize,
+        scale: f32,
+    ) -> Result<Tensor> {
+        #[cfg(feature = "cuda")]
+        return cuda::decode_attention(q, k_new, v_new, &self.tables, layer, scale);
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = (q, k_new, v_new, layer, scale);
+            candle_core::bail!("the fused decode attention needs the `cuda` feature")
+        }
+    }
 }
 
 /// One segment of a packed varlen attention: rows `start..start+len` of q/k/v, optionally continuing a cached
