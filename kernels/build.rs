@@ -1,10 +1,11 @@
 //! Build script: records the git revision and the candle version for the run manifest and, with the `cuda`
-//! feature, compiles the project's own kernels (`kernels/*.cu`) to PTX with nvcc (`$NVCC`, else
-//! `$CUDA_HOME/bin/nvcc`, else `nvcc` on the PATH) for `compute_$CUDA_COMPUTE_CAP` (default 80; the driver
-//! JIT-compiles the PTX for newer GPUs). The CPU build needs no CUDA at all.
+//! feature, compiles the project's own kernels (`kernels/*.cu`) with nvcc (`$NVCC`, else `$CUDA_HOME/bin/nvcc`,
+//! else `nvcc` on the PATH) into a fatbin holding machine code for `sm_$CUDA_COMPUTE_CAP` (default 80) and PTX
+//! for `compute_$CUDA_COMPUTE_CAP`, which the driver compiles for other (newer) GPUs. The CPU build needs no CUDA
+//! at all.
 fn main() {
     if std::env::var_os("CARGO_FEATURE_CUDA").is_some() {
-        compile_ptx("fused");
+        compile_fatbin("fused");
     }
     let rev = std::process::Command::new("git")
         .args(["rev-parse", "--short=12", "HEAD"])
@@ -27,7 +28,7 @@ fn main() {
     println!("cargo:rerun-if-changed=Cargo.lock");
 }
 
-fn compile_ptx(name: &str) {
+fn compile_fatbin(name: &str) {
     let src = format!("kernels/{name}.cu");
     println!("cargo:rerun-if-changed={src}");
     for var in ["NVCC", "CUDA_HOME", "CUDA_COMPUTE_CAP"] {
@@ -40,15 +41,18 @@ fn compile_ptx(name: &str) {
     let cap = std::env::var("CUDA_COMPUTE_CAP").unwrap_or_else(|_| "80".to_string());
     let cap = cap.trim_end_matches(['a', 'f']).replace('.', "");
     let out = format!(
-        "{}/{name}.ptx",
+        "{}/{name}.fatbin",
         std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")
     );
     let status = std::process::Command::new(&nvcc)
         .args([
-            "--ptx",
+            "--fatbin",
             "-O3",
             "-std=c++17",
-            &format!("-arch=compute_{cap}"),
+            "-gencode",
+            &format!("arch=compute_{cap},code=sm_{cap}"),
+            "-gencode",
+            &format!("arch=compute_{cap},code=compute_{cap}"),
             &src,
             "-o",
             &out,

@@ -8,9 +8,9 @@
 // * bias_*          The biases of the Linear layers folded into one pass: bias_add (y + b) and
 //                   bias_residual (r + (y + b), a projection closing a residual branch), each op rounded to the dtype as transformers does. Rows × columns grid, no
 //                   division per element.
-// * qkv_rope_*      The text attention's packed q/k/v projection (one GEMM) + its bias, split into q, k and v, with
-//                   the rotary embedding (rotate-half) applied to q and k; transformers' roundings. One block per
-//                   row.
+// * qkv_rope_*      A packed q/k/v projection (one GEMM) + its bias, split into q, k and v, with the rotary
+//                   embedding (rotate-half) applied to q and k; transformers' roundings: in the activation dtype
+//                   for the text model, in f32 for the vision tower (qkv_rope_f32rot_*). One block per row.
 // * decode_attn_*   One decode step of attention for a batch of sequences whose KV caches are separate buffers
 //                   (kv_heads, capacity, head_dim): writes each sequence's new K/V at its position `len`, then
 //                   attends its query heads over positions 0..=len (GQA), softmax in f32 with an online max.
@@ -20,7 +20,8 @@
 //                   optionally causally and after a cached prefix whose K/V live in a separate buffer. Flash-style
 //                   (K/V tiles in shared memory, online softmax in f32), no score matrix, one launch per layer.
 //
-// Compiled to PTX by kernels/build.rs when the `cuda` feature is on.
+// Compiled by kernels/build.rs when the `cuda` feature is on: a fatbin with machine code for $CUDA_COMPUTE_CAP and
+// PTX for newer GPUs.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -116,24 +117,25 @@ __device__ void bias_residual(const T *y, const T *b, const T *r, T *out, int ro
 
 // ---------------------------------------------------------------------------------------------------------------
 // Packed qkv + bias + rotary. y: (N, (H + 2·KV)·D) projection without bias, b: ((H + 2·KV)·D); cos, sin: (N, D/2)
-// half-tables. q: (N, H, D), k, v: (N, KV, D). Per rotated head and j < D/2, with x = round(y + b):
-// out[j] = round(round(x[j]·cos) − round(x[j+D/2]·sin)), out[j+D/2] = round(round(x[j+D/2]·cos) + round(x[j]·sin))
-// (transformers' q·cos + rotate_half(q)·sin in the activation dtype); v = round(y + b).
-template <typename T>
-__device__ void qkv_rope(const T *y, const T *b, const T *cos, const T *sin, T *q, T *k, T *v, int heads,
+// half-tables of type C. q: (N, H, D), k, v: (N, KV, D). Per rotated head and j < D/2, with x = round(y + b):
+// out[j] = x[j]·cos − x[j+D/2]·sin, out[j+D/2] = x[j+D/2]·cos + x[j]·sin, each op rounded to C, the result to T
+// (v = x). C = T is the text model (transformers' q·cos + rotate_half(q)·sin in the activation dtype); C = float
+// is the vision tower (rotary in f32, rounded once).
+template <typename T, typename C>
+__device__ void qkv_rope(const T *y, const T *b, const C *cos, const C *sin, T *q, T *k, T *v, int heads,
                          int kv_heads, int D) {
     const int row = blockIdx.x, half = D / 2, width = (heads + 2 * kv_heads) * D;
     const T *yr = y + (size_t)row * width;
-    const T *cr = cos + (size_t)row * half, *sr = sin + (size_t)row * half;
+    const C *cr = cos + (size_t)row * half, *sr = sin + (size_t)row * half;
     for (int idx = threadIdx.x; idx < (heads + kv_heads) * half; idx += blockDim.x) {
         const int hh = idx / half, j = idx % half;
         const int c1 = hh * D + j, c2 = c1 + half;
         const float x1 = round_to<T>(to_f<T>(yr[c1]) + to_f<T>(b[c1]));
         const float x2 = round_to<T>(to_f<T>(yr[c2]) + to_f<T>(b[c2]));
-        const float cs = to_f<T>(cr[j]), sn = to_f<T>(sr[j]);
+        const float cs = to_f<C>(cr[j]), sn = to_f<C>(sr[j]);
         T *dst = hh < heads ? q + ((size_t)row * heads + hh) * D : k + ((size_t)row * kv_heads + hh - heads) * D;
-        dst[j] = from_f<T>(round_to<T>(x1 * cs) - round_to<T>(x2 * sn));
-        dst[j + half] = from_f<T>(round_to<T>(x2 * cs) + round_to<T>(x1 * sn));
+        dst[j] = from_f<T>(round_to<C>(__fmul_rn(x1, cs)) - round_to<C>(__fmul_rn(x2, sn)));
+        dst[j + half] = from_f<T>(round_to<C>(__fmul_rn(x2, cs)) + round_to<C>(__fmul_rn(x1, sn)));
     }
     for (int idx = threadIdx.x; idx < kv_heads * D; idx += blockDim.x) {
         const int c = (heads + kv_heads) * D + idx;
@@ -571,7 +573,12 @@ __device__ void varlen_mma(const T *q, const T *k, const T *v, const int *meta, 
 #define QKV_ROPE(NAME, T)                                                                                         \
     extern "C" __global__ void qkv_rope_##NAME(const T *y, const T *b, const T *cos, const T *sin, T *q, T *k,    \
                                                T *v, int heads, int kv_heads, int d) {                           \
-        qkv_rope<T>(y, b, cos, sin, q, k, v, heads, kv_heads, d);                                                \
+        qkv_rope<T, T>(y, b, cos, sin, q, k, v, heads, kv_heads, d);                                             \
+    }                                                                                                             \
+    extern "C" __global__ void qkv_rope_f32rot_##NAME(const T *y, const T *b, const float *cos,                  \
+                                                      const float *sin, T *q, T *k, T *v, int heads,            \
+                                                      int kv_heads, int d) {                                    \
+        qkv_rope<T, float>(y, b, cos, sin, q, k, v, heads, kv_heads, d);                                         \
     }
 #define VARLEN_MMA(NAME, T, D)                                                                                    \
     extern "C" __global__ void __launch_bounds__(128)                                                             \

@@ -242,7 +242,8 @@ fn a_separate_judge_model_answers_the_aggregation_prompts() {
     assert_eq!(lines(&out.join("judgements.jsonl")).len(), verdicts.len());
 }
 
-/// The fused ops (CPU varlen attention) give the composed references' greedy outputs.
+/// The fused ops (CPU varlen attention) give the composed references' greedy outputs; the profiled run (the fused
+/// one) reports its sections in `throughput.json`.
 #[test]
 fn fused_ops_and_their_references_give_the_same_predictions() {
     let tmp = tempfile::tempdir().unwrap();
@@ -262,11 +263,31 @@ fn fused_ops_and_their_references_give_the_same_predictions() {
             ])
             .env("RUST_LOG", "warn")
             .env("MOBILE_R1_EVAL_KERNELS", kernels)
+            .env(
+                "MOBILE_R1_EVAL_PROFILE",
+                if kernels == "on" { "1" } else { "0" },
+            )
             .output()
             .unwrap();
         ok(&o);
         let manifest = json_file(&out.join("manifest.json"));
         assert_eq!(manifest["ops"]["fused"], kernels == "on");
+        let profile = &json_file(&out.join("throughput.json"))["profile"];
+        if kernels == "on" {
+            for section in [
+                "vision.qkv_rope",
+                "text.qkv_rope",
+                "linear.matmul",
+                "decode.text_layers",
+            ] {
+                assert!(
+                    profile[section]["calls"].as_u64().unwrap() > 0,
+                    "{section}: {profile}"
+                );
+            }
+        } else {
+            assert!(profile.is_null(), "{profile}");
+        }
         responses(&out)
     };
     let fused = run("fused", "on");

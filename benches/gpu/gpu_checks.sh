@@ -3,9 +3,10 @@
 # transformers (no Rust toolchain needed): build the binary elsewhere with the `cuda` feature (README, "GPU
 # builds"; .ci/cuda-check.sh has a recipe that needs no CUDA install) and point BIN at it.
 #
-#   BIN=path/to/mobile-r1-eval OUT=gpu-results bash benches/gpu/gpu_checks.sh [full|quick|kernels|profile]
+#   BIN=path/to/mobile-r1-eval OUT=gpu-results bash benches/gpu/gpu_checks.sh [full|quick|kernels|profile|mma]
 #
-# `quick` stops after step 2; `kernels` runs steps 2, 6, 3, 4 and 7's profiled bench; `profile` runs only step 7.
+# `quick` stops after step 2; `kernels` runs steps 2, 6, 3, 4 and 7's profiled bench; `profile` runs only step 7;
+# `mma` runs step 8.
 #
 # 1. correctness: the embedded sample benchmark through the tiny test checkpoint on CPU and on CUDA (f32 at batch
 #    sizes 1, 3 and 8; bf16 at 1 and 8), predictions compared token for token (benches/gpu/compare_runs.py);
@@ -16,6 +17,10 @@
 # 6. compare.py with `small` in f32 (identical tokens required);
 # 7. (`profile` only) where the time goes: the 3b bench without the judge, with the kernels off, and with the
 #    per-section profiler (MOBILE_R1_EVAL_PROFILE=1).
+# 8. (`mma` only) the tensor-core varlen attention (MOBILE_R1_EVAL_MMA=1, opt-in until it passes here): self-test
+#    (its cases are labelled `varlen mma`), the sample through the tiny checkpoint in bf16 with and without it
+#    (agreement counted), the 3b bench without and with it, its profile, and compare.py 3b bf16 with it; last,
+#    the `small` f32 bench with the profiler, to find the f32 slowdown noted in benches/gpu/results-h200/README.md.
 # Every stage has its own time limit and its log in $LOGS; a failed stage does not stop the later ones. After
 # each stage, $OUT/gpu-checks.tgz holds every log and result so far.
 set -uo pipefail
@@ -54,8 +59,27 @@ ldd "$BIN" | grep -i "not found"
 
 bench3b() { "$BIN" bench --config 3b --random-weights --device cuda --dtype bf16 --steps "$1" --batch-size 64 \
   --tokenizer tests/fixtures/tokenizer --json "${@:2}"; }
-export -f bench3b
+export M=tests/fixtures/models/tiny-a
+run_eval() {  # run_eval NAME DEVICE DTYPE BATCH
+  rm -rf "$WORK/$1"; "$BIN" eval --model "$M" --out "$WORK/$1" --device "$2" --dtype "$3" --batch-size "$4" --max-new-tokens 24 --max-pixels 1003520
+}
+export -f bench3b run_eval
 export BIN WORK
+if [ "$MODE" = mma ]; then
+  TAIL=70 stage self_test 60 "$BIN" self-test --device cuda
+  TAIL=3 stage eval_cuda_bf16_b8 60 run_eval cuda_bf16_b8 cuda bf16 8
+  TAIL=3 stage eval_cuda_bf16_b8_mma 60 env MOBILE_R1_EVAL_MMA=1 bash -c 'run_eval cuda_bf16_b8_mma cuda bf16 8'
+  stage agreement_mma 30 python3 benches/gpu/compare_runs.py "$WORK" cuda_bf16_b8 -- cuda_bf16_b8_mma
+  stage bench_3b 100 bench3b 128
+  stage bench_3b_mma 100 env MOBILE_R1_EVAL_MMA=1 bash -c 'bench3b 128'
+  stage bench_3b_mma_profile 100 env MOBILE_R1_EVAL_MMA=1 MOBILE_R1_EVAL_PROFILE=1 bash -c 'bench3b 64'
+  stage compare_3b_bf16_mma 180 env MOBILE_R1_EVAL_MMA=1 python3 benches/compare/compare.py --preset 3b \
+    --device cuda --dtype bf16 --steps 64 --batch 32 --max-pixels 1003520 --binary "$BIN" --work "$WORK/cmp-3b" \
+    --json-out "$LOGS/compare_3b_mma.json"
+  stage bench_small_f32_profile 100 env MOBILE_R1_EVAL_PROFILE=1 "$BIN" bench --config small --random-weights \
+    --device cuda --dtype f32 --steps 8 --batch-size 8 --no-judge --tokenizer tests/fixtures/tokenizer --json
+  exit 0
+fi
 if [ "$MODE" = kernels ]; then  # the kernels, then speed and parity with transformers (steps 2, 6, 3, 4)
   TAIL=45 stage self_test 60 "$BIN" self-test --device cuda
   stage compare_small_f32 90 python3 benches/compare/compare.py --preset small --device cuda --dtype f32 \
@@ -73,11 +97,6 @@ if [ "$MODE" = profile ]; then
   exit 0
 fi
 
-export M=tests/fixtures/models/tiny-a
-run_eval() {  # run_eval NAME DEVICE DTYPE BATCH
-  rm -rf "$WORK/$1"; "$BIN" eval --model "$M" --out "$WORK/$1" --device "$2" --dtype "$3" --batch-size "$4" --max-new-tokens 24 --max-pixels 1003520
-}
-export -f run_eval
 TAIL=3 stage eval_cpu 90 run_eval cpu cpu f32 8
 for b in 1 3 8; do TAIL=3 stage "eval_cuda_f32_b$b" 60 run_eval "cuda_f32_b$b" cuda f32 "$b"; done
 for b in 1 8; do TAIL=3 stage "eval_cuda_bf16_b$b" 60 run_eval "cuda_bf16_b$b" cuda bf16 "$b"; done

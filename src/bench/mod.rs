@@ -261,10 +261,6 @@ fn report(cfg: &BenchConfig, model: &Qwen25VL, m: &Measured) -> Value {
         "max_new_tokens": cfg.max_new_tokens,
         "pixel_bounds": [cfg.min_pixels, cfg.max_pixels],
         "phases": [Some(steps.summary()), m.judge.as_ref().map(PhaseStats::summary)],
-        "profile": m.profile.as_ref().map(|p| {
-            p.iter()
-                .map(|(k, (calls, secs))| (k.to_string(), json!({"calls": calls, "seconds": secs})))
-                .collect::<serde_json::Map<_, _>>()
-        }),
+        "profile": m.profile.as_ref().map(crate::model::profile::to_json),
     })
 }

@@ -148,6 +148,7 @@ pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
         "kv_bytes_per_token": model.model.kv_bytes_per_token(),
         "ops": crate::ops::manifest_entry(),
         "decode_attention": format!("{:?}", model.model.decode_attention()),
+        "profiled": crate::model::profile::enabled(),
         "versions": {"mobile-r1-eval": env!("CARGO_PKG_VERSION"), "candle": env!("MOBILE_R1_EVAL_CANDLE_VERSION"),
                      "git_revision": env!("MOBILE_R1_EVAL_GIT_REV")},
         "started_at_unix": previous.as_ref().and_then(|p| p.get("started_at_unix").cloned()).unwrap_or(started.into()),
@@ -179,6 +180,9 @@ pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
         "peak_rss_bytes": memory::peak_rss_bytes(),
         "peak_device_bytes": memory::peak_device_bytes(),
         "batch_limits": limits,
+        // Per-section device-synchronised timings when MOBILE_R1_EVAL_PROFILE is on (slower run), else null.
+        "profile": crate::model::profile::enabled()
+            .then(|| crate::model::profile::to_json(&crate::model::profile::snapshot())),
     });
     rundir::write_json_atomic(&cfg.out.join("throughput.json"), &throughput)?;
     manifest["finished_at_unix"] = now_secs().into();

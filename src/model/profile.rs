@@ -41,3 +41,17 @@ pub fn section<T, E: From<candle_core::Error>>(
 pub fn snapshot() -> BTreeMap<&'static str, (u64, f64)> {
     TABLE.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
+
+/// `{section: {"calls", "seconds"}}` of a [`snapshot`].
+pub fn to_json(table: &BTreeMap<&'static str, (u64, f64)>) -> serde_json::Value {
+    table
+        .iter()
+        .map(|(k, (calls, secs))| {
+            (
+                k.to_string(),
+                serde_json::json!({"calls": calls, "seconds": secs}),
+            )
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}

@@ -2,7 +2,7 @@
 //! attention blocks with 2-D rotary, and the patch merger. Several images of different sizes go through one
 //! call; attention never crosses images.
 
-use candle_core::{DType, Device, Module, Result, Tensor};
+use candle_core::{Device, Module, Result, Tensor};
 use candle_nn::VarBuilder;
 
 use super::attention::{attention, MASK_MIN};
@@ -88,16 +88,15 @@ impl VisionAttention {
     ) -> Result<Tensor> {
         let (n, dm) = x.dims2()?;
         let (h, d) = (self.heads, dm / self.heads);
-        let qkv = self.qkv.forward(x)?.reshape((n, 3, h, d))?;
-        let rot = |t: Tensor| -> Result<Tensor> {
-            let t32 = t.contiguous()?.to_dtype(DType::F32)?.unsqueeze(0)?;
-            candle_nn::rotary_emb::rope_thd(&t32, &ctx.cos, &ctx.sin)?
-                .squeeze(0)?
-                .to_dtype(x.dtype())
-        };
-        let q = rot(qkv.narrow(1, 0, 1)?.squeeze(1)?)?;
-        let k = rot(qkv.narrow(1, 1, 1)?.squeeze(1)?)?;
-        let v = qkv.narrow(1, 2, 1)?.squeeze(1)?.contiguous()?;
+        // Bias, split and the f32 rotary (transformers' apply_rotary_pos_emb_vision) in one pass.
+        let y = self.qkv.matmul(x)?;
+        let b = self
+            .qkv
+            .bias()
+            .ok_or_else(|| candle_core::Error::Msg("vision qkv without bias".into()))?;
+        let (q, k, v) = section("vision.qkv_rope", x.device(), || {
+            crate::ops::qkv_rope(&y, b, &ctx.cos, &ctx.sin, h, h)
+        })?;
         let scale = 1.0 / (d as f64).sqrt();
         let dev = x.device();
         let out = if crate::ops::varlen_supported(dev, q.dtype(), d) {

@@ -106,10 +106,20 @@ pub fn run(device: &Device) -> Result<Vec<CheckResult>> {
         for (rows, cols) in [(5, 3420), (3, 1280)] {
             out.extend(check_bias(device, dtype, rows, cols, kernel)?);
         }
-        for (n, heads, kv_heads, d) in [(7, 16, 2, 128), (3, 14, 2, 64)] {
-            out.push(check_qkv_rope(
-                device, dtype, n, heads, kv_heads, d, kernel,
-            )?);
+        // The text shapes (tables in the activation dtype) and the vision tower's (f32 tables).
+        for (n, heads, kv_heads, d, f32_tables) in [
+            (7, 16, 2, 128, false),
+            (3, 14, 2, 64, false),
+            (5, 16, 16, 80, true),
+        ] {
+            let shape = QkvShape {
+                n,
+                heads,
+                kv_heads,
+                d,
+                f32_tables,
+            };
+            out.push(check_qkv_rope(device, dtype, shape, kernel)?);
         }
         // On CUDA, bf16/f16 have two varlen kernels (CUDA cores, tensor cores): check both.
         let mma_too = device.is_cuda() && kernel && dtype != DType::F32;
@@ -123,16 +133,29 @@ pub fn run(device: &Device) -> Result<Vec<CheckResult>> {
     Ok(out)
 }
 
-/// Packed q/k/v + bias + rotary: q, k and v compared as one flattened tensor.
-fn check_qkv_rope(
-    device: &Device,
-    dtype: DType,
+/// Rows, heads, head_dim and the dtype of the rotary tables of a qkv_rope case.
+struct QkvShape {
     n: usize,
     heads: usize,
     kv_heads: usize,
     d: usize,
+    f32_tables: bool,
+}
+
+/// Packed q/k/v + bias + rotary: q, k and v compared as one flattened tensor.
+fn check_qkv_rope(
+    device: &Device,
+    dtype: DType,
+    shape: QkvShape,
     kernel: bool,
 ) -> Result<CheckResult> {
+    let QkvShape {
+        n,
+        heads,
+        kv_heads,
+        d,
+        f32_tables,
+    } = shape;
     let width = (heads + 2 * kv_heads) * d;
     let seed = (n * 31 + heads + d) as u64;
     let y = input(&[n, width], seed, 3.0, dtype)?;
@@ -143,7 +166,8 @@ fn check_qkv_rope(
         .collect();
     let cos: Vec<f32> = angles.iter().map(|a| a.cos()).collect();
     let sin: Vec<f32> = angles.iter().map(|a| a.sin()).collect();
-    let table = |v: Vec<f32>| Tensor::from_vec(v, (n, d / 2), &Device::Cpu)?.to_dtype(dtype);
+    let table_dtype = if f32_tables { DType::F32 } else { dtype };
+    let table = |v: Vec<f32>| Tensor::from_vec(v, (n, d / 2), &Device::Cpu)?.to_dtype(table_dtype);
     let (cos, sin) = (table(cos)?, table(sin)?);
     let flat = |(q, k, v): (Tensor, Tensor, Tensor)| -> Result<Tensor> {
         let cpu = |t: Tensor| t.to_device(&Device::Cpu)?.flatten_all();
@@ -153,7 +177,10 @@ fn check_qkv_rope(
     let got = super::qkv_rope(&on(&y)?, &on(&b)?, &on(&cos)?, &on(&sin)?, heads, kv_heads)?;
     let want = reference::qkv_rope(&y, &b, &cos, &sin, heads, kv_heads)?;
     compare(
-        format!("qkv_rope n{n} h{heads}/{kv_heads} d{d}"),
+        format!(
+            "qkv_rope n{n} h{heads}/{kv_heads} d{d}{}",
+            if f32_tables { " f32 rotary" } else { "" }
+        ),
         dtype,
         &flat(got)?,
         &flat(want)?,

@@ -1,9 +1,14 @@
-//! Launchers of the project's CUDA kernels (`kernels/fused.cu`, compiled to PTX by `kernels/build.rs` and loaded
-//! once per device as a custom module).
+//! Launchers of the project's CUDA kernels (`kernels/fused.cu`, compiled by `kernels/build.rs` into a fatbin with
+//! machine code for the build's GPU and PTX for newer ones, and loaded once per CUDA context).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use candle_core::cuda_backend::cudarc::driver::{
-    CudaSlice, CudaView, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
+    CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView, DevicePtr, DeviceRepr, LaunchArgs,
+    LaunchConfig, PushKernelArg,
 };
+use candle_core::cuda_backend::cudarc::nvrtc::Ptx;
 use candle_core::cuda_backend::{CudaDType, CudaStorage, WrapErr};
 use candle_core::op::BackpropOp;
 use candle_core::{bail, CudaDevice, DType, Result, Shape, Storage, Tensor};
@@ -11,8 +16,41 @@ use half::{bf16, f16};
 
 use super::DecodeKv;
 
-const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/fused.ptx"));
-const MODULE: &str = "mobile_r1_eval_fused";
+const FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fused.fatbin"));
+
+/// One of the project's kernels, launched on the stream of the device it was loaded for.
+struct Kernel {
+    func: CudaFunction,
+    stream: Arc<CudaStream>,
+}
+
+impl Kernel {
+    fn builder(&self) -> LaunchArgs<'_> {
+        self.stream.launch_builder(&self.func)
+    }
+}
+
+/// Kernel `name` of `kernels/fused.cu` on `dev`. The module is loaded once per CUDA context: the driver picks the
+/// fatbin's machine code when it matches the GPU (no JIT), else compiles its PTX.
+fn kernel(dev: &CudaDevice, name: &str) -> Result<Kernel> {
+    static MODULES: OnceLock<Mutex<HashMap<usize, Arc<CudaModule>>>> = OnceLock::new();
+    let stream = dev.cuda_stream();
+    let ctx = stream.context();
+    let module = {
+        let mut modules = MODULES
+            .get_or_init(Default::default)
+            .lock()
+            .map_err(|_| candle_core::Error::Msg("the kernel module cache is poisoned".into()))?;
+        match modules.entry(ctx.cu_ctx() as usize) {
+            std::collections::hash_map::Entry::Occupied(e) => e.get().clone(),
+            std::collections::hash_map::Entry::Vacant(e) => e
+                .insert(ctx.load_module(Ptx::from_binary(FATBIN.to_vec())).w()?)
+                .clone(),
+        }
+    };
+    let func = module.load_function(name).w()?;
+    Ok(Kernel { func, stream })
+}
 
 /// Kernel-name suffix of a dtype.
 fn suffix(dtype: DType) -> Result<&'static str> {
@@ -74,8 +112,7 @@ fn rms_norm_t<T: CudaDType + DeviceRepr>(x: &Tensor, w: &Tensor, eps: f32) -> Re
         bail!("rms_norm_hf: weight {:?} for rows of {cols}", w.dims());
     }
     let rows = x.elem_count() / cols.max(1);
-    let func =
-        dev.get_or_load_custom_func(&format!("rmsnorm_hf_{}", suffix(x.dtype())?), MODULE, PTX)?;
+    let func = kernel(&dev, &format!("rmsnorm_hf_{}", suffix(x.dtype())?))?;
     let out = unsafe { dev.alloc::<T>(x.elem_count())? };
     with_view::<T, _>(&x, |xs| {
         with_view::<T, _>(w, |ws| {
@@ -123,11 +160,7 @@ fn swiglu_packed_t<T: CudaDType + DeviceRepr>(
     }
     let mut shape = gu.dims().to_vec();
     *shape.last_mut().expect("rank ≥ 1") = cols;
-    let func = dev.get_or_load_custom_func(
-        &format!("swiglu_packed_{}", suffix(gu.dtype())?),
-        MODULE,
-        PTX,
-    )?;
+    let func = kernel(&dev, &format!("swiglu_packed_{}", suffix(gu.dtype())?))?;
     let out = unsafe { dev.alloc::<T>(rows * cols)? };
     if rows > 0 && cols > 0 {
         let has_bias = i32::from(bias.is_some());
@@ -162,20 +195,20 @@ fn swiglu_packed_t<T: CudaDType + DeviceRepr>(
     Ok(tensor_of(out, &dev, Shape::from(shape)))
 }
 
-/// See [`super::bias_add`] and [`super::bias_residual`]: `kernel` is `bias_add` or `bias_residual`; `full` are
+/// See [`super::bias_add`] and [`super::bias_residual`]: `op` is `bias_add` or `bias_residual`; `full` are
 /// the (rows, cols) operands and `per_col` the (cols) biases, in the kernel's argument order (full operands
 /// first, except `bias_residual`: y, b, r).
-pub fn bias_op(kernel: &str, full: &[&Tensor], per_col: &[&Tensor]) -> Result<Tensor> {
+pub fn bias_op(op: &str, full: &[&Tensor], per_col: &[&Tensor]) -> Result<Tensor> {
     match full[0].dtype() {
-        DType::F32 => bias_t::<f32>(kernel, full, per_col),
-        DType::BF16 => bias_t::<bf16>(kernel, full, per_col),
-        DType::F16 => bias_t::<f16>(kernel, full, per_col),
-        other => bail!("{kernel}: no kernel for {other:?}"),
+        DType::F32 => bias_t::<f32>(op, full, per_col),
+        DType::BF16 => bias_t::<bf16>(op, full, per_col),
+        DType::F16 => bias_t::<f16>(op, full, per_col),
+        other => bail!("{op}: no kernel for {other:?}"),
     }
 }
 
 fn bias_t<T: CudaDType + DeviceRepr>(
-    kernel: &str,
+    op: &str,
     full: &[&Tensor],
     per_col: &[&Tensor],
 ) -> Result<Tensor> {
@@ -190,12 +223,12 @@ fn bias_t<T: CudaDType + DeviceRepr>(
         .collect::<Result<_>>()?;
     if full.iter().any(|t| t.shape() != &shape) || per_col.iter().any(|b| b.dims() != [cols]) {
         bail!(
-            "{kernel}: operands {:?} with biases {:?}",
+            "{op}: operands {:?} with biases {:?}",
             full.iter().map(|t| t.dims()).collect::<Vec<_>>(),
             per_col.iter().map(|t| t.dims()).collect::<Vec<_>>()
         );
     }
-    let args: Vec<&Tensor> = if kernel == "bias_residual" {
+    let args: Vec<&Tensor> = if op == "bias_residual" {
         vec![&full[0], &per_col[0], &full[1]]
     } else {
         full.iter().chain(&per_col).collect()
@@ -204,18 +237,14 @@ fn bias_t<T: CudaDType + DeviceRepr>(
     let mut views = Vec::with_capacity(guards.len());
     for (storage, layout) in &guards {
         let Storage::Cuda(cs) = &**storage else {
-            bail!("{kernel}: expected CUDA tensors");
+            bail!("{op}: expected CUDA tensors");
         };
         let (start, end) = layout
             .contiguous_offsets()
-            .ok_or_else(|| candle_core::Error::Msg(format!("{kernel}: non-contiguous operand")))?;
+            .ok_or_else(|| candle_core::Error::Msg(format!("{op}: non-contiguous operand")))?;
         views.push(cs.as_cuda_slice::<T>()?.slice(start..end));
     }
-    let func = dev.get_or_load_custom_func(
-        &format!("{kernel}_{}", suffix(full[0].dtype())?),
-        MODULE,
-        PTX,
-    )?;
+    let func = kernel(&dev, &format!("{op}_{}", suffix(full[0].dtype())?))?;
     let out = unsafe { dev.alloc::<T>(shape.elem_count())? };
     if rows == 0 || cols == 0 {
         return Ok(tensor_of(out, &dev, shape));
@@ -254,15 +283,17 @@ pub fn qkv_rope(
     heads: usize,
     kv_heads: usize,
 ) -> Result<(Tensor, Tensor, Tensor)> {
-    match y.dtype() {
-        DType::F32 => qkv_rope_t::<f32>(y, b, cos, sin, heads, kv_heads),
-        DType::BF16 => qkv_rope_t::<bf16>(y, b, cos, sin, heads, kv_heads),
-        DType::F16 => qkv_rope_t::<f16>(y, b, cos, sin, heads, kv_heads),
-        other => bail!("qkv_rope: no kernel for {other:?}"),
+    match (y.dtype(), cos.dtype()) {
+        (DType::F32, DType::F32) => qkv_rope_t::<f32, f32>(y, b, cos, sin, heads, kv_heads),
+        (DType::BF16, DType::BF16) => qkv_rope_t::<bf16, bf16>(y, b, cos, sin, heads, kv_heads),
+        (DType::F16, DType::F16) => qkv_rope_t::<f16, f16>(y, b, cos, sin, heads, kv_heads),
+        (DType::BF16, DType::F32) => qkv_rope_t::<bf16, f32>(y, b, cos, sin, heads, kv_heads),
+        (DType::F16, DType::F32) => qkv_rope_t::<f16, f32>(y, b, cos, sin, heads, kv_heads),
+        (a, c) => bail!("qkv_rope: no kernel for {a:?} activations with {c:?} tables"),
     }
 }
 
-fn qkv_rope_t<T: CudaDType + DeviceRepr>(
+fn qkv_rope_t<T: CudaDType + DeviceRepr, C: CudaDType + DeviceRepr>(
     y: &Tensor,
     b: &Tensor,
     cos: &Tensor,
@@ -293,16 +324,20 @@ fn qkv_rope_t<T: CudaDType + DeviceRepr>(
         cos.contiguous()?,
         sin.contiguous()?,
     );
-    let func =
-        dev.get_or_load_custom_func(&format!("qkv_rope_{}", suffix(y.dtype())?), MODULE, PTX)?;
+    let rot = if cos.dtype() == y.dtype() {
+        ""
+    } else {
+        "f32rot_"
+    };
+    let func = kernel(&dev, &format!("qkv_rope_{rot}{}", suffix(y.dtype())?))?;
     let q = unsafe { dev.alloc::<T>(n * heads * d)? };
     let k = unsafe { dev.alloc::<T>(n * kv_heads * d)? };
     let v = unsafe { dev.alloc::<T>(n * kv_heads * d)? };
     if n > 0 {
         with_view::<T, _>(&y, |ys| {
             with_view::<T, _>(&b, |bs| {
-                with_view::<T, _>(&cos, |cs| {
-                    with_view::<T, _>(&sin, |ss| {
+                with_view::<C, _>(&cos, |cs| {
+                    with_view::<C, _>(&sin, |ss| {
                         let cfg = LaunchConfig {
                             grid_dim: (n as u32, 1, 1),
                             block_dim: (256, 1, 1),
@@ -478,7 +513,7 @@ fn decode_t<T: CudaDType + DeviceRepr>(
     let (kp, vp) = (tables.k_ptrs.slice(rows.clone()), tables.v_ptrs.slice(rows));
     let (q, k_new, v_new) = (q.contiguous()?, k_new.contiguous()?, v_new.contiguous()?);
     let name = format!("decode_attn_d{dl}_{}", suffix(q.dtype())?);
-    let func = dev.get_or_load_custom_func(&name, MODULE, PTX)?;
+    let func = kernel(&dev, &name)?;
     let out = unsafe { dev.alloc::<T>(q.elem_count())? };
     with_view::<T, _>(&q, |qs| {
         with_view::<T, _>(&k_new, |ks| {
@@ -636,7 +671,7 @@ fn varlen_t<T: CudaDType + DeviceRepr>(
     let (q, k, v) = (word_aligned(q)?, word_aligned(k)?, word_aligned(v)?);
     let kind = if mma { "mma" } else { "attn" };
     let name = format!("varlen_{kind}_d{d}_{}", suffix(q.dtype())?);
-    let func = dev.get_or_load_custom_func(&name, MODULE, PTX)?;
+    let func = kernel(&dev, &name)?;
     with_view::<T, _>(&q, |qs| {
         with_view::<T, _>(&k, |ks| {
             with_view::<T, _>(&v, |vs| {

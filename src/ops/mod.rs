@@ -107,9 +107,10 @@ pub fn bias_residual(y: &Tensor, b: &Tensor, r: &Tensor) -> Result<Tensor> {
     reference::bias_residual(y, b, r)
 }
 
-/// The text attention's packed projection `y` (N, (heads + 2·kv_heads)·d), without its bias `b`, made into
-/// q (N, heads, d), k and v (N, kv_heads, d): bias added, q and k rotated with the cos/sin half-tables
-/// (N, d/2) as transformers does (`x·cos + rotate_half(x)·sin`, each op rounded to the dtype).
+/// A packed attention projection `y` (N, (heads + 2·kv_heads)·d), without its bias `b`, made into
+/// q (N, heads, d), k and v (N, kv_heads, d): bias added, q and k rotated with the cos/sin half-tables (N, d/2)
+/// as transformers does (`x·cos + rotate_half(x)·sin`). The rotary runs in the tables' dtype: the activation
+/// dtype for the text model (each op rounded to it), f32 for the vision tower (rounded once at the end).
 pub fn qkv_rope(
     y: &Tensor,
     b: &Tensor,
@@ -119,7 +120,10 @@ pub fn qkv_rope(
     kv_heads: usize,
 ) -> Result<(Tensor, Tensor, Tensor)> {
     #[cfg(feature = "cuda")]
-    if on_kernel_path(y.device(), y.dtype()) && [b, cos, sin].iter().all(|t| t.dtype() == y.dtype())
+    if on_kernel_path(y.device(), y.dtype())
+        && b.dtype() == y.dtype()
+        && sin.dtype() == cos.dtype()
+        && (cos.dtype() == y.dtype() || cos.dtype() == DType::F32)
     {
         return cuda::qkv_rope(y, b, cos, sin, heads, kv_heads);
     }

@@ -41,7 +41,7 @@ pub fn bias_residual(y: &Tensor, b: &Tensor, r: &Tensor) -> Result<Tensor> {
     r + y.broadcast_add(b)?
 }
 
-/// [`super::qkv_rope`] composed: bias, split, candle's `rope_thd` on q and k.
+/// [`super::qkv_rope`] composed: bias, split, candle's `rope_thd` on q and k in the tables' dtype.
 pub fn qkv_rope(
     y: &Tensor,
     b: &Tensor,
@@ -59,7 +59,10 @@ pub fn qkv_rope(
             .contiguous()
     };
     let rope = |t: Tensor| -> Result<Tensor> {
-        candle_nn::rotary_emb::rope_thd(&t.unsqueeze(0)?, cos, sin)?.squeeze(0)
+        let x = t.to_dtype(cos.dtype())?.unsqueeze(0)?;
+        candle_nn::rotary_emb::rope_thd(&x, cos, sin)?
+            .squeeze(0)?
+            .to_dtype(t.dtype())
     };
     Ok((
         rope(part(0, heads)?)?,
