@@ -354,6 +354,7 @@ __device__ void varlen_attn(const T *q, const T *k, const T *v, const int *meta,
 // columns 2·quad and 2·quad+1). Scores are scaled and masked in f32, the online softmax runs on the C fragments
 // (a row's four owners are one quad, reduced with two shuffles), and the probabilities are rounded to T and fed
 // back as the A fragments of P·V. K and V tiles of VM_KEYS keys are staged in shared memory; Q stays in registers.
+// kernels/tools/varlen_mma_emulate.py transcribes this kernel lane by lane and checks its indexing against numpy.
 #define VM_ROWS 64
 #define VM_KEYS 64
 #define VM_PAD 8

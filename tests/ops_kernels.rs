@@ -86,6 +86,55 @@ fn bias_epilogues_and_packed_swiglu_follow_the_transformers_roundings() {
 }
 
 #[test]
+fn fused_cpu_elementwise_ops_give_the_reference_bits() {
+    let (rows, cols) = (5, 37);
+    let val = |i: usize| ((i * 7919 % 1013) as f32 - 506.0) / 61.0;
+    let gu = Tensor::from_vec(
+        (0..rows * 2 * cols).map(val).collect::<Vec<f32>>(),
+        (rows, 2 * cols),
+        &Device::Cpu,
+    )
+    .unwrap();
+    let b = Tensor::from_vec(
+        (0..2 * cols)
+            .map(|i| val(i + 3) / 4.0)
+            .collect::<Vec<f32>>(),
+        2 * cols,
+        &Device::Cpu,
+    )
+    .unwrap();
+    // q/k/v + rotary: 2 rows of 3 + 2·1 heads of 4 (the packed projection is gu's first 2 rows, 20 of its columns).
+    let y = gu.narrow(0, 0, 2).unwrap().narrow(1, 0, 20).unwrap();
+    let b20 = b.narrow(0, 0, 20).unwrap();
+    let table = |row: usize, col: usize| {
+        let t = gu.narrow(0, row, 2).unwrap().narrow(1, col, 2).unwrap();
+        (t / 9.0).unwrap().contiguous().unwrap()
+    };
+    let (cos, sin) = (table(2, 0), table(3, 5));
+    let flat = |(q, k, v): (Tensor, Tensor, Tensor)| -> Vec<f32> {
+        [q, k, v]
+            .iter()
+            .flat_map(|t| t.flatten_all().unwrap().to_vec1::<f32>().unwrap())
+            .collect()
+    };
+    assert_eq!(
+        flat(ops::qkv_rope(&y, &b20, &cos, &sin, 3, 1).unwrap()),
+        flat(ops::reference::qkv_rope(&y, &b20, &cos, &sin, 3, 1).unwrap())
+    );
+    for bias in [None, Some(&b)] {
+        let got = ops::swiglu_packed(&gu, bias).unwrap();
+        let want = ops::reference::swiglu_packed(&gu, bias).unwrap();
+        assert_eq!(got.dims(), [rows, cols]);
+        assert_eq!(
+            got.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            want.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            "bias: {}",
+            bias.is_some()
+        );
+    }
+}
+
+#[test]
 fn qkv_rope_splits_adds_the_bias_and_rotates_half() {
     // One row, heads 2 / kv 1, d 4: columns [q0 | q1 | k | v], bf16 roundings per op.
     use candle_core::DType;
@@ -301,9 +350,11 @@ fn every_kernel_matches_its_reference_on_this_machine() {
             "every case runs a kernel on CUDA"
         );
     } else {
-        // On the CPU only the f32 varlen attention has a fused implementation.
-        assert_eq!(fused.len(), 3, "{fused:?}");
-        assert!(fused.iter().all(|c| c.starts_with("varlen")));
+        // On the CPU the f32 varlen attention, SwiGLU and q/k/v + rotary have fused implementations.
+        assert_eq!(fused.len(), 3 + 4 + 3, "{fused:?}");
+        assert!(fused.iter().all(|c| ["varlen", "swiglu_packed", "qkv_rope"]
+            .iter()
+            .any(|p| c.starts_with(p))));
         eprintln!("no CUDA device: the CUDA kernels were not exercised (run `self-test --device cuda` on a GPU)");
     }
 }

@@ -136,7 +136,9 @@ impl Qwen25VL {
         let cfg = ModelConfig::from_json(&read(&files.config)?, gen.as_deref())?;
         let weights = weights::MmapWeights::open(&files.weights)?;
         let vb = VarBuilder::from_backend(Box::new(weights), dtype, device.clone());
-        Self::from_var_builder(cfg, vb)
+        let model = Self::from_var_builder(cfg, vb)?;
+        release_freed_heap();
+        Ok(model)
     }
 
     /// Build from a parsed config and a var builder over the checkpoint's tensors.
@@ -228,6 +230,20 @@ impl Qwen25VL {
         &self.vision
     }
 }
+
+/// Hand the heap's free pages back to the OS. Loading leaves freed buffers behind (the parts of each packed
+/// projection, copied into one weight), and the binary turns glibc's automatic trimming off (see `main.rs`), so
+/// without this they would stay resident: about 0.3 GB more peak RSS on the `small` config.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn release_freed_heap() {
+    // SAFETY: malloc_trim only returns free memory to the OS; it is thread-safe.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn release_freed_heap() {}
 
 /// Per-sequence on the CPU, the fused kernel on CUDA when it covers the head shape, else padded.
 fn default_decode_attention(

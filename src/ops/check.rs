@@ -79,6 +79,8 @@ pub fn run(device: &Device) -> Result<Vec<CheckResult>> {
     let mut out = Vec::new();
     for dtype in [DType::F32, DType::BF16, DType::F16] {
         let kernel = device.is_cuda() && super::kernels_enabled();
+        // The CPU has fused f32 paths for SwiGLU, q/k/v + rotary and varlen attention.
+        let cpu_f32 = device.is_cpu() && super::kernels_enabled() && dtype == DType::F32;
         for (rows, cols) in [(7, 2048), (3, 1280), (2, 100)] {
             let x = input(&[rows, cols], 1 + cols as u64, 3.0, dtype)?;
             let w = input(&[cols], 2 + cols as u64, 1.0, dtype)?;
@@ -98,7 +100,14 @@ pub fn run(device: &Device) -> Result<Vec<CheckResult>> {
             (3, 3420, true),
             (5, 1280, true),
         ] {
-            out.push(check_swiglu(device, dtype, rows, cols, bias, kernel)?);
+            out.push(check_swiglu(
+                device,
+                dtype,
+                rows,
+                cols,
+                bias,
+                kernel || cpu_f32,
+            )?);
         }
         for (kv_heads, group, d) in [(2, 8, 128), (2, 7, 64), (4, 7, 128), (1, 2, 32)] {
             out.push(check_decode(device, dtype, kv_heads, group, d)?);
@@ -119,7 +128,7 @@ pub fn run(device: &Device) -> Result<Vec<CheckResult>> {
                 d,
                 f32_tables,
             };
-            out.push(check_qkv_rope(device, dtype, shape, kernel)?);
+            out.push(check_qkv_rope(device, dtype, shape, kernel || cpu_f32)?);
         }
         // On CUDA, bf16/f16 have two varlen kernels (CUDA cores, tensor cores): check both.
         let mma_too = device.is_cuda() && kernel && dtype != DType::F32;

@@ -6,6 +6,7 @@
 
 pub mod check;
 mod cpu_attn;
+mod cpu_elementwise;
 #[cfg(feature = "cuda")]
 mod cuda;
 pub mod reference;
@@ -95,6 +96,12 @@ pub fn swiglu_packed(gu: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     if on_kernel_path(gu.device(), gu.dtype()) && bias.is_none_or(|b| b.dtype() == gu.dtype()) {
         return cuda::swiglu_packed(gu, bias);
     }
+    if kernels_enabled()
+        && cpu_elementwise::supported(&[gu])
+        && bias.is_none_or(|b| b.dtype() == gu.dtype())
+    {
+        return cpu_elementwise::swiglu_packed(gu, bias);
+    }
     reference::swiglu_packed(gu, bias)
 }
 
@@ -126,6 +133,9 @@ pub fn qkv_rope(
         && (cos.dtype() == y.dtype() || cos.dtype() == DType::F32)
     {
         return cuda::qkv_rope(y, b, cos, sin, heads, kv_heads);
+    }
+    if kernels_enabled() && cpu_elementwise::supported(&[y, b, cos, sin]) {
+        return cpu_elementwise::qkv_rope(y, b, cos, sin, heads, kv_heads);
     }
     reference::qkv_rope(y, b, cos, sin, heads, kv_heads)
 }

@@ -1,0 +1,143 @@
+//! Fused elementwise ops on the CPU in f32, each one parallel pass over the rows with the same arithmetic, in the
+//! same order, as its composed reference (so the same bits) but without the reference's intermediate tensors:
+//! SwiGLU of a packed `[gate | up]` projection and the packed q/k/v bias + rotary.
+
+use candle_core::{DType, Result, Storage, Tensor};
+use rayon::prelude::*;
+
+/// Whether this path serves `tensors`: all f32 and on the CPU.
+pub fn supported(tensors: &[&Tensor]) -> bool {
+    tensors
+        .iter()
+        .all(|t| t.device().is_cpu() && t.dtype() == DType::F32)
+}
+
+/// The `n` f32 values of a contiguous CPU tensor's storage, from its layout's start.
+fn cpu_slice<'a>(
+    storage: &'a Storage,
+    layout: &candle_core::Layout,
+    n: usize,
+) -> Result<&'a [f32]> {
+    let Storage::Cpu(cs) = storage else {
+        candle_core::bail!("fused CPU op: expected a CPU tensor");
+    };
+    let start = layout.start_offset();
+    Ok(&cs.as_slice::<f32>()?[start..start + n])
+}
+
+/// Copy the f32 data of a CPU tensor (made contiguous) into a `Vec`.
+fn f32_data(t: &Tensor) -> Result<Vec<f32>> {
+    t.flatten_all()?.to_vec1::<f32>()
+}
+
+/// See [`super::swiglu_packed`].
+pub fn swiglu_packed(gu: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    let width = gu.dim(candle_core::D::Minus1)?;
+    let cols = width / 2;
+    if width % 2 != 0 || bias.is_some_and(|b| b.dims() != [width]) {
+        candle_core::bail!(
+            "swiglu_packed: projection {:?} with bias {:?}",
+            gu.dims(),
+            bias.map(|b| b.dims())
+        );
+    }
+    let bias = bias.map(f32_data).transpose()?;
+    let gu = gu.contiguous()?;
+    let (storage, layout) = gu.storage_and_layout();
+    let data = cpu_slice(&storage, layout, gu.elem_count())?;
+    let mut out = vec![0f32; data.len() / 2];
+    if cols > 0 {
+        out.par_chunks_mut(cols)
+            .zip(data.par_chunks(width))
+            .for_each(|(o, row)| {
+                let (g, u) = row.split_at(cols);
+                for c in 0..cols {
+                    let (gv, uv) = match &bias {
+                        Some(b) => (g[c] + b[c], u[c] + b[cols + c]),
+                        None => (g[c], u[c]),
+                    };
+                    o[c] = gv / (1.0 + (-gv).exp()) * uv;
+                }
+            });
+    }
+    let mut shape = gu.dims().to_vec();
+    if let Some(last) = shape.last_mut() {
+        *last = cols;
+    }
+    Tensor::from_vec(out, shape, gu.device())
+}
+
+/// See [`super::qkv_rope`] (f32 projection, bias and tables): rows in parallel; per rotated head and j < d/2,
+/// x = y + b, then `x[j]·cos − x[j+d/2]·sin` and `x[j]·sin + x[j+d/2]·cos` as candle's `rope_thd` computes them.
+pub fn qkv_rope(
+    y: &Tensor,
+    b: &Tensor,
+    cos: &Tensor,
+    sin: &Tensor,
+    heads: usize,
+    kv_heads: usize,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let (n, width) = y.dims2()?;
+    let d = width / (heads + 2 * kv_heads).max(1);
+    let half = d / 2;
+    if d % 2 != 0
+        || width != (heads + 2 * kv_heads) * d
+        || b.dims() != [width]
+        || cos.dims() != [n, half]
+        || sin.dims() != [n, half]
+    {
+        candle_core::bail!(
+            "qkv_rope: y {:?}, bias {:?}, cos {:?}, sin {:?} for {heads}/{kv_heads} heads",
+            y.dims(),
+            b.dims(),
+            cos.dims(),
+            sin.dims()
+        );
+    }
+    let (bias, cos, sin) = (f32_data(b)?, f32_data(cos)?, f32_data(sin)?);
+    let y = y.contiguous()?;
+    let (storage, layout) = y.storage_and_layout();
+    let data = cpu_slice(&storage, layout, n * width)?;
+    let (mut q, mut k, mut v) = (
+        vec![0f32; n * heads * d],
+        vec![0f32; n * kv_heads * d],
+        vec![0f32; n * kv_heads * d],
+    );
+    if n > 0 && d > 0 {
+        q.par_chunks_mut(heads * d)
+            .zip(k.par_chunks_mut(kv_heads * d))
+            .zip(v.par_chunks_mut(kv_heads * d))
+            .zip(data.par_chunks(width))
+            .enumerate()
+            .for_each(|(r, (((qr, kr), vr), yr))| {
+                let (c, s) = (
+                    &cos[r * half..(r + 1) * half],
+                    &sin[r * half..(r + 1) * half],
+                );
+                for hh in 0..heads + kv_heads {
+                    let o = hh * d;
+                    let dst = if hh < heads {
+                        &mut qr[o..o + d]
+                    } else {
+                        &mut kr[o - heads * d..o - heads * d + d]
+                    };
+                    for j in 0..half {
+                        let x1 = yr[o + j] + bias[o + j];
+                        let x2 = yr[o + j + half] + bias[o + j + half];
+                        dst[j] = x1 * c[j] - x2 * s[j];
+                        dst[j + half] = x1 * s[j] + x2 * c[j];
+                    }
+                }
+                let o = (heads + kv_heads) * d;
+                for (i, out) in vr.iter_mut().enumerate() {
+                    *out = yr[o + i] + bias[o + i];
+                }
+            });
+    }
+    let dev = y.device();
+    Ok((
+        Tensor::from_vec(q, (n, heads, d), dev)?,
+        Tensor::from_vec(k, (n, kv_heads, d), dev)?,
+        Tensor::from_vec(v, (n, kv_heads, d), dev)?,
+    ))
+}
