@@ -258,6 +258,22 @@ __device__ void decode_attn(const T *q, const T *k_new, const T *v_new, const ui
 #define VA_TPR 4
 #define VA_KEYS 32
 
+// Key j of a varlen segment: position j of the cached prefix (j < P; buffers pk/pv of (KV, cap, D)) or packed row
+// start + j − P of k/v ((N, KV, D)). Sets the K and V row addresses of kv head kvh.
+template <typename T>
+__device__ __forceinline__ void key_rows(int j, int P, int cap, int start, int kv_heads, int kvh, int D, const T *pk,
+                                         const T *pv, const T *k, const T *v, const T *&krow, const T *&vrow) {
+    if (j < P) {
+        const size_t off = ((size_t)kvh * cap + j) * D;
+        krow = pk + off;
+        vrow = pv + off;
+    } else {
+        const size_t off = ((size_t)(start + j - P) * kv_heads + kvh) * D;
+        krow = k + off;
+        vrow = v + off;
+    }
+}
+
 template <typename T, int DPT>
 __device__ void varlen_attn(const T *q, const T *k, const T *v, const int *meta, const uint64_t *ptrs, T *out,
                             int n_seg, int n_tiles, int heads, int kv_heads, int causal, float scale) {
@@ -292,19 +308,10 @@ __device__ void varlen_attn(const T *q, const T *k, const T *v, const int *meta,
             const int t = idx / D, c = idx % D, j = kb + t;
             float kx = 0.f, vx = 0.f;
             if (j < n_keys) {
-                size_t off;
-                const T *kbase, *vbase;
-                if (j < P) {
-                    off = ((size_t)kvh * cap + j) * D + c;
-                    kbase = pk;
-                    vbase = pv;
-                } else {
-                    off = ((size_t)(start + j - P) * kv_heads + kvh) * D + c;
-                    kbase = k;
-                    vbase = v;
-                }
-                kx = to_f<T>(kbase[off]);
-                vx = to_f<T>(vbase[off]);
+                const T *krow, *vrow;
+                key_rows(j, P, cap, start, kv_heads, kvh, D, pk, pv, k, v, krow, vrow);
+                kx = to_f<T>(krow[c]);
+                vx = to_f<T>(vrow[c]);
             }
             ks[t][c] = kx;
             vs[t][c] = vx;
@@ -434,19 +441,10 @@ __device__ void varlen_mma(const T *q, const T *k, const T *v, const int *meta, 
             const int t = idx / (D / 2), c = (idx % (D / 2)) * 2, j = kb + t;
             uint32_t kx = 0u, vx = 0u;
             if (j < n_keys) {
-                size_t off;
-                const T *kbase, *vbase;
-                if (j < P) {
-                    off = ((size_t)kvh * cap + j) * D + c;
-                    kbase = pk;
-                    vbase = pv;
-                } else {
-                    off = ((size_t)(start + j - P) * kv_heads + kvh) * D + c;
-                    kbase = k;
-                    vbase = v;
-                }
-                kx = *reinterpret_cast<const uint32_t *>(kbase + off);
-                vx = *reinterpret_cast<const uint32_t *>(vbase + off);
+                const T *krow, *vrow;
+                key_rows(j, P, cap, start, kv_heads, kvh, D, pk, pv, k, v, krow, vrow);
+                kx = *reinterpret_cast<const uint32_t *>(krow + c);
+                vx = *reinterpret_cast<const uint32_t *>(vrow + c);
             }
             *reinterpret_cast<uint32_t *>(&ks[t * LD + c]) = kx;
             *reinterpret_cast<uint32_t *>(&vs[t * LD + c]) = vx;

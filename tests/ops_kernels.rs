@@ -12,6 +12,16 @@ fn cuda_or_cpu() -> Device {
     Device::new_cuda(0).unwrap_or(Device::Cpu)
 }
 
+/// The values of any tensor as f32, flattened.
+fn flat_f32(x: &Tensor) -> Vec<f32> {
+    x.to_dtype(candle_core::DType::F32)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap()
+}
+
 /// Naive attention of one query head over positions `keys` (each a d-vector), softmax in f64.
 fn naive_attend(q: &[f32], keys: &[Vec<f32>], values: &[Vec<f32>], scale: f32) -> Vec<f32> {
     let scores: Vec<f64> = keys
@@ -51,14 +61,7 @@ fn bias_epilogues_and_packed_swiglu_follow_the_transformers_roundings() {
         t(rows * cols, 3, &[rows, cols]),
     );
     let (b, bu) = (t(cols, 11, &[cols]), t(cols, 5, &[cols]));
-    let flat = |x: &Tensor| -> Vec<f32> {
-        x.to_dtype(DType::F32)
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .to_vec1()
-            .unwrap()
-    };
+    let flat = flat_f32;
     let bf = |x: f32| half::bf16::from_f32(x).to_f32();
     let (yv, uv, rv, bv, buv) = (flat(&y), flat(&u), flat(&r), flat(&b), flat(&bu));
     let dev = cuda_or_cpu();
@@ -163,14 +166,7 @@ fn qkv_rope_splits_adds_the_bias_and_rotates_half() {
     .unwrap();
     assert_eq!(q.dims(), [1, heads, d]);
     assert_eq!(k.dims(), [1, kv, d]);
-    let flat = |x: &Tensor| -> Vec<f32> {
-        x.to_dtype(DType::F32)
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .to_vec1()
-            .unwrap()
-    };
+    let flat = flat_f32;
     let x: Vec<f32> = (0..width).map(|i| bf(bf(yv[i]) + bf(bv[i]))).collect();
     let (c, s) = (cv.iter().map(|&a| bf(a)), sv.iter().map(|&a| bf(a)));
     let (c, s): (Vec<f32>, Vec<f32>) = (c.collect(), s.collect());

@@ -77,23 +77,8 @@ pub fn qkv_rope(
     heads: usize,
     kv_heads: usize,
 ) -> Result<(Tensor, Tensor, Tensor)> {
-    let (n, width) = y.dims2()?;
-    let d = width / (heads + 2 * kv_heads).max(1);
-    let half = d / 2;
-    if d % 2 != 0
-        || width != (heads + 2 * kv_heads) * d
-        || b.dims() != [width]
-        || cos.dims() != [n, half]
-        || sin.dims() != [n, half]
-    {
-        candle_core::bail!(
-            "qkv_rope: y {:?}, bias {:?}, cos {:?}, sin {:?} for {heads}/{kv_heads} heads",
-            y.dims(),
-            b.dims(),
-            cos.dims(),
-            sin.dims()
-        );
-    }
+    let (n, d) = super::qkv_rope_dims(y, b, cos, sin, heads, kv_heads)?;
+    let (width, half) = ((heads + 2 * kv_heads) * d, d / 2);
     let (bias, cos, sin) = (f32_data(b)?, f32_data(cos)?, f32_data(sin)?);
     let y = y.contiguous()?;
     let (storage, layout) = y.storage_and_layout();

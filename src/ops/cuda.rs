@@ -132,6 +132,22 @@ fn rms_norm_t<T: CudaDType + DeviceRepr>(x: &Tensor, w: &Tensor, eps: f32) -> Re
     Ok(tensor_of(out, &dev, x.shape().clone()))
 }
 
+/// Launch shape of the kernels that loop over (rows, cols) (`blockIdx.y` over rows, `blockIdx.x` over column
+/// blocks, both grid-stride) and the two sizes as kernel arguments.
+fn rows_cols_launch(rows: usize, cols: usize) -> Result<(LaunchConfig, i32, i32)> {
+    let arg = |x: usize| i32::try_from(x).map_err(candle_core::Error::wrap);
+    let cfg = LaunchConfig {
+        grid_dim: (
+            cols.div_ceil(256).min(64) as u32,
+            rows.min(65_535) as u32,
+            1,
+        ),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    Ok((cfg, arg(rows)?, arg(cols)?))
+}
+
 /// See [`super::swiglu_packed`].
 pub fn swiglu_packed(gu: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     match gu.dtype() {
@@ -171,19 +187,7 @@ fn swiglu_packed_t<T: CudaDType + DeviceRepr>(
             .unwrap_or_else(|| gu.clone());
         with_view::<T, _>(&gu, |gs| {
             with_view::<T, _>(&bias, |bs| {
-                let cfg = LaunchConfig {
-                    grid_dim: (
-                        cols.div_ceil(256).min(64) as u32,
-                        rows.min(65_535) as u32,
-                        1,
-                    ),
-                    block_dim: (256, 1, 1),
-                    shared_mem_bytes: 0,
-                };
-                let (r, c) = (
-                    i32::try_from(rows).map_err(candle_core::Error::wrap)?,
-                    cols as i32,
-                );
+                let (cfg, r, c) = rows_cols_launch(rows, cols)?;
                 let mut b = func.builder();
                 b.arg(&gs).arg(&bs).arg(&has_bias).arg(&out).arg(&r).arg(&c);
                 // SAFETY: gu holds rows·2·cols elements, the bias (when read) 2·cols, out rows·cols.
@@ -249,19 +253,7 @@ fn bias_t<T: CudaDType + DeviceRepr>(
     if rows == 0 || cols == 0 {
         return Ok(tensor_of(out, &dev, shape));
     }
-    let cfg = LaunchConfig {
-        grid_dim: (
-            cols.div_ceil(256).min(64) as u32,
-            rows.min(65_535) as u32,
-            1,
-        ),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    let (r, c) = (
-        i32::try_from(rows).map_err(candle_core::Error::wrap)?,
-        cols as i32,
-    );
+    let (cfg, r, c) = rows_cols_launch(rows, cols)?;
     let mut b = func.builder();
     for v in &views {
         b.arg(v);
@@ -302,22 +294,7 @@ fn qkv_rope_t<T: CudaDType + DeviceRepr, C: CudaDType + DeviceRepr>(
     kv_heads: usize,
 ) -> Result<(Tensor, Tensor, Tensor)> {
     let dev = cuda_device(y)?;
-    let (n, width) = y.dims2()?;
-    let d = width / (heads + 2 * kv_heads).max(1);
-    if d % 2 != 0
-        || width != (heads + 2 * kv_heads) * d
-        || b.dims() != [width]
-        || cos.dims() != [n, d / 2]
-        || sin.dims() != [n, d / 2]
-    {
-        bail!(
-            "qkv_rope: y {:?}, bias {:?}, cos {:?}, sin {:?} for {heads}/{kv_heads} heads",
-            y.dims(),
-            b.dims(),
-            cos.dims(),
-            sin.dims()
-        );
-    }
+    let (n, d) = super::qkv_rope_dims(y, b, cos, sin, heads, kv_heads)?;
     let (y, b, cos, sin) = (
         y.contiguous()?,
         b.contiguous()?,

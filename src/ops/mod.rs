@@ -140,6 +140,34 @@ pub fn qkv_rope(
     reference::qkv_rope(y, b, cos, sin, heads, kv_heads)
 }
 
+/// Check the shapes of a [`qkv_rope`] call; returns (rows, head_dim).
+fn qkv_rope_dims(
+    y: &Tensor,
+    b: &Tensor,
+    cos: &Tensor,
+    sin: &Tensor,
+    heads: usize,
+    kv_heads: usize,
+) -> Result<(usize, usize)> {
+    let (n, width) = y.dims2()?;
+    let d = width / (heads + 2 * kv_heads).max(1);
+    if d % 2 != 0
+        || width != (heads + 2 * kv_heads) * d
+        || b.dims() != [width]
+        || cos.dims() != [n, d / 2]
+        || sin.dims() != [n, d / 2]
+    {
+        candle_core::bail!(
+            "qkv_rope: y {:?}, bias {:?}, cos {:?}, sin {:?} for {heads}/{kv_heads} heads",
+            y.dims(),
+            b.dims(),
+            cos.dims(),
+            sin.dims()
+        );
+    }
+    Ok((n, d))
+}
+
 /// One layer's KV buffers of one sequence for [`decode_attention`]: K and V of shape (kv_heads, capacity,
 /// head_dim), contiguous, not shared with any other cache (the new position is written into them), and `len`
 /// valid positions before this step (`len < capacity`).
