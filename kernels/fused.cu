@@ -259,19 +259,9 @@ __device__ void decode_attn(const T *q, const T *k_new, const T *v_new, const ui
 #define VA_KEYS 32
 
 // Key j of a varlen segment: position j of the cached prefix (j < P; buffers pk/pv of (KV, cap, D)) or packed row
-// start + j − P of k/v ((N, KV, D)). Sets the K and V row addresses of kv head kvh.
-template <typename T>
-__device__ __forceinline__ void key_rows(int j, int P, int cap, int start, int kv_heads, int kvh, int D, const T *pk,
-                                         const T *pv, const T *k, const T *v, const T *&krow, const T *&vrow) {
-    if (j < P) {
-        const size_t off = ((size_t)kvh * cap + j) * D;
-        krow = pk + off;
-        vrow = pv + off;
-    } else {
-        const size_t off = ((size_t)(start + j - P) * kv_heads + kvh) * D;
-        krow = k + off;
-        vrow = v + off;
-    }
+// start + j − P of k/v ((N, KV, D)). Returns the element offset of kv head kvh's row in the buffer it lives in.
+__device__ __forceinline__ size_t key_offset(int j, int P, int cap, int start, int kv_heads, int kvh, int D) {
+    return j < P ? ((size_t)kvh * cap + j) * D : ((size_t)(start + j - P) * kv_heads + kvh) * D;
 }
 
 template <typename T, int DPT>
@@ -308,10 +298,9 @@ __device__ void varlen_attn(const T *q, const T *k, const T *v, const int *meta,
             const int t = idx / D, c = idx % D, j = kb + t;
             float kx = 0.f, vx = 0.f;
             if (j < n_keys) {
-                const T *krow, *vrow;
-                key_rows(j, P, cap, start, kv_heads, kvh, D, pk, pv, k, v, krow, vrow);
-                kx = to_f<T>(krow[c]);
-                vx = to_f<T>(vrow[c]);
+                const size_t off = key_offset(j, P, cap, start, kv_heads, kvh, D) + c;
+                kx = to_f<T>((j < P ? pk : k)[off]);
+                vx = to_f<T>((j < P ? pv : v)[off]);
             }
             ks[t][c] = kx;
             vs[t][c] = vx;
@@ -441,10 +430,9 @@ __device__ void varlen_mma(const T *q, const T *k, const T *v, const int *meta, 
             const int t = idx / (D / 2), c = (idx % (D / 2)) * 2, j = kb + t;
             uint32_t kx = 0u, vx = 0u;
             if (j < n_keys) {
-                const T *krow, *vrow;
-                key_rows(j, P, cap, start, kv_heads, kvh, D, pk, pv, k, v, krow, vrow);
-                kx = *reinterpret_cast<const uint32_t *>(krow + c);
-                vx = *reinterpret_cast<const uint32_t *>(vrow + c);
+                const size_t off = key_offset(j, P, cap, start, kv_heads, kvh, D) + c;
+                kx = *reinterpret_cast<const uint32_t *>((j < P ? pk : k) + off);
+                vx = *reinterpret_cast<const uint32_t *>((j < P ? pv : v) + off);
             }
             *reinterpret_cast<uint32_t *>(&ks[t * LD + c]) = kx;
             *reinterpret_cast<uint32_t *>(&vs[t * LD + c]) = vx;
