@@ -32,15 +32,9 @@ fn f32_data(t: &Tensor) -> Result<Vec<f32>> {
 
 /// See [`super::swiglu_packed`].
 pub fn swiglu_packed(gu: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
-    let width = gu.dim(candle_core::D::Minus1)?;
-    let cols = width / 2;
-    if width % 2 != 0 || bias.is_some_and(|b| b.dims() != [width]) {
-        candle_core::bail!(
-            "swiglu_packed: projection {:?} with bias {:?}",
-            gu.dims(),
-            bias.map(|b| b.dims())
-        );
-    }
+    let shape = super::swiglu_out_shape(gu, bias)?;
+    let cols = *shape.last().expect("rank ≥ 1");
+    let width = 2 * cols;
     let bias = bias.map(f32_data).transpose()?;
     let gu = gu.contiguous()?;
     let (storage, layout) = gu.storage_and_layout();
@@ -59,10 +53,6 @@ pub fn swiglu_packed(gu: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
                     o[c] = gv / (1.0 + (-gv).exp()) * uv;
                 }
             });
-    }
-    let mut shape = gu.dims().to_vec();
-    if let Some(last) = shape.last_mut() {
-        *last = cols;
     }
     Tensor::from_vec(out, shape, gu.device())
 }

@@ -164,18 +164,9 @@ fn swiglu_packed_t<T: CudaDType + DeviceRepr>(
 ) -> Result<Tensor> {
     let dev = cuda_device(gu)?;
     let gu = gu.contiguous()?;
-    let width = gu.dim(candle_core::D::Minus1)?;
-    let rows = gu.elem_count() / width.max(1);
-    let cols = width / 2;
-    if width % 2 != 0 || bias.is_some_and(|b| b.dims() != [width]) {
-        bail!(
-            "swiglu_packed: projection {:?} with bias {:?}",
-            gu.dims(),
-            bias.map(|b| b.dims())
-        );
-    }
-    let mut shape = gu.dims().to_vec();
-    *shape.last_mut().expect("rank ≥ 1") = cols;
+    let shape = super::swiglu_out_shape(&gu, bias)?;
+    let cols = *shape.last().expect("rank ≥ 1");
+    let rows = gu.elem_count() / (2 * cols).max(1);
     let func = kernel(&dev, &format!("swiglu_packed_{}", suffix(gu.dtype())?))?;
     let out = unsafe { dev.alloc::<T>(rows * cols)? };
     if rows > 0 && cols > 0 {
@@ -554,11 +545,10 @@ struct VarlenArgs {
 
 /// `t` contiguous and starting at an even element: the kernels read 16-bit types two at a time (32-bit words).
 fn word_aligned(t: &Tensor) -> Result<Tensor> {
-    let t = t.contiguous()?;
-    if t.layout().start_offset() % 2 == 0 {
-        Ok(t)
+    if t.is_contiguous() && t.layout().start_offset().is_multiple_of(2) {
+        Ok(t.clone())
     } else {
-        t.copy()
+        t.force_contiguous() // a fresh buffer, offset 0
     }
 }
 

@@ -26,23 +26,7 @@ pub fn kernels_enabled() -> bool {
 /// `self-test` on a GPU (it was written and compile-checked on a machine without one).
 pub fn mma_attention_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        std::env::var("MOBILE_R1_EVAL_MMA").is_ok_and(|v| {
-            matches!(
-                v.trim().to_ascii_lowercase().as_str(),
-                "1" | "true" | "yes" | "on"
-            )
-        })
-    })
-}
-
-/// The varlen attention kernel CUDA runs for `dtype`: `mma` (tensor cores) or `simt` (CUDA cores).
-pub fn varlen_cuda_kernel(dtype: DType) -> &'static str {
-    if mma_attention_enabled() && matches!(dtype, DType::BF16 | DType::F16) {
-        "mma"
-    } else {
-        "simt"
-    }
+    *ON.get_or_init(|| crate::model::files::env_flag("MOBILE_R1_EVAL_MMA"))
 }
 
 /// What the run manifest records about the fused ops: whether they are on, whether this build has the CUDA
@@ -105,6 +89,21 @@ pub fn swiglu_packed(gu: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     reference::swiglu_packed(gu, bias)
 }
 
+/// The output shape of [`swiglu_packed`] (the last dimension halved), after checking the shapes.
+fn swiglu_out_shape(gu: &Tensor, bias: Option<&Tensor>) -> Result<Vec<usize>> {
+    let width = gu.dim(candle_core::D::Minus1)?;
+    if !width.is_multiple_of(2) || bias.is_some_and(|b| b.dims() != [width]) {
+        candle_core::bail!(
+            "swiglu_packed: projection {:?} with bias {:?}",
+            gu.dims(),
+            bias.map(|b| b.dims())
+        );
+    }
+    let mut shape = gu.dims().to_vec();
+    *shape.last_mut().expect("rank ≥ 1") = width / 2;
+    Ok(shape)
+}
+
 /// `r + (y + b)`, each op rounded to the dtype: a biased projection closing a residual branch.
 pub fn bias_residual(y: &Tensor, b: &Tensor, r: &Tensor) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
@@ -151,7 +150,7 @@ fn qkv_rope_dims(
 ) -> Result<(usize, usize)> {
     let (n, width) = y.dims2()?;
     let d = width / (heads + 2 * kv_heads).max(1);
-    if d % 2 != 0
+    if !d.is_multiple_of(2)
         || width != (heads + 2 * kv_heads) * d
         || b.dims() != [width]
         || cos.dims() != [n, d / 2]
@@ -289,7 +288,8 @@ pub fn varlen_attention(
     if varlen_supported(q.device(), q.dtype(), q.dim(2)?) {
         #[cfg(feature = "cuda")]
         if q.device().is_cuda() {
-            let mma = varlen_cuda_kernel(q.dtype()) == "mma";
+            // The tensor-core kernel covers bf16/f16 only.
+            let mma = mma_attention_enabled() && q.dtype() != DType::F32;
             return cuda::varlen_attention(q, k, v, segs, causal, scale, mma);
         }
         return cpu_attn::varlen_attention(q, k, v, segs, causal, scale);
