@@ -264,19 +264,36 @@ __device__ __forceinline__ size_t key_offset(int j, int P, int cap, int start, i
     return j < P ? ((size_t)kvh * cap + j) * D : ((size_t)(start + j - P) * kv_heads + kvh) * D;
 }
 
+// The tile a varlen block works on (blockIdx.x: tile, blockIdx.y: query head), read from the metadata:
+// its segment's first packed row and length, the prefix length, capacity and buffers, the tile's first row.
+template <typename T> struct VarlenTile {
+    int h, kvh, row0, start, len, P, cap;
+    const T *pk, *pv;
+    __device__ VarlenTile(const int *meta, const uint64_t *ptrs, int n_seg, int n_tiles, int heads, int kv_heads) {
+        const int *cu = meta, *plen = meta + n_seg + 1, *pcap = plen + n_seg, *tseg = pcap + n_seg;
+        const int *trow = tseg + n_tiles;
+        const int s = tseg[blockIdx.x];
+        h = blockIdx.y;
+        kvh = h / (heads / kv_heads);
+        row0 = trow[blockIdx.x];
+        start = cu[s];
+        len = cu[s + 1] - cu[s];
+        P = plen[s];
+        cap = pcap[s];
+        pk = reinterpret_cast<const T *>(ptrs[s]);
+        pv = reinterpret_cast<const T *>(ptrs[n_seg + s]);
+    }
+};
+
 template <typename T, int DPT>
 __device__ void varlen_attn(const T *q, const T *k, const T *v, const int *meta, const uint64_t *ptrs, T *out,
                             int n_seg, int n_tiles, int heads, int kv_heads, int causal, float scale) {
     constexpr int D = DPT * VA_TPR;
     __shared__ float ks[VA_KEYS][D];
     __shared__ float vs[VA_KEYS][D];
-    const int *cu = meta, *plen = meta + n_seg + 1, *pcap = plen + n_seg, *tseg = pcap + n_seg;
-    const int *trow = tseg + n_tiles;
-    const int tile = blockIdx.x, h = blockIdx.y, kvh = h / (heads / kv_heads);
-    const int s = tseg[tile], row0 = trow[tile];
-    const int start = cu[s], len = cu[s + 1] - cu[s], P = plen[s], cap = pcap[s];
-    const T *pk = reinterpret_cast<const T *>(ptrs[s]);
-    const T *pv = reinterpret_cast<const T *>(ptrs[n_seg + s]);
+    const VarlenTile<T> tl(meta, ptrs, n_seg, n_tiles, heads, kv_heads);
+    const int h = tl.h, kvh = tl.kvh, row0 = tl.row0, start = tl.start, len = tl.len, P = tl.P, cap = tl.cap;
+    const T *pk = tl.pk, *pv = tl.pv;
     const int r = threadIdx.x / VA_TPR, part = threadIdx.x % VA_TPR;
     const int qi = row0 + r;
     const bool valid = qi < len;
@@ -394,13 +411,9 @@ __device__ void varlen_mma(const T *q, const T *k, const T *v, const int *meta, 
     __shared__ __align__(16) T ks[VM_KEYS * LD];
     __shared__ __align__(16) T vs[VM_KEYS * LD];
     const uint16_t *vs16 = reinterpret_cast<const uint16_t *>(vs);
-    const int *cu = meta, *plen = meta + n_seg + 1, *pcap = plen + n_seg, *tseg = pcap + n_seg;
-    const int *trow = tseg + n_tiles;
-    const int tile = blockIdx.x, h = blockIdx.y, kvh = h / (heads / kv_heads);
-    const int s = tseg[tile], row0 = trow[tile];
-    const int start = cu[s], len = cu[s + 1] - cu[s], P = plen[s], cap = pcap[s];
-    const T *pk = reinterpret_cast<const T *>(ptrs[s]);
-    const T *pv = reinterpret_cast<const T *>(ptrs[n_seg + s]);
+    const VarlenTile<T> tl(meta, ptrs, n_seg, n_tiles, heads, kv_heads);
+    const int h = tl.h, kvh = tl.kvh, row0 = tl.row0, start = tl.start, len = tl.len, P = tl.P, cap = tl.cap;
+    const T *pk = tl.pk, *pv = tl.pv;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, grp = lane >> 2, quad = lane & 3;
     const int r_lo = row0 + warp * 16 + grp, r_hi = r_lo + 8;  // this thread's two query rows
     auto q_word = [&](int r, int c) -> uint32_t {

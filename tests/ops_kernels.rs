@@ -120,9 +120,17 @@ fn fused_cpu_elementwise_ops_give_the_reference_bits() {
             .flat_map(|t| t.flatten_all().unwrap().to_vec1::<f32>().unwrap())
             .collect()
     };
+    let args = ops::QkvRope {
+        y: &y,
+        bias: &b20,
+        cos: &cos,
+        sin: &sin,
+        heads: 3,
+        kv_heads: 1,
+    };
     assert_eq!(
-        flat(ops::qkv_rope(&y, &b20, &cos, &sin, 3, 1).unwrap()),
-        flat(ops::reference::qkv_rope(&y, &b20, &cos, &sin, 3, 1).unwrap())
+        flat(ops::qkv_rope(args).unwrap()),
+        flat(ops::reference::qkv_rope(args).unwrap())
     );
     for bias in [None, Some(&b)] {
         let got = ops::swiglu_packed(&gu, bias).unwrap();
@@ -155,14 +163,20 @@ fn qkv_rope_splits_adds_the_bias_and_rotates_half() {
             .to_device(&cuda_or_cpu())
             .unwrap()
     };
-    let (q, k, v) = ops::qkv_rope(
-        &t(&yv, &[1, width]),
-        &t(&bv, &[width]),
-        &t(&cv, &[1, 2]),
-        &t(&sv, &[1, 2]),
+    let (y, b, c, s) = (
+        t(&yv, &[1, width]),
+        t(&bv, &[width]),
+        t(&cv, &[1, 2]),
+        t(&sv, &[1, 2]),
+    );
+    let (q, k, v) = ops::qkv_rope(ops::QkvRope {
+        y: &y,
+        bias: &b,
+        cos: &c,
+        sin: &s,
         heads,
-        kv,
-    )
+        kv_heads: kv,
+    })
     .unwrap();
     assert_eq!(q.dims(), [1, heads, d]);
     assert_eq!(k.dims(), [1, kv, d]);

@@ -57,7 +57,14 @@ impl TextAttention {
             .bias()
             .ok_or_else(|| candle_core::Error::Msg("q/k/v projections without bias".into()))?;
         section("text.qkv_rope", x.device(), || {
-            crate::ops::qkv_rope(&y, b, cos, sin, self.heads, self.kv_heads)
+            crate::ops::qkv_rope(crate::ops::QkvRope {
+                y: &y,
+                bias: b,
+                cos,
+                sin,
+                heads: self.heads,
+                kv_heads: self.kv_heads,
+            })
         })
     }
 

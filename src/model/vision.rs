@@ -95,7 +95,14 @@ impl VisionAttention {
             .bias()
             .ok_or_else(|| candle_core::Error::Msg("vision qkv without bias".into()))?;
         let (q, k, v) = section("vision.qkv_rope", x.device(), || {
-            crate::ops::qkv_rope(&y, b, &ctx.cos, &ctx.sin, h, h)
+            crate::ops::qkv_rope(crate::ops::QkvRope {
+                y: &y,
+                bias: b,
+                cos: &ctx.cos,
+                sin: &ctx.sin,
+                heads: h,
+                kv_heads: h,
+            })
         })?;
         let scale = 1.0 / (d as f64).sqrt();
         let dev = x.device();

@@ -183,8 +183,17 @@ fn check_qkv_rope(
         Tensor::cat(&[cpu(q)?, cpu(k)?, cpu(v)?], 0)
     };
     let on = |t: &Tensor| t.to_device(device);
-    let got = super::qkv_rope(&on(&y)?, &on(&b)?, &on(&cos)?, &on(&sin)?, heads, kv_heads)?;
-    let want = reference::qkv_rope(&y, &b, &cos, &sin, heads, kv_heads)?;
+    let (yd, bd, cd, sd) = (on(&y)?, on(&b)?, on(&cos)?, on(&sin)?);
+    let args = |y, bias, cos, sin| super::QkvRope {
+        y,
+        bias,
+        cos,
+        sin,
+        heads,
+        kv_heads,
+    };
+    let got = super::qkv_rope(args(&yd, &bd, &cd, &sd))?;
+    let want = reference::qkv_rope(args(&y, &b, &cos, &sin))?;
     compare(
         format!(
             "qkv_rope n{n} h{heads}/{kv_heads} d{d}{}",

@@ -59,17 +59,11 @@ pub fn swiglu_packed(gu: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
 
 /// See [`super::qkv_rope`] (f32 projection, bias and tables): rows in parallel; per rotated head and j < d/2,
 /// x = y + b, then `x[j]·cos − x[j+d/2]·sin` and `x[j]·sin + x[j+d/2]·cos` as candle's `rope_thd` computes them.
-pub fn qkv_rope(
-    y: &Tensor,
-    b: &Tensor,
-    cos: &Tensor,
-    sin: &Tensor,
-    heads: usize,
-    kv_heads: usize,
-) -> Result<(Tensor, Tensor, Tensor)> {
-    let (n, d) = super::qkv_rope_dims(y, b, cos, sin, heads, kv_heads)?;
+pub fn qkv_rope(a: super::QkvRope<'_>) -> Result<(Tensor, Tensor, Tensor)> {
+    let (n, d) = a.dims()?;
+    let (heads, kv_heads, y) = (a.heads, a.kv_heads, a.y);
     let (width, half) = ((heads + 2 * kv_heads) * d, d / 2);
-    let (bias, cos, sin) = (f32_data(b)?, f32_data(cos)?, f32_data(sin)?);
+    let (bias, cos, sin) = (f32_data(a.bias)?, f32_data(a.cos)?, f32_data(a.sin)?);
     let y = y.contiguous()?;
     let (storage, layout) = y.storage_and_layout();
     let data = cpu_slice(&storage, layout, n * width)?;

@@ -258,34 +258,24 @@ fn bias_t<T: CudaDType + DeviceRepr>(
 }
 
 /// See [`super::qkv_rope`].
-pub fn qkv_rope(
-    y: &Tensor,
-    b: &Tensor,
-    cos: &Tensor,
-    sin: &Tensor,
-    heads: usize,
-    kv_heads: usize,
-) -> Result<(Tensor, Tensor, Tensor)> {
-    match (y.dtype(), cos.dtype()) {
-        (DType::F32, DType::F32) => qkv_rope_t::<f32, f32>(y, b, cos, sin, heads, kv_heads),
-        (DType::BF16, DType::BF16) => qkv_rope_t::<bf16, bf16>(y, b, cos, sin, heads, kv_heads),
-        (DType::F16, DType::F16) => qkv_rope_t::<f16, f16>(y, b, cos, sin, heads, kv_heads),
-        (DType::BF16, DType::F32) => qkv_rope_t::<bf16, f32>(y, b, cos, sin, heads, kv_heads),
-        (DType::F16, DType::F32) => qkv_rope_t::<f16, f32>(y, b, cos, sin, heads, kv_heads),
-        (a, c) => bail!("qkv_rope: no kernel for {a:?} activations with {c:?} tables"),
+pub fn qkv_rope(a: super::QkvRope<'_>) -> Result<(Tensor, Tensor, Tensor)> {
+    match (a.y.dtype(), a.cos.dtype()) {
+        (DType::F32, DType::F32) => qkv_rope_t::<f32, f32>(a),
+        (DType::BF16, DType::BF16) => qkv_rope_t::<bf16, bf16>(a),
+        (DType::F16, DType::F16) => qkv_rope_t::<f16, f16>(a),
+        (DType::BF16, DType::F32) => qkv_rope_t::<bf16, f32>(a),
+        (DType::F16, DType::F32) => qkv_rope_t::<f16, f32>(a),
+        (y, c) => bail!("qkv_rope: no kernel for {y:?} activations with {c:?} tables"),
     }
 }
 
 fn qkv_rope_t<T: CudaDType + DeviceRepr, C: CudaDType + DeviceRepr>(
-    y: &Tensor,
-    b: &Tensor,
-    cos: &Tensor,
-    sin: &Tensor,
-    heads: usize,
-    kv_heads: usize,
+    a: super::QkvRope<'_>,
 ) -> Result<(Tensor, Tensor, Tensor)> {
-    let dev = cuda_device(y)?;
-    let (n, d) = super::qkv_rope_dims(y, b, cos, sin, heads, kv_heads)?;
+    let dev = cuda_device(a.y)?;
+    let (n, d) = a.dims()?;
+    let (heads, kv_heads) = (a.heads, a.kv_heads);
+    let (y, b, cos, sin) = (a.y, a.bias, a.cos, a.sin);
     let (y, b, cos, sin) = (
         y.contiguous()?,
         b.contiguous()?,

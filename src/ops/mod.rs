@@ -113,58 +113,66 @@ pub fn bias_residual(y: &Tensor, b: &Tensor, r: &Tensor) -> Result<Tensor> {
     reference::bias_residual(y, b, r)
 }
 
-/// A packed attention projection `y` (N, (heads + 2·kv_heads)·d), without its bias `b`, made into
-/// q (N, heads, d), k and v (N, kv_heads, d): bias added, q and k rotated with the cos/sin half-tables (N, d/2)
-/// as transformers does (`x·cos + rotate_half(x)·sin`). The rotary runs in the tables' dtype: the activation
-/// dtype for the text model (each op rounded to it), f32 for the vision tower (rounded once at the end).
-pub fn qkv_rope(
-    y: &Tensor,
-    b: &Tensor,
-    cos: &Tensor,
-    sin: &Tensor,
-    heads: usize,
-    kv_heads: usize,
-) -> Result<(Tensor, Tensor, Tensor)> {
-    #[cfg(feature = "cuda")]
-    if on_kernel_path(y.device(), y.dtype())
-        && b.dtype() == y.dtype()
-        && sin.dtype() == cos.dtype()
-        && (cos.dtype() == y.dtype() || cos.dtype() == DType::F32)
-    {
-        return cuda::qkv_rope(y, b, cos, sin, heads, kv_heads);
-    }
-    if kernels_enabled() && cpu_elementwise::supported(&[y, b, cos, sin]) {
-        return cpu_elementwise::qkv_rope(y, b, cos, sin, heads, kv_heads);
-    }
-    reference::qkv_rope(y, b, cos, sin, heads, kv_heads)
+/// The inputs of [`qkv_rope`]: a packed attention projection `y` (N, (heads + 2·kv_heads)·d) without its
+/// `bias`, and the rotary cos/sin half-tables (N, d/2).
+#[derive(Clone, Copy)]
+pub struct QkvRope<'a> {
+    /// The projection's output, bias not added.
+    pub y: &'a Tensor,
+    /// The projection's bias ((heads + 2·kv_heads)·d).
+    pub bias: &'a Tensor,
+    /// Cosine half-table (N, d/2).
+    pub cos: &'a Tensor,
+    /// Sine half-table (N, d/2).
+    pub sin: &'a Tensor,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
 }
 
-/// Check the shapes of a [`qkv_rope`] call; returns (rows, head_dim).
-fn qkv_rope_dims(
-    y: &Tensor,
-    b: &Tensor,
-    cos: &Tensor,
-    sin: &Tensor,
-    heads: usize,
-    kv_heads: usize,
-) -> Result<(usize, usize)> {
-    let (n, width) = y.dims2()?;
-    let d = width / (heads + 2 * kv_heads).max(1);
-    if !d.is_multiple_of(2)
-        || width != (heads + 2 * kv_heads) * d
-        || b.dims() != [width]
-        || cos.dims() != [n, d / 2]
-        || sin.dims() != [n, d / 2]
-    {
-        candle_core::bail!(
-            "qkv_rope: y {:?}, bias {:?}, cos {:?}, sin {:?} for {heads}/{kv_heads} heads",
-            y.dims(),
-            b.dims(),
-            cos.dims(),
-            sin.dims()
-        );
+impl QkvRope<'_> {
+    /// Check the shapes; returns (rows, head_dim).
+    fn dims(&self) -> Result<(usize, usize)> {
+        let (n, width) = self.y.dims2()?;
+        let rows = self.heads + 2 * self.kv_heads;
+        let d = width / rows.max(1);
+        if !d.is_multiple_of(2)
+            || width != rows * d
+            || self.bias.dims() != [width]
+            || self.cos.dims() != [n, d / 2]
+            || self.sin.dims() != [n, d / 2]
+        {
+            candle_core::bail!(
+                "qkv_rope: y {:?}, bias {:?}, cos {:?}, sin {:?} for {}/{} heads",
+                self.y.dims(),
+                self.bias.dims(),
+                self.cos.dims(),
+                self.sin.dims(),
+                self.heads,
+                self.kv_heads
+            );
+        }
+        Ok((n, d))
     }
-    Ok((n, d))
+}
+
+/// q (N, heads, d), k and v (N, kv_heads, d) from a packed projection ([`QkvRope`]): bias added, q and k rotated
+/// as transformers does (`x·cos + rotate_half(x)·sin`). The rotary runs in the tables' dtype: the activation
+/// dtype for the text model (each op rounded to it), f32 for the vision tower (rounded once at the end).
+pub fn qkv_rope(a: QkvRope<'_>) -> Result<(Tensor, Tensor, Tensor)> {
+    #[cfg(feature = "cuda")]
+    if on_kernel_path(a.y.device(), a.y.dtype())
+        && a.bias.dtype() == a.y.dtype()
+        && a.sin.dtype() == a.cos.dtype()
+        && (a.cos.dtype() == a.y.dtype() || a.cos.dtype() == DType::F32)
+    {
+        return cuda::qkv_rope(a);
+    }
+    if kernels_enabled() && cpu_elementwise::supported(&[a.y, a.bias, a.cos, a.sin]) {
+        return cpu_elementwise::qkv_rope(a);
+    }
+    reference::qkv_rope(a)
 }
 
 /// One layer's KV buffers of one sequence for [`decode_attention`]: K and V of shape (kv_heads, capacity,

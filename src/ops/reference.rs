@@ -42,25 +42,18 @@ pub fn bias_residual(y: &Tensor, b: &Tensor, r: &Tensor) -> Result<Tensor> {
 }
 
 /// [`super::qkv_rope`] composed: bias, split, candle's `rope_thd` on q and k in the tables' dtype.
-pub fn qkv_rope(
-    y: &Tensor,
-    b: &Tensor,
-    cos: &Tensor,
-    sin: &Tensor,
-    heads: usize,
-    kv_heads: usize,
-) -> Result<(Tensor, Tensor, Tensor)> {
-    let n = y.dim(0)?;
-    let d = y.dim(1)? / (heads + 2 * kv_heads);
-    let a = y.broadcast_add(b)?;
+pub fn qkv_rope(a: super::QkvRope<'_>) -> Result<(Tensor, Tensor, Tensor)> {
+    let (n, d) = a.dims()?;
+    let (heads, kv_heads) = (a.heads, a.kv_heads);
+    let x = a.y.broadcast_add(a.bias)?;
     let part = |first: usize, count: usize| -> Result<Tensor> {
-        a.narrow(1, first * d, count * d)?
+        x.narrow(1, first * d, count * d)?
             .reshape((n, count, d))?
             .contiguous()
     };
     let rope = |t: Tensor| -> Result<Tensor> {
-        let x = t.to_dtype(cos.dtype())?.unsqueeze(0)?;
-        candle_nn::rotary_emb::rope_thd(&x, cos, sin)?
+        let r = t.to_dtype(a.cos.dtype())?.unsqueeze(0)?;
+        candle_nn::rotary_emb::rope_thd(&r, a.cos, a.sin)?
             .squeeze(0)?
             .to_dtype(t.dtype())
     };
