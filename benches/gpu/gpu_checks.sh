@@ -18,7 +18,8 @@
 # 7. (`profile` only) where the time goes: the 3b bench without the judge, with the kernels off, and with the
 #    per-section profiler (MOBILE_R1_EVAL_PROFILE=1).
 # 8. (`mma` only) the tensor-core varlen attention (MOBILE_R1_EVAL_MMA=1, opt-in until it passes here): self-test
-#    (its cases are labelled `varlen mma`), the sample through the tiny checkpoint in bf16 with and without it
+#    (its cases are labelled `varlen mma`), CPU vs CUDA f32 tokens on the sample (the other new kernels end to end),
+#    the sample through the tiny checkpoint in bf16 with and without it
 #    (agreement counted), the 3b bench without and with it, its profile, and compare.py 3b bf16 with it; last,
 #    the `small` f32 bench with the profiler, to find the f32 slowdown noted in benches/gpu/results-h200/README.md.
 # Every stage has its own time limit and its log in $LOGS; a failed stage does not stop the later ones. After
@@ -67,6 +68,10 @@ export -f bench3b run_eval
 export BIN WORK
 if [ "$MODE" = mma ]; then
   TAIL=70 stage self_test 60 "$BIN" self-test --device cuda
+  # The new kernels end to end: CUDA f32 must give the CPU's tokens (as it did before them).
+  TAIL=3 stage eval_cpu 90 run_eval cpu cpu f32 8
+  TAIL=3 stage eval_cuda_f32_b8 60 run_eval cuda_f32_b8 cuda f32 8
+  stage same_tokens_f32 30 python3 benches/gpu/compare_runs.py "$WORK" cpu cuda_f32_b8
   TAIL=3 stage eval_cuda_bf16_b8 60 run_eval cuda_bf16_b8 cuda bf16 8
   TAIL=3 stage eval_cuda_bf16_b8_mma 60 env MOBILE_R1_EVAL_MMA=1 bash -c 'run_eval cuda_bf16_b8_mma cuda bf16 8'
   stage agreement_mma 30 python3 benches/gpu/compare_runs.py "$WORK" cuda_bf16_b8 -- cuda_bf16_b8_mma
