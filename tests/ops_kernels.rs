@@ -89,7 +89,7 @@ fn bias_epilogues_and_packed_swiglu_follow_the_transformers_roundings() {
 }
 
 #[test]
-fn fused_cpu_elementwise_ops_give_the_reference_bits() {
+fn fused_cpu_elementwise_ops_match_their_references() {
     let (rows, cols) = (5, 37);
     let val = |i: usize| ((i * 7919 % 1013) as f32 - 506.0) / 61.0;
     let gu = Tensor::from_vec(
@@ -132,16 +132,19 @@ fn fused_cpu_elementwise_ops_give_the_reference_bits() {
         flat(ops::qkv_rope(args).unwrap()),
         flat(ops::reference::qkv_rope(args).unwrap())
     );
+    // SwiGLU: with AVX2 the fused path's exp is vectorised (about an ulp from libm's), so compare closely, not
+    // bitwise.
     for bias in [None, Some(&b)] {
-        let got = ops::swiglu_packed(&gu, bias).unwrap();
-        let want = ops::reference::swiglu_packed(&gu, bias).unwrap();
-        assert_eq!(got.dims(), [rows, cols]);
-        assert_eq!(
-            got.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
-            want.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
-            "bias: {}",
-            bias.is_some()
-        );
+        let got = flat_f32(&ops::swiglu_packed(&gu, bias).unwrap());
+        let want = flat_f32(&ops::reference::swiglu_packed(&gu, bias).unwrap());
+        assert_eq!(got.len(), rows * cols);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (g - w).abs() <= 4.0 * f32::EPSILON * w.abs() + 1e-30,
+                "bias {}: element {i}: {g} vs {w}",
+                bias.is_some()
+            );
+        }
     }
 }
 

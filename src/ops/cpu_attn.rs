@@ -311,44 +311,8 @@ mod kernels {
     #[cfg(target_arch = "x86_64")]
     mod avx2 {
         use super::{Block, KEY_BLOCK, ROWS};
+        use crate::ops::simd::avx2::exp8;
         use std::arch::x86_64::*;
-
-        /// `exp` of 8 lanes: range reduction by ln 2 (split in two constants) and a degree-5 polynomial
-        /// (the Cephes `expf` scheme, about 1 ulp), inputs clamped to [-87.3, 88].
-        #[inline]
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn exp8(x: __m256) -> __m256 {
-            let x = _mm256_min_ps(
-                _mm256_max_ps(x, _mm256_set1_ps(-87.3)),
-                _mm256_set1_ps(88.0),
-            );
-            let n = _mm256_round_ps(
-                _mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E)),
-                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
-            );
-            let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
-            let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
-            let mut p = _mm256_set1_ps(1.987_569_2e-4);
-            for c in [
-                1.398_199_9e-3,
-                8.333_452e-3,
-                4.166_579_6e-2,
-                0.166_666_65,
-                0.5,
-            ] {
-                p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
-            }
-            let y = _mm256_fmadd_ps(
-                _mm256_mul_ps(p, r),
-                r,
-                _mm256_add_ps(r, _mm256_set1_ps(1.0)),
-            );
-            let pow2 = _mm256_slli_epi32(
-                _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)),
-                23,
-            );
-            _mm256_mul_ps(y, _mm256_castsi256_ps(pow2))
-        }
 
         /// [`super::exp_sum`] 8 lanes at a time.
         #[target_feature(enable = "avx2,fma")]

@@ -1,6 +1,7 @@
-//! Fused elementwise ops on the CPU in f32, each one parallel pass over the rows with the same arithmetic, in the
-//! same order, as its composed reference (so the same bits) but without the reference's intermediate tensors:
-//! SwiGLU of a packed `[gate | up]` projection and the packed q/k/v bias + rotary.
+//! Fused elementwise ops on the CPU in f32, each one parallel pass over the rows without the composed reference's
+//! intermediate tensors: the packed q/k/v bias + rotary (the reference's arithmetic in its order, so the same bits)
+//! and SwiGLU of a packed `[gate | up]` projection (with AVX2, `exp` is the vectorised Cephes scheme of
+//! [`super::simd`], within about an ulp of libm's, so the result may differ from the reference's in the last bit).
 
 use candle_core::{DType, Result, Storage, Tensor};
 use rayon::prelude::*;
@@ -30,6 +31,17 @@ fn f32_data(t: &Tensor) -> Result<Vec<f32>> {
     t.flatten_all()?.to_vec1::<f32>()
 }
 
+/// The AVX2 part of a SwiGLU row, if this CPU has it: how many leading columns it wrote.
+fn vector_swiglu(g: &[f32], u: &[f32], bias: Option<(&[f32], &[f32])>, out: &mut [f32]) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if super::simd::avx2::available() {
+        // SAFETY: AVX2 and FMA are present; u, out and the biases are as long as g (one row's halves).
+        return unsafe { super::simd::avx2::swiglu_row(g, u, bias, out) };
+    }
+    let _ = (g, u, bias, out);
+    0
+}
+
 /// See [`super::swiglu_packed`].
 pub fn swiglu_packed(gu: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     let shape = super::swiglu_out_shape(gu, bias)?;
@@ -45,9 +57,11 @@ pub fn swiglu_packed(gu: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
             .zip(data.par_chunks(width))
             .for_each(|(o, row)| {
                 let (g, u) = row.split_at(cols);
-                for c in 0..cols {
-                    let (gv, uv) = match &bias {
-                        Some(b) => (g[c] + b[c], u[c] + b[cols + c]),
+                let bias = bias.as_deref().map(|b| b.split_at(cols));
+                let done = vector_swiglu(g, u, bias, o);
+                for c in done..cols {
+                    let (gv, uv) = match bias {
+                        Some((bg, bu)) => (g[c] + bg[c], u[c] + bu[c]),
                         None => (g[c], u[c]),
                     };
                     o[c] = gv / (1.0 + (-gv).exp()) * uv;

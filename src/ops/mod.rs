@@ -10,6 +10,7 @@ mod cpu_elementwise;
 #[cfg(feature = "cuda")]
 mod cuda;
 pub mod reference;
+mod simd;
 
 use candle_core::{DType, Device, Result, Tensor};
 
