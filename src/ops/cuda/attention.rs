@@ -1,0 +1,350 @@
+//! CUDA launchers of the attention kernels: decode attention over the per-sequence KV caches (with its per-step
+//! buffer tables) and varlen attention on CUDA cores or tensor cores.
+
+use candle_core::cuda_backend::cudarc::driver::{
+    CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
+};
+use candle_core::cuda_backend::{CudaDType, WrapErr};
+use candle_core::{bail, CudaDevice, DType, Result, Storage, Tensor};
+use half::{bf16, f16};
+
+use super::{cuda_device, kernel, suffix, tensor_of, with_view};
+use crate::ops::{DecodeKv, VarlenSeg};
+
+/// The per-step tables of the fused decode attention, uploaded once per decode step for all layers: each
+/// sequence's K and V buffer addresses per layer (layer-major), its capacity and its length before the step.
+pub struct DecodeTables {
+    k_ptrs: CudaSlice<u64>,
+    v_ptrs: CudaSlice<u64>,
+    caps: CudaSlice<i32>,
+    lens: CudaSlice<i32>,
+    batch: usize,
+    layers: usize,
+    /// (kv_heads, head_dim) every buffer has.
+    dims: (usize, usize),
+}
+
+impl DecodeTables {
+    /// Check and upload `layers[l][b]`, the buffers of sequence b in layer l (every layer lists the same
+    /// sequences, with the same capacity and length).
+    pub fn new(dtype: DType, layers: &[Vec<DecodeKv<'_>>]) -> Result<Self> {
+        match dtype {
+            DType::F32 => Self::new_t::<f32>(layers),
+            DType::BF16 => Self::new_t::<bf16>(layers),
+            DType::F16 => Self::new_t::<f16>(layers),
+            other => bail!("decode_attention: no kernel for {other:?}"),
+        }
+    }
+
+    fn new_t<T: CudaDType + DeviceRepr>(layers: &[Vec<DecodeKv<'_>>]) -> Result<Self> {
+        let Some(first) = layers.first().and_then(|l| l.first()) else {
+            bail!("decode_attention: no sequences");
+        };
+        let dev = cuda_device(first.k)?;
+        let batch = layers[0].len();
+        let (mut kp, mut vp, mut caps, mut lens) = (vec![], vec![], vec![], vec![]);
+        let mut dims = None;
+        for (l, layer) in layers.iter().enumerate() {
+            if layer.len() != batch {
+                bail!(
+                    "decode_attention: layer {l} lists {} sequences, layer 0 {batch}",
+                    layer.len()
+                );
+            }
+            for (b, c) in layer.iter().enumerate() {
+                let (k, (kh, cap, kd)) = buffer_ptr::<T>(c.k, &dev)?;
+                let (v, vdims) = buffer_ptr::<T>(c.v, &dev)?;
+                let same_step = l == 0 || (caps[b] as usize == cap && lens[b] as usize == c.len);
+                if vdims != (kh, cap, kd)
+                    || c.len >= cap
+                    || dims.is_some_and(|d| d != (kh, kd))
+                    || !same_step
+                {
+                    bail!("decode_attention: layer {l} sequence {b}: KV buffer ({kh}, {cap}, {kd}) for length {}", c.len);
+                }
+                dims = Some((kh, kd));
+                kp.push(k);
+                vp.push(v);
+                if l == 0 {
+                    caps.push(i32::try_from(cap).map_err(candle_core::Error::wrap)?);
+                    lens.push(c.len as i32);
+                }
+            }
+        }
+        Ok(Self {
+            k_ptrs: dev.clone_htod(&kp)?,
+            v_ptrs: dev.clone_htod(&vp)?,
+            caps: dev.clone_htod(&caps)?,
+            lens: dev.clone_htod(&lens)?,
+            batch,
+            layers: layers.len(),
+            dims: dims.expect("at least one sequence"),
+        })
+    }
+}
+
+/// See [`crate::ops::decode_attention`]: layer `layer` of `tables`.
+pub fn decode_attention(
+    q: &Tensor,
+    k_new: &Tensor,
+    v_new: &Tensor,
+    tables: &DecodeTables,
+    layer: usize,
+    scale: f32,
+) -> Result<Tensor> {
+    match q.dtype() {
+        DType::F32 => decode_t::<f32>(q, k_new, v_new, tables, layer, scale),
+        DType::BF16 => decode_t::<bf16>(q, k_new, v_new, tables, layer, scale),
+        DType::F16 => decode_t::<f16>(q, k_new, v_new, tables, layer, scale),
+        other => bail!("decode_attention: no kernel for {other:?}"),
+    }
+}
+
+/// Device address of the first element of a contiguous CUDA buffer and its (kv_heads, capacity, head_dim).
+fn buffer_ptr<T: CudaDType + DeviceRepr>(
+    t: &Tensor,
+    dev: &CudaDevice,
+) -> Result<(u64, (usize, usize, usize))> {
+    let dims = t.dims3()?;
+    let (storage, layout) = t.storage_and_layout();
+    let Storage::Cuda(cs) = &*storage else {
+        bail!("expected a CUDA KV buffer");
+    };
+    if !layout.is_contiguous() {
+        bail!("decode_attention: KV buffer {dims:?} is not contiguous");
+    }
+    let stream = dev.cuda_stream();
+    let (base, _sync) = cs.as_cuda_slice::<T>()?.device_ptr(&stream);
+    Ok((
+        base + (layout.start_offset() * std::mem::size_of::<T>()) as u64,
+        dims,
+    ))
+}
+
+fn decode_t<T: CudaDType + DeviceRepr>(
+    q: &Tensor,
+    k_new: &Tensor,
+    v_new: &Tensor,
+    tables: &DecodeTables,
+    layer: usize,
+    scale: f32,
+) -> Result<Tensor> {
+    let dev = cuda_device(q)?;
+    let (b, heads, d) = q.dims3()?;
+    let (b2, kv_heads, d2) = k_new.dims3()?;
+    if b2 != b
+        || d2 != d
+        || v_new.dims() != k_new.dims()
+        || tables.batch != b
+        || tables.dims != (kv_heads, d)
+        || layer >= tables.layers
+        || heads % kv_heads != 0
+        || heads / kv_heads > 8
+    {
+        bail!(
+            "decode_attention: q {:?}, k_new {:?}, v_new {:?}, layer {layer} of {} with {} caches of {:?}",
+            q.dims(),
+            k_new.dims(),
+            v_new.dims(),
+            tables.layers,
+            tables.batch,
+            tables.dims
+        );
+    }
+    let dl = match d {
+        32 => 1,
+        64 => 2,
+        128 => 4,
+        _ => bail!("decode_attention: head_dim {d} has no kernel"),
+    };
+    let rows = layer * b..(layer + 1) * b;
+    let (kp, vp) = (tables.k_ptrs.slice(rows.clone()), tables.v_ptrs.slice(rows));
+    let (q, k_new, v_new) = (q.contiguous()?, k_new.contiguous()?, v_new.contiguous()?);
+    let name = format!("decode_attn_d{dl}_{}", suffix(q.dtype())?);
+    let func = kernel(&dev, &name)?;
+    let out = unsafe { dev.alloc::<T>(q.elem_count())? };
+    with_view::<T, _>(&q, |qs| {
+        with_view::<T, _>(&k_new, |ks| {
+            with_view::<T, _>(&v_new, |vs| {
+                let cfg = LaunchConfig {
+                    grid_dim: (b as u32, kv_heads as u32, 1),
+                    block_dim: (256, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                let (kvh, group) = (kv_heads as i32, (heads / kv_heads) as i32);
+                let mut bld = func.builder();
+                bld.arg(&qs)
+                    .arg(&ks)
+                    .arg(&vs)
+                    .arg(&kp)
+                    .arg(&vp)
+                    .arg(&tables.caps)
+                    .arg(&tables.lens);
+                bld.arg(&out).arg(&kvh).arg(&group).arg(&scale);
+                // SAFETY: every address in the tables is a buffer checked by DecodeTables::new: (kv_heads, cap,
+                // d) per sequence with len < cap; q/out (b, heads, d); k_new/v_new (b, kv_heads, d).
+                unsafe { bld.launch(cfg) }.w()?;
+                Ok(())
+            })
+        })
+    })?;
+    Ok(tensor_of(out, &dev, q.shape().clone()))
+}
+
+/// Rows of one tile of the CUDA-core varlen kernel (VA_ROWS in kernels/fused.cu).
+const VA_ROWS: usize = 32;
+/// Rows of one tile of the tensor-core varlen kernel (VM_ROWS: 4 warps × 16 rows).
+const VM_ROWS: usize = 64;
+
+/// See [`crate::ops::varlen_attention`]; `mma` picks the tensor-core kernel (bf16/f16 only).
+pub fn varlen_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    segs: &[VarlenSeg<'_>],
+    causal: bool,
+    scale: f32,
+    mma: bool,
+) -> Result<Tensor> {
+    let args = VarlenArgs { causal, scale, mma };
+    match q.dtype() {
+        DType::F32 if !mma => varlen_t::<f32>(q, k, v, segs, args),
+        DType::BF16 => varlen_t::<bf16>(q, k, v, segs, args),
+        DType::F16 => varlen_t::<f16>(q, k, v, segs, args),
+        other => bail!("varlen_attention: no kernel for {other:?} (tensor cores: {mma})"),
+    }
+}
+
+/// The scalar arguments of a varlen launch.
+#[derive(Clone, Copy)]
+struct VarlenArgs {
+    causal: bool,
+    scale: f32,
+    mma: bool,
+}
+
+/// `t` contiguous and starting at an even element: the kernels read 16-bit types two at a time (32-bit words).
+fn word_aligned(t: &Tensor) -> Result<Tensor> {
+    if t.is_contiguous() && t.layout().start_offset().is_multiple_of(2) {
+        Ok(t.clone())
+    } else {
+        t.force_contiguous() // a fresh buffer, offset 0
+    }
+}
+
+/// The kernel's int32 metadata `[cu | prefix_len | prefix_cap | tile_seg | tile_row0]` and the tile count.
+fn varlen_meta(
+    segs: &[VarlenSeg<'_>],
+    caps: &[usize],
+    rows: usize,
+    tile_rows: usize,
+) -> Result<(Vec<i32>, usize)> {
+    let i = |x: usize| {
+        i32::try_from(x).map_err(|_| candle_core::Error::Msg(format!("{x} overflows i32")))
+    };
+    let mut cu = vec![0i32];
+    let (mut plen, mut pcap, mut tseg, mut trow) = (vec![], vec![], vec![], vec![]);
+    let mut next = 0;
+    for (s, (seg, &cap)) in segs.iter().zip(caps).enumerate() {
+        if seg.start != next {
+            bail!(
+                "varlen_attention: segment {s} starts at row {} instead of {next}",
+                seg.start
+            );
+        }
+        next += seg.len;
+        cu.push(i(next)?);
+        plen.push(i(seg.prefix.map_or(0, |p| p.2))?);
+        pcap.push(i(cap)?);
+        for row0 in (0..seg.len).step_by(tile_rows) {
+            tseg.push(i(s)?);
+            trow.push(i(row0)?);
+        }
+    }
+    if next != rows {
+        bail!("varlen_attention: the segments cover {next} of {rows} rows");
+    }
+    let tiles = tseg.len();
+    Ok(([cu, plen, pcap, tseg, trow].concat(), tiles))
+}
+
+fn varlen_t<T: CudaDType + DeviceRepr>(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    segs: &[VarlenSeg<'_>],
+    VarlenArgs { causal, scale, mma }: VarlenArgs,
+) -> Result<Tensor> {
+    let dev = cuda_device(q)?;
+    let (n, heads, d) = q.dims3()?;
+    let (nk, kv_heads, dk) = k.dims3()?;
+    if nk != n || dk != d || v.dims() != k.dims() || kv_heads == 0 || heads % kv_heads != 0 {
+        bail!(
+            "varlen_attention: q {:?}, k {:?}, v {:?}",
+            q.dims(),
+            k.dims(),
+            v.dims()
+        );
+    }
+    // Prefix buffers must be contiguous (kv_heads, cap, d); copies are kept alive until the launch is queued.
+    let mut keep = Vec::new();
+    let (mut ptrs_k, mut ptrs_v, mut caps) = (vec![], vec![], vec![]);
+    for s in segs {
+        let Some((pk, pv, p)) = s.prefix else {
+            ptrs_k.push(0u64);
+            ptrs_v.push(0u64);
+            caps.push(0);
+            continue;
+        };
+        let (pk, pv) = (word_aligned(pk)?, word_aligned(pv)?);
+        let (kp, (kh, cap, kd)) = buffer_ptr::<T>(&pk, &dev)?;
+        let (vp, vdims) = buffer_ptr::<T>(&pv, &dev)?;
+        if kh != kv_heads || kd != d || vdims != (kh, cap, kd) || p > cap {
+            bail!("varlen_attention: prefix buffer ({kh}, {cap}, {kd}) holding {p} positions");
+        }
+        ptrs_k.push(kp);
+        ptrs_v.push(vp);
+        caps.push(cap);
+        keep.push((pk, pv));
+    }
+    let tile_rows = if mma { VM_ROWS } else { VA_ROWS };
+    let (meta, tiles) = varlen_meta(segs, &caps, n, tile_rows)?;
+    let out = unsafe { dev.alloc::<T>(q.elem_count())? };
+    if tiles == 0 {
+        return Ok(tensor_of(out, &dev, q.shape().clone()));
+    }
+    let meta = dev.clone_htod(&meta)?;
+    let ptrs = dev.clone_htod(&[ptrs_k, ptrs_v].concat())?;
+    let (q, k, v) = (word_aligned(q)?, word_aligned(k)?, word_aligned(v)?);
+    let kind = if mma { "mma" } else { "attn" };
+    let name = format!("varlen_{kind}_d{d}_{}", suffix(q.dtype())?);
+    let func = kernel(&dev, &name)?;
+    with_view::<T, _>(&q, |qs| {
+        with_view::<T, _>(&k, |ks| {
+            with_view::<T, _>(&v, |vs| {
+                let cfg = LaunchConfig {
+                    grid_dim: (tiles as u32, heads as u32, 1),
+                    // VA_ROWS rows × VA_TPR threads, or VM_ROWS / 16 warps.
+                    block_dim: (if mma { 128 } else { (VA_ROWS * 4) as u32 }, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                let (n_seg, n_tiles) = (segs.len() as i32, tiles as i32);
+                let (h, kvh, causal) = (heads as i32, kv_heads as i32, causal as i32);
+                let mut b = func.builder();
+                b.arg(&qs).arg(&ks).arg(&vs).arg(&meta).arg(&ptrs).arg(&out);
+                b.arg(&n_seg)
+                    .arg(&n_tiles)
+                    .arg(&h)
+                    .arg(&kvh)
+                    .arg(&causal)
+                    .arg(&scale);
+                // SAFETY: the segments tile rows 0..n of q/k/v/out (checked by varlen_meta); every prefix pointer
+                // addresses a contiguous (kv_heads, cap, d) buffer holding at least prefix_len positions.
+                unsafe { b.launch(cfg) }.w()?;
+                Ok(())
+            })
+        })
+    })?;
+    drop(keep);
+    Ok(tensor_of(out, &dev, q.shape().clone()))
+}
