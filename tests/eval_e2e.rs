@@ -272,6 +272,9 @@ fn fused_ops_and_their_references_give_the_same_predictions() {
         ok(&o);
         let manifest = json_file(&out.join("manifest.json"));
         assert_eq!(manifest["ops"]["fused"], kernels == "on");
+        // The tensor-core attention is opt-in (MOBILE_R1_EVAL_MMA) and the profiler follows its switch.
+        assert_eq!(manifest["ops"]["tensor_core_attention"], false);
+        assert_eq!(manifest["profiled"], kernels == "on");
         let profile = &json_file(&out.join("throughput.json"))["profile"];
         if kernels == "on" {
             for section in [
