@@ -33,6 +33,12 @@ fn bench_json_reports_throughput_memory_and_mfu() {
         assert!(r[key].as_f64().unwrap() > 0.0, "{key} = {}", r[key]);
     }
     assert!(r["peak_memory_bytes"].as_u64().unwrap() > 0);
+    // The peak is the best of candle's GEMM and, where it is installed, OpenBLAS's.
+    let source = r["matmul_peak_source"].as_str().unwrap();
+    assert!(
+        source == "candle" || source.starts_with("cblas: "),
+        "{source}"
+    );
     assert_eq!(r["steps"], 8);
     assert_eq!(
         r["phases"][1]["phase"], "judge",

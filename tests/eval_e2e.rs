@@ -16,6 +16,11 @@ const MAX_PIXELS: &str = "40000";
 const MAX_NEW: &str = "10";
 
 fn eval(out: &Path, data: Option<&Path>, extra: &[&str]) -> Output {
+    eval_env(out, data, extra, &[])
+}
+
+/// [`eval`] with extra environment variables.
+fn eval_env(out: &Path, data: Option<&Path>, extra: &[&str], envs: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_mobile-r1-eval"));
     cmd.args(["eval", "--model"])
         .arg(model_dir())
@@ -27,6 +32,7 @@ fn eval(out: &Path, data: Option<&Path>, extra: &[&str]) -> Output {
     }
     cmd.args(extra)
         .env("RUST_LOG", "warn")
+        .envs(envs.iter().copied())
         .output()
         .expect("run the binary")
 }
@@ -249,27 +255,12 @@ fn fused_ops_and_their_references_give_the_same_predictions() {
     let tmp = tempfile::tempdir().unwrap();
     let run = |name: &str, kernels: &str| {
         let out = tmp.path().join(name);
-        let o = Command::new(env!("CARGO_BIN_EXE_mobile-r1-eval"))
-            .args(["eval", "--model"])
-            .arg(model_dir())
-            .arg("--out")
-            .arg(&out)
-            .args([
-                "--max-pixels",
-                MAX_PIXELS,
-                "--max-new-tokens",
-                MAX_NEW,
-                "--no-judge",
-            ])
-            .env("RUST_LOG", "warn")
-            .env("MOBILE_R1_EVAL_KERNELS", kernels)
-            .env(
-                "MOBILE_R1_EVAL_PROFILE",
-                if kernels == "on" { "1" } else { "0" },
-            )
-            .output()
-            .unwrap();
-        ok(&o);
+        let profile = if kernels == "on" { "1" } else { "0" };
+        let envs = [
+            ("MOBILE_R1_EVAL_KERNELS", kernels),
+            ("MOBILE_R1_EVAL_PROFILE", profile),
+        ];
+        ok(&eval_env(&out, None, &["--no-judge"], &envs));
         let manifest = json_file(&out.join("manifest.json"));
         assert_eq!(manifest["ops"]["fused"], kernels == "on");
         // The tensor-core attention is opt-in (MOBILE_R1_EVAL_MMA) and the profiler follows its switch.
@@ -296,4 +287,43 @@ fn fused_ops_and_their_references_give_the_same_predictions() {
     let fused = run("fused", "on");
     assert_eq!(fused.len(), 30);
     assert_eq!(fused, run("reference", "off"));
+}
+
+/// `MOBILE_R1_EVAL_BLAS`: the manifest names the CPU's f32 GEMM; with OpenBLAS installed, it gives the `gemm`
+/// crate's predictions; a library that cannot be loaded stops the run before any step, naming the variable.
+#[test]
+fn the_cpu_blas_switch_is_recorded_and_a_bad_library_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |name: &str, blas: &str| {
+        let out = tmp.path().join(name);
+        let o = eval_env(
+            &out,
+            None,
+            &["--no-judge"],
+            &[("MOBILE_R1_EVAL_BLAS", blas)],
+        );
+        (out, o)
+    };
+    let (off, o) = run("off", "off");
+    ok(&o);
+    let gemm = &json_file(&off.join("manifest.json"))["ops"]["cpu_f32_gemm"];
+    assert_eq!(gemm, "gemm crate (candle)");
+    let (auto, o) = run("auto", "auto");
+    ok(&o);
+    let gemm = json_file(&auto.join("manifest.json"))["ops"]["cpu_f32_gemm"].clone();
+    if gemm.as_str().unwrap().starts_with("cblas: ") {
+        assert_eq!(responses(&auto), responses(&off), "{gemm}");
+    } else {
+        assert_eq!(gemm, "gemm crate (candle)");
+        eprintln!("no OpenBLAS on this machine: BLAS and gemm predictions not compared");
+    }
+    let missing = "/nonexistent/libcblas.so";
+    let (bad, o) = run("bad", missing);
+    assert!(!o.status.success());
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains(&format!("MOBILE_R1_EVAL_BLAS={missing}")),
+        "{stderr}"
+    );
+    assert!(!bad.join("predictions.jsonl").exists());
 }

@@ -138,8 +138,13 @@ fn batched_prefill_and_ragged_decode_equal_single() {
             (c.remove(0), l)
         })
         .collect();
+    // OpenBLAS's sums depend on each GEMM's shape (src/ops/blas.rs); the `gemm` crate's do not, for two rows or more.
+    let tol = match mobile_r1_eval::ops::blas::global() {
+        Ok(Some(_)) => 5e-5,
+        _ => 1e-5,
+    };
     for (i, (_, l)) in singles.iter().enumerate() {
-        assert!(max_abs(&bl.narrow(0, i, 1).unwrap(), l) <= 1e-5);
+        assert!(max_abs(&bl.narrow(0, i, 1).unwrap(), l) <= tol);
     }
     // Decode the three (different-length) sequences together, and the middle one alone.
     let toks = [11u32, 22, 33];
@@ -149,7 +154,7 @@ fn batched_prefill_and_ragged_decode_equal_single() {
         let sd = model.decode(&[toks[i]], &mut [c]).unwrap();
         let d = max_abs(&bd.narrow(0, i, 1).unwrap(), &sd);
         eprintln!("decode batch vs single seq {i}: {d:.3e}");
-        assert!(d <= 1e-5);
+        assert!(d <= tol, "{d:.3e} > {tol:.0e}");
         assert_eq!(c.len(), bc[i].len());
     }
 }

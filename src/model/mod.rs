@@ -128,6 +128,10 @@ fn detect_prefixes(vb: &VarBuilder) -> Result<(&'static str, &'static str)> {
 impl Qwen25VL {
     /// Load config and memory-mapped weights on `device`, casting to `dtype`.
     pub fn load(files: &ModelFiles, device: &Device, dtype: DType) -> Result<Self> {
+        if device.is_cpu() && dtype == DType::F32 {
+            // A CBLAS library asked for by path must load before any work starts.
+            crate::ops::blas::global().map_err(|e| ModelError::Input(e.to_string()))?;
+        }
         let read = |p: &std::path::Path| {
             std::fs::read_to_string(p)
                 .map_err(|e| ModelError::Files(format!("{}: {e}", p.display())))

@@ -65,7 +65,9 @@ impl Linear {
 impl Linear {
     /// `x·Wᵀ` without the bias.
     pub fn matmul(&self, x: &Tensor) -> Result<Tensor> {
-        super::profile::section("linear.matmul", x.device(), || x.matmul(&self.w.t()?))
+        super::profile::section("linear.matmul", x.device(), || {
+            crate::ops::matmul_nt(x, &self.w)
+        })
     }
 
     /// The bias, if the layer has one.

@@ -37,7 +37,7 @@ impl PatchEmbed {
 
 impl Module for PatchEmbed {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        x.matmul(&self.w.t()?)
+        crate::ops::matmul_nt(x, &self.w)
     }
 }
 

@@ -14,7 +14,7 @@ pub fn supported(tensors: &[&Tensor]) -> bool {
 }
 
 /// The `n` f32 values of a contiguous CPU tensor's storage, from its layout's start.
-fn cpu_slice<'a>(
+pub(super) fn cpu_slice<'a>(
     storage: &'a Storage,
     layout: &candle_core::Layout,
     n: usize,

@@ -4,6 +4,7 @@
 //!
 //! `MOBILE_R1_EVAL_KERNELS=off` routes every op through its reference, to measure what the kernels bring.
 
+pub mod blas;
 pub mod check;
 mod cpu_attn;
 mod cpu_elementwise;
@@ -44,7 +45,19 @@ pub fn manifest_entry() -> serde_json::Value {
         "cuda_kernels": cfg!(feature = "cuda"),
         "tensor_core_attention": mma_attention_enabled(),
         "kernels_sha256": sha,
+        "cpu_f32_gemm": blas::describe(),
     })
+}
+
+/// `x · wᵀ` for x (…, in) and w (out, in): the linear layers' GEMM. f32 on the CPU runs on the CBLAS library of
+/// [`blas`] when one is loaded (`MOBILE_R1_EVAL_BLAS`); everything else is candle's matmul.
+pub fn matmul_nt(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    if x.device().is_cpu() && x.dtype() == DType::F32 && w.dtype() == DType::F32 {
+        if let Some(b) = blas::global().map_err(|e| candle_core::Error::Msg(e.to_string()))? {
+            return blas::matmul_nt(b, x, w);
+        }
+    }
+    x.matmul(&w.t()?)
 }
 
 /// True when `device` is a CUDA device, the kernels are on and `dtype` has a kernel.

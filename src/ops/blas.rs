@@ -1,0 +1,215 @@
+//! An optional CBLAS library for the CPU's f32 GEMMs, loaded at run time.
+//!
+//! The `gemm` crate behind candle's CPU matmul reaches 105–145 GFLOP/s on the development VM (2 AVX2 cores);
+//! OpenBLAS reaches 15–30% more on the same prefill shapes. Nothing is linked at build time: the library is
+//! opened with `dlopen` on first use, so the binary runs unchanged where it is absent.
+//!
+//! `MOBILE_R1_EVAL_BLAS` selects it: unset or `auto` tries OpenBLAS under its usual names and falls back to the
+//! `gemm` crate; `off` always uses the `gemm` crate; anything else is the path of a shared library that exports
+//! `cblas_sgemm` (OpenBLAS, MKL's `libmkl_rt`, BLIS), and failing to load it is an error.
+//!
+//! The library runs single-threaded inside rayon's pool: the output's columns are split across the pool's
+//! threads, so no BLAS thread pool spins beside rayon's.
+//!
+//! Unlike the `gemm` crate, whose sum for a row does not depend on how many rows are multiplied with it (for two
+//! rows or more), OpenBLAS's sums depend on each call's shape: a sequence's logits may change in the last bits
+//! with the batch's size or the thread count. Greedy outputs still match across batch sizes in the tests, and
+//! `MOBILE_R1_EVAL_BLAS=off` gives the `gemm` crate's bit-for-bit behaviour back.
+
+use candle_core::Tensor;
+use std::sync::OnceLock;
+
+/// `cblas_sgemm(layout, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)` with 32-bit ints.
+type Sgemm = unsafe extern "C" fn(
+    i32,
+    i32,
+    i32,
+    i32,
+    i32,
+    i32,
+    f32,
+    *const f32,
+    i32,
+    *const f32,
+    i32,
+    f32,
+    *mut f32,
+    i32,
+);
+type SetThreads = unsafe extern "C" fn(i32);
+type GetConfig = unsafe extern "C" fn() -> *const std::ffi::c_char;
+
+const ROW_MAJOR: i32 = 101;
+const NO_TRANS: i32 = 111;
+const TRANS: i32 = 112;
+/// The names tried by `auto`, in order.
+const AUTO_NAMES: [&str; 3] = ["libopenblas.so.0", "libopenblas.so", "libopenblas.dylib"];
+
+/// A loaded CBLAS library.
+pub struct Blas {
+    sgemm: Sgemm,
+    /// What was loaded: the library's own description (OpenBLAS's config string) and its file name.
+    pub description: String,
+    _lib: libloading::Library,
+}
+
+/// Why a requested library could not be used.
+#[derive(Debug, thiserror::Error)]
+#[error("MOBILE_R1_EVAL_BLAS={spec}: {reason}")]
+pub struct BlasError {
+    pub spec: String,
+    pub reason: String,
+}
+
+impl Blas {
+    /// Open `path` and bind `cblas_sgemm`; pin the library's own threads to one.
+    pub fn open(path: &str) -> Result<Self, String> {
+        // SAFETY: loading a shared library runs its initialisers; a CBLAS library's are benign.
+        let lib =
+            unsafe { libloading::Library::new(path) }.map_err(
+                |e| match std::error::Error::source(&e) {
+                    Some(cause) => format!("cannot load {path}: {cause}"),
+                    None => format!("cannot load {path}: {e}"),
+                },
+            )?;
+        // SAFETY: the symbol types are the CBLAS / OpenBLAS / MKL C prototypes (LP64 interface).
+        unsafe {
+            let sgemm = *lib
+                .get::<Sgemm>(b"cblas_sgemm\0")
+                .map_err(|e| format!("{path}: no cblas_sgemm ({e})"))?;
+            for name in [&b"openblas_set_num_threads\0"[..], b"MKL_Set_Num_Threads\0"] {
+                if let Ok(set) = lib.get::<SetThreads>(name) {
+                    set(1);
+                }
+            }
+            let config = lib
+                .get::<GetConfig>(b"openblas_get_config\0")
+                .ok()
+                .map(|f| f())
+                .filter(|p| !p.is_null())
+                .map(|p| {
+                    std::ffi::CStr::from_ptr(p)
+                        .to_string_lossy()
+                        .trim()
+                        .to_string()
+                });
+            let description = match config {
+                Some(c) => format!("{c} ({path})"),
+                None => path.to_string(),
+            };
+            Ok(Self {
+                sgemm,
+                description,
+                _lib: lib,
+            })
+        }
+    }
+
+    /// Load what `spec` (the value of `MOBILE_R1_EVAL_BLAS`) asks for: `None` for `off`, or for `auto` when no
+    /// OpenBLAS is installed.
+    pub fn from_spec(spec: &str) -> Result<Option<Self>, BlasError> {
+        match spec.trim() {
+            "off" | "0" | "false" | "no" => Ok(None),
+            "" | "auto" => Ok(AUTO_NAMES.iter().find_map(|n| Self::open(n).ok())),
+            path => Self::open(path).map(Some).map_err(|reason| BlasError {
+                spec: path.to_string(),
+                reason,
+            }),
+        }
+    }
+
+    /// `c = a · wᵀ` for row-major `a` (m × k) and `w` (n × k); returns c (m × n). The columns are split into one
+    /// block per rayon thread (multiples of 16), each a single-threaded `sgemm`.
+    pub fn sgemm_nt(&self, a: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
+        assert!(
+            a.len() >= m * k && w.len() >= n * k,
+            "sgemm_nt: short operands"
+        );
+        let mut c = vec![0f32; m * n];
+        if m == 0 || n == 0 {
+            return c;
+        }
+        let threads = rayon::current_num_threads().max(1);
+        let block = n.div_ceil(threads).div_ceil(16) * 16;
+        let out = SendPtr(c.as_mut_ptr());
+        let out = &out;
+        rayon::scope(|s| {
+            for n0 in (0..n).step_by(block) {
+                let cols = block.min(n - n0);
+                s.spawn(move |_| {
+                    // SAFETY: each task writes only columns n0..n0+cols of every row of `c` (ldc = n); the
+                    // operands outlive the scope and their sizes were checked above.
+                    unsafe {
+                        (self.sgemm)(
+                            ROW_MAJOR,
+                            NO_TRANS,
+                            TRANS,
+                            m as i32,
+                            cols as i32,
+                            k as i32,
+                            1.0,
+                            a.as_ptr(),
+                            k as i32,
+                            w.as_ptr().add(n0 * k),
+                            k as i32,
+                            0.0,
+                            out.0.add(n0),
+                            n as i32,
+                        )
+                    }
+                });
+            }
+        });
+        c
+    }
+}
+
+struct SendPtr(*mut f32);
+// SAFETY: the pointer is only used for disjoint column blocks inside one rayon scope.
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+
+/// The process's BLAS, loaded once from `MOBILE_R1_EVAL_BLAS`.
+pub fn global() -> Result<Option<&'static Blas>, BlasError> {
+    static BLAS: OnceLock<Result<Option<Blas>, BlasError>> = OnceLock::new();
+    let spec = std::env::var("MOBILE_R1_EVAL_BLAS").unwrap_or_default();
+    match BLAS.get_or_init(|| Blas::from_spec(&spec)) {
+        Ok(b) => Ok(b.as_ref()),
+        Err(e) => Err(BlasError {
+            spec: e.spec.clone(),
+            reason: e.reason.clone(),
+        }),
+    }
+}
+
+/// What the CPU's f32 GEMMs run on, for the manifest.
+pub fn describe() -> String {
+    match global() {
+        Ok(Some(b)) => format!("cblas: {}", b.description),
+        Ok(None) => "gemm crate (candle)".to_string(),
+        Err(e) => format!("error: {e}"),
+    }
+}
+
+/// `x · wᵀ` through `blas` for f32 CPU tensors x (…, k) and w (n, k).
+pub fn matmul_nt(blas: &Blas, x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
+    let (n, k) = w.dims2()?;
+    let mut dims = x.dims().to_vec();
+    if dims.last() != Some(&k) {
+        candle_core::bail!(
+            "matmul_nt: x {:?} does not end in w's input size {k}",
+            x.dims()
+        );
+    }
+    let m = x.elem_count() / k.max(1);
+    let (x, w) = (x.contiguous()?, w.contiguous()?);
+    let c = {
+        let (xs, xl) = x.storage_and_layout();
+        let (ws, wl) = w.storage_and_layout();
+        let a = super::cpu_elementwise::cpu_slice(&xs, xl, m * k)?;
+        let b = super::cpu_elementwise::cpu_slice(&ws, wl, n * k)?;
+        blas.sgemm_nt(a, b, m, k, n)
+    };
+    *dims.last_mut().expect("rank ≥ 1") = n;
+    Tensor::from_vec(c, dims, x.device())
+}

@@ -1,0 +1,124 @@
+//! The optional CBLAS path of the CPU's f32 GEMMs (`src/ops/blas.rs`): loading by spec, and `sgemm_nt` against
+//! an f64 reference and across thread counts. The numeric tests need OpenBLAS on the machine
+//! (`libopenblas.so.0`, e.g. Debian's `libopenblas0`) and say so when it is absent.
+
+use candle_core::{Device, Tensor};
+use mobile_r1_eval::ops::blas::Blas;
+
+fn openblas() -> Option<Blas> {
+    let b = Blas::from_spec("auto").expect("auto never fails");
+    if b.is_none() {
+        eprintln!("skipped: no OpenBLAS on this machine");
+    }
+    b
+}
+
+/// Deterministic values in [-0.5, 0.5).
+fn values(n: usize, seed: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i * 7919 + seed * 104_729) % 1000) as f32 / 1000.0 - 0.5)
+        .collect()
+}
+
+fn reference(a: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f64> {
+    let mut c = vec![0f64; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            c[i * n + j] = (0..k)
+                .map(|l| a[i * k + l] as f64 * w[j * k + l] as f64)
+                .sum();
+        }
+    }
+    c
+}
+
+#[test]
+fn specs_off_auto_and_bad_paths() {
+    assert!(Blas::from_spec("off").unwrap().is_none());
+    assert!(Blas::from_spec("auto").is_ok());
+    let dir = tempfile::tempdir().unwrap();
+    let not_a_library = dir.path().join("libcblas.so");
+    std::fs::write(&not_a_library, b"not an ELF file").unwrap();
+    for path in [not_a_library.to_str().unwrap(), "/nonexistent/libcblas.so"] {
+        let err = Blas::from_spec(path).err().expect("must fail").to_string();
+        assert!(
+            err.starts_with(&format!("MOBILE_R1_EVAL_BLAS={path}: cannot load {path}")),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn sgemm_nt_matches_an_f64_reference_on_ragged_shapes() {
+    let Some(blas) = openblas() else { return };
+    assert!(
+        blas.description.contains("libopenblas"),
+        "{}",
+        blas.description
+    );
+    for (m, k, n) in [
+        (1, 1, 1),
+        (3, 5, 17),
+        (7, 64, 33),
+        (64, 96, 300),
+        (2, 300, 1),
+    ] {
+        let (a, w) = (values(m * k, 1), values(n * k, 2));
+        let c = blas.sgemm_nt(&a, &w, m, k, n);
+        let r = reference(&a, &w, m, k, n);
+        assert_eq!(c.len(), m * n);
+        for (i, (x, y)) in c.iter().zip(&r).enumerate() {
+            assert!(
+                (*x as f64 - y).abs() <= 1e-5 * (1.0 + y.abs()),
+                "({m},{k},{n})[{i}]: {x} vs {y}"
+            );
+        }
+    }
+    assert!(blas.sgemm_nt(&[], &[], 0, 4, 0).is_empty());
+}
+
+/// The columns are split per rayon thread. OpenBLAS's sums depend on the shape of each call, so the last bits may
+/// change with the thread count (as with the batch's size), but a given thread count repeats itself exactly.
+#[test]
+fn sgemm_nt_repeats_exactly_and_agrees_across_thread_counts() {
+    let Some(blas) = openblas() else { return };
+    let (m, k, n) = (37, 200, 1000);
+    let (a, w) = (values(m * k, 3), values(n * k, 4));
+    let with = |threads: usize| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap()
+            .install(|| blas.sgemm_nt(&a, &w, m, k, n))
+    };
+    let r = reference(&a, &w, m, k, n);
+    for threads in [1, 2, 3, 7] {
+        let c = with(threads);
+        assert!(c == with(threads), "{threads} threads: not repeatable");
+        for (x, y) in c.iter().zip(&r) {
+            assert!(
+                (*x as f64 - y).abs() <= 1e-5 * (1.0 + y.abs()),
+                "{threads} threads: {x} vs {y}"
+            );
+        }
+    }
+}
+
+/// The tensor entry point: rank-3 input, and agreement with candle's matmul.
+#[test]
+fn matmul_nt_on_tensors_agrees_with_candle() {
+    let x = Tensor::from_vec(values(2 * 5 * 48, 5), (2, 5, 48), &Device::Cpu).unwrap();
+    let w = Tensor::from_vec(values(24 * 48, 6), (24, 48), &Device::Cpu).unwrap();
+    let want = x.broadcast_matmul(&w.t().unwrap()).unwrap();
+    let check = |got: Tensor| {
+        assert_eq!(got.dims(), &[2, 5, 24]);
+        let d = (got - &want).unwrap().abs().unwrap().max_all().unwrap();
+        assert!(d.to_scalar::<f32>().unwrap() < 1e-5);
+    };
+    check(mobile_r1_eval::ops::matmul_nt(&x, &w).unwrap());
+    let Some(blas) = openblas() else { return };
+    check(mobile_r1_eval::ops::blas::matmul_nt(&blas, &x, &w).unwrap());
+    let bad = Tensor::zeros((3, 47), candle_core::DType::F32, &Device::Cpu).unwrap();
+    let err = mobile_r1_eval::ops::blas::matmul_nt(&blas, &bad, &w).unwrap_err();
+    assert!(err.to_string().contains("input size 48"), "{err}");
+}
