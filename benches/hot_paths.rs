@@ -165,7 +165,7 @@ fn engine_end_to_end(c: &mut Criterion) {
 /// screenshot at 1,248 patches (16 heads of 80): 20 windows of 64 rows, and the whole image in one segment.
 fn varlen_attention(c: &mut Criterion) {
     use candle_core::Tensor;
-    use mobile_r1_eval::ops::{reference, varlen_attention, VarlenSeg};
+    use mobile_r1_eval::ops::{reference, varlen_attention, Varlen, VarlenSeg};
     let (n, h, d) = (1280, 16, 80);
     let t = || Tensor::randn(0f32, 1.0, (n, h, d), &Device::Cpu).unwrap();
     let (q, k, v) = (t(), t(), t());
@@ -183,11 +183,19 @@ fn varlen_attention(c: &mut Criterion) {
     }];
     let mut g = c.benchmark_group("varlen_attention_1280x16x80");
     for (name, segs) in [("windows", &windows[..]), ("full", &full[..])] {
+        let a = Varlen {
+            q: &q,
+            k: &k,
+            v: &v,
+            segs,
+            causal: false,
+            scale: 0.11,
+        };
         g.bench_function(format!("{name}_fused"), |b| {
-            b.iter(|| varlen_attention(&q, &k, &v, segs, false, 0.11).unwrap())
+            b.iter(|| varlen_attention(a).unwrap())
         });
         g.bench_function(format!("{name}_reference"), |b| {
-            b.iter(|| reference::varlen_attention(&q, &k, &v, segs, false, 0.11).unwrap())
+            b.iter(|| reference::varlen_attention(a).unwrap())
         });
     }
     g.finish();

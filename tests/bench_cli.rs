@@ -29,6 +29,8 @@ fn bench_json_reports_throughput_memory_and_mfu() {
         "prefill_tokens_per_second",
         "decode_tokens_per_second",
         "mfu",
+        "mfu_prefill",
+        "mfu_vision",
     ] {
         assert!(r[key].as_f64().unwrap() > 0.0, "{key} = {}", r[key]);
     }

@@ -276,3 +276,36 @@ fn screenshot_vision_forward() {
     let v = out.flatten_all().unwrap().to_vec1::<f32>().unwrap();
     assert!(v.iter().all(|x| x.is_finite()));
 }
+
+/// `Linear::concat` stacks the parts' outputs side by side, and refuses parts that disagree on having a bias.
+#[test]
+fn linear_concat_stacks_outputs_and_refuses_mixed_biases() {
+    use candle_core::Module;
+    use candle_nn::VarBuilder;
+    use mobile_r1_eval::model::nn::Linear;
+    let dev = Device::Cpu;
+    let t = |shape: &[usize], seed: f32| {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n).map(|i| ((i as f32 + seed) * 0.37).sin()).collect();
+        Tensor::from_vec(v, shape, &dev).unwrap()
+    };
+    let mut map = std::collections::HashMap::new();
+    map.insert("a.weight".to_string(), t(&[3, 4], 1.0));
+    map.insert("a.bias".to_string(), t(&[3], 2.0));
+    map.insert("b.weight".to_string(), t(&[5, 4], 3.0));
+    map.insert("b.bias".to_string(), t(&[5], 4.0));
+    map.insert("c.weight".to_string(), t(&[2, 4], 5.0));
+    let vb = VarBuilder::from_tensors(map, DType::F32, &dev);
+    let a = Linear::new(4, 3, true, vb.pp("a")).unwrap();
+    let b = Linear::new(4, 5, true, vb.pp("b")).unwrap();
+    let c = Linear::new(4, 2, false, vb.pp("c")).unwrap();
+    let x = t(&[6, 4], 6.0);
+    let both = Linear::concat(&[a.clone(), b.clone()]).unwrap();
+    let want = Tensor::cat(&[a.forward(&x).unwrap(), b.forward(&x).unwrap()], 1).unwrap();
+    assert!(max_abs(&both.forward(&x).unwrap(), &want) < 1e-6);
+    let err = Linear::concat(&[a, c]).unwrap_err().to_string();
+    assert!(
+        err.contains("some parts have a bias and some do not"),
+        "{err}"
+    );
+}

@@ -295,14 +295,19 @@ fn varlen_attention_attends_within_segments_after_their_prefix() {
         },
     ];
     for causal in [true, false] {
-        let out = ops::varlen_attention(
-            &t(&q, (n, heads, d)),
-            &t(&k, (n, kv_heads, d)),
-            &t(&v, (n, kv_heads, d)),
-            &segs,
+        let (qt, kt, vt) = (
+            t(&q, (n, heads, d)),
+            t(&k, (n, kv_heads, d)),
+            t(&v, (n, kv_heads, d)),
+        );
+        let out = ops::varlen_attention(ops::Varlen {
+            q: &qt,
+            k: &kt,
+            v: &vt,
+            segs: &segs,
             causal,
-            0.7,
-        )
+            scale: 0.7,
+        })
         .unwrap()
         .to_vec3::<f32>()
         .unwrap();

@@ -273,6 +273,7 @@ fn report(cfg: &BenchConfig, model: &Qwen25VL, m: &Measured) -> Value {
         "peak_device_bytes": memory::peak_device_bytes(),
         "mfu": mfu(work, steps.wall_seconds),
         "mfu_prefill": mfu(prefill_work, steps.prefill_seconds),
+        "mfu_vision": mfu(2.0 * params.0 as f64 * steps.patches as f64, m.vision_seconds),
         "matmul_peak_flops": peak,
         "matmul_peak_source": m.peak_source,
         "model_flops": work,

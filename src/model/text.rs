@@ -226,7 +226,14 @@ pub fn prefill_attend(
             prefix: p.as_ref().map(|(pk, pv)| (pk, pv, pk.dim(1).unwrap_or(0))),
         })
         .collect();
-    let o = crate::ops::varlen_attention(&q, &k, &v, &segs, true, attn.scale() as f32)?;
+    let o = crate::ops::varlen_attention(crate::ops::Varlen {
+        q: &q,
+        k: &k,
+        v: &v,
+        segs: &segs,
+        causal: true,
+        scale: attn.scale() as f32,
+    })?;
     o.reshape((n, attn.heads * attn.head_dim))
 }
 

@@ -122,8 +122,15 @@ impl VisionAttention {
                 })
                 .collect();
             section(name, dev, || {
-                crate::ops::varlen_attention(&q, &k, &v, &segs, false, scale as f32)?
-                    .reshape((n, dm))
+                let a = crate::ops::Varlen {
+                    q: &q,
+                    k: &k,
+                    v: &v,
+                    segs: &segs,
+                    causal: false,
+                    scale: scale as f32,
+                };
+                crate::ops::varlen_attention(a)?.reshape((n, dm))
             })?
         } else if full {
             section("vision.attn_core.full", dev, || {

@@ -415,27 +415,29 @@ fn check_varlen(device: &Device, dtype: DType, case: VarlenCase, mma: bool) -> R
         v.to_device(device)?,
     );
     let segs_d = segs(spec, &on_device);
+    let call = |q, k, v, segs| super::Varlen {
+        q,
+        k,
+        v,
+        segs,
+        causal,
+        scale,
+    };
     let got = if device.is_cuda() && super::varlen_supported(device, dtype, d) {
         #[cfg(not(feature = "cuda"))]
         unreachable!("varlen_supported holds on CUDA only with the cuda feature");
         #[cfg(feature = "cuda")]
-        super::varlen_attention_cuda(&qd, &kd, &vd, &segs_d, causal, scale, mma)?
+        super::varlen_attention_cuda(call(&qd, &kd, &vd, &segs_d), mma)?
     } else {
-        super::varlen_attention(&qd, &kd, &vd, &segs_d, causal, scale)?
+        super::varlen_attention(call(&qd, &kd, &vd, &segs_d))?
     };
     let f32s = |t: &Tensor| t.to_dtype(DType::F32);
     let cpu: Vec<(Tensor, Tensor)> = prefixes
         .iter()
         .map(|(k, v)| Ok((f32s(k)?, f32s(v)?)))
         .collect::<Result<_>>()?;
-    let want = reference::varlen_attention(
-        &f32s(&q)?,
-        &f32s(&k)?,
-        &f32s(&v)?,
-        &segs(spec, &cpu),
-        causal,
-        scale,
-    )?;
+    let (qf, kf, vf, segs_f) = (f32s(&q)?, f32s(&k)?, f32s(&v)?, segs(spec, &cpu));
+    let want = reference::varlen_attention(call(&qf, &kf, &vf, &segs_f))?;
     let lens: Vec<String> = spec.iter().map(|s| format!("{}+{}", s.1, s.0)).collect();
     compare(
         format!(

@@ -289,6 +289,18 @@ pub struct VarlenSeg<'a> {
     pub prefix: Option<(&'a Tensor, &'a Tensor, usize)>,
 }
 
+/// One packed varlen attention call: queries `q` (N, heads, d), keys/values `k`/`v` (N, kv_heads, d), the
+/// segments (in order, covering every row), causal or not, and the score scale.
+#[derive(Clone, Copy)]
+pub struct Varlen<'a> {
+    pub q: &'a Tensor,
+    pub k: &'a Tensor,
+    pub v: &'a Tensor,
+    pub segs: &'a [VarlenSeg<'a>],
+    pub causal: bool,
+    pub scale: f32,
+}
+
 /// Whether [`varlen_attention`] runs a fused implementation for tensors of `dtype` on `device` with this
 /// head_dim (kernels on): CUDA with head_dim 64, 80 or 128, or the CPU in f32 with head_dim a multiple of 8.
 pub fn varlen_supported(device: &Device, dtype: DType, head_dim: usize) -> bool {
@@ -296,40 +308,26 @@ pub fn varlen_supported(device: &Device, dtype: DType, head_dim: usize) -> bool 
         || (kernels_enabled() && cpu_attn::supported(device, dtype, head_dim))
 }
 
-/// Attention of packed segments (in order, covering every row): the queries of each segment (rows of `q`, (N, heads, d)) attend to the
-/// segment's keys (its prefix, then its rows of `k`/`v`, (N, kv_heads, d)), causally or not. Returns
-/// (N, heads, d). One launch on CUDA where [`varlen_supported`] holds, else [`reference::varlen_attention`].
-pub fn varlen_attention(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    segs: &[VarlenSeg<'_>],
-    causal: bool,
-    scale: f32,
-) -> Result<Tensor> {
+/// Attention of packed segments: the queries of each segment (its rows of `q`) attend to the segment's keys (its
+/// prefix, then its rows of `k`/`v`), causally or not. Returns (N, heads, d). One launch on CUDA and the fused
+/// f32 path on the CPU where [`varlen_supported`] holds, else [`reference::varlen_attention`].
+pub fn varlen_attention(a: Varlen<'_>) -> Result<Tensor> {
+    let q = a.q;
     if varlen_supported(q.device(), q.dtype(), q.dim(2)?) {
         #[cfg(feature = "cuda")]
         if q.device().is_cuda() {
             // The tensor-core kernel covers bf16/f16 only.
             let mma = mma_attention_enabled() && q.dtype() != DType::F32;
-            return cuda::varlen_attention(q, k, v, segs, causal, scale, mma);
+            return cuda::varlen_attention(a, mma);
         }
-        return cpu_attn::varlen_attention(q, k, v, segs, causal, scale);
+        return cpu_attn::varlen_attention(a);
     }
-    reference::varlen_attention(q, k, v, segs, causal, scale)
+    reference::varlen_attention(a)
 }
 
 /// [`varlen_attention`] on CUDA with the kernel chosen by the caller (`mma`: tensor cores, bf16/f16 only), for
 /// `self-test` to check both kernels whatever `MOBILE_R1_EVAL_MMA` says.
 #[cfg(feature = "cuda")]
-pub(crate) fn varlen_attention_cuda(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    segs: &[VarlenSeg<'_>],
-    causal: bool,
-    scale: f32,
-    mma: bool,
-) -> Result<Tensor> {
-    cuda::varlen_attention(q, k, v, segs, causal, scale, mma)
+pub(crate) fn varlen_attention_cuda(a: Varlen<'_>, mma: bool) -> Result<Tensor> {
+    cuda::varlen_attention(a, mma)
 }

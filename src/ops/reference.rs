@@ -100,14 +100,15 @@ pub fn decode_attention(
 
 /// [`super::varlen_attention`] composed: per segment, the prefix K/V concatenated with its rows, then
 /// [`crate::model::attention::attention`] with a causal mask when asked.
-pub fn varlen_attention(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    segs: &[super::VarlenSeg<'_>],
-    causal: bool,
-    scale: f32,
-) -> Result<Tensor> {
+pub fn varlen_attention(a: super::Varlen<'_>) -> Result<Tensor> {
+    let super::Varlen {
+        q,
+        k,
+        v,
+        segs,
+        causal,
+        scale,
+    } = a;
     use crate::model::attention::{attention, causal_mask, DEFAULT_MAX_SCORE_ELEMS};
     let mut outs = Vec::with_capacity(segs.len());
     for s in segs {

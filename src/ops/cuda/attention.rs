@@ -9,7 +9,7 @@ use candle_core::{bail, CudaDevice, DType, Result, Storage, Tensor};
 use half::{bf16, f16};
 
 use super::{cuda_device, kernel, suffix, tensor_of, with_view};
-use crate::ops::{DecodeKv, VarlenSeg};
+use crate::ops::{DecodeKv, Varlen, VarlenSeg};
 
 /// The per-step tables of the fused decode attention, uploaded once per decode step for all layers: each
 /// sequence's K and V buffer addresses per layer (layer-major), its capacity and its length before the step.
@@ -197,30 +197,13 @@ const VA_ROWS: usize = 32;
 const VM_ROWS: usize = 64;
 
 /// See [`crate::ops::varlen_attention`]; `mma` picks the tensor-core kernel (bf16/f16 only).
-pub fn varlen_attention(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    segs: &[VarlenSeg<'_>],
-    causal: bool,
-    scale: f32,
-    mma: bool,
-) -> Result<Tensor> {
-    let args = VarlenArgs { causal, scale, mma };
-    match q.dtype() {
-        DType::F32 if !mma => varlen_t::<f32>(q, k, v, segs, args),
-        DType::BF16 => varlen_t::<bf16>(q, k, v, segs, args),
-        DType::F16 => varlen_t::<f16>(q, k, v, segs, args),
+pub fn varlen_attention(a: Varlen<'_>, mma: bool) -> Result<Tensor> {
+    match a.q.dtype() {
+        DType::F32 if !mma => varlen_t::<f32>(a, mma),
+        DType::BF16 => varlen_t::<bf16>(a, mma),
+        DType::F16 => varlen_t::<f16>(a, mma),
         other => bail!("varlen_attention: no kernel for {other:?} (tensor cores: {mma})"),
     }
-}
-
-/// The scalar arguments of a varlen launch.
-#[derive(Clone, Copy)]
-struct VarlenArgs {
-    causal: bool,
-    scale: f32,
-    mma: bool,
 }
 
 /// `t` contiguous and starting at an even element: the kernels read 16-bit types two at a time (32-bit words).
@@ -268,13 +251,15 @@ fn varlen_meta(
     Ok(([cu, plen, pcap, tseg, trow].concat(), tiles))
 }
 
-fn varlen_t<T: CudaDType + DeviceRepr>(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    segs: &[VarlenSeg<'_>],
-    VarlenArgs { causal, scale, mma }: VarlenArgs,
-) -> Result<Tensor> {
+fn varlen_t<T: CudaDType + DeviceRepr>(a: Varlen<'_>, mma: bool) -> Result<Tensor> {
+    let Varlen {
+        q,
+        k,
+        v,
+        segs,
+        causal,
+        scale,
+    } = a;
     let dev = cuda_device(q)?;
     let (n, heads, d) = q.dims3()?;
     let (nk, kv_heads, dk) = k.dims3()?;

@@ -32,25 +32,38 @@ impl Kernel {
     }
 }
 
-/// Kernel `name` of `kernels/fused.cu` on `dev`. The module is loaded once per CUDA context: the driver picks the
-/// fatbin's machine code when it matches the GPU (no JIT), else compiles its PTX.
+/// The module loaded into one CUDA context, and the functions looked up in it so far.
+struct Loaded {
+    module: Arc<CudaModule>,
+    functions: HashMap<String, CudaFunction>,
+}
+
+/// Kernel `name` of `kernels/fused.cu` on `dev`. The module is loaded once per CUDA context (the driver picks the
+/// fatbin's machine code when it matches the GPU, with no JIT, else compiles its PTX), and each function is looked
+/// up once: later launches only clone its handle.
 fn kernel(dev: &CudaDevice, name: &str) -> Result<Kernel> {
-    static MODULES: OnceLock<Mutex<HashMap<usize, Arc<CudaModule>>>> = OnceLock::new();
+    static LOADED: OnceLock<Mutex<HashMap<usize, Loaded>>> = OnceLock::new();
     let stream = dev.cuda_stream();
     let ctx = stream.context();
-    let module = {
-        let mut modules = MODULES
-            .get_or_init(Default::default)
-            .lock()
-            .map_err(|_| candle_core::Error::Msg("the kernel module cache is poisoned".into()))?;
-        match modules.entry(ctx.cu_ctx() as usize) {
-            std::collections::hash_map::Entry::Occupied(e) => e.get().clone(),
-            std::collections::hash_map::Entry::Vacant(e) => e
-                .insert(ctx.load_module(Ptx::from_binary(FATBIN.to_vec())).w()?)
-                .clone(),
+    let mut loaded = LOADED
+        .get_or_init(Default::default)
+        .lock()
+        .map_err(|_| candle_core::Error::Msg("the kernel module cache is poisoned".into()))?;
+    let entry = match loaded.entry(ctx.cu_ctx() as usize) {
+        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(e) => e.insert(Loaded {
+            module: ctx.load_module(Ptx::from_binary(FATBIN.to_vec())).w()?,
+            functions: HashMap::new(),
+        }),
+    };
+    let func = match entry.functions.get(name) {
+        Some(f) => f.clone(),
+        None => {
+            let f = entry.module.load_function(name).w()?;
+            entry.functions.insert(name.to_string(), f.clone());
+            f
         }
     };
-    let func = module.load_function(name).w()?;
     Ok(Kernel { func, stream })
 }
 
