@@ -116,6 +116,15 @@ fn matmul_nt_on_tensors_agrees_with_candle() {
         assert!(d.to_scalar::<f32>().unwrap() < 1e-5);
     };
     check(mobile_r1_eval::ops::matmul_nt(&x, &w).unwrap());
+    // Below BLAS_MIN_ROWS rows (decode at batch 1–3) it is candle's own product, bit for bit.
+    let rows = mobile_r1_eval::ops::BLAS_MIN_ROWS - 1;
+    let few = x.flatten_to(1).unwrap().narrow(0, 0, rows).unwrap();
+    let got = mobile_r1_eval::ops::matmul_nt(&few, &w).unwrap();
+    let want = few.matmul(&w.t().unwrap()).unwrap();
+    assert_eq!(
+        got.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+        want.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+    );
     let Some(blas) = openblas() else { return };
     check(mobile_r1_eval::ops::blas::matmul_nt(&blas, &x, &w).unwrap());
     let bad = Tensor::zeros((3, 47), candle_core::DType::F32, &Device::Cpu).unwrap();

@@ -49,10 +49,20 @@ pub fn manifest_entry() -> serde_json::Value {
     })
 }
 
-/// `x · wᵀ` for x (…, in) and w (out, in): the linear layers' GEMM. f32 on the CPU runs on the CBLAS library of
-/// [`blas`] when one is loaded (`MOBILE_R1_EVAL_BLAS`); everything else is candle's matmul.
+/// Fewest rows for which [`matmul_nt`] uses the CBLAS library: below it the product is a matrix-vector one, where
+/// the `gemm` crate is faster here (1 row: 2× faster; 2–3 rows: 10–20%; 4 rows and more: OpenBLAS is).
+pub const BLAS_MIN_ROWS: usize = 4;
+
+/// `x · wᵀ` for x (…, in) and w (out, in): the linear layers' GEMM. f32 on the CPU with at least
+/// [`BLAS_MIN_ROWS`] rows runs on the CBLAS library of [`blas`] when one is loaded (`MOBILE_R1_EVAL_BLAS`);
+/// everything else is candle's matmul.
 pub fn matmul_nt(x: &Tensor, w: &Tensor) -> Result<Tensor> {
-    if x.device().is_cpu() && x.dtype() == DType::F32 && w.dtype() == DType::F32 {
+    let rows = x.elem_count() / w.dim(1)?.max(1);
+    if x.device().is_cpu()
+        && x.dtype() == DType::F32
+        && w.dtype() == DType::F32
+        && rows >= BLAS_MIN_ROWS
+    {
         if let Some(b) = blas::global().map_err(|e| candle_core::Error::Msg(e.to_string()))? {
             return blas::matmul_nt(b, x, w);
         }
