@@ -35,7 +35,20 @@ fn reference(a: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f64> {
 #[test]
 fn specs_off_auto_and_bad_paths() {
     assert!(Blas::from_spec("off").unwrap().is_none());
-    assert!(Blas::from_spec("auto").is_ok());
+    let auto = Blas::from_spec("auto").unwrap();
+    // `on` is `auto` that insists.
+    match Blas::from_spec("on") {
+        Ok(b) => assert_eq!(b.unwrap().description, auto.unwrap().description),
+        Err(e) => {
+            assert!(auto.is_none());
+            assert!(
+                e.to_string().starts_with(
+                    "MOBILE_R1_EVAL_BLAS=on: no OpenBLAS found (tried libopenblas.so.0"
+                ),
+                "{e}"
+            );
+        }
+    }
     let dir = tempfile::tempdir().unwrap();
     let not_a_library = dir.path().join("libcblas.so");
     std::fs::write(&not_a_library, b"not an ELF file").unwrap();
@@ -75,6 +88,7 @@ fn sgemm_nt_matches_an_f64_reference_on_ragged_shapes() {
         }
     }
     assert!(blas.sgemm_nt(&[], &[], 0, 4, 0).is_empty());
+    assert_eq!(blas.sgemm_nt(&[], &[], 2, 0, 3), vec![0.0; 6]);
 }
 
 /// The columns are split per rayon thread. OpenBLAS's sums depend on the shape of each call, so the last bits may
@@ -130,4 +144,48 @@ fn matmul_nt_on_tensors_agrees_with_candle() {
     let bad = Tensor::zeros((3, 47), candle_core::DType::F32, &Device::Cpu).unwrap();
     let err = mobile_r1_eval::ops::blas::matmul_nt(&blas, &bad, &w).unwrap_err();
     assert!(err.to_string().contains("input size 48"), "{err}");
+}
+
+/// A CBLAS library given by path: a naive `cblas_sgemm` built here with the C compiler loads and serves products;
+/// one that computes wrong results (as an ILP64 build called with 32-bit integers would) is refused at load.
+#[test]
+fn a_library_by_path_is_checked_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let build = |name: &str, body: &str| -> Option<String> {
+        let src = dir.path().join(format!("{name}.c"));
+        let lib = dir.path().join(format!("lib{name}.so"));
+        let code = format!(
+            "void cblas_sgemm(int layout, int ta, int tb, int m, int n, int k, float alpha, const float *a,\n\
+             int lda, const float *b, int ldb, float beta, float *c, int ldc) {{\n\
+             for (int i = 0; i < m; i++) for (int j = 0; j < n; j++) {{\n\
+             float s = 0; for (int l = 0; l < k; l++) s += a[i * lda + l] * b[j * ldb + l];\n\
+             {body} }} }}\n"
+        );
+        std::fs::write(&src, code).unwrap();
+        let ok = std::process::Command::new("cc")
+            .args(["-shared", "-fPIC", "-O1", "-o"])
+            .arg(&lib)
+            .arg(&src)
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        ok.then(|| lib.to_str().unwrap().to_string())
+    };
+    let Some(good) = build("naive", "c[i * ldc + j] = alpha * s;") else {
+        eprintln!("skipped: no C compiler");
+        return;
+    };
+    let blas = Blas::from_spec(&good).unwrap().unwrap();
+    assert_eq!(
+        blas.description, good,
+        "no OpenBLAS config string: the path"
+    );
+    let (a, w) = (values(6 * 9, 7), values(5 * 9, 8));
+    let r = reference(&a, &w, 6, 9, 5);
+    for (x, y) in blas.sgemm_nt(&a, &w, 6, 9, 5).iter().zip(&r) {
+        assert!((*x as f64 - y).abs() < 1e-5);
+    }
+    let bad = build("wrong", "c[i * ldc + j] = alpha * s + 1.0f;").unwrap();
+    let err = Blas::from_spec(&bad).err().expect("refused").to_string();
+    assert!(err.contains("cblas_sgemm gave wrong results"), "{err}");
 }

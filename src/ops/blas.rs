@@ -5,8 +5,9 @@
 //! opened with `dlopen` on first use, so the binary runs unchanged where it is absent.
 //!
 //! `MOBILE_R1_EVAL_BLAS` selects it: unset or `auto` tries OpenBLAS under its usual names and falls back to the
-//! `gemm` crate; `off` always uses the `gemm` crate; anything else is the path of a shared library that exports
-//! `cblas_sgemm` (OpenBLAS, MKL's `libmkl_rt`, BLIS), and failing to load it is an error.
+//! `gemm` crate; `on` requires OpenBLAS; `off` always uses the `gemm` crate; anything else is the path of a shared
+//! library that exports the LP64 (32-bit integer) `cblas_sgemm` (OpenBLAS, MKL's `libmkl_rt`, BLIS). A library
+//! that is required but cannot be loaded, or that fails a small known product at load, is an error.
 //!
 //! The library runs single-threaded inside rayon's pool: the output's columns are split across the pool's
 //! threads, so no BLAS thread pool spins beside rayon's.
@@ -97,20 +98,80 @@ impl Blas {
                 Some(c) => format!("{c} ({path})"),
                 None => path.to_string(),
             };
-            Ok(Self {
+            let blas = Self {
                 sgemm,
                 description,
                 _lib: lib,
-            })
+            };
+            blas.check().map_err(|e| format!("{path}: {e}"))?;
+            Ok(blas)
         }
     }
 
+    /// One product with small integers (exact in f32) against its known result: a library with another integer
+    /// width (ILP64) or a broken build is refused here instead of giving wrong logits.
+    fn check(&self) -> Result<(), String> {
+        let (m, k, n) = (3, 5, 4);
+        let a: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 - 3.0).collect();
+        let w: Vec<f32> = (0..n * k).map(|i| (i % 5) as f32 - 2.0).collect();
+        let mut c = vec![f32::NAN; m * n];
+        // SAFETY: the operands are m×k and n×k, the output m×n, as the call says.
+        unsafe { self.call(&a, &w, (m, k, n), c.as_mut_ptr(), n) };
+        let want = (0..m * n).map(|ij| {
+            let (i, j) = (ij / n, ij % n);
+            (0..k).map(|l| a[i * k + l] * w[j * k + l]).sum::<f32>()
+        });
+        if c.iter().copied().eq(want) {
+            Ok(())
+        } else {
+            Err(format!(
+                "cblas_sgemm gave wrong results ({c:?}); is it an ILP64 (64-bit integer) build?"
+            ))
+        }
+    }
+
+    /// One single-threaded `cblas_sgemm`: `c = a · wᵀ` for `a` (m × k) and `w` (n × k), row-major, writing c's
+    /// m rows of n values with row stride `ldc`.
+    ///
+    /// # Safety
+    /// `a` holds m·k values, `w` n·k, and `c` points to m rows of `ldc ≥ n` writable values.
+    unsafe fn call(
+        &self,
+        a: &[f32],
+        w: &[f32],
+        (m, k, n): (usize, usize, usize),
+        c: *mut f32,
+        ldc: usize,
+    ) {
+        (self.sgemm)(
+            ROW_MAJOR,
+            NO_TRANS,
+            TRANS,
+            m as i32,
+            n as i32,
+            k as i32,
+            1.0,
+            a.as_ptr(),
+            k as i32,
+            w.as_ptr(),
+            k as i32,
+            0.0,
+            c,
+            ldc as i32,
+        )
+    }
+
     /// Load what `spec` (the value of `MOBILE_R1_EVAL_BLAS`) asks for: `None` for `off`, or for `auto` when no
-    /// OpenBLAS is installed.
+    /// OpenBLAS is installed; `on` requires OpenBLAS.
     pub fn from_spec(spec: &str) -> Result<Option<Self>, BlasError> {
+        let auto = || AUTO_NAMES.iter().find_map(|n| Self::open(n).ok());
         match spec.trim() {
             "off" | "0" | "false" | "no" => Ok(None),
-            "" | "auto" => Ok(AUTO_NAMES.iter().find_map(|n| Self::open(n).ok())),
+            "" | "auto" => Ok(auto()),
+            "on" | "1" | "true" | "yes" => auto().map(Some).ok_or_else(|| BlasError {
+                spec: spec.trim().to_string(),
+                reason: format!("no OpenBLAS found (tried {})", AUTO_NAMES.join(", ")),
+            }),
             path => Self::open(path).map(Some).map_err(|reason| BlasError {
                 spec: path.to_string(),
                 reason,
@@ -126,7 +187,7 @@ impl Blas {
             "sgemm_nt: short operands"
         );
         let mut c = vec![0f32; m * n];
-        if m == 0 || n == 0 {
+        if m == 0 || n == 0 || k == 0 {
             return c;
         }
         let threads = rayon::current_num_threads().max(1);
@@ -139,24 +200,7 @@ impl Blas {
                 s.spawn(move |_| {
                     // SAFETY: each task writes only columns n0..n0+cols of every row of `c` (ldc = n); the
                     // operands outlive the scope and their sizes were checked above.
-                    unsafe {
-                        (self.sgemm)(
-                            ROW_MAJOR,
-                            NO_TRANS,
-                            TRANS,
-                            m as i32,
-                            cols as i32,
-                            k as i32,
-                            1.0,
-                            a.as_ptr(),
-                            k as i32,
-                            w.as_ptr().add(n0 * k),
-                            k as i32,
-                            0.0,
-                            out.0.add(n0),
-                            n as i32,
-                        )
-                    }
+                    unsafe { self.call(a, &w[n0 * k..], (m, k, cols), out.0.add(n0), n) }
                 });
             }
         });
