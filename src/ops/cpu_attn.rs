@@ -43,14 +43,7 @@ struct Dims {
 
 /// See [`super::varlen_attention`]; `q` (N, H, d), `k`/`v` (N, KV, d), all f32 on the CPU.
 pub fn varlen_attention(a: super::Varlen<'_>) -> Result<Tensor> {
-    let super::Varlen {
-        q,
-        k,
-        v,
-        segs,
-        causal,
-        scale,
-    } = a;
+    let (q, k, v, segs, causal, scale) = (a.q, a.k, a.v, a.segs, a.causal, a.scale);
     let (n, heads, d) = q.dims3()?;
     let (_, kv_heads, _) = k.dims3()?;
     let dims = Dims { heads, kv_heads, d };

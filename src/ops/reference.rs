@@ -101,14 +101,7 @@ pub fn decode_attention(
 /// [`super::varlen_attention`] composed: per segment, the prefix K/V concatenated with its rows, then
 /// [`crate::model::attention::attention`] with a causal mask when asked.
 pub fn varlen_attention(a: super::Varlen<'_>) -> Result<Tensor> {
-    let super::Varlen {
-        q,
-        k,
-        v,
-        segs,
-        causal,
-        scale,
-    } = a;
+    let (q, k, v, segs, causal, scale) = (a.q, a.k, a.v, a.segs, a.causal, a.scale);
     use crate::model::attention::{attention, causal_mask, DEFAULT_MAX_SCORE_ELEMS};
     let mut outs = Vec::with_capacity(segs.len());
     for s in segs {

@@ -252,14 +252,7 @@ fn varlen_meta(
 }
 
 fn varlen_t<T: CudaDType + DeviceRepr>(a: Varlen<'_>, mma: bool) -> Result<Tensor> {
-    let Varlen {
-        q,
-        k,
-        v,
-        segs,
-        causal,
-        scale,
-    } = a;
+    let (q, k, v, segs, causal, scale) = (a.q, a.k, a.v, a.segs, a.causal, a.scale);
     let dev = cuda_device(q)?;
     let (n, heads, d) = q.dims3()?;
     let (nk, kv_heads, dk) = k.dims3()?;
