@@ -67,7 +67,10 @@ pub fn matmul_nt(x: &Tensor, w: &Tensor) -> Result<Tensor> {
             return blas::matmul_nt(b, x, w);
         }
     }
-    x.matmul(&w.t()?)
+    match x.rank() {
+        2 => x.matmul(&w.t()?),
+        _ => x.broadcast_matmul(&w.t()?),
+    }
 }
 
 /// True when `device` is a CUDA device, the kernels are on and `dtype` has a kernel.
