@@ -1,6 +1,7 @@
 //! Criterion benchmarks of the hot paths: screenshot preprocessing, output parsing + scoring, the vision
 //! encoder, prefill, one decode step at batch 1 and 8, varlen attention (fused vs composed, the shapes of the 3B
-//! vision tower's windows and full-attention layers), and the engine end to end on the tiny config.
+//! vision tower's windows and full-attention layers), the CPU's f32 GEMM (`gemm` crate vs OpenBLAS), and the
+//! engine end to end on the tiny config.
 //!
 //! `cargo bench --bench hot_paths` (release). Models use random weights (`mobile_r1_eval::bench::random`); the
 //! real 3B vision tower case runs only with `MOBILE_R1_BENCH_BIG=1` (it allocates 2.7 GB of f32 weights).
@@ -201,12 +202,35 @@ fn varlen_attention(c: &mut Criterion) {
     g.finish();
 }
 
+/// The linear layers' f32 GEMM on the CPU: candle's `gemm` crate against `ops::matmul_nt` (OpenBLAS where it is
+/// installed, the `gemm` crate otherwise or with `MOBILE_R1_EVAL_BLAS=off`), on the `small` bench's shapes: the
+/// vision MLP's gate/up projection for four screenshots (4,992 patches), and the text MLP's at decode (1 and 4
+/// rows: OpenBLAS serves 4 rows or more, `ops::BLAS_MIN_ROWS`).
+fn gemm(c: &mut Criterion) {
+    use candle_core::Tensor;
+    use mobile_r1_eval::ops::matmul_nt;
+    let mut g = c.benchmark_group("gemm_f32");
+    g.sample_size(10);
+    for (rows, k, n) in [(4992, 1280, 3420), (4, 896, 9728), (1, 896, 9728)] {
+        let x = Tensor::randn(0f32, 1.0, (rows, k), &Device::Cpu).unwrap();
+        let w = Tensor::randn(0f32, 1.0, (n, k), &Device::Cpu).unwrap();
+        g.bench_function(format!("{rows}x{k}x{n}_gemm_crate"), |b| {
+            b.iter(|| x.matmul(&w.t().unwrap()).unwrap())
+        });
+        g.bench_function(format!("{rows}x{k}x{n}_matmul_nt"), |b| {
+            b.iter(|| matmul_nt(&x, &w).unwrap())
+        });
+    }
+    g.finish();
+}
+
 criterion_group!(
     benches,
     preprocess,
     parse_and_score,
     model_paths,
     varlen_attention,
+    gemm,
     engine_end_to_end
 );
 criterion_main!(benches);

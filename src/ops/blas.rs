@@ -216,8 +216,9 @@ unsafe impl Sync for SendPtr {}
 /// The process's BLAS, loaded once from `MOBILE_R1_EVAL_BLAS`.
 pub fn global() -> Result<Option<&'static Blas>, BlasError> {
     static BLAS: OnceLock<Result<Option<Blas>, BlasError>> = OnceLock::new();
-    let spec = std::env::var("MOBILE_R1_EVAL_BLAS").unwrap_or_default();
-    match BLAS.get_or_init(|| Blas::from_spec(&spec)) {
+    let loaded = BLAS
+        .get_or_init(|| Blas::from_spec(&std::env::var("MOBILE_R1_EVAL_BLAS").unwrap_or_default()));
+    match loaded {
         Ok(b) => Ok(b.as_ref()),
         Err(e) => Err(BlasError {
             spec: e.spec.clone(),

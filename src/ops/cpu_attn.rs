@@ -221,7 +221,7 @@ mod kernels {
         let last = b.visible.iter().copied().max().unwrap_or(0);
         let kpad = last.div_ceil(KEY_BLOCK) * KEY_BLOCK;
         #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        if crate::ops::simd::avx2::available() {
             // SAFETY: the CPU supports AVX2 and FMA (checked above); every index stays inside the buffers
             // (kpad ≤ lpad, d a multiple of 8).
             unsafe {

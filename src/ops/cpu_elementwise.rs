@@ -77,17 +77,27 @@ pub fn qkv_rope(a: super::QkvRope<'_>) -> Result<(Tensor, Tensor, Tensor)> {
     let (n, d) = a.dims()?;
     let (heads, kv_heads, y) = (a.heads, a.kv_heads, a.y);
     let (width, half) = ((heads + 2 * kv_heads) * d, d / 2);
-    // Borrowed in place (no copy where the tensors are already contiguous, as they are in the model).
-    let tables = [a.bias, a.cos, a.sin].map(|t| t.contiguous());
-    let [bias_t, cos_t, sin_t] = tables;
-    let (bias_t, cos_t, sin_t, y) = (bias_t?, cos_t?, sin_t?, y.contiguous()?);
-    let guards = [&bias_t, &cos_t, &sin_t, &y].map(|t| t.storage_and_layout());
-    let slice = |i: usize, t: &Tensor| cpu_slice(&guards[i].0, guards[i].1, t.elem_count());
-    let (bias, cos, sin) = (slice(0, &bias_t)?, slice(1, &cos_t)?, slice(2, &sin_t)?);
-    let data = slice(3, &y)?;
-    if data.len() != n * width {
-        candle_core::bail!("qkv_rope: {} values for {n} rows of {width}", data.len());
-    }
+    // Borrowed in place: no copy where the tensors are already contiguous, as they are in the model.
+    let (bias_t, cos_t, sin_t) = (
+        a.bias.contiguous()?,
+        a.cos.contiguous()?,
+        a.sin.contiguous()?,
+    );
+    let y = y.contiguous()?;
+    let (bg, cg, sg, yg) = (
+        bias_t.storage_and_layout(),
+        cos_t.storage_and_layout(),
+        sin_t.storage_and_layout(),
+        y.storage_and_layout(),
+    );
+    let (bias, cos) = (
+        cpu_slice(&bg.0, bg.1, width)?,
+        cpu_slice(&cg.0, cg.1, n * half)?,
+    );
+    let (sin, data) = (
+        cpu_slice(&sg.0, sg.1, n * half)?,
+        cpu_slice(&yg.0, yg.1, n * width)?,
+    );
     let (mut q, mut k, mut v) = (
         vec![0f32; n * heads * d],
         vec![0f32; n * kv_heads * d],

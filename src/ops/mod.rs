@@ -281,7 +281,16 @@ impl DecodePlan {
         scale: f32,
     ) -> Result<Tensor> {
         #[cfg(feature = "cuda")]
-        return cuda::decode_attention(q, k_new, v_new, &self.tables, layer, scale);
+        return cuda::decode_attention(
+            &self.tables,
+            cuda::DecodeCall {
+                q,
+                k_new,
+                v_new,
+                layer,
+                scale,
+            },
+        );
         #[cfg(not(feature = "cuda"))]
         {
             let _ = (q, k_new, v_new, layer, scale);

@@ -83,19 +83,22 @@ impl DecodeTables {
     }
 }
 
-/// See [`crate::ops::decode_attention`]: layer `layer` of `tables`.
-pub fn decode_attention(
-    q: &Tensor,
-    k_new: &Tensor,
-    v_new: &Tensor,
-    tables: &DecodeTables,
-    layer: usize,
-    scale: f32,
-) -> Result<Tensor> {
-    match q.dtype() {
-        DType::F32 => decode_t::<f32>(q, k_new, v_new, tables, layer, scale),
-        DType::BF16 => decode_t::<bf16>(q, k_new, v_new, tables, layer, scale),
-        DType::F16 => decode_t::<f16>(q, k_new, v_new, tables, layer, scale),
+/// One layer's step of [`crate::ops::decode_attention`] on a plan's tables.
+#[derive(Clone, Copy)]
+pub struct DecodeCall<'a> {
+    pub q: &'a Tensor,
+    pub k_new: &'a Tensor,
+    pub v_new: &'a Tensor,
+    pub layer: usize,
+    pub scale: f32,
+}
+
+/// See [`crate::ops::decode_attention`]: layer `c.layer` of `tables`.
+pub fn decode_attention(tables: &DecodeTables, c: DecodeCall<'_>) -> Result<Tensor> {
+    match c.q.dtype() {
+        DType::F32 => decode_t::<f32>(tables, c),
+        DType::BF16 => decode_t::<bf16>(tables, c),
+        DType::F16 => decode_t::<f16>(tables, c),
         other => bail!("decode_attention: no kernel for {other:?}"),
     }
 }
@@ -121,14 +124,14 @@ fn buffer_ptr<T: CudaDType + DeviceRepr>(
     ))
 }
 
-fn decode_t<T: CudaDType + DeviceRepr>(
-    q: &Tensor,
-    k_new: &Tensor,
-    v_new: &Tensor,
-    tables: &DecodeTables,
-    layer: usize,
-    scale: f32,
-) -> Result<Tensor> {
+fn decode_t<T: CudaDType + DeviceRepr>(tables: &DecodeTables, c: DecodeCall<'_>) -> Result<Tensor> {
+    let DecodeCall {
+        q,
+        k_new,
+        v_new,
+        layer,
+        scale,
+    } = c;
     let dev = cuda_device(q)?;
     let (b, heads, d) = q.dims3()?;
     let (b2, kv_heads, d2) = k_new.dims3()?;

@@ -16,7 +16,7 @@ use half::{bf16, f16};
 
 mod attention;
 
-pub use attention::{decode_attention, varlen_attention, DecodeTables};
+pub use attention::{decode_attention, varlen_attention, DecodeCall, DecodeTables};
 
 const FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fused.fatbin"));
 
