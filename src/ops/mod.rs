@@ -10,6 +10,7 @@ mod cpu_attn;
 mod cpu_elementwise;
 #[cfg(feature = "cuda")]
 mod cuda;
+pub mod launch;
 pub mod reference;
 mod simd;
 

@@ -1,15 +1,13 @@
 //! CUDA launchers of the attention kernels: decode attention over the per-sequence KV caches (with its per-step
 //! buffer tables) and varlen attention on CUDA cores or tensor cores.
 
-use candle_core::cuda_backend::cudarc::driver::{
-    CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
-};
+use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, WrapErr};
 use candle_core::{bail, CudaDevice, DType, Result, Storage, Tensor};
 use half::{bf16, f16};
 
-use super::{cuda_device, kernel, suffix, tensor_of, with_view};
-use crate::ops::{DecodeKv, Varlen, VarlenSeg};
+use super::{config, cuda_device, kernel, launch, suffix, tensor_of, with_view};
+use crate::ops::{DecodeKv, Varlen};
 
 /// The per-step tables of the fused decode attention, uploaded once per decode step for all layers: each
 /// sequence's K and V buffer addresses per layer (layer-major), its capacity and its length before the step.
@@ -169,11 +167,7 @@ fn decode_t<T: CudaDType + DeviceRepr>(tables: &DecodeTables, c: DecodeCall<'_>)
     with_view::<T, _>(&q, |qs| {
         with_view::<T, _>(&k_new, |ks| {
             with_view::<T, _>(&v_new, |vs| {
-                let cfg = LaunchConfig {
-                    grid_dim: (b as u32, kv_heads as u32, 1),
-                    block_dim: (256, 1, 1),
-                    shared_mem_bytes: 0,
-                };
+                let cfg = config(launch::decode(b, kv_heads));
                 let (kvh, group) = (kv_heads as i32, (heads / kv_heads) as i32);
                 let mut bld = func.builder();
                 bld.arg(&qs)
@@ -194,11 +188,6 @@ fn decode_t<T: CudaDType + DeviceRepr>(tables: &DecodeTables, c: DecodeCall<'_>)
     Ok(tensor_of(out, &dev, q.shape().clone()))
 }
 
-/// Rows of one tile of the CUDA-core varlen kernel (VA_ROWS in kernels/fused.cu).
-const VA_ROWS: usize = 32;
-/// Rows of one tile of the tensor-core varlen kernel (VM_ROWS: 4 warps × 16 rows).
-const VM_ROWS: usize = 64;
-
 /// See [`crate::ops::varlen_attention`]; `mma` picks the tensor-core kernel (bf16/f16 only).
 pub fn varlen_attention(a: Varlen<'_>, mma: bool) -> Result<Tensor> {
     match a.q.dtype() {
@@ -218,42 +207,6 @@ fn word_aligned(t: &Tensor) -> Result<Tensor> {
     }
 }
 
-/// The kernel's int32 metadata `[cu | prefix_len | prefix_cap | tile_seg | tile_row0]` and the tile count.
-fn varlen_meta(
-    segs: &[VarlenSeg<'_>],
-    caps: &[usize],
-    rows: usize,
-    tile_rows: usize,
-) -> Result<(Vec<i32>, usize)> {
-    let i = |x: usize| {
-        i32::try_from(x).map_err(|_| candle_core::Error::Msg(format!("{x} overflows i32")))
-    };
-    let mut cu = vec![0i32];
-    let (mut plen, mut pcap, mut tseg, mut trow) = (vec![], vec![], vec![], vec![]);
-    let mut next = 0;
-    for (s, (seg, &cap)) in segs.iter().zip(caps).enumerate() {
-        if seg.start != next {
-            bail!(
-                "varlen_attention: segment {s} starts at row {} instead of {next}",
-                seg.start
-            );
-        }
-        next += seg.len;
-        cu.push(i(next)?);
-        plen.push(i(seg.prefix.map_or(0, |p| p.2))?);
-        pcap.push(i(cap)?);
-        for row0 in (0..seg.len).step_by(tile_rows) {
-            tseg.push(i(s)?);
-            trow.push(i(row0)?);
-        }
-    }
-    if next != rows {
-        bail!("varlen_attention: the segments cover {next} of {rows} rows");
-    }
-    let tiles = tseg.len();
-    Ok(([cu, plen, pcap, tseg, trow].concat(), tiles))
-}
-
 fn varlen_t<T: CudaDType + DeviceRepr>(a: Varlen<'_>, mma: bool) -> Result<Tensor> {
     let (q, k, v, segs, causal, scale) = (a.q, a.k, a.v, a.segs, a.causal, a.scale);
     let dev = cuda_device(q)?;
@@ -269,12 +222,18 @@ fn varlen_t<T: CudaDType + DeviceRepr>(a: Varlen<'_>, mma: bool) -> Result<Tenso
     }
     // Prefix buffers must be contiguous (kv_heads, cap, d); copies are kept alive until the launch is queued.
     let mut keep = Vec::new();
-    let (mut ptrs_k, mut ptrs_v, mut caps) = (vec![], vec![], vec![]);
+    let (mut ptrs_k, mut ptrs_v, mut metas) = (vec![], vec![], vec![]);
     for s in segs {
+        let mut meta = launch::SegmentMeta {
+            start: s.start,
+            len: s.len,
+            prefix_len: 0,
+            prefix_cap: 0,
+        };
         let Some((pk, pv, p)) = s.prefix else {
             ptrs_k.push(0u64);
             ptrs_v.push(0u64);
-            caps.push(0);
+            metas.push(meta);
             continue;
         };
         let (pk, pv) = (word_aligned(pk)?, word_aligned(pv)?);
@@ -285,11 +244,11 @@ fn varlen_t<T: CudaDType + DeviceRepr>(a: Varlen<'_>, mma: bool) -> Result<Tenso
         }
         ptrs_k.push(kp);
         ptrs_v.push(vp);
-        caps.push(cap);
+        (meta.prefix_len, meta.prefix_cap) = (p, cap);
+        metas.push(meta);
         keep.push((pk, pv));
     }
-    let tile_rows = if mma { VM_ROWS } else { VA_ROWS };
-    let (meta, tiles) = varlen_meta(segs, &caps, n, tile_rows)?;
+    let (meta, tiles) = launch::varlen_meta(&metas, n, launch::varlen_tile_rows(mma))?;
     let out = unsafe { dev.alloc::<T>(q.elem_count())? };
     if tiles == 0 {
         return Ok(tensor_of(out, &dev, q.shape().clone()));
@@ -303,12 +262,7 @@ fn varlen_t<T: CudaDType + DeviceRepr>(a: Varlen<'_>, mma: bool) -> Result<Tenso
     with_view::<T, _>(&q, |qs| {
         with_view::<T, _>(&k, |ks| {
             with_view::<T, _>(&v, |vs| {
-                let cfg = LaunchConfig {
-                    grid_dim: (tiles as u32, heads as u32, 1),
-                    // VA_ROWS rows × VA_TPR threads, or VM_ROWS / 16 warps.
-                    block_dim: (if mma { 128 } else { (VA_ROWS * 4) as u32 }, 1, 1),
-                    shared_mem_bytes: 0,
-                };
+                let cfg = config(launch::varlen(tiles, heads, mma));
                 let (n_seg, n_tiles) = (segs.len() as i32, tiles as i32);
                 let (h, kvh, causal) = (heads as i32, kv_heads as i32, causal as i32);
                 let mut b = func.builder();

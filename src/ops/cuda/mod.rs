@@ -16,6 +16,8 @@ use half::{bf16, f16};
 
 mod attention;
 
+use super::launch;
+
 pub use attention::{decode_attention, varlen_attention, DecodeCall, DecodeTables};
 
 const FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fused.fatbin"));
@@ -103,6 +105,15 @@ fn with_view<T: CudaDType + DeviceRepr, R>(
     f(cs.as_cuda_slice::<T>()?.slice(start..end))
 }
 
+/// The launch configuration of a [`launch::Geometry`] (no dynamic shared memory).
+fn config(g: launch::Geometry) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: g.grid,
+        block_dim: g.block,
+        shared_mem_bytes: 0,
+    }
+}
+
 /// Wrap a freshly written device buffer as a tensor of `shape`.
 fn tensor_of<T: CudaDType>(out: CudaSlice<T>, dev: &CudaDevice, shape: Shape) -> Tensor {
     let storage = Storage::Cuda(CudaStorage::wrap_cuda_slice(out, dev.clone()));
@@ -131,11 +142,7 @@ fn rms_norm_t<T: CudaDType + DeviceRepr>(x: &Tensor, w: &Tensor, eps: f32) -> Re
     let out = unsafe { dev.alloc::<T>(x.elem_count())? };
     with_view::<T, _>(&x, |xs| {
         with_view::<T, _>(w, |ws| {
-            let cfg = LaunchConfig {
-                grid_dim: (rows as u32, 1, 1),
-                block_dim: (cols.next_power_of_two().clamp(32, 1024) as u32, 1, 1),
-                shared_mem_bytes: 0,
-            };
+            let cfg = config(launch::rms_norm(rows, cols));
             let cols = cols as i32;
             let mut b = func.builder();
             b.arg(&xs).arg(&ws).arg(&out).arg(&cols).arg(&eps);
@@ -151,16 +158,11 @@ fn rms_norm_t<T: CudaDType + DeviceRepr>(x: &Tensor, w: &Tensor, eps: f32) -> Re
 /// blocks, both grid-stride) and the two sizes as kernel arguments.
 fn rows_cols_launch(rows: usize, cols: usize) -> Result<(LaunchConfig, i32, i32)> {
     let arg = |x: usize| i32::try_from(x).map_err(candle_core::Error::wrap);
-    let cfg = LaunchConfig {
-        grid_dim: (
-            cols.div_ceil(256).min(64) as u32,
-            rows.min(65_535) as u32,
-            1,
-        ),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    Ok((cfg, arg(rows)?, arg(cols)?))
+    Ok((
+        config(launch::rows_cols(rows, cols)),
+        arg(rows)?,
+        arg(cols)?,
+    ))
 }
 
 /// See [`super::swiglu_packed`].
@@ -311,11 +313,7 @@ fn qkv_rope_t<T: CudaDType + DeviceRepr, C: CudaDType + DeviceRepr>(
             with_view::<T, _>(&b, |bs| {
                 with_view::<C, _>(&cos, |cs| {
                     with_view::<C, _>(&sin, |ss| {
-                        let cfg = LaunchConfig {
-                            grid_dim: (n as u32, 1, 1),
-                            block_dim: (256, 1, 1),
-                            shared_mem_bytes: 0,
-                        };
+                        let cfg = config(launch::qkv_rope(n));
                         let (h, kvh, dd) = (heads as i32, kv_heads as i32, d as i32);
                         let mut bld = func.builder();
                         bld.arg(&ys).arg(&bs).arg(&cs).arg(&ss);

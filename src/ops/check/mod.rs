@@ -1,11 +1,51 @@
-//! Compare the fused ops on a device with their references on the CPU, on seeded random inputs of the model's
-//! shapes, in f32, bf16 and f16. `mobile-r1-eval self-test --device cuda` prints these results; on the CPU the
-//! ops are their references, so every difference is 0.
+//! Compare the fused ops with their references on the CPU, on seeded random inputs of the model's shapes, in f32,
+//! bf16 and f16. The ops run through an [`Executor`]: [`OnDevice`] runs them on a device (`mobile-r1-eval
+//! self-test --device cuda` prints these results; on the CPU most ops are their references, so most differences
+//! are 0), and `tests/kernels_emulated.rs` runs the CUDA kernels' source on the CPU through the same cases.
 
 use candle_core::{DType, Device, Result, Tensor};
 use serde::Serialize;
 
-use super::{reference, DecodeKv, VarlenSeg};
+use super::{reference, DecodeKv, QkvRope, Varlen, VarlenSeg};
+
+mod device;
+
+pub use device::OnDevice;
+
+/// An op's output, and whether a fused implementation (a kernel) produced it rather than the reference.
+pub struct Ran<T> {
+    pub out: T,
+    pub kernel: bool,
+}
+
+/// What runs the fused ops for [`run_with`]. Inputs are CPU tensors; outputs may live on any device.
+pub trait Executor {
+    /// Whether the tensor-core varlen kernel exists for `dtype` here (then both varlen kernels are checked).
+    fn has_mma(&self, dtype: DType) -> bool;
+    /// [`super::rms_norm_hf`].
+    fn rms_norm_hf(&self, x: &Tensor, w: &Tensor, eps: f32) -> Result<Ran<Tensor>>;
+    /// [`super::swiglu_packed`].
+    fn swiglu_packed(&self, gu: &Tensor, bias: Option<&Tensor>) -> Result<Ran<Tensor>>;
+    /// [`super::bias_add`].
+    fn bias_add(&self, y: &Tensor, b: &Tensor) -> Result<Ran<Tensor>>;
+    /// [`super::bias_residual`].
+    fn bias_residual(&self, y: &Tensor, b: &Tensor, r: &Tensor) -> Result<Ran<Tensor>>;
+    /// [`super::qkv_rope`].
+    fn qkv_rope(&self, a: QkvRope<'_>) -> Result<Ran<(Tensor, Tensor, Tensor)>>;
+    /// [`super::decode_attention`] over `kv` (CPU buffers, left unchanged); returns the output and every buffer
+    /// after the step (the new position written), in the order of `kv`.
+    #[allow(clippy::type_complexity)]
+    fn decode_attention(
+        &self,
+        q: &Tensor,
+        k_new: &Tensor,
+        v_new: &Tensor,
+        kv: &[DecodeKv<'_>],
+        scale: f32,
+    ) -> Result<Ran<(Tensor, Vec<(Tensor, Tensor)>)>>;
+    /// [`super::varlen_attention`]; `mma` asks for the tensor-core kernel (only when [`Executor::has_mma`]).
+    fn varlen_attention(&self, a: Varlen<'_>, mma: bool) -> Result<Ran<Tensor>>;
+}
 
 /// One comparison.
 #[derive(Debug, Clone, Serialize)]
@@ -46,13 +86,15 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-fn input(shape: &[usize], seed: u64, scale: f32, dtype: DType) -> Result<Tensor> {
+/// A CPU tensor of `shape` with seeded values in [-scale, scale), in `dtype`.
+pub fn input(shape: &[usize], seed: u64, scale: f32, dtype: DType) -> Result<Tensor> {
     let n = shape.iter().product();
     let v: Vec<f32> = values(n, seed).into_iter().map(|x| x * scale).collect();
     Tensor::from_vec(v, shape, &Device::Cpu)?.to_dtype(dtype)
 }
 
-fn compare(
+/// `got` against `want` with the tolerance of `dtype`.
+pub fn compare(
     case: String,
     dtype: DType,
     got: &Tensor,
@@ -76,23 +118,20 @@ fn compare(
 
 /// Run every comparison on `device`.
 pub fn run(device: &Device) -> Result<Vec<CheckResult>> {
+    run_with(&OnDevice(device))
+}
+
+/// Run every comparison through `ex`.
+pub fn run_with(ex: &dyn Executor) -> Result<Vec<CheckResult>> {
     let mut out = Vec::new();
     for dtype in [DType::F32, DType::BF16, DType::F16] {
-        let kernel = device.is_cuda() && super::kernels_enabled();
-        // The CPU has fused f32 paths for SwiGLU, q/k/v + rotary and varlen attention.
-        let cpu_f32 = device.is_cpu() && super::kernels_enabled() && dtype == DType::F32;
         for (rows, cols) in [(7, 2048), (3, 1280), (2, 100)] {
             let x = input(&[rows, cols], 1 + cols as u64, 3.0, dtype)?;
             let w = input(&[cols], 2 + cols as u64, 1.0, dtype)?;
             let want = reference::rms_norm_hf(&x, &w, 1e-6)?;
-            let got = super::rms_norm_hf(&x.to_device(device)?, &w.to_device(device)?, 1e-6)?;
-            out.push(compare(
-                format!("rms_norm_hf {rows}x{cols}"),
-                dtype,
-                &got,
-                &want,
-                kernel,
-            )?);
+            let got = ex.rms_norm_hf(&x, &w, 1e-6)?;
+            let case = format!("rms_norm_hf {rows}x{cols}");
+            out.push(compare(case, dtype, &got.out, &want, got.kernel)?);
         }
         for (rows, cols, bias) in [
             (7, 5504, false),
@@ -100,20 +139,13 @@ pub fn run(device: &Device) -> Result<Vec<CheckResult>> {
             (3, 3420, true),
             (5, 1280, true),
         ] {
-            out.push(check_swiglu(
-                device,
-                dtype,
-                rows,
-                cols,
-                bias,
-                kernel || cpu_f32,
-            )?);
+            out.push(check_swiglu(ex, dtype, rows, cols, bias)?);
         }
         for (kv_heads, group, d) in [(2, 8, 128), (2, 7, 64), (4, 7, 128), (1, 2, 32)] {
-            out.push(check_decode(device, dtype, kv_heads, group, d)?);
+            out.push(check_decode(ex, dtype, kv_heads, group, d)?);
         }
         for (rows, cols) in [(5, 3420), (3, 1280)] {
-            out.extend(check_bias(device, dtype, rows, cols, kernel)?);
+            out.extend(check_bias(ex, dtype, rows, cols)?);
         }
         // The text shapes (tables in the activation dtype) and the vision tower's (f32 tables).
         for (n, heads, kv_heads, d, f32_tables) in [
@@ -128,14 +160,13 @@ pub fn run(device: &Device) -> Result<Vec<CheckResult>> {
                 d,
                 f32_tables,
             };
-            out.push(check_qkv_rope(device, dtype, shape, kernel || cpu_f32)?);
+            out.push(check_qkv_rope(ex, dtype, shape)?);
         }
-        // On CUDA, bf16/f16 have two varlen kernels (CUDA cores, tensor cores): check both.
-        let mma_too = device.is_cuda() && kernel && dtype != DType::F32;
+        // Where bf16/f16 have two varlen kernels (CUDA cores, tensor cores), check both.
         for case in VARLEN_CASES {
-            out.push(check_varlen(device, dtype, case, false)?);
-            if mma_too {
-                out.push(check_varlen(device, dtype, case, true)?);
+            out.push(check_varlen(ex, dtype, case, false)?);
+            if ex.has_mma(dtype) {
+                out.push(check_varlen(ex, dtype, case, true)?);
             }
         }
     }
@@ -152,12 +183,7 @@ struct QkvShape {
 }
 
 /// Packed q/k/v + bias + rotary: q, k and v compared as one flattened tensor.
-fn check_qkv_rope(
-    device: &Device,
-    dtype: DType,
-    shape: QkvShape,
-    kernel: bool,
-) -> Result<CheckResult> {
+fn check_qkv_rope(ex: &dyn Executor, dtype: DType, shape: QkvShape) -> Result<CheckResult> {
     let QkvShape {
         n,
         heads,
@@ -182,86 +208,81 @@ fn check_qkv_rope(
         let cpu = |t: Tensor| t.to_device(&Device::Cpu)?.flatten_all();
         Tensor::cat(&[cpu(q)?, cpu(k)?, cpu(v)?], 0)
     };
-    let on = |t: &Tensor| t.to_device(device);
-    let (yd, bd, cd, sd) = (on(&y)?, on(&b)?, on(&cos)?, on(&sin)?);
-    let args = |y, bias, cos, sin| super::QkvRope {
-        y,
-        bias,
-        cos,
-        sin,
+    let args = QkvRope {
+        y: &y,
+        bias: &b,
+        cos: &cos,
+        sin: &sin,
         heads,
         kv_heads,
     };
-    let got = super::qkv_rope(args(&yd, &bd, &cd, &sd))?;
-    let want = reference::qkv_rope(args(&y, &b, &cos, &sin))?;
+    let got = ex.qkv_rope(args)?;
+    let want = reference::qkv_rope(args)?;
     compare(
         format!(
             "qkv_rope n{n} h{heads}/{kv_heads} d{d}{}",
             if f32_tables { " f32 rotary" } else { "" }
         ),
         dtype,
-        &flat(got)?,
+        &flat(got.out)?,
         &flat(want)?,
-        kernel,
+        got.kernel,
     )
 }
 
 /// SwiGLU of a packed (rows, 2·cols) projection, with or without its bias.
 fn check_swiglu(
-    device: &Device,
+    ex: &dyn Executor,
     dtype: DType,
     rows: usize,
     cols: usize,
     bias: bool,
-    kernel: bool,
 ) -> Result<CheckResult> {
     let seed = (rows * 13 + cols) as u64;
     let gu = input(&[rows, 2 * cols], seed, 6.0, dtype)?;
     let b = bias
         .then(|| input(&[2 * cols], seed + 1, 1.0, dtype))
         .transpose()?;
-    let bd = b.as_ref().map(|b| b.to_device(device)).transpose()?;
+    let got = ex.swiglu_packed(&gu, b.as_ref())?;
     compare(
         format!(
             "swiglu_packed {rows}x{cols}{}",
             if bias { " bias" } else { "" }
         ),
         dtype,
-        &super::swiglu_packed(&gu.to_device(device)?, bd.as_ref())?,
+        &got.out,
         &reference::swiglu_packed(&gu, b.as_ref())?,
-        kernel,
+        got.kernel,
     )
 }
 
 /// The bias epilogues on (rows, cols) operands.
 fn check_bias(
-    device: &Device,
+    ex: &dyn Executor,
     dtype: DType,
     rows: usize,
     cols: usize,
-    kernel: bool,
 ) -> Result<Vec<CheckResult>> {
     let seed = (rows * 7 + cols) as u64;
     let y = input(&[rows, cols], seed, 4.0, dtype)?;
     let u = input(&[rows, cols], seed + 1, 2.0, dtype)?;
     let b = input(&[cols], seed + 2, 1.0, dtype)?;
-    let on = |t: &Tensor| t.to_device(device);
-    let (yd, ud, bd) = (on(&y)?, on(&u)?, on(&b)?);
     let shape = format!("{rows}x{cols}");
+    let (add, residual) = (ex.bias_add(&y, &b)?, ex.bias_residual(&y, &b, &u)?);
     Ok(vec![
         compare(
             format!("bias_add {shape}"),
             dtype,
-            &super::bias_add(&yd, &bd)?,
+            &add.out,
             &reference::bias_add(&y, &b)?,
-            kernel,
+            add.kernel,
         )?,
         compare(
             format!("bias_residual {shape}"),
             dtype,
-            &super::bias_residual(&yd, &bd, &ud)?,
+            &residual.out,
             &reference::bias_residual(&y, &b, &u)?,
-            kernel,
+            residual.kernel,
         )?,
     ])
 }
@@ -269,7 +290,7 @@ fn check_bias(
 /// Fused decode attention over five sequences of lengths 0..1000 (new K/V written at each length) against the
 /// composed reference on the CPU; the written K/V are compared too.
 fn check_decode(
-    device: &Device,
+    ex: &dyn Executor,
     dtype: DType,
     kv_heads: usize,
     group: usize,
@@ -293,15 +314,6 @@ fn check_decode(
             ))
         })
         .collect::<Result<_>>()?;
-    let on_device: Vec<(Tensor, Tensor)> = bufs
-        .iter()
-        .map(|(k, v)| {
-            Ok((
-                k.to_device(device)?.contiguous()?,
-                v.to_device(device)?.contiguous()?,
-            ))
-        })
-        .collect::<Result<_>>()?;
     fn kv(bs: &[(Tensor, Tensor)], lens: [usize; 5]) -> Vec<DecodeKv<'_>> {
         bs.iter()
             .zip(lens)
@@ -309,17 +321,11 @@ fn check_decode(
             .collect()
     }
     let scale = 1.0 / (d as f32).sqrt();
-    let got = super::decode_attention(
-        &q.to_device(device)?,
-        &k_new.to_device(device)?,
-        &v_new.to_device(device)?,
-        &kv(&on_device, lens),
-        scale,
-    )?;
-    let f32s = |t: &Tensor| t.to_dtype(DType::F32);
+    let got = ex.decode_attention(&q, &k_new, &v_new, &kv(&bufs, lens), scale)?;
+    let f32s = |t: &Tensor| t.to_device(&Device::Cpu)?.to_dtype(DType::F32);
     let cpu: Vec<(Tensor, Tensor)> = bufs
         .iter()
-        .map(|(k, v)| Ok((f32s(k)?, f32s(v)?)))
+        .map(|(k, v)| Ok((f32s(k)?.copy()?, f32s(v)?.copy()?)))
         .collect::<Result<_>>()?;
     let want = reference::decode_attention(
         &f32s(&q)?,
@@ -328,20 +334,18 @@ fn check_decode(
         &kv(&cpu, lens),
         scale,
     )?;
+    let (out, written) = got.out;
     let mut r = compare(
         format!("decode_attention kv{kv_heads} g{group} d{d}"),
         dtype,
-        &got,
+        &out,
         &want,
-        super::fused_decode_supported(device, dtype, d, group),
+        got.kernel,
     )?;
     // The new position must have been written into every buffer.
-    for ((k, v), (kc, vc)) in on_device.iter().zip(&cpu) {
+    for ((k, v), (kc, vc)) in written.iter().zip(&cpu) {
         for (a, b) in [(k, kc), (v, vc)] {
-            let diff = (f32s(&a.to_device(&Device::Cpu)?)? - b)?
-                .abs()?
-                .max_all()?
-                .to_scalar::<f32>()?;
+            let diff = (f32s(a)? - b)?.abs()?.max_all()?.to_scalar::<f32>()?;
             r.max_abs_diff = r.max_abs_diff.max(diff);
         }
     }
@@ -365,9 +369,14 @@ const VARLEN_CASES: [VarlenCase; 3] = [
     (14, 2, 64, true, &[(70, 33, 40), (1, 0, 0), (33, 5, 5)]),
 ];
 
-/// Varlen attention on the device against the composed reference on the CPU (f32 from the same inputs); on CUDA
-/// with the kernels on, `mma` picks the tensor-core kernel over the CUDA-core one.
-fn check_varlen(device: &Device, dtype: DType, case: VarlenCase, mma: bool) -> Result<CheckResult> {
+/// Varlen attention through `ex` against the composed reference on the CPU (f32 from the same inputs); `mma`
+/// asks for the tensor-core kernel.
+fn check_varlen(
+    ex: &dyn Executor,
+    dtype: DType,
+    case: VarlenCase,
+    mma: bool,
+) -> Result<CheckResult> {
     let (heads, kv_heads, d, causal, spec) = case;
     let n: usize = spec.iter().map(|s| s.0).sum();
     let seed = (heads * 1000 + d) as u64;
@@ -404,18 +413,8 @@ fn check_varlen(device: &Device, dtype: DType, case: VarlenCase, mma: bool) -> R
             })
             .collect()
     }
-    let on_device: Vec<(Tensor, Tensor)> = prefixes
-        .iter()
-        .map(|(k, v)| Ok((k.to_device(device)?, v.to_device(device)?)))
-        .collect::<Result<_>>()?;
     let scale = 1.0 / (d as f32).sqrt();
-    let (qd, kd, vd) = (
-        q.to_device(device)?,
-        k.to_device(device)?,
-        v.to_device(device)?,
-    );
-    let segs_d = segs(spec, &on_device);
-    let call = |q, k, v, segs| super::Varlen {
+    let call = |q, k, v, segs| Varlen {
         q,
         k,
         v,
@@ -423,14 +422,8 @@ fn check_varlen(device: &Device, dtype: DType, case: VarlenCase, mma: bool) -> R
         causal,
         scale,
     };
-    let got = if device.is_cuda() && super::varlen_supported(device, dtype, d) {
-        #[cfg(not(feature = "cuda"))]
-        unreachable!("varlen_supported holds on CUDA only with the cuda feature");
-        #[cfg(feature = "cuda")]
-        super::varlen_attention_cuda(call(&qd, &kd, &vd, &segs_d), mma)?
-    } else {
-        super::varlen_attention(call(&qd, &kd, &vd, &segs_d))?
-    };
+    let segs_in = segs(spec, &prefixes);
+    let got = ex.varlen_attention(call(&q, &k, &v, &segs_in), mma)?;
     let f32s = |t: &Tensor| t.to_dtype(DType::F32);
     let cpu: Vec<(Tensor, Tensor)> = prefixes
         .iter()
@@ -447,8 +440,8 @@ fn check_varlen(device: &Device, dtype: DType, case: VarlenCase, mma: bool) -> R
             lens.join(",")
         ),
         dtype,
-        &got,
+        &got.out,
         &want,
-        super::varlen_supported(device, dtype, d),
+        got.kernel,
     )
 }

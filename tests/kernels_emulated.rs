@@ -1,0 +1,481 @@
+//! The CUDA kernels of `kernels/fused.cu` run on the CPU: their own source, built with a C++ compiler against
+//! `kernels/emu/cuda_emu.h` (threads, barriers, warp shuffles and `mma.sync` emulated), launched with the real
+//! launch geometry and metadata (`ops::launch`) through every case of `self-test` (`ops::check`), and compared
+//! with the CPU references. This is the kernels' test on machines without a GPU; `self-test --device cuda`
+//! remains the test of the hardware. Skipped (with a message) where no C++ compiler is found.
+
+use std::ffi::{c_char, c_void, CString};
+use std::sync::OnceLock;
+
+use candle_core::{DType, Device, Result, Tensor};
+use half::{bf16, f16};
+use mobile_r1_eval::ops::check::{self, Executor, Ran};
+use mobile_r1_eval::ops::launch::{self, Geometry, SegmentMeta};
+use mobile_r1_eval::ops::{DecodeKv, QkvRope, Varlen};
+
+type LaunchFn =
+    unsafe extern "C" fn(*const c_char, *const u32, *const u32, *mut *mut c_void) -> i32;
+
+/// The emulated kernels: `kernels/emu/emu.cpp` built into a shared library.
+struct Emu {
+    launch: LaunchFn,
+    _lib: libloading::Library,
+    _dir: tempfile::TempDir,
+}
+
+fn emu() -> Option<&'static Emu> {
+    static EMU: OnceLock<Option<Emu>> = OnceLock::new();
+    EMU.get_or_init(build).as_ref()
+}
+
+fn build() -> Option<Emu> {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let dir = tempfile::tempdir().unwrap();
+    let lib = dir.path().join("libfused_emu.so");
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".to_string());
+    let out = std::process::Command::new(&cxx)
+        .args([
+            "-std=c++20",
+            "-O1",
+            "-shared",
+            "-fPIC",
+            "-pthread",
+            "-fno-strict-aliasing",
+            "-Wall",
+            "-Wno-unknown-pragmas",
+            "-Wno-sign-compare",
+        ])
+        .arg(format!("-I{root}/kernels/emu/include"))
+        .arg(format!("{root}/kernels/emu/emu.cpp"))
+        .arg("-o")
+        .arg(&lib)
+        .output();
+    let out = match out {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("skipped: no C++ compiler ({cxx}: {e})");
+            return None;
+        }
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "kernels/fused.cu does not build for the CPU emulation:\n{stderr}"
+    );
+    assert!(stderr.trim().is_empty(), "compiler warnings:\n{stderr}");
+    // SAFETY: the library was just built from the project's sources; its initialisers are static tables.
+    let lib_handle = unsafe { libloading::Library::new(&lib) }.unwrap();
+    // SAFETY: `mre_emu_launch` has this C signature in kernels/emu/emu.cpp.
+    let launch = unsafe { *lib_handle.get::<LaunchFn>(b"mre_emu_launch\0").unwrap() };
+    Some(Emu {
+        launch,
+        _lib: lib_handle,
+        _dir: dir,
+    })
+}
+
+/// Bytes kept before and after every buffer, to catch writes out of bounds.
+const GUARD: usize = 256;
+const GUARD_BYTE: u8 = 0xA5;
+
+/// A "device" buffer: host memory with guard bands, handed to the kernels by address.
+struct Buf {
+    bytes: Vec<u8>,
+    len: usize,
+}
+
+impl Buf {
+    fn new(payload: &[u8]) -> Self {
+        let mut bytes = vec![GUARD_BYTE; payload.len() + 2 * GUARD];
+        bytes[GUARD..GUARD + payload.len()].copy_from_slice(payload);
+        Self {
+            bytes,
+            len: payload.len(),
+        }
+    }
+    fn of(t: &Tensor) -> Result<Self> {
+        Ok(Self::new(&tensor_bytes(t)?))
+    }
+    fn zeroed(len: usize) -> Self {
+        Self::new(&vec![0u8; len])
+    }
+    fn words<T: Copy>(v: &[T]) -> Self {
+        // SAFETY: plain integers viewed as bytes.
+        let b = unsafe {
+            std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v))
+        };
+        Self::new(b)
+    }
+    fn addr(&mut self) -> u64 {
+        self.bytes[GUARD..].as_mut_ptr() as u64
+    }
+    fn payload(&self) -> &[u8] {
+        &self.bytes[GUARD..GUARD + self.len]
+    }
+    /// The payload as a tensor, after checking the guard bands.
+    fn tensor(&self, dtype: DType, shape: &[usize], what: &str) -> Result<Tensor> {
+        let clean = |b: &[u8]| b.iter().all(|&x| x == GUARD_BYTE);
+        assert!(
+            clean(&self.bytes[..GUARD]) && clean(&self.bytes[GUARD + self.len..]),
+            "{what}: a kernel wrote outside this buffer"
+        );
+        bytes_tensor(self.payload(), dtype, shape)
+    }
+}
+
+fn tensor_bytes(t: &Tensor) -> Result<Vec<u8>> {
+    let flat = t.flatten_all()?;
+    Ok(match t.dtype() {
+        DType::F32 => flat
+            .to_vec1::<f32>()?
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect(),
+        DType::BF16 => flat
+            .to_vec1::<bf16>()?
+            .iter()
+            .flat_map(|x| x.to_bits().to_le_bytes())
+            .collect(),
+        DType::F16 => flat
+            .to_vec1::<f16>()?
+            .iter()
+            .flat_map(|x| x.to_bits().to_le_bytes())
+            .collect(),
+        other => candle_core::bail!("no kernels for {other:?}"),
+    })
+}
+
+fn bytes_tensor(b: &[u8], dtype: DType, shape: &[usize]) -> Result<Tensor> {
+    let dev = &Device::Cpu;
+    match dtype {
+        DType::F32 => {
+            let v: Vec<f32> = b
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                .collect();
+            Tensor::from_vec(v, shape, dev)
+        }
+        DType::BF16 | DType::F16 => {
+            let bits = b
+                .chunks_exact(2)
+                .map(|c| u16::from_le_bytes(c.try_into().unwrap()));
+            if dtype == DType::BF16 {
+                Tensor::from_vec(bits.map(bf16::from_bits).collect::<Vec<_>>(), shape, dev)
+            } else {
+                Tensor::from_vec(bits.map(f16::from_bits).collect::<Vec<_>>(), shape, dev)
+            }
+        }
+        other => candle_core::bail!("no kernels for {other:?}"),
+    }
+}
+
+fn suffix(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 => "f32",
+        DType::BF16 => "bf16",
+        DType::F16 => "f16",
+        other => panic!("no kernels for {other:?}"),
+    }
+}
+
+/// A kernel argument, as `cuLaunchKernel` takes them.
+enum Arg {
+    Ptr(u64),
+    I32(i32),
+    F32(f32),
+}
+
+impl Emu {
+    fn run(&self, name: &str, g: Geometry, args: &[Arg]) {
+        let mut slots: Vec<u64> = args
+            .iter()
+            .map(|a| match *a {
+                Arg::Ptr(p) => p,
+                Arg::I32(x) => x as u32 as u64,
+                Arg::F32(x) => x.to_bits() as u64,
+            })
+            .collect();
+        // Little-endian: a slot's address is also the address of its low 4 bytes (the i32 / f32 arguments).
+        let mut ptrs: Vec<*mut c_void> = slots
+            .iter_mut()
+            .map(|s| s as *mut u64 as *mut c_void)
+            .collect();
+        let grid = [g.grid.0, g.grid.1, g.grid.2];
+        let block = [g.block.0, g.block.1, g.block.2];
+        let cname = CString::new(name).unwrap();
+        // SAFETY: the arguments are those of kernel `name` in kernels/fused.cu, in order, and every pointer
+        // addresses a live buffer sized as the CUDA launcher in src/ops/cuda sizes it.
+        let rc = unsafe {
+            (self.launch)(
+                cname.as_ptr(),
+                grid.as_ptr(),
+                block.as_ptr(),
+                ptrs.as_mut_ptr(),
+            )
+        };
+        assert_eq!(rc, 0, "the emulation has no kernel {name}");
+    }
+}
+
+/// Every op through the emulated kernels, launched as `src/ops/cuda` launches them.
+struct Emulated(&'static Emu);
+
+fn ran<T>(out: T) -> Result<Ran<T>> {
+    Ok(Ran { out, kernel: true })
+}
+
+impl Executor for Emulated {
+    fn has_mma(&self, dtype: DType) -> bool {
+        dtype != DType::F32
+    }
+
+    fn rms_norm_hf(&self, x: &Tensor, w: &Tensor, eps: f32) -> Result<Ran<Tensor>> {
+        let (rows, cols) = x.dims2()?;
+        let (mut xb, mut wb) = (Buf::of(x)?, Buf::of(w)?);
+        let mut out = Buf::zeroed(xb.len);
+        let args = [
+            Arg::Ptr(xb.addr()),
+            Arg::Ptr(wb.addr()),
+            Arg::Ptr(out.addr()),
+            Arg::I32(cols as i32),
+            Arg::F32(eps),
+        ];
+        let name = format!("rmsnorm_hf_{}", suffix(x.dtype()));
+        self.0.run(&name, launch::rms_norm(rows, cols), &args);
+        ran(out.tensor(x.dtype(), x.dims(), &name)?)
+    }
+
+    fn swiglu_packed(&self, gu: &Tensor, bias: Option<&Tensor>) -> Result<Ran<Tensor>> {
+        let (rows, cols2) = gu.dims2()?;
+        let cols = cols2 / 2;
+        let mut gb = Buf::of(gu)?;
+        let mut bb = bias.map(Buf::of).transpose()?;
+        let bias_addr = match bb.as_mut() {
+            Some(b) => b.addr(),
+            None => gb.addr(),
+        };
+        let mut out = Buf::zeroed(gb.len / 2);
+        let args = [
+            Arg::Ptr(gb.addr()),
+            Arg::Ptr(bias_addr),
+            Arg::I32(bias.is_some() as i32),
+            Arg::Ptr(out.addr()),
+            Arg::I32(rows as i32),
+            Arg::I32(cols as i32),
+        ];
+        let name = format!("swiglu_packed_{}", suffix(gu.dtype()));
+        self.0.run(&name, launch::rows_cols(rows, cols), &args);
+        ran(out.tensor(gu.dtype(), &[rows, cols], &name)?)
+    }
+
+    fn bias_add(&self, y: &Tensor, b: &Tensor) -> Result<Ran<Tensor>> {
+        self.bias_op("bias_add", &[y, b])
+    }
+
+    fn bias_residual(&self, y: &Tensor, b: &Tensor, r: &Tensor) -> Result<Ran<Tensor>> {
+        self.bias_op("bias_residual", &[y, b, r])
+    }
+
+    fn qkv_rope(&self, a: QkvRope<'_>) -> Result<Ran<(Tensor, Tensor, Tensor)>> {
+        let (n, width) = a.y.dims2()?;
+        let d = width / (a.heads + 2 * a.kv_heads);
+        let dtype = a.y.dtype();
+        let mut ins: Vec<Buf> = [a.y, a.bias, a.cos, a.sin]
+            .into_iter()
+            .map(Buf::of)
+            .collect::<Result<_>>()?;
+        let esize = dtype.size_in_bytes();
+        let mut q = Buf::zeroed(n * a.heads * d * esize);
+        let mut k = Buf::zeroed(n * a.kv_heads * d * esize);
+        let mut v = Buf::zeroed(n * a.kv_heads * d * esize);
+        let mut args: Vec<Arg> = ins.iter_mut().map(|b| Arg::Ptr(b.addr())).collect();
+        args.extend([
+            Arg::Ptr(q.addr()),
+            Arg::Ptr(k.addr()),
+            Arg::Ptr(v.addr()),
+            Arg::I32(a.heads as i32),
+            Arg::I32(a.kv_heads as i32),
+            Arg::I32(d as i32),
+        ]);
+        let rot = if a.cos.dtype() == dtype {
+            ""
+        } else {
+            "f32rot_"
+        };
+        let name = format!("qkv_rope_{rot}{}", suffix(dtype));
+        self.0.run(&name, launch::qkv_rope(n), &args);
+        ran((
+            q.tensor(dtype, &[n, a.heads, d], "q")?,
+            k.tensor(dtype, &[n, a.kv_heads, d], "k")?,
+            v.tensor(dtype, &[n, a.kv_heads, d], "v")?,
+        ))
+    }
+
+    fn decode_attention(
+        &self,
+        q: &Tensor,
+        k_new: &Tensor,
+        v_new: &Tensor,
+        kv: &[DecodeKv<'_>],
+        scale: f32,
+    ) -> Result<Ran<(Tensor, Vec<(Tensor, Tensor)>)>> {
+        let (b, heads, d) = q.dims3()?;
+        let kv_heads = k_new.dim(1)?;
+        let dtype = q.dtype();
+        let mut caches: Vec<(Buf, Buf)> = kv
+            .iter()
+            .map(|c| Ok((Buf::of(c.k)?, Buf::of(c.v)?)))
+            .collect::<Result<_>>()?;
+        let k_ptrs: Vec<u64> = caches.iter_mut().map(|c| c.0.addr()).collect();
+        let v_ptrs: Vec<u64> = caches.iter_mut().map(|c| c.1.addr()).collect();
+        let caps: Vec<i32> = kv.iter().map(|c| c.k.dim(1).unwrap() as i32).collect();
+        let lens: Vec<i32> = kv.iter().map(|c| c.len as i32).collect();
+        let mut tables = [
+            Buf::words(&k_ptrs),
+            Buf::words(&v_ptrs),
+            Buf::words(&caps),
+            Buf::words(&lens),
+        ];
+        let (mut qb, mut kb, mut vb) = (Buf::of(q)?, Buf::of(k_new)?, Buf::of(v_new)?);
+        let mut out = Buf::zeroed(qb.len);
+        let mut args = vec![
+            Arg::Ptr(qb.addr()),
+            Arg::Ptr(kb.addr()),
+            Arg::Ptr(vb.addr()),
+        ];
+        args.extend(tables.iter_mut().map(|t| Arg::Ptr(t.addr())));
+        args.extend([
+            Arg::Ptr(out.addr()),
+            Arg::I32(kv_heads as i32),
+            Arg::I32((heads / kv_heads) as i32),
+            Arg::F32(scale),
+        ]);
+        let name = format!("decode_attn_d{}_{}", d / 32, suffix(dtype));
+        self.0.run(&name, launch::decode(b, kv_heads), &args);
+        let written = caches
+            .iter()
+            .zip(kv)
+            .map(|((kc, vc), c)| {
+                Ok((
+                    kc.tensor(dtype, c.k.dims(), "k cache")?,
+                    vc.tensor(dtype, c.v.dims(), "v cache")?,
+                ))
+            })
+            .collect::<Result<_>>()?;
+        ran((out.tensor(dtype, q.dims(), &name)?, written))
+    }
+
+    fn varlen_attention(&self, a: Varlen<'_>, mma: bool) -> Result<Ran<Tensor>> {
+        let (n, heads, d) = a.q.dims3()?;
+        let kv_heads = a.k.dim(1)?;
+        let dtype = a.q.dtype();
+        let mut prefixes: Vec<Option<(Buf, Buf)>> = a
+            .segs
+            .iter()
+            .map(|s| {
+                s.prefix
+                    .map(|(k, v, _)| Ok((Buf::of(k)?, Buf::of(v)?)))
+                    .transpose()
+            })
+            .collect::<Result<_>>()?;
+        let metas: Vec<SegmentMeta> = a
+            .segs
+            .iter()
+            .map(|s| {
+                let (prefix_len, prefix_cap) =
+                    s.prefix.map_or((0, 0), |(k, _, p)| (p, k.dim(1).unwrap()));
+                SegmentMeta {
+                    start: s.start,
+                    len: s.len,
+                    prefix_len,
+                    prefix_cap,
+                }
+            })
+            .collect();
+        let (meta, tiles) = launch::varlen_meta(&metas, n, launch::varlen_tile_rows(mma))?;
+        let addr = |b: &mut Buf| b.addr();
+        let pk: Vec<u64> = prefixes
+            .iter_mut()
+            .map(|p| p.as_mut().map_or(0, |p| addr(&mut p.0)))
+            .collect();
+        let pv: Vec<u64> = prefixes
+            .iter_mut()
+            .map(|p| p.as_mut().map_or(0, |p| addr(&mut p.1)))
+            .collect();
+        let (mut metab, mut ptrs) = (Buf::words(&meta), Buf::words(&[pk, pv].concat()));
+        let (mut qb, mut kb, mut vb) = (Buf::of(a.q)?, Buf::of(a.k)?, Buf::of(a.v)?);
+        let mut out = Buf::zeroed(qb.len);
+        let args = [
+            Arg::Ptr(qb.addr()),
+            Arg::Ptr(kb.addr()),
+            Arg::Ptr(vb.addr()),
+            Arg::Ptr(metab.addr()),
+            Arg::Ptr(ptrs.addr()),
+            Arg::Ptr(out.addr()),
+            Arg::I32(a.segs.len() as i32),
+            Arg::I32(tiles as i32),
+            Arg::I32(heads as i32),
+            Arg::I32(kv_heads as i32),
+            Arg::I32(a.causal as i32),
+            Arg::F32(a.scale),
+        ];
+        let kind = if mma { "mma" } else { "attn" };
+        let name = format!("varlen_{kind}_d{d}_{}", suffix(dtype));
+        self.0.run(&name, launch::varlen(tiles, heads, mma), &args);
+        ran(out.tensor(dtype, a.q.dims(), &name)?)
+    }
+}
+
+impl Emulated {
+    /// `bias_add` (y, b) or `bias_residual` (y, b, r): the full operands and biases in the kernel's order.
+    fn bias_op(&self, op: &str, operands: &[&Tensor]) -> Result<Ran<Tensor>> {
+        let (rows, cols) = operands[0].dims2()?;
+        let mut bufs: Vec<Buf> = operands.iter().map(|t| Buf::of(t)).collect::<Result<_>>()?;
+        let mut out = Buf::zeroed(bufs[0].len);
+        let mut args: Vec<Arg> = bufs.iter_mut().map(|b| Arg::Ptr(b.addr())).collect();
+        args.extend([
+            Arg::Ptr(out.addr()),
+            Arg::I32(rows as i32),
+            Arg::I32(cols as i32),
+        ]);
+        let name = format!("{op}_{}", suffix(operands[0].dtype()));
+        self.0.run(&name, launch::rows_cols(rows, cols), &args);
+        ran(out.tensor(operands[0].dtype(), &[rows, cols], &name)?)
+    }
+}
+
+#[test]
+fn every_kernel_matches_its_reference_under_emulation() {
+    let Some(emu) = emu() else { return };
+    let t0 = std::time::Instant::now();
+    let results = check::run_with(&Emulated(emu)).unwrap();
+    let mut failed = Vec::new();
+    for r in &results {
+        println!(
+            "{:<60} {:<5} max |diff| {:.3e} (tolerance {:.3e}){}",
+            r.case,
+            r.dtype,
+            r.max_abs_diff,
+            r.tolerance,
+            if r.passed { "" } else { "  FAILED" }
+        );
+        if !r.passed {
+            failed.push(format!("{} {}", r.case, r.dtype));
+        }
+    }
+    println!(
+        "{} cases in {:.1} s",
+        results.len(),
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(failed.is_empty(), "failed: {failed:?}");
+    assert!(results.iter().all(|r| r.kernel));
+    // Both varlen kernels ran for the 16-bit types.
+    assert_eq!(
+        results
+            .iter()
+            .filter(|r| r.case.starts_with("varlen mma"))
+            .count(),
+        6
+    );
+}
