@@ -189,3 +189,12 @@ fn a_library_by_path_is_checked_at_load() {
     let err = Blas::from_spec(&bad).err().expect("refused").to_string();
     assert!(err.contains("cblas_sgemm gave wrong results"), "{err}");
 }
+
+#[test]
+fn sizes_beyond_the_lp64_interface_stay_off_cblas() {
+    use mobile_r1_eval::ops::blas::fits_cblas;
+    assert!(fits_cblas(i32::MAX as usize, 1, 1));
+    assert!(!fits_cblas(1 << 31, 1, 1));
+    assert!(!fits_cblas(1, 1 << 31, 1));
+    assert!(!fits_cblas(1, 1, 1 << 31));
+}

@@ -186,6 +186,7 @@ impl Blas {
             a.len() >= m * k && w.len() >= n * k,
             "sgemm_nt: short operands"
         );
+        assert!(fits_cblas(m, k, n), "sgemm_nt: sizes beyond i32");
         let mut c = vec![0f32; m * n];
         if m == 0 || n == 0 || k == 0 {
             return c;
@@ -236,6 +237,11 @@ pub fn describe() -> String {
     }
 }
 
+/// Whether an m×k by n×k product fits the LP64 interface (every size and leading dimension an `i32`).
+pub fn fits_cblas(m: usize, k: usize, n: usize) -> bool {
+    [m, k, n].iter().all(|&d| d <= i32::MAX as usize)
+}
+
 /// `x · wᵀ` through `blas` for f32 CPU tensors x (…, k) and w (n, k).
 pub fn matmul_nt(blas: &Blas, x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
     let (n, k) = w.dims2()?;
@@ -247,14 +253,11 @@ pub fn matmul_nt(blas: &Blas, x: &Tensor, w: &Tensor) -> candle_core::Result<Ten
         );
     }
     let m = x.elem_count() / k.max(1);
-    let (x, w) = (x.contiguous()?, w.contiguous()?);
-    let c = {
-        let (xs, xl) = x.storage_and_layout();
-        let (ws, wl) = w.storage_and_layout();
-        let a = super::cpu_elementwise::cpu_slice(&xs, xl, m * k)?;
-        let b = super::cpu_elementwise::cpu_slice(&ws, wl, n * k)?;
-        blas.sgemm_nt(a, b, m, k, n)
-    };
+    if !fits_cblas(m, k, n) {
+        candle_core::bail!("matmul_nt: {m}×{k} by {n}×{k} exceeds CBLAS's 32-bit sizes");
+    }
+    use super::cpu_elementwise::with_f32;
+    let c = with_f32(x, |a| with_f32(w, |b| Ok(blas.sgemm_nt(a, b, m, k, n))))?;
     *dims.last_mut().expect("rank ≥ 1") = n;
     Tensor::from_vec(c, dims, x.device())
 }

@@ -4,9 +4,10 @@
 //! No score matrix is materialised, no mask tensor is built, and windows need no padding. Work items run on
 //! rayon; the inner products use AVX2/FMA when the CPU has them (checked at run time).
 
-use candle_core::{DType, Result, Storage, Tensor};
+use candle_core::{DType, Result, Tensor};
 use rayon::prelude::*;
 
+use super::cpu_elementwise::with_f32;
 use super::VarlenSeg;
 
 /// Query rows processed together against each key row.
@@ -17,17 +18,6 @@ const KEY_BLOCK: usize = 16;
 /// Whether the fused CPU path covers tensors of `dtype` on `device`: CPU, f32, head_dim a multiple of 8.
 pub fn supported(device: &candle_core::Device, dtype: DType, head_dim: usize) -> bool {
     device.is_cpu() && dtype == DType::F32 && head_dim.is_multiple_of(8) && head_dim > 0
-}
-
-/// Run `f` on the f32 data of a contiguous CPU tensor.
-fn with_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<R>) -> Result<R> {
-    let t = t.contiguous()?;
-    let (storage, layout) = t.storage_and_layout();
-    let Storage::Cpu(cs) = &*storage else {
-        candle_core::bail!("cpu attention: expected a CPU tensor");
-    };
-    let data = cs.as_slice::<f32>()?;
-    f(&data[layout.start_offset()..layout.start_offset() + t.elem_count()])
 }
 
 /// A cached prefix copied out of its buffers: K and V (kv_heads, cap, d) data, cap, valid positions.

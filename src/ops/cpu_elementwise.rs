@@ -26,6 +26,13 @@ pub(super) fn cpu_slice<'a>(
     Ok(&cs.as_slice::<f32>()?[start..start + n])
 }
 
+/// Run `f` on the f32 data of a CPU tensor (made contiguous).
+pub(super) fn with_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<R>) -> Result<R> {
+    let t = t.contiguous()?;
+    let (storage, layout) = t.storage_and_layout();
+    f(cpu_slice(&storage, layout, t.elem_count())?)
+}
+
 /// Copy the f32 data of a CPU tensor (made contiguous) into a `Vec`.
 fn f32_data(t: &Tensor) -> Result<Vec<f32>> {
     t.flatten_all()?.to_vec1::<f32>()

@@ -63,6 +63,7 @@ pub fn matmul_nt(x: &Tensor, w: &Tensor) -> Result<Tensor> {
         && x.dtype() == DType::F32
         && w.dtype() == DType::F32
         && rows >= BLAS_MIN_ROWS
+        && blas::fits_cblas(rows, w.dim(1)?, w.dim(0)?)
     {
         if let Some(b) = blas::global().map_err(|e| candle_core::Error::Msg(e.to_string()))? {
             return blas::matmul_nt(b, x, w);
