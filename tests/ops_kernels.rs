@@ -352,7 +352,7 @@ fn every_kernel_matches_its_reference_on_this_machine() {
     } else {
         0
     };
-    assert_eq!(results.len(), 3 * (3 + 4 + 4 + 3 + 4 + 3) + mma);
+    assert_eq!(results.len(), 3 * (3 + 5 + 6 + 3 + 4 + 3) + mma);
     for r in &results {
         assert!(r.passed, "{r:?}");
     }
@@ -369,7 +369,7 @@ fn every_kernel_matches_its_reference_on_this_machine() {
         );
     } else {
         // On the CPU the f32 varlen attention, SwiGLU and q/k/v + rotary have fused implementations.
-        assert_eq!(fused.len(), 3 + 4 + 3, "{fused:?}");
+        assert_eq!(fused.len(), 3 + 5 + 3, "{fused:?}");
         assert!(fused.iter().all(|c| ["varlen", "swiglu_packed", "qkv_rope"]
             .iter()
             .any(|p| c.starts_with(p))));
@@ -390,8 +390,8 @@ fn self_test_command_reports_json() {
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["passed"], true);
-    // Per dtype: 3 RMSNorm, 4 SwiGLU, 4 bias epilogues, 3 qkv_rope, 4 decode and 3 varlen cases.
-    assert_eq!(v["results"].as_array().unwrap().len(), 63);
+    // Per dtype: 3 RMSNorm, 5 SwiGLU, 6 bias epilogues, 3 qkv_rope, 4 decode and 3 varlen cases.
+    assert_eq!(v["results"].as_array().unwrap().len(), 72);
     assert_eq!(v["results"][0]["dtype"], "f32");
     let bad = Command::new(env!("CARGO_BIN_EXE_mobile-r1-eval"))
         .args(["self-test", "--device", "tpu"])

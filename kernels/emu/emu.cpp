@@ -64,7 +64,8 @@ extern "C" int mre_emu_launch(const char *name, const unsigned *grid, const unsi
     emu::block_dim = {block[0], block[1], block[2]};
     const int threads = (int)(block[0] * block[1] * block[2]);
     const size_t blocks = (size_t)grid[0] * grid[1] * grid[2];
-    const size_t workers = std::min<size_t>(blocks, std::max(1u, std::thread::hardware_concurrency()));
+    // At most 8 workers: each maps two regions (guard page, stack) per fiber, and the kernel's map count is bounded.
+    const size_t workers = std::min<size_t>({blocks, 8, std::max(1u, std::thread::hardware_concurrency())});
     std::atomic<size_t> next{0};
     Call call{kernel, args};
     std::vector<std::thread> pool;

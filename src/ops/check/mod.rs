@@ -133,18 +133,20 @@ pub fn run_with(ex: &dyn Executor) -> Result<Vec<CheckResult>> {
             let case = format!("rms_norm_hf {rows}x{cols}");
             out.push(compare(case, dtype, &got.out, &want, got.kernel)?);
         }
+        // 17,000 columns take the column loop of the (rows, cols) kernels past one grid (64 blocks of 256).
         for (rows, cols, bias) in [
             (7, 5504, false),
             (2, 50, false),
             (3, 3420, true),
             (5, 1280, true),
+            (2, 17_000, true),
         ] {
             out.push(check_swiglu(ex, dtype, rows, cols, bias)?);
         }
         for (kv_heads, group, d) in [(2, 8, 128), (2, 7, 64), (4, 7, 128), (1, 2, 32)] {
             out.push(check_decode(ex, dtype, kv_heads, group, d)?);
         }
-        for (rows, cols) in [(5, 3420), (3, 1280)] {
+        for (rows, cols) in [(5, 3420), (3, 1280), (2, 17_000)] {
             out.extend(check_bias(ex, dtype, rows, cols)?);
         }
         // The text shapes (tables in the activation dtype) and the vision tower's (f32 tables).
