@@ -77,49 +77,83 @@ fn build() -> Option<Emu> {
 /// Bytes kept before and after every buffer, to catch writes out of bounds.
 const GUARD: usize = 256;
 const GUARD_BYTE: u8 = 0xA5;
+/// What an output holds before the kernel runs: all ones, a NaN in f32, bf16 and f16, so an element the kernel
+/// never writes fails the comparison.
+const UNWRITTEN: u8 = 0xFF;
 
-/// A "device" buffer: host memory with guard bands, handed to the kernels by address.
+/// A "device" buffer: 8-byte-aligned host memory with guard bands, handed to the kernels by address. Dropping it
+/// checks the guard bands (inputs included).
 struct Buf {
-    bytes: Vec<u8>,
+    words: Vec<u64>,
     len: usize,
+    what: String,
 }
 
 impl Buf {
-    fn new(payload: &[u8]) -> Self {
-        let mut bytes = vec![GUARD_BYTE; payload.len() + 2 * GUARD];
+    fn new(payload: &[u8], what: &str) -> Self {
+        let mut words = vec![0u64; (payload.len() + 2 * GUARD).div_ceil(8)];
+        let bytes = Self::bytes_of(&mut words);
+        bytes.fill(GUARD_BYTE);
         bytes[GUARD..GUARD + payload.len()].copy_from_slice(payload);
         Self {
-            bytes,
+            words,
             len: payload.len(),
+            what: what.to_string(),
         }
     }
-    fn of(t: &Tensor) -> Result<Self> {
-        Ok(Self::new(&tensor_bytes(t)?))
+    fn bytes_of(words: &mut [u64]) -> &mut [u8] {
+        // SAFETY: u64s viewed as bytes.
+        unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, words.len() * 8) }
     }
-    fn zeroed(len: usize) -> Self {
-        Self::new(&vec![0u8; len])
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: u64s viewed as bytes.
+        unsafe {
+            std::slice::from_raw_parts(self.words.as_ptr() as *const u8, self.words.len() * 8)
+        }
     }
-    fn words<T: Copy>(v: &[T]) -> Self {
+    fn of(t: &Tensor, what: &str) -> Result<Self> {
+        Ok(Self::new(&tensor_bytes(t)?, what))
+    }
+    fn output(len: usize, what: &str) -> Self {
+        Self::new(&vec![UNWRITTEN; len], what)
+    }
+    fn words<T: Copy>(v: &[T], what: &str) -> Self {
         // SAFETY: plain integers viewed as bytes.
         let b = unsafe {
             std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v))
         };
-        Self::new(b)
+        Self::new(b, what)
     }
     fn addr(&mut self) -> u64 {
-        self.bytes[GUARD..].as_mut_ptr() as u64
+        Self::bytes_of(&mut self.words)[GUARD..].as_mut_ptr() as u64
     }
-    fn payload(&self) -> &[u8] {
-        &self.bytes[GUARD..GUARD + self.len]
+    fn guards_intact(&self) -> bool {
+        let b = self.bytes();
+        b[..GUARD]
+            .iter()
+            .chain(&b[GUARD + self.len..])
+            .all(|&x| x == GUARD_BYTE)
     }
-    /// The payload as a tensor, after checking the guard bands.
-    fn tensor(&self, dtype: DType, shape: &[usize], what: &str) -> Result<Tensor> {
-        let clean = |b: &[u8]| b.iter().all(|&x| x == GUARD_BYTE);
+    /// The payload as a tensor.
+    fn tensor(&self, dtype: DType, shape: &[usize]) -> Result<Tensor> {
         assert!(
-            clean(&self.bytes[..GUARD]) && clean(&self.bytes[GUARD + self.len..]),
-            "{what}: a kernel wrote outside this buffer"
+            self.guards_intact(),
+            "{}: a kernel wrote outside this buffer",
+            self.what
         );
-        bytes_tensor(self.payload(), dtype, shape)
+        bytes_tensor(&self.bytes()[GUARD..GUARD + self.len], dtype, shape)
+    }
+}
+
+impl Drop for Buf {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            assert!(
+                self.guards_intact(),
+                "{}: a kernel wrote outside this buffer",
+                self.what
+            );
+        }
     }
 }
 
@@ -231,8 +265,8 @@ impl Executor for Emulated {
 
     fn rms_norm_hf(&self, x: &Tensor, w: &Tensor, eps: f32) -> Result<Ran<Tensor>> {
         let (rows, cols) = x.dims2()?;
-        let (mut xb, mut wb) = (Buf::of(x)?, Buf::of(w)?);
-        let mut out = Buf::zeroed(xb.len);
+        let (mut xb, mut wb) = (Buf::of(x, "x")?, Buf::of(w, "w")?);
+        let mut out = Buf::output(xb.len, "out");
         let args = [
             Arg::Ptr(xb.addr()),
             Arg::Ptr(wb.addr()),
@@ -242,19 +276,19 @@ impl Executor for Emulated {
         ];
         let name = format!("rmsnorm_hf_{}", suffix(x.dtype()));
         self.0.run(&name, launch::rms_norm(rows, cols), &args);
-        ran(out.tensor(x.dtype(), x.dims(), &name)?)
+        ran(out.tensor(x.dtype(), x.dims())?)
     }
 
     fn swiglu_packed(&self, gu: &Tensor, bias: Option<&Tensor>) -> Result<Ran<Tensor>> {
         let (rows, cols2) = gu.dims2()?;
         let cols = cols2 / 2;
-        let mut gb = Buf::of(gu)?;
-        let mut bb = bias.map(Buf::of).transpose()?;
+        let mut gb = Buf::of(gu, "gu")?;
+        let mut bb = bias.map(|b| Buf::of(b, "bias")).transpose()?;
         let bias_addr = match bb.as_mut() {
             Some(b) => b.addr(),
             None => gb.addr(),
         };
-        let mut out = Buf::zeroed(gb.len / 2);
+        let mut out = Buf::output(gb.len / 2, "out");
         let args = [
             Arg::Ptr(gb.addr()),
             Arg::Ptr(bias_addr),
@@ -265,7 +299,7 @@ impl Executor for Emulated {
         ];
         let name = format!("swiglu_packed_{}", suffix(gu.dtype()));
         self.0.run(&name, launch::rows_cols(rows, cols), &args);
-        ran(out.tensor(gu.dtype(), &[rows, cols], &name)?)
+        ran(out.tensor(gu.dtype(), &[rows, cols])?)
     }
 
     fn bias_add(&self, y: &Tensor, b: &Tensor) -> Result<Ran<Tensor>> {
@@ -280,14 +314,14 @@ impl Executor for Emulated {
         let (n, width) = a.y.dims2()?;
         let d = width / (a.heads + 2 * a.kv_heads);
         let dtype = a.y.dtype();
-        let mut ins: Vec<Buf> = [a.y, a.bias, a.cos, a.sin]
+        let mut ins: Vec<Buf> = [(a.y, "y"), (a.bias, "bias"), (a.cos, "cos"), (a.sin, "sin")]
             .into_iter()
-            .map(Buf::of)
+            .map(|(t, what)| Buf::of(t, what))
             .collect::<Result<_>>()?;
         let esize = dtype.size_in_bytes();
-        let mut q = Buf::zeroed(n * a.heads * d * esize);
-        let mut k = Buf::zeroed(n * a.kv_heads * d * esize);
-        let mut v = Buf::zeroed(n * a.kv_heads * d * esize);
+        let mut q = Buf::output(n * a.heads * d * esize, "q");
+        let mut k = Buf::output(n * a.kv_heads * d * esize, "k");
+        let mut v = Buf::output(n * a.kv_heads * d * esize, "v");
         let mut args: Vec<Arg> = ins.iter_mut().map(|b| Arg::Ptr(b.addr())).collect();
         args.extend([
             Arg::Ptr(q.addr()),
@@ -305,9 +339,9 @@ impl Executor for Emulated {
         let name = format!("qkv_rope_{rot}{}", suffix(dtype));
         self.0.run(&name, launch::qkv_rope(n), &args);
         ran((
-            q.tensor(dtype, &[n, a.heads, d], "q")?,
-            k.tensor(dtype, &[n, a.kv_heads, d], "k")?,
-            v.tensor(dtype, &[n, a.kv_heads, d], "v")?,
+            q.tensor(dtype, &[n, a.heads, d])?,
+            k.tensor(dtype, &[n, a.kv_heads, d])?,
+            v.tensor(dtype, &[n, a.kv_heads, d])?,
         ))
     }
 
@@ -324,20 +358,24 @@ impl Executor for Emulated {
         let dtype = q.dtype();
         let mut caches: Vec<(Buf, Buf)> = kv
             .iter()
-            .map(|c| Ok((Buf::of(c.k)?, Buf::of(c.v)?)))
+            .map(|c| Ok((Buf::of(c.k, "k cache")?, Buf::of(c.v, "v cache")?)))
             .collect::<Result<_>>()?;
         let k_ptrs: Vec<u64> = caches.iter_mut().map(|c| c.0.addr()).collect();
         let v_ptrs: Vec<u64> = caches.iter_mut().map(|c| c.1.addr()).collect();
         let caps: Vec<i32> = kv.iter().map(|c| c.k.dim(1).unwrap() as i32).collect();
         let lens: Vec<i32> = kv.iter().map(|c| c.len as i32).collect();
         let mut tables = [
-            Buf::words(&k_ptrs),
-            Buf::words(&v_ptrs),
-            Buf::words(&caps),
-            Buf::words(&lens),
+            Buf::words(&k_ptrs, "k_ptrs"),
+            Buf::words(&v_ptrs, "v_ptrs"),
+            Buf::words(&caps, "caps"),
+            Buf::words(&lens, "lens"),
         ];
-        let (mut qb, mut kb, mut vb) = (Buf::of(q)?, Buf::of(k_new)?, Buf::of(v_new)?);
-        let mut out = Buf::zeroed(qb.len);
+        let (mut qb, mut kb, mut vb) = (
+            Buf::of(q, "q")?,
+            Buf::of(k_new, "k_new")?,
+            Buf::of(v_new, "v_new")?,
+        );
+        let mut out = Buf::output(qb.len, "out");
         let mut args = vec![
             Arg::Ptr(qb.addr()),
             Arg::Ptr(kb.addr()),
@@ -355,14 +393,9 @@ impl Executor for Emulated {
         let written = caches
             .iter()
             .zip(kv)
-            .map(|((kc, vc), c)| {
-                Ok((
-                    kc.tensor(dtype, c.k.dims(), "k cache")?,
-                    vc.tensor(dtype, c.v.dims(), "v cache")?,
-                ))
-            })
+            .map(|((kc, vc), c)| Ok((kc.tensor(dtype, c.k.dims())?, vc.tensor(dtype, c.v.dims())?)))
             .collect::<Result<_>>()?;
-        ran((out.tensor(dtype, q.dims(), &name)?, written))
+        ran((out.tensor(dtype, q.dims())?, written))
     }
 
     fn varlen_attention(&self, a: Varlen<'_>, mma: bool) -> Result<Ran<Tensor>> {
@@ -374,7 +407,7 @@ impl Executor for Emulated {
             .iter()
             .map(|s| {
                 s.prefix
-                    .map(|(k, v, _)| Ok((Buf::of(k)?, Buf::of(v)?)))
+                    .map(|(k, v, _)| Ok((Buf::of(k, "prefix k")?, Buf::of(v, "prefix v")?)))
                     .transpose()
             })
             .collect::<Result<_>>()?;
@@ -402,9 +435,12 @@ impl Executor for Emulated {
             .iter_mut()
             .map(|p| p.as_mut().map_or(0, |p| addr(&mut p.1)))
             .collect();
-        let (mut metab, mut ptrs) = (Buf::words(&meta), Buf::words(&[pk, pv].concat()));
-        let (mut qb, mut kb, mut vb) = (Buf::of(a.q)?, Buf::of(a.k)?, Buf::of(a.v)?);
-        let mut out = Buf::zeroed(qb.len);
+        let (mut metab, mut ptrs) = (
+            Buf::words(&meta, "meta"),
+            Buf::words(&[pk, pv].concat(), "ptrs"),
+        );
+        let (mut qb, mut kb, mut vb) = (Buf::of(a.q, "q")?, Buf::of(a.k, "k")?, Buf::of(a.v, "v")?);
+        let mut out = Buf::output(qb.len, "out");
         let args = [
             Arg::Ptr(qb.addr()),
             Arg::Ptr(kb.addr()),
@@ -422,7 +458,7 @@ impl Executor for Emulated {
         let kind = if mma { "mma" } else { "attn" };
         let name = format!("varlen_{kind}_d{d}_{}", suffix(dtype));
         self.0.run(&name, launch::varlen(tiles, heads, mma), &args);
-        ran(out.tensor(dtype, a.q.dims(), &name)?)
+        ran(out.tensor(dtype, a.q.dims())?)
     }
 }
 
@@ -430,8 +466,11 @@ impl Emulated {
     /// `bias_add` (y, b) or `bias_residual` (y, b, r): the full operands and biases in the kernel's order.
     fn bias_op(&self, op: &str, operands: &[&Tensor]) -> Result<Ran<Tensor>> {
         let (rows, cols) = operands[0].dims2()?;
-        let mut bufs: Vec<Buf> = operands.iter().map(|t| Buf::of(t)).collect::<Result<_>>()?;
-        let mut out = Buf::zeroed(bufs[0].len);
+        let mut bufs: Vec<Buf> = operands
+            .iter()
+            .map(|t| Buf::of(t, "operand"))
+            .collect::<Result<_>>()?;
+        let mut out = Buf::output(bufs[0].len, "out");
         let mut args: Vec<Arg> = bufs.iter_mut().map(|b| Arg::Ptr(b.addr())).collect();
         args.extend([
             Arg::Ptr(out.addr()),
@@ -440,7 +479,7 @@ impl Emulated {
         ]);
         let name = format!("{op}_{}", suffix(operands[0].dtype()));
         self.0.run(&name, launch::rows_cols(rows, cols), &args);
-        ran(out.tensor(operands[0].dtype(), &[rows, cols], &name)?)
+        ran(out.tensor(operands[0].dtype(), &[rows, cols])?)
     }
 }
 

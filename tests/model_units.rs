@@ -309,3 +309,27 @@ fn linear_concat_stacks_outputs_and_refuses_mixed_biases() {
         "{err}"
     );
 }
+
+#[test]
+fn a_config_whose_kv_heads_do_not_divide_the_heads_is_refused() {
+    use mobile_r1_eval::model::ModelConfig;
+    let path = format!(
+        "{}/tests/fixtures/models/tiny-a/config.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert!(ModelConfig::from_json(&v.to_string(), None).is_ok());
+    for kv in [0, 3] {
+        v["text_config"]["num_key_value_heads"] = kv.into();
+        let err = ModelConfig::from_json(&v.to_string(), None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&format!(
+                "text_config.num_key_value_heads ({kv}) must divide text_config.num_attention_heads (2)"
+            )),
+            "{err}"
+        );
+    }
+}

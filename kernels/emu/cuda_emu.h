@@ -13,7 +13,9 @@
 // lanes, and a block whose fibers all wait for each other stop the process with a message naming the block.
 //
 // Not emulated: timing, occupancy, register limits, memory ordering between warps without a barrier, and the
-// hardware's own rounding inside mma and __expf (the comparisons use `self-test`'s tolerances).
+// hardware's own rounding inside mma and __expf (the comparisons use `self-test`'s tolerances). Fibers switch only
+// at synchronisation points, so a race shows up only as an order the scheduler happens to pick (the order of
+// each pass is shuffled); `__shared__` memory keeps the previous block's data rather than garbage.
 #pragma once
 
 #include <algorithm>
@@ -56,8 +58,9 @@ namespace emu {
 // in *from, and resumes the context whose stack pointer is `to`.
 extern "C" void mre_emu_switch(void **from, void *to);
 asm(R"(
-    .text
+    .pushsection .text
     .globl mre_emu_switch
+    .hidden mre_emu_switch
     .type mre_emu_switch, @function
 mre_emu_switch:
     pushq %rbp
@@ -82,6 +85,7 @@ mre_emu_switch:
     popq %rbp
     ret
     .size mre_emu_switch, .-mre_emu_switch
+    .popsection
 )");
 #endif
 
@@ -108,6 +112,7 @@ struct Fiber {
 struct Group {
     int arrived = 0;
     unsigned long gen = 0;
+    const char *op = nullptr;  // what the first arrival of this generation does; the others must do the same
     uint64_t slot[2][32];
 };
 
@@ -160,6 +165,11 @@ inline void yield() {
 inline void arrive_and_wait(Group &g, int count, const char *what) {
     const unsigned long gen = g.gen;
     cur_block->progress++;
+    if (g.arrived == 0) {
+        g.op = what;
+    } else if (g.op != what) {
+        fail("threads of one group meet at different operations (e.g. an mma.sync and a shuffle)");
+    }
     if (++g.arrived == count) {
         g.arrived = 0;
         g.gen++;
@@ -180,6 +190,7 @@ inline Warp &my_warp(unsigned mask, const char *op) {
 template <typename V> V shfl_xor(unsigned mask, V v, int lane_mask) {
     static_assert(sizeof(V) <= 8, "shuffle of a value wider than 64 bits");
     Warp &w = my_warp(mask, "__shfl_xor_sync with a member mask that does not hold this lane, or missing lanes");
+    if (lane_mask < 0 || lane_mask > 31) fail("__shfl_xor_sync with a lane mask outside 0..31");
     const int me = lane(), src = me ^ lane_mask;
     if (!(mask >> src & 1)) fail("__shfl_xor_sync reading a lane outside its member mask");
     Group &g = w.groups[mask];
@@ -262,6 +273,8 @@ inline void start_fiber(Fiber &f) {
 }
 
 // Run block `idx` of the current launch on this OS thread: every thread a fiber, resumed in turn until all finish.
+// Each pass resumes the fibers in a new pseudo-random order (seeded by the block index, so runs repeat): code that
+// needs a barrier it lacks then reads data the other threads have not written yet.
 inline void run_block(Block &b, dim3 idx, Body body, void *arg) {
     b.idx = idx;
     b.barrier = Group{};
@@ -273,10 +286,20 @@ inline void run_block(Block &b, dim3 idx, Body body, void *arg) {
     cur_block = &b;
     fiber_body = body;
     fiber_arg = arg;
+    std::vector<int> order(b.threads);
+    for (int t = 0; t < b.threads; ++t) order[t] = t;
+    uint64_t seed = 0x9E3779B97F4A7C15ull ^ (((uint64_t)idx.z << 42) | ((uint64_t)idx.y << 21) | idx.x);
     for (int live = b.threads; live > 0;) {
         const unsigned long before = b.progress;
+        for (int t = b.threads - 1; t > 0; --t) {  // Fisher-Yates with xorshift64
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            std::swap(order[t], order[seed % (uint64_t)(t + 1)]);
+        }
         live = 0;
-        for (auto &f : b.fibers) {
+        for (int t : order) {
+            Fiber &f = b.fibers[t];
             if (f.done) continue;
             cur_fiber = &f;
 #if defined(__x86_64__)
@@ -340,13 +363,13 @@ inline float __fmul_rn(float a, float b) {
 struct __nv_bfloat16 {
     uint16_t bits;
 };
-struct __nv_bfloat162 {
+struct alignas(4) __nv_bfloat162 {
     __nv_bfloat16 x, y;
 };
 struct __half {
     uint16_t bits;
 };
-struct __half2 {
+struct alignas(4) __half2 {
     __half x, y;
 };
 
@@ -359,23 +382,55 @@ inline float __bfloat162float(__nv_bfloat16 h) {
 inline __nv_bfloat16 __float2bfloat16_rn(float f) {
     uint32_t u;
     std::memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return {(uint16_t)((u >> 16) | 0x40)};  // quiet NaN
+    if ((u & 0x7fffffffu) > 0x7f800000u) return {0x7fff};  // the canonical NaN, as CUDA returns
     u += 0x7fffu + ((u >> 16) & 1);
     return {(uint16_t)(u >> 16)};
 }
 inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi) {
     return {__float2bfloat16_rn(lo), __float2bfloat16_rn(hi)};
 }
+// f16 at the bit level (no compiler support for _Float16 needed); checked against _Float16 for every f32 input.
 inline float __half2float(__half h) {
-    _Float16 v;
-    std::memcpy(&v, &h.bits, 2);
-    return (float)v;
+    const uint32_t sign = (uint32_t)(h.bits & 0x8000u) << 16;
+    uint32_t exp = (h.bits >> 10) & 0x1fu, mant = h.bits & 0x3ffu, x;
+    if (exp == 0x1f) {
+        x = sign | 0x7f800000u | (mant << 13);
+    } else if (exp != 0) {
+        x = sign | ((exp + 112) << 23) | (mant << 13);
+    } else if (mant == 0) {
+        x = sign;
+    } else {  // subnormal: normalise
+        int shifts = 0;
+        while (!(mant & 0x400u)) {
+            mant <<= 1;
+            ++shifts;
+        }
+        x = sign | ((uint32_t)(113 - shifts) << 23) | ((mant & 0x3ffu) << 13);
+    }
+    float f;
+    std::memcpy(&f, &x, 4);
+    return f;
 }
 inline __half __float2half_rn(float f) {
-    const _Float16 v = (_Float16)f;
-    __half h;
-    std::memcpy(&h.bits, &v, 2);
-    return h;
+    uint32_t x;
+    std::memcpy(&x, &f, 4);
+    const uint32_t sign = (x >> 16) & 0x8000u, mant = x & 0x7fffffu;
+    const int e = (int)((x >> 23) & 0xffu) - 127 + 15;
+    if (e == 0xff - 127 + 15) return {(uint16_t)(mant ? 0x7fffu : (sign | 0x7c00u))};  // NaN (canonical), inf
+    if (e >= 31) return {(uint16_t)(sign | 0x7c00u)};
+    if (e <= 0) {  // subnormal or zero
+        if (e < -10) return {(uint16_t)sign};
+        const uint32_t m = mant | 0x800000u;
+        const int shift = 14 - e;
+        uint32_t h = m >> shift;
+        const uint32_t rem = m & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+        if (rem > halfway || (rem == halfway && (h & 1))) ++h;
+        return {(uint16_t)(sign | h)};
+    }
+    uint32_t h = sign | ((uint32_t)e << 10) | (mant >> 13);
+    const uint32_t rem = mant & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) ++h;  // a carry into the exponent is still right
+    return {(uint16_t)h};
 }
 inline __half2 __floats2half2_rn(float lo, float hi) { return {__float2half_rn(lo), __float2half_rn(hi)}; }
 

@@ -185,6 +185,13 @@ fn parse_text(root: &Value) -> Result<TextConfig, ModelError> {
     };
     let hidden_size = req_usize(t, "hidden_size", ctx)?;
     let num_attention_heads = req_usize(t, "num_attention_heads", ctx)?;
+    let num_key_value_heads = get_usize(t, "num_key_value_heads").unwrap_or(num_attention_heads);
+    if num_key_value_heads == 0 || !num_attention_heads.is_multiple_of(num_key_value_heads) {
+        return Err(cfg_err(format!(
+            "{ctx}num_key_value_heads ({num_key_value_heads}) must divide {ctx}num_attention_heads \
+             ({num_attention_heads})"
+        )));
+    }
     let head_dim = get_usize(t, "head_dim").unwrap_or(hidden_size / num_attention_heads.max(1));
     let rope = ["rope_parameters", "rope_scaling"]
         .iter()
@@ -219,7 +226,7 @@ fn parse_text(root: &Value) -> Result<TextConfig, ModelError> {
         intermediate_size: req_usize(t, "intermediate_size", ctx)?,
         num_hidden_layers: req_usize(t, "num_hidden_layers", ctx)?,
         num_attention_heads,
-        num_key_value_heads: get_usize(t, "num_key_value_heads").unwrap_or(num_attention_heads),
+        num_key_value_heads,
         head_dim,
         rms_norm_eps: t
             .get("rms_norm_eps")

@@ -87,7 +87,7 @@ fn on_kernel_path(device: &Device, dtype: DType) -> bool {
 /// dtype, multiply by `w` (same dtype as `x`).
 pub fn rms_norm_hf(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
-    if on_kernel_path(x.device(), x.dtype()) && w.dtype() == x.dtype() {
+    if on_kernel_path(x.device(), x.dtype()) && w.dtype() == x.dtype() && x.elem_count() > 0 {
         return cuda::rms_norm_hf(x, w, eps);
     }
     reference::rms_norm_hf(x, w, eps)
@@ -96,7 +96,7 @@ pub fn rms_norm_hf(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
 /// `y + b` over the last dimension (a Linear layer's bias), rounded to the dtype.
 pub fn bias_add(y: &Tensor, b: &Tensor) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
-    if on_kernel_path(y.device(), y.dtype()) && b.dtype() == y.dtype() {
+    if on_kernel_path(y.device(), y.dtype()) && b.dtype() == y.dtype() && y.elem_count() > 0 {
         return cuda::bias_op("bias_add", &[y], &[b]);
     }
     reference::bias_add(y, b)
@@ -106,7 +106,10 @@ pub fn bias_add(y: &Tensor, b: &Tensor) -> Result<Tensor> {
 /// bias (2·I), if any, is added first (the vision MLP has one, the text MLP not). Returns (rows, I).
 pub fn swiglu_packed(gu: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
-    if on_kernel_path(gu.device(), gu.dtype()) && bias.is_none_or(|b| b.dtype() == gu.dtype()) {
+    if on_kernel_path(gu.device(), gu.dtype())
+        && bias.is_none_or(|b| b.dtype() == gu.dtype())
+        && gu.elem_count() > 0
+    {
         return cuda::swiglu_packed(gu, bias);
     }
     if kernels_enabled()
@@ -136,7 +139,11 @@ fn swiglu_out_shape(gu: &Tensor, bias: Option<&Tensor>) -> Result<Vec<usize>> {
 /// `r + (y + b)`, each op rounded to the dtype: a biased projection closing a residual branch.
 pub fn bias_residual(y: &Tensor, b: &Tensor, r: &Tensor) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
-    if on_kernel_path(y.device(), y.dtype()) && b.dtype() == y.dtype() && r.dtype() == y.dtype() {
+    if on_kernel_path(y.device(), y.dtype())
+        && b.dtype() == y.dtype()
+        && r.dtype() == y.dtype()
+        && y.elem_count() > 0
+    {
         return cuda::bias_op("bias_residual", &[y, r], &[b]);
     }
     reference::bias_residual(y, b, r)
@@ -192,6 +199,7 @@ impl QkvRope<'_> {
 pub fn qkv_rope(a: QkvRope<'_>) -> Result<(Tensor, Tensor, Tensor)> {
     #[cfg(feature = "cuda")]
     if on_kernel_path(a.y.device(), a.y.dtype())
+        && a.y.elem_count() > 0
         && a.bias.dtype() == a.y.dtype()
         && a.sin.dtype() == a.cos.dtype()
         && (a.cos.dtype() == a.y.dtype() || a.cos.dtype() == DType::F32)
@@ -240,12 +248,14 @@ pub fn decode_attention(
     scale: f32,
 ) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
-    if fused_decode_supported(
-        q.device(),
-        q.dtype(),
-        q.dim(2)?,
-        q.dim(1)? / k_new.dim(1)?.max(1),
-    ) {
+    if !kv.is_empty()
+        && fused_decode_supported(
+            q.device(),
+            q.dtype(),
+            q.dim(2)?,
+            q.dim(1)? / k_new.dim(1)?.max(1),
+        )
+    {
         let plan = DecodePlan::new(q.dtype(), std::slice::from_ref(&kv.to_vec()))?;
         return plan.attend(q, k_new, v_new, 0, scale);
     }
@@ -337,7 +347,8 @@ pub fn varlen_supported(device: &Device, dtype: DType, head_dim: usize) -> bool 
 /// f32 path on the CPU where [`varlen_supported`] holds, else [`reference::varlen_attention`].
 pub fn varlen_attention(a: Varlen<'_>) -> Result<Tensor> {
     let q = a.q;
-    if varlen_supported(q.device(), q.dtype(), q.dim(2)?) {
+    // Empty inputs take the composed path: the kernels would launch an empty grid.
+    if varlen_supported(q.device(), q.dtype(), q.dim(2)?) && q.elem_count() > 0 {
         #[cfg(feature = "cuda")]
         if q.device().is_cuda() {
             // The tensor-core kernel covers bf16/f16 only.

@@ -20,6 +20,11 @@ pub struct DecodeTables {
     layers: usize,
     /// (kv_heads, head_dim) every buffer has.
     dims: (usize, usize),
+    /// The dtype the tables were checked for.
+    dtype: DType,
+    /// The K/V buffers whose addresses the tables hold, kept alive as long as the tables (one stream: the launches
+    /// that write into them through these addresses are ordered after every earlier use of the buffers).
+    _buffers: Vec<Tensor>,
 }
 
 impl DecodeTables {
@@ -27,20 +32,24 @@ impl DecodeTables {
     /// sequences, with the same capacity and length).
     pub fn new(dtype: DType, layers: &[Vec<DecodeKv<'_>>]) -> Result<Self> {
         match dtype {
-            DType::F32 => Self::new_t::<f32>(layers),
-            DType::BF16 => Self::new_t::<bf16>(layers),
-            DType::F16 => Self::new_t::<f16>(layers),
+            DType::F32 => Self::new_t::<f32>(dtype, layers),
+            DType::BF16 => Self::new_t::<bf16>(dtype, layers),
+            DType::F16 => Self::new_t::<f16>(dtype, layers),
             other => bail!("decode_attention: no kernel for {other:?}"),
         }
     }
 
-    fn new_t<T: CudaDType + DeviceRepr>(layers: &[Vec<DecodeKv<'_>>]) -> Result<Self> {
+    fn new_t<T: CudaDType + DeviceRepr>(
+        dtype: DType,
+        layers: &[Vec<DecodeKv<'_>>],
+    ) -> Result<Self> {
         let Some(first) = layers.first().and_then(|l| l.first()) else {
             bail!("decode_attention: no sequences");
         };
         let dev = cuda_device(first.k)?;
         let batch = layers[0].len();
         let (mut kp, mut vp, mut caps, mut lens) = (vec![], vec![], vec![], vec![]);
+        let mut buffers = Vec::new();
         let mut dims = None;
         for (l, layer) in layers.iter().enumerate() {
             if layer.len() != batch {
@@ -61,6 +70,7 @@ impl DecodeTables {
                     bail!("decode_attention: layer {l} sequence {b}: KV buffer ({kh}, {cap}, {kd}) for length {}", c.len);
                 }
                 dims = Some((kh, kd));
+                buffers.extend([c.k.clone(), c.v.clone()]);
                 kp.push(k);
                 vp.push(v);
                 if l == 0 {
@@ -77,6 +87,8 @@ impl DecodeTables {
             batch,
             layers: layers.len(),
             dims: dims.expect("at least one sequence"),
+            dtype,
+            _buffers: buffers,
         })
     }
 }
@@ -102,6 +114,8 @@ pub fn decode_attention(tables: &DecodeTables, c: DecodeCall<'_>) -> Result<Tens
 }
 
 /// Device address of the first element of a contiguous CUDA buffer and its (kv_heads, capacity, head_dim).
+/// The kernels read and write the buffer through this raw address, which no CUDA event records: that is sound
+/// because candle runs every op of a device on one stream (`Device::new_cuda`), which orders the launches.
 fn buffer_ptr<T: CudaDType + DeviceRepr>(
     t: &Tensor,
     dev: &CudaDevice,
@@ -137,6 +151,7 @@ fn decode_t<T: CudaDType + DeviceRepr>(tables: &DecodeTables, c: DecodeCall<'_>)
         || d2 != d
         || v_new.dims() != k_new.dims()
         || tables.batch != b
+        || tables.dtype != q.dtype()
         || tables.dims != (kv_heads, d)
         || layer >= tables.layers
         || heads % kv_heads != 0
