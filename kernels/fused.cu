@@ -181,11 +181,10 @@ __device__ void decode_attn(const T *q, const T *k_new, const T *v_new, const ui
     float qv[DA_MAX_G][DL], acc[DA_MAX_G][DL], m[DA_MAX_G], l[DA_MAX_G];
 #pragma unroll
     for (int h = 0; h < DA_MAX_G; ++h) {
-        if (h >= group) break;
         const T *qh = q + ((size_t)b * kv_heads * group + (size_t)kvh * group + h) * D;
 #pragma unroll
         for (int j = 0; j < DL; ++j) {
-            qv[h][j] = to_f<T>(qh[lane + 32 * j]) * scale;
+            qv[h][j] = h < group ? to_f<T>(qh[lane + 32 * j]) * scale : 0.f;
             acc[h][j] = 0.f;
         }
         m[h] = -INFINITY;
@@ -200,16 +199,27 @@ __device__ void decode_attn(const T *q, const T *k_new, const T *v_new, const ui
             kv[j] = to_f<T>(kp[lane + 32 * j]);
             vv[j] = to_f<T>(vp[lane + 32 * j]);
         }
+        // The scores of all the group's heads, reduced together: five rounds of independent shuffles rather
+        // than one dependent chain of five per head (the same butterfly as warp_sum, so the same sums).
+        float s[DA_MAX_G];
+#pragma unroll
+        for (int h = 0; h < DA_MAX_G; ++h) {
+            s[h] = 0.f;
+#pragma unroll
+            for (int j = 0; j < DL; ++j) s[h] += qv[h][j] * kv[j];
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+            for (int h = 0; h < DA_MAX_G; ++h)
+                if (h < group) s[h] += __shfl_xor_sync(0xffffffff, s[h], o);
+        }
 #pragma unroll
         for (int h = 0; h < DA_MAX_G; ++h) {
             if (h >= group) break;
-            float s = 0.f;
-#pragma unroll
-            for (int j = 0; j < DL; ++j) s += qv[h][j] * kv[j];
-            s = warp_sum(s);
-            const float m_new = fmaxf(m[h], s);
+            const float m_new = fmaxf(m[h], s[h]);
             const float corr = __expf(m[h] - m_new);
-            const float e = __expf(s - m_new);
+            const float e = __expf(s[h] - m_new);
             l[h] = l[h] * corr + e;
 #pragma unroll
             for (int j = 0; j < DL; ++j) acc[h][j] = acc[h][j] * corr + e * vv[j];
