@@ -47,6 +47,18 @@ fn bench_json_reports_throughput_memory_and_mfu() {
         "the aggregation phase is benchmarked too"
     );
     assert_eq!(r["phases"][0]["decode_tokens"], 8 * 6);
+    // The full benchmark at the measured rates: 2,000 steps at the step phase's rate plus 500 judge prompts.
+    let est = &r["benchmark_estimate"];
+    assert_eq!(
+        (est["trajectories"].as_u64(), est["steps"].as_u64()),
+        (Some(500), Some(2000))
+    );
+    assert_eq!(est["judge_included"], true);
+    let per_prompt =
+        |p: &Value| p["wall_seconds"].as_f64().unwrap() / p["prompts"].as_f64().unwrap();
+    let want = 2000.0 * per_prompt(&r["phases"][0]) + 500.0 * per_prompt(&r["phases"][1]);
+    let got = est["seconds"].as_f64().unwrap();
+    assert!((got - want).abs() <= 1e-6 * want, "{got} vs {want}");
 }
 
 #[test]

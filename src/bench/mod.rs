@@ -250,6 +250,30 @@ fn flops(model: &Qwen25VL, stats: &PhaseStats, (vision_params, lm_params): (u64,
         + 2.0 * head * stats.decode_tokens as f64
 }
 
+/// Trajectories of the Mobile-R1 benchmark.
+const BENCHMARK_TRAJECTORIES: usize = 500;
+/// Its steps: about 3.9 per trajectory in the public sample (1,007 trajectories, 3,924 steps).
+const BENCHMARK_STEPS: usize = 2_000;
+
+/// The time the full benchmark would take at the measured rates: its steps at the step phase's rate, plus one
+/// judge prompt per trajectory at the judge phase's rate when that phase ran.
+fn benchmark_estimate(steps: &PhaseStats, judge: Option<&PhaseStats>) -> Value {
+    let per = |n: usize, s: &PhaseStats| {
+        if s.prompts > 0 {
+            n as f64 * s.wall_seconds / s.prompts as f64
+        } else {
+            0.0
+        }
+    };
+    let judge_seconds = judge.map(|j| per(BENCHMARK_TRAJECTORIES, j));
+    json!({
+        "trajectories": BENCHMARK_TRAJECTORIES,
+        "steps": BENCHMARK_STEPS,
+        "judge_included": judge_seconds.is_some(),
+        "seconds": per(BENCHMARK_STEPS, steps) + judge_seconds.unwrap_or(0.0),
+    })
+}
+
 fn report(cfg: &BenchConfig, model: &Qwen25VL, m: &Measured) -> Value {
     let (steps, peak, params) = (&m.steps, m.matmul_peak, m.params);
     let rate = |n: usize, s: f64| if s > 0.0 { n as f64 / s } else { 0.0 };
@@ -298,6 +322,7 @@ fn report(cfg: &BenchConfig, model: &Qwen25VL, m: &Measured) -> Value {
         "max_new_tokens": cfg.max_new_tokens,
         "pixel_bounds": [cfg.min_pixels, cfg.max_pixels],
         "phases": [Some(steps.summary()), m.judge.as_ref().map(PhaseStats::summary)],
+        "benchmark_estimate": benchmark_estimate(steps, m.judge.as_ref()),
         "profile": m.profile.as_ref().map(crate::model::profile::to_json),
     })
 }

@@ -45,7 +45,8 @@ fn render(r: &serde_json::Value) -> String {
         "bench {} on {} ({}), {} steps\n\
          steps/s {:.3}   images/s {:.3}   prefill tok/s {:.1}   decode tok/s {:.1}\n\
          time: wall {:.2}s = prefill {:.2}s (vision alone {:.2}s) + decode {:.2}s; preprocessing {:.2}s CPU, {:.2}s waited\n\
-         MFU {:.1}% (prefill {:.1}%, vision alone {:.1}%) of a measured matmul peak of {:.1} GFLOP/s ({}); peak RSS {:.0} MiB",
+         MFU {:.1}% (prefill {:.1}%, vision alone {:.1}%) of a measured matmul peak of {:.1} GFLOP/s ({}); peak RSS {:.0} MiB\n\
+         the full benchmark ({} trajectories, ≈{} steps{}) would take ≈{:.0} s at these rates",
         r["config"].as_str().unwrap_or(""),
         r["device"].as_str().unwrap_or(""),
         r["dtype"].as_str().unwrap_or(""),
@@ -66,5 +67,13 @@ fn render(r: &serde_json::Value) -> String {
         f("matmul_peak_flops") / 1e9,
         r["matmul_peak_source"].as_str().unwrap_or(""),
         f("peak_memory_bytes") / 1048576.0,
+        r["benchmark_estimate"]["trajectories"],
+        r["benchmark_estimate"]["steps"],
+        if r["benchmark_estimate"]["judge_included"] == true {
+            ", judge prompts included"
+        } else {
+            ", judge not measured"
+        },
+        r["benchmark_estimate"]["seconds"].as_f64().unwrap_or(0.0),
     )
 }
