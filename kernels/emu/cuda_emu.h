@@ -30,7 +30,10 @@
 #include <vector>
 
 #include <sys/mman.h>
-#if !defined(__x86_64__)
+// The hand-written switch is for x86-64 ELF (Linux); elsewhere the fibers use ucontext.
+#if defined(__x86_64__) && defined(__ELF__)
+#define MRE_EMU_ASM_SWITCH 1
+#else
 #include <ucontext.h>
 #endif
 
@@ -53,7 +56,7 @@ using std::min;
 namespace emu {
 
 // ---- fibers --------------------------------------------------------------------------------------------------
-#if defined(__x86_64__)
+#if defined(MRE_EMU_ASM_SWITCH)
 // Saves the callee-saved registers and the SSE/x87 control words on the current stack, stores the stack pointer
 // in *from, and resumes the context whose stack pointer is `to`.
 extern "C" void mre_emu_switch(void **from, void *to);
@@ -99,7 +102,7 @@ struct Fiber {
     int linear = 0;
     bool done = false;
     char *mem = nullptr;  // guard page + stack
-#if defined(__x86_64__)
+#if defined(MRE_EMU_ASM_SWITCH)
     void *sp = nullptr;
 #else
     ucontext_t ctx;
@@ -130,7 +133,7 @@ struct Block {
     Group barrier;
     unsigned long progress = 0;  // bumped at every arrival; a scheduler pass without it is a deadlock
     const char *waiting_on = "";
-#if defined(__x86_64__)
+#if defined(MRE_EMU_ASM_SWITCH)
     void *sched_sp = nullptr;
 #else
     ucontext_t sched;
@@ -154,7 +157,7 @@ inline void fail(const char *what) {
 inline void yield() {
     Fiber *f = cur_fiber;
     Block *b = cur_block;
-#if defined(__x86_64__)
+#if defined(MRE_EMU_ASM_SWITCH)
     mre_emu_switch(&f->sp, b->sched_sp);
 #else
     swapcontext(&f->ctx, &b->sched);
@@ -250,7 +253,7 @@ inline void start_fiber(Fiber &f) {
         f.mem = static_cast<char *>(m);
         mprotect(f.mem, PAGE, PROT_NONE);  // a stack overflow faults instead of corrupting memory
     }
-#if defined(__x86_64__)
+#if defined(MRE_EMU_ASM_SWITCH)
     char *top = f.mem + PAGE + STACK_BYTES;
     // What mre_emu_switch pops: the control words, six registers, then the "return address" fiber_main, entered
     // with the stack aligned as after a call.
@@ -302,7 +305,7 @@ inline void run_block(Block &b, dim3 idx, Body body, void *arg) {
             Fiber &f = b.fibers[t];
             if (f.done) continue;
             cur_fiber = &f;
-#if defined(__x86_64__)
+#if defined(MRE_EMU_ASM_SWITCH)
             mre_emu_switch(&b.sched_sp, f.sp);
 #else
             swapcontext(&b.sched, &f.ctx);
