@@ -87,14 +87,14 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
 }
 
 /// A CPU tensor of `shape` with seeded values in [-scale, scale), in `dtype`.
-pub fn input(shape: &[usize], seed: u64, scale: f32, dtype: DType) -> Result<Tensor> {
+fn input(shape: &[usize], seed: u64, scale: f32, dtype: DType) -> Result<Tensor> {
     let n = shape.iter().product();
     let v: Vec<f32> = values(n, seed).into_iter().map(|x| x * scale).collect();
     Tensor::from_vec(v, shape, &Device::Cpu)?.to_dtype(dtype)
 }
 
 /// `got` against `want` with the tolerance of `dtype`.
-pub fn compare(
+fn compare(
     case: String,
     dtype: DType,
     got: &Tensor,
