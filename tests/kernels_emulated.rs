@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 
 use candle_core::{DType, Device, Result, Tensor};
 use half::{bf16, f16};
-use mobile_r1_eval::ops::check::{self, Executor, Ran};
+use mobile_r1_eval::ops::check::{self, DecodeOut, Executor, Ran};
 use mobile_r1_eval::ops::launch::{self, Geometry, SegmentMeta};
 use mobile_r1_eval::ops::{DecodeKv, QkvRope, Varlen};
 
@@ -222,15 +222,6 @@ fn bytes_tensor(b: &[u8], dtype: DType, shape: &[usize]) -> Result<Tensor> {
     }
 }
 
-fn suffix(dtype: DType) -> &'static str {
-    match dtype {
-        DType::F32 => "f32",
-        DType::BF16 => "bf16",
-        DType::F16 => "f16",
-        other => panic!("no kernels for {other:?}"),
-    }
-}
-
 /// A kernel argument, as `cuLaunchKernel` takes them.
 enum Arg {
     Ptr(u64),
@@ -293,7 +284,7 @@ impl Executor for Emulated {
             Arg::I32(cols as i32),
             Arg::F32(eps),
         ];
-        let name = format!("rmsnorm_hf_{}", suffix(x.dtype()));
+        let name = launch::kernel_name("rmsnorm_hf", x.dtype())?;
         self.0.run(&name, launch::rms_norm(rows, cols), &args);
         ran(out.tensor(x.dtype(), x.dims())?)
     }
@@ -316,7 +307,7 @@ impl Executor for Emulated {
             Arg::I32(rows as i32),
             Arg::I32(cols as i32),
         ];
-        let name = format!("swiglu_packed_{}", suffix(gu.dtype()));
+        let name = launch::kernel_name("swiglu_packed", gu.dtype())?;
         self.0.run(&name, launch::rows_cols(rows, cols), &args);
         ran(out.tensor(gu.dtype(), &[rows, cols])?)
     }
@@ -350,12 +341,12 @@ impl Executor for Emulated {
             Arg::I32(a.kv_heads as i32),
             Arg::I32(d as i32),
         ]);
-        let rot = if a.cos.dtype() == dtype {
-            ""
+        let family = if a.cos.dtype() == dtype {
+            "qkv_rope"
         } else {
-            "f32rot_"
+            "qkv_rope_f32rot"
         };
-        let name = format!("qkv_rope_{rot}{}", suffix(dtype));
+        let name = launch::kernel_name(family, dtype)?;
         self.0.run(&name, launch::qkv_rope(n), &args);
         ran((
             q.tensor(dtype, &[n, a.heads, d])?,
@@ -371,7 +362,7 @@ impl Executor for Emulated {
         v_new: &Tensor,
         kv: &[DecodeKv<'_>],
         scale: f32,
-    ) -> Result<Ran<(Tensor, Vec<(Tensor, Tensor)>)>> {
+    ) -> Result<Ran<DecodeOut>> {
         let (b, heads, d) = q.dims3()?;
         let kv_heads = k_new.dim(1)?;
         let dtype = q.dtype();
@@ -407,7 +398,7 @@ impl Executor for Emulated {
             Arg::I32((heads / kv_heads) as i32),
             Arg::F32(scale),
         ]);
-        let name = format!("decode_attn_d{}_{}", d / 32, suffix(dtype));
+        let name = launch::kernel_name(&launch::decode_family(d)?, dtype)?;
         self.0.run(&name, launch::decode(b, kv_heads), &args);
         let written = caches
             .iter()
@@ -475,7 +466,7 @@ impl Executor for Emulated {
             Arg::F32(a.scale),
         ];
         let kind = if mma { "mma" } else { "attn" };
-        let name = format!("varlen_{kind}_d{d}_{}", suffix(dtype));
+        let name = launch::kernel_name(&format!("varlen_{kind}_d{d}"), dtype)?;
         self.0.run(&name, launch::varlen(tiles, heads, mma), &args);
         ran(out.tensor(dtype, a.q.dims())?)
     }
@@ -496,7 +487,7 @@ impl Emulated {
             Arg::I32(rows as i32),
             Arg::I32(cols as i32),
         ]);
-        let name = format!("{op}_{}", suffix(operands[0].dtype()));
+        let name = launch::kernel_name(op, operands[0].dtype())?;
         self.0.run(&name, launch::rows_cols(rows, cols), &args);
         ran(out.tensor(operands[0].dtype(), &[rows, cols])?)
     }

@@ -2,7 +2,27 @@
 //! metadata. Shared by the CUDA launchers (`src/ops/cuda/`) and the CPU emulation of the kernels
 //! (`tests/kernels_emulated.rs`), so that the emulated launches are the real ones. No CUDA needed.
 
-use candle_core::{bail, Result};
+use candle_core::{bail, DType, Result};
+
+/// The entry point of kernel family `base` for tensors of `dtype`: `base_f32`, `base_bf16` or `base_f16`.
+pub fn kernel_name(base: &str, dtype: DType) -> Result<String> {
+    let suffix = match dtype {
+        DType::F32 => "f32",
+        DType::BF16 => "bf16",
+        DType::F16 => "f16",
+        other => bail!("no fused kernel for dtype {other:?}"),
+    };
+    Ok(format!("{base}_{suffix}"))
+}
+
+/// The decode attention family for `head_dim`: `decode_attn_d{1,2,4}` (each lane holds head_dim / 32 values), for
+/// head_dim 32, 64 or 128.
+pub fn decode_family(head_dim: usize) -> Result<String> {
+    match head_dim {
+        32 | 64 | 128 => Ok(format!("decode_attn_d{}", head_dim / 32)),
+        _ => bail!("decode_attention: head_dim {head_dim} has no kernel"),
+    }
+}
 
 /// Grid and block dimensions of one launch (x, y, z).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,5 +202,16 @@ mod tests {
         assert_eq!(rows_cols(70_000, 100_000).grid, (64, 65_535, 1));
         assert_eq!(varlen_tile_rows(true), 64);
         assert_eq!(varlen(2, 3, true).block, (128, 1, 1));
+    }
+
+    #[test]
+    fn kernel_names_follow_the_entry_points() {
+        assert_eq!(
+            kernel_name("rmsnorm_hf", DType::BF16).unwrap(),
+            "rmsnorm_hf_bf16"
+        );
+        assert!(kernel_name("rmsnorm_hf", DType::U8).is_err());
+        assert_eq!(decode_family(64).unwrap(), "decode_attn_d2");
+        assert!(decode_family(80).is_err());
     }
 }

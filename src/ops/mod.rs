@@ -83,11 +83,18 @@ fn on_kernel_path(device: &Device, dtype: DType) -> bool {
         && kernels_enabled()
 }
 
+/// [`on_kernel_path`] for an op's main operand `t`, which must not be empty (an empty input takes the composed
+/// path instead of launching an empty grid).
+#[cfg(feature = "cuda")]
+fn kernel_for(t: &Tensor) -> bool {
+    on_kernel_path(t.device(), t.dtype()) && t.elem_count() > 0
+}
+
 /// Qwen2 RMSNorm in transformers' order over the last dimension of `x`: normalise in f32, round to `x`'s
 /// dtype, multiply by `w` (same dtype as `x`).
 pub fn rms_norm_hf(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
-    if on_kernel_path(x.device(), x.dtype()) && w.dtype() == x.dtype() && x.elem_count() > 0 {
+    if kernel_for(x) && w.dtype() == x.dtype() {
         return cuda::rms_norm_hf(x, w, eps);
     }
     reference::rms_norm_hf(x, w, eps)
@@ -96,7 +103,7 @@ pub fn rms_norm_hf(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
 /// `y + b` over the last dimension (a Linear layer's bias), rounded to the dtype.
 pub fn bias_add(y: &Tensor, b: &Tensor) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
-    if on_kernel_path(y.device(), y.dtype()) && b.dtype() == y.dtype() && y.elem_count() > 0 {
+    if kernel_for(y) && b.dtype() == y.dtype() {
         return cuda::bias_op("bias_add", &[y], &[b]);
     }
     reference::bias_add(y, b)
@@ -106,10 +113,7 @@ pub fn bias_add(y: &Tensor, b: &Tensor) -> Result<Tensor> {
 /// bias (2·I), if any, is added first (the vision MLP has one, the text MLP not). Returns (rows, I).
 pub fn swiglu_packed(gu: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
-    if on_kernel_path(gu.device(), gu.dtype())
-        && bias.is_none_or(|b| b.dtype() == gu.dtype())
-        && gu.elem_count() > 0
-    {
+    if kernel_for(gu) && bias.is_none_or(|b| b.dtype() == gu.dtype()) {
         return cuda::swiglu_packed(gu, bias);
     }
     if kernels_enabled()
@@ -139,11 +143,7 @@ fn swiglu_out_shape(gu: &Tensor, bias: Option<&Tensor>) -> Result<Vec<usize>> {
 /// `r + (y + b)`, each op rounded to the dtype: a biased projection closing a residual branch.
 pub fn bias_residual(y: &Tensor, b: &Tensor, r: &Tensor) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
-    if on_kernel_path(y.device(), y.dtype())
-        && b.dtype() == y.dtype()
-        && r.dtype() == y.dtype()
-        && y.elem_count() > 0
-    {
+    if kernel_for(y) && b.dtype() == y.dtype() && r.dtype() == y.dtype() {
         return cuda::bias_op("bias_residual", &[y, r], &[b]);
     }
     reference::bias_residual(y, b, r)
@@ -198,8 +198,7 @@ impl QkvRope<'_> {
 /// dtype for the text model (each op rounded to it), f32 for the vision tower (rounded once at the end).
 pub fn qkv_rope(a: QkvRope<'_>) -> Result<(Tensor, Tensor, Tensor)> {
     #[cfg(feature = "cuda")]
-    if on_kernel_path(a.y.device(), a.y.dtype())
-        && a.y.elem_count() > 0
+    if kernel_for(a.y)
         && a.bias.dtype() == a.y.dtype()
         && a.sin.dtype() == a.cos.dtype()
         && (a.cos.dtype() == a.y.dtype() || a.cos.dtype() == DType::F32)

@@ -2,7 +2,7 @@
 
 use candle_core::{DType, Device, Result, Tensor};
 
-use super::{Executor, Ran};
+use super::{DecodeOut, Executor, Ran};
 use crate::ops::{self, DecodeKv, QkvRope, Varlen, VarlenSeg};
 
 /// The fused ops on this device (inputs copied there, outputs left there).
@@ -83,7 +83,7 @@ impl Executor for OnDevice<'_> {
         v_new: &Tensor,
         kv: &[DecodeKv<'_>],
         scale: f32,
-    ) -> Result<Ran<(Tensor, Vec<(Tensor, Tensor)>)>> {
+    ) -> Result<Ran<DecodeOut>> {
         // Fresh buffers on the device: the op writes the new position into them.
         let bufs: Vec<(Tensor, Tensor)> = kv
             .iter()

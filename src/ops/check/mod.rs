@@ -18,6 +18,9 @@ pub struct Ran<T> {
     pub kernel: bool,
 }
 
+/// A decode attention's output and the K/V buffers after the step.
+pub type DecodeOut = (Tensor, Vec<(Tensor, Tensor)>);
+
 /// What runs the fused ops for [`run_with`]. Inputs are CPU tensors; outputs may live on any device.
 pub trait Executor {
     /// Whether the tensor-core varlen kernel exists for `dtype` here (then both varlen kernels are checked).
@@ -34,7 +37,6 @@ pub trait Executor {
     fn qkv_rope(&self, a: QkvRope<'_>) -> Result<Ran<(Tensor, Tensor, Tensor)>>;
     /// [`super::decode_attention`] over `kv` (CPU buffers, left unchanged); returns the output and every buffer
     /// after the step (the new position written), in the order of `kv`.
-    #[allow(clippy::type_complexity)]
     fn decode_attention(
         &self,
         q: &Tensor,
@@ -42,7 +44,7 @@ pub trait Executor {
         v_new: &Tensor,
         kv: &[DecodeKv<'_>],
         scale: f32,
-    ) -> Result<Ran<(Tensor, Vec<(Tensor, Tensor)>)>>;
+    ) -> Result<Ran<DecodeOut>>;
     /// [`super::varlen_attention`]; `mma` asks for the tensor-core kernel (only when [`Executor::has_mma`]).
     fn varlen_attention(&self, a: Varlen<'_>, mma: bool) -> Result<Ran<Tensor>>;
 }

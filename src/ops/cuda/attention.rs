@@ -6,7 +6,7 @@ use candle_core::cuda_backend::{CudaDType, WrapErr};
 use candle_core::{bail, CudaDevice, DType, Result, Storage, Tensor};
 use half::{bf16, f16};
 
-use super::{config, cuda_device, kernel, launch, suffix, tensor_of, with_view};
+use super::{config, cuda_device, kernel, launch, tensor_of, with_view};
 use crate::ops::{DecodeKv, Varlen};
 
 /// The per-step tables of the fused decode attention, uploaded once per decode step for all layers: each
@@ -167,16 +167,10 @@ fn decode_t<T: CudaDType + DeviceRepr>(tables: &DecodeTables, c: DecodeCall<'_>)
             tables.dims
         );
     }
-    let dl = match d {
-        32 => 1,
-        64 => 2,
-        128 => 4,
-        _ => bail!("decode_attention: head_dim {d} has no kernel"),
-    };
     let rows = layer * b..(layer + 1) * b;
     let (kp, vp) = (tables.k_ptrs.slice(rows.clone()), tables.v_ptrs.slice(rows));
     let (q, k_new, v_new) = (q.contiguous()?, k_new.contiguous()?, v_new.contiguous()?);
-    let name = format!("decode_attn_d{dl}_{}", suffix(q.dtype())?);
+    let name = launch::kernel_name(&launch::decode_family(d)?, q.dtype())?;
     let func = kernel(&dev, &name)?;
     let out = unsafe { dev.alloc::<T>(q.elem_count())? };
     with_view::<T, _>(&q, |qs| {
@@ -272,7 +266,7 @@ fn varlen_t<T: CudaDType + DeviceRepr>(a: Varlen<'_>, mma: bool) -> Result<Tenso
     let ptrs = dev.clone_htod(&[ptrs_k, ptrs_v].concat())?;
     let (q, k, v) = (word_aligned(q)?, word_aligned(k)?, word_aligned(v)?);
     let kind = if mma { "mma" } else { "attn" };
-    let name = format!("varlen_{kind}_d{d}_{}", suffix(q.dtype())?);
+    let name = launch::kernel_name(&format!("varlen_{kind}_d{d}"), q.dtype())?;
     let func = kernel(&dev, &name)?;
     with_view::<T, _>(&q, |qs| {
         with_view::<T, _>(&k, |ks| {

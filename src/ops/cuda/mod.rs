@@ -69,16 +69,6 @@ fn kernel(dev: &CudaDevice, name: &str) -> Result<Kernel> {
     Ok(Kernel { func, stream })
 }
 
-/// Kernel-name suffix of a dtype.
-fn suffix(dtype: DType) -> Result<&'static str> {
-    Ok(match dtype {
-        DType::F32 => "f32",
-        DType::BF16 => "bf16",
-        DType::F16 => "f16",
-        other => bail!("no fused kernel for dtype {other:?}"),
-    })
-}
-
 /// The CUDA device of `t`.
 fn cuda_device(t: &Tensor) -> Result<CudaDevice> {
     match t.device() {
@@ -138,7 +128,7 @@ fn rms_norm_t<T: CudaDType + DeviceRepr>(x: &Tensor, w: &Tensor, eps: f32) -> Re
         bail!("rms_norm_hf: weight {:?} for rows of {cols}", w.dims());
     }
     let rows = x.elem_count() / cols.max(1);
-    let func = kernel(&dev, &format!("rmsnorm_hf_{}", suffix(x.dtype())?))?;
+    let func = kernel(&dev, &launch::kernel_name("rmsnorm_hf", x.dtype())?)?;
     let out = unsafe { dev.alloc::<T>(x.elem_count())? };
     with_view::<T, _>(&x, |xs| {
         with_view::<T, _>(w, |ws| {
@@ -184,7 +174,7 @@ fn swiglu_packed_t<T: CudaDType + DeviceRepr>(
     let shape = super::swiglu_out_shape(&gu, bias)?;
     let cols = *shape.last().expect("rank ≥ 1");
     let rows = gu.elem_count() / (2 * cols).max(1);
-    let func = kernel(&dev, &format!("swiglu_packed_{}", suffix(gu.dtype())?))?;
+    let func = kernel(&dev, &launch::kernel_name("swiglu_packed", gu.dtype())?)?;
     let out = unsafe { dev.alloc::<T>(rows * cols)? };
     if rows > 0 && cols > 0 {
         let has_bias = i32::from(bias.is_some());
@@ -256,7 +246,7 @@ fn bias_t<T: CudaDType + DeviceRepr>(
             .ok_or_else(|| candle_core::Error::Msg(format!("{op}: non-contiguous operand")))?;
         views.push(cs.as_cuda_slice::<T>()?.slice(start..end));
     }
-    let func = kernel(&dev, &format!("{op}_{}", suffix(full[0].dtype())?))?;
+    let func = kernel(&dev, &launch::kernel_name(op, full[0].dtype())?)?;
     let out = unsafe { dev.alloc::<T>(shape.elem_count())? };
     if rows == 0 || cols == 0 {
         return Ok(tensor_of(out, &dev, shape));
@@ -299,12 +289,12 @@ fn qkv_rope_t<T: CudaDType + DeviceRepr, C: CudaDType + DeviceRepr>(
         cos.contiguous()?,
         sin.contiguous()?,
     );
-    let rot = if cos.dtype() == y.dtype() {
-        ""
+    let family = if cos.dtype() == y.dtype() {
+        "qkv_rope"
     } else {
-        "f32rot_"
+        "qkv_rope_f32rot"
     };
-    let func = kernel(&dev, &format!("qkv_rope_{rot}{}", suffix(y.dtype())?))?;
+    let func = kernel(&dev, &launch::kernel_name(family, y.dtype())?)?;
     let q = unsafe { dev.alloc::<T>(n * heads * d)? };
     let k = unsafe { dev.alloc::<T>(n * kv_heads * d)? };
     let v = unsafe { dev.alloc::<T>(n * kv_heads * d)? };
