@@ -58,6 +58,9 @@ pub fn shard_names(index_json: &str) -> Result<Vec<String>, ModelError> {
     Ok(names)
 }
 
+/// Retries of a broken download; each resumes from the bytes already on disk (`hf-hub` backs off 300 ms, doubling).
+pub const DOWNLOAD_RETRIES: usize = 4;
+
 impl ModelFiles {
     /// Resolve `spec`: an existing folder, else a hub repo id (`org/name`).
     pub fn resolve(spec: &str) -> Result<Self, ModelError> {
@@ -116,6 +119,7 @@ impl ModelFiles {
     pub fn from_hub(repo_id: &str) -> Result<Self, ModelError> {
         let api = hf_hub::api::sync::ApiBuilder::from_env()
             .with_progress(true)
+            .with_retries(DOWNLOAD_RETRIES)
             .build()
             .map_err(|e| files_err(format!("hub client: {e}")))?;
         let repo = api.model(repo_id.to_string());
@@ -126,7 +130,10 @@ impl ModelFiles {
         let fetch = |name: &str| -> Result<Option<PathBuf>, ModelError> {
             match repo.get(name) {
                 Ok(p) => Ok(Some(p)),
-                Err(e) if OPTIONAL.contains(&name) || name == "model.safetensors" => {
+                Err(e)
+                    if is_not_found(&e)
+                        && (OPTIONAL.contains(&name) || name == "model.safetensors") =>
+                {
                     tracing::debug!("{repo_id}/{name}: {e}");
                     Ok(None)
                 }
@@ -171,6 +178,11 @@ impl ModelFiles {
             generation_config: generation_config?,
         })
     }
+}
+
+/// The Hub answered 404: the file is not in the repo (anything else, a dropped connection say, is an error).
+fn is_not_found(e: &hf_hub::api::sync::ApiError) -> bool {
+    matches!(e, hf_hub::api::sync::ApiError::RequestError(r) if matches!(**r, ureq::Error::Status(404, _)))
 }
 
 /// `HF_HUB_OFFLINE` set to a true value (`1`, `true`, `yes`, `on`).
