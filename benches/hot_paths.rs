@@ -97,22 +97,10 @@ fn model_paths(c: &mut Criterion) {
         b.iter(|| model.encode_images(&[&input.images[0]], None).unwrap())
     });
     c.bench_function("tiny_prefill_448x896", |b| {
-        b.iter(|| {
-            model
-                .prefill(&[PrefillRequest {
-                    input: &input,
-                    prefix: None,
-                }])
-                .unwrap()
-        })
+        b.iter(|| model.prefill(&[PrefillRequest::new(&input)]).unwrap())
     });
     for batch in [1usize, 8] {
-        let reqs: Vec<_> = (0..batch)
-            .map(|_| PrefillRequest {
-                input: &input,
-                prefix: None,
-            })
-            .collect();
+        let reqs: Vec<_> = (0..batch).map(|_| PrefillRequest::new(&input)).collect();
         let (caches, _) = model.prefill(&reqs).unwrap();
         c.bench_function(&format!("tiny_decode_step_batch{batch}"), |b| {
             b.iter_batched(

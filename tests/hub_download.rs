@@ -1,22 +1,22 @@
-//! `--model org/name` fetched over HTTP into the Hugging Face cache, against a stand-in for the Hub on the loopback
-//! interface (`HF_ENDPOINT`; no network): a single-file and a sharded checkpoint download and reproduce the golden
-//! tokens, a dropped connection resumes where it stopped, a missing optional file is skipped, the cached copy then serves `HF_HUB_OFFLINE=1` runs without a
-//! request, and an unknown repo or a missing shard is a clear error.
+//! `--model org/name` through the binary. Fetched over HTTP into the Hugging Face cache, against a stand-in for
+//! the Hub on the loopback interface (`HF_ENDPOINT`; no network): a single-file and a sharded checkpoint download
+//! and reproduce the golden tokens, a dropped connection resumes where it stopped, a missing optional file is
+//! skipped, the cached copy then serves `HF_HUB_OFFLINE=1` runs without a request, and an unknown repo or a
+//! missing shard is a clear error. Offline: a cache laid out by Python's `huggingface_hub` (no blobs), and a
+//! clear error for a repo that is not cached.
+
+mod model_support;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
 
-const COMMIT: &str = "89abcdef0123456789abcdef0123456789abcdef";
+use model_support::{fixture, generate_json, golden_case, json_u64s};
 
-fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(rel)
-}
+const COMMIT: &str = "89abcdef0123456789abcdef0123456789abcdef";
 
 /// repo id → file name → contents.
 type Repos = HashMap<String, HashMap<String, Vec<u8>>>;
@@ -160,31 +160,9 @@ fn tiny_a_sharded() -> HashMap<String, Vec<u8>> {
     files
 }
 
-struct Golden {
-    image: PathBuf,
-    text: String,
-    ids: Vec<u64>,
-}
-
-fn golden() -> Golden {
-    let meta: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture("goldens/tiny-a.json")).unwrap())
-            .unwrap();
-    Golden {
-        image: fixture(meta["image"].as_str().unwrap()),
-        text: meta["text"].as_str().unwrap().to_string(),
-        ids: meta["generated_ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_u64().unwrap())
-            .collect(),
-    }
-}
-
 /// `generate --model {repo}` with the golden prompt, against `hub` (or offline when `hub` is `None`).
 fn generate(repo: &str, home: &Path, hub: Option<&MockHub>) -> Output {
-    let g = golden();
+    let g = golden_case("tiny-a", None);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_mobile-r1-eval"));
     cmd.arg("generate")
         .args(["--model", repo, "--prompt", &g.text, "--image"])
@@ -205,19 +183,11 @@ fn generate(repo: &str, home: &Path, hub: Option<&MockHub>) -> Output {
 }
 
 fn assert_golden(out: &Output) {
-    assert!(
-        out.status.success(),
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let v = generate_json(out);
+    assert_eq!(
+        json_u64s(&v["token_ids"]),
+        golden_case("tiny-a", None).ids[..8]
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
-    let got: Vec<u64> = v["token_ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap())
-        .collect();
-    assert_eq!(got, golden().ids[..8]);
 }
 
 fn fetched(hub: &MockHub, repo: &str) -> Vec<String> {
@@ -320,4 +290,28 @@ fn hub_errors_name_the_repo_and_the_file() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(want), "want `{want}` in: {err}");
     }
+}
+
+#[test]
+fn hub_ids_resolve_from_a_python_made_offline_cache() {
+    let home = tempfile::tempdir().unwrap();
+    let repo = home.path().join("hub/models--test--tiny");
+    let rev = "0123456789abcdef0123456789abcdef01234567";
+    let snap = repo.join("snapshots").join(rev);
+    std::fs::create_dir_all(&snap).unwrap();
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    std::fs::write(repo.join("refs/main"), rev).unwrap();
+    for e in std::fs::read_dir(fixture("models/tiny-a")).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, snap.join(p.file_name().unwrap())).unwrap();
+    }
+    assert_golden(&generate("test/tiny", home.path(), None));
+
+    let out = generate("test/absent", home.path(), None);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("test/absent") && err.contains("HF_HUB_OFFLINE"),
+        "{err}"
+    );
 }

@@ -49,13 +49,7 @@ fn every_stage_matches_golden() {
     let input = golden_input(&gold, "");
     let mut trace = Trace::default();
     let (caches, logits) = model
-        .prefill_traced(
-            &[PrefillRequest {
-                input: &input,
-                prefix: None,
-            }],
-            Some(&mut trace),
-        )
+        .prefill_traced(&[PrefillRequest::new(&input)], Some(&mut trace))
         .unwrap();
     assert_close(
         "vision.patch_embed",
@@ -167,10 +161,7 @@ fn hub_style_config_gives_same_logits() {
     let nested = load_model("tiny-a");
     assert_eq!(hub.config(), nested.config());
     let input = golden_input(&gold, "");
-    let req = [PrefillRequest {
-        input: &input,
-        prefix: None,
-    }];
+    let req = [PrefillRequest::new(&input)];
     let (_, a) = hub.prefill(&req).unwrap();
     let (_, b) = nested.prefill(&req).unwrap();
     let d = max_abs(&a, &b);

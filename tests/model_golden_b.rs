@@ -18,13 +18,7 @@ fn each_prompt_matches_golden_stages() {
         let input = golden_input(&gold, p);
         let mut trace = Trace::default();
         let (_, logits) = model
-            .prefill_traced(
-                &[PrefillRequest {
-                    input: &input,
-                    prefix: None,
-                }],
-                Some(&mut trace),
-            )
+            .prefill_traced(&[PrefillRequest::new(&input)], Some(&mut trace))
             .unwrap();
         let s = input.input_ids.len();
         let want = i64s(g(&gold, &format!("{p}position_ids")));
@@ -123,13 +117,7 @@ fn greedy_ids_and_top5_match_golden_alone_and_batched() {
 fn batched_prefill_and_ragged_decode_equal_single() {
     let model = load_model("tiny-b");
     let inputs = inputs();
-    let reqs: Vec<PrefillRequest<'_>> = inputs
-        .iter()
-        .map(|i| PrefillRequest {
-            input: i,
-            prefix: None,
-        })
-        .collect();
+    let reqs: Vec<PrefillRequest<'_>> = inputs.iter().map(PrefillRequest::new).collect();
     let (mut bc, bl) = model.prefill(&reqs).unwrap();
     let mut singles: Vec<(SeqCache, candle_core::Tensor)> = reqs
         .iter()
@@ -173,13 +161,7 @@ fn prefix_cache_continuation_equals_full_prefill() {
         })
         .collect();
     let (mut with, lw) = model.prefill(&reqs).unwrap();
-    let full: Vec<PrefillRequest<'_>> = inputs
-        .iter()
-        .map(|i| PrefillRequest {
-            input: i,
-            prefix: None,
-        })
-        .collect();
+    let full: Vec<PrefillRequest<'_>> = inputs.iter().map(PrefillRequest::new).collect();
     let (mut without, lf) = model.prefill(&full).unwrap();
     let d = max_abs(&lw, &lf);
     eprintln!("prefix-cache vs full prefill logits: {d:.3e}");
@@ -198,12 +180,7 @@ fn prefix_cache_continuation_equals_full_prefill() {
 fn cloned_cache_is_copy_on_write() {
     let model = load_model("tiny-b");
     let inputs = inputs();
-    let (mut c, _) = model
-        .prefill(&[PrefillRequest {
-            input: &inputs[1],
-            prefix: None,
-        }])
-        .unwrap();
+    let (mut c, _) = model.prefill(&[PrefillRequest::new(&inputs[1])]).unwrap();
     let mut a = c.remove(0);
     let mut b = a.clone();
     let la = model.decode(&[100], &mut [&mut a]).unwrap();
@@ -213,10 +190,7 @@ fn cloned_cache_is_copy_on_write() {
     let lb2 = model.decode(&[8], &mut [&mut b]).unwrap();
     let la3 = model.decode(&[9], &mut [&mut a]).unwrap();
     let mut fresh = model
-        .prefill(&[PrefillRequest {
-            input: &inputs[1],
-            prefix: None,
-        }])
+        .prefill(&[PrefillRequest::new(&inputs[1])])
         .unwrap()
         .0
         .remove(0);
@@ -238,13 +212,7 @@ fn padded_decode_equals_per_sequence_decode() {
     let gold = goldens("tiny-b");
     let mut model = load_model("tiny-b");
     let inputs = inputs();
-    let reqs: Vec<PrefillRequest<'_>> = inputs
-        .iter()
-        .map(|i| PrefillRequest {
-            input: i,
-            prefix: None,
-        })
-        .collect();
+    let reqs: Vec<PrefillRequest<'_>> = inputs.iter().map(PrefillRequest::new).collect();
     let (mut a, _) = model.prefill(&reqs).unwrap();
     let mut b = a.clone();
     // Give one cache spare capacity so both the view and the zero-padding branch run.

@@ -79,10 +79,7 @@ fn budgeted_forward_equals_default() {
     let gold = goldens("tiny-a");
     let mut model = load_model("tiny-a");
     let input = golden_input(&gold, "");
-    let req = [PrefillRequest {
-        input: &input,
-        prefix: None,
-    }];
+    let req = [PrefillRequest::new(&input)];
     let (_, a) = model.prefill(&req).unwrap();
     model.set_attention_budget(3000);
     let (_, b) = model.prefill(&req).unwrap();
@@ -236,12 +233,7 @@ fn bf16_cpu_forward_runs_and_stays_close() {
     let files = ModelFiles::from_dir(&fixture("models/tiny-a")).unwrap();
     let m = Qwen25VL::load(&files, &Device::Cpu, DType::BF16).unwrap();
     let input = golden_input(&gold, "");
-    let (_, logits) = m
-        .prefill(&[PrefillRequest {
-            input: &input,
-            prefix: None,
-        }])
-        .unwrap();
+    let (_, logits) = m.prefill(&[PrefillRequest::new(&input)]).unwrap();
     assert_eq!(logits.dtype(), DType::F32);
     let d = max_abs(&logits, g(&gold, "text.logits_last"));
     eprintln!("bf16 vs f32 golden logits: {d:.3e}");

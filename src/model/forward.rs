@@ -295,10 +295,7 @@ impl Qwen25VL {
             input_ids: ids.to_vec(),
             images: Vec::new(),
         };
-        let (mut caches, _) = self.prefill(&[PrefillRequest {
-            input: &input,
-            prefix: None,
-        }])?;
+        let (mut caches, _) = self.prefill(&[PrefillRequest::new(&input)])?;
         Ok(caches.remove(0))
     }
 }

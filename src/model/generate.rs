@@ -97,13 +97,7 @@ impl Qwen25VL {
         if inputs.is_empty() || opts.max_new_tokens == 0 {
             return Ok(gens);
         }
-        let reqs: Vec<PrefillRequest<'_>> = inputs
-            .iter()
-            .map(|i| PrefillRequest {
-                input: i,
-                prefix: None,
-            })
-            .collect();
+        let reqs: Vec<PrefillRequest<'_>> = inputs.iter().map(|i| PrefillRequest::new(i)).collect();
         let (mut caches, mut logits) = self.prefill(&reqs)?;
         for c in caches.iter_mut() {
             c.reserve(opts.max_new_tokens)?;

@@ -64,6 +64,16 @@ pub struct PrefillRequest<'a> {
     pub prefix: Option<&'a SeqCache>,
 }
 
+impl<'a> PrefillRequest<'a> {
+    /// A request for `input` without a cached prefix.
+    pub fn new(input: &'a ModelInput) -> Self {
+        Self {
+            input,
+            prefix: None,
+        }
+    }
+}
+
 /// Intermediate outputs recorded by [`Qwen25VL::prefill_traced`] (for golden tests and debugging).
 #[derive(Debug, Default, Clone)]
 pub struct Trace {

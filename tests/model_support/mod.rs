@@ -32,6 +32,49 @@ pub fn golden_meta(name: &str) -> serde_json::Value {
     .unwrap()
 }
 
+/// A golden prompt of `goldens/{model}.json` (`case` for tiny-b's "p0", "p1", ...): image path, text, the greedy
+/// ids transformers generated and the prompt length.
+pub struct GoldenCase {
+    pub image: PathBuf,
+    pub text: String,
+    pub ids: Vec<u64>,
+    pub n_input_ids: u64,
+}
+
+/// The golden prompt `case` of `model` (`None` for tiny-a's single case).
+pub fn golden_case(model: &str, case: Option<&str>) -> GoldenCase {
+    let meta = golden_meta(model);
+    let c = match case {
+        Some(c) => &meta["cases"][c],
+        None => &meta,
+    };
+    GoldenCase {
+        image: fixture(c["image"].as_str().unwrap()),
+        text: c["text"].as_str().unwrap().to_string(),
+        ids: json_u64s(&c["generated_ids"]),
+        n_input_ids: c["n_input_ids"].as_u64().unwrap(),
+    }
+}
+
+/// A JSON array of unsigned integers.
+pub fn json_u64s(v: &serde_json::Value) -> Vec<u64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect()
+}
+
+/// The JSON object a successful `generate --json` run printed (panics with its stderr otherwise).
+pub fn generate_json(out: &std::process::Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
 /// Load a fixture model in f32 on the CPU.
 pub fn load_model(name: &str) -> Qwen25VL {
     let files = ModelFiles::from_dir(&fixture(&format!("models/{name}"))).expect("files");
