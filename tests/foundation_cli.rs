@@ -12,6 +12,14 @@ fn run(args: &[&str]) -> Output {
         .expect("binary runs")
 }
 
+/// `score --data DATA --predictions PREDS` plus `extra`.
+fn score(data: &Path, preds: &Path, extra: &[&str]) -> Output {
+    let (data, preds) = (data.to_str().unwrap(), preds.to_str().unwrap());
+    let mut args = vec!["score", "--data", data, "--predictions", preds];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
 fn text(o: &Output) -> String {
     format!(
         "{}{}",
@@ -33,15 +41,7 @@ fn score_small_fixture_end_to_end() {
     let out = tempfile::tempdir().unwrap();
     let data = small();
     let preds = data.join("predictions.jsonl");
-    let o = run(&[
-        "score",
-        "--data",
-        data.to_str().unwrap(),
-        "--predictions",
-        preds.to_str().unwrap(),
-        "--out",
-        out.path().to_str().unwrap(),
-    ]);
+    let o = score(&data, &preds, &["--out", out.path().to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o));
     let t = text(&o);
     assert!(
@@ -62,17 +62,11 @@ fn score_small_fixture_end_to_end() {
     assert_eq!(steps.lines().count(), 7);
     assert!(out.path().join("summary.md").is_file());
 
-    let o = run(&[
-        "score",
-        "--data",
-        data.to_str().unwrap(),
-        "--predictions",
-        preds.to_str().unwrap(),
-        "--out",
-        out.path().to_str().unwrap(),
-        "--rules",
-        "qwen-ac",
-    ]);
+    let o = score(
+        &data,
+        &preds,
+        &["--out", out.path().to_str().unwrap(), "--rules", "qwen-ac"],
+    );
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(metrics(out.path())["args_errors"], 2);
 }
@@ -81,15 +75,7 @@ fn score_small_fixture_end_to_end() {
 fn unknown_rules_and_bad_data_fail_clearly() {
     let data = small();
     let preds = data.join("predictions.jsonl");
-    let o = run(&[
-        "score",
-        "--data",
-        data.to_str().unwrap(),
-        "--predictions",
-        preds.to_str().unwrap(),
-        "--rules",
-        "strict",
-    ]);
+    let o = score(&data, &preds, &["--rules", "strict"]);
     assert!(!o.status.success());
     assert!(text(&o).contains("qwen-ac"), "{}", text(&o));
     let dir = tempfile::tempdir().unwrap();
@@ -130,15 +116,7 @@ fn sample_validate_and_score_gold_responses() {
     let pf = dir.path().join("preds.jsonl");
     std::fs::write(&pf, preds).unwrap();
     let out = dir.path().join("out");
-    let o = run(&[
-        "score",
-        "--data",
-        bench.to_str().unwrap(),
-        "--predictions",
-        pf.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let o = score(&bench, &pf, &["--out", out.to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o));
     let m = metrics(&out);
     assert_eq!(m["accuracy"], 100.0, "{m}");

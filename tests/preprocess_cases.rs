@@ -169,22 +169,21 @@ fn preprocess_cases_bit_exact_both_backends() {
     }
 }
 
+/// A JSON array of sizes.
+fn usizes(v: &serde_json::Value) -> Vec<usize> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as usize)
+        .collect()
+}
+
 #[test]
 fn smart_resize_matches_every_case() {
     let meta = meta();
     for (name, case) in meta["cases"].as_object().unwrap() {
-        let hw: Vec<usize> = case["image_size_hw"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_u64().unwrap() as usize)
-            .collect();
-        let want: Vec<usize> = case["resized_hw"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_u64().unwrap() as usize)
-            .collect();
+        let hw = usizes(&case["image_size_hw"]);
+        let want = usizes(&case["resized_hw"]);
         let got = smart_resize(
             hw[0],
             hw[1],
@@ -201,12 +200,7 @@ fn smart_resize_matches_every_case() {
 fn aspect_ratio_errors() {
     let meta = meta();
     for (name, case) in meta["error_cases"].as_object().unwrap() {
-        let hw: Vec<usize> = case["image_size_hw"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_u64().unwrap() as usize)
-            .collect();
+        let hw = usizes(&case["image_size_hw"]);
         let err = smart_resize(hw[0], hw[1], 28, 3136, 12_845_056).expect_err(name);
         assert!(err.to_string().contains("aspect ratio"), "{name}: {err}");
     }
