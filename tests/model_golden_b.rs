@@ -247,3 +247,54 @@ fn padded_decode_equals_per_sequence_decode() {
         );
     }
 }
+
+/// The engine's continuous batcher (what `eval` runs) gives transformers' greedy ids: two sequences at a time, so
+/// the third prompt is prefilled while the first two decode or after they leave, with the three prompts' common
+/// text prefix computed once and shared from the prefix cache.
+#[test]
+fn continuous_batcher_matches_golden_greedy_ids() {
+    use mobile_r1_eval::engine::batcher::{Batcher, GenRequest};
+    use mobile_r1_eval::engine::progress::PhaseStats;
+    use mobile_r1_eval::engine::scheduler::BatchLimits;
+    let gold = goldens("tiny-b");
+    let model = load_model("tiny-b");
+    let inputs = inputs();
+    let image_token = model.config().image_token_id;
+    let shared = (0..inputs[0].input_ids.len())
+        .take_while(|&i| {
+            let t = inputs[0].input_ids[i];
+            t != image_token && inputs.iter().all(|x| x.input_ids.get(i) == Some(&t))
+        })
+        .count();
+    assert!(shared > 0, "the golden prompts share a text prefix");
+    let requests = inputs
+        .into_iter()
+        .enumerate()
+        .map(|(id, input)| GenRequest {
+            id,
+            input,
+            prefix_len: shared,
+        });
+    let limits = BatchLimits {
+        max_seqs: 2,
+        max_batch_tokens: 1_000_000,
+        max_new_tokens: 10,
+    };
+    let mut stats = PhaseStats::default();
+    let mut got = vec![None; CASES.len()];
+    Batcher::new(&model, limits)
+        .run(requests, &mut stats, |r, _| {
+            got[r.id] = Some(r.token_ids);
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(stats.prefix_cached_tokens, shared * CASES.len());
+    let eos = &model.config().eos_token_ids;
+    for (i, p) in CASES.iter().enumerate() {
+        let want: Vec<u32> = ids(g(&gold, &format!("{p}gen.ids")))
+            .into_iter()
+            .take_while(|t| !eos.contains(t))
+            .collect();
+        assert_eq!(got[i].as_deref(), Some(want.as_slice()), "{p}");
+    }
+}
