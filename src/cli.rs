@@ -218,10 +218,25 @@ pub fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_chain(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error and its causes joined with `: `, each cause left out when the message before it already ends with it
+/// (library errors such as `"{path}: {source}"` print their source themselves).
+pub fn error_chain(e: &anyhow::Error) -> String {
+    let mut msg = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if msg.is_empty() {
+            msg = text;
+        } else if !msg.ends_with(&text) {
+            msg = format!("{msg}: {text}");
+        }
+    }
+    msg
 }
 
 /// Dispatch a parsed command line.

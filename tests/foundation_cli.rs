@@ -87,6 +87,12 @@ fn unknown_rules_and_bad_data_fail_clearly() {
     let o = run(&["data", "validate", "--data", data.to_str().unwrap()]);
     assert!(!o.status.success());
     assert!(text(&o).contains("file not found"), "{}", text(&o));
+    // A missing folder: the path and the OS's reason, said once.
+    let o = run(&["data", "validate", "--data", "/nonexistent-mre"]);
+    assert!(!o.status.success());
+    let t = text(&o);
+    assert!(t.contains("/nonexistent-mre/data.jsonl"), "{t}");
+    assert_eq!(t.matches("(os error").count(), 1, "{t}");
 }
 
 #[test]
