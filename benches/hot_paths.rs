@@ -205,8 +205,13 @@ fn gemm(c: &mut Criterion) {
         g.bench_function(format!("{rows}x{k}x{n}_gemm_crate"), |b| {
             b.iter(|| x.matmul(&w.t().unwrap()).unwrap())
         });
+        // As the model calls it: a prefill's rows as one declared segment (OpenBLAS where installed), a decode
+        // step's rows as independent sequences (the `gemm` crate in blocks of `ROW_BLOCK` rows).
         g.bench_function(format!("{rows}x{k}x{n}_matmul_nt"), |b| {
-            b.iter(|| matmul_nt(&x, &w).unwrap())
+            b.iter(|| {
+                let _s = (rows > 4).then(|| mobile_r1_eval::ops::rows::segments([rows]));
+                matmul_nt(&x, &w).unwrap()
+            })
         });
     }
     g.finish();

@@ -118,9 +118,11 @@ fn sgemm_nt_repeats_exactly_and_agrees_across_thread_counts() {
     }
 }
 
-/// The tensor entry point: rank-3 input, and agreement with candle's matmul.
+/// The tensor entry point: rank-3 input, agreement with candle's matmul, and rows that get the same bits alone
+/// and in a batch: independent rows (no segments declared) and rows in declared segments.
 #[test]
-fn matmul_nt_on_tensors_agrees_with_candle() {
+fn matmul_nt_on_tensors_agrees_with_candle_and_is_batch_invariant() {
+    use mobile_r1_eval::ops::{matmul_nt, rows};
     let x = Tensor::from_vec(values(2 * 5 * 48, 5), (2, 5, 48), &Device::Cpu).unwrap();
     let w = Tensor::from_vec(values(24 * 48, 6), (24, 48), &Device::Cpu).unwrap();
     let want = x.broadcast_matmul(&w.t().unwrap()).unwrap();
@@ -129,16 +131,36 @@ fn matmul_nt_on_tensors_agrees_with_candle() {
         let d = (got - &want).unwrap().abs().unwrap().max_all().unwrap();
         assert!(d.to_scalar::<f32>().unwrap() < 1e-5);
     };
-    check(mobile_r1_eval::ops::matmul_nt(&x, &w).unwrap());
-    // Below BLAS_MIN_ROWS rows (decode at batch 1–3) it is candle's own product, bit for bit.
-    let rows = mobile_r1_eval::ops::BLAS_MIN_ROWS - 1;
-    let few = x.flatten_to(1).unwrap().narrow(0, 0, rows).unwrap();
-    let got = mobile_r1_eval::ops::matmul_nt(&few, &w).unwrap();
-    let want = few.matmul(&w.t().unwrap()).unwrap();
-    assert_eq!(
-        got.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
-        want.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+    check(matmul_nt(&x, &w).unwrap());
+    let bits = |t: Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    // Independent rows: row i alone, or at another place in a batch of another size, has the same bits (on this
+    // small shape candle's own product sums a row differently for 1, 3 and 12 rows).
+    let (xs, ws) = (
+        Tensor::from_vec(values(12 * 16, 7), (12, 16), &Device::Cpu).unwrap(),
+        Tensor::from_vec(values(96 * 16, 8), (96, 16), &Device::Cpu).unwrap(),
     );
+    let all = bits(matmul_nt(&xs, &ws).unwrap());
+    for (i, start, count) in [(0, 0, 1), (3, 2, 3), (9, 5, 5), (7, 7, 1), (11, 0, 12)] {
+        let part = bits(matmul_nt(&xs.narrow(0, start, count).unwrap(), &ws).unwrap());
+        let row = &part[(i - start) * 96..(i - start + 1) * 96];
+        assert_eq!(
+            row,
+            &all[i * 96..(i + 1) * 96],
+            "row {i} among rows {start}..+{count}"
+        );
+    }
+    let flat = x.flatten_to(1).unwrap();
+    // Declared segments: each segment's rows have the bits of the segment multiplied alone.
+    let segmented = {
+        let _s = rows::segments([4, 1, 5]);
+        check(matmul_nt(&x, &w).unwrap());
+        bits(matmul_nt(&flat, &w).unwrap())
+    };
+    for (start, len) in [(0, 4), (4, 1), (5, 5)] {
+        let _s = rows::segments([len]);
+        let alone = bits(matmul_nt(&flat.narrow(0, start, len).unwrap(), &w).unwrap());
+        assert_eq!(&segmented[start * 24..(start + len) * 24], alone.as_slice());
+    }
     let Some(blas) = openblas() else { return };
     check(mobile_r1_eval::ops::blas::matmul_nt(&blas, &x, &w).unwrap());
     let bad = Tensor::zeros((3, 47), candle_core::DType::F32, &Device::Cpu).unwrap();

@@ -131,6 +131,8 @@ impl Qwen25VL {
         let (cos, sin) = self.rope_tensors(&positions)?;
         let mut x = x;
         let mut kv_layers = Vec::with_capacity(self.text.layers.len());
+        // Each prompt's rows are multiplied on their own, so its outputs do not depend on the batch.
+        let rows = crate::ops::rows::segments(seqs.iter().map(|s| s.len));
         section("prefill.text_layers", &self.device, || {
             for (li, layer) in self.text.layers.iter().enumerate() {
                 let mut kv = Vec::with_capacity(seqs.len());
@@ -144,6 +146,7 @@ impl Qwen25VL {
             }
             Ok::<(), candle_core::Error>(())
         })?;
+        drop(rows);
         if let Some(t) = trace {
             t.final_norm = Some(candle_core::Module::forward(&self.text.norm, &x)?);
             t.positions = plans.iter().map(|p| p.positions.clone()).collect();

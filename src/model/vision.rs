@@ -388,6 +388,9 @@ impl VisionModel {
         };
         let perm = Tensor::new(perm.as_slice(), pixels.device())?;
         let rev = Tensor::new(rev.as_slice(), pixels.device())?;
+        // Each image's patches are multiplied on their own (the window order keeps them together), so its
+        // features do not depend on the other images of the call.
+        let rows = crate::ops::rows::segments(ctx.full.iter().map(|&(_, len)| len));
         let x = section("vision.patch_embed", pixels.device(), || {
             self.patch_embed.forward(pixels)
         })?;
@@ -407,6 +410,8 @@ impl VisionModel {
                 tr.blocks.push(groups(&x, &rev)?);
             }
         }
+        drop(rows);
+        let _rows = crate::ops::rows::segments(ctx.full.iter().map(|&(_, len)| len / unit));
         section("vision.merger", pixels.device(), || {
             self.merger.forward(&x)?.index_select(&rev, 0)
         })

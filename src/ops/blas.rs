@@ -182,14 +182,30 @@ impl Blas {
     /// `c = a · wᵀ` for row-major `a` (m × k) and `w` (n × k); returns c (m × n). The columns are split into one
     /// block per rayon thread (multiples of 16), each a single-threaded `sgemm`.
     pub fn sgemm_nt(&self, a: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
+        let mut c = vec![0f32; m * n];
+        self.sgemm_nt_into(a, w, (m, k, n), &mut c);
+        c
+    }
+
+    /// [`Self::sgemm_nt`] into `c` (m × n, row-major), which it overwrites.
+    pub fn sgemm_nt_into(
+        &self,
+        a: &[f32],
+        w: &[f32],
+        (m, k, n): (usize, usize, usize),
+        c: &mut [f32],
+    ) {
         assert!(
-            a.len() >= m * k && w.len() >= n * k,
+            a.len() >= m * k && w.len() >= n * k && c.len() >= m * n,
             "sgemm_nt: short operands"
         );
         assert!(fits_cblas(m, k, n), "sgemm_nt: sizes beyond i32");
-        let mut c = vec![0f32; m * n];
-        if m == 0 || n == 0 || k == 0 {
-            return c;
+        if m == 0 || n == 0 {
+            return;
+        }
+        if k == 0 {
+            c[..m * n].fill(0.0);
+            return;
         }
         let threads = rayon::current_num_threads().max(1);
         let block = n.div_ceil(threads).div_ceil(16) * 16;
@@ -205,7 +221,6 @@ impl Blas {
                 });
             }
         });
-        c
     }
 }
 
@@ -242,8 +257,28 @@ pub fn fits_cblas(m: usize, k: usize, n: usize) -> bool {
     [m, k, n].iter().all(|&d| d <= i32::MAX as usize)
 }
 
-/// `x · wᵀ` through `blas` for f32 CPU tensors x (…, k) and w (n, k).
+/// `x · wᵀ` through `blas` for f32 CPU tensors x (…, k) and w (n, k): one product over all rows.
 pub fn matmul_nt(blas: &Blas, x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
+    let m = x.elem_count() / w.dim(1)?.max(1);
+    matmul_nt_segments(blas, x, w, &[m], 0, &|_, _| {
+        candle_core::bail!("matmul_nt: no small segments")
+    })
+}
+
+/// The product of a few rows (k values each, row-major) by the weight, for segments below the library's minimum.
+pub type SmallProduct<'a> = &'a dyn Fn(&[f32], usize) -> candle_core::Result<Vec<f32>>;
+
+/// `x · wᵀ` with x's rows in consecutive segments of `lens` rows (adding up to all rows), one product per
+/// segment, so that a row's result depends only on its own segment (see [`super::rows`]): through `blas` for a
+/// segment of at least `min_rows` rows, else through `small(rows, count)` (count rows of k values in, of n out).
+pub fn matmul_nt_segments(
+    blas: &Blas,
+    x: &Tensor,
+    w: &Tensor,
+    lens: &[usize],
+    min_rows: usize,
+    small: SmallProduct<'_>,
+) -> candle_core::Result<Tensor> {
     let (n, k) = w.dims2()?;
     let mut dims = x.dims().to_vec();
     if dims.last() != Some(&k) {
@@ -253,8 +288,27 @@ pub fn matmul_nt(blas: &Blas, x: &Tensor, w: &Tensor) -> candle_core::Result<Ten
         );
     }
     let m = x.elem_count() / k.max(1);
+    if lens.iter().sum::<usize>() != m {
+        candle_core::bail!("matmul_nt: segments {lens:?} do not add up to {m} rows");
+    }
     use super::cpu_elementwise::with_f32;
-    let c = with_f32(x, |a| with_f32(w, |b| Ok(blas.sgemm_nt(a, b, m, k, n))))?;
+    let c = with_f32(x, |a| {
+        with_f32(w, |b| {
+            let mut c = vec![0f32; m * n];
+            let mut r0 = 0;
+            for &len in lens {
+                let a_seg = &a[r0 * k..(r0 + len) * k];
+                let c_seg = &mut c[r0 * n..(r0 + len) * n];
+                if len >= min_rows {
+                    blas.sgemm_nt_into(a_seg, b, (len, k, n), c_seg);
+                } else {
+                    c_seg.copy_from_slice(&small(a_seg, len)?);
+                }
+                r0 += len;
+            }
+            Ok(c)
+        })
+    })?;
     *dims.last_mut().expect("rank ≥ 1") = n;
     Tensor::from_vec(c, dims, x.device())
 }

@@ -12,6 +12,7 @@ mod cpu_elementwise;
 mod cuda;
 pub mod launch;
 pub mod reference;
+pub mod rows;
 mod simd;
 
 use candle_core::{DType, Device, Result, Tensor};
@@ -50,25 +51,87 @@ pub fn manifest_entry() -> serde_json::Value {
     })
 }
 
-/// Fewest rows for which [`matmul_nt`] uses the CBLAS library: below it the product is a matrix-vector one, where
-/// the `gemm` crate is faster here (1 row: 2× faster; 2–3 rows: 10–20%; 4 rows and more: OpenBLAS is).
+/// Fewest rows of a segment for which [`matmul_nt`] uses the CBLAS library: below it the product is a
+/// matrix-vector one, where the `gemm` crate is faster here (1 row: 2× faster; 2–3 rows: 10–20%; 4 rows and more:
+/// OpenBLAS is).
 pub const BLAS_MIN_ROWS: usize = 4;
 
-/// `x · wᵀ` for x (…, in) and w (out, in): the linear layers' GEMM. f32 on the CPU with at least
-/// [`BLAS_MIN_ROWS`] rows runs on the CBLAS library of [`blas`] when one is loaded (`MOBILE_R1_EVAL_BLAS`);
-/// everything else is candle's matmul.
+/// Independent rows (decode, the logits of last positions) are multiplied in products of exactly this many
+/// rows (the last one zero-padded): the `gemm` crate's result for a row depends on the number of rows of the
+/// product but not on the row's place in it or on the other rows, so a fixed count makes it batch-invariant.
+pub const ROW_BLOCK: usize = 16;
+
+/// `x · wᵀ` for x (…, in) and w (out, in): the linear layers' GEMM. On the CPU every row gets the same bits
+/// whatever else is in the batch ([`rows`]): rows in declared segments are multiplied one segment at a time (in
+/// f32 with a CBLAS library loaded, [`blas`] / `MOBILE_R1_EVAL_BLAS`, for segments of at least
+/// [`BLAS_MIN_ROWS`] rows; otherwise by candle's matmul, the `gemm` crate), other rows in blocks of
+/// [`ROW_BLOCK`]. Elsewhere it is candle's matmul.
 pub fn matmul_nt(x: &Tensor, w: &Tensor) -> Result<Tensor> {
-    let rows = x.elem_count() / w.dim(1)?.max(1);
-    if x.device().is_cpu()
-        && x.dtype() == DType::F32
-        && w.dtype() == DType::F32
-        && rows >= BLAS_MIN_ROWS
-        && blas::fits_cblas(rows, w.dim(1)?, w.dim(0)?)
-    {
-        if let Some(b) = blas::global().map_err(|e| candle_core::Error::Msg(e.to_string()))? {
-            return blas::matmul_nt(b, x, w);
-        }
+    if !x.device().is_cpu() {
+        return candle_matmul_nt(x, w);
     }
+    let (n, k) = w.dims2()?;
+    let rows = x.elem_count() / k.max(1);
+    if rows == 0 {
+        return candle_matmul_nt(x, w);
+    }
+    let mut dims = x.dims().to_vec();
+    *dims
+        .last_mut()
+        .ok_or_else(|| candle_core::Error::Msg("matmul_nt: scalar x".into()))? = n;
+    let lens = rows::current_for(rows);
+    let blas = match &lens {
+        Some(_)
+            if x.dtype() == DType::F32
+                && w.dtype() == DType::F32
+                && blas::fits_cblas(rows, k, n) =>
+        {
+            blas::global().map_err(|e| candle_core::Error::Msg(e.to_string()))?
+        }
+        _ => None,
+    };
+    let x2 = x.reshape((rows, k))?;
+    let y = match (lens, blas) {
+        (Some(lens), Some(b)) => {
+            let small = |a: &[f32], len: usize| {
+                let xs = Tensor::from_slice(a, (len, k), &Device::Cpu)?;
+                xs.matmul(&w.t()?)?.flatten_all()?.to_vec1::<f32>()
+            };
+            blas::matmul_nt_segments(b, &x2, w, &lens, BLAS_MIN_ROWS, &small)?
+        }
+        (Some(lens), None) => per_block(&x2, w, &lens)?,
+        (None, _) => in_row_blocks(&x2, w)?,
+    };
+    y.reshape(dims)
+}
+
+/// `x · wᵀ` for independent rows x (rows, in): products of exactly [`ROW_BLOCK`] rows, the last zero-padded.
+fn in_row_blocks(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let (rows, k) = x.dims2()?;
+    let blocks = rows.div_ceil(ROW_BLOCK);
+    let x = match blocks * ROW_BLOCK - rows {
+        0 => x.clone(),
+        pad => Tensor::cat(&[x, &Tensor::zeros((pad, k), x.dtype(), x.device())?], 0)?,
+    };
+    per_block(&x, w, &vec![ROW_BLOCK; blocks])?.narrow(0, 0, rows)
+}
+
+/// candle's `x · wᵀ` for x (rows, in) as one product per block of consecutive rows (`lens` rows each).
+fn per_block(x: &Tensor, w: &Tensor, lens: &[usize]) -> Result<Tensor> {
+    let wt = w.t()?;
+    if lens.len() == 1 {
+        return x.matmul(&wt);
+    }
+    let mut r0 = 0;
+    let mut outs = Vec::with_capacity(lens.len());
+    for &len in lens {
+        outs.push(x.narrow(0, r0, len)?.matmul(&wt)?);
+        r0 += len;
+    }
+    Tensor::cat(&outs, 0)
+}
+
+fn candle_matmul_nt(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     match x.rank() {
         2 => x.matmul(&w.t()?),
         _ => x.broadcast_matmul(&w.t()?),
