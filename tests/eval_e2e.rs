@@ -306,8 +306,13 @@ fn the_cpu_blas_switch_is_recorded_and_a_bad_library_is_refused() {
     };
     let (off, o) = run("off", "off");
     ok(&o);
-    let gemm = &json_file(&off.join("manifest.json"))["ops"]["cpu_f32_gemm"];
-    assert_eq!(gemm, "gemm crate (candle)");
+    let ops = &json_file(&off.join("manifest.json"))["ops"];
+    assert_eq!(ops["cpu_f32_gemm"], "gemm crate (candle)");
+    assert_eq!(ops["cpu_gemm_row_block"], mobile_r1_eval::ops::ROW_BLOCK);
+    assert_eq!(
+        ops["cpu_gemm_blas_min_rows"],
+        mobile_r1_eval::ops::BLAS_MIN_ROWS
+    );
     let (auto, o) = run("auto", "auto");
     ok(&o);
     let gemm = json_file(&auto.join("manifest.json"))["ops"]["cpu_f32_gemm"].clone();
