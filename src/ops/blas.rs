@@ -257,20 +257,13 @@ pub fn fits_cblas(m: usize, k: usize, n: usize) -> bool {
     [m, k, n].iter().all(|&d| d <= i32::MAX as usize)
 }
 
-/// `x · wᵀ` through `blas` for f32 CPU tensors x (…, k) and w (n, k): one product over all rows.
-pub fn matmul_nt(blas: &Blas, x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
-    let m = x.elem_count() / w.dim(1)?.max(1);
-    matmul_nt_segments(blas, x, w, &[m], 0, &|_, _| {
-        candle_core::bail!("matmul_nt: no small segments")
-    })
-}
-
 /// The product of a few rows (k values each, row-major) by the weight, for segments below the library's minimum.
 pub type SmallProduct<'a> = &'a dyn Fn(&[f32], usize) -> candle_core::Result<Vec<f32>>;
 
-/// `x · wᵀ` with x's rows in consecutive segments of `lens` rows (adding up to all rows), one product per
-/// segment, so that a row's result depends only on its own segment (see [`super::rows`]): through `blas` for a
-/// segment of at least `min_rows` rows, else through `small(rows, count)` (count rows of k values in, of n out).
+/// `x · wᵀ` for f32 CPU tensors x (rows, k) and w (n, k), with x's rows in consecutive segments of `lens` rows
+/// (adding up to all rows), one product per segment, so that a row's result depends only on its own segment (see
+/// [`super::rows`]): through `blas` for a segment of at least `min_rows` rows, else through `small(rows, count)`
+/// (count rows of k values in, of n out).
 pub fn matmul_nt_segments(
     blas: &Blas,
     x: &Tensor,
@@ -280,14 +273,13 @@ pub fn matmul_nt_segments(
     small: SmallProduct<'_>,
 ) -> candle_core::Result<Tensor> {
     let (n, k) = w.dims2()?;
-    let mut dims = x.dims().to_vec();
-    if dims.last() != Some(&k) {
+    let (m, kx) = x.dims2()?;
+    if kx != k {
         candle_core::bail!(
             "matmul_nt: x {:?} does not end in w's input size {k}",
             x.dims()
         );
     }
-    let m = x.elem_count() / k.max(1);
     if lens.iter().sum::<usize>() != m {
         candle_core::bail!("matmul_nt: segments {lens:?} do not add up to {m} rows");
     }
@@ -309,6 +301,5 @@ pub fn matmul_nt_segments(
             Ok(c)
         })
     })?;
-    *dims.last_mut().expect("rank ≥ 1") = n;
-    Tensor::from_vec(c, dims, x.device())
+    Tensor::from_vec(c, (m, n), x.device())
 }

@@ -73,14 +73,18 @@ pub fn matmul_nt(x: &Tensor, w: &Tensor) -> Result<Tensor> {
         return candle_matmul_nt(x, w);
     }
     let (n, k) = w.dims2()?;
+    let mut dims = x.dims().to_vec();
+    match dims.last_mut() {
+        Some(last) if *last == k => *last = n,
+        _ => candle_core::bail!(
+            "matmul_nt: x {:?} does not end in w's input size {k}",
+            x.dims()
+        ),
+    }
     let rows = x.elem_count() / k.max(1);
     if rows == 0 {
         return candle_matmul_nt(x, w);
     }
-    let mut dims = x.dims().to_vec();
-    *dims
-        .last_mut()
-        .ok_or_else(|| candle_core::Error::Msg("matmul_nt: scalar x".into()))? = n;
     let lens = rows::current_for(rows);
     let blas = match &lens {
         Some(_)
