@@ -1,10 +1,13 @@
-//! The command line: the only module that knows clap. Each subcommand's arguments are a plain struct handed to
-//! its entry function in `commands`.
+//! The command line as data: the only module that knows clap. Each subcommand's arguments are a plain struct,
+//! its values already typed (devices, dtypes, presets), handed to its entry function in `crate::commands`.
 
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+
+use crate::eval::SystemPrompt;
+use crate::score::RuleName;
+use crate::settings::{DTypeSpec, DeviceSpec};
 
 /// Offline evaluator of Qwen2.5-VL mobile GUI agents on the Mobile-R1 benchmark.
 #[derive(Debug, Parser)]
@@ -38,9 +41,9 @@ pub enum Command {
 /// Arguments of `self-test`.
 #[derive(Debug, Args)]
 pub struct SelfTestArgs {
-    /// `cpu`, `cuda`, `cuda:N` or `metal`.
+    /// `cpu`, `cuda`, `cuda:N`, `metal` or `auto` (a GPU when this build has one).
     #[arg(long, default_value = "cpu")]
-    pub device: String,
+    pub device: DeviceSpec,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -83,7 +86,7 @@ pub struct ScoreArgs {
     pub out: Option<PathBuf>,
     /// Matching-rule preset.
     #[arg(long, default_value = "mobile-r1")]
-    pub rules: String,
+    pub rules: RuleName,
 }
 
 /// Model-loading arguments shared by `generate` and `eval`.
@@ -92,12 +95,12 @@ pub struct ModelArgs {
     /// Local folder in the Hugging Face layout, or a hub repo id such as `Qwen/Qwen2.5-VL-3B-Instruct`.
     #[arg(long)]
     pub model: String,
-    /// `cpu`, `cuda`, `cuda:N` or `metal`.
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
+    /// `auto` (the first GPU of a CUDA or Metal build, else the CPU), `cpu`, `cuda`, `cuda:N` or `metal`.
+    #[arg(long, default_value = "auto")]
+    pub device: DeviceSpec,
     /// `f32`, `bf16` or `f16` (default: bf16 on GPU, f32 on CPU).
     #[arg(long)]
-    pub dtype: Option<String>,
+    pub dtype: Option<DTypeSpec>,
     /// Override the checkpoint's `min_pixels`.
     #[arg(long)]
     pub min_pixels: Option<u64>,
@@ -152,10 +155,10 @@ pub struct EvalArgs {
     pub max_new_tokens: usize,
     /// Matching-rule preset used for the metrics.
     #[arg(long, default_value = "mobile-r1")]
-    pub rules: String,
+    pub rules: RuleName,
     /// `default` (the Qwen2.5-VL mobile_use prompt from `prompts/`) or `data` (each trajectory's `system`).
     #[arg(long, default_value = "default")]
-    pub system_prompt: String,
+    pub system_prompt: SystemPrompt,
     /// Judge model for the aggregation prompts (default: the evaluated model).
     #[arg(long, conflicts_with = "no_judge")]
     pub judge_model: Option<String>,
@@ -173,12 +176,12 @@ pub struct BenchArgs {
     /// Build the model with deterministic random weights (the only mode: real checkpoints are measured by `eval`).
     #[arg(long)]
     pub random_weights: bool,
-    /// `cpu`, `cuda`, `cuda:N` or `metal`.
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
+    /// `auto` (the first GPU of a CUDA or Metal build, else the CPU), `cpu`, `cuda`, `cuda:N` or `metal`.
+    #[arg(long, default_value = "auto")]
+    pub device: DeviceSpec,
     /// `f32`, `bf16` or `f16` (default: bf16 on GPU, f32 on CPU).
     #[arg(long)]
-    pub dtype: Option<String>,
+    pub dtype: Option<DTypeSpec>,
     /// Number of step prompts (rounded up to whole 4-step trajectories).
     #[arg(long, default_value_t = 16)]
     pub steps: usize,
@@ -209,55 +212,4 @@ pub struct BenchArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
-}
-
-/// Parse the command line, run the subcommand and turn an error into exit code 1 (printed with its causes).
-pub fn main() -> ExitCode {
-    init_tracing();
-    let cli = Cli::parse();
-    match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {}", error_chain(&e));
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// An error and its causes joined with `: `, each cause left out when the message before it already ends with it
-/// (library errors such as `"{path}: {source}"` print their source themselves).
-pub fn error_chain(e: &anyhow::Error) -> String {
-    let mut msg = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if msg.is_empty() {
-            msg = text;
-        } else if !msg.ends_with(&text) {
-            msg = format!("{msg}: {text}");
-        }
-    }
-    msg
-}
-
-/// Dispatch a parsed command line.
-pub fn run(cli: Cli) -> anyhow::Result<()> {
-    use crate::commands;
-    match cli.command {
-        Command::Eval(a) => commands::eval::run(a),
-        Command::Score(a) => commands::score::run(a),
-        Command::Data(DataCommand::Validate(a)) => commands::data::validate(a),
-        Command::Sample(a) => commands::sample::run(a),
-        Command::Generate(a) => commands::generate::run(a),
-        Command::Bench(a) => commands::bench::run(a),
-        Command::SelfTest(a) => commands::selftest::run(a),
-    }
-}
-
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
 }

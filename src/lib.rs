@@ -1,21 +1,31 @@
 //! mobile-r1-eval: offline evaluation of Qwen2.5-VL GUI agents on the Mobile-R1 benchmark.
 //!
-//! Layers: `dataset`, `action`, `parse`, `score`, `report`, `predictions` and `sample` are pure Rust (no candle);
-//! `preprocess` and `chat` turn screenshots and prompts into plain vectors; `model` and `engine` own candle.
-//! `cli` is the only module that knows clap; `commands` holds one entry function per subcommand.
+//! Layers, from the bottom:
+//! * pure Rust (no candle): `dataset`, `action`, `parse`, `score`, `report`, `predictions`, `records` (the serde
+//!   types of every file a run writes), `settings`, `sample`; `preprocess` and `chat` turn screenshots and prompts
+//!   into plain vectors;
+//! * `ops`, `model`: the fused ops and Qwen2.5-VL on candle;
+//! * `engine`: token-level requests in, greedy generations out, with continuous batching;
+//! * `backend`: chat requests answered by a checkpoint (the engine), behind the `Backend` trait;
+//! * `eval`: the evaluation program (phases, run folder, manifest) driving a backend; `bench` measures it;
+//! * `cli` (the command line as data, the only module that knows clap) and `commands` (one entry per subcommand).
 
 pub mod action;
+pub mod backend;
 pub mod bench;
 pub mod chat;
 pub mod cli;
 pub mod commands;
 pub mod dataset;
 pub mod engine;
+pub mod eval;
 pub mod model;
 pub mod ops;
 pub mod parse;
 pub mod predictions;
 pub mod preprocess;
+pub mod records;
 pub mod report;
 pub mod sample;
 pub mod score;
+pub mod settings;

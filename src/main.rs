@@ -2,7 +2,7 @@
 
 fn main() -> std::process::ExitCode {
     keep_large_allocations_in_the_heap();
-    mobile_r1_eval::cli::main()
+    mobile_r1_eval::commands::main()
 }
 
 /// candle allocates a fresh buffer for every op's output; glibc serves buffers above its mmap threshold with

@@ -1,13 +1,14 @@
-//! Predictions JSONL: one `{"trajectory", "step", "response", "image_size"?}` object per line.
+//! Reading predictions JSONL ([`crate::records::PredictionLine`], one step per line) into a set keyed by
+//! (trajectory, step), each response parsed once.
 //!
 //! Reading never fails on a bad line: malformed lines are returned with their line numbers. Unknown fields
 //! are ignored; when a (trajectory, step) pair appears twice, the later line wins.
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use serde_json::{Map, Value};
+use crate::parse::{parse_response, ParsedOutput};
+use crate::records::PredictionLine;
 
 /// One model prediction for one step.
 #[derive(Debug, Clone, PartialEq)]
@@ -20,6 +21,21 @@ pub struct Prediction {
     pub response: String,
     /// `[w, h]` of the image the model saw; `None` means predicted points are screen pixels.
     pub image_size: Option<[u32; 2]>,
+    /// The response, parsed.
+    pub parsed: ParsedOutput,
+}
+
+impl Prediction {
+    /// A prediction from its line, its response parsed.
+    pub fn from_line(line: PredictionLine) -> Self {
+        Self {
+            parsed: parse_response(&line.response),
+            trajectory: line.trajectory,
+            step: line.step,
+            response: line.response,
+            image_size: line.image_size,
+        }
+    }
 }
 
 /// A line that could not be read.
@@ -37,10 +53,10 @@ impl std::fmt::Display for MalformedLine {
     }
 }
 
-/// Errors of reading or writing a predictions file (I/O only).
+/// Errors of reading a predictions file (I/O only).
 #[derive(Debug, thiserror::Error)]
 pub enum PredictionsError {
-    /// The file could not be read or written.
+    /// The file could not be read.
     #[error("{}: {source}", path.display())]
     Io {
         /// The file.
@@ -58,6 +74,8 @@ pub struct PredictionSet {
     pub malformed: Vec<MalformedLine>,
     /// Lines replaced by a later line for the same step.
     pub duplicates: usize,
+    /// Lines with an `error` (steps that could not be run).
+    pub errors: usize,
 }
 
 impl PredictionSet {
@@ -69,7 +87,10 @@ impl PredictionSet {
                 continue;
             }
             match parse_line(line) {
-                Ok(p) => set.insert(p),
+                Ok(p) => {
+                    set.errors += usize::from(p.error.is_some());
+                    set.insert(Prediction::from_line(p));
+                }
                 Err(message) => set.malformed.push(MalformedLine {
                     line: i + 1,
                     message,
@@ -87,6 +108,18 @@ impl PredictionSet {
             source,
         })?;
         Ok(PredictionSet::parse(&text))
+    }
+
+    /// Read a predictions file, or an empty set when it does not exist.
+    pub fn read_optional(path: impl AsRef<Path>) -> Result<PredictionSet, PredictionsError> {
+        match PredictionSet::read(&path) {
+            Err(PredictionsError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                Ok(PredictionSet::default())
+            }
+            other => other,
+        }
     }
 
     /// Add a prediction, replacing an earlier one for the same step.
@@ -118,103 +151,13 @@ impl PredictionSet {
     }
 }
 
-fn parse_line(line: &str) -> Result<Prediction, String> {
-    let v: Value = serde_json::from_str(line).map_err(|e| format!("malformed JSON: {e}"))?;
-    let obj = v.as_object().ok_or("not a JSON object")?;
-    let trajectory = match obj.get("trajectory") {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Number(n)) if n.is_u64() || n.is_i64() => n.to_string(),
-        Some(other) => {
-            return Err(format!(
-                "`trajectory` must be a string or an integer, found {other}"
-            ))
-        }
-        None => return Err("missing `trajectory`".into()),
-    };
-    let step = match obj.get("step") {
-        Some(Value::Number(n)) => n
-            .as_u64()
-            .ok_or_else(|| format!("`step` must be a non-negative integer, found {n}"))?,
-        Some(Value::String(s)) => s
-            .trim()
-            .parse()
-            .map_err(|_| format!("`step` must be a non-negative integer, found {s:?}"))?,
-        Some(other) => {
-            return Err(format!(
-                "`step` must be a non-negative integer, found {other}"
-            ))
-        }
-        None => return Err("missing `step`".into()),
-    } as usize;
-    let response = match obj.get("response") {
-        Some(Value::String(s)) => s.clone(),
-        Some(other) => return Err(format!("`response` must be a string, found {other}")),
-        None => return Err("missing `response`".into()),
-    };
-    let image_size =
-        match obj.get("image_size") {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(parse_size(v).ok_or_else(|| {
-                format!("`image_size` must be [w, h] positive integers, found {v}")
-            })?),
-        };
-    Ok(Prediction {
-        trajectory,
-        step,
-        response,
-        image_size,
-    })
-}
-
-fn parse_size(v: &Value) -> Option<[u32; 2]> {
-    let a = v.as_array()?;
-    let w = u32::try_from(a.first()?.as_u64()?).ok()?;
-    let h = u32::try_from(a.get(1)?.as_u64()?).ok()?;
-    (a.len() == 2 && w > 0 && h > 0).then_some([w, h])
-}
-
-/// The JSON object of a prediction line: the four fields first, then `extra` (e.g. token counts).
-pub fn to_json(p: &Prediction, extra: &Map<String, Value>) -> Value {
-    let mut m = Map::new();
-    m.insert("trajectory".into(), p.trajectory.as_str().into());
-    m.insert("step".into(), p.step.into());
-    m.insert("response".into(), p.response.as_str().into());
-    if let Some([w, h]) = p.image_size {
-        m.insert("image_size".into(), Value::from(vec![w, h]));
+fn parse_line(line: &str) -> Result<PredictionLine, String> {
+    let v: serde_json::Value =
+        serde_json::from_str(line).map_err(|e| format!("malformed JSON: {e}"))?;
+    if !v.is_object() {
+        return Err("not a JSON object".into());
     }
-    for (k, v) in extra {
-        if !m.contains_key(k) {
-            m.insert(k.clone(), v.clone());
-        }
-    }
-    Value::Object(m)
-}
-
-/// One line of JSONL (no trailing newline).
-pub fn to_line(p: &Prediction, extra: &Map<String, Value>) -> String {
-    to_json(p, extra).to_string()
-}
-
-/// Append one prediction line to `path` (created when absent), flushed before returning.
-pub fn append(
-    path: impl AsRef<Path>,
-    p: &Prediction,
-    extra: &Map<String, Value>,
-) -> Result<(), PredictionsError> {
-    let path = path.as_ref();
-    let io = |source| PredictionsError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(io)?;
-    let mut line = to_line(p, extra);
-    line.push('\n');
-    f.write_all(line.as_bytes()).map_err(io)?;
-    f.flush().map_err(io)
+    serde_json::from_value(v).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -237,24 +180,6 @@ not json
         assert_eq!(s.len(), 2);
         let lines: Vec<usize> = s.malformed.iter().map(|m| m.line).collect();
         assert_eq!(lines, vec![3, 5, 7]);
-    }
-
-    #[test]
-    fn write_then_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("p.jsonl");
-        let p = Prediction {
-            trajectory: "t1".into(),
-            step: 3,
-            response: "<tool_call>{}</tool_call>\n".into(),
-            image_size: Some([10, 20]),
-        };
-        let mut extra = Map::new();
-        extra.insert("new_tokens".into(), 7.into());
-        append(&path, &p, &extra).unwrap();
-        append(&path, &p, &Map::new()).unwrap();
-        let s = PredictionSet::read(&path).unwrap();
-        assert_eq!(s.get("t1", 3), Some(&p));
-        assert!(s.malformed.is_empty());
+        assert!(s.malformed[2].message.contains("missing field `response`"));
     }
 }

@@ -233,7 +233,7 @@ fn a_separate_judge_model_answers_the_aggregation_prompts() {
         manifest["ops"]["kernels_sha256"].as_str().map(str::len),
         Some(64)
     );
-    assert_eq!(manifest["decode_attention"], "PerSequence");
+    assert_eq!(manifest["ops"]["decode_attention"], "PerSequence");
     // Resuming a finished run redoes nothing and keeps every line.
     ok(&eval(
         &out,
@@ -265,7 +265,7 @@ fn fused_ops_and_their_references_give_the_same_predictions() {
         assert_eq!(manifest["ops"]["fused"], kernels == "on");
         // The tensor-core attention is opt-in (MOBILE_R1_EVAL_MMA) and the profiler follows its switch.
         assert_eq!(manifest["ops"]["tensor_core_attention"], false);
-        assert_eq!(manifest["profiled"], kernels == "on");
+        assert_eq!(manifest["ops"]["profiled"], kernels == "on");
         let profile = &json_file(&out.join("throughput.json"))["profile"];
         if kernels == "on" {
             for section in [

@@ -6,7 +6,7 @@ mod model_support;
 use candle_core::Tensor;
 use mobile_r1_eval::model::rope::{rope_index, RopeTokens};
 use mobile_r1_eval::model::window::window_index;
-use mobile_r1_eval::model::{GenerateOptions, PrefillRequest, Trace};
+use mobile_r1_eval::model::{PrefillRequest, Trace};
 use model_support::*;
 
 const TOL: f32 = 1e-4;
@@ -107,13 +107,7 @@ fn greedy_tokens_and_logprobs_match_golden() {
     let gold = goldens("tiny-a");
     let model = load_model("tiny-a");
     let input = golden_input(&gold, "");
-    let opts = GenerateOptions {
-        max_new_tokens: 8,
-        ignore_eos: true,
-        top_logprobs: 5,
-        eos_token_ids: None,
-    };
-    let out = model.generate(&[&input], &opts).unwrap();
+    let out = greedy(&model, &[&input], 8, 5);
     assert_eq!(out[0].token_ids, ids(g(&gold, "gen.ids")));
     assert_eq!(out[0].prompt_tokens, 153);
     let want_ids = ids(g(&gold, "gen.step_top5_ids"));

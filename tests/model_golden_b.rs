@@ -3,7 +3,7 @@
 
 mod model_support;
 
-use mobile_r1_eval::model::{GenerateOptions, PrefillRequest, SeqCache, Trace};
+use mobile_r1_eval::model::{PrefillRequest, SeqCache, Trace};
 use mobile_r1_eval::preprocess::ModelInput;
 use model_support::*;
 
@@ -73,16 +73,10 @@ fn greedy_ids_and_top5_match_golden_alone_and_batched() {
     let gold = goldens("tiny-b");
     let model = load_model("tiny-b");
     let inputs = inputs();
-    let opts = GenerateOptions {
-        max_new_tokens: 10,
-        ignore_eos: true,
-        top_logprobs: 5,
-        eos_token_ids: None,
-    };
     let refs: Vec<&ModelInput> = inputs.iter().collect();
-    let batched = model.generate(&refs, &opts).unwrap();
+    let batched = greedy(&model, &refs, 10, 5);
     for (i, p) in CASES.iter().enumerate() {
-        let alone = model.generate(&[&inputs[i]], &opts).unwrap().remove(0);
+        let alone = greedy(&model, &[&inputs[i]], 10, 5).remove(0);
         assert_eq!(
             alone.token_ids,
             ids(g(&gold, &format!("{p}gen.ids"))),
@@ -226,14 +220,8 @@ fn padded_decode_equals_per_sequence_decode() {
         eprintln!("padded vs per-sequence decode, step {step}: {d:.3e}");
         assert!(d <= 1e-5);
     }
-    let opts = GenerateOptions {
-        max_new_tokens: 10,
-        ignore_eos: true,
-        top_logprobs: 0,
-        eos_token_ids: None,
-    };
     let refs: Vec<&ModelInput> = inputs.iter().collect();
-    let out = model.generate(&refs, &opts).unwrap();
+    let out = greedy(&model, &refs, 10, 0);
     for (i, p) in CASES.iter().enumerate() {
         assert_eq!(
             out[i].token_ids,
@@ -248,9 +236,8 @@ fn padded_decode_equals_per_sequence_decode() {
 /// text prefix computed once and shared from the prefix cache.
 #[test]
 fn continuous_batcher_matches_golden_greedy_ids() {
-    use mobile_r1_eval::engine::batcher::{Batcher, GenRequest};
-    use mobile_r1_eval::engine::progress::PhaseStats;
-    use mobile_r1_eval::engine::scheduler::BatchLimits;
+    use mobile_r1_eval::engine::{BatchLimits, Engine, Request};
+    use mobile_r1_eval::records::PhaseStats;
     let gold = goldens("tiny-b");
     let model = load_model("tiny-b");
     let inputs = inputs();
@@ -262,14 +249,14 @@ fn continuous_batcher_matches_golden_greedy_ids() {
         })
         .count();
     assert!(shared > 0, "the golden prompts share a text prefix");
-    let requests = inputs
-        .into_iter()
-        .enumerate()
-        .map(|(id, input)| GenRequest {
-            id,
-            input,
-            prefix_len: shared,
-        });
+    let requests = inputs.into_iter().enumerate().map(|(id, input)| Request {
+        id,
+        input,
+        prefix_len: shared,
+        max_new_tokens: 10,
+        stop_tokens: model.config().eos_token_ids.clone(),
+        top_logprobs: 0,
+    });
     let limits = BatchLimits {
         max_seqs: 2,
         max_batch_tokens: 1_000_000,
@@ -277,7 +264,7 @@ fn continuous_batcher_matches_golden_greedy_ids() {
     };
     let mut stats = PhaseStats::default();
     let mut got = vec![None; CASES.len()];
-    Batcher::new(&model, limits)
+    Engine::new(&model, limits)
         .run(requests, &mut stats, |r, _| {
             got[r.id] = Some(r.token_ids);
             Ok(())

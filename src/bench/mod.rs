@@ -13,28 +13,26 @@ use anyhow::{Context, Result};
 use candle_core::{DType, Device, Tensor};
 use serde_json::{json, Value};
 
+use crate::backend::{open_device, Backend, LoadedModel, LocalBackend};
 use crate::chat::{ChatTemplate, PromptBuilder, Tokenizer};
-use crate::engine::judge::judge_trajectories;
-use crate::engine::memory;
-use crate::engine::pipeline::{run_phase, Runner};
-use crate::engine::progress::PhaseStats;
-use crate::engine::prompts::SystemPrompt;
-use crate::engine::scheduler::BatchLimits;
-use crate::engine::steps::{pending_steps, predict_steps};
-use crate::model::{parse_device, parse_dtype, Qwen25VL};
+use crate::engine::{memory, BatchLimits};
+use crate::eval::{pending_steps, run_phase, JudgePhase, StepPhase, SystemPrompt};
+use crate::model::Qwen25VL;
 use crate::ops::blas::Blas;
 use crate::predictions::PredictionSet;
 use crate::preprocess::ImageProcessorConfig;
+use crate::records::PhaseStats;
+use crate::settings::{DTypeSpec, DeviceSpec};
 
 /// Settings of one benchmark run.
 #[derive(Debug, Clone)]
 pub struct BenchConfig {
     /// Preset (`tiny`, `small`, `3b`, `7b`) or a `config.json` path / model folder.
     pub config: String,
-    /// Device spec.
-    pub device: String,
-    /// Dtype spec (device default when `None`).
-    pub dtype: Option<String>,
+    /// Device.
+    pub device: DeviceSpec,
+    /// Dtype (the device's default when `None`).
+    pub dtype: Option<DTypeSpec>,
     /// Number of step prompts.
     pub steps: usize,
     /// Sequence cap.
@@ -101,10 +99,20 @@ fn best_seconds(device: &Device, mut f: impl FnMut() -> candle_core::Result<()>)
     Ok(best)
 }
 
+/// The dtype `spec` names, or the device's default (f32 on the CPU, bf16 on a GPU).
+fn dtype_for(spec: Option<DTypeSpec>, device: &Device) -> DType {
+    match spec {
+        None if device.is_cpu() => DType::F32,
+        None | Some(DTypeSpec::Bf16) => DType::BF16,
+        Some(DTypeSpec::F32) => DType::F32,
+        Some(DTypeSpec::F16) => DType::F16,
+    }
+}
+
 /// Run the benchmark and return its report (the JSON object `bench --json` prints).
 pub fn run_bench(cfg: &BenchConfig) -> Result<Value> {
-    let device = parse_device(&cfg.device)?;
-    let dtype = parse_dtype(cfg.dtype.as_deref(), &device)?;
+    let (device, device_spec) = open_device(cfg.device)?;
+    let dtype = dtype_for(cfg.dtype, &device);
     let model_cfg = random::load_config(&cfg.config)?;
     let (vision_params, lm_params) = random::param_counts(&model_cfg);
     let t_build = Instant::now();
@@ -116,54 +124,56 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<Value> {
         template: ChatTemplate::from_model_dir(&cfg.tokenizer)?,
         image: ImageProcessorConfig::default().with_pixel_bounds(cfg.min_pixels, cfg.max_pixels),
     };
+    let limits = BatchLimits::auto(
+        &model,
+        cfg.batch_size,
+        cfg.max_new_tokens,
+        cfg.max_batch_tokens,
+    );
+    let loaded = LoadedModel {
+        model,
+        kit,
+        dir: PathBuf::new(),
+        device: device_spec,
+        fingerprint: format!("random weights, seed {}", cfg.seed),
+    };
+    let backend = LocalBackend::new(&cfg.config, loaded, limits);
     let tmp = tempfile::tempdir()?;
     let bench = workload::write(tmp.path(), cfg.steps)?;
-    let limits = BatchLimits {
-        max_seqs: cfg.batch_size.max(1),
-        max_new_tokens: cfg.max_new_tokens.max(1),
-        max_batch_tokens: cfg.max_batch_tokens.unwrap_or_else(|| {
-            let reserve =
-                memory::prefill_reserve(&model, crate::engine::batcher::MAX_PREFILL_TOKENS);
-            memory::auto_batch_tokens(
-                memory::free_bytes(&device),
-                model.kv_bytes_per_token(),
-                reserve,
-                8192 + cfg.max_new_tokens,
-            )
-        }),
-    };
-    let runner = Runner {
-        model: &model,
-        kit: &kit,
-        limits,
-    };
 
-    let jobs = pending_steps(&bench, &Default::default());
-    let steps = run_phase(
-        "bench",
+    let steps_phase = StepPhase {
+        bench: &bench,
+        jobs: pending_steps(&bench, &Default::default()),
+        system: SystemPrompt::Default,
+        image: backend.image_config(),
+        max_new_tokens: cfg.max_new_tokens,
+    };
+    let mut steps = run_phase(
+        &backend,
+        &steps_phase,
         &tmp.path().join("predictions.jsonl"),
-        jobs.len(),
-        jobs.len(),
-        |out, stats, progress| {
-            predict_steps(
-                &runner,
-                &bench,
-                SystemPrompt::Default,
-                &jobs,
-                out,
-                stats,
-                progress,
-            )
-        },
     )?;
+    steps.phase = "bench".into();
 
     let judge = if cfg.judge {
-        Some(bench_judge(&runner, &bench, tmp.path())?)
+        let preds = PredictionSet::read(tmp.path().join("predictions.jsonl"))?;
+        let phase = JudgePhase {
+            bench: &bench,
+            preds: &preds,
+            jobs: (0..bench.trajectories.len()).collect(),
+            max_new_tokens: cfg.max_new_tokens,
+        };
+        Some(run_phase(
+            &backend,
+            &phase,
+            &tmp.path().join("judgements.jsonl"),
+        )?)
     } else {
         None
     };
+    let model = &backend.loaded().model;
     let profile = crate::model::profile::enabled().then(crate::model::profile::snapshot);
-    let vision_seconds = time_vision(&model, &kit, &bench)?;
+    let vision_seconds = time_vision(model, &backend.loaded().kit, &bench)?;
     let (peak, peak_source) =
         matmul_peak(&device, dtype, if device.is_cpu() { 2048 } else { 8192 })?;
     let measured = Measured {
@@ -176,7 +186,7 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<Value> {
         build_seconds,
         profile,
     };
-    Ok(report(cfg, &model, &measured))
+    Ok(report(cfg, &device_spec, model, &measured))
 }
 
 /// What one benchmark run measured.
@@ -197,24 +207,6 @@ struct Measured {
     build_seconds: f64,
     /// Section times of the step and judge phases (`MOBILE_R1_EVAL_PROFILE=1`): name → (calls, seconds).
     profile: Option<std::collections::BTreeMap<&'static str, (u64, f64)>>,
-}
-
-fn bench_judge(
-    runner: &Runner<'_>,
-    bench: &crate::dataset::Benchmark,
-    dir: &std::path::Path,
-) -> Result<PhaseStats> {
-    let preds = PredictionSet::read(dir.join("predictions.jsonl"))?;
-    let jobs: Vec<usize> = (0..bench.trajectories.len()).collect();
-    run_phase(
-        "judge",
-        &dir.join("judgements.jsonl"),
-        jobs.len(),
-        jobs.len(),
-        |out, stats, progress| {
-            judge_trajectories(runner, bench, &preds, &jobs, out, stats, progress)
-        },
-    )
 }
 
 /// Seconds the vision tower alone takes over every step screenshot (a separate pass, batched by 8 images).
@@ -250,6 +242,9 @@ fn flops(model: &Qwen25VL, stats: &PhaseStats, (vision_params, lm_params): (u64,
         + 2.0 * head * stats.decode_tokens as f64
 }
 
+/// Version of the `bench --json` report format.
+pub const BENCH_SCHEMA_VERSION: u32 = 1;
+
 /// Trajectories of the Mobile-R1 benchmark.
 const BENCHMARK_TRAJECTORIES: usize = 500;
 /// Its steps: about 3.9 per trajectory in the public sample (1,007 trajectories, 3,924 steps).
@@ -274,7 +269,7 @@ fn benchmark_estimate(steps: &PhaseStats, judge: Option<&PhaseStats>) -> Value {
     })
 }
 
-fn report(cfg: &BenchConfig, model: &Qwen25VL, m: &Measured) -> Value {
+fn report(cfg: &BenchConfig, device: &DeviceSpec, model: &Qwen25VL, m: &Measured) -> Value {
     let (steps, peak, params) = (&m.steps, m.matmul_peak, m.params);
     let rate = |n: usize, s: f64| if s > 0.0 { n as f64 / s } else { 0.0 };
     let work = flops(model, steps, params);
@@ -292,7 +287,7 @@ fn report(cfg: &BenchConfig, model: &Qwen25VL, m: &Measured) -> Value {
     };
     json!({
         "config": cfg.config,
-        "device": cfg.device,
+        "device": device.to_string(),
         "dtype": format!("{:?}", model.dtype()).to_lowercase(),
         "steps": steps.prompts,
         "steps_per_second": rate(steps.prompts, steps.wall_seconds),
@@ -322,6 +317,7 @@ fn report(cfg: &BenchConfig, model: &Qwen25VL, m: &Measured) -> Value {
         "max_new_tokens": cfg.max_new_tokens,
         "pixel_bounds": [cfg.min_pixels, cfg.max_pixels],
         "phases": [Some(steps.summary()), m.judge.as_ref().map(PhaseStats::summary)],
+        "schema_version": BENCH_SCHEMA_VERSION,
         "benchmark_estimate": benchmark_estimate(steps, m.judge.as_ref()),
         "profile": m.profile.as_ref().map(crate::model::profile::to_json),
     })

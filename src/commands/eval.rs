@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 
 use super::model_spec;
 use crate::cli::EvalArgs;
-use crate::engine::{run_eval, EvalConfig, JudgeChoice};
+use crate::eval::{run_eval, EvalConfig, JudgeChoice};
 
 /// A fresh run folder under `runs/`: `runs/<UTC time>-<model name>`.
 fn default_run_dir(model: &str) -> PathBuf {
@@ -38,8 +38,6 @@ fn default_run_dir(model: &str) -> PathBuf {
 
 /// Build the engine configuration from the command line.
 pub fn config(a: EvalArgs) -> Result<EvalConfig> {
-    let rules = super::score::rules_by_name(&a.rules)?;
-    let system_prompt = a.system_prompt.parse().map_err(anyhow::Error::msg)?;
     let data = match a.data {
         Some(d) => d,
         None => {
@@ -58,8 +56,8 @@ pub fn config(a: EvalArgs) -> Result<EvalConfig> {
         batch_size: a.batch_size,
         max_batch_tokens: a.max_batch_tokens,
         max_new_tokens: a.max_new_tokens,
-        rules,
-        system_prompt,
+        rules: a.rules.preset(),
+        system_prompt: a.system_prompt,
         judge,
     })
 }

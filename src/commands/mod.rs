@@ -1,4 +1,6 @@
-//! One entry function per subcommand; each takes the validated arguments from `cli`.
+//! One entry function per subcommand, each taking its arguments from `crate::cli`; [`main`] parses the command
+//! line, dispatches, and turns an error into exit code 1 (printed with its causes).
+
 pub mod bench;
 pub mod data;
 pub mod eval;
@@ -7,12 +9,68 @@ pub mod sample;
 pub mod score;
 pub mod selftest;
 
-/// The model-loading arguments as an engine model spec.
-pub fn model_spec(a: &crate::cli::ModelArgs) -> crate::engine::ModelSpec {
-    crate::engine::ModelSpec {
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::backend::ModelSpec;
+use crate::cli::{Cli, Command, DataCommand, ModelArgs};
+
+/// Parse the command line, run the subcommand and turn an error into exit code 1.
+pub fn main() -> ExitCode {
+    init_tracing();
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", error_chain(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Dispatch a parsed command line.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Eval(a) => eval::run(a),
+        Command::Score(a) => score::run(a),
+        Command::Data(DataCommand::Validate(a)) => data::validate(a),
+        Command::Sample(a) => sample::run(a),
+        Command::Generate(a) => generate::run(a),
+        Command::Bench(a) => bench::run(a),
+        Command::SelfTest(a) => selftest::run(a),
+    }
+}
+
+/// An error and its causes joined with `: `, each cause left out when the message before it already ends with it
+/// (library errors such as `"{path}: {source}"` print their source themselves).
+pub fn error_chain(e: &anyhow::Error) -> String {
+    let mut msg = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if msg.is_empty() {
+            msg = text;
+        } else if !msg.ends_with(&text) {
+            msg = format!("{msg}: {text}");
+        }
+    }
+    msg
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// The model-loading arguments as a model spec.
+pub fn model_spec(a: &ModelArgs) -> ModelSpec {
+    ModelSpec {
         model: a.model.clone(),
-        device: a.device.clone(),
-        dtype: a.dtype.clone(),
+        device: a.device,
+        dtype: a.dtype,
         min_pixels: a.min_pixels,
         max_pixels: a.max_pixels,
     }

@@ -7,7 +7,7 @@ use crate::cli::ScoreArgs;
 use crate::dataset::Benchmark;
 use crate::predictions::PredictionSet;
 use crate::report;
-use crate::score::{score_predictions, RulePreset};
+use crate::score::score_predictions;
 
 /// Load `--data`, or the embedded sample when absent.
 pub fn load_benchmark(data: Option<&Path>) -> anyhow::Result<Benchmark> {
@@ -20,16 +20,6 @@ pub fn load_benchmark(data: Option<&Path>) -> anyhow::Result<Benchmark> {
     Benchmark::load(&dir).with_context(|| format!("loading benchmark {}", dir.display()))
 }
 
-/// The rule preset named on the command line, or an error listing the known names.
-pub fn rules_by_name(name: &str) -> anyhow::Result<RulePreset> {
-    RulePreset::by_name(name).with_context(|| {
-        format!(
-            "unknown rule preset {name:?} (known: {})",
-            RulePreset::NAMES.join(", ")
-        )
-    })
-}
-
 fn default_out(predictions: &Path) -> PathBuf {
     match predictions.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
@@ -39,7 +29,7 @@ fn default_out(predictions: &Path) -> PathBuf {
 
 /// Entry point.
 pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
-    let rules = rules_by_name(&args.rules)?;
+    let rules = args.rules.preset();
     let bench = load_benchmark(args.data.as_deref())?;
     let preds = PredictionSet::read(&args.predictions)?;
     for m in &preds.malformed {

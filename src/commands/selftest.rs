@@ -8,12 +8,12 @@ use crate::ops::check;
 
 /// Run every comparison, print them, and fail when one is out of tolerance.
 pub fn run(a: SelfTestArgs) -> Result<()> {
-    let device = crate::model::parse_device(&a.device)?;
+    let (device, spec) = crate::backend::open_device(a.device)?;
     let results = check::run(&device)?;
     let failed = results.iter().filter(|r| !r.passed).count();
     if a.json {
         let report = json!({
-            "device": a.device,
+            "device": spec.to_string(),
             "cuda_feature": cfg!(feature = "cuda"),
             "kernels_enabled": crate::ops::kernels_enabled(),
             "passed": failed == 0,

@@ -12,49 +12,21 @@ use anyhow::Result;
 use candle_core::{Tensor, D};
 
 use super::memory;
-use super::progress::PhaseStats;
 use super::scheduler::{admit_count, prefill_chunks, BatchLimits, Occupancy};
+use super::{FinishReason, Generation, Request};
 use crate::model::{PrefillRequest, Qwen25VL, SeqCache};
-use crate::preprocess::ModelInput;
+use crate::records::PhaseStats;
 
-/// One prompt to generate for.
-pub struct GenRequest {
-    /// Caller's id, returned with the result.
-    pub id: usize,
-    /// Token ids and images.
-    pub input: ModelInput,
-    /// Length of the text-only prefix (the system turn) whose KV may be shared between prompts; 0 for none.
-    pub prefix_len: usize,
-}
-
-/// Why a sequence stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Finish {
-    /// It produced an end-of-sequence token (kept out of `token_ids`).
-    Eos,
-    /// It reached `max_new_tokens`.
-    Length,
-}
-
-/// One finished prompt.
-#[derive(Debug, Clone)]
-pub struct GenResult {
-    /// The request's id.
-    pub id: usize,
-    /// Generated token ids (end-of-sequence token excluded).
-    pub token_ids: Vec<u32>,
-    /// Prompt length in tokens.
-    pub prompt_tokens: usize,
-    /// Why it stopped.
-    pub finish: Finish,
-}
-
+/// A sequence being decoded: its request's settings (not its input, which may be large) and its state.
 struct Running {
     id: usize,
+    prompt_tokens: usize,
+    max_new_tokens: usize,
+    stop_tokens: Vec<u32>,
+    top_k: usize,
     cache: SeqCache,
     generated: Vec<u32>,
-    prompt_tokens: usize,
+    top_logprobs: Vec<Vec<(u32, f32)>>,
     cost: usize,
 }
 
@@ -63,14 +35,13 @@ pub const MAX_PREFILL_TOKENS: usize = 16_384;
 /// How many prefix caches are kept (distinct system prompts, e.g. one per screen resolution).
 const PREFIX_CACHE_ENTRIES: usize = 8;
 
-/// Runs prompts through the model with continuous batching.
-pub struct Batcher<'m> {
+/// Runs requests through the model with continuous batching.
+pub struct Engine<'m> {
     model: &'m Qwen25VL,
     limits: BatchLimits,
-    eos: Vec<u32>,
     prefixes: HashMap<Vec<u32>, SeqCache>,
     running: Vec<Running>,
-    waiting: VecDeque<GenRequest>,
+    waiting: VecDeque<Request>,
     /// Most sequences per decode call (halved on out-of-memory errors).
     decode_group: usize,
     /// Test hook: how many multi-sequence prefill and decode calls fail with an injected out-of-memory error.
@@ -78,14 +49,12 @@ pub struct Batcher<'m> {
     inject_oom: (usize, usize),
 }
 
-impl<'m> Batcher<'m> {
-    /// A batcher for `model` under `limits`.
+impl<'m> Engine<'m> {
+    /// An engine for `model` under `limits`.
     pub fn new(model: &'m Qwen25VL, limits: BatchLimits) -> Self {
-        let eos = model.config().eos_token_ids.clone();
         Self {
             model,
             limits,
-            eos,
             prefixes: HashMap::new(),
             running: Vec::new(),
             waiting: VecDeque::new(),
@@ -99,9 +68,9 @@ impl<'m> Batcher<'m> {
     /// `done` with each result as soon as it is complete.
     pub fn run(
         &mut self,
-        mut requests: impl Iterator<Item = GenRequest>,
+        mut requests: impl Iterator<Item = Request>,
         stats: &mut PhaseStats,
-        mut done: impl FnMut(GenResult, &PhaseStats) -> Result<()>,
+        mut done: impl FnMut(Generation, &PhaseStats) -> Result<()>,
     ) -> Result<()> {
         let mut exhausted = false;
         loop {
@@ -133,7 +102,7 @@ impl<'m> Batcher<'m> {
     fn admit(
         &mut self,
         stats: &mut PhaseStats,
-        done: &mut impl FnMut(GenResult, &PhaseStats) -> Result<()>,
+        done: &mut impl FnMut(Generation, &PhaseStats) -> Result<()>,
     ) -> Result<()> {
         let lens: Vec<usize> = self
             .waiting
@@ -144,7 +113,7 @@ impl<'m> Batcher<'m> {
         if n == 0 {
             return Ok(());
         }
-        let batch: Vec<GenRequest> = self.waiting.drain(..n).collect();
+        let batch: Vec<Request> = self.waiting.drain(..n).collect();
         for range in prefill_chunks(&lens[..n], MAX_PREFILL_TOKENS) {
             self.prefill_with_retry(&batch[range], stats, done)?;
         }
@@ -154,9 +123,9 @@ impl<'m> Batcher<'m> {
     /// Prefill `reqs`; on an out-of-memory error split the group in two and retry each half.
     fn prefill_with_retry(
         &mut self,
-        reqs: &[GenRequest],
+        reqs: &[Request],
         stats: &mut PhaseStats,
-        done: &mut impl FnMut(GenResult, &PhaseStats) -> Result<()>,
+        done: &mut impl FnMut(Generation, &PhaseStats) -> Result<()>,
     ) -> Result<()> {
         match self.prefill(reqs, stats) {
             Ok(logits) => self.start_sequences(reqs, logits, stats, done),
@@ -176,7 +145,7 @@ impl<'m> Batcher<'m> {
 
     fn prefill(
         &mut self,
-        reqs: &[GenRequest],
+        reqs: &[Request],
         stats: &mut PhaseStats,
     ) -> Result<(Vec<SeqCache>, Tensor)> {
         #[cfg(test)]
@@ -220,7 +189,7 @@ impl<'m> Batcher<'m> {
     }
 
     /// Compute (once) the KV of a request's shared prefix.
-    fn ensure_prefix(&mut self, r: &GenRequest, stats: &mut PhaseStats) -> Result<()> {
+    fn ensure_prefix(&mut self, r: &Request, stats: &mut PhaseStats) -> Result<()> {
         if r.prefix_len == 0
             || self
                 .prefixes
@@ -240,25 +209,27 @@ impl<'m> Batcher<'m> {
 
     fn start_sequences(
         &mut self,
-        reqs: &[GenRequest],
+        reqs: &[Request],
         (caches, logits): (Vec<SeqCache>, Tensor),
         stats: &mut PhaseStats,
-        done: &mut impl FnMut(GenResult, &PhaseStats) -> Result<()>,
+        done: &mut impl FnMut(Generation, &PhaseStats) -> Result<()>,
     ) -> Result<()> {
-        let next = argmax_rows(&logits)?;
-        for ((r, cache), tok) in reqs.iter().zip(caches).zip(next) {
-            let prompt_tokens = r.input.input_ids.len();
-            let seq = Running {
+        let first = self.running.len();
+        for (r, cache) in reqs.iter().zip(caches) {
+            let cost = self.limits.cost(r.input.input_ids.len());
+            self.running.push(Running {
                 id: r.id,
+                prompt_tokens: r.input.input_ids.len(),
+                max_new_tokens: r.max_new_tokens.clamp(1, self.limits.max_new_tokens),
+                stop_tokens: r.stop_tokens.clone(),
+                top_k: r.top_logprobs,
                 cache,
                 generated: Vec::new(),
-                prompt_tokens,
-                cost: self.limits.cost(prompt_tokens),
-            };
-            self.running.push(seq);
-            let i = self.running.len() - 1;
-            self.push_token(i, tok, stats);
+                top_logprobs: Vec::new(),
+                cost,
+            });
         }
+        self.push_tokens(first, &logits, stats)?;
         self.retire(stats, done)
     }
 
@@ -268,15 +239,18 @@ impl<'m> Batcher<'m> {
     fn decode_step(
         &mut self,
         stats: &mut PhaseStats,
-        done: &mut impl FnMut(GenResult, &PhaseStats) -> Result<()>,
+        done: &mut impl FnMut(Generation, &PhaseStats) -> Result<()>,
     ) -> Result<()> {
         let t0 = Instant::now();
         let n = self.running.len();
-        let mut next = Vec::with_capacity(n);
-        while next.len() < n {
-            let (start, end) = (next.len(), (next.len() + self.decode_group).min(n));
+        let mut done_rows = 0;
+        while done_rows < n {
+            let (start, end) = (done_rows, (done_rows + self.decode_group).min(n));
             match self.decode_range(start, end) {
-                Ok(toks) => next.extend(toks),
+                Ok(logits) => {
+                    self.push_tokens(start, &logits, stats)?;
+                    done_rows = end;
+                }
                 Err(e) if end - start > 1 && is_oom(&e) => {
                     self.decode_group = (end - start) / 2;
                     stats.oom_retries += 1;
@@ -293,13 +267,11 @@ impl<'m> Batcher<'m> {
         stats.decode_steps += 1;
         stats.decode_seq_sum += n;
         stats.decode_seconds += t0.elapsed().as_secs_f64();
-        for (i, tok) in next.into_iter().enumerate() {
-            self.push_token(i, tok, stats);
-        }
         self.retire(stats, done)
     }
 
-    fn decode_range(&mut self, start: usize, end: usize) -> Result<Vec<u32>> {
+    /// Logits (end − start, vocab) of one decode step of running sequences `start..end`.
+    fn decode_range(&mut self, start: usize, end: usize) -> Result<Tensor> {
         #[cfg(test)]
         if self.inject_oom.1 > 0 && end - start > 1 {
             self.inject_oom.1 -= 1;
@@ -311,49 +283,68 @@ impl<'m> Batcher<'m> {
             .map(|r| *r.generated.last().expect("running sequences have a token"))
             .collect();
         let mut caches: Vec<&mut SeqCache> = running.iter_mut().map(|r| &mut r.cache).collect();
-        argmax_rows(&self.model.decode(&tokens, &mut caches)?)
+        Ok(self.model.decode(&tokens, &mut caches)?)
     }
 
-    fn push_token(&mut self, i: usize, tok: u32, stats: &mut PhaseStats) {
-        self.running[i].generated.push(tok);
-        stats.decode_tokens += 1;
+    /// Append each row's greedy token (and its top log-probabilities when asked) to running sequences
+    /// `first..first + rows`.
+    fn push_tokens(&mut self, first: usize, logits: &Tensor, stats: &mut PhaseStats) -> Result<()> {
+        let next = argmax_rows(logits)?;
+        let k = self.running[first..first + next.len()]
+            .iter()
+            .map(|r| r.top_k)
+            .max()
+            .unwrap_or(0);
+        let tops = if k > 0 {
+            Some(top_k_logprobs(logits, k)?)
+        } else {
+            None
+        };
+        for (row, tok) in next.into_iter().enumerate() {
+            let r = &mut self.running[first + row];
+            r.generated.push(tok);
+            if let Some(t) = &tops {
+                r.top_logprobs
+                    .push(t[row][..r.top_k.min(t[row].len())].to_vec());
+            }
+            stats.decode_tokens += 1;
+        }
+        Ok(())
     }
 
-    /// Hand over and drop every sequence that hit an end-of-sequence token or the length limit.
+    /// Hand over and drop every sequence that hit a stop token or its length limit.
     fn retire(
         &mut self,
         stats: &mut PhaseStats,
-        done: &mut impl FnMut(GenResult, &PhaseStats) -> Result<()>,
+        done: &mut impl FnMut(Generation, &PhaseStats) -> Result<()>,
     ) -> Result<()> {
         let mut i = 0;
         while i < self.running.len() {
             let r = &self.running[i];
             let last = *r.generated.last().expect("a token was pushed");
-            let finish = if self.eos.contains(&last) {
-                Some(Finish::Eos)
-            } else if r.generated.len() >= self.limits.max_new_tokens {
-                Some(Finish::Length)
+            let finish = if r.stop_tokens.contains(&last) {
+                FinishReason::Eos
+            } else if r.generated.len() >= r.max_new_tokens {
+                FinishReason::Length
             } else {
-                None
-            };
-            let Some(finish) = finish else {
                 i += 1;
                 continue;
             };
             let mut r = self.running.swap_remove(i);
-            if finish == Finish::Eos {
-                r.generated.pop();
-            }
+            let stop_token = match finish {
+                FinishReason::Eos => r.generated.pop(),
+                FinishReason::Length => None,
+            };
             stats.prompts += 1;
-            done(
-                GenResult {
-                    id: r.id,
-                    token_ids: r.generated,
-                    prompt_tokens: r.prompt_tokens,
-                    finish,
-                },
-                stats,
-            )?;
+            let generation = Generation {
+                id: r.id,
+                token_ids: r.generated,
+                stop_token,
+                prompt_tokens: r.prompt_tokens,
+                finish,
+                top_logprobs: r.top_logprobs,
+            };
+            done(generation, stats)?;
         }
         Ok(())
     }
@@ -367,6 +358,27 @@ pub fn argmax_rows(logits: &Tensor) -> Result<Vec<u32>> {
         .to_vec1::<u32>()?)
 }
 
+/// The `k` most likely entries of each row of `logits` (B, vocab) as (id, log-probability), best first
+/// (ties: lower id first).
+pub fn top_k_logprobs(logits: &Tensor, k: usize) -> Result<Vec<Vec<(u32, f32)>>> {
+    let rows = crate::model::attention::log_softmax_f32(logits)?.to_vec2::<f32>()?;
+    Ok(rows
+        .into_iter()
+        .map(|row| {
+            let mut idx: Vec<u32> = (0..row.len() as u32).collect();
+            let k = k.min(row.len());
+            let cmp =
+                |a: &u32, b: &u32| row[*b as usize].total_cmp(&row[*a as usize]).then(a.cmp(b));
+            if k > 0 && k < idx.len() {
+                idx.select_nth_unstable_by(k - 1, cmp);
+            }
+            idx.truncate(k);
+            idx.sort_by(cmp);
+            idx.into_iter().map(|i| (i, row[i as usize])).collect()
+        })
+        .collect())
+}
+
 /// Whether an error is a device out-of-memory error (CUDA's message, or the host allocator's).
 pub fn is_oom(e: &anyhow::Error) -> bool {
     let s = format!("{e:#}").to_ascii_lowercase();
@@ -377,7 +389,7 @@ pub fn is_oom(e: &anyhow::Error) -> bool {
 mod tests {
     use super::*;
     use crate::model::{ModelFiles, Qwen25VL};
-    use crate::preprocess::{prepare_rgb8, ImageProcessorConfig};
+    use crate::preprocess::{prepare_rgb8, ImageProcessorConfig, ModelInput};
 
     fn tiny() -> Qwen25VL {
         let dir =
@@ -386,7 +398,7 @@ mod tests {
         Qwen25VL::load(&files, &candle_core::Device::Cpu, candle_core::DType::F32).unwrap()
     }
 
-    fn requests(model: &Qwen25VL) -> Vec<GenRequest> {
+    fn requests(model: &Qwen25VL) -> Vec<Request> {
         let cfg = ImageProcessorConfig::default().with_pixel_bounds(3136, 20_000);
         (0..5u32)
             .map(|i| {
@@ -399,13 +411,16 @@ mod tests {
                 ids.push(c.vision_start_token_id);
                 ids.extend(std::iter::repeat_n(c.image_token_id, img.n_tokens()));
                 ids.extend([151653, 872, 198]);
-                GenRequest {
+                Request {
                     id: i as usize,
                     input: ModelInput {
                         input_ids: ids,
                         images: vec![img],
                     },
                     prefix_len: 0,
+                    max_new_tokens: 6,
+                    stop_tokens: model.config().eos_token_ids.clone(),
+                    top_logprobs: 0,
                 }
             })
             .collect()
@@ -417,7 +432,7 @@ mod tests {
             max_batch_tokens: 100_000,
             max_new_tokens: 6,
         };
-        let mut b = Batcher::new(model, limits);
+        let mut b = Engine::new(model, limits);
         b.inject_oom = inject;
         let mut stats = PhaseStats::default();
         let mut out = Vec::new();

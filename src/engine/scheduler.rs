@@ -2,10 +2,11 @@
 //!
 //! Every running sequence reserves `prompt_tokens + max_new_tokens` KV slots (its worst case), so a batch never
 //! outgrows the token budget while it decodes. A prompt that alone exceeds the budget still runs, alone, so a
-//! long prompt can never starve. Pure logic: the engine owns the model and the queue.
+//! long prompt can never starve. Pure logic (but for [`BatchLimits::auto`]): the engine owns the model and the
+//! queue.
 
 /// Limits of one running batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BatchLimits {
     /// Most sequences decoded together (`--batch-size`).
     pub max_seqs: usize,
@@ -15,7 +16,35 @@ pub struct BatchLimits {
     pub max_new_tokens: usize,
 }
 
+/// Smallest automatic token budget, before `max_new_tokens`: room for a few step prompts of a real screen.
+pub const MIN_AUTO_BATCH_TOKENS: usize = 8192;
+
 impl BatchLimits {
+    /// The limits of a run: `max_seqs` sequences, `max_new_tokens` per sequence, and `max_batch_tokens` or, when
+    /// `None`, the budget the device's free memory allows for `model`'s KV cache after one prefill's activations
+    /// (at least [`MIN_AUTO_BATCH_TOKENS`] + `max_new_tokens`). What `eval` and `bench` use.
+    pub fn auto(
+        model: &crate::model::Qwen25VL,
+        max_seqs: usize,
+        max_new_tokens: usize,
+        max_batch_tokens: Option<usize>,
+    ) -> Self {
+        let max_batch_tokens = max_batch_tokens.unwrap_or_else(|| {
+            let reserve = super::memory::prefill_reserve(model, super::MAX_PREFILL_TOKENS);
+            super::memory::auto_batch_tokens(
+                super::memory::free_bytes(model.device()),
+                model.kv_bytes_per_token(),
+                reserve,
+                MIN_AUTO_BATCH_TOKENS + max_new_tokens,
+            )
+        });
+        Self {
+            max_seqs: max_seqs.max(1),
+            max_new_tokens: max_new_tokens.max(1),
+            max_batch_tokens,
+        }
+    }
+
     /// Tokens reserved for a prompt of `prompt_tokens` tokens.
     pub fn cost(&self, prompt_tokens: usize) -> usize {
         prompt_tokens + self.max_new_tokens

@@ -4,7 +4,7 @@
 //! * [`Qwen25VL::prefill`] encodes any mix of prompts (each with its images, optionally continuing a text-only
 //!   prefix cache) in one packed pass: every Linear runs once over all tokens, attention runs per sequence.
 //! * [`Qwen25VL::decode`] advances any set of per-sequence [`SeqCache`]s by one token each.
-//! * [`Qwen25VL::generate`] is static-batch greedy decoding on top of both.
+//! * Greedy generation on top of both is the engine's (`crate::engine`).
 //!
 //! Design: no padding anywhere. Each sequence owns its KV cache with its exact length and its next M-RoPE
 //! position, so results do not depend on batch composition (up to GEMM summation order).
@@ -14,7 +14,6 @@ pub mod cache;
 pub mod config;
 pub mod files;
 mod forward;
-mod generate;
 pub mod nn;
 pub mod profile;
 pub mod rope;
@@ -29,7 +28,6 @@ use candle_nn::VarBuilder;
 pub use cache::SeqCache;
 pub use config::{ModelConfig, TextConfig, VisionConfig};
 pub use files::{parse_device, parse_dtype, ModelFiles};
-pub use generate::{top_k_logprobs, FinishReason, GenerateOptions, Generation};
 pub use vision::VisionTrace;
 
 use crate::preprocess::ModelInput;

@@ -40,7 +40,7 @@ pub enum ProcessorBackend {
 }
 
 /// Parameters of the Qwen2-VL image processor.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ImageProcessorConfig {
     /// Lower bound on `h·w` after smart-resize (`size.shortest_edge` in transformers 5).
     pub min_pixels: u64,
@@ -142,6 +142,18 @@ impl ImageProcessorConfig {
     pub fn with_backend(mut self, backend: ProcessorBackend) -> Self {
         self.backend = backend;
         self
+    }
+
+    /// The `[width, height]` a picture of `wh` pixels is smart-resized to (what the model sees).
+    pub fn resized_size(&self, wh: [u32; 2]) -> Result<[u32; 2], super::PreprocessError> {
+        let (h, w) = super::smart_resize(
+            wh[1] as usize,
+            wh[0] as usize,
+            self.factor(),
+            self.min_pixels,
+            self.max_pixels,
+        )?;
+        Ok([w as u32, h as u32])
     }
 
     /// The smart-resize factor: `patch_size · merge_size` (28).

@@ -131,6 +131,21 @@ pub fn load_and_prepare(
     prepare_rgb8(&img, cfg)
 }
 
+/// `[width, height]` of a PNG or JPEG file, from its header alone; errors name the path.
+pub fn image_dimensions(path: &Path) -> Result<[u32; 2], PreprocessError> {
+    let decode = |e: &dyn std::fmt::Display| PreprocessError::Decode {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    };
+    let (w, h) = image::ImageReader::open(path)
+        .map_err(|e| decode(&e))?
+        .with_guessed_format()
+        .map_err(|e| decode(&e))?
+        .into_dimensions()
+        .map_err(|e| decode(&e))?;
+    Ok([w, h])
+}
+
 /// Decodes a PNG or JPEG file into RGB8 (alpha dropped); errors name the path.
 pub fn load_rgb8(path: &Path) -> Result<RgbImage, PreprocessError> {
     let img = image::ImageReader::open(path)

@@ -17,7 +17,7 @@ pub use self::config::{
     ImageProcessorConfig, ProcessorBackend, DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS,
     OPENAI_CLIP_MEAN, OPENAI_CLIP_STD,
 };
-pub use self::image::{load_and_prepare, load_rgb8, prepare_image, prepare_rgb8};
+pub use self::image::{image_dimensions, load_and_prepare, load_rgb8, prepare_image, prepare_rgb8};
 pub use self::resample::resize_rgb8;
 pub use self::smart_resize::{smart_resize, MAX_ASPECT_RATIO};
 

@@ -14,11 +14,11 @@ use serde::Serialize;
 
 pub use matching::{in_box, map_point, match_args, norm_distance, ArgCheck, Direction};
 pub use metrics::{aggregate, ActionStats, GroupStats, Metrics};
-pub use rules::{RulePreset, TextRule};
+pub use rules::{RuleName, RulePreset, TextRule};
 
 use crate::action::{Action, ActionType};
 use crate::dataset::{Benchmark, Trajectory};
-use crate::parse::{parse_response, ParseFailure};
+use crate::parse::ParseFailure;
 use crate::predictions::{Prediction, PredictionSet};
 
 /// The four exclusive outcomes of a step.
@@ -109,12 +109,12 @@ pub fn score_step(
         check: None,
     };
     let Some(pred) = pred else { return s };
-    let parsed = parse_response(&pred.response);
+    let parsed = &pred.parsed;
     s.full_format = parsed.full_format;
-    let action = match parsed.action {
-        Ok(a) => a,
+    let action = match &parsed.action {
+        Ok(a) => a.clone(),
         Err(e) => {
-            s.parse_error = Some(e);
+            s.parse_error = Some(e.clone());
             return s;
         }
     };

@@ -1,5 +1,7 @@
-//! Matching-rule presets: every threshold is a field, so the preset written into `metrics.json` documents
-//! exactly how steps were judged.
+//! Matching-rule presets: every threshold the scorer reads is a field, so the preset written into
+//! `metrics.json` records exactly how steps were judged. What no preset changes is fixed in the scorer and
+//! documented there: swipes match by direction (`Direction::of`), buttons and statuses are parsed
+//! case-insensitively and compared, and `long_press.time` / `wait.time` are not compared.
 
 use serde::{Deserialize, Serialize};
 
@@ -51,17 +53,10 @@ pub struct RulePreset {
     pub distance_fallback_with_boxes: bool,
     /// Box edges count as inside.
     pub box_edges_inside: bool,
-    /// Swipes match when their directions (dominant axis of `coordinate2 - coordinate` and its sign, the way
-    /// the finger moves) are equal.
-    pub swipe: String,
     /// Rule for `type` and `open` texts.
     pub text: TextRule,
     /// Rule for `key` names.
     pub key: TextRule,
-    /// Rule for `system_button` buttons and `terminate` statuses (parsed case-insensitively, then compared).
-    pub enums: String,
-    /// `long_press.time` and `wait.time` are not compared.
-    pub times_compared: bool,
 }
 
 impl RulePreset {
@@ -80,11 +75,8 @@ impl RulePreset {
             distance_threshold: 0.14,
             distance_fallback_with_boxes: false,
             box_edges_inside: true,
-            swipe: "direction".into(),
             text: TextRule::Exact,
             key: TextRule::IgnoreCase,
-            enums: "equal_ignore_case".into(),
-            times_compared: false,
         }
     }
 
@@ -101,20 +93,47 @@ impl RulePreset {
             distance_threshold: 0.04,
             distance_fallback_with_boxes: true,
             box_edges_inside: true,
-            swipe: "direction".into(),
             text: TextRule::Contains,
             key: TextRule::Contains,
-            enums: "equal_ignore_case".into(),
-            times_compared: false,
         }
     }
 
     /// A built-in preset by name (case-insensitive; `_` and `-` are interchangeable).
     pub fn by_name(name: &str) -> Option<RulePreset> {
+        name.parse::<RuleName>().ok().map(RuleName::preset)
+    }
+}
+
+/// The name of a built-in preset (`--rules`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleName {
+    /// [`RulePreset::mobile_r1`].
+    MobileR1,
+    /// [`RulePreset::qwen_ac`].
+    QwenAc,
+}
+
+impl RuleName {
+    /// The preset.
+    pub fn preset(self) -> RulePreset {
+        match self {
+            RuleName::MobileR1 => RulePreset::mobile_r1(),
+            RuleName::QwenAc => RulePreset::qwen_ac(),
+        }
+    }
+}
+
+impl std::str::FromStr for RuleName {
+    type Err = String;
+    /// Case-insensitive; `_` and `-` are interchangeable.
+    fn from_str(name: &str) -> Result<Self, String> {
         match name.trim().to_lowercase().replace('_', "-").as_str() {
-            "mobile-r1" | "mobiler1" => Some(RulePreset::mobile_r1()),
-            "qwen-ac" | "qwen" => Some(RulePreset::qwen_ac()),
-            _ => None,
+            "mobile-r1" | "mobiler1" => Ok(RuleName::MobileR1),
+            "qwen-ac" | "qwen" => Ok(RuleName::QwenAc),
+            other => Err(format!(
+                "unknown rule preset {other:?} (known: {})",
+                RulePreset::NAMES.join(", ")
+            )),
         }
     }
 }

@@ -155,3 +155,39 @@ pub fn assert_close(what: &str, a: &Tensor, b: &Tensor, tol: f32) -> f32 {
     assert!(d <= tol, "{what}: max abs diff {d} > {tol}");
     d
 }
+
+/// Greedy generation of every input through the engine (all admitted together, end-of-sequence ignored), with
+/// `top_logprobs` most likely (id, log-probability) pairs per position.
+pub fn greedy(
+    model: &Qwen25VL,
+    inputs: &[&ModelInput],
+    max_new_tokens: usize,
+    top_logprobs: usize,
+) -> Vec<mobile_r1_eval::engine::Generation> {
+    use mobile_r1_eval::engine::{BatchLimits, Engine, Request};
+    let limits = BatchLimits {
+        max_seqs: inputs.len(),
+        max_batch_tokens: usize::MAX,
+        max_new_tokens,
+    };
+    let requests = inputs.iter().enumerate().map(|(id, input)| Request {
+        id,
+        input: (*input).clone(),
+        prefix_len: 0,
+        max_new_tokens,
+        stop_tokens: Vec::new(),
+        top_logprobs,
+    });
+    let mut out = vec![None; inputs.len()];
+    let mut stats = Default::default();
+    Engine::new(model, limits)
+        .run(requests, &mut stats, |g, _| {
+            let id = g.id;
+            out[id] = Some(g);
+            Ok(())
+        })
+        .expect("generation");
+    out.into_iter()
+        .map(|g| g.expect("every input answered"))
+        .collect()
+}

@@ -4,19 +4,21 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
+use candle_core::{DType, Device};
 
 use crate::chat::PromptBuilder;
 use crate::model::{self, ModelFiles, Qwen25VL};
+use crate::settings::{DTypeSpec, DeviceSpec};
 
 /// How to load a model (`--model`, `--device`, `--dtype`, `--min-pixels`, `--max-pixels`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelSpec {
     /// Local folder or hub repo id.
     pub model: String,
-    /// `cpu`, `cuda[:N]` or `metal`.
-    pub device: String,
-    /// `f32`, `bf16`, `f16`; the device's default when `None`.
-    pub dtype: Option<String>,
+    /// Where to run it.
+    pub device: DeviceSpec,
+    /// The dtype; the device's default (f32 on the CPU, bf16 on a GPU) when `None`.
+    pub dtype: Option<DTypeSpec>,
     /// `min_pixels` override.
     pub min_pixels: Option<u64>,
     /// `max_pixels` override.
@@ -31,6 +33,8 @@ pub struct LoadedModel {
     pub kit: PromptBuilder,
     /// The local folder the files came from.
     pub dir: PathBuf,
+    /// The device it runs on (`auto` resolved).
+    pub device: DeviceSpec,
     /// SHA-256 over the checkpoint's config and weight index (see [`fingerprint`]).
     pub fingerprint: String,
 }
@@ -40,8 +44,14 @@ impl LoadedModel {
     pub fn load(spec: &ModelSpec) -> Result<Self> {
         let files = ModelFiles::resolve(&spec.model)
             .with_context(|| format!("locating model {}", spec.model))?;
-        let device = model::parse_device(&spec.device)?;
-        let dtype = model::parse_dtype(spec.dtype.as_deref(), &device)?;
+        let (device, device_spec) = open_device(spec.device)?;
+        let dtype = match spec.dtype {
+            None if device.is_cpu() => DType::F32,
+            None => DType::BF16,
+            Some(DTypeSpec::F32) => DType::F32,
+            Some(DTypeSpec::Bf16) => DType::BF16,
+            Some(DTypeSpec::F16) => DType::F16,
+        };
         let fingerprint = fingerprint(&files)?;
         let model = Qwen25VL::load(&files, &device, dtype)
             .with_context(|| format!("loading model {}", spec.model))?;
@@ -62,6 +72,7 @@ impl LoadedModel {
             model,
             kit,
             dir: files.dir.clone(),
+            device: device_spec,
             fingerprint,
         })
     }
@@ -70,6 +81,36 @@ impl LoadedModel {
     pub fn dtype_name(&self) -> String {
         format!("{:?}", self.model.dtype()).to_lowercase()
     }
+}
+
+/// Open the device `spec` names; `auto` takes the first CUDA GPU in a CUDA build, Metal in a Metal build, else
+/// the CPU, and logs the choice. Returns the device and its resolved spec (for the manifest).
+pub fn open_device(spec: DeviceSpec) -> Result<(Device, DeviceSpec)> {
+    let open = |s: DeviceSpec| {
+        model::parse_device(&s.to_string()).with_context(|| format!("--device {s}"))
+    };
+    if spec != DeviceSpec::Auto {
+        return Ok((open(spec)?, spec));
+    }
+    let gpu = if cfg!(feature = "cuda") {
+        Some(DeviceSpec::Cuda(0))
+    } else if cfg!(feature = "metal") {
+        Some(DeviceSpec::Metal)
+    } else {
+        None
+    };
+    if let Some(g) = gpu {
+        match open(g) {
+            Ok(d) => {
+                tracing::info!("--device auto: using {g}");
+                return Ok((d, g));
+            }
+            Err(e) => tracing::warn!("--device auto: {g} is not usable ({e:#}); using the CPU"),
+        }
+    } else {
+        tracing::info!("--device auto: this build has no GPU support; using the CPU");
+    }
+    Ok((Device::Cpu, DeviceSpec::Cpu))
 }
 
 /// SHA-256 (hex) identifying a checkpoint without reading its weights: `config.json`, `generation_config.json`,

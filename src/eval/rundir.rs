@@ -9,8 +9,11 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
+
+use crate::records::{JudgementLine, Manifest, PredictionLine, RunSettings};
 
 /// Errors of the run folder.
 #[derive(Debug, thiserror::Error)]
@@ -51,22 +54,23 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> RunDirError + '_ {
     }
 }
 
-/// Create the run folder, or check that an existing one was made with the same `settings`.
-///
-/// `settings` holds everything that changes the predictions (model hash, dtype, prompts, pixel bounds, …);
-/// it is stored under the manifest's `settings` key. Returns the previous manifest when resuming.
-pub fn open_or_create(dir: &Path, settings: &Value) -> Result<Option<Value>, RunDirError> {
+/// Create the run folder, or check that an existing one was made with the same `settings` (everything that
+/// changes the predictions: model hash, dtype, prompts, pixel bounds, …). Returns the previous manifest when
+/// resuming.
+pub fn open_or_create(dir: &Path, settings: &RunSettings) -> Result<Option<Manifest>, RunDirError> {
     std::fs::create_dir_all(dir).map_err(io_err(dir))?;
     let path = dir.join("manifest.json");
     if !path.exists() {
         return Ok(None);
     }
     let text = std::fs::read_to_string(&path).map_err(io_err(&path))?;
-    let old: Value = serde_json::from_str(&text).map_err(|source| RunDirError::BadManifest {
+    let bad = |source| RunDirError::BadManifest {
         path: path.clone(),
         source,
-    })?;
-    let diffs = diff_settings(old.get("settings").unwrap_or(&Value::Null), settings);
+    };
+    let old: Manifest = serde_json::from_str(&text).map_err(bad)?;
+    let as_value = |s: &RunSettings| serde_json::to_value(s).map_err(bad);
+    let diffs = diff_settings(&as_value(&old.settings)?, &as_value(settings)?);
     if diffs.is_empty() {
         Ok(Some(old))
     } else {
@@ -185,60 +189,44 @@ fn truncate_partial_line(file: &mut File) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The `(trajectory, step)` keys of a JSONL file whose lines parse and carry no `error` field. Lines that do not
-/// parse (a torn last line, hand edits) are ignored, so their steps are redone.
-pub fn completed_keys(
-    path: &Path,
-    key: impl Fn(&Value) -> Option<String>,
-) -> Result<HashSet<String>, RunDirError> {
-    let mut done = HashSet::new();
+/// The records of a JSONL file of `T` lines, in file order; lines that do not parse (a torn last line, hand
+/// edits) are skipped. A missing file has none.
+pub fn read_records<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>, RunDirError> {
     let file = match File::open(path) {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(done),
-        Err(e) => {
-            return Err(RunDirError::Io {
-                path: path.to_path_buf(),
-                source: e,
-            })
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_err(path)(e)),
     };
+    let mut out = Vec::new();
     for line in BufReader::new(file).lines() {
-        let line = line.map_err(io_err(path))?;
-        let Ok(v) = serde_json::from_str::<Value>(&line) else {
-            continue;
-        };
-        if v.get("error").is_some_and(|e| !e.is_null()) {
-            continue;
-        }
-        if let Some(k) = key(&v) {
-            done.insert(k);
+        if let Ok(r) = serde_json::from_str(&line.map_err(io_err(path))?) {
+            out.push(r);
         }
     }
-    Ok(done)
+    Ok(out)
+}
+
+/// The keys (`"<trajectory>#<step>"`) of the steps of a predictions file that ran (no `error`).
+pub fn completed_steps(path: &Path) -> Result<HashSet<String>, RunDirError> {
+    Ok(read_records::<PredictionLine>(path)?
+        .into_iter()
+        .filter(|p| p.error.is_none())
+        .map(|p| step_key(&p.trajectory, p.step))
+        .collect())
+}
+
+/// The trajectory ids of a judgements file whose prompt ran (no `error`).
+pub fn completed_trajectories(path: &Path) -> Result<HashSet<String>, RunDirError> {
+    Ok(read_records::<JudgementLine>(path)?
+        .into_iter()
+        .filter(|j| j.error.is_none())
+        .map(|j| j.trajectory)
+        .collect())
 }
 
 /// The key of a step: `"<trajectory>#<step>"`.
 pub fn step_key(trajectory: &str, step: usize) -> String {
     format!("{trajectory}#{step}")
-}
-
-/// Read the step key of a predictions line (`trajectory` as string or number, `step` as number).
-pub fn step_key_of(v: &Value) -> Option<String> {
-    let t = match v.get("trajectory")? {
-        Value::String(s) => s.clone(),
-        Value::Number(n) => n.to_string(),
-        _ => return None,
-    };
-    Some(step_key(&t, v.get("step")?.as_u64()? as usize))
-}
-
-/// Read the trajectory key of a judgements line.
-pub fn trajectory_key_of(v: &Value) -> Option<String> {
-    match v.get("trajectory")? {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        _ => None,
-    }
 }
 
 #[cfg(test)]
@@ -255,7 +243,7 @@ mod tests {
             "{\"trajectory\":\"a\",\"step\":0,\"response\":\"x\"}\n{\"trajectory\":\"a\",\"st",
         )
         .unwrap();
-        assert_eq!(completed_keys(&p, step_key_of).unwrap().len(), 1);
+        assert_eq!(completed_steps(&p).unwrap().len(), 1);
         let mut w = JsonlAppender::open(&p, 1).unwrap();
         w.append(&json!({"trajectory": "a", "step": 1, "response": "y"}))
             .unwrap();
@@ -263,7 +251,7 @@ mod tests {
         let text = std::fs::read_to_string(&p).unwrap();
         assert_eq!(text.lines().count(), 2);
         assert!(text.ends_with("\"y\"}\n"));
-        let keys = completed_keys(&p, step_key_of).unwrap();
+        let keys = completed_steps(&p).unwrap();
         assert!(keys.contains("a#0") && keys.contains("a#1"));
     }
 
@@ -276,19 +264,15 @@ mod tests {
             "{\"trajectory\":3,\"step\":0,\"response\":\"\",\"error\":\"bad png\"}\n",
         )
         .unwrap();
-        assert!(completed_keys(&p, step_key_of).unwrap().is_empty());
+        assert!(completed_steps(&p).unwrap().is_empty());
     }
 
     #[test]
-    fn manifest_mismatch_names_each_setting() {
-        let dir = tempfile::tempdir().unwrap();
+    fn settings_differences_name_each_setting() {
         let s1 = json!({"dtype": "f32", "max_new_tokens": 8});
-        assert!(open_or_create(dir.path(), &s1).unwrap().is_none());
-        write_json_atomic(&dir.path().join("manifest.json"), &json!({"settings": s1})).unwrap();
-        assert!(open_or_create(dir.path(), &s1).unwrap().is_some());
         let s2 = json!({"dtype": "bf16", "max_new_tokens": 8});
-        let err = open_or_create(dir.path(), &s2).unwrap_err().to_string();
-        assert!(err.contains("dtype: \"f32\" → \"bf16\""), "{err}");
-        assert!(!err.contains("max_new_tokens"), "{err}");
+        let diffs = diff_settings(&s1, &s2).join("\n");
+        assert!(diffs.contains("dtype: \"f32\" → \"bf16\""), "{diffs}");
+        assert!(!diffs.contains("max_new_tokens"), "{diffs}");
     }
 }

@@ -24,7 +24,7 @@ pub const STEP_TEMPLATE: &str = include_str!("../../prompts/step_user.jinja");
 pub const JUDGE_TEMPLATE: &str = include_str!("../../prompts/judge.jinja");
 
 /// Where the step prompt's system message comes from (`--system-prompt`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SystemPrompt {
     /// `prompts/system_mobile_use.jinja` with the resized screen size.
@@ -99,7 +99,7 @@ pub fn step_messages(
 /// sentence, tool call) and the final screenshot; the judge answers with a JSON verdict.
 pub fn judge_messages(
     traj: &Trajectory,
-    predicted: &[ParsedOutput],
+    predicted: &[&ParsedOutput],
 ) -> Result<Value, chat::ChatError> {
     let steps: Vec<Value> = predicted
         .iter()

@@ -1,0 +1,92 @@
+//! What the evaluation drives: a [`Backend`] answers chat requests (messages with image slots, plus the
+//! screenshots that fill them) and hands each answer to a sink as soon as it is ready. [`LocalBackend`] runs a
+//! checkpoint on this machine through the engine; other backends (several devices, an HTTP server) plug in
+//! behind the same trait.
+
+mod local;
+mod model;
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+
+pub use local::LocalBackend;
+pub use model::{fingerprint, open_device, LoadedModel, ModelSpec};
+
+use crate::engine::BatchLimits;
+use crate::preprocess::ImageProcessorConfig;
+use crate::records::{FinishReason, PhaseStats};
+
+/// One chat prompt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatRequest {
+    /// Chat messages in the Hugging Face format; `{"type": "image"}` parts are filled by `images` in order.
+    pub messages: serde_json::Value,
+    /// The pictures of the image parts.
+    pub images: Vec<PathBuf>,
+    /// Most generated tokens.
+    pub max_new_tokens: usize,
+    /// Most likely (token, log-probability) pairs to report per generated position (0 = none).
+    pub top_logprobs: usize,
+    /// Generate exactly `max_new_tokens`, past end-of-sequence tokens.
+    pub ignore_eos: bool,
+}
+
+/// The answer to one [`ChatRequest`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatResult {
+    /// The generated text, special tokens removed.
+    pub text: String,
+    /// Generated token ids, the stop token excluded.
+    pub token_ids: Vec<u32>,
+    /// The stop token that ended generation, if one did.
+    pub stop_token: Option<u32>,
+    /// Prompt length in tokens.
+    pub prompt_tokens: usize,
+    /// Why generation stopped.
+    pub finish: FinishReason,
+    /// Per generated position, the most likely (id, log-probability), best first.
+    pub top_logprobs: Vec<Vec<(u32, f32)>>,
+    /// `[w, h]` of each picture as the model saw it.
+    pub image_sizes: Vec<[u32; 2]>,
+}
+
+/// What a backend is, for the run manifest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BackendInfo {
+    /// The model as named by the user.
+    pub model: String,
+    /// The local folder it was read from.
+    pub model_path: PathBuf,
+    /// Fingerprint of its files.
+    pub fingerprint: String,
+    /// Activation dtype.
+    pub dtype: String,
+    /// The device it runs on.
+    pub device: String,
+    /// KV-cache bytes per cached token.
+    pub kv_bytes_per_token: usize,
+    /// The fused ops and GEMM library it runs with.
+    pub ops: serde_json::Value,
+}
+
+/// Receives each request's outcome: its index, the answer or why the request could not run (an unreadable
+/// screenshot, say: recorded, not fatal), and the phase's counters so far.
+pub type Sink<'a> = dyn FnMut(usize, Result<ChatResult, String>, &PhaseStats) -> Result<()> + 'a;
+
+/// Builds request `i` of a phase (on a worker thread); an error is that request's outcome.
+pub type MakeRequest<'a> = dyn Fn(usize) -> Result<ChatRequest> + Sync + 'a;
+
+/// Something that answers chat requests.
+pub trait Backend: Sync {
+    /// What it is.
+    fn info(&self) -> &BackendInfo;
+    /// How it resizes pictures: the step prompt states the size the model sees.
+    fn image_config(&self) -> &ImageProcessorConfig;
+    /// The batch limits it runs under.
+    fn limits(&self) -> BatchLimits;
+    /// Answer requests `0..count` (built by `make`), calling `sink` with each outcome as soon as it is known.
+    /// Returns the phase's counters (wall time excluded).
+    fn run(&self, count: usize, make: &MakeRequest<'_>, sink: &mut Sink<'_>) -> Result<PhaseStats>;
+}

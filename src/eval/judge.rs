@@ -1,0 +1,141 @@
+//! Phase 2: one aggregation prompt per trajectory — the instruction, the predicted steps with their thoughts
+//! and the final screenshot — answered by the judge model with a JSON verdict, appended to `judgements.jsonl`.
+
+use std::collections::{HashMap, HashSet};
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+
+use super::phase::Phase;
+use super::prompts::{judge_messages, parse_verdict};
+use crate::backend::{ChatRequest, ChatResult};
+use crate::dataset::Benchmark;
+use crate::parse::{parse_response, ParsedOutput};
+use crate::predictions::PredictionSet;
+use crate::records::JudgementLine;
+
+/// Indices of the trajectories whose id is not in `done`.
+pub fn pending_trajectories(bench: &Benchmark, done: &HashSet<String>) -> Vec<usize> {
+    (0..bench.trajectories.len())
+        .filter(|&i| !done.contains(&bench.trajectories[i].id))
+        .collect()
+}
+
+/// The judge phase over trajectories `jobs`, judging the predictions `preds`.
+pub struct JudgePhase<'a> {
+    /// The benchmark.
+    pub bench: &'a Benchmark,
+    /// The predictions of the step phase (each response parsed once, when read).
+    pub preds: &'a PredictionSet,
+    /// Indices of the trajectories to judge.
+    pub jobs: Vec<usize>,
+    /// Most generated tokens.
+    pub max_new_tokens: usize,
+}
+
+impl Phase for JudgePhase<'_> {
+    type Record = JudgementLine;
+
+    fn name(&self) -> &'static str {
+        "judge"
+    }
+
+    fn total(&self) -> usize {
+        self.bench.trajectories.len()
+    }
+
+    fn pending(&self) -> usize {
+        self.jobs.len()
+    }
+
+    fn request(&self, i: usize) -> Result<ChatRequest> {
+        let t = &self.bench.trajectories[self.jobs[i]];
+        let last = t
+            .steps
+            .last()
+            .ok_or_else(|| anyhow::anyhow!("trajectory {} has no steps", t.id))?;
+        let empty = parse_response("");
+        let predicted: Vec<&ParsedOutput> = (0..t.steps.len())
+            .map(|si| self.preds.get(&t.id, si).map_or(&empty, |p| &p.parsed))
+            .collect();
+        Ok(ChatRequest {
+            messages: judge_messages(t, &predicted)?,
+            images: vec![self.bench.root.join(&last.image)],
+            max_new_tokens: self.max_new_tokens,
+            top_logprobs: 0,
+            ignore_eos: false,
+        })
+    }
+
+    fn record(&self, i: usize, outcome: Result<ChatResult, String>) -> JudgementLine {
+        let trajectory = self.bench.trajectories[self.jobs[i]].id.clone();
+        match outcome {
+            Ok(r) => {
+                let v = parse_verdict(&r.text);
+                JudgementLine {
+                    trajectory,
+                    success: v.success,
+                    reason: v.reason,
+                    prompt_tokens: Some(r.prompt_tokens),
+                    generated_tokens: Some(r.token_ids.len()),
+                    response: r.text,
+                    error: None,
+                }
+            }
+            Err(msg) => {
+                tracing::warn!("judging trajectory {trajectory}: {msg}");
+                JudgementLine {
+                    trajectory,
+                    success: None,
+                    reason: None,
+                    response: String::new(),
+                    prompt_tokens: None,
+                    generated_tokens: None,
+                    error: Some(msg),
+                }
+            }
+        }
+    }
+}
+
+/// The judge's figures in `metrics.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JudgeSummary {
+    /// 100 · trajectories judged successful / T.
+    pub judge_success: f64,
+    /// Verdicts without a parseable answer.
+    pub judge_unparseable: usize,
+    /// Trajectories without a verdict line.
+    pub judge_missing: usize,
+    /// Trajectories with a verdict line.
+    pub judge_judged: usize,
+}
+
+/// The judge summary of `judgements` (later lines win; lines that do not parse are ignored).
+pub fn summarize(bench: &Benchmark, judgements: &[JudgementLine]) -> JudgeSummary {
+    let latest: HashMap<&str, Option<bool>> = judgements
+        .iter()
+        .map(|j| (j.trajectory.as_str(), j.success))
+        .collect();
+    let verdicts: Vec<Option<&Option<bool>>> = bench
+        .trajectories
+        .iter()
+        .map(|t| latest.get(t.id.as_str()))
+        .collect();
+    let n = bench.trajectories.len();
+    let success = verdicts
+        .iter()
+        .filter(|v| matches!(v, Some(Some(true))))
+        .count();
+    let missing = verdicts.iter().filter(|v| v.is_none()).count();
+    JudgeSummary {
+        judge_success: if n > 0 {
+            100.0 * success as f64 / n as f64
+        } else {
+            0.0
+        },
+        judge_unparseable: verdicts.iter().filter(|v| matches!(v, Some(None))).count(),
+        judge_missing: missing,
+        judge_judged: n - missing,
+    }
+}

@@ -1,0 +1,284 @@
+//! The evaluation program: every step of every trajectory as an independent prompt (phase 1), one aggregation
+//! (judge) prompt per trajectory (phase 2), then the scorer. Both phases run through a [`Backend`] and append
+//! each result as it finishes, so a killed run resumes without losing or duplicating a step.
+
+mod judge;
+mod phase;
+pub mod progress;
+pub mod prompts;
+pub mod rundir;
+mod steps;
+
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result};
+
+pub use judge::{pending_trajectories, summarize, JudgePhase, JudgeSummary};
+pub use phase::{run_phase, Phase};
+pub use prompts::SystemPrompt;
+pub use steps::{pending_steps, StepJob, StepPhase};
+
+use crate::backend::{fingerprint, Backend, LoadedModel, LocalBackend, ModelSpec};
+use crate::dataset::Benchmark;
+use crate::engine::{memory, BatchLimits};
+use crate::predictions::PredictionSet;
+use crate::records::{
+    JudgeSettings, JudgementLine, Manifest, PhaseSummary, RunSettings, SectionTime, Throughput,
+    Versions, LINE_SCHEMA_VERSION, MANIFEST_SCHEMA_VERSION,
+};
+use crate::score::{score_predictions, Metrics, RulePreset};
+
+/// Which model answers the aggregation prompts.
+#[derive(Debug, Clone, PartialEq)]
+pub enum JudgeChoice {
+    /// The evaluated model.
+    SameModel,
+    /// Another checkpoint (folder or hub id).
+    Other(String),
+    /// No aggregation phase.
+    None,
+}
+
+/// Everything `eval` needs, validated by the CLI.
+#[derive(Debug, Clone)]
+pub struct EvalConfig {
+    /// The evaluated model and how to load it.
+    pub model: ModelSpec,
+    /// Benchmark folder (already resolved: the sample benchmark when the user gave none).
+    pub data: PathBuf,
+    /// Run folder.
+    pub out: PathBuf,
+    /// `--batch-size`.
+    pub batch_size: usize,
+    /// `--max-batch-tokens`; automatic when `None`.
+    pub max_batch_tokens: Option<usize>,
+    /// `--max-new-tokens`.
+    pub max_new_tokens: usize,
+    /// Rule preset for the metrics.
+    pub rules: RulePreset,
+    /// System prompt source.
+    pub system_prompt: SystemPrompt,
+    /// Judge model.
+    pub judge: JudgeChoice,
+}
+
+/// What a finished `eval` produced.
+#[derive(Debug)]
+pub struct EvalOutcome {
+    /// The run folder.
+    pub out: PathBuf,
+    /// `metrics.json` as written.
+    pub metrics: Metrics,
+    /// The readable summary table.
+    pub summary: String,
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The judge model's spec, if there is an aggregation phase.
+fn judge_spec(cfg: &EvalConfig) -> Option<ModelSpec> {
+    match &cfg.judge {
+        JudgeChoice::SameModel => Some(cfg.model.clone()),
+        JudgeChoice::Other(m) => Some(ModelSpec {
+            model: m.clone(),
+            ..cfg.model.clone()
+        }),
+        JudgeChoice::None => None,
+    }
+}
+
+/// Load a checkpoint as a local backend under the run's batch limits.
+fn local_backend(cfg: &EvalConfig, spec: &ModelSpec) -> Result<LocalBackend> {
+    let loaded = LoadedModel::load(spec)?;
+    let limits = BatchLimits::auto(
+        &loaded.model,
+        cfg.batch_size,
+        cfg.max_new_tokens,
+        cfg.max_batch_tokens,
+    );
+    Ok(LocalBackend::new(&spec.model, loaded, limits))
+}
+
+/// Everything that changes the predictions or verdicts: a resumed run must have the same.
+fn settings(cfg: &EvalConfig, backend: &dyn Backend) -> Result<RunSettings> {
+    let data = cfg.data.join("data.jsonl");
+    let bytes = std::fs::read(&data).with_context(|| format!("reading {}", data.display()))?;
+    let info = backend.info();
+    let judge = match (&cfg.judge, judge_spec(cfg)) {
+        (JudgeChoice::SameModel, _) => Some(JudgeSettings {
+            model: cfg.model.model.clone(),
+            hash: info.fingerprint.clone(),
+        }),
+        (_, Some(spec)) => {
+            let files = crate::model::ModelFiles::resolve(&spec.model)
+                .with_context(|| format!("--judge-model {}", spec.model))?;
+            Some(JudgeSettings {
+                model: spec.model,
+                hash: fingerprint(&files)?,
+            })
+        }
+        (_, None) => None,
+    };
+    Ok(RunSettings {
+        model: cfg.model.model.clone(),
+        model_hash: info.fingerprint.clone(),
+        dtype: info.dtype.clone(),
+        data_hash: prompts::sha256_hex(&bytes),
+        prompt_hashes: prompts::template_hashes()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+        system_prompt: cfg.system_prompt,
+        image_processor: backend.image_config().clone(),
+        max_new_tokens: cfg.max_new_tokens,
+        judge,
+        version: env!("CARGO_PKG_VERSION").into(),
+    })
+}
+
+/// The manifest of a run starting (or resuming) now.
+fn manifest(
+    cfg: &EvalConfig,
+    backend: &dyn Backend,
+    settings: RunSettings,
+    previous: Option<Manifest>,
+) -> Manifest {
+    let info = backend.info();
+    let now = now_secs();
+    Manifest {
+        schema_version: MANIFEST_SCHEMA_VERSION,
+        line_schema_version: LINE_SCHEMA_VERSION,
+        settings,
+        model_path: info.model_path.clone(),
+        device: info.device.clone(),
+        data: cfg.data.clone(),
+        rules: cfg.rules.clone(),
+        batch_limits: backend.limits(),
+        kv_bytes_per_token: info.kv_bytes_per_token,
+        ops: info.ops.clone(),
+        versions: Versions::current(),
+        started_at_unix: previous.as_ref().map_or(now, |p| p.started_at_unix),
+        resumed_at_unix: previous.map(|_| now),
+        finished_at_unix: None,
+    }
+}
+
+/// Run (or resume) an evaluation.
+pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
+    let bench = Benchmark::load(&cfg.data)
+        .with_context(|| format!("loading the benchmark {}", cfg.data.display()))?;
+    let backend = local_backend(cfg, &cfg.model)?;
+    let settings = settings(cfg, &backend)?;
+    let previous = rundir::open_or_create(&cfg.out, &settings)?;
+    let mut manifest = manifest(cfg, &backend, settings, previous);
+    rundir::write_json_atomic(&cfg.out.join("manifest.json"), &manifest)?;
+    tracing::info!(
+        "run folder {}; batch limits {:?}",
+        cfg.out.display(),
+        backend.limits()
+    );
+
+    let mut phases = vec![run_steps(cfg, &bench, &backend)?.summary()];
+    let preds = PredictionSet::read_optional(cfg.out.join("predictions.jsonl"))?;
+    if let Some(spec) = judge_spec(cfg) {
+        let judge = if cfg.judge == JudgeChoice::SameModel {
+            backend
+        } else {
+            drop(backend); // one model in memory at a time
+            local_backend(cfg, &spec)?
+        };
+        phases.push(run_judge(cfg, &bench, &judge, &preds)?.summary());
+    }
+
+    let (metrics, summary) = score_and_report(cfg, &bench, &preds)?;
+    rundir::write_json_atomic(
+        &cfg.out.join("throughput.json"),
+        &throughput(phases, manifest.batch_limits),
+    )?;
+    manifest.finished_at_unix = Some(now_secs());
+    rundir::write_json_atomic(&cfg.out.join("manifest.json"), &manifest)?;
+    Ok(EvalOutcome {
+        out: cfg.out.clone(),
+        metrics,
+        summary,
+    })
+}
+
+/// `throughput.json` of a run: its phases, peak memory, and the profile when one was taken.
+fn throughput(phases: Vec<PhaseSummary>, limits: BatchLimits) -> Throughput {
+    let mut t = Throughput::new(phases, limits);
+    t.peak_rss_bytes = memory::peak_rss_bytes();
+    t.peak_device_bytes = memory::peak_device_bytes();
+    // Per-section device-synchronised timings when profiling is on (a slower run).
+    t.profile = crate::model::profile::enabled().then(|| {
+        crate::model::profile::snapshot()
+            .into_iter()
+            .map(|(k, (calls, seconds))| (k.to_string(), SectionTime { calls, seconds }))
+            .collect()
+    });
+    t
+}
+
+fn run_steps(
+    cfg: &EvalConfig,
+    bench: &Benchmark,
+    backend: &dyn Backend,
+) -> Result<crate::records::PhaseStats> {
+    let path = cfg.out.join("predictions.jsonl");
+    let jobs = pending_steps(bench, &rundir::completed_steps(&path)?);
+    tracing::info!(
+        "steps: {} to predict, {} already done",
+        jobs.len(),
+        bench.num_steps() - jobs.len()
+    );
+    let phase = StepPhase {
+        bench,
+        jobs,
+        system: cfg.system_prompt,
+        image: backend.image_config(),
+        max_new_tokens: cfg.max_new_tokens,
+    };
+    run_phase(backend, &phase, &path)
+}
+
+fn run_judge(
+    cfg: &EvalConfig,
+    bench: &Benchmark,
+    backend: &dyn Backend,
+    preds: &PredictionSet,
+) -> Result<crate::records::PhaseStats> {
+    let path = cfg.out.join("judgements.jsonl");
+    let phase = JudgePhase {
+        bench,
+        preds,
+        jobs: pending_trajectories(bench, &rundir::completed_trajectories(&path)?),
+        max_new_tokens: cfg.max_new_tokens,
+    };
+    run_phase(backend, &phase, &path)
+}
+
+/// Score the predictions, add the judge summary and the prediction errors, and write the reports.
+fn score_and_report(
+    cfg: &EvalConfig,
+    bench: &Benchmark,
+    preds: &PredictionSet,
+) -> Result<(Metrics, String)> {
+    let (mut metrics, scored) = score_predictions(&cfg.rules, bench, preds);
+    let judgements: Vec<JudgementLine> = rundir::read_records(&cfg.out.join("judgements.jsonl"))?;
+    if !matches!(cfg.judge, JudgeChoice::None) || !judgements.is_empty() {
+        if let serde_json::Value::Object(j) = serde_json::to_value(summarize(bench, &judgements))? {
+            metrics.extra.extend(j);
+        }
+    }
+    metrics
+        .extra
+        .insert("prediction_errors".into(), preds.errors.into());
+    crate::report::write_all(&cfg.out, &metrics, &scored.steps)?;
+    let summary = crate::report::render_summary(&metrics);
+    Ok((metrics, summary))
+}

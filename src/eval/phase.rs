@@ -1,0 +1,48 @@
+//! One driver for both phases of an evaluation (step prompts, judge prompts): each phase says which prompts
+//! are pending, how to build one, and what line to append for its outcome; the driver runs them through the
+//! backend, appends every line the moment its outcome is known, and shows progress.
+
+use std::path::Path;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use super::progress::Progress;
+use super::rundir::JsonlAppender;
+use crate::backend::{Backend, ChatRequest, ChatResult};
+use crate::records::PhaseStats;
+
+/// A phase of an evaluation: `pending()` prompts, each turned into one line of its results file.
+pub trait Phase: Sync {
+    /// The line appended per prompt.
+    type Record: Serialize;
+    /// Name for progress and `throughput.json` (`steps`, `judge`).
+    fn name(&self) -> &'static str;
+    /// Prompts of the whole benchmark in this phase (done ones included).
+    fn total(&self) -> usize;
+    /// Prompts still to run.
+    fn pending(&self) -> usize;
+    /// Pending prompt `i` as a chat request (called on worker threads).
+    fn request(&self, i: usize) -> Result<ChatRequest>;
+    /// The line for pending prompt `i`'s outcome (an answer, or why it could not run).
+    fn record(&self, i: usize, outcome: Result<ChatResult, String>) -> Self::Record;
+}
+
+/// Run `phase` through `backend`, appending its lines to `path` (synced before returning).
+pub fn run_phase<P: Phase>(backend: &dyn Backend, phase: &P, path: &Path) -> Result<PhaseStats> {
+    let mut out = JsonlAppender::open(path, 8)?;
+    let (total, pending) = (phase.total(), phase.pending());
+    let mut progress = Progress::new(phase.name(), total as u64, (total - pending) as u64);
+    let t0 = std::time::Instant::now();
+    let make = |i: usize| phase.request(i);
+    let mut stats = backend.run(pending, &make, &mut |i, outcome, st| {
+        out.append(&phase.record(i, outcome))?;
+        progress.advance(1, st);
+        Ok(())
+    })?;
+    out.sync()?;
+    stats.phase = phase.name().into();
+    stats.wall_seconds = t0.elapsed().as_secs_f64();
+    progress.finish();
+    Ok(stats)
+}

@@ -1,0 +1,153 @@
+//! `manifest.json` (what a run was made with) and `throughput.json` (how fast it ran).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::PhaseSummary;
+use crate::engine::BatchLimits;
+use crate::eval::SystemPrompt;
+use crate::preprocess::ImageProcessorConfig;
+use crate::score::RulePreset;
+
+/// Version of the manifest format.
+pub const MANIFEST_SCHEMA_VERSION: u32 = 1;
+/// Version of the throughput format.
+pub const THROUGHPUT_SCHEMA_VERSION: u32 = 1;
+
+fn v1() -> u32 {
+    1
+}
+
+/// Everything that changes the predictions or verdicts: a resumed run must have the same, field for field.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunSettings {
+    /// `--model` as given.
+    pub model: String,
+    /// Fingerprint of the checkpoint (config and weight files).
+    pub model_hash: String,
+    /// Activation and weight dtype (`f32`, `bf16`, `f16`).
+    pub dtype: String,
+    /// SHA-256 of the benchmark's `data.jsonl`.
+    pub data_hash: String,
+    /// SHA-256 of every prompt template, by file name.
+    pub prompt_hashes: BTreeMap<String, String>,
+    /// Where the step prompt's system message comes from.
+    pub system_prompt: SystemPrompt,
+    /// The image processor's settings (pixel bounds included).
+    pub image_processor: ImageProcessorConfig,
+    /// Most generated tokens per prompt.
+    pub max_new_tokens: usize,
+    /// The judge model, when there is an aggregation phase.
+    pub judge: Option<JudgeSettings>,
+    /// The program's version.
+    pub version: String,
+}
+
+/// The judge model of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JudgeSettings {
+    /// `--judge-model` (or the evaluated model).
+    pub model: String,
+    /// Its fingerprint.
+    pub hash: String,
+}
+
+/// Versions of the program and its engine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Versions {
+    /// This program.
+    #[serde(rename = "mobile-r1-eval")]
+    pub program: String,
+    /// candle.
+    pub candle: String,
+    /// `git describe` of the source, when built from a checkout.
+    pub git_revision: String,
+}
+
+impl Versions {
+    /// The versions of this build.
+    pub fn current() -> Self {
+        Self {
+            program: env!("CARGO_PKG_VERSION").into(),
+            candle: env!("MOBILE_R1_EVAL_CANDLE_VERSION").into(),
+            git_revision: env!("MOBILE_R1_EVAL_GIT_REV").into(),
+        }
+    }
+}
+
+/// `manifest.json`: the settings a run was made with, and the ones that may change between resumes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Version of this format.
+    #[serde(default = "v1")]
+    pub schema_version: u32,
+    /// Version of the lines of `predictions.jsonl` and `judgements.jsonl` ([`super::LINE_SCHEMA_VERSION`]).
+    #[serde(default = "v1")]
+    pub line_schema_version: u32,
+    /// What must not change on resume.
+    pub settings: RunSettings,
+    /// The local folder the checkpoint was read from.
+    pub model_path: PathBuf,
+    /// The device the model ran on.
+    pub device: String,
+    /// The benchmark folder.
+    pub data: PathBuf,
+    /// The matching-rule preset of the metrics.
+    pub rules: RulePreset,
+    /// Batch limits.
+    pub batch_limits: BatchLimits,
+    /// KV-cache bytes per cached token.
+    pub kv_bytes_per_token: usize,
+    /// The fused ops and GEMM library the model ran with.
+    pub ops: serde_json::Value,
+    /// Versions of the program.
+    pub versions: Versions,
+    /// When the run was first started (Unix seconds).
+    pub started_at_unix: u64,
+    /// When it was last resumed, if ever.
+    pub resumed_at_unix: Option<u64>,
+    /// When it last finished, if ever.
+    pub finished_at_unix: Option<u64>,
+}
+
+/// Calls and seconds of one profiled model section.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SectionTime {
+    /// Times the section ran.
+    pub calls: u64,
+    /// Seconds, device-synchronised.
+    pub seconds: f64,
+}
+
+/// `throughput.json`: each phase's counters and rates, and the run's peak memory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Throughput {
+    /// Version of this format.
+    pub schema_version: u32,
+    /// Steps, then judge.
+    pub phases: Vec<PhaseSummary>,
+    /// Peak resident memory of the process (bytes).
+    pub peak_rss_bytes: Option<u64>,
+    /// Peak device memory in use (bytes), on CUDA.
+    pub peak_device_bytes: Option<u64>,
+    /// The batch limits the phases ran under.
+    pub batch_limits: BatchLimits,
+    /// Per-section model timings when profiling was on.
+    pub profile: Option<BTreeMap<String, SectionTime>>,
+}
+
+impl Throughput {
+    /// A record of the current format.
+    pub fn new(phases: Vec<PhaseSummary>, batch_limits: BatchLimits) -> Self {
+        Self {
+            schema_version: THROUGHPUT_SCHEMA_VERSION,
+            phases,
+            peak_rss_bytes: None,
+            peak_device_bytes: None,
+            batch_limits,
+            profile: None,
+        }
+    }
+}

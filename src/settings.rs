@@ -1,0 +1,96 @@
+//! Typed values of the command line's device and dtype choices, shared by every layer that needs them. Pure:
+//! turning a [`DeviceSpec`] into a device is the backend's job.
+
+use serde::{Deserialize, Serialize};
+
+/// Where a model runs (`--device`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceSpec {
+    /// The first CUDA GPU in a CUDA build, Metal in a Metal build, else the CPU.
+    #[default]
+    Auto,
+    /// The CPU.
+    Cpu,
+    /// CUDA GPU N.
+    Cuda(usize),
+    /// The Metal GPU.
+    Metal,
+}
+
+impl std::str::FromStr for DeviceSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "auto" => Ok(Self::Auto),
+            "cpu" => Ok(Self::Cpu),
+            "cuda" => Ok(Self::Cuda(0)),
+            "metal" => Ok(Self::Metal),
+            s => s
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .map(Self::Cuda)
+                .ok_or_else(|| format!("`{s}` is not a device (auto, cpu, cuda, cuda:N, metal)")),
+        }
+    }
+}
+
+impl std::fmt::Display for DeviceSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Auto => f.write_str("auto"),
+            Self::Cpu => f.write_str("cpu"),
+            Self::Cuda(n) => write!(f, "cuda:{n}"),
+            Self::Metal => f.write_str("metal"),
+        }
+    }
+}
+
+/// Activation and weight dtype (`--dtype`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DTypeSpec {
+    /// 32-bit float (the CPU's default).
+    F32,
+    /// bfloat16 (a GPU's default).
+    Bf16,
+    /// float16.
+    F16,
+}
+
+impl std::str::FromStr for DTypeSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "f32" => Ok(Self::F32),
+            "bf16" => Ok(Self::Bf16),
+            "f16" => Ok(Self::F16),
+            s => Err(format!("`{s}` is not a dtype (f32, bf16, f16)")),
+        }
+    }
+}
+
+impl std::fmt::Display for DTypeSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::F32 => "f32",
+            Self::Bf16 => "bf16",
+            Self::F16 => "f16",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_specs_round_trip_and_errors_name_the_choices() {
+        for s in ["auto", "cpu", "cuda:0", "cuda:3", "metal"] {
+            assert_eq!(s.parse::<DeviceSpec>().unwrap().to_string(), s);
+        }
+        assert_eq!("cuda".parse::<DeviceSpec>(), Ok(DeviceSpec::Cuda(0)));
+        let err = "cuda:abc".parse::<DeviceSpec>().unwrap_err();
+        assert!(err.contains("cuda:N"), "{err}");
+        assert!("f64".parse::<DTypeSpec>().unwrap_err().contains("bf16"));
+    }
+}
