@@ -146,9 +146,9 @@ pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
         "rules": cfg.rules,
         "batch_limits": limits,
         "kv_bytes_per_token": model.model.kv_bytes_per_token(),
-        "ops": crate::ops::manifest_entry(),
+        "ops": model.model.ops_manifest(),
         "decode_attention": format!("{:?}", model.model.decode_attention()),
-        "profiled": crate::model::profile::enabled(),
+        "profiled": model.model.ops().config().profile,
         "versions": {"mobile-r1-eval": env!("CARGO_PKG_VERSION"), "candle": env!("MOBILE_R1_EVAL_CANDLE_VERSION"),
                      "git_revision": env!("MOBILE_R1_EVAL_GIT_REV")},
         "started_at_unix": previous.as_ref().and_then(|p| p.get("started_at_unix").cloned()).unwrap_or(started.into()),
@@ -162,6 +162,8 @@ pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
         limits
     );
 
+    // The step model's section table (a separately loaded judge keeps its own).
+    let profiler = model.model.ops().profiler().clone();
     let mut phases = vec![run_steps(cfg, &bench, &model, limits)?.summary()];
     let preds = PredictionSet::read(cfg.out.join("predictions.jsonl"))?;
     if let Some(spec) = judge_spec(cfg) {
@@ -181,8 +183,7 @@ pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
         "peak_device_bytes": memory::peak_device_bytes(),
         "batch_limits": limits,
         // Per-section device-synchronised timings when MOBILE_R1_EVAL_PROFILE is on (slower run), else null.
-        "profile": crate::model::profile::enabled()
-            .then(|| crate::model::profile::to_json(&crate::model::profile::snapshot())),
+        "profile": profiler.snapshot(),
     });
     rundir::write_json_atomic(&cfg.out.join("throughput.json"), &throughput)?;
     manifest["finished_at_unix"] = now_secs().into();

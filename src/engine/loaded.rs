@@ -43,7 +43,7 @@ impl LoadedModel {
         let device = model::parse_device(&spec.device)?;
         let dtype = model::parse_dtype(spec.dtype.as_deref(), &device)?;
         let fingerprint = fingerprint(&files)?;
-        let model = Qwen25VL::load(&files, &device, dtype)
+        let model = Qwen25VL::load(&files, &device, dtype, &crate::ops::OpsConfig::default())
             .with_context(|| format!("loading model {}", spec.model))?;
         let mut kit = PromptBuilder::from_model_dir(&files.dir).with_context(|| {
             format!(

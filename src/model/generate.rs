@@ -2,7 +2,7 @@
 
 use candle_core::{Tensor, D};
 
-use super::attention::log_softmax_f32;
+use crate::ops::composed::log_softmax_f32;
 use super::{PrefillRequest, Qwen25VL, Result, SeqCache};
 use crate::preprocess::ModelInput;
 
