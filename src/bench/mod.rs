@@ -175,8 +175,12 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<Value> {
     };
     let profile = model.profile_snapshot();
     let vision_seconds = time_vision(&model, &kit, &bench)?;
-    let (peak, peak_source) =
-        matmul_peak(&device, dtype, if device.is_cpu() { 2048 } else { 8192 }, model.ops().blas())?;
+    let (peak, peak_source) = matmul_peak(
+        &device,
+        dtype,
+        if device.is_cpu() { 2048 } else { 8192 },
+        model.ops().blas(),
+    )?;
     let measured = Measured {
         steps,
         judge,

@@ -146,7 +146,8 @@ impl Qwen25VL {
         let last: Vec<u32> = seqs.iter().map(|s| (s.start + s.len - 1) as u32).collect();
         let logits = self.text.logits(
             ops,
-            &x.index_select(&Tensor::new(last.as_slice(), &self.device)?, 0)?)?;
+            &x.index_select(&Tensor::new(last.as_slice(), &self.device)?, 0)?,
+        )?;
         let mut caches = Vec::with_capacity(plans.len());
         for (i, p) in plans.iter().enumerate() {
             let (k, v) = kv_layers.iter().map(|l| l[i].clone()).unzip();

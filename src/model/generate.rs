@@ -2,8 +2,8 @@
 
 use candle_core::{Tensor, D};
 
-use crate::ops::composed::log_softmax_f32;
 use super::{PrefillRequest, Qwen25VL, Result, SeqCache};
+use crate::ops::composed::log_softmax_f32;
 use crate::preprocess::ModelInput;
 
 /// Options of [`Qwen25VL::generate`].

@@ -25,12 +25,12 @@ pub mod window;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 
+pub use crate::ops::DecodeAttention;
 pub use cache::SeqCache;
 pub use config::{ModelConfig, TextConfig, VisionConfig};
-pub use crate::ops::DecodeAttention;
-pub use device::{open_device, parse_dtype};
 /// [`open_device`] under its former name.
 pub use device::open_device as parse_device;
+pub use device::{open_device, parse_dtype};
 pub use files::ModelFiles;
 pub use generate::{top_k_logprobs, FinishReason, GenerateOptions, Generation};
 pub use vision::VisionTrace;
@@ -130,7 +130,12 @@ fn detect_prefixes(vb: &VarBuilder) -> Result<(&'static str, &'static str)> {
 impl Qwen25VL {
     /// Load config and memory-mapped weights on `device`, casting to `dtype`; the ops run as `ops` says (a CBLAS
     /// library it asks for is loaded here, before any work starts).
-    pub fn load(files: &ModelFiles, device: &Device, dtype: DType, ops: &OpsConfig) -> Result<Self> {
+    pub fn load(
+        files: &ModelFiles,
+        device: &Device,
+        dtype: DType,
+        ops: &OpsConfig,
+    ) -> Result<Self> {
         let read = |p: &std::path::Path| {
             std::fs::read_to_string(p)
                 .map_err(|e| ModelError::Files(format!("{}: {e}", p.display())))

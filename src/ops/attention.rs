@@ -243,9 +243,9 @@ impl Ops {
             DecodeAttention::Fused => StepPath::Fused(DecodePlan::new(dtype, &layers)?),
             DecodeAttention::PerSequence => StepPath::PerSequence,
             DecodeAttention::Padded => {
-                let lens: Vec<usize> = layers.first().map_or(Vec::new(), |l| {
-                    l.iter().map(|c| c.len).collect()
-                });
+                let lens: Vec<usize> = layers
+                    .first()
+                    .map_or(Vec::new(), |l| l.iter().map(|c| c.len).collect());
                 let (lmax, mask) = composed::length_mask(&lens, device)?;
                 StepPath::Padded(lmax, mask)
             }

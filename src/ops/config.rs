@@ -133,7 +133,10 @@ mod tests {
             ("no", CpuGemm::Builtin),
             ("on", CpuGemm::Blas),
             ("1", CpuGemm::Blas),
-            ("/opt/lib/libblis.so", CpuGemm::Library("/opt/lib/libblis.so".into())),
+            (
+                "/opt/lib/libblis.so",
+                CpuGemm::Library("/opt/lib/libblis.so".into()),
+            ),
         ];
         for (text, want) in cases {
             let got: CpuGemm = text.parse().unwrap();

@@ -40,7 +40,10 @@ mod tests {
 
     #[test]
     fn segments_must_cover_the_rows_and_drop_empty_ones() {
-        assert_eq!(Rows::Segments(&[3, 0, 2]).lens(5).unwrap(), Some(vec![3, 2]));
+        assert_eq!(
+            Rows::Segments(&[3, 0, 2]).lens(5).unwrap(),
+            Some(vec![3, 2])
+        );
         assert!(Rows::Segments(&[3, 2]).lens(4).is_err());
         assert_eq!(Rows::Independent.lens(7).unwrap(), None);
     }

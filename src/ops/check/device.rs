@@ -58,7 +58,9 @@ impl Executor for OnDevice<'_> {
 
     fn bias_residual(&self, y: &Tensor, b: &Tensor, r: &Tensor) -> Result<Ran<Tensor>> {
         Ok(Ran {
-            out: self.ops.bias_residual(&self.on(y)?, &self.on(b)?, &self.on(r)?)?,
+            out: self
+                .ops
+                .bias_residual(&self.on(y)?, &self.on(b)?, &self.on(r)?)?,
             kernel: self.cuda_kernels(),
         })
     }
@@ -100,7 +102,9 @@ impl Executor for OnDevice<'_> {
             .map(|((k, v), c)| DecodeKv { k, v, len: c.len })
             .collect();
         let (d, group) = (q.dim(2)?, q.dim(1)? / k_new.dim(1)?.max(1));
-        let kernel = self.ops.fused_decode_supported(self.device, q.dtype(), d, group);
+        let kernel = self
+            .ops
+            .fused_decode_supported(self.device, q.dtype(), d, group);
         let out = self.ops.decode_attention(
             &self.on(q)?,
             &self.on(k_new)?,
