@@ -214,7 +214,7 @@ fn rope_index_two_images_and_trailing_text() {
 
 #[test]
 fn device_and_dtype_parsing() {
-    use mobile_r1_eval::model::{parse_device, parse_dtype};
+    use mobile_r1_eval::model::{open_device as parse_device, parse_dtype};
     assert!(parse_device("cpu").unwrap().is_cpu());
     assert!(parse_device("tpu").is_err());
     assert_eq!(parse_dtype(None, &Device::Cpu).unwrap(), DType::F32);
