@@ -1,6 +1,8 @@
 //! Qwen2.5-VL on candle, numerically following HF transformers (`Qwen2_5_VLForConditionalGeneration`).
 //!
-//! * [`Qwen25VL::load`] reads a checkpoint found by [`ModelFiles::resolve`] (local folder or hub id).
+//! * [`Qwen25VL::load`] reads a checkpoint found by [`ModelFiles::resolve`] (local folder or hub id) onto a device
+//!   opened by [`open_device`]; its ops run as the given [`OpsConfig`] says (an [`Ops`] context built at load and
+//!   passed down every forward call, which also picks each attention's implementation).
 //! * [`Qwen25VL::prefill`] encodes any mix of prompts (each with its images, optionally continuing a text-only
 //!   prefix cache) in one packed pass: every Linear runs once over all tokens, attention runs per sequence.
 //! * [`Qwen25VL::decode`] advances any set of per-sequence [`SeqCache`]s by one token each.
