@@ -14,6 +14,7 @@ use image::{Rgb, RgbImage};
 use mobile_r1_eval::bench::random::{load_config, random_model};
 use mobile_r1_eval::dataset::Benchmark;
 use mobile_r1_eval::model::{PrefillRequest, Qwen25VL, SeqCache};
+use mobile_r1_eval::ops::{Ops, OpsConfig};
 use mobile_r1_eval::predictions::{Prediction, PredictionSet};
 use mobile_r1_eval::preprocess::{prepare_rgb8, ImageProcessorConfig, ModelInput, PreparedImage};
 use mobile_r1_eval::score::{aggregate, score_benchmark, RulePreset};
@@ -91,7 +92,14 @@ fn image_input(model: &Qwen25VL, w: u32, h: u32, text_tokens: usize) -> ModelInp
 
 fn model_paths(c: &mut Criterion) {
     let dev = Device::Cpu;
-    let model = random_model(load_config("tiny").unwrap(), 1, &dev, DType::F32).unwrap();
+    let model = random_model(
+        load_config("tiny").unwrap(),
+        1,
+        &dev,
+        DType::F32,
+        &OpsConfig::default(),
+    )
+    .unwrap();
     let input = image_input(&model, 448, 896, 200);
     c.bench_function("tiny_vision_448x896", |b| {
         b.iter(|| model.encode_images(&[&input.images[0]], None).unwrap())
@@ -114,7 +122,14 @@ fn model_paths(c: &mut Criterion) {
         });
     }
     if std::env::var_os("MOBILE_R1_BENCH_BIG").is_some() {
-        let big = random_model(load_config("small").unwrap(), 1, &dev, DType::F32).unwrap();
+        let big = random_model(
+            load_config("small").unwrap(),
+            1,
+            &dev,
+            DType::F32,
+            &OpsConfig::default(),
+        )
+        .unwrap();
         let input = image_input(&big, 448, 448, 8);
         let mut g = c.benchmark_group("real_vision_tower");
         g.sample_size(10);
@@ -154,7 +169,8 @@ fn engine_end_to_end(c: &mut Criterion) {
 /// screenshot at 1,248 patches (16 heads of 80): 20 windows of 64 rows, and the whole image in one segment.
 fn varlen_attention(c: &mut Criterion) {
     use candle_core::Tensor;
-    use mobile_r1_eval::ops::{reference, varlen_attention, Varlen, VarlenSeg};
+    use mobile_r1_eval::ops::{reference, Varlen, VarlenSeg};
+    let ops = Ops::new(&OpsConfig::default(), &Device::Cpu).unwrap();
     let (n, h, d) = (1280, 16, 80);
     let t = || Tensor::randn(0f32, 1.0, (n, h, d), &Device::Cpu).unwrap();
     let (q, k, v) = (t(), t(), t());
@@ -181,7 +197,7 @@ fn varlen_attention(c: &mut Criterion) {
             scale: 0.11,
         };
         g.bench_function(format!("{name}_fused"), |b| {
-            b.iter(|| varlen_attention(a).unwrap())
+            b.iter(|| ops.varlen_attention(a).unwrap())
         });
         g.bench_function(format!("{name}_reference"), |b| {
             b.iter(|| reference::varlen_attention(a).unwrap())
@@ -191,12 +207,13 @@ fn varlen_attention(c: &mut Criterion) {
 }
 
 /// The linear layers' f32 GEMM on the CPU: candle's `gemm` crate against `ops::matmul_nt` (OpenBLAS where it is
-/// installed, the `gemm` crate otherwise or with `MOBILE_R1_EVAL_BLAS=off`), on the `small` bench's shapes: the
+/// installed, the `gemm` crate otherwise), on the `small` bench's shapes: the
 /// vision MLP's gate/up projection for four screenshots (4,992 patches), and the text MLP's at decode (1 and 4
 /// rows: OpenBLAS serves 4 rows or more, `ops::BLAS_MIN_ROWS`).
 fn gemm(c: &mut Criterion) {
     use candle_core::Tensor;
-    use mobile_r1_eval::ops::matmul_nt;
+    use mobile_r1_eval::ops::Rows;
+    let ops = Ops::new(&OpsConfig::default(), &Device::Cpu).unwrap();
     let mut g = c.benchmark_group("gemm_f32");
     g.sample_size(10);
     for (rows, k, n) in [(4992, 1280, 3420), (4, 896, 9728), (1, 896, 9728)] {
@@ -208,10 +225,13 @@ fn gemm(c: &mut Criterion) {
         // As the model calls it: a prefill's rows as one declared segment (OpenBLAS where installed), a decode
         // step's rows as independent sequences (the `gemm` crate in blocks of `ROW_BLOCK` rows).
         g.bench_function(format!("{rows}x{k}x{n}_matmul_nt"), |b| {
-            b.iter(|| {
-                let _s = (rows > 4).then(|| mobile_r1_eval::ops::rows::segments([rows]));
-                matmul_nt(&x, &w).unwrap()
-            })
+            let lens = [rows];
+            let how = if rows > 4 {
+                Rows::Segments(&lens)
+            } else {
+                Rows::Independent
+            };
+            b.iter(|| ops.matmul_nt(&x, &w, how).unwrap())
         });
     }
     g.finish();

@@ -327,7 +327,7 @@ fn the_cpu_blas_switch_is_recorded_and_a_bad_library_is_refused() {
     assert!(!o.status.success());
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(
-        stderr.contains(&format!("MOBILE_R1_EVAL_BLAS={missing}")),
+        stderr.contains(&format!("CPU GEMM library `{missing}`")),
         "{stderr}"
     );
     assert!(!bad.join("predictions.jsonl").exists());

@@ -45,86 +45,91 @@ fn rope_positions_and_window_index_match_golden() {
 #[test]
 fn every_stage_matches_golden() {
     let gold = goldens("tiny-a");
-    let model = load_model("tiny-a");
-    let input = golden_input(&gold, "");
-    let mut trace = Trace::default();
-    let (caches, logits) = model
-        .prefill_traced(&[PrefillRequest::new(&input)], Some(&mut trace))
-        .unwrap();
-    assert_close(
-        "vision.patch_embed",
-        trace.vision.patch_embed.as_ref().unwrap(),
-        g(&gold, "vision.patch_embed"),
-        TOL,
-    );
-    assert_eq!(trace.vision.blocks.len(), 4);
-    for (i, b) in trace.vision.blocks.iter().enumerate() {
+    for (variant, model) in model_variants("tiny-a", false) {
+        eprintln!("ops: {variant}");
+        let input = golden_input(&gold, "");
+        let mut trace = Trace::default();
+        let (caches, logits) = model
+            .prefill_traced(&[PrefillRequest::new(&input)], Some(&mut trace))
+            .unwrap();
         assert_close(
-            &format!("vision.block{i}"),
-            b,
-            g(&gold, &format!("vision.block{i}")),
+            "vision.patch_embed",
+            trace.vision.patch_embed.as_ref().unwrap(),
+            g(&gold, "vision.patch_embed"),
             TOL,
         );
-    }
-    assert_close(
-        "vision.merged",
-        trace.vision_merged.as_ref().unwrap(),
-        g(&gold, "vision.merged"),
-        TOL,
-    );
-    assert_close(
-        "text.inputs_embeds",
-        trace.inputs_embeds.as_ref().unwrap(),
-        g(&gold, "text.inputs_embeds"),
-        TOL,
-    );
-    for (i, l) in trace.text_layers.iter().enumerate() {
+        assert_eq!(trace.vision.blocks.len(), 4);
+        for (i, b) in trace.vision.blocks.iter().enumerate() {
+            assert_close(
+                &format!("vision.block{i}"),
+                b,
+                g(&gold, &format!("vision.block{i}")),
+                TOL,
+            );
+        }
         assert_close(
-            &format!("text.layer{i}"),
-            l,
-            g(&gold, &format!("text.layer{i}")),
+            "vision.merged",
+            trace.vision_merged.as_ref().unwrap(),
+            g(&gold, "vision.merged"),
             TOL,
         );
+        assert_close(
+            "text.inputs_embeds",
+            trace.inputs_embeds.as_ref().unwrap(),
+            g(&gold, "text.inputs_embeds"),
+            TOL,
+        );
+        for (i, l) in trace.text_layers.iter().enumerate() {
+            assert_close(
+                &format!("text.layer{i}"),
+                l,
+                g(&gold, &format!("text.layer{i}")),
+                TOL,
+            );
+        }
+        assert_close(
+            "text.final_norm",
+            trace.final_norm.as_ref().unwrap(),
+            g(&gold, "text.final_norm"),
+            TOL,
+        );
+        assert_close(
+            "text.logits_last",
+            &logits,
+            g(&gold, "text.logits_last"),
+            TOL,
+        );
+        assert_eq!(caches[0].len(), 153);
+        assert_eq!(caches[0].next_position(), 41);
     }
-    assert_close(
-        "text.final_norm",
-        trace.final_norm.as_ref().unwrap(),
-        g(&gold, "text.final_norm"),
-        TOL,
-    );
-    assert_close(
-        "text.logits_last",
-        &logits,
-        g(&gold, "text.logits_last"),
-        TOL,
-    );
-    assert_eq!(caches[0].len(), 153);
-    assert_eq!(caches[0].next_position(), 41);
 }
 
 #[test]
 fn greedy_tokens_and_logprobs_match_golden() {
     let gold = goldens("tiny-a");
-    let model = load_model("tiny-a");
-    let input = golden_input(&gold, "");
-    let out = greedy(&model, &[&input], 8, 5);
-    assert_eq!(out[0].token_ids, ids(g(&gold, "gen.ids")));
-    assert_eq!(out[0].prompt_tokens, 153);
-    let want_ids = ids(g(&gold, "gen.step_top5_ids"));
-    let want_lp = g(&gold, "gen.step_top5_logprobs")
-        .flatten_all()
-        .unwrap()
-        .to_vec1::<f32>()
-        .unwrap();
-    let mut worst = 0f32;
-    for (step, top) in out[0].top_logprobs.iter().enumerate() {
-        for (j, &(id, lp)) in top.iter().enumerate() {
-            assert_eq!(id, want_ids[step * 5 + j], "step {step} rank {j}");
-            worst = worst.max((lp - want_lp[step * 5 + j]).abs());
+    for (variant, model) in model_variants("tiny-a", false) {
+        eprintln!("ops: {variant}");
+        let input = golden_input(&gold, "");
+        let (max_new, top_k) = (8, 5);
+        let out = greedy(&model, &[&input], max_new, top_k);
+        assert_eq!(out[0].token_ids, ids(g(&gold, "gen.ids")));
+        assert_eq!(out[0].prompt_tokens, 153);
+        let want_ids = ids(g(&gold, "gen.step_top5_ids"));
+        let want_lp = g(&gold, "gen.step_top5_logprobs")
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        let mut worst = 0f32;
+        for (step, top) in out[0].top_logprobs.iter().enumerate() {
+            for (j, &(id, lp)) in top.iter().enumerate() {
+                assert_eq!(id, want_ids[step * 5 + j], "step {step} rank {j}");
+                worst = worst.max((lp - want_lp[step * 5 + j]).abs());
+            }
         }
+        eprintln!("parity tiny-a top5 logprobs: max abs diff {worst:.3e}");
+        assert!(worst < TOL);
     }
-    eprintln!("parity tiny-a top5 logprobs: max abs diff {worst:.3e}");
-    assert!(worst < TOL);
 }
 
 #[test]
@@ -150,6 +155,7 @@ fn hub_style_config_gives_same_logits() {
         &files,
         &candle_core::Device::Cpu,
         candle_core::DType::F32,
+        &mobile_r1_eval::ops::OpsConfig::default(),
     )
     .unwrap();
     let nested = load_model("tiny-a");

@@ -13,53 +13,55 @@ const CASES: [&str; 3] = ["p0.", "p1.", "p2."];
 #[test]
 fn each_prompt_matches_golden_stages() {
     let gold = goldens("tiny-b");
-    let model = load_model("tiny-b");
-    for p in CASES {
-        let input = golden_input(&gold, p);
-        let mut trace = Trace::default();
-        let (_, logits) = model
-            .prefill_traced(&[PrefillRequest::new(&input)], Some(&mut trace))
-            .unwrap();
-        let s = input.input_ids.len();
-        let want = i64s(g(&gold, &format!("{p}position_ids")));
-        for axis in 0..3 {
-            let got: Vec<i64> = trace.positions[0].iter().map(|q| q[axis]).collect();
-            assert_eq!(got, want[axis * s..(axis + 1) * s], "{p} axis {axis}");
-        }
-        assert_close(
-            &format!("{p}vision.patch_embed"),
-            trace.vision.patch_embed.as_ref().unwrap(),
-            g(&gold, &format!("{p}vision.patch_embed")),
-            TOL,
-        );
-        for (i, b) in trace.vision.blocks.iter().enumerate() {
+    for (variant, model) in model_variants("tiny-b", false) {
+        eprintln!("ops: {variant}");
+        for p in CASES {
+            let input = golden_input(&gold, p);
+            let mut trace = Trace::default();
+            let (_, logits) = model
+                .prefill_traced(&[PrefillRequest::new(&input)], Some(&mut trace))
+                .unwrap();
+            let s = input.input_ids.len();
+            let want = i64s(g(&gold, &format!("{p}position_ids")));
+            for axis in 0..3 {
+                let got: Vec<i64> = trace.positions[0].iter().map(|q| q[axis]).collect();
+                assert_eq!(got, want[axis * s..(axis + 1) * s], "{p} axis {axis}");
+            }
             assert_close(
-                &format!("{p}vision.block{i}"),
-                b,
-                g(&gold, &format!("{p}vision.block{i}")),
+                &format!("{p}vision.patch_embed"),
+                trace.vision.patch_embed.as_ref().unwrap(),
+                g(&gold, &format!("{p}vision.patch_embed")),
+                TOL,
+            );
+            for (i, b) in trace.vision.blocks.iter().enumerate() {
+                assert_close(
+                    &format!("{p}vision.block{i}"),
+                    b,
+                    g(&gold, &format!("{p}vision.block{i}")),
+                    TOL,
+                );
+            }
+            assert_close(
+                &format!("{p}vision.merged"),
+                trace.vision_merged.as_ref().unwrap(),
+                g(&gold, &format!("{p}vision.merged")),
+                TOL,
+            );
+            for (i, l) in trace.text_layers.iter().enumerate() {
+                assert_close(
+                    &format!("{p}text.layer{i}"),
+                    l,
+                    g(&gold, &format!("{p}text.layer{i}")),
+                    TOL,
+                );
+            }
+            assert_close(
+                &format!("{p}text.logits_last"),
+                &logits,
+                g(&gold, &format!("{p}text.logits_last")),
                 TOL,
             );
         }
-        assert_close(
-            &format!("{p}vision.merged"),
-            trace.vision_merged.as_ref().unwrap(),
-            g(&gold, &format!("{p}vision.merged")),
-            TOL,
-        );
-        for (i, l) in trace.text_layers.iter().enumerate() {
-            assert_close(
-                &format!("{p}text.layer{i}"),
-                l,
-                g(&gold, &format!("{p}text.layer{i}")),
-                TOL,
-            );
-        }
-        assert_close(
-            &format!("{p}text.logits_last"),
-            &logits,
-            g(&gold, &format!("{p}text.logits_last")),
-            TOL,
-        );
     }
 }
 
@@ -71,68 +73,79 @@ fn inputs() -> Vec<ModelInput> {
 #[test]
 fn greedy_ids_and_top5_match_golden_alone_and_batched() {
     let gold = goldens("tiny-b");
-    let model = load_model("tiny-b");
-    let inputs = inputs();
-    let refs: Vec<&ModelInput> = inputs.iter().collect();
-    let batched = greedy(&model, &refs, 10, 5);
-    for (i, p) in CASES.iter().enumerate() {
-        let alone = greedy(&model, &[&inputs[i]], 10, 5).remove(0);
-        assert_eq!(
-            alone.token_ids,
-            ids(g(&gold, &format!("{p}gen.ids"))),
-            "{p} alone"
-        );
-        assert_eq!(batched[i].token_ids, alone.token_ids, "{p} batched");
-        let want_ids = ids(g(&gold, &format!("{p}gen.step_top5_ids")));
-        let want_lp = g(&gold, &format!("{p}gen.step_top5_logprobs"))
-            .flatten_all()
-            .unwrap()
-            .to_vec1::<f32>()
-            .unwrap();
-        let mut worst = 0f32;
-        let mut worst_batch = 0f32;
-        for (step, top) in alone.top_logprobs.iter().enumerate() {
-            for (j, &(id, lp)) in top.iter().enumerate() {
-                assert_eq!(id, want_ids[step * 5 + j], "{p} step {step} rank {j}");
-                worst = worst.max((lp - want_lp[step * 5 + j]).abs());
-                let (bid, blp) = batched[i].top_logprobs[step][j];
-                assert_eq!(bid, id);
-                worst_batch = worst_batch.max((blp - lp).abs());
+    for (variant, model) in model_variants("tiny-b", false) {
+        eprintln!("ops: {variant}");
+        let inputs = inputs();
+        let (max_new, top_k) = (10, 5);
+        let refs: Vec<&ModelInput> = inputs.iter().collect();
+        let batched = greedy(&model, &refs, max_new, top_k);
+        for (i, p) in CASES.iter().enumerate() {
+            let alone = greedy(&model, &[&inputs[i]], max_new, top_k).remove(0);
+            assert_eq!(
+                alone.token_ids,
+                ids(g(&gold, &format!("{p}gen.ids"))),
+                "{p} alone"
+            );
+            assert_eq!(batched[i].token_ids, alone.token_ids, "{p} batched");
+            let want_ids = ids(g(&gold, &format!("{p}gen.step_top5_ids")));
+            let want_lp = g(&gold, &format!("{p}gen.step_top5_logprobs"))
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap();
+            let mut worst = 0f32;
+            let mut worst_batch = 0f32;
+            for (step, top) in alone.top_logprobs.iter().enumerate() {
+                for (j, &(id, lp)) in top.iter().enumerate() {
+                    assert_eq!(id, want_ids[step * 5 + j], "{p} step {step} rank {j}");
+                    worst = worst.max((lp - want_lp[step * 5 + j]).abs());
+                    let (bid, blp) = batched[i].top_logprobs[step][j];
+                    assert_eq!(bid, id);
+                    worst_batch = worst_batch.max((blp - lp).abs());
+                }
             }
-        }
-        eprintln!(
+            eprintln!(
             "parity {p} top5 logprobs: {worst:.3e} vs golden, {worst_batch:.3e} batched vs alone"
         );
-        assert!(worst < TOL && worst_batch == 0.0, "{worst} {worst_batch}");
+            // Bit for bit on the fused paths; the composed references batch the vision windows of all images of
+            // a call padded to the widest, so their sums may differ in the last bits.
+            let batch_tol = if variant == "composed" { TOL } else { 0.0 };
+            assert!(
+                worst < TOL && worst_batch <= batch_tol,
+                "{variant}: {worst} {worst_batch}"
+            );
+        }
     }
 }
 
 #[test]
 fn batched_prefill_and_ragged_decode_equal_single() {
-    let model = load_model("tiny-b");
-    let inputs = inputs();
-    let reqs: Vec<PrefillRequest<'_>> = inputs.iter().map(PrefillRequest::new).collect();
-    let (mut bc, bl) = model.prefill(&reqs).unwrap();
-    let mut singles: Vec<(SeqCache, candle_core::Tensor)> = reqs
-        .iter()
-        .map(|r| {
-            let (mut c, l) = model.prefill(&[*r]).unwrap();
-            (c.remove(0), l)
-        })
-        .collect();
-    // Bit for bit, with OpenBLAS or the `gemm` crate (src/ops/rows.rs).
-    for (i, (_, l)) in singles.iter().enumerate() {
-        assert_eq!(max_abs(&bl.narrow(0, i, 1).unwrap(), l), 0.0, "prefill {i}");
-    }
-    // Decode the three (different-length) sequences together, and the middle one alone.
-    let toks = [11u32, 22, 33];
-    let mut refs: Vec<&mut SeqCache> = bc.iter_mut().collect();
-    let bd = model.decode(&toks, &mut refs).unwrap();
-    for (i, (c, _)) in singles.iter_mut().enumerate() {
-        let sd = model.decode(&[toks[i]], &mut [c]).unwrap();
-        let d = max_abs(&bd.narrow(0, i, 1).unwrap(), &sd);
-        assert_eq!(d, 0.0, "decode {i}");
-        assert_eq!(c.len(), bc[i].len());
+    for (variant, model) in model_variants("tiny-b", true) {
+        eprintln!("ops: {variant}");
+        let inputs = inputs();
+        let reqs: Vec<PrefillRequest<'_>> = inputs.iter().map(PrefillRequest::new).collect();
+        let (mut bc, bl) = model.prefill(&reqs).unwrap();
+        let mut singles: Vec<(SeqCache, candle_core::Tensor)> = reqs
+            .iter()
+            .map(|r| {
+                let (mut c, l) = model.prefill(&[*r]).unwrap();
+                (c.remove(0), l)
+            })
+            .collect();
+        // Bit for bit, with OpenBLAS or the `gemm` crate (src/ops/rows.rs).
+        for (i, (_, l)) in singles.iter().enumerate() {
+            assert_eq!(max_abs(&bl.narrow(0, i, 1).unwrap(), l), 0.0, "prefill {i}");
+        }
+        // Decode the three (different-length) sequences together, and the middle one alone.
+        let toks = [11u32, 22, 33];
+        let mut refs: Vec<&mut SeqCache> = bc.iter_mut().collect();
+        let bd = model.decode(&toks, &mut refs).unwrap();
+        for (i, (c, _)) in singles.iter_mut().enumerate() {
+            let sd = model.decode(&[toks[i]], &mut [c]).unwrap();
+            let d = max_abs(&bd.narrow(0, i, 1).unwrap(), &sd);
+            assert_eq!(d, 0.0, "decode {i}");
+            assert_eq!(c.len(), bc[i].len());
+        }
     }
 }
 

@@ -4,11 +4,12 @@
 mod model_support;
 
 use candle_core::{DType, Device, Tensor};
-use mobile_r1_eval::model::attention::{
-    attention, causal_mask, plan_chunks, DEFAULT_MAX_SCORE_ELEMS, MASK_MIN,
-};
-use mobile_r1_eval::model::window::{pad_windows, window_index};
+use mobile_r1_eval::model::window::window_index;
 use mobile_r1_eval::model::{ModelFiles, PrefillRequest, Qwen25VL};
+use mobile_r1_eval::ops::composed::{
+    attention, causal_mask, pad_windows, plan_chunks, DEFAULT_MAX_SCORE_ELEMS, MASK_MIN,
+};
+use mobile_r1_eval::ops::OpsConfig;
 use model_support::*;
 
 #[test]
@@ -105,7 +106,7 @@ fn load_err(dir: &std::path::Path) -> String {
     let files = ModelFiles::from_dir(dir).unwrap();
     format!(
         "{}",
-        Qwen25VL::load(&files, &Device::Cpu, DType::F32).unwrap_err()
+        Qwen25VL::load(&files, &Device::Cpu, DType::F32, &OpsConfig::default()).unwrap_err()
     )
 }
 
@@ -168,7 +169,7 @@ fn sharded_checkpoint_loads() {
     .unwrap();
     let files = ModelFiles::from_dir(dir.path()).unwrap();
     assert_eq!(files.weights.len(), 2);
-    let m = Qwen25VL::load(&files, &Device::Cpu, DType::F32).unwrap();
+    let m = Qwen25VL::load(&files, &Device::Cpu, DType::F32, &OpsConfig::default()).unwrap();
     assert_eq!(m.config().eos_token_ids, vec![151645, 151643]);
     assert_eq!(m.kv_bytes_per_token(), 2 * 2 * 16 * 4);
 }
@@ -213,7 +214,7 @@ fn rope_index_two_images_and_trailing_text() {
 
 #[test]
 fn device_and_dtype_parsing() {
-    use mobile_r1_eval::model::{parse_device, parse_dtype};
+    use mobile_r1_eval::model::{open_device as parse_device, parse_dtype};
     assert!(parse_device("cpu").unwrap().is_cpu());
     assert!(parse_device("tpu").is_err());
     assert_eq!(parse_dtype(None, &Device::Cpu).unwrap(), DType::F32);
@@ -231,7 +232,7 @@ fn bf16_cpu_forward_runs_and_stays_close() {
     // The HF cast order in bf16 (RMSNorm weight after the cast, f32 softmax and vision rotary) on the CPU.
     let gold = goldens("tiny-a");
     let files = ModelFiles::from_dir(&fixture("models/tiny-a")).unwrap();
-    let m = Qwen25VL::load(&files, &Device::Cpu, DType::BF16).unwrap();
+    let m = Qwen25VL::load(&files, &Device::Cpu, DType::BF16, &OpsConfig::default()).unwrap();
     let input = golden_input(&gold, "");
     let (_, logits) = m.prefill(&[PrefillRequest::new(&input)]).unwrap();
     assert_eq!(logits.dtype(), DType::F32);
@@ -272,10 +273,15 @@ fn screenshot_vision_forward() {
 /// `Linear::concat` stacks the parts' outputs side by side, and refuses parts that disagree on having a bias.
 #[test]
 fn linear_concat_stacks_outputs_and_refuses_mixed_biases() {
-    use candle_core::Module;
     use candle_nn::VarBuilder;
-    use mobile_r1_eval::model::nn::Linear;
+    use mobile_r1_eval::model::nn::{Linear, Pass};
+    use mobile_r1_eval::ops::{Ops, Rows};
     let dev = Device::Cpu;
+    let ops = Ops::new(&OpsConfig::default(), &dev).unwrap();
+    let p = Pass {
+        ops: &ops,
+        rows: Rows::Independent,
+    };
     let t = |shape: &[usize], seed: f32| {
         let n: usize = shape.iter().product();
         let v: Vec<f32> = (0..n).map(|i| ((i as f32 + seed) * 0.37).sin()).collect();
@@ -293,8 +299,8 @@ fn linear_concat_stacks_outputs_and_refuses_mixed_biases() {
     let c = Linear::new(4, 2, false, vb.pp("c")).unwrap();
     let x = t(&[6, 4], 6.0);
     let both = Linear::concat(&[a.clone(), b.clone()]).unwrap();
-    let want = Tensor::cat(&[a.forward(&x).unwrap(), b.forward(&x).unwrap()], 1).unwrap();
-    assert!(max_abs(&both.forward(&x).unwrap(), &want) < 1e-6);
+    let want = Tensor::cat(&[a.forward(p, &x).unwrap(), b.forward(p, &x).unwrap()], 1).unwrap();
+    assert!(max_abs(&both.forward(p, &x).unwrap(), &want) < 1e-6);
     let err = Linear::concat(&[a, c]).unwrap_err().to_string();
     assert!(
         err.contains("some parts have a bias and some do not"),

@@ -43,7 +43,7 @@ fn specs_off_auto_and_bad_paths() {
             assert!(auto.is_none());
             assert!(
                 e.to_string().starts_with(
-                    "MOBILE_R1_EVAL_BLAS=on: no OpenBLAS found (tried libopenblas.so.0"
+                    "CPU GEMM library `on`: no OpenBLAS found (tried libopenblas.so.0"
                 ),
                 "{e}"
             );
@@ -55,7 +55,7 @@ fn specs_off_auto_and_bad_paths() {
     for path in [not_a_library.to_str().unwrap(), "/nonexistent/libcblas.so"] {
         let err = Blas::from_spec(path).err().expect("must fail").to_string();
         assert!(
-            err.starts_with(&format!("MOBILE_R1_EVAL_BLAS={path}: cannot load {path}")),
+            err.starts_with(&format!("CPU GEMM library `{path}`: cannot load {path}")),
             "{err}"
         );
     }
@@ -119,54 +119,69 @@ fn sgemm_nt_repeats_exactly_and_agrees_across_thread_counts() {
 }
 
 /// The tensor entry point: rank-3 input, agreement with candle's matmul, and rows that get the same bits alone
-/// and in a batch: independent rows (no segments declared) and rows in declared segments.
+/// and in a batch: independent rows and rows in segments. With OpenBLAS (`auto`, where installed) and with the
+/// `gemm` crate alone (`off`).
 #[test]
 fn matmul_nt_on_tensors_agrees_with_candle_and_is_batch_invariant() {
-    use mobile_r1_eval::ops::{matmul_nt, rows};
-    let x = Tensor::from_vec(values(2 * 5 * 48, 5), (2, 5, 48), &Device::Cpu).unwrap();
-    let w = Tensor::from_vec(values(24 * 48, 6), (24, 48), &Device::Cpu).unwrap();
-    let want = x.broadcast_matmul(&w.t().unwrap()).unwrap();
-    let check = |got: Tensor| {
-        assert_eq!(got.dims(), &[2, 5, 24]);
-        let d = (got - &want).unwrap().abs().unwrap().max_all().unwrap();
-        assert!(d.to_scalar::<f32>().unwrap() < 1e-5);
-    };
-    check(matmul_nt(&x, &w).unwrap());
-    let bits = |t: Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-    // Independent rows: row i alone, or at another place in a batch of another size, has the same bits (on this
-    // small shape candle's own product sums a row differently for 1, 3 and 12 rows).
-    let (xs, ws) = (
-        Tensor::from_vec(values(12 * 16, 7), (12, 16), &Device::Cpu).unwrap(),
-        Tensor::from_vec(values(96 * 16, 8), (96, 16), &Device::Cpu).unwrap(),
-    );
-    let all = bits(matmul_nt(&xs, &ws).unwrap());
-    for (i, start, count) in [(0, 0, 1), (3, 2, 3), (9, 5, 5), (7, 7, 1), (11, 0, 12)] {
-        let part = bits(matmul_nt(&xs.narrow(0, start, count).unwrap(), &ws).unwrap());
-        let row = &part[(i - start) * 96..(i - start + 1) * 96];
-        assert_eq!(
-            row,
-            &all[i * 96..(i + 1) * 96],
-            "row {i} among rows {start}..+{count}"
+    use mobile_r1_eval::ops::{CpuGemm, Ops, OpsConfig, Rows};
+    for cpu_gemm in [CpuGemm::Auto, CpuGemm::Builtin] {
+        let config = OpsConfig {
+            cpu_gemm,
+            ..OpsConfig::default()
+        };
+        matmul_nt_cases(&Ops::new(&config, &Device::Cpu).unwrap());
+    }
+
+    fn matmul_nt_cases(ops: &Ops) {
+        let matmul_nt = |x: &Tensor, w: &Tensor, rows: Rows<'_>| ops.matmul_nt(x, w, rows);
+        let x = Tensor::from_vec(values(2 * 5 * 48, 5), (2, 5, 48), &Device::Cpu).unwrap();
+        let w = Tensor::from_vec(values(24 * 48, 6), (24, 48), &Device::Cpu).unwrap();
+        let want = x.broadcast_matmul(&w.t().unwrap()).unwrap();
+        let check = |got: Tensor| {
+            assert_eq!(got.dims(), &[2, 5, 24]);
+            let d = (got - &want).unwrap().abs().unwrap().max_all().unwrap();
+            assert!(d.to_scalar::<f32>().unwrap() < 1e-5, "{ops:?}");
+        };
+        check(matmul_nt(&x, &w, Rows::Independent).unwrap());
+        let bits = |t: Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        // Independent rows: row i alone, or at another place in a batch of another size, has the same bits (on
+        // this small shape candle's own product sums a row differently for 1, 3 and 12 rows).
+        let (xs, ws) = (
+            Tensor::from_vec(values(12 * 16, 7), (12, 16), &Device::Cpu).unwrap(),
+            Tensor::from_vec(values(96 * 16, 8), (96, 16), &Device::Cpu).unwrap(),
         );
-    }
-    let flat = x.flatten_to(1).unwrap();
-    // Declared segments: each segment's rows have the bits of the segment multiplied alone.
-    let segmented = {
-        let _s = rows::segments([4, 1, 5]);
-        check(matmul_nt(&x, &w).unwrap());
-        bits(matmul_nt(&flat, &w).unwrap())
-    };
-    for (start, len) in [(0, 4), (4, 1), (5, 5)] {
-        let _s = rows::segments([len]);
-        let alone = bits(matmul_nt(&flat.narrow(0, start, len).unwrap(), &w).unwrap());
-        assert_eq!(&segmented[start * 24..(start + len) * 24], alone.as_slice());
-    }
-    // A wrong input size is a clear error, with or without segments.
-    let bad = Tensor::zeros((3, 47), candle_core::DType::F32, &Device::Cpu).unwrap();
-    for lens in [None, Some([2, 1])] {
-        let _s = lens.map(rows::segments);
-        let err = matmul_nt(&bad, &w).unwrap_err();
-        assert!(err.to_string().contains("input size 48"), "{err}");
+        let all = bits(matmul_nt(&xs, &ws, Rows::Independent).unwrap());
+        for (i, start, count) in [(0, 0, 1), (3, 2, 3), (9, 5, 5), (7, 7, 1), (11, 0, 12)] {
+            let part = xs.narrow(0, start, count).unwrap();
+            let part = bits(matmul_nt(&part, &ws, Rows::Independent).unwrap());
+            let row = &part[(i - start) * 96..(i - start + 1) * 96];
+            assert_eq!(
+                row,
+                &all[i * 96..(i + 1) * 96],
+                "row {i} among rows {start}..+{count} ({ops:?})"
+            );
+        }
+        let flat = x.flatten_to(1).unwrap();
+        // Segments: each segment's rows have the bits of the segment multiplied alone.
+        let lens = [4, 1, 0, 5];
+        check(matmul_nt(&x, &w, Rows::Segments(&lens)).unwrap());
+        let segmented = bits(matmul_nt(&flat, &w, Rows::Segments(&lens)).unwrap());
+        for (start, len) in [(0, 4), (4, 1), (5, 5)] {
+            let part = flat.narrow(0, start, len).unwrap();
+            let alone = bits(matmul_nt(&part, &w, Rows::Segments(&[len])).unwrap());
+            assert_eq!(&segmented[start * 24..(start + len) * 24], alone.as_slice());
+        }
+        // Segments that do not cover the rows, and a wrong input size, are clear errors.
+        let err = matmul_nt(&flat, &w, Rows::Segments(&[4, 5])).unwrap_err();
+        assert!(
+            err.to_string().contains("do not add up to 10 rows"),
+            "{err}"
+        );
+        let bad = Tensor::zeros((3, 47), candle_core::DType::F32, &Device::Cpu).unwrap();
+        for rows in [Rows::Independent, Rows::Segments(&[2, 1])] {
+            let err = matmul_nt(&bad, &w, rows).unwrap_err();
+            assert!(err.to_string().contains("input size 48"), "{err}");
+        }
     }
 }
 

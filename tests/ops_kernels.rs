@@ -6,10 +6,19 @@
 use std::process::Command;
 
 use candle_core::{Device, Tensor};
-use mobile_r1_eval::ops::{self, check, DecodeKv, VarlenSeg};
+use mobile_r1_eval::ops::{self, check, DecodeAttention, DecodeKv, Ops, OpsConfig, VarlenSeg};
 
 fn cuda_or_cpu() -> Device {
     Device::new_cuda(0).unwrap_or(Device::Cpu)
+}
+
+/// The ops on `device` with the fused paths on or off.
+fn ops_with(device: &Device, fused_kernels: bool) -> Ops {
+    let config = OpsConfig {
+        fused_kernels,
+        ..OpsConfig::default()
+    };
+    Ops::new(&config, device).unwrap()
 }
 
 /// The values of any tensor as f32, flattened.
@@ -66,11 +75,12 @@ fn bias_epilogues_and_packed_swiglu_follow_the_transformers_roundings() {
     let (yv, uv, rv, bv, buv) = (flat(&y), flat(&u), flat(&r), flat(&b), flat(&bu));
     let dev = cuda_or_cpu();
     let on = |x: &Tensor| x.to_device(&dev).unwrap();
-    let add = flat(&ops::bias_add(&on(&y), &on(&b)).unwrap());
+    let ops = ops_with(&dev, true);
+    let add = flat(&ops.bias_add(&on(&y), &on(&b)).unwrap());
     let gu = Tensor::cat(&[&y, &u], 1).unwrap();
     let bgu = Tensor::cat(&[&b, &bu], 0).unwrap();
-    let swi = flat(&ops::swiglu_packed(&on(&gu), Some(&on(&bgu))).unwrap());
-    let res = flat(&ops::bias_residual(&on(&y), &on(&b), &on(&r)).unwrap());
+    let swi = flat(&ops.swiglu_packed(&on(&gu), Some(&on(&bgu))).unwrap());
+    let res = flat(&ops.bias_residual(&on(&y), &on(&b), &on(&r)).unwrap());
     for i in 0..rows * cols {
         let c = i % cols;
         let yb = bf(yv[i] + bv[c]);
@@ -129,13 +139,17 @@ fn fused_cpu_elementwise_ops_match_their_references() {
         kv_heads: 1,
     };
     assert_eq!(
-        flat(ops::qkv_rope(args).unwrap()),
+        flat(ops_with(&Device::Cpu, true).qkv_rope(args).unwrap()),
         flat(ops::reference::qkv_rope(args).unwrap())
     );
     // SwiGLU: with AVX2 the fused path's exp is vectorised (about an ulp from libm's), so compare closely, not
     // bitwise.
     for bias in [None, Some(&b)] {
-        let got = flat_f32(&ops::swiglu_packed(&gu, bias).unwrap());
+        let got = flat_f32(
+            &ops_with(&Device::Cpu, true)
+                .swiglu_packed(&gu, bias)
+                .unwrap(),
+        );
         let want = flat_f32(&ops::reference::swiglu_packed(&gu, bias).unwrap());
         assert_eq!(got.len(), rows * cols);
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
@@ -172,15 +186,16 @@ fn qkv_rope_splits_adds_the_bias_and_rotates_half() {
         t(&cv, &[1, 2]),
         t(&sv, &[1, 2]),
     );
-    let (q, k, v) = ops::qkv_rope(ops::QkvRope {
-        y: &y,
-        bias: &b,
-        cos: &c,
-        sin: &s,
-        heads,
-        kv_heads: kv,
-    })
-    .unwrap();
+    let (q, k, v) = ops_with(&cuda_or_cpu(), true)
+        .qkv_rope(ops::QkvRope {
+            y: &y,
+            bias: &b,
+            cos: &c,
+            sin: &s,
+            heads,
+            kv_heads: kv,
+        })
+        .unwrap();
     assert_eq!(q.dims(), [1, heads, d]);
     assert_eq!(k.dims(), [1, kv, d]);
     let flat = flat_f32;
@@ -233,33 +248,52 @@ fn decode_attention_writes_the_new_position_and_attends_over_it() {
         .collect();
     let t = |v: &[f32], s: (usize, usize, usize)| Tensor::from_slice(v, s, &dev).unwrap();
     let scale = 0.5;
-    let out = ops::decode_attention(
-        &t(&q, (b, h, d)),
-        &t(&k_new, (b, kv_heads, d)),
-        &t(&v_new, (b, kv_heads, d)),
-        &kv,
-        scale,
-    )
-    .unwrap()
-    .to_vec3::<f32>()
-    .unwrap();
-    for (s, &len) in lens.iter().enumerate() {
-        let kb = bufs[s].0.to_vec3::<f32>().unwrap();
-        let vb = bufs[s].1.to_vec3::<f32>().unwrap();
-        for kvh in 0..kv_heads {
-            let new_k = &k_new[(s * kv_heads + kvh) * d..][..d];
-            let new_v = &v_new[(s * kv_heads + kvh) * d..][..d];
-            assert_eq!(kb[kvh][len], new_k, "K written at position {len}");
-            assert_eq!(vb[kvh][len], new_v, "V written at position {len}");
-            for g in 0..group {
-                let hh = kvh * group + g;
-                let qh = &q[(s * h + hh) * d..][..d];
-                let want = naive_attend(qh, &kb[kvh][..=len], &vb[kvh][..=len], scale);
-                for j in 0..d {
-                    assert!(
-                        (out[s][hh][j] - want[j]).abs() < 1e-5,
-                        "seq {s} head {hh} dim {j}"
-                    );
+    let ops = ops_with(&dev, true);
+    // The CPU's choice (one attention per sequence), then each composed path forced; the zero-length cache's
+    // buffer is shorter than the longest, so the padded path pads it and views the others.
+    for path in [
+        None,
+        Some(DecodeAttention::PerSequence),
+        Some(DecodeAttention::Padded),
+    ] {
+        let step = ops
+            .decode_step(
+                vec![kv.clone()],
+                (&dev, candle_core::DType::F32),
+                (d, group),
+                path,
+            )
+            .unwrap();
+        assert_eq!(step.path(), path.unwrap_or(DecodeAttention::PerSequence));
+        let out = step
+            .attend(
+                0,
+                &t(&q, (b, h, d)),
+                &t(&k_new, (b, kv_heads, d)),
+                &t(&v_new, (b, kv_heads, d)),
+                scale,
+            )
+            .unwrap()
+            .to_vec3::<f32>()
+            .unwrap();
+        for (s, &len) in lens.iter().enumerate() {
+            let kb = bufs[s].0.to_vec3::<f32>().unwrap();
+            let vb = bufs[s].1.to_vec3::<f32>().unwrap();
+            for kvh in 0..kv_heads {
+                let new_k = &k_new[(s * kv_heads + kvh) * d..][..d];
+                let new_v = &v_new[(s * kv_heads + kvh) * d..][..d];
+                assert_eq!(kb[kvh][len], new_k, "K written at position {len}");
+                assert_eq!(vb[kvh][len], new_v, "V written at position {len}");
+                for g in 0..group {
+                    let hh = kvh * group + g;
+                    let qh = &q[(s * h + hh) * d..][..d];
+                    let want = naive_attend(qh, &kb[kvh][..=len], &vb[kvh][..=len], scale);
+                    for j in 0..d {
+                        assert!(
+                            (out[s][hh][j] - want[j]).abs() < 1e-5,
+                            "seq {s} head {hh} dim {j}"
+                        );
+                    }
                 }
             }
         }
@@ -294,23 +328,34 @@ fn varlen_attention_attends_within_segments_after_their_prefix() {
             prefix: None,
         },
     ];
-    for causal in [true, false] {
+    let no_prefix = segs.map(|s| VarlenSeg { prefix: None, ..s });
+    for (causal, fused, with_prefix) in [true, false].into_iter().flat_map(|c| {
+        [
+            (c, true, true),
+            (c, false, true),
+            (c, false, false),
+            (c, true, false),
+        ]
+    }) {
+        let plens = if with_prefix { plens } else { [0, 0] };
+        let segs = if with_prefix { &segs } else { &no_prefix };
         let (qt, kt, vt) = (
             t(&q, (n, heads, d)),
             t(&k, (n, kv_heads, d)),
             t(&v, (n, kv_heads, d)),
         );
-        let out = ops::varlen_attention(ops::Varlen {
-            q: &qt,
-            k: &kt,
-            v: &vt,
-            segs: &segs,
-            causal,
-            scale: 0.7,
-        })
-        .unwrap()
-        .to_vec3::<f32>()
-        .unwrap();
+        let out = ops_with(&dev, fused)
+            .varlen_attention(ops::Varlen {
+                q: &qt,
+                k: &kt,
+                v: &vt,
+                segs,
+                causal,
+                scale: 0.7,
+            })
+            .unwrap()
+            .to_vec3::<f32>()
+            .unwrap();
         let row = |x: &[f32], r: usize, h: usize, hs: usize| x[(r * hs + h) * d..][..d].to_vec();
         let mut start = 0;
         for (s, (&len, &p)) in lens.iter().zip(&plens).enumerate() {
@@ -331,7 +376,7 @@ fn varlen_attention_attends_within_segments_after_their_prefix() {
                     for (c, got) in got_row.iter().enumerate() {
                         assert!(
                             (got - want[c]).abs() < 1e-5,
-                            "causal={causal} seg {s} row {i} head {h}"
+                            "causal={causal} fused={fused} prefix={with_prefix} seg {s} row {i} head {h}"
                         );
                     }
                 }
@@ -344,36 +389,38 @@ fn varlen_attention_attends_within_segments_after_their_prefix() {
 #[test]
 fn every_kernel_matches_its_reference_on_this_machine() {
     let device = cuda_or_cpu();
-    let results = check::run(&device).unwrap();
-    // Per dtype: RMSNorm, SwiGLU, bias epilogues, decode, varlen; on CUDA bf16/f16 also run the varlen cases on
-    // the tensor-core kernel.
-    let mma = if device.is_cuda() && ops::kernels_enabled() {
-        2 * 3
-    } else {
-        0
-    };
-    assert_eq!(results.len(), 3 * (3 + 5 + 6 + 3 + 4 + 3) + mma);
-    for r in &results {
-        assert!(r.passed, "{r:?}");
-    }
-    let fused: Vec<&str> = results
-        .iter()
-        .filter(|r| r.kernel)
-        .map(|r| r.case.as_str())
-        .collect();
-    if device.is_cuda() && ops::kernels_enabled() {
-        assert_eq!(
-            fused.len(),
-            results.len(),
-            "every case runs a kernel on CUDA"
-        );
-    } else {
-        // On the CPU the f32 varlen attention, SwiGLU and q/k/v + rotary have fused implementations.
-        assert_eq!(fused.len(), 3 + 5 + 3, "{fused:?}");
-        assert!(fused.iter().all(|c| ["varlen", "swiglu_packed", "qkv_rope"]
+    for fused_kernels in [true, false] {
+        let ops = ops_with(&device, fused_kernels);
+        let results = check::run(&ops, &device).unwrap();
+        // Per dtype: RMSNorm, SwiGLU, bias epilogues, decode, varlen; on CUDA bf16/f16 also run the varlen cases
+        // on the tensor-core kernel.
+        let kernels = device.is_cuda() && fused_kernels;
+        let mma = if kernels { 2 * 3 } else { 0 };
+        assert_eq!(results.len(), 3 * (3 + 5 + 6 + 3 + 4 + 3) + mma);
+        for r in &results {
+            assert!(r.passed, "fused={fused_kernels}: {r:?}");
+        }
+        let fused: Vec<&str> = results
             .iter()
-            .any(|p| c.starts_with(p))));
-        eprintln!("no CUDA device: the CUDA kernels were not exercised (run `self-test --device cuda` on a GPU)");
+            .filter(|r| r.kernel)
+            .map(|r| r.case.as_str())
+            .collect();
+        if kernels {
+            assert_eq!(
+                fused.len(),
+                results.len(),
+                "every case runs a kernel on CUDA"
+            );
+        } else if !fused_kernels {
+            assert_eq!(fused, Vec::<&str>::new(), "the fused paths are off");
+        } else {
+            // On the CPU the f32 varlen attention, SwiGLU and q/k/v + rotary have fused implementations.
+            assert_eq!(fused.len(), 3 + 5 + 3, "{fused:?}");
+            assert!(fused.iter().all(|c| ["varlen", "swiglu_packed", "qkv_rope"]
+                .iter()
+                .any(|p| c.starts_with(p))));
+            eprintln!("no CUDA device: the CUDA kernels were not exercised (run `self-test --device cuda` on a GPU)");
+        }
     }
 }
 

@@ -115,11 +115,12 @@ impl LocalBackend {
 
 /// The ops record of the manifest: the fused ops and GEMM library, the decode attention mode and whether the
 /// model sections are profiled.
-fn ops_record(model: &crate::model::Qwen25VL) -> serde_json::Value {
-    let mut ops = crate::ops::manifest_entry();
-    ops["decode_attention"] = format!("{:?}", model.decode_attention()).into();
-    ops["profiled"] = crate::model::profile::enabled().into();
-    ops
+fn ops_record(model: &crate::model::Qwen25VL) -> crate::records::OpsRecord {
+    crate::records::OpsRecord {
+        ops: model.ops_manifest(),
+        decode_attention: format!("{:?}", model.decode_attention()),
+        profiled: model.ops().config().profile,
+    }
 }
 
 impl Backend for LocalBackend {
@@ -133,6 +134,10 @@ impl Backend for LocalBackend {
 
     fn limits(&self) -> BatchLimits {
         self.limits
+    }
+
+    fn profile_snapshot(&self) -> Option<crate::ops::ProfileSnapshot> {
+        self.loaded.model.profile_snapshot()
     }
 
     fn run(&self, count: usize, make: &MakeRequest<'_>, sink: &mut Sink<'_>) -> Result<PhaseStats> {

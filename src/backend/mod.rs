@@ -16,7 +16,7 @@ pub use model::{fingerprint, open_device, LoadedModel, ModelSpec};
 
 use crate::engine::BatchLimits;
 use crate::preprocess::ImageProcessorConfig;
-use crate::records::{FinishReason, PhaseStats};
+use crate::records::{FinishReason, OpsRecord, PhaseStats};
 
 /// One chat prompt.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,7 +68,7 @@ pub struct BackendInfo {
     /// KV-cache bytes per cached token.
     pub kv_bytes_per_token: usize,
     /// The fused ops and GEMM library it runs with.
-    pub ops: serde_json::Value,
+    pub ops: OpsRecord,
 }
 
 /// Receives each request's outcome: its index, the answer or why the request could not run (an unreadable
@@ -86,6 +86,10 @@ pub trait Backend: Sync {
     fn image_config(&self) -> &ImageProcessorConfig;
     /// The batch limits it runs under.
     fn limits(&self) -> BatchLimits;
+    /// The model sections' timings so far, when profiling is on.
+    fn profile_snapshot(&self) -> Option<crate::ops::ProfileSnapshot> {
+        None
+    }
     /// Answer requests `0..count` (built by `make`), calling `sink` with each outcome as soon as it is known.
     /// Returns the phase's counters (wall time excluded).
     fn run(&self, count: usize, make: &MakeRequest<'_>, sink: &mut Sink<'_>) -> Result<PhaseStats>;

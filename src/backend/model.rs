@@ -19,6 +19,8 @@ pub struct ModelSpec {
     pub device: DeviceSpec,
     /// The dtype; the device's default (f32 on the CPU, bf16 on a GPU) when `None`.
     pub dtype: Option<DTypeSpec>,
+    /// How the ops run (fused paths, CPU GEMM library, profiling).
+    pub ops: crate::ops::OpsConfig,
     /// `min_pixels` override.
     pub min_pixels: Option<u64>,
     /// `max_pixels` override.
@@ -53,7 +55,7 @@ impl LoadedModel {
             Some(DTypeSpec::F16) => DType::F16,
         };
         let fingerprint = fingerprint(&files)?;
-        let model = Qwen25VL::load(&files, &device, dtype)
+        let model = Qwen25VL::load(&files, &device, dtype, &spec.ops)
             .with_context(|| format!("loading model {}", spec.model))?;
         let mut kit = PromptBuilder::from_model_dir(&files.dir).with_context(|| {
             format!(

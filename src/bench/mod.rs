@@ -57,7 +57,12 @@ pub struct BenchConfig {
 /// GEMMs of size `n` through candle's matmul and, for f32 on the CPU, through the run's CBLAS library and
 /// OpenBLAS where it is installed (whether or not this run uses it), so that the MFU is against the best GEMM the
 /// machine has.
-pub fn matmul_peak(device: &Device, dtype: DType, n: usize) -> Result<(f64, String)> {
+pub fn matmul_peak(
+    device: &Device,
+    dtype: DType,
+    n: usize,
+    in_use: Option<&Blas>,
+) -> Result<(f64, String)> {
     let a = Tensor::randn(0f32, 1.0, (n, n), device)?.to_dtype(dtype)?;
     let b = Tensor::randn(0f32, 1.0, (n, n), device)?.to_dtype(dtype)?;
     let flops = 2.0 * (n as f64).powi(3);
@@ -66,7 +71,7 @@ pub fn matmul_peak(device: &Device, dtype: DType, n: usize) -> Result<(f64, Stri
         "candle".to_string(),
     );
     if device.is_cpu() && dtype == DType::F32 {
-        let in_use = crate::ops::blas::global().ok().flatten();
+        let in_use = in_use.filter(|_| device.is_cpu());
         let installed = Blas::from_spec("auto")
             .ok()
             .flatten()
@@ -116,7 +121,13 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<Value> {
     let model_cfg = random::load_config(&cfg.config)?;
     let (vision_params, lm_params) = random::param_counts(&model_cfg);
     let t_build = Instant::now();
-    let model = random::random_model(model_cfg, cfg.seed, &device, dtype)?;
+    let model = random::random_model(
+        model_cfg,
+        cfg.seed,
+        &device,
+        dtype,
+        &crate::ops::OpsConfig::default(),
+    )?;
     let build_seconds = t_build.elapsed().as_secs_f64();
     let kit = PromptBuilder {
         tokenizer: Tokenizer::from_model_dir(&cfg.tokenizer)
@@ -172,10 +183,14 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<Value> {
         None
     };
     let model = &backend.loaded().model;
-    let profile = crate::model::profile::enabled().then(crate::model::profile::snapshot);
+    let profile = model.profile_snapshot();
     let vision_seconds = time_vision(model, &backend.loaded().kit, &bench)?;
-    let (peak, peak_source) =
-        matmul_peak(&device, dtype, if device.is_cpu() { 2048 } else { 8192 })?;
+    let (peak, peak_source) = matmul_peak(
+        &device,
+        dtype,
+        if device.is_cpu() { 2048 } else { 8192 },
+        model.ops().blas(),
+    )?;
     let measured = Measured {
         steps,
         judge,
@@ -206,7 +221,7 @@ struct Measured {
     /// Seconds to build the random model.
     build_seconds: f64,
     /// Section times of the step and judge phases (`MOBILE_R1_EVAL_PROFILE=1`): name → (calls, seconds).
-    profile: Option<std::collections::BTreeMap<&'static str, (u64, f64)>>,
+    profile: Option<crate::ops::ProfileSnapshot>,
 }
 
 /// Seconds the vision tower alone takes over every step screenshot (a separate pass, batched by 8 images).
@@ -319,6 +334,6 @@ fn report(cfg: &BenchConfig, device: &DeviceSpec, model: &Qwen25VL, m: &Measured
         "phases": [Some(steps.summary()), m.judge.as_ref().map(PhaseStats::summary)],
         "schema_version": BENCH_SCHEMA_VERSION,
         "benchmark_estimate": benchmark_estimate(steps, m.judge.as_ref()),
-        "profile": m.profile.as_ref().map(crate::model::profile::to_json),
+        "profile": m.profile,
     })
 }

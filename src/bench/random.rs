@@ -216,19 +216,20 @@ impl SimpleBackend for RandomBackend {
     }
 }
 
-/// Build the model of `cfg` with random weights (seeded) on `device` in `dtype`.
+/// Build the model of `cfg` with random weights (seeded) on `device` in `dtype`, its ops running as `ops` says.
 pub fn random_model(
     cfg: ModelConfig,
     seed: u64,
     device: &Device,
     dtype: DType,
+    ops: &crate::ops::OpsConfig,
 ) -> anyhow::Result<Qwen25VL> {
     let backend = RandomBackend {
         seed,
         tied: cfg.tie_word_embeddings,
     };
     let vb = VarBuilder::from_backend(Box::new(backend), dtype, device.clone());
-    Ok(Qwen25VL::from_var_builder(cfg, vb)?)
+    Ok(Qwen25VL::from_var_builder(cfg, vb, ops)?)
 }
 
 /// Parameter counts `(vision, language model)` of a config, for FLOP estimates.
@@ -279,7 +280,14 @@ mod tests {
         let a = fill(8, name_seed(1, "x.weight"), 0.0, 1.0);
         assert_eq!(a, fill(8, name_seed(1, "x.weight"), 0.0, 1.0));
         assert_ne!(a, fill(8, name_seed(2, "x.weight"), 0.0, 1.0));
-        let m = random_model(load_config("tiny").unwrap(), 7, &Device::Cpu, DType::F32).unwrap();
+        let m = random_model(
+            load_config("tiny").unwrap(),
+            7,
+            &Device::Cpu,
+            DType::F32,
+            &crate::ops::OpsConfig::default(),
+        )
+        .unwrap();
         assert_eq!(m.config().text.hidden_size, 16);
     }
 

@@ -9,13 +9,14 @@ use crate::ops::check;
 /// Run every comparison, print them, and fail when one is out of tolerance.
 pub fn run(a: SelfTestArgs) -> Result<()> {
     let (device, spec) = crate::backend::open_device(a.device)?;
-    let results = check::run(&device)?;
+    let ops = crate::ops::Ops::new(&crate::ops::OpsConfig::default(), &device)?;
+    let results = check::run(&ops, &device)?;
     let failed = results.iter().filter(|r| !r.passed).count();
     if a.json {
         let report = json!({
             "device": spec.to_string(),
             "cuda_feature": cfg!(feature = "cuda"),
-            "kernels_enabled": crate::ops::kernels_enabled(),
+            "kernels_enabled": ops.config().fused_kernels,
             "passed": failed == 0,
             "results": results,
         });

@@ -395,7 +395,13 @@ mod tests {
         let dir =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny-b");
         let files = ModelFiles::resolve(dir.to_str().unwrap()).unwrap();
-        Qwen25VL::load(&files, &candle_core::Device::Cpu, candle_core::DType::F32).unwrap()
+        Qwen25VL::load(
+            &files,
+            &candle_core::Device::Cpu,
+            candle_core::DType::F32,
+            &crate::ops::OpsConfig::default(),
+        )
+        .unwrap()
     }
 
     fn requests(model: &Qwen25VL) -> Vec<Request> {

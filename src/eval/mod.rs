@@ -24,7 +24,7 @@ use crate::dataset::Benchmark;
 use crate::engine::{memory, BatchLimits};
 use crate::predictions::PredictionSet;
 use crate::records::{
-    JudgeSettings, JudgementLine, Manifest, PhaseSummary, RunSettings, SectionTime, Throughput,
+    JudgeSettings, JudgementLine, Manifest, PhaseSummary, RunSettings, Throughput,
     Versions, LINE_SCHEMA_VERSION, MANIFEST_SCHEMA_VERSION,
 };
 use crate::score::{score_predictions, Metrics, RulePreset};
@@ -184,6 +184,8 @@ pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
     );
 
     let mut phases = vec![run_steps(cfg, &bench, &backend)?.summary()];
+    // The step model's section table (a separately loaded judge keeps its own).
+    let profile = backend.profile_snapshot();
     let preds = PredictionSet::read_optional(cfg.out.join("predictions.jsonl"))?;
     if let Some(spec) = judge_spec(cfg) {
         let judge = if cfg.judge == JudgeChoice::SameModel {
@@ -198,7 +200,7 @@ pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
     let (metrics, summary) = score_and_report(cfg, &bench, &preds)?;
     rundir::write_json_atomic(
         &cfg.out.join("throughput.json"),
-        &throughput(phases, manifest.batch_limits),
+        &throughput(phases, manifest.batch_limits, profile),
     )?;
     manifest.finished_at_unix = Some(now_secs());
     rundir::write_json_atomic(&cfg.out.join("manifest.json"), &manifest)?;
@@ -209,18 +211,16 @@ pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
     })
 }
 
-/// `throughput.json` of a run: its phases, peak memory, and the profile when one was taken.
-fn throughput(phases: Vec<PhaseSummary>, limits: BatchLimits) -> Throughput {
+/// `throughput.json` of a run: its phases, peak memory, and the step model's profile when one was taken.
+fn throughput(
+    phases: Vec<PhaseSummary>,
+    limits: BatchLimits,
+    profile: Option<crate::ops::ProfileSnapshot>,
+) -> Throughput {
     let mut t = Throughput::new(phases, limits);
     t.peak_rss_bytes = memory::peak_rss_bytes();
     t.peak_device_bytes = memory::peak_device_bytes();
-    // Per-section device-synchronised timings when profiling is on (a slower run).
-    t.profile = crate::model::profile::enabled().then(|| {
-        crate::model::profile::snapshot()
-            .into_iter()
-            .map(|(k, (calls, seconds))| (k.to_string(), SectionTime { calls, seconds }))
-            .collect()
-    });
+    t.profile = profile;
     t
 }
 

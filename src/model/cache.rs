@@ -105,45 +105,14 @@ impl SeqCache {
         Ok(())
     }
 
-    /// Write one position's K and V, each (kv_heads, 1, head_dim), into `layer` at index `len`. Requires a
-    /// prior `reserve(1)` in this step; the position becomes valid with `commit`.
-    pub(crate) fn write(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<()> {
-        self.k[layer].slice_set(&k.contiguous()?, 1, self.len)?;
-        self.v[layer].slice_set(&v.contiguous()?, 1, self.len)
-    }
-
-    /// The buffers of `layer` for the fused decode kernel, which writes the new position at `len` itself.
-    /// Requires a prior `reserve(1)` in this step (so the buffers are unique and have room).
+    /// The buffers of `layer` for decode attention, which writes the new position at `len` itself. Requires a
+    /// prior `reserve(1)` in this step (so the buffers are unique and have room).
     pub(crate) fn decode_kv(&self, layer: usize) -> crate::ops::DecodeKv<'_> {
         crate::ops::DecodeKv {
             k: &self.k[layer],
             v: &self.v[layer],
             len: self.len,
         }
-    }
-
-    /// K and V of `layer` including the position written in this step, (kv_heads, len + 1, head_dim).
-    pub(crate) fn kv_with_pending(&self, layer: usize) -> Result<(Tensor, Tensor)> {
-        Ok((
-            self.k[layer].narrow(1, 0, self.len + 1)?,
-            self.v[layer].narrow(1, 0, self.len + 1)?,
-        ))
-    }
-
-    /// K and V of `layer` including the pending position, extended to `lmax` ≥ len + 1 positions: a view of
-    /// the buffers when they are large enough (positions past the pending one hold finite stale values or
-    /// zeros, to be masked), else zero-padded copies.
-    pub(crate) fn kv_padded(&self, layer: usize, lmax: usize) -> Result<(Tensor, Tensor)> {
-        if self.capacity() >= lmax {
-            return Ok((
-                self.k[layer].narrow(1, 0, lmax)?,
-                self.v[layer].narrow(1, 0, lmax)?,
-            ));
-        }
-        let (k, v) = self.kv_with_pending(layer)?;
-        let (h, l, d) = k.dims3()?;
-        let pad = Tensor::zeros((h, lmax - l, d), k.dtype(), k.device())?;
-        Ok((Tensor::cat(&[&k, &pad], 1)?, Tensor::cat(&[&v, &pad], 1)?))
     }
 
     /// Finish a decode step for `token`: one more valid position, next M-RoPE position advances.

@@ -2,14 +2,11 @@
 
 use candle_core::Tensor;
 
-use super::attention::causal_mask;
-use super::attention::MASK_MIN;
-use super::profile::section;
+use super::nn::Pass;
 use super::rope::{mrope_tables, rope_index, RopeTokens};
-use super::text::{
-    decode_attend, decode_attend_fused, decode_attend_padded, prefill_attend, PackedSeq,
-};
-use super::{DecodeAttention, ModelError, PrefillRequest, Qwen25VL, Result, SeqCache, Trace};
+use super::text::{decode_attend, prefill_attend, PackedSeq};
+use super::{ModelError, PrefillRequest, Qwen25VL, Result, SeqCache, Trace};
+use crate::ops::Rows;
 use crate::preprocess::{ModelInput, PreparedImage};
 
 /// Host-side plan of one sequence in a packed prefill.
@@ -80,9 +77,7 @@ impl Qwen25VL {
         let n = data.len() / pd;
         let pixels = Tensor::from_vec(data, (n, pd), &self.device)?.to_dtype(self.dtype)?;
         let grids: Vec<[usize; 3]> = images.iter().map(|im| im.grid_thw).collect();
-        Ok(self
-            .vision
-            .forward(&pixels, &grids, self.attn_budget, trace)?)
+        Ok(self.vision.forward(&self.ops, &pixels, &grids, trace)?)
     }
 
     /// Prefill new sequences (see [`PrefillRequest`]); returns one cache per sequence and (B, vocab) f32
@@ -104,23 +99,17 @@ impl Qwen25VL {
             .iter()
             .map(|r| self.plan(r))
             .collect::<Result<Vec<_>>>()?;
-        let x = section("prefill.embed_and_vision", &self.device, || {
+        let ops = &self.ops;
+        let x = ops.section("prefill.embed_and_vision", &self.device, || {
             self.embed_packed(inputs, &plans, trace.as_deref_mut())
         })?;
         let mut seqs = Vec::with_capacity(plans.len());
         let mut start = 0;
-        // The fused varlen attention masks causally by itself; only the composed path needs mask tensors.
-        let fused = crate::ops::varlen_supported(&self.device, self.dtype, self.cfg.text.head_dim);
         for p in &plans {
-            let off = p.prefix.map_or(0, SeqCache::len);
-            let mask = (!fused)
-                .then(|| causal_mask(p.new_ids.len(), off, &self.device)?.unsqueeze(0))
-                .transpose()?;
             seqs.push(PackedSeq {
                 start,
                 len: p.new_ids.len(),
                 prefix: p.prefix,
-                mask,
             });
             start += p.new_ids.len();
         }
@@ -132,12 +121,16 @@ impl Qwen25VL {
         let mut x = x;
         let mut kv_layers = Vec::with_capacity(self.text.layers.len());
         // Each prompt's rows are multiplied on their own, so its outputs do not depend on the batch.
-        let rows = crate::ops::rows::segments(seqs.iter().map(|s| s.len));
-        section("prefill.text_layers", &self.device, || {
+        let lens: Vec<usize> = seqs.iter().map(|s| s.len).collect();
+        let pass = Pass {
+            ops,
+            rows: Rows::Segments(&lens),
+        };
+        ops.section("prefill.text_layers", &self.device, || {
             for (li, layer) in self.text.layers.iter().enumerate() {
                 let mut kv = Vec::with_capacity(seqs.len());
-                x = layer.forward(&x, &cos, &sin, |a, qkv| {
-                    prefill_attend(a, qkv, li, &seqs, self.attn_budget, &mut kv)
+                x = layer.forward(pass, &x, (&cos, &sin), |a, qkv| {
+                    prefill_attend(ops, a, qkv, (li, &seqs), &mut kv)
                 })?;
                 kv_layers.push(kv);
                 if let Some(t) = trace.as_deref_mut() {
@@ -146,15 +139,15 @@ impl Qwen25VL {
             }
             Ok::<(), candle_core::Error>(())
         })?;
-        drop(rows);
         if let Some(t) = trace {
-            t.final_norm = Some(candle_core::Module::forward(&self.text.norm, &x)?);
+            t.final_norm = Some(self.text.norm.forward(ops, &x)?);
             t.positions = plans.iter().map(|p| p.positions.clone()).collect();
         }
         let last: Vec<u32> = seqs.iter().map(|s| (s.start + s.len - 1) as u32).collect();
-        let logits = self
-            .text
-            .logits(&x.index_select(&Tensor::new(last.as_slice(), &self.device)?, 0)?)?;
+        let logits = self.text.logits(
+            ops,
+            &x.index_select(&Tensor::new(last.as_slice(), &self.device)?, 0)?,
+        )?;
         let mut caches = Vec::with_capacity(plans.len());
         for (i, p) in plans.iter().enumerate() {
             let (k, v) = kv_layers.iter().map(|l| l[i].clone()).unzip();
@@ -239,54 +232,36 @@ impl Qwen25VL {
         let positions: Vec<[i64; 3]> = caches.iter().map(|c| [c.next_position(); 3]).collect();
         let (cos, sin) = self.rope_tensors(&positions)?;
         let mut x = self.text.embed(&Tensor::new(tokens, &self.device)?)?;
-        let mode = self.decode_attention;
-        let padded = match mode {
-            DecodeAttention::Padded => Some(self.length_mask(caches)?),
-            _ => None,
-        };
-        let budget = self.attn_budget;
         let t = &self.cfg.text;
         let group = t.num_attention_heads / t.num_key_value_heads.max(1);
-        // Fused where the kernel covers this device and shape; otherwise the per-sequence path.
-        let fused = crate::ops::fused_decode_supported(&self.device, self.dtype, t.head_dim, group);
-        let plan = match mode {
-            DecodeAttention::Fused if fused => {
-                let layers: Vec<Vec<crate::ops::DecodeKv<'_>>> = (0..self.text.layers.len())
-                    .map(|l| caches.iter().map(|c| c.decode_kv(l)).collect())
-                    .collect();
-                Some(crate::ops::DecodePlan::new(self.dtype, &layers)?)
-            }
-            _ => None,
+        let ops = &self.ops;
+        let layers: Vec<Vec<crate::ops::DecodeKv<'_>>> = (0..self.text.layers.len())
+            .map(|l| caches.iter().map(|c| c.decode_kv(l)).collect())
+            .collect();
+        let step = ops.decode_step(
+            layers,
+            (&self.device, self.dtype),
+            (t.head_dim, group),
+            self.decode_attention,
+        )?;
+        // Every row is its own sequence: independent rows in the GEMMs.
+        let pass = Pass {
+            ops,
+            rows: Rows::Independent,
         };
-        section("decode.text_layers", &self.device, || {
+        ops.section("decode.text_layers", &self.device, || {
             for (li, layer) in self.text.layers.iter().enumerate() {
-                x = layer.forward(&x, &cos, &sin, |a, qkv| match (&padded, &plan) {
-                    (Some((lmax, mask)), _) => {
-                        decode_attend_padded(a, qkv, li, caches, *lmax, mask, budget)
-                    }
-                    (None, Some(plan)) => decode_attend_fused(a, qkv, li, plan),
-                    (None, None) => decode_attend(a, qkv, li, caches, budget),
+                x = layer.forward(pass, &x, (&cos, &sin), |a, qkv| {
+                    decode_attend(a, qkv, li, &step)
                 })?;
             }
             Ok::<(), candle_core::Error>(())
         })?;
+        drop(step);
         for (c, &t) in caches.iter_mut().zip(tokens) {
             c.commit(t);
         }
-        Ok(self.text.logits(&x)?)
-    }
-
-    /// Longest length after this step's token and the (B, 1, lmax) additive mask of the padded decode path.
-    fn length_mask(&self, caches: &[&mut SeqCache]) -> Result<(usize, Tensor)> {
-        let lmax = caches.iter().map(|c| c.len() + 1).max().unwrap_or(1);
-        let mask: Vec<f32> = caches
-            .iter()
-            .flat_map(|c| (0..lmax).map(move |j| if j <= c.len() { 0.0 } else { MASK_MIN }))
-            .collect();
-        Ok((
-            lmax,
-            Tensor::from_vec(mask, (caches.len(), 1, lmax), &self.device)?,
-        ))
+        Ok(self.text.logits(ops, &x)?)
     }
 
     /// Build a reusable prefix cache from text-only token ids (e.g. the rendered system prompt).

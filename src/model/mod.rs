@@ -1,6 +1,8 @@
 //! Qwen2.5-VL on candle, numerically following HF transformers (`Qwen2_5_VLForConditionalGeneration`).
 //!
-//! * [`Qwen25VL::load`] reads a checkpoint found by [`ModelFiles::resolve`] (local folder or hub id).
+//! * [`Qwen25VL::load`] reads a checkpoint found by [`ModelFiles::resolve`] (local folder or hub id) onto a device
+//!   opened by [`open_device`]; its ops run as the given [`OpsConfig`] says (an [`Ops`] context built at load and
+//!   passed down every forward call, which also picks each attention's implementation).
 //! * [`Qwen25VL::prefill`] encodes any mix of prompts (each with its images, optionally continuing a text-only
 //!   prefix cache) in one packed pass: every Linear runs once over all tokens, attention runs per sequence.
 //! * [`Qwen25VL::decode`] advances any set of per-sequence [`SeqCache`]s by one token each.
@@ -9,13 +11,12 @@
 //! Design: no padding anywhere. Each sequence owns its KV cache with its exact length and its next M-RoPE
 //! position, so results do not depend on batch composition (up to GEMM summation order).
 
-pub mod attention;
 pub mod cache;
 pub mod config;
+pub mod device;
 pub mod files;
 mod forward;
 pub mod nn;
-pub mod profile;
 pub mod rope;
 pub mod text;
 pub mod vision;
@@ -25,11 +26,16 @@ pub mod window;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 
+pub use crate::ops::DecodeAttention;
 pub use cache::SeqCache;
 pub use config::{ModelConfig, TextConfig, VisionConfig};
-pub use files::{parse_device, parse_dtype, ModelFiles};
+/// [`open_device`] under its former name.
+pub use device::open_device as parse_device;
+pub use device::{open_device, parse_dtype};
+pub use files::ModelFiles;
 pub use vision::VisionTrace;
 
+use crate::ops::{Ops, OpsConfig, OpsManifest, ProfileSnapshot};
 use crate::preprocess::ModelInput;
 
 /// Errors of the model layer.
@@ -98,21 +104,9 @@ pub struct Qwen25VL {
     device: Device,
     dtype: DType,
     inv_freq: Vec<f32>,
-    attn_budget: usize,
-    decode_attention: DecodeAttention,
-}
-
-/// How [`Qwen25VL::decode`] runs attention over sequences of different lengths.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DecodeAttention {
-    /// One small attention per sequence over its exact cache (no copies; default on the CPU).
-    PerSequence,
-    /// One batched attention over caches padded to the longest, with a length mask (fewer kernel launches;
-    /// default on GPUs without a fused kernel for the head shape).
-    Padded,
-    /// One launch per layer of the project's CUDA kernel ([`crate::ops::decode_attention`]): it writes every
-    /// new K/V and attends over each sequence's own cache, no padding and no copies (default on CUDA).
-    Fused,
+    ops: Ops,
+    /// A decode attention forced by [`Qwen25VL::set_decode_attention`] instead of the ops' choice.
+    decode_attention: Option<DecodeAttention>,
 }
 
 /// Tensor name prefixes of the vision tower and the language model in a checkpoint.
@@ -134,12 +128,14 @@ fn detect_prefixes(vb: &VarBuilder) -> Result<(&'static str, &'static str)> {
 }
 
 impl Qwen25VL {
-    /// Load config and memory-mapped weights on `device`, casting to `dtype`.
-    pub fn load(files: &ModelFiles, device: &Device, dtype: DType) -> Result<Self> {
-        if device.is_cpu() && dtype == DType::F32 {
-            // A CBLAS library asked for by path must load before any work starts.
-            crate::ops::blas::global().map_err(|e| ModelError::Input(e.to_string()))?;
-        }
+    /// Load config and memory-mapped weights on `device`, casting to `dtype`; the ops run as `ops` says (a CBLAS
+    /// library it asks for is loaded here, before any work starts).
+    pub fn load(
+        files: &ModelFiles,
+        device: &Device,
+        dtype: DType,
+        ops: &OpsConfig,
+    ) -> Result<Self> {
         let read = |p: &std::path::Path| {
             std::fs::read_to_string(p)
                 .map_err(|e| ModelError::Files(format!("{}: {e}", p.display())))
@@ -148,13 +144,14 @@ impl Qwen25VL {
         let cfg = ModelConfig::from_json(&read(&files.config)?, gen.as_deref())?;
         let weights = weights::MmapWeights::open(&files.weights)?;
         let vb = VarBuilder::from_backend(Box::new(weights), dtype, device.clone());
-        let model = Self::from_var_builder(cfg, vb)?;
+        let model = Self::from_var_builder(cfg, vb, ops)?;
         release_freed_heap();
         Ok(model)
     }
 
-    /// Build from a parsed config and a var builder over the checkpoint's tensors.
-    pub fn from_var_builder(cfg: ModelConfig, vb: VarBuilder) -> Result<Self> {
+    /// Build from a parsed config and a var builder over the checkpoint's tensors; the ops run as `ops` says.
+    pub fn from_var_builder(cfg: ModelConfig, vb: VarBuilder, ops: &OpsConfig) -> Result<Self> {
+        let ops = Ops::new(ops, vb.device()).map_err(|e| ModelError::Input(e.to_string()))?;
         let (vis_prefix, lm_prefix) = detect_prefixes(&vb)?;
         let (v, d) = (cfg.text.vocab_size, cfg.text.hidden_size);
         let lm_head = if !cfg.tie_word_embeddings && vb.contains_tensor("lm_head.weight") {
@@ -167,7 +164,6 @@ impl Qwen25VL {
         };
         let vision = vision::VisionModel::new(&cfg.vision, vb.pp(vis_prefix))?;
         let text = text::TextModel::new(&cfg.text, vb.pp(lm_prefix), lm_head)?;
-        let decode_attention = default_decode_attention(&cfg.text, vb.device(), vb.dtype());
         Ok(Self {
             inv_freq: rope::text_inv_freq(cfg.text.head_dim, cfg.text.rope_theta),
             device: vb.device().clone(),
@@ -175,14 +171,38 @@ impl Qwen25VL {
             cfg,
             vision,
             text,
-            attn_budget: attention::DEFAULT_MAX_SCORE_ELEMS,
-            decode_attention,
+            ops,
+            decode_attention: None,
         })
     }
 
-    /// How decode runs attention.
+    /// How decode runs attention: the ops' choice for this device, dtype and head shape, unless forced by
+    /// [`Self::set_decode_attention`].
     pub fn decode_attention(&self) -> DecodeAttention {
-        self.decode_attention
+        let t = &self.cfg.text;
+        let group = t.num_attention_heads / t.num_key_value_heads.max(1);
+        let auto = self
+            .ops
+            .decode_attention_path(&self.device, self.dtype, t.head_dim, group);
+        match self.decode_attention {
+            Some(DecodeAttention::Fused) | None => auto,
+            Some(forced) => forced,
+        }
+    }
+
+    /// The ops' runtime context (settings, CBLAS library, profiler).
+    pub fn ops(&self) -> &Ops {
+        &self.ops
+    }
+
+    /// What the run manifest records about the ops.
+    pub fn ops_manifest(&self) -> OpsManifest {
+        self.ops.manifest()
+    }
+
+    /// The section timings so far ([`OpsConfig::profile`]); `None` when profiling is off.
+    pub fn profile_snapshot(&self) -> Option<ProfileSnapshot> {
+        self.ops.profile_snapshot()
     }
 
     /// The parsed configuration (including eos ids from `generation_config.json`).
@@ -202,12 +222,13 @@ impl Qwen25VL {
 
     /// Cap on attention scores materialised at once (elements); lower it to trade speed for memory.
     pub fn set_attention_budget(&mut self, max_score_elems: usize) {
-        self.attn_budget = max_score_elems.max(1);
+        self.ops.set_attention_budget(max_score_elems);
     }
 
-    /// Choose the decode attention strategy (results agree to float rounding).
+    /// Force a composed decode attention instead of the ops' choice (results agree to float rounding), e.g. to
+    /// compare them; `Fused` restores the ops' choice (the kernel runs only where it covers the call).
     pub fn set_decode_attention(&mut self, mode: DecodeAttention) {
-        self.decode_attention = mode;
+        self.decode_attention = Some(mode).filter(|m| *m != DecodeAttention::Fused);
     }
 
     /// KV-cache bytes per cached token (all layers, K and V).
@@ -256,19 +277,3 @@ fn release_freed_heap() {
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn release_freed_heap() {}
-
-/// Per-sequence on the CPU, the fused kernel on CUDA when it covers the head shape, else padded.
-fn default_decode_attention(
-    t: &config::TextConfig,
-    device: &Device,
-    dtype: DType,
-) -> DecodeAttention {
-    let group = t.num_attention_heads / t.num_key_value_heads.max(1);
-    if device.is_cpu() {
-        DecodeAttention::PerSequence
-    } else if crate::ops::fused_decode_supported(device, dtype, t.head_dim, group) {
-        DecodeAttention::Fused
-    } else {
-        DecodeAttention::Padded
-    }
-}

@@ -1,8 +1,10 @@
 //! Small building blocks shaped like the checkpoint: `Linear`, HF-order `RmsNorm`, and a weight getter whose
 //! errors name the tensor.
 
-use candle_core::{Module, Result, Tensor};
+use candle_core::{Result, Tensor};
 use candle_nn::VarBuilder;
+
+use crate::ops::{Ops, Rows};
 
 /// Load `name` under `vb` with the expected `shape`, cast to the builder's dtype; errors name the full tensor.
 pub fn weight<S: Into<candle_core::Shape>>(
@@ -62,11 +64,21 @@ impl Linear {
     }
 }
 
+/// How one forward pass runs its GEMMs: the ops' context and how the rows of the activations group (one
+/// segment per prompt or image, or independent rows), so that each row's result is batch-invariant.
+#[derive(Debug, Clone, Copy)]
+pub struct Pass<'a> {
+    /// The ops' context.
+    pub ops: &'a Ops,
+    /// The grouping of the activations' rows.
+    pub rows: Rows<'a>,
+}
+
 impl Linear {
     /// `x·Wᵀ` without the bias.
-    pub fn matmul(&self, x: &Tensor) -> Result<Tensor> {
-        super::profile::section("linear.matmul", x.device(), || {
-            crate::ops::matmul_nt(x, &self.w)
+    pub fn matmul(&self, p: Pass<'_>, x: &Tensor) -> Result<Tensor> {
+        p.ops.section("linear.matmul", x.device(), || {
+            p.ops.matmul_nt(x, &self.w, p.rows)
         })
     }
 
@@ -75,31 +87,31 @@ impl Linear {
         self.b.as_ref()
     }
 
-    /// `r + (x·Wᵀ + b)`: the layer closing a residual branch, bias and residual in one pass
-    /// ([`crate::ops::bias_residual`]).
-    pub fn forward_residual(&self, x: &Tensor, r: &Tensor) -> Result<Tensor> {
-        let y = self.matmul(x)?;
-        super::profile::section("linear.bias_residual", x.device(), || match &self.b {
-            Some(b) => crate::ops::bias_residual(&y, b, r),
-            None => r + y,
-        })
-    }
-}
-
-impl Module for Linear {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = self.matmul(x)?;
+    /// `x·Wᵀ + b`.
+    pub fn forward(&self, p: Pass<'_>, x: &Tensor) -> Result<Tensor> {
+        let y = self.matmul(p, x)?;
         match &self.b {
-            Some(b) => super::profile::section("linear.bias_add", x.device(), || {
-                crate::ops::bias_add(&y, b)
-            }),
+            Some(b) => p
+                .ops
+                .section("linear.bias_add", x.device(), || p.ops.bias_add(&y, b)),
             None => Ok(y),
         }
+    }
+
+    /// `r + (x·Wᵀ + b)`: the layer closing a residual branch, bias and residual in one pass
+    /// ([`Ops::bias_residual`]).
+    pub fn forward_residual(&self, p: Pass<'_>, x: &Tensor, r: &Tensor) -> Result<Tensor> {
+        let y = self.matmul(p, x)?;
+        p.ops
+            .section("linear.bias_residual", x.device(), || match &self.b {
+                Some(b) => p.ops.bias_residual(&y, b, r),
+                None => r + y,
+            })
     }
 }
 
 /// Qwen2 RMSNorm in HF's cast order: normalise in f32, cast to the activation dtype, then multiply by the weight
-/// ([`crate::ops::rms_norm_hf`]: one kernel on CUDA).
+/// ([`Ops::rms_norm_hf`]: one kernel on CUDA).
 #[derive(Debug, Clone)]
 pub struct RmsNorm {
     w: Tensor,
@@ -114,8 +126,9 @@ impl RmsNorm {
     }
 }
 
-impl Module for RmsNorm {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        crate::ops::rms_norm_hf(x, &self.w, self.eps)
+impl RmsNorm {
+    /// Normalise `x` over its last dimension.
+    pub fn forward(&self, ops: &Ops, x: &Tensor) -> Result<Tensor> {
+        ops.rms_norm_hf(x, &self.w, self.eps)
     }
 }

@@ -3,14 +3,13 @@
 //! Tokens of all sequences in a call are packed into one (N, hidden) matrix so every Linear is one GEMM;
 //! attention runs per sequence (no padding, no cross-sequence mask), against that sequence's own KV cache.
 
-use candle_core::{Module, Result, Tensor};
+use candle_core::{Result, Tensor};
 use candle_nn::VarBuilder;
 
-use super::attention::attention;
 use super::cache::SeqCache;
 use super::config::TextConfig;
-use super::nn::{weight, Linear, RmsNorm};
-use super::profile::section;
+use super::nn::{weight, Linear, Pass, RmsNorm};
+use crate::ops::{DecodeStep, Ops, Rows, Varlen, VarlenSeg};
 
 /// Self-attention: q/k/v with bias (packed into one projection at load), o without; GQA; rotary applied by the
 /// caller-provided tables.
@@ -50,14 +49,14 @@ impl TextAttention {
     }
 
     /// Project packed rows (N, hidden) and rotate q and k with cos/sin half-tables (N, head_dim/2).
-    pub fn qkv(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Qkv> {
-        let y = self.qkv_proj.matmul(x)?;
+    pub fn qkv(&self, p: Pass<'_>, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Qkv> {
+        let y = self.qkv_proj.matmul(p, x)?;
         let b = self
             .qkv_proj
             .bias()
             .ok_or_else(|| candle_core::Error::Msg("q/k/v projections without bias".into()))?;
-        section("text.qkv_rope", x.device(), || {
-            crate::ops::qkv_rope(crate::ops::QkvRope {
+        p.ops.section("text.qkv_rope", x.device(), || {
+            p.ops.qkv_rope(crate::ops::QkvRope {
                 y: &y,
                 bias: b,
                 cos,
@@ -71,6 +70,11 @@ impl TextAttention {
     /// Attention scale 1/√head_dim.
     pub fn scale(&self) -> f64 {
         1.0 / (self.head_dim as f64).sqrt()
+    }
+
+    /// Query heads per KV head.
+    pub fn group(&self) -> usize {
+        self.heads / self.kv_heads.max(1)
     }
 }
 
@@ -95,9 +99,9 @@ impl TextMlp {
     }
 
     /// `residual + down(silu(gate(x)) · up(x))`.
-    pub fn forward(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
-        let h = crate::ops::swiglu_packed(&self.gate_up.matmul(x)?, None)?;
-        self.down_proj.forward_residual(&h, residual)
+    pub fn forward(&self, p: Pass<'_>, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
+        let h = p.ops.swiglu_packed(&self.gate_up.matmul(p, x)?, None)?;
+        self.down_proj.forward_residual(p, &h, residual)
     }
 }
 
@@ -134,23 +138,23 @@ impl DecoderLayer {
     /// attention output (N, H·d).
     pub fn forward(
         &self,
+        p: Pass<'_>,
         x: &Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
+        (cos, sin): (&Tensor, &Tensor),
         attend: impl FnOnce(&TextAttention, Qkv) -> Result<Tensor>,
     ) -> Result<Tensor> {
-        let dev = x.device();
-        let qkv = section("text.norm_qkv_rope", dev, || {
+        let (dev, ops) = (x.device(), p.ops);
+        let qkv = ops.section("text.norm_qkv_rope", dev, || {
             self.self_attn
-                .qkv(&self.input_layernorm.forward(x)?, cos, sin)
+                .qkv(p, &self.input_layernorm.forward(ops, x)?, cos, sin)
         })?;
-        let o = section("text.attend", dev, || attend(&self.self_attn, qkv))?;
-        let x = section("text.o_proj", dev, || {
-            self.self_attn.o_proj.forward_residual(&o, x)
+        let o = ops.section("text.attend", dev, || attend(&self.self_attn, qkv))?;
+        let x = ops.section("text.o_proj", dev, || {
+            self.self_attn.o_proj.forward_residual(p, &o, x)
         })?;
-        section("text.mlp", dev, || {
+        ops.section("text.mlp", dev, || {
             self.mlp
-                .forward(&self.post_attention_layernorm.forward(&x)?, &x)
+                .forward(p, &self.post_attention_layernorm.forward(ops, &x)?, &x)
         })
     }
 }
@@ -164,24 +168,18 @@ pub struct PackedSeq<'a> {
     pub len: usize,
     /// Cached prefix this sequence continues, if any.
     pub prefix: Option<&'a SeqCache>,
-    /// Additive causal mask (1, len, prefix_len + len), f32; only for the composed attention (`None` where
-    /// [`crate::ops::varlen_supported`] holds).
-    pub mask: Option<Tensor>,
 }
 
-/// Prefill attention per sequence; pushes each sequence's full K and V (KV, prefix+len, d) to `kv_out`. On CUDA
-/// the attention of all sequences is one launch ([`crate::ops::varlen_attention`]).
+/// Prefill attention of all sequences in one [`Ops::varlen_attention`] call (causal, each sequence over its
+/// prefix and its own rows); pushes each sequence's full K and V (KV, prefix+len, d) to `kv_out`.
 pub fn prefill_attend(
+    ops: &Ops,
     attn: &TextAttention,
     (q, k, v): Qkv,
-    layer: usize,
-    seqs: &[PackedSeq<'_>],
-    budget: usize,
+    (layer, seqs): (usize, &[PackedSeq<'_>]),
     kv_out: &mut Vec<(Tensor, Tensor)>,
 ) -> Result<Tensor> {
     let n = q.dim(0)?;
-    let fused = crate::ops::varlen_supported(q.device(), q.dtype(), attn.head_dim);
-    let mut outs = Vec::with_capacity(seqs.len());
     let mut prefixes = Vec::with_capacity(seqs.len());
     for s in seqs {
         let heads_first = |t: &Tensor| t.narrow(0, s.start, s.len)?.transpose(0, 1)?.contiguous();
@@ -191,42 +189,19 @@ pub fn prefill_attend(
             ks = Tensor::cat(&[pk, &ks], 1)?;
             vs = Tensor::cat(&[pv, &vs], 1)?;
         }
-        if !fused {
-            let qs = heads_first(&q)?.unsqueeze(0)?;
-            let o = attention(
-                &qs,
-                &ks.unsqueeze(0)?,
-                &vs.unsqueeze(0)?,
-                Some(s.mask.as_ref().ok_or_else(|| {
-                    candle_core::Error::Msg(
-                        "composed prefill attention without its causal mask".into(),
-                    )
-                })?),
-                attn.scale(),
-                budget,
-            )?;
-            outs.push(
-                o.squeeze(0)?
-                    .transpose(0, 1)?
-                    .reshape((s.len, attn.heads * attn.head_dim))?,
-            );
-        }
         prefixes.push(prefix);
         kv_out.push((ks, vs));
     }
-    if !fused {
-        return Tensor::cat(&outs, 0);
-    }
-    let segs: Vec<crate::ops::VarlenSeg<'_>> = seqs
+    let segs: Vec<VarlenSeg<'_>> = seqs
         .iter()
         .zip(&prefixes)
-        .map(|(s, p)| crate::ops::VarlenSeg {
+        .map(|(s, p)| VarlenSeg {
             start: s.start,
             len: s.len,
             prefix: p.as_ref().map(|(pk, pv)| (pk, pv, pk.dim(1).unwrap_or(0))),
         })
         .collect();
-    let o = crate::ops::varlen_attention(crate::ops::Varlen {
+    let o = ops.varlen_attention(Varlen {
         q: &q,
         k: &k,
         v: &v,
@@ -237,80 +212,17 @@ pub fn prefill_attend(
     o.reshape((n, attn.heads * attn.head_dim))
 }
 
-/// Decode attention: row i of the packed q/k/v belongs to `caches[i]`; its K/V are written at the cache's
-/// current end and attended to together with the cached positions.
+/// Decode attention of one layer on the step's implementation ([`DecodeStep`]): row i of the packed q/k/v
+/// belongs to sequence i, whose new K/V are written at its cache's end and attended together with the cached
+/// positions.
 pub fn decode_attend(
     attn: &TextAttention,
     (q, k, v): Qkv,
     layer: usize,
-    caches: &mut [&mut SeqCache],
-    budget: usize,
-) -> Result<Tensor> {
-    let mut outs = Vec::with_capacity(caches.len());
-    for (i, c) in caches.iter_mut().enumerate() {
-        let ki = k.narrow(0, i, 1)?.transpose(0, 1)?;
-        let vi = v.narrow(0, i, 1)?.transpose(0, 1)?;
-        c.write(layer, &ki, &vi)?;
-        let (ks, vs) = c.kv_with_pending(layer)?;
-        let qi = q
-            .narrow(0, i, 1)?
-            .transpose(0, 1)?
-            .contiguous()?
-            .unsqueeze(0)?;
-        let o = attention(
-            &qi,
-            &ks.unsqueeze(0)?,
-            &vs.unsqueeze(0)?,
-            None,
-            attn.scale(),
-            budget,
-        )?;
-        outs.push(o.reshape((1, attn.heads * attn.head_dim))?);
-    }
-    Tensor::cat(&outs, 0)
-}
-
-/// Decode attention in one launch per layer ([`crate::ops::DecodePlan`], built once per step over the reserved
-/// caches): the kernel writes row i's new K/V into cache i and attends over it.
-pub fn decode_attend_fused(
-    attn: &TextAttention,
-    (q, k, v): Qkv,
-    layer: usize,
-    plan: &crate::ops::DecodePlan,
+    step: &DecodeStep<'_>,
 ) -> Result<Tensor> {
     let b = q.dim(0)?;
-    let o = plan.attend(&q, &k, &v, layer, attn.scale() as f32)?;
-    o.reshape((b, attn.heads * attn.head_dim))
-}
-
-/// Decode attention as one padded batch: row i's K/V are written at its cache's end, then every cache is
-/// viewed (or zero-padded) to `lmax` positions and stacked; `mask` (B, 1, lmax) hides positions past each
-/// sequence's length. Fewer kernel launches than [`decode_attend`], at the cost of one K/V copy per step.
-pub fn decode_attend_padded(
-    attn: &TextAttention,
-    (q, k, v): Qkv,
-    layer: usize,
-    caches: &mut [&mut SeqCache],
-    lmax: usize,
-    mask: &Tensor,
-    budget: usize,
-) -> Result<Tensor> {
-    let b = caches.len();
-    let mut ks = Vec::with_capacity(b);
-    let mut vs = Vec::with_capacity(b);
-    for (i, c) in caches.iter_mut().enumerate() {
-        c.write(
-            layer,
-            &k.narrow(0, i, 1)?.transpose(0, 1)?,
-            &v.narrow(0, i, 1)?.transpose(0, 1)?,
-        )?;
-        let (kc, vc) = c.kv_padded(layer, lmax)?;
-        ks.push(kc);
-        vs.push(vc);
-    }
-    let (kb, vb) = (Tensor::stack(&ks, 0)?, Tensor::stack(&vs, 0)?);
-    let qb = q.unsqueeze(2)?;
-    let o = attention(&qb, &kb, &vb, Some(mask), attn.scale(), budget)?;
+    let o = step.attend(layer, &q, &k, &v, attn.scale() as f32)?;
     o.reshape((b, attn.heads * attn.head_dim))
 }
 
@@ -352,10 +264,14 @@ impl TextModel {
         self.embed_tokens.index_select(ids, 0)
     }
 
-    /// Final norm and `lm_head` on selected rows (R, hidden) → (R, vocab) f32 logits.
-    pub fn logits(&self, rows: &Tensor) -> Result<Tensor> {
+    /// Final norm and `lm_head` on selected rows (R, hidden), each its own sequence → (R, vocab) f32 logits.
+    pub fn logits(&self, ops: &Ops, rows: &Tensor) -> Result<Tensor> {
+        let p = Pass {
+            ops,
+            rows: Rows::Independent,
+        };
         self.lm_head
-            .forward(&self.norm.forward(rows)?)?
+            .forward(p, &self.norm.forward(ops, rows)?)?
             .to_dtype(candle_core::DType::F32)
     }
 }

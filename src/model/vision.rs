@@ -2,15 +2,14 @@
 //! attention blocks with 2-D rotary, and the patch merger. Several images of different sizes go through one
 //! call; attention never crosses images.
 
-use candle_core::{Device, Module, Result, Tensor};
+use candle_core::{Device, Result, Tensor};
 use candle_nn::VarBuilder;
 
-use super::attention::{attention, MASK_MIN};
 use super::config::VisionConfig;
-use super::nn::{weight, Linear, RmsNorm};
-use super::profile::section;
+use super::nn::{weight, Linear, Pass, RmsNorm};
 use super::rope::vision_rope_tables;
-use super::window::{pad_windows, window_index};
+use super::window::window_index;
+use crate::ops::{Ops, Rows, Varlen, VarlenSeg};
 
 const VISION_EPS: f64 = 1e-6;
 
@@ -35,9 +34,10 @@ impl PatchEmbed {
     }
 }
 
-impl Module for PatchEmbed {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        crate::ops::matmul_nt(x, &self.w)
+impl PatchEmbed {
+    /// Embed patch rows (N, C·T·P·P) → (N, D).
+    pub fn forward(&self, p: Pass<'_>, x: &Tensor) -> Result<Tensor> {
+        p.ops.matmul_nt(x, &self.w, p.rows)
     }
 }
 
@@ -48,15 +48,10 @@ pub struct VisionCtx {
     sin: Tensor,
     /// Per image/frame (start, len) row ranges, in permuted order (for full-attention blocks).
     full: Vec<(usize, usize)>,
-    /// Per window (start, len) row ranges in permuted order (the varlen kernel's window segments).
+    /// Per window (start, len) row ranges in permuted order (the window-attention blocks).
     win_segs: Vec<(usize, usize)>,
-    win_gather: Tensor,
-    win_mask: Tensor,
-    win_back: Tensor,
-    n_windows: usize,
-    win_width: usize,
-    /// Largest number of scores one attention chunk may hold.
-    pub budget: usize,
+    /// Rows per image, in order: the GEMMs' segments of the blocks.
+    image_rows: Vec<usize>,
 }
 
 /// Multi-head self-attention with fused `qkv` and `proj` (both with bias).
@@ -81,21 +76,22 @@ impl VisionAttention {
     /// `residual + proj(attention over the (N, D) rows x)`; `full` selects per-image attention instead of windows.
     pub fn forward(
         &self,
+        p: Pass<'_>,
         x: &Tensor,
-        ctx: &VisionCtx,
-        full: bool,
+        (ctx, full): (&VisionCtx, bool),
         residual: &Tensor,
     ) -> Result<Tensor> {
         let (n, dm) = x.dims2()?;
         let (h, d) = (self.heads, dm / self.heads);
+        let ops = p.ops;
         // Bias, split and the f32 rotary (transformers' apply_rotary_pos_emb_vision) in one pass.
-        let y = self.qkv.matmul(x)?;
+        let y = self.qkv.matmul(p, x)?;
         let b = self
             .qkv
             .bias()
             .ok_or_else(|| candle_core::Error::Msg("vision qkv without bias".into()))?;
-        let (q, k, v) = section("vision.qkv_rope", x.device(), || {
-            crate::ops::qkv_rope(crate::ops::QkvRope {
+        let (q, k, v) = ops.section("vision.qkv_rope", x.device(), || {
+            ops.qkv_rope(crate::ops::QkvRope {
                 y: &y,
                 bias: b,
                 cos: &ctx.cos,
@@ -104,80 +100,31 @@ impl VisionAttention {
                 kv_heads: h,
             })
         })?;
-        let scale = 1.0 / (d as f64).sqrt();
-        let dev = x.device();
-        let out = if crate::ops::varlen_supported(dev, q.dtype(), d) {
-            let name = if full {
-                "vision.attn_core.full"
-            } else {
-                "vision.attn_core.window"
-            };
-            let ranges = if full { &ctx.full } else { &ctx.win_segs };
-            let segs: Vec<crate::ops::VarlenSeg<'_>> = ranges
-                .iter()
-                .map(|&(start, len)| crate::ops::VarlenSeg {
-                    start,
-                    len,
-                    prefix: None,
-                })
-                .collect();
-            section(name, dev, || {
-                let a = crate::ops::Varlen {
-                    q: &q,
-                    k: &k,
-                    v: &v,
-                    segs: &segs,
-                    causal: false,
-                    scale: scale as f32,
-                };
-                crate::ops::varlen_attention(a)?.reshape((n, dm))
-            })?
-        } else if full {
-            section("vision.attn_core.full", dev, || {
-                let mut outs = Vec::with_capacity(ctx.full.len());
-                for &(s, len) in &ctx.full {
-                    let heads_first = |t: &Tensor| {
-                        t.narrow(0, s, len)?
-                            .transpose(0, 1)?
-                            .contiguous()?
-                            .unsqueeze(0)
-                    };
-                    let o = attention(
-                        &heads_first(&q)?,
-                        &heads_first(&k)?,
-                        &heads_first(&v)?,
-                        None,
-                        scale,
-                        ctx.budget,
-                    )?;
-                    outs.push(o.squeeze(0)?.transpose(0, 1)?.reshape((len, dm))?);
-                }
-                Tensor::cat(&outs, 0)
-            })?
+        let (name, ranges) = if full {
+            ("vision.attn_core.full", &ctx.full)
         } else {
-            section("vision.attn_core.window", dev, || {
-                let (nw, ww) = (ctx.n_windows, ctx.win_width);
-                let windows = |t: &Tensor| {
-                    t.reshape((n, dm))?
-                        .index_select(&ctx.win_gather, 0)?
-                        .reshape((nw, ww, h, d))?
-                        .transpose(1, 2)?
-                        .contiguous()
-                };
-                let o = attention(
-                    &windows(&q)?,
-                    &windows(&k)?,
-                    &windows(&v)?,
-                    Some(&ctx.win_mask),
-                    scale,
-                    ctx.budget,
-                )?;
-                o.transpose(1, 2)?
-                    .reshape((nw * ww, dm))?
-                    .index_select(&ctx.win_back, 0)
-            })?
+            ("vision.attn_core.window", &ctx.win_segs)
         };
-        self.proj.forward_residual(&out, residual)
+        let segs: Vec<VarlenSeg<'_>> = ranges
+            .iter()
+            .map(|&(start, len)| VarlenSeg {
+                start,
+                len,
+                prefix: None,
+            })
+            .collect();
+        let out = ops.section(name, x.device(), || {
+            ops.varlen_attention(Varlen {
+                q: &q,
+                k: &k,
+                v: &v,
+                segs: &segs,
+                causal: false,
+                scale: (1.0 / (d as f64).sqrt()) as f32,
+            })?
+            .reshape((n, dm))
+        })?;
+        self.proj.forward_residual(p, &out, residual)
     }
 }
 
@@ -206,12 +153,12 @@ impl VisionMlp {
 impl VisionMlp {
     /// `residual + down(silu(gate(x)) · up(x))`; the biases of gate and up are folded into the SwiGLU, the one of
     /// down into the residual add.
-    pub fn forward(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
-        let gu = self.gate_up.matmul(x)?;
-        let h = section("vision.mlp.swiglu", x.device(), || {
-            crate::ops::swiglu_packed(&gu, self.gate_up.bias())
+    pub fn forward(&self, p: Pass<'_>, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
+        let gu = self.gate_up.matmul(p, x)?;
+        let h = p.ops.section("vision.mlp.swiglu", x.device(), || {
+            p.ops.swiglu_packed(&gu, self.gate_up.bias())
         })?;
-        self.down_proj.forward_residual(&h, residual)
+        self.down_proj.forward_residual(p, &h, residual)
     }
 }
 
@@ -238,19 +185,19 @@ impl VisionBlock {
     }
 
     /// `x + attn(norm1(x))`, then `+ mlp(norm2(x))`.
-    pub fn forward(&self, x: &Tensor, ctx: &VisionCtx) -> Result<Tensor> {
-        let dev = x.device();
+    pub fn forward(&self, p: Pass<'_>, x: &Tensor, ctx: &VisionCtx) -> Result<Tensor> {
+        let (dev, ops) = (x.device(), p.ops);
         let name = if self.full {
             "vision.attn.full"
         } else {
             "vision.attn.window"
         };
-        let x = section(name, dev, || {
+        let x = ops.section(name, dev, || {
             self.attn
-                .forward(&self.norm1.forward(x)?, ctx, self.full, x)
+                .forward(p, &self.norm1.forward(ops, x)?, (ctx, self.full), x)
         })?;
-        section("vision.mlp", dev, || {
-            self.mlp.forward(&self.norm2.forward(&x)?, &x)
+        ops.section("vision.mlp", dev, || {
+            self.mlp.forward(p, &self.norm2.forward(ops, &x)?, &x)
         })
     }
 }
@@ -277,14 +224,15 @@ impl PatchMerger {
     }
 }
 
-impl Module for PatchMerger {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+impl PatchMerger {
+    /// Merge every `unit` consecutive rows (N, D) → (N/unit, out_hidden); `p.rows` counts merged rows.
+    pub fn forward(&self, p: Pass<'_>, x: &Tensor) -> Result<Tensor> {
         let (n, d) = x.dims2()?;
         let x = self
             .ln_q
-            .forward(x)?
+            .forward(p.ops, x)?
             .reshape((n / self.unit, d * self.unit))?;
-        self.fc2.forward(&self.fc1.forward(&x)?.gelu_erf()?)
+        self.fc2.forward(p, &self.fc1.forward(p, &x)?.gelu_erf()?)
     }
 }
 
@@ -321,12 +269,7 @@ impl VisionModel {
     }
 
     /// Build the per-call layout for `grids`: permuted rotary tables and window/full groupings.
-    pub fn context(
-        &self,
-        grids: &[[usize; 3]],
-        device: &Device,
-        budget: usize,
-    ) -> Result<(VisionCtx, Vec<u32>)> {
+    pub fn context(&self, grids: &[[usize; 3]], device: &Device) -> Result<(VisionCtx, Vec<u32>)> {
         let (m, unit) = (self.cfg.spatial_merge_size, self.cfg.merge_unit());
         let wi = window_index(grids, m, self.cfg.merger_window());
         let half = self.cfg.head_dim() / 2;
@@ -341,12 +284,12 @@ impl VisionModel {
         let n = wi.window_index.len() * unit;
         let cos = Tensor::from_vec(permute(&cos), (n, half), device)?;
         let sin = Tensor::from_vec(permute(&sin), (n, half), device)?;
-        let full = wi
+        let full: Vec<(usize, usize)> = wi
             .cu_seqlens
             .windows(2)
             .map(|p| (p[0], p[1] - p[0]))
             .collect();
-        let pw = pad_windows(&wi.cu_window_seqlens, MASK_MIN);
+        let image_rows = full.iter().map(|&(_, len)| len).collect();
         let win_segs = wi
             .cu_window_seqlens
             .windows(2)
@@ -357,12 +300,7 @@ impl VisionModel {
             sin,
             full,
             win_segs,
-            win_gather: Tensor::new(pw.gather.as_slice(), device)?,
-            win_mask: Tensor::from_vec(pw.key_mask, (pw.n_windows, 1, pw.width), device)?,
-            win_back: Tensor::new(pw.scatter_back.as_slice(), device)?,
-            n_windows: pw.n_windows,
-            win_width: pw.width,
-            budget,
+            image_rows,
         };
         let perm: Vec<u32> = wi.window_index.iter().map(|&j| j as u32).collect();
         Ok((ctx, perm))
@@ -371,14 +309,14 @@ impl VisionModel {
     /// Encode `pixels` (N, 1176) of images `grids` into merged tokens (N/4, out_hidden), per image in order.
     pub fn forward(
         &self,
+        ops: &Ops,
         pixels: &Tensor,
         grids: &[[usize; 3]],
-        budget: usize,
         mut trace: Option<&mut VisionTrace>,
     ) -> Result<Tensor> {
         let (n, _) = pixels.dims2()?;
         let unit = self.cfg.merge_unit();
-        let (ctx, perm) = self.context(grids, pixels.device(), budget)?;
+        let (ctx, perm) = self.context(grids, pixels.device())?;
         let rev: Vec<u32> = {
             let mut r = vec![0u32; perm.len()];
             perm.iter()
@@ -390,9 +328,12 @@ impl VisionModel {
         let rev = Tensor::new(rev.as_slice(), pixels.device())?;
         // Each image's patches are multiplied on their own (the window order keeps them together), so its
         // features do not depend on the other images of the call.
-        let rows = crate::ops::rows::segments(ctx.full.iter().map(|&(_, len)| len));
-        let x = section("vision.patch_embed", pixels.device(), || {
-            self.patch_embed.forward(pixels)
+        let p = Pass {
+            ops,
+            rows: Rows::Segments(&ctx.image_rows),
+        };
+        let x = ops.section("vision.patch_embed", pixels.device(), || {
+            self.patch_embed.forward(p, pixels)
         })?;
         let d = x.dim(1)?;
         let groups = |t: &Tensor, idx: &Tensor| {
@@ -405,15 +346,18 @@ impl VisionModel {
         }
         let mut x = groups(&x, &perm)?;
         for block in &self.blocks {
-            x = block.forward(&x, &ctx)?;
+            x = block.forward(p, &x, &ctx)?;
             if let Some(tr) = trace.as_deref_mut() {
                 tr.blocks.push(groups(&x, &rev)?);
             }
         }
-        drop(rows);
-        let _rows = crate::ops::rows::segments(ctx.full.iter().map(|&(_, len)| len / unit));
-        section("vision.merger", pixels.device(), || {
-            self.merger.forward(&x)?.index_select(&rev, 0)
+        let merged: Vec<usize> = ctx.image_rows.iter().map(|len| len / unit).collect();
+        let p = Pass {
+            ops,
+            rows: Rows::Segments(&merged),
+        };
+        ops.section("vision.merger", pixels.device(), || {
+            self.merger.forward(p, &x)?.index_select(&rev, 0)
         })
     }
 }

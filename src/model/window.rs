@@ -1,5 +1,4 @@
-//! Vision window bookkeeping as pure functions (HF `get_window_index` and the cu_seqlens of MQ L365-445), plus
-//! the gather plan that turns the variable-length windows into a padded (n_windows, W) batch.
+//! Vision window bookkeeping as pure functions (HF `get_window_index` and the cu_seqlens of MQ L365-445).
 
 /// Window layout of a batch of images.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,47 +60,5 @@ pub fn window_index(grids: &[[usize; 3]], merge: usize, win: usize) -> WindowInd
         window_index,
         cu_window_seqlens: cu_window,
         cu_seqlens: cu_full,
-    }
-}
-
-/// Gather plan for batched window attention: every window padded to `width` rows.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PaddedWindows {
-    /// Number of windows.
-    pub n_windows: usize,
-    /// Padded window length.
-    pub width: usize,
-    /// Source row of each padded slot (n_windows·width); padding slots repeat the window's first row.
-    pub gather: Vec<u32>,
-    /// Additive key mask per slot (0 valid, `MASK_MIN` padding), n_windows·width.
-    pub key_mask: Vec<f32>,
-    /// Padded slot of each real row, in row order (N).
-    pub scatter_back: Vec<u32>,
-}
-
-/// Build the padded-window plan from cumulative boundaries `cu` (rows), padding each window to the longest.
-pub fn pad_windows(cu: &[usize], mask_min: f32) -> PaddedWindows {
-    let n_windows = cu.len().saturating_sub(1);
-    let width = cu.windows(2).map(|p| p[1] - p[0]).max().unwrap_or(0).max(1);
-    let mut gather = Vec::with_capacity(n_windows * width);
-    let mut key_mask = Vec::with_capacity(n_windows * width);
-    let mut scatter_back = Vec::with_capacity(*cu.last().unwrap_or(&0));
-    for (w, p) in cu.windows(2).enumerate() {
-        let (start, len) = (p[0], p[1] - p[0]);
-        for j in 0..width {
-            let valid = j < len;
-            gather.push(if valid { start + j } else { start } as u32);
-            key_mask.push(if valid { 0.0 } else { mask_min });
-            if valid {
-                scatter_back.push((w * width + j) as u32);
-            }
-        }
-    }
-    PaddedWindows {
-        n_windows,
-        width,
-        gather,
-        key_mask,
-        scatter_back,
     }
 }

@@ -4,10 +4,10 @@
 //! OpenBLAS reaches 15–30% more on the same prefill shapes. Nothing is linked at build time: the library is
 //! opened with `dlopen` on first use, so the binary runs unchanged where it is absent.
 //!
-//! `MOBILE_R1_EVAL_BLAS` selects it: unset or `auto` tries OpenBLAS under its usual names and falls back to the
-//! `gemm` crate; `on` requires OpenBLAS; `off` always uses the `gemm` crate; anything else is the path of a shared
-//! library that exports the LP64 (32-bit integer) `cblas_sgemm` (OpenBLAS, MKL's `libmkl_rt`, BLIS). A library
-//! that is required but cannot be loaded, or that fails a small known product at load, is an error.
+//! [`super::CpuGemm`] selects it: `auto` tries OpenBLAS under its usual names and falls back to the `gemm` crate;
+//! `on` requires OpenBLAS; `off` always uses the `gemm` crate; a path names a shared library that exports the
+//! LP64 (32-bit integer) `cblas_sgemm` (OpenBLAS, MKL's `libmkl_rt`, BLIS). A library that is required but cannot
+//! be loaded, or that fails a small known product at load, is an error. [`super::Ops::new`] loads it.
 //!
 //! The library runs single-threaded inside rayon's pool: the output's columns are split across the pool's
 //! threads, so no BLAS thread pool spins beside rayon's.
@@ -15,10 +15,9 @@
 //! Unlike the `gemm` crate, whose sum for a row does not depend on how many rows are multiplied with it (for two
 //! rows or more), OpenBLAS's sums depend on each call's shape: a sequence's logits may change in the last bits
 //! with the batch's size or the thread count. Greedy outputs still match across batch sizes in the tests, and
-//! `MOBILE_R1_EVAL_BLAS=off` gives the `gemm` crate's bit-for-bit behaviour back.
+//! `off` gives the `gemm` crate's bit-for-bit behaviour back.
 
 use candle_core::Tensor;
-use std::sync::OnceLock;
 
 /// `cblas_sgemm(layout, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)` with 32-bit ints.
 type Sgemm = unsafe extern "C" fn(
@@ -56,7 +55,7 @@ pub struct Blas {
 
 /// Why a requested library could not be used.
 #[derive(Debug, thiserror::Error)]
-#[error("MOBILE_R1_EVAL_BLAS={spec}: {reason}")]
+#[error("CPU GEMM library `{spec}`: {reason}")]
 pub struct BlasError {
     pub spec: String,
     pub reason: String,
@@ -161,7 +160,7 @@ impl Blas {
         )
     }
 
-    /// Load what `spec` (the value of `MOBILE_R1_EVAL_BLAS`) asks for: `None` for `off`, or for `auto` when no
+    /// Load what `spec` (`auto`, `on`, `off` or a path) asks for: `None` for `off`, or for `auto` when no
     /// OpenBLAS is installed; `on` requires OpenBLAS.
     pub fn from_spec(spec: &str) -> Result<Option<Self>, BlasError> {
         let auto = || AUTO_NAMES.iter().find_map(|n| Self::open(n).ok());
@@ -228,29 +227,6 @@ struct SendPtr(*mut f32);
 // SAFETY: the pointer is only used for disjoint column blocks inside one rayon scope.
 unsafe impl Send for SendPtr {}
 unsafe impl Sync for SendPtr {}
-
-/// The process's BLAS, loaded once from `MOBILE_R1_EVAL_BLAS`.
-pub fn global() -> Result<Option<&'static Blas>, BlasError> {
-    static BLAS: OnceLock<Result<Option<Blas>, BlasError>> = OnceLock::new();
-    let loaded = BLAS
-        .get_or_init(|| Blas::from_spec(&std::env::var("MOBILE_R1_EVAL_BLAS").unwrap_or_default()));
-    match loaded {
-        Ok(b) => Ok(b.as_ref()),
-        Err(e) => Err(BlasError {
-            spec: e.spec.clone(),
-            reason: e.reason.clone(),
-        }),
-    }
-}
-
-/// What the CPU's f32 GEMMs run on, for the manifest.
-pub fn describe() -> String {
-    match global() {
-        Ok(Some(b)) => format!("cblas: {}", b.description),
-        Ok(None) => "gemm crate (candle)".to_string(),
-        Err(e) => format!("error: {e}"),
-    }
-}
 
 /// Whether an m×k by n×k product fits the LP64 interface (every size and leading dimension an `i32`).
 pub fn fits_cblas(m: usize, k: usize, n: usize) -> bool {

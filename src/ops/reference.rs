@@ -3,6 +3,8 @@
 
 use candle_core::{DType, Result, Tensor, D};
 
+use super::composed::{attention, DEFAULT_MAX_SCORE_ELEMS};
+
 /// RMSNorm over the last dimension: `x·rsqrt(mean(x²) + eps)` in f32, rounded to `x`'s dtype, times `w`.
 pub fn rms_norm_hf(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
     let dtype = x.dtype();
@@ -25,7 +27,7 @@ pub fn bias_add(y: &Tensor, b: &Tensor) -> Result<Tensor> {
     y.broadcast_add(b)
 }
 
-/// [`super::swiglu_packed`] composed: bias, split, [`swiglu`].
+/// [`super::Ops::swiglu_packed`] composed: bias, split, [`swiglu`].
 pub fn swiglu_packed(gu: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     let gu = match bias {
         Some(b) => gu.broadcast_add(b)?,
@@ -41,7 +43,7 @@ pub fn bias_residual(y: &Tensor, b: &Tensor, r: &Tensor) -> Result<Tensor> {
     r + y.broadcast_add(b)?
 }
 
-/// [`super::qkv_rope`] composed: bias, split, candle's `rope_thd` on q and k in the tables' dtype.
+/// [`super::Ops::qkv_rope`] composed: bias, split, candle's `rope_thd` on q and k in the tables' dtype.
 pub fn qkv_rope(a: super::QkvRope<'_>) -> Result<(Tensor, Tensor, Tensor)> {
     let (n, d) = a.dims()?;
     let (heads, kv_heads) = (a.heads, a.kv_heads);
@@ -67,19 +69,23 @@ pub fn qkv_rope(a: super::QkvRope<'_>) -> Result<(Tensor, Tensor, Tensor)> {
 /// Decode attention of one sequence, composed: K/V `(kv_heads, L, d)` (the new position included), query
 /// `(heads, d)`; softmax in f32. Returns `(heads, d)`. The reference of the fused decode kernel.
 pub fn decode_attention_one(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<Tensor> {
+    decode_one(q, k, v, scale, DEFAULT_MAX_SCORE_ELEMS)
+}
+
+fn decode_one(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64, budget: usize) -> Result<Tensor> {
     let (h, d) = q.dims2()?;
-    let o = crate::model::attention::attention(
+    let o = attention(
         &q.reshape((1, h, 1, d))?,
         &k.unsqueeze(0)?,
         &v.unsqueeze(0)?,
         None,
         scale,
-        crate::model::attention::DEFAULT_MAX_SCORE_ELEMS,
+        budget,
     )?;
     o.reshape((h, d))
 }
 
-/// [`super::decode_attention`] composed: `slice_set` of each new K/V at position `len`, then
+/// [`super::Ops::decode_attention`] composed: `slice_set` of each new K/V at position `len`, then
 /// [`decode_attention_one`] per sequence.
 pub fn decode_attention(
     q: &Tensor,
@@ -88,46 +94,32 @@ pub fn decode_attention(
     kv: &[super::DecodeKv<'_>],
     scale: f32,
 ) -> Result<Tensor> {
+    decode_attention_budget(q, k_new, v_new, kv, scale, DEFAULT_MAX_SCORE_ELEMS)
+}
+
+/// [`decode_attention`] with at most `budget` attention scores at a time.
+pub fn decode_attention_budget(
+    q: &Tensor,
+    k_new: &Tensor,
+    v_new: &Tensor,
+    kv: &[super::DecodeKv<'_>],
+    scale: f32,
+    budget: usize,
+) -> Result<Tensor> {
     let mut outs = Vec::with_capacity(kv.len());
     for (i, c) in kv.iter().enumerate() {
         c.k.slice_set(&k_new.get(i)?.unsqueeze(1)?.contiguous()?, 1, c.len)?;
         c.v.slice_set(&v_new.get(i)?.unsqueeze(1)?.contiguous()?, 1, c.len)?;
         let (k, v) = (c.k.narrow(1, 0, c.len + 1)?, c.v.narrow(1, 0, c.len + 1)?);
-        outs.push(decode_attention_one(&q.get(i)?, &k, &v, scale as f64)?);
+        outs.push(decode_one(&q.get(i)?, &k, &v, scale as f64, budget)?);
     }
     Tensor::stack(&outs, 0)
 }
 
-/// [`super::varlen_attention`] composed: per segment, the prefix K/V concatenated with its rows, then
-/// [`crate::model::attention::attention`] with a causal mask when asked.
+/// [`super::Ops::varlen_attention`] composed: per segment, the prefix K/V concatenated with its rows, then
+/// [`attention`] with a causal mask when asked ([`super::composed::varlen_per_segment`]).
 pub fn varlen_attention(a: super::Varlen<'_>) -> Result<Tensor> {
-    let (q, k, v, segs, causal, scale) = (a.q, a.k, a.v, a.segs, a.causal, a.scale);
-    use crate::model::attention::{attention, causal_mask, DEFAULT_MAX_SCORE_ELEMS};
-    let mut outs = Vec::with_capacity(segs.len());
-    for s in segs {
-        let heads_first = |t: &Tensor| t.narrow(0, s.start, s.len)?.transpose(0, 1)?.contiguous();
-        let (mut ks, mut vs) = (heads_first(k)?, heads_first(v)?);
-        let p = s.prefix.map_or(0, |(_, _, p)| p);
-        if let Some((pk, pv, p)) = s.prefix {
-            ks = Tensor::cat(&[&pk.narrow(1, 0, p)?, &ks], 1)?;
-            vs = Tensor::cat(&[&pv.narrow(1, 0, p)?, &vs], 1)?;
-        }
-        let mask = if causal {
-            Some(causal_mask(s.len, p, q.device())?.unsqueeze(0)?)
-        } else {
-            None
-        };
-        let o = attention(
-            &heads_first(q)?.unsqueeze(0)?,
-            &ks.unsqueeze(0)?,
-            &vs.unsqueeze(0)?,
-            mask.as_ref(),
-            scale as f64,
-            DEFAULT_MAX_SCORE_ELEMS,
-        )?;
-        outs.push(o.squeeze(0)?.transpose(0, 1)?);
-    }
-    Tensor::cat(&outs, 0)
+    super::composed::varlen_per_segment(a, DEFAULT_MAX_SCORE_ELEMS)
 }
 
 #[cfg(test)]

@@ -3,51 +3,35 @@
 //!
 //! A prefill packs the new tokens of several prompts (and the vision tower the patches of several screenshots)
 //! into one activation. OpenBLAS's sums for a row depend on the shape of the call and on the row's place in it,
-//! so [`super::matmul_nt`] multiplies each segment (one prompt, one image) by its own call: a row's result then
-//! depends only on its own segment. Rows outside any declared segment (decode, the logits of last positions) are
-//! independent sequences and run on the `gemm` crate, whose sums for a row do not depend on how many rows are
-//! multiplied with it, for two rows or more: a single row is padded to two. Together this makes greedy outputs
-//! on the CPU independent of the batch's size and composition, bit for bit.
-//!
-//! The segments are declared by the model around the calls that use them ([`segments`]); the declaration is per
-//! thread and restored when its guard drops, so nested declarations (the vision tower inside a prefill) work.
+//! so [`super::Ops::matmul_nt`] multiplies each segment (one prompt, one image) by its own call: a row's result
+//! then depends only on its own segment. Independent rows (decode, the logits of last positions) are separate
+//! sequences and run on the `gemm` crate in products of a fixed number of rows ([`super::ROW_BLOCK`]), whose sums
+//! for a row do not depend on the other rows of the product. Together this makes greedy outputs on the CPU
+//! independent of the batch's size and composition, bit for bit.
 
-use std::cell::RefCell;
-
-thread_local! {
-    static SEGMENTS: RefCell<Option<Vec<usize>>> = const { RefCell::new(None) };
+/// How the rows of one GEMM's input group, passed by the model with every linear layer's call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rows<'a> {
+    /// Consecutive segments of these many rows (adding up to all rows; empty segments are ignored): each
+    /// segment is multiplied on its own.
+    Segments(&'a [usize]),
+    /// Every row is its own sequence.
+    Independent,
 }
 
-/// While alive, [`super::matmul_nt`] calls on this thread whose row count is the sum of the declared lengths
-/// multiply each segment separately. Dropping it restores the previous declaration.
-#[must_use = "the segments are declared only while the guard lives"]
-pub struct SegmentsGuard {
-    previous: Option<Vec<usize>>,
-}
-
-/// Declare that packed rows come in consecutive segments of `lens` rows (empty segments are ignored).
-pub fn segments(lens: impl IntoIterator<Item = usize>) -> SegmentsGuard {
-    let lens: Vec<usize> = lens.into_iter().filter(|&l| l > 0).collect();
-    SegmentsGuard {
-        previous: SEGMENTS.with(|s| s.replace(Some(lens))),
+impl Rows<'_> {
+    /// The non-empty segment lengths, checked against the input's `rows`; `None` for independent rows.
+    pub(super) fn lens(&self, rows: usize) -> candle_core::Result<Option<Vec<usize>>> {
+        match self {
+            Rows::Independent => Ok(None),
+            Rows::Segments(lens) => {
+                if lens.iter().sum::<usize>() != rows {
+                    candle_core::bail!("matmul_nt: segments {lens:?} do not add up to {rows} rows");
+                }
+                Ok(Some(lens.iter().copied().filter(|&l| l > 0).collect()))
+            }
+        }
     }
-}
-
-impl Drop for SegmentsGuard {
-    fn drop(&mut self) {
-        let previous = self.previous.take();
-        SEGMENTS.with(|s| *s.borrow_mut() = previous);
-    }
-}
-
-/// The declared segments, if their lengths add up to `rows`.
-pub fn current_for(rows: usize) -> Option<Vec<usize>> {
-    SEGMENTS.with(|s| {
-        s.borrow()
-            .as_ref()
-            .filter(|lens| lens.iter().sum::<usize>() == rows)
-            .cloned()
-    })
 }
 
 #[cfg(test)]
@@ -55,26 +39,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn declarations_nest_and_match_only_their_total() {
-        assert_eq!(current_for(5), None);
-        {
-            let _outer = segments([3, 0, 2]);
-            assert_eq!(current_for(5), Some(vec![3, 2]));
-            assert_eq!(current_for(4), None);
-            {
-                let _inner = segments([8]);
-                assert_eq!(current_for(8), Some(vec![8]));
-                assert_eq!(current_for(5), None);
-            }
-            assert_eq!(current_for(5), Some(vec![3, 2]));
-        }
-        assert_eq!(current_for(5), None);
-    }
-
-    #[test]
-    fn declarations_are_per_thread() {
-        let _g = segments([4]);
-        let other = std::thread::spawn(|| current_for(4)).join().unwrap();
-        assert_eq!((current_for(4), other), (Some(vec![4]), None));
+    fn segments_must_cover_the_rows_and_drop_empty_ones() {
+        assert_eq!(
+            Rows::Segments(&[3, 0, 2]).lens(5).unwrap(),
+            Some(vec![3, 2])
+        );
+        assert!(Rows::Segments(&[3, 2]).lens(4).is_err());
+        assert_eq!(Rows::Independent.lens(7).unwrap(), None);
     }
 }

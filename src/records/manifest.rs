@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::PhaseSummary;
 use crate::engine::BatchLimits;
+use crate::ops::{OpsManifest, ProfileSnapshot};
 use crate::eval::SystemPrompt;
 use crate::preprocess::ImageProcessorConfig;
 use crate::score::RulePreset;
@@ -101,7 +102,7 @@ pub struct Manifest {
     /// KV-cache bytes per cached token.
     pub kv_bytes_per_token: usize,
     /// The fused ops and GEMM library the model ran with.
-    pub ops: serde_json::Value,
+    pub ops: OpsRecord,
     /// Versions of the program.
     pub versions: Versions,
     /// When the run was first started (Unix seconds).
@@ -112,13 +113,16 @@ pub struct Manifest {
     pub finished_at_unix: Option<u64>,
 }
 
-/// Calls and seconds of one profiled model section.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct SectionTime {
-    /// Times the section ran.
-    pub calls: u64,
-    /// Seconds, device-synchronised.
-    pub seconds: f64,
+/// The ops a model ran with: the ops' own record, the decode attention path, and whether sections were timed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpsRecord {
+    /// Fused ops, CUDA kernels, GEMM library and blocking.
+    #[serde(flatten)]
+    pub ops: OpsManifest,
+    /// How decode attention ran (`PerSequence`, `Padded`, `Fused`).
+    pub decode_attention: String,
+    /// Whether the model's sections were timed (a slower run).
+    pub profiled: bool,
 }
 
 /// `throughput.json`: each phase's counters and rates, and the run's peak memory.
@@ -135,7 +139,7 @@ pub struct Throughput {
     /// The batch limits the phases ran under.
     pub batch_limits: BatchLimits,
     /// Per-section model timings when profiling was on.
-    pub profile: Option<BTreeMap<String, SectionTime>>,
+    pub profile: Option<ProfileSnapshot>,
 }
 
 impl Throughput {

@@ -11,7 +11,7 @@ mod phase;
 use serde::{Deserialize, Deserializer, Serialize};
 
 pub use manifest::{
-    JudgeSettings, Manifest, RunSettings, SectionTime, Throughput, Versions,
+    JudgeSettings, Manifest, OpsRecord, RunSettings, Throughput, Versions,
     MANIFEST_SCHEMA_VERSION, THROUGHPUT_SCHEMA_VERSION,
 };
 pub use phase::{PhaseStats, PhaseSummary};

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
 use mobile_r1_eval::model::{ModelFiles, Qwen25VL};
+use mobile_r1_eval::ops::{CpuGemm, OpsConfig};
 use mobile_r1_eval::preprocess::{ModelInput, PreparedImage};
 
 /// `tests/fixtures/...`.
@@ -75,10 +76,49 @@ pub fn generate_json(out: &std::process::Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("one JSON object")
 }
 
-/// Load a fixture model in f32 on the CPU.
+/// Load a fixture model in f32 on the CPU with the default ops settings.
 pub fn load_model(name: &str) -> Qwen25VL {
+    load_model_with(name, &OpsConfig::default())
+}
+
+/// Load a fixture model in f32 on the CPU with the ops running as `ops` says.
+pub fn load_model_with(name: &str, ops: &OpsConfig) -> Qwen25VL {
     let files = ModelFiles::from_dir(&fixture(&format!("models/{name}"))).expect("files");
-    Qwen25VL::load(&files, &Device::Cpu, DType::F32).expect("load")
+    Qwen25VL::load(&files, &Device::Cpu, DType::F32, ops).expect("load")
+}
+
+/// The ops settings the model tests run under: the default (fused CPU paths, OpenBLAS where installed), the
+/// `gemm` crate's GEMM alone, and, unless `fused_only`, the composed references (fused paths off).
+pub fn ops_variants(fused_only: bool) -> Vec<(&'static str, OpsConfig)> {
+    let default = OpsConfig::default();
+    let mut v = vec![
+        ("default", default.clone()),
+        (
+            "gemm crate",
+            OpsConfig {
+                cpu_gemm: CpuGemm::Builtin,
+                ..default.clone()
+            },
+        ),
+    ];
+    if !fused_only {
+        v.push((
+            "composed",
+            OpsConfig {
+                fused_kernels: false,
+                ..default
+            },
+        ));
+    }
+    v
+}
+
+/// Fixture model `name` loaded under each of [`ops_variants`]`(fused_only)`.
+pub fn model_variants(name: &str, fused_only: bool) -> Vec<(&'static str, Qwen25VL)> {
+    ops_variants(fused_only)
+        .into_iter()
+        .map(|(label, ops)| (label, load_model_with(name, &ops)))
+        .collect()
 }
 
 /// Tensor `key` of the golden map.

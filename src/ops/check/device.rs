@@ -3,24 +3,29 @@
 use candle_core::{DType, Device, Result, Tensor};
 
 use super::{DecodeOut, Executor, Ran};
-use crate::ops::{self, DecodeKv, QkvRope, Varlen, VarlenSeg};
+use crate::ops::{DecodeKv, Ops, QkvRope, Varlen, VarlenSeg};
 
-/// The fused ops on this device (inputs copied there, outputs left there).
-pub struct OnDevice<'a>(pub &'a Device);
+/// The fused ops on this device (inputs copied there, outputs left there), run as `ops` says.
+pub struct OnDevice<'a> {
+    /// Where the ops run.
+    pub device: &'a Device,
+    /// The ops' context (which fused paths are on).
+    pub ops: &'a Ops,
+}
 
 impl OnDevice<'_> {
     fn on(&self, t: &Tensor) -> Result<Tensor> {
-        t.to_device(self.0)
+        t.to_device(self.device)
     }
 
     /// CUDA with the kernels on: every op is a kernel.
     fn cuda_kernels(&self) -> bool {
-        self.0.is_cuda() && ops::kernels_enabled()
+        self.device.is_cuda() && self.ops.config().fused_kernels
     }
 
     /// The CPU's fused f32 paths (SwiGLU, q/k/v + rotary).
     fn cpu_fused(&self, dtype: DType) -> bool {
-        self.0.is_cpu() && ops::kernels_enabled() && dtype == DType::F32
+        self.device.is_cpu() && self.ops.config().fused_kernels && dtype == DType::F32
     }
 }
 
@@ -31,7 +36,7 @@ impl Executor for OnDevice<'_> {
 
     fn rms_norm_hf(&self, x: &Tensor, w: &Tensor, eps: f32) -> Result<Ran<Tensor>> {
         Ok(Ran {
-            out: ops::rms_norm_hf(&self.on(x)?, &self.on(w)?, eps)?,
+            out: self.ops.rms_norm_hf(&self.on(x)?, &self.on(w)?, eps)?,
             kernel: self.cuda_kernels(),
         })
     }
@@ -39,21 +44,23 @@ impl Executor for OnDevice<'_> {
     fn swiglu_packed(&self, gu: &Tensor, bias: Option<&Tensor>) -> Result<Ran<Tensor>> {
         let bias = bias.map(|b| self.on(b)).transpose()?;
         Ok(Ran {
-            out: ops::swiglu_packed(&self.on(gu)?, bias.as_ref())?,
+            out: self.ops.swiglu_packed(&self.on(gu)?, bias.as_ref())?,
             kernel: self.cuda_kernels() || self.cpu_fused(gu.dtype()),
         })
     }
 
     fn bias_add(&self, y: &Tensor, b: &Tensor) -> Result<Ran<Tensor>> {
         Ok(Ran {
-            out: ops::bias_add(&self.on(y)?, &self.on(b)?)?,
+            out: self.ops.bias_add(&self.on(y)?, &self.on(b)?)?,
             kernel: self.cuda_kernels(),
         })
     }
 
     fn bias_residual(&self, y: &Tensor, b: &Tensor, r: &Tensor) -> Result<Ran<Tensor>> {
         Ok(Ran {
-            out: ops::bias_residual(&self.on(y)?, &self.on(b)?, &self.on(r)?)?,
+            out: self
+                .ops
+                .bias_residual(&self.on(y)?, &self.on(b)?, &self.on(r)?)?,
             kernel: self.cuda_kernels(),
         })
     }
@@ -66,7 +73,7 @@ impl Executor for OnDevice<'_> {
             self.on(a.sin)?,
         );
         let kernel = self.cuda_kernels() || self.cpu_fused(a.y.dtype());
-        let out = ops::qkv_rope(QkvRope {
+        let out = self.ops.qkv_rope(QkvRope {
             y: &y,
             bias: &bias,
             cos: &cos,
@@ -95,8 +102,10 @@ impl Executor for OnDevice<'_> {
             .map(|((k, v), c)| DecodeKv { k, v, len: c.len })
             .collect();
         let (d, group) = (q.dim(2)?, q.dim(1)? / k_new.dim(1)?.max(1));
-        let kernel = ops::fused_decode_supported(self.0, q.dtype(), d, group);
-        let out = ops::decode_attention(
+        let kernel = self
+            .ops
+            .fused_decode_supported(self.device, q.dtype(), d, group);
+        let out = self.ops.decode_attention(
             &self.on(q)?,
             &self.on(k_new)?,
             &self.on(v_new)?,
@@ -130,7 +139,7 @@ impl Executor for OnDevice<'_> {
             })
             .collect();
         let d = a.q.dim(2)?;
-        let kernel = ops::varlen_supported(self.0, a.q.dtype(), d);
+        let kernel = self.ops.varlen_supported(self.device, a.q.dtype(), d);
         let call = Varlen {
             q: &q,
             k: &k,
@@ -138,14 +147,14 @@ impl Executor for OnDevice<'_> {
             segs: &segs,
             ..a
         };
-        let out = if self.0.is_cuda() && kernel {
+        let out = if self.device.is_cuda() && kernel {
             #[cfg(not(feature = "cuda"))]
             unreachable!("varlen_supported holds on CUDA only with the cuda feature");
             #[cfg(feature = "cuda")]
-            ops::varlen_attention_cuda(call, mma)?
+            Ops::varlen_attention_cuda(call, mma)?
         } else {
             let _ = mma;
-            ops::varlen_attention(call)?
+            self.ops.varlen_attention(call)?
         };
         Ok(Ran { out, kernel })
     }

@@ -25,17 +25,17 @@ pub type DecodeOut = (Tensor, Vec<(Tensor, Tensor)>);
 pub trait Executor {
     /// Whether the tensor-core varlen kernel exists for `dtype` here (then both varlen kernels are checked).
     fn has_mma(&self, dtype: DType) -> bool;
-    /// [`super::rms_norm_hf`].
+    /// [`super::Ops::rms_norm_hf`].
     fn rms_norm_hf(&self, x: &Tensor, w: &Tensor, eps: f32) -> Result<Ran<Tensor>>;
-    /// [`super::swiglu_packed`].
+    /// [`super::Ops::swiglu_packed`].
     fn swiglu_packed(&self, gu: &Tensor, bias: Option<&Tensor>) -> Result<Ran<Tensor>>;
-    /// [`super::bias_add`].
+    /// [`super::Ops::bias_add`].
     fn bias_add(&self, y: &Tensor, b: &Tensor) -> Result<Ran<Tensor>>;
-    /// [`super::bias_residual`].
+    /// [`super::Ops::bias_residual`].
     fn bias_residual(&self, y: &Tensor, b: &Tensor, r: &Tensor) -> Result<Ran<Tensor>>;
-    /// [`super::qkv_rope`].
+    /// [`super::Ops::qkv_rope`].
     fn qkv_rope(&self, a: QkvRope<'_>) -> Result<Ran<(Tensor, Tensor, Tensor)>>;
-    /// [`super::decode_attention`] over `kv` (CPU buffers, left unchanged); returns the output and every buffer
+    /// [`super::Ops::decode_attention`] over `kv` (CPU buffers, left unchanged); returns the output and every buffer
     /// after the step (the new position written), in the order of `kv`.
     fn decode_attention(
         &self,
@@ -45,7 +45,7 @@ pub trait Executor {
         kv: &[DecodeKv<'_>],
         scale: f32,
     ) -> Result<Ran<DecodeOut>>;
-    /// [`super::varlen_attention`]; `mma` asks for the tensor-core kernel (only when [`Executor::has_mma`]).
+    /// [`super::Ops::varlen_attention`]; `mma` asks for the tensor-core kernel (only when [`Executor::has_mma`]).
     fn varlen_attention(&self, a: Varlen<'_>, mma: bool) -> Result<Ran<Tensor>>;
 }
 
@@ -138,9 +138,9 @@ fn compare(
     })
 }
 
-/// Run every comparison on `device`.
-pub fn run(device: &Device) -> Result<Vec<CheckResult>> {
-    run_with(&OnDevice(device))
+/// Run every comparison on `device`, the ops running as `ops` says.
+pub fn run(ops: &super::Ops, device: &Device) -> Result<Vec<CheckResult>> {
+    run_with(&OnDevice { device, ops })
 }
 
 /// Run every comparison through `ex`.

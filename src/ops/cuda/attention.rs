@@ -93,7 +93,7 @@ impl DecodeTables {
     }
 }
 
-/// One layer's step of [`crate::ops::decode_attention`] on a plan's tables.
+/// One layer's step of [`crate::ops::Ops::decode_attention`] on a plan's tables.
 #[derive(Clone, Copy)]
 pub struct DecodeCall<'a> {
     pub q: &'a Tensor,
@@ -103,7 +103,7 @@ pub struct DecodeCall<'a> {
     pub scale: f32,
 }
 
-/// See [`crate::ops::decode_attention`]: layer `c.layer` of `tables`.
+/// See [`crate::ops::Ops::decode_attention`]: layer `c.layer` of `tables`.
 pub fn decode_attention(tables: &DecodeTables, c: DecodeCall<'_>) -> Result<Tensor> {
     match c.q.dtype() {
         DType::F32 => decode_t::<f32>(tables, c),
@@ -197,7 +197,7 @@ fn decode_t<T: CudaDType + DeviceRepr>(tables: &DecodeTables, c: DecodeCall<'_>)
     Ok(tensor_of(out, &dev, q.shape().clone()))
 }
 
-/// See [`crate::ops::varlen_attention`]; `mma` picks the tensor-core kernel (bf16/f16 only).
+/// See [`crate::ops::Ops::varlen_attention`]; `mma` picks the tensor-core kernel (bf16/f16 only).
 pub fn varlen_attention(a: Varlen<'_>, mma: bool) -> Result<Tensor> {
     match a.q.dtype() {
         DType::F32 if !mma => varlen_t::<f32>(a, mma),

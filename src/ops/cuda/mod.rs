@@ -110,7 +110,7 @@ fn tensor_of<T: CudaDType>(out: CudaSlice<T>, dev: &CudaDevice, shape: Shape) ->
     Tensor::from_storage(storage, shape, BackpropOp::none(), false)
 }
 
-/// See [`super::rms_norm_hf`].
+/// See [`super::Ops::rms_norm_hf`].
 pub fn rms_norm_hf(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
     match x.dtype() {
         DType::F32 => rms_norm_t::<f32>(x, w, eps),
@@ -155,7 +155,7 @@ fn rows_cols_launch(rows: usize, cols: usize) -> Result<(LaunchConfig, i32, i32)
     ))
 }
 
-/// See [`super::swiglu_packed`].
+/// See [`super::Ops::swiglu_packed`].
 pub fn swiglu_packed(gu: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     match gu.dtype() {
         DType::F32 => swiglu_packed_t::<f32>(gu, bias),
@@ -197,7 +197,7 @@ fn swiglu_packed_t<T: CudaDType + DeviceRepr>(
     Ok(tensor_of(out, &dev, Shape::from(shape)))
 }
 
-/// See [`super::bias_add`] and [`super::bias_residual`]: `op` is `bias_add` or `bias_residual`; `full` are
+/// See [`super::Ops::bias_add`] and [`super::Ops::bias_residual`]: `op` is `bias_add` or `bias_residual`; `full` are
 /// the (rows, cols) operands and `per_col` the (cols) biases, in the kernel's argument order (full operands
 /// first, except `bias_residual`: y, b, r).
 pub fn bias_op(op: &str, full: &[&Tensor], per_col: &[&Tensor]) -> Result<Tensor> {
@@ -264,7 +264,7 @@ fn bias_t<T: CudaDType + DeviceRepr>(
     Ok(tensor_of(out, &dev, shape))
 }
 
-/// See [`super::qkv_rope`].
+/// See [`super::Ops::qkv_rope`].
 pub fn qkv_rope(a: super::QkvRope<'_>) -> Result<(Tensor, Tensor, Tensor)> {
     match (a.y.dtype(), a.cos.dtype()) {
         (DType::F32, DType::F32) => qkv_rope_t::<f32, f32>(a),

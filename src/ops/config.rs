@@ -1,0 +1,171 @@
+//! The ops' settings as one value ([`OpsConfig`], chosen by the command line), the runtime context built from it
+//! at load ([`super::Ops`]), and what the run manifest records about them ([`OpsManifest`]).
+
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use super::blas::{Blas, BlasError};
+
+/// How the ops run: which fused paths are on, what the CPU's f32 GEMMs run on, whether sections are timed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpsConfig {
+    /// The project's fused ops (CUDA kernels, fused CPU paths); off routes every op through its composed
+    /// reference, to measure what the fused paths bring.
+    pub fused_kernels: bool,
+    /// bf16/f16 varlen attention on CUDA runs on tensor cores (`varlen_mma_*`) instead of the CUDA-core kernel.
+    pub tensor_core_attention: bool,
+    /// What the CPU's f32 GEMMs run on.
+    pub cpu_gemm: CpuGemm,
+    /// Time the model's sections, waiting for the device before and after each (slower; see
+    /// [`super::profile`]).
+    pub profile: bool,
+}
+
+impl Default for OpsConfig {
+    /// Fused ops on, tensor-core attention off, CPU GEMM `auto`, profiling off.
+    fn default() -> Self {
+        Self {
+            fused_kernels: true,
+            tensor_core_attention: false,
+            cpu_gemm: CpuGemm::Auto,
+            profile: false,
+        }
+    }
+}
+
+/// The library behind the CPU's f32 GEMMs ([`super::blas`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CpuGemm {
+    /// OpenBLAS where it is installed, else the `gemm` crate (`auto`).
+    #[default]
+    Auto,
+    /// Always the `gemm` crate behind candle's matmul (`off`).
+    Builtin,
+    /// OpenBLAS, required: loading fails without it (`on`).
+    Blas,
+    /// A shared library exporting the LP64 `cblas_sgemm` (OpenBLAS, MKL's `libmkl_rt`, BLIS), required.
+    Library(PathBuf),
+}
+
+impl FromStr for CpuGemm {
+    type Err = std::convert::Infallible;
+
+    /// `auto` (or empty), `off`/`0`/`false`/`no`, `on`/`1`/`true`/`yes`; anything else is a library's path.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s.trim() {
+            "" | "auto" => Self::Auto,
+            "off" | "0" | "false" | "no" => Self::Builtin,
+            "on" | "1" | "true" | "yes" => Self::Blas,
+            path => Self::Library(PathBuf::from(path)),
+        })
+    }
+}
+
+impl std::fmt::Display for CpuGemm {
+    /// The spelling [`CpuGemm::from_str`] reads back.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Auto => f.write_str("auto"),
+            Self::Builtin => f.write_str("off"),
+            Self::Blas => f.write_str("on"),
+            Self::Library(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+impl CpuGemm {
+    /// Load the library asked for: `None` for the `gemm` crate (asked for, or `auto` without OpenBLAS).
+    pub fn load(&self) -> Result<Option<Blas>, BlasError> {
+        match self {
+            Self::Library(path) => {
+                let spec = path.display().to_string();
+                Blas::open(&spec)
+                    .map(Some)
+                    .map_err(|reason| BlasError { spec, reason })
+            }
+            other => Blas::from_spec(&other.to_string()),
+        }
+    }
+}
+
+/// What the run manifest records about the ops.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpsManifest {
+    /// Whether the fused ops are on ([`OpsConfig::fused_kernels`]).
+    pub fused: bool,
+    /// Whether this build has the CUDA kernels (the `cuda` feature).
+    pub cuda_kernels: bool,
+    /// Whether bf16/f16 varlen attention on CUDA runs on tensor cores.
+    pub tensor_core_attention: bool,
+    /// SHA-256 of `kernels/fused.cu` as compiled into this build.
+    pub kernels_sha256: String,
+    /// What the CPU's f32 GEMMs run on (`cblas: …`, `gemm crate (candle)`, or why none is loaded).
+    pub cpu_f32_gemm: String,
+    /// Rows per product for independent rows ([`super::ROW_BLOCK`]).
+    pub cpu_gemm_row_block: usize,
+    /// Fewest rows of a segment multiplied by the CBLAS library ([`super::BLAS_MIN_ROWS`]).
+    pub cpu_gemm_blas_min_rows: usize,
+}
+
+/// SHA-256 (hex) of `kernels/fused.cu` as compiled into this build.
+pub fn kernels_sha256() -> String {
+    use sha2::{Digest, Sha256};
+    let source = include_str!("../../kernels/fused.cu");
+    Sha256::digest(source.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_gemm_reads_the_old_spellings_and_round_trips() {
+        let cases = [
+            ("auto", CpuGemm::Auto),
+            ("", CpuGemm::Auto),
+            ("off", CpuGemm::Builtin),
+            ("no", CpuGemm::Builtin),
+            ("on", CpuGemm::Blas),
+            ("1", CpuGemm::Blas),
+            (
+                "/opt/lib/libblis.so",
+                CpuGemm::Library("/opt/lib/libblis.so".into()),
+            ),
+        ];
+        for (text, want) in cases {
+            let got: CpuGemm = text.parse().unwrap();
+            assert_eq!(got, want, "{text:?}");
+            assert_eq!(got.to_string().parse::<CpuGemm>().unwrap(), want);
+        }
+    }
+
+    #[test]
+    fn config_round_trips_through_json_and_defaults_as_documented() {
+        let d = OpsConfig::default();
+        assert!(d.fused_kernels && !d.tensor_core_attention && !d.profile);
+        assert_eq!(d.cpu_gemm, CpuGemm::Auto);
+        let c = OpsConfig {
+            cpu_gemm: CpuGemm::Library("/x/libmkl_rt.so".into()),
+            profile: true,
+            ..d
+        };
+        let json = serde_json::to_string(&c).unwrap();
+        assert_eq!(serde_json::from_str::<OpsConfig>(&json).unwrap(), c);
+    }
+
+    #[test]
+    fn a_missing_library_is_an_error_naming_it() {
+        let e = CpuGemm::Library("/nonexistent/libcblas.so".into())
+            .load()
+            .err()
+            .expect("no such library");
+        assert_eq!(e.spec, "/nonexistent/libcblas.so");
+        assert!(CpuGemm::Builtin.load().unwrap().is_none());
+    }
+}
