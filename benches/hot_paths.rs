@@ -17,6 +17,7 @@ use mobile_r1_eval::model::{PrefillRequest, Qwen25VL, SeqCache};
 use mobile_r1_eval::ops::{Ops, OpsConfig};
 use mobile_r1_eval::predictions::{Prediction, PredictionSet};
 use mobile_r1_eval::preprocess::{prepare_rgb8, ImageProcessorConfig, ModelInput, PreparedImage};
+use mobile_r1_eval::records::PredictionLine;
 use mobile_r1_eval::score::{aggregate, score_benchmark, RulePreset};
 
 fn screenshot(w: u32, h: u32) -> RgbImage {
@@ -55,20 +56,28 @@ fn parse_and_score(c: &mut Criterion) {
             t
         })
         .collect();
-    let mut preds = PredictionSet::default();
+    let mut lines = Vec::new();
     for t in &big.trajectories {
         for (si, s) in t.steps.iter().enumerate() {
-            preds.insert(Prediction {
+            lines.push(PredictionLine {
                 trajectory: t.id.clone(),
                 step: si,
                 response: s.response.clone(),
                 image_size: None,
+                prompt_tokens: None,
+                generated_tokens: None,
+                finish: None,
+                error: None,
             });
         }
     }
     let rules = RulePreset::by_name("mobile-r1").unwrap();
     c.bench_function("parse_and_score_10k_steps", |b| {
         b.iter(|| {
+            let mut preds = PredictionSet::default();
+            for l in black_box(&lines) {
+                preds.insert(Prediction::from_line(l.clone()));
+            }
             let scored = score_benchmark(&rules, black_box(&big), &preds);
             aggregate(&scored.steps, &rules)
         })
@@ -147,7 +156,7 @@ fn engine_end_to_end(c: &mut Criterion) {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tokenizer");
     let cfg = mobile_r1_eval::bench::BenchConfig {
         config: "tiny".into(),
-        device: "cpu".into(),
+        device: mobile_r1_eval::settings::DeviceSpec::Cpu,
         dtype: None,
         steps: 8,
         batch_size: 8,

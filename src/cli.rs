@@ -95,9 +95,10 @@ pub struct ModelArgs {
     /// Local folder in the Hugging Face layout, or a hub repo id such as `Qwen/Qwen2.5-VL-3B-Instruct`.
     #[arg(long)]
     pub model: String,
-    /// `auto` (the first GPU of a CUDA or Metal build, else the CPU), `cpu`, `cuda`, `cuda:N` or `metal`.
-    #[arg(long, default_value = "auto")]
-    pub device: DeviceSpec,
+    /// `auto` (the first GPU of a CUDA or Metal build, else the CPU), `cpu`, `cuda`, `cuda:N` or `metal`; for
+    /// `eval`, a comma-separated list (`cuda:0,cuda:1`) runs one copy of the model per device.
+    #[arg(long, default_value = "auto", value_delimiter = ',', num_args = 1)]
+    pub device: Vec<DeviceSpec>,
     /// `f32`, `bf16` or `f16` (default: bf16 on GPU, f32 on CPU).
     #[arg(long)]
     pub dtype: Option<DTypeSpec>,

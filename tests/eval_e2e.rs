@@ -332,3 +332,31 @@ fn the_cpu_blas_switch_is_recorded_and_a_bad_library_is_refused() {
     );
     assert!(!bad.join("predictions.jsonl").exists());
 }
+
+/// `--device cpu,cpu`: two copies of the model share the trajectories through one queue and one writer; the
+/// predictions and metrics equal a one-device run's, and `throughput.json` gives each device's share.
+#[test]
+fn two_devices_give_the_one_device_results() {
+    let tmp = tempfile::tempdir().unwrap();
+    let one = tmp.path().join("one");
+    let two = tmp.path().join("two");
+    ok(&eval(&one, None, &["--device", "cpu", "--no-judge"]));
+    ok(&eval(&two, None, &["--device", "cpu,cpu", "--no-judge"]));
+    assert_eq!(responses(&one), responses(&two));
+    let metrics = |run: &Path| {
+        let mut m = json_file(&run.join("metrics.json"));
+        m.as_object_mut().unwrap().remove("prediction_errors");
+        m
+    };
+    assert_eq!(metrics(&one), metrics(&two));
+    let phases = &json_file(&two.join("throughput.json"))["phases"];
+    let devices = phases[0]["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 2);
+    let total: u64 = devices.iter().map(|d| d["prompts"].as_u64().unwrap()).sum();
+    assert_eq!(total, 30);
+    assert!(
+        devices.iter().all(|d| d["prompts"].as_u64().unwrap() > 0),
+        "{devices:?}"
+    );
+    assert_eq!(json_file(&two.join("manifest.json"))["device"], "cpu,cpu");
+}

@@ -6,7 +6,7 @@ use std::cell::RefCell;
 
 use anyhow::Result;
 
-use super::{Backend, BackendInfo, ChatRequest, ChatResult, LoadedModel, MakeRequest, Sink};
+use super::{Backend, BackendInfo, ChatRequest, ChatResult, Jobs, LoadedModel, MakeRequest, Sink};
 use crate::engine::{prefetch, BatchLimits, Engine, Generation, Request};
 use crate::preprocess::{self, ImageProcessorConfig};
 use crate::records::PhaseStats;
@@ -140,17 +140,31 @@ impl Backend for LocalBackend {
         self.loaded.model.profile_snapshot()
     }
 
-    fn run(&self, count: usize, make: &MakeRequest<'_>, sink: &mut Sink<'_>) -> Result<PhaseStats> {
+    fn run(&self, jobs: &Jobs, make: &MakeRequest<'_>, sink: &mut Sink<'_>) -> Result<PhaseStats> {
+        let lookahead = self.limits.max_seqs.max(1) * 2;
+        self.run_indices(0..jobs.count, jobs.count, lookahead, make, sink)
+    }
+}
+
+impl LocalBackend {
+    /// Answer the requests whose indices `indices` yields (every index below `count`; pulled `chunk` at a time
+    /// as they are prepared, so a queue shared with other devices is shared fairly), calling `sink` with each
+    /// outcome as soon as it is known.
+    pub fn run_indices(
+        &self,
+        indices: impl Iterator<Item = usize> + Send,
+        count: usize,
+        chunk: usize,
+        make: &MakeRequest<'_>,
+        sink: &mut Sink<'_>,
+    ) -> Result<PhaseStats> {
         let lookahead = self.limits.max_seqs.max(1) * 2;
         let sizes = RefCell::new(vec![Vec::new(); count]);
         let failure: RefCell<Option<anyhow::Error>> = RefCell::new(None);
         let sink = RefCell::new(sink);
         let mut stats = PhaseStats::default();
         std::thread::scope(|scope| -> Result<()> {
-            let jobs: Vec<usize> = (0..count).collect();
-            let rx = prefetch(scope, jobs, lookahead, lookahead, |_, &i| {
-                self.prepare(i, make)
-            });
+            let rx = prefetch(scope, indices, chunk, lookahead, |&i| self.prepare(i, make));
             let errors_seen = RefCell::new(0usize);
             let prep_seconds = RefCell::new(0f64);
             let requests = rx

@@ -5,6 +5,7 @@
 
 mod local;
 mod model;
+mod multi;
 
 use std::path::PathBuf;
 
@@ -13,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 pub use local::LocalBackend;
 pub use model::{fingerprint, open_device, LoadedModel, ModelSpec};
+pub use multi::MultiBackend;
 
 use crate::engine::BatchLimits;
 use crate::preprocess::ImageProcessorConfig;
@@ -78,6 +80,27 @@ pub type Sink<'a> = dyn FnMut(usize, Result<ChatResult, String>, &PhaseStats) ->
 /// Builds request `i` of a phase (on a worker thread); an error is that request's outcome.
 pub type MakeRequest<'a> = dyn Fn(usize) -> Result<ChatRequest> + Sync + 'a;
 
+/// The requests of one phase: indices `0..count`, in the order a single device should run them, and the same
+/// indices grouped into units of work (e.g. the steps of one trajectory), largest first, for backends that
+/// share them out between devices.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Jobs {
+    /// Number of requests.
+    pub count: usize,
+    /// Every index exactly once, in groups that go to one device together.
+    pub groups: Vec<Vec<usize>>,
+}
+
+impl Jobs {
+    /// `count` requests, each its own group.
+    pub fn ungrouped(count: usize) -> Self {
+        Self {
+            count,
+            groups: (0..count).map(|i| vec![i]).collect(),
+        }
+    }
+}
+
 /// Something that answers chat requests.
 pub trait Backend: Sync {
     /// What it is.
@@ -90,7 +113,7 @@ pub trait Backend: Sync {
     fn profile_snapshot(&self) -> Option<crate::ops::ProfileSnapshot> {
         None
     }
-    /// Answer requests `0..count` (built by `make`), calling `sink` with each outcome as soon as it is known.
+    /// Answer every request of `jobs` (built by `make`), calling `sink` with each outcome as soon as it is known.
     /// Returns the phase's counters (wall time excluded).
-    fn run(&self, count: usize, make: &MakeRequest<'_>, sink: &mut Sink<'_>) -> Result<PhaseStats>;
+    fn run(&self, jobs: &Jobs, make: &MakeRequest<'_>, sink: &mut Sink<'_>) -> Result<PhaseStats>;
 }

@@ -52,6 +52,7 @@ pub fn config(a: EvalArgs) -> Result<EvalConfig> {
     Ok(EvalConfig {
         out: a.out.unwrap_or_else(|| default_run_dir(&a.model.model)),
         model: model_spec(&a.model),
+        devices: a.model.device.clone(),
         data,
         batch_size: a.batch_size,
         max_batch_tokens: a.max_batch_tokens,

@@ -4,7 +4,7 @@
 use anyhow::{Context, Result};
 use serde_json::json;
 
-use crate::backend::{Backend, ChatRequest, ChatResult, LoadedModel, LocalBackend};
+use crate::backend::{Backend, ChatRequest, ChatResult, Jobs, LoadedModel, LocalBackend};
 use crate::chat::user_turn_messages;
 use crate::cli::GenerateArgs;
 use crate::engine::BatchLimits;
@@ -15,6 +15,12 @@ const TOP_LOGPROBS: usize = 5;
 
 /// Entry point.
 pub fn run(args: GenerateArgs) -> Result<()> {
+    if args.model.device.len() > 1 {
+        anyhow::bail!(
+            "--device: generate runs on one device, not {}",
+            args.model.device.len()
+        );
+    }
     let spec = super::model_spec(&args.model);
     let loaded = LoadedModel::load(&spec)?;
     let limits = BatchLimits {
@@ -31,10 +37,14 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         ignore_eos: args.ignore_eos,
     };
     let mut answer: Option<Result<ChatResult, String>> = None;
-    backend.run(1, &|_| Ok(request.clone()), &mut |_, outcome, _| {
-        answer = Some(outcome);
-        Ok(())
-    })?;
+    backend.run(
+        &Jobs::ungrouped(1),
+        &|_| Ok(request.clone()),
+        &mut |_, outcome, _| {
+            answer = Some(outcome);
+            Ok(())
+        },
+    )?;
     let gen = answer
         .context("the engine returned no answer")?
         .map_err(anyhow::Error::msg)

@@ -65,11 +65,11 @@ fn init_tracing() {
         .try_init();
 }
 
-/// The model-loading arguments as a model spec.
+/// The model-loading arguments as a model spec (on the first device of `--device`).
 pub fn model_spec(a: &ModelArgs) -> ModelSpec {
     ModelSpec {
         model: a.model.clone(),
-        device: a.device,
+        device: a.device.first().copied().unwrap_or_default(),
         dtype: a.dtype,
         min_pixels: a.min_pixels,
         max_pixels: a.max_pixels,

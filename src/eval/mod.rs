@@ -19,7 +19,7 @@ pub use phase::{run_phase, Phase};
 pub use prompts::SystemPrompt;
 pub use steps::{pending_steps, StepJob, StepPhase};
 
-use crate::backend::{fingerprint, Backend, LoadedModel, LocalBackend, ModelSpec};
+use crate::backend::{fingerprint, Backend, LoadedModel, LocalBackend, ModelSpec, MultiBackend};
 use crate::dataset::Benchmark;
 use crate::engine::{memory, BatchLimits};
 use crate::predictions::PredictionSet;
@@ -28,6 +28,7 @@ use crate::records::{
     Versions, LINE_SCHEMA_VERSION, MANIFEST_SCHEMA_VERSION,
 };
 use crate::score::{score_predictions, Metrics, RulePreset};
+use crate::settings::DeviceSpec;
 
 /// Which model answers the aggregation prompts.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,6 +46,8 @@ pub enum JudgeChoice {
 pub struct EvalConfig {
     /// The evaluated model and how to load it.
     pub model: ModelSpec,
+    /// The devices to run it on: one copy of the model per device (`model.device` is ignored).
+    pub devices: Vec<DeviceSpec>,
     /// Benchmark folder (already resolved: the sample benchmark when the user gave none).
     pub data: PathBuf,
     /// Run folder.
@@ -92,16 +95,29 @@ fn judge_spec(cfg: &EvalConfig) -> Option<ModelSpec> {
     }
 }
 
-/// Load a checkpoint as a local backend under the run's batch limits.
-fn local_backend(cfg: &EvalConfig, spec: &ModelSpec) -> Result<LocalBackend> {
-    let loaded = LoadedModel::load(spec)?;
-    let limits = BatchLimits::auto(
-        &loaded.model,
-        cfg.batch_size,
-        cfg.max_new_tokens,
-        cfg.max_batch_tokens,
-    );
-    Ok(LocalBackend::new(&spec.model, loaded, limits))
+/// Load a checkpoint on each of the run's devices, each under its own batch limits (budget from its own free
+/// memory); several devices share the work through a [`MultiBackend`].
+fn load_backend(cfg: &EvalConfig, spec: &ModelSpec) -> Result<Box<dyn Backend>> {
+    let mut devices = Vec::with_capacity(cfg.devices.len());
+    for &device in &cfg.devices {
+        let spec = ModelSpec {
+            device,
+            ..spec.clone()
+        };
+        let loaded = LoadedModel::load(&spec)?;
+        let limits = BatchLimits::auto(
+            &loaded.model,
+            cfg.batch_size,
+            cfg.max_new_tokens,
+            cfg.max_batch_tokens,
+        );
+        devices.push(LocalBackend::new(&spec.model, loaded, limits));
+    }
+    if devices.len() == 1 {
+        Ok(Box::new(devices.remove(0)))
+    } else {
+        Ok(Box::new(MultiBackend::new(devices)?))
+    }
 }
 
 /// Everything that changes the predictions or verdicts: a resumed run must have the same.
@@ -172,10 +188,10 @@ fn manifest(
 pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
     let bench = Benchmark::load(&cfg.data)
         .with_context(|| format!("loading the benchmark {}", cfg.data.display()))?;
-    let backend = local_backend(cfg, &cfg.model)?;
-    let settings = settings(cfg, &backend)?;
+    let backend = load_backend(cfg, &cfg.model)?;
+    let settings = settings(cfg, backend.as_ref())?;
     let previous = rundir::open_or_create(&cfg.out, &settings)?;
-    let mut manifest = manifest(cfg, &backend, settings, previous);
+    let mut manifest = manifest(cfg, backend.as_ref(), settings, previous);
     rundir::write_json_atomic(&cfg.out.join("manifest.json"), &manifest)?;
     tracing::info!(
         "run folder {}; batch limits {:?}",
@@ -183,7 +199,7 @@ pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
         backend.limits()
     );
 
-    let mut phases = vec![run_steps(cfg, &bench, &backend)?.summary()];
+    let mut phases = vec![run_steps(cfg, &bench, backend.as_ref())?.summary()];
     // The step model's section table (a separately loaded judge keeps its own).
     let profile = backend.profile_snapshot();
     let preds = PredictionSet::read_optional(cfg.out.join("predictions.jsonl"))?;
@@ -192,9 +208,9 @@ pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
             backend
         } else {
             drop(backend); // one model in memory at a time
-            local_backend(cfg, &spec)?
+            load_backend(cfg, &spec)?
         };
-        phases.push(run_judge(cfg, &bench, &judge, &preds)?.summary());
+        phases.push(run_judge(cfg, &bench, judge.as_ref(), &preds)?.summary());
     }
 
     let (metrics, summary) = score_and_report(cfg, &bench, &preds)?;

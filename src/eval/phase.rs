@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::progress::Progress;
 use super::rundir::JsonlAppender;
-use crate::backend::{Backend, ChatRequest, ChatResult};
+use crate::backend::{Backend, ChatRequest, ChatResult, Jobs};
 use crate::records::PhaseStats;
 
 /// A phase of an evaluation: `pending()` prompts, each turned into one line of its results file.
@@ -26,6 +26,11 @@ pub trait Phase: Sync {
     fn request(&self, i: usize) -> Result<ChatRequest>;
     /// The line for pending prompt `i`'s outcome (an answer, or why it could not run).
     fn record(&self, i: usize, outcome: Result<ChatResult, String>) -> Self::Record;
+    /// The pending prompts grouped into units that go to one device together, largest first (each its own
+    /// unit unless the phase says otherwise).
+    fn groups(&self) -> Vec<Vec<usize>> {
+        (0..self.pending()).map(|i| vec![i]).collect()
+    }
 }
 
 /// Run `phase` through `backend`, appending its lines to `path` (synced before returning).
@@ -35,7 +40,11 @@ pub fn run_phase<P: Phase>(backend: &dyn Backend, phase: &P, path: &Path) -> Res
     let mut progress = Progress::new(phase.name(), total as u64, (total - pending) as u64);
     let t0 = std::time::Instant::now();
     let make = |i: usize| phase.request(i);
-    let mut stats = backend.run(pending, &make, &mut |i, outcome, st| {
+    let jobs = Jobs {
+        count: pending,
+        groups: phase.groups(),
+    };
+    let mut stats = backend.run(&jobs, &make, &mut |i, outcome, st| {
         out.append(&phase.record(i, outcome))?;
         progress.advance(1, st);
         Ok(())
@@ -44,5 +53,14 @@ pub fn run_phase<P: Phase>(backend: &dyn Backend, phase: &P, path: &Path) -> Res
     stats.phase = phase.name().into();
     stats.wall_seconds = t0.elapsed().as_secs_f64();
     progress.finish();
+    for d in &stats.devices {
+        tracing::info!(
+            "{}: {} finished {} prompts ({:.1} s busy)",
+            phase.name(),
+            d.device,
+            d.prompts,
+            d.busy_seconds
+        );
+    }
     Ok(stats)
 }

@@ -82,6 +82,22 @@ impl Phase for StepPhase<'_> {
         })
     }
 
+    /// A trajectory's pending steps go to one device together; the trajectories with the most screen pixels to
+    /// read go first, so the longest work starts early (ties: benchmark order).
+    fn groups(&self) -> Vec<Vec<usize>> {
+        let mut by_traj: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+        for (i, &(ti, _)) in self.jobs.iter().enumerate() {
+            by_traj.entry(ti).or_default().push(i);
+        }
+        let mut groups: Vec<(usize, Vec<usize>)> = by_traj.into_iter().collect();
+        groups.sort_by_key(|(ti, g)| {
+            let t = &self.bench.trajectories[*ti];
+            let pixels = t.image_width as u64 * t.image_height as u64 * g.len() as u64;
+            (std::cmp::Reverse(pixels), *ti)
+        });
+        groups.into_iter().map(|(_, g)| g).collect()
+    }
+
     fn record(&self, i: usize, outcome: Result<ChatResult, String>) -> PredictionLine {
         let (ti, si) = self.jobs[i];
         let trajectory = self.bench.trajectories[ti].id.clone();

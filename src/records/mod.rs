@@ -14,7 +14,7 @@ pub use manifest::{
     JudgeSettings, Manifest, OpsRecord, RunSettings, Throughput, Versions,
     MANIFEST_SCHEMA_VERSION, THROUGHPUT_SCHEMA_VERSION,
 };
-pub use phase::{PhaseStats, PhaseSummary};
+pub use phase::{DeviceShare, PhaseStats, PhaseSummary};
 
 /// Version of the prediction and judgement line formats (bumped when a field changes meaning).
 pub const LINE_SCHEMA_VERSION: u32 = 1;

@@ -38,6 +38,37 @@ pub struct PhaseStats {
     pub wall_seconds: f64,
     /// Batches that hit an out-of-memory error and were retried smaller.
     pub oom_retries: usize,
+    /// Each device's share, when several devices ran the phase.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<DeviceShare>,
+}
+
+/// One device's share of a phase run on several devices.
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceShare {
+    /// The device (`cuda:1#1`: device, then its worker number).
+    pub device: String,
+    /// Prompts it finished.
+    pub prompts: usize,
+    /// Prompt tokens it prefilled.
+    pub prefill_tokens: usize,
+    /// Tokens it generated.
+    pub decode_tokens: usize,
+    /// Seconds in its prefill and decode calls.
+    pub busy_seconds: f64,
+}
+
+impl DeviceShare {
+    /// The share of a device whose counters are `s`.
+    pub fn of(device: String, s: &PhaseStats) -> Self {
+        Self {
+            device,
+            prompts: s.prompts,
+            prefill_tokens: s.prefill_tokens,
+            decode_tokens: s.decode_tokens,
+            busy_seconds: s.prefill_seconds + s.decode_seconds,
+        }
+    }
 }
 
 /// [`PhaseStats`] with the derived rates.
@@ -67,6 +98,24 @@ fn rate(n: usize, seconds: f64) -> f64 {
 }
 
 impl PhaseStats {
+    /// Add another worker's counters (devices and wall time are not added: the workers run at the same time).
+    pub fn add(&mut self, o: &PhaseStats) {
+        self.prompts += o.prompts;
+        self.errors += o.errors;
+        self.images += o.images;
+        self.patches += o.patches;
+        self.prepare_seconds += o.prepare_seconds;
+        self.prefill_tokens += o.prefill_tokens;
+        self.prefix_cached_tokens += o.prefix_cached_tokens;
+        self.decode_tokens += o.decode_tokens;
+        self.decode_steps += o.decode_steps;
+        self.decode_seq_sum += o.decode_seq_sum;
+        self.prefill_seconds += o.prefill_seconds;
+        self.decode_seconds += o.decode_seconds;
+        self.wait_seconds += o.wait_seconds;
+        self.oom_retries += o.oom_retries;
+    }
+
     /// The summary with derived rates.
     pub fn summary(&self) -> PhaseSummary {
         PhaseSummary {
