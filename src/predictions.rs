@@ -152,12 +152,14 @@ impl PredictionSet {
 }
 
 fn parse_line(line: &str) -> Result<PredictionLine, String> {
-    let v: serde_json::Value =
-        serde_json::from_str(line).map_err(|e| format!("malformed JSON: {e}"))?;
-    if !v.is_object() {
-        return Err("not a JSON object".into());
-    }
-    serde_json::from_value(v).map_err(|e| e.to_string())
+    serde_json::from_str(line).map_err(|e| {
+        // Tell a line that is not JSON (or not an object) from a JSON object with a bad field.
+        match serde_json::from_str::<serde_json::Value>(line) {
+            Err(e) => format!("malformed JSON: {e}"),
+            Ok(v) if !v.is_object() => "not a JSON object".into(),
+            Ok(_) => e.to_string(),
+        }
+    })
 }
 
 #[cfg(test)]

@@ -147,8 +147,10 @@ fn metrics_json_top_level_keys_and_extra() {
         .contains("judge_success"));
 }
 
+/// Parse, score and aggregate 10,000 steps (the time is printed, not asserted: speed is measured by
+/// `cargo bench --bench hot_paths -- parse_and_score`, not by a unit test on a shared machine).
 #[test]
-fn ten_thousand_steps_fast() {
+fn ten_thousand_steps_scored() {
     use std::fmt::Write;
     let mut data = String::new();
     let mut preds = String::new();
@@ -171,5 +173,4 @@ fn ten_thousand_steps_fast() {
     assert_eq!(m.steps, 10_000);
     assert_eq!(m.correct, 7_500, "x = 25 lies outside the box");
     eprintln!("10,000 steps parsed, scored and aggregated in {elapsed:?}");
-    assert!(elapsed.as_secs_f64() < 2.0, "took {elapsed:?}");
 }
