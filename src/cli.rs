@@ -3,9 +3,11 @@
 
 use std::path::PathBuf;
 
+use clap::builder::BoolishValueParser;
 use clap::{Args, Parser, Subcommand};
 
 use crate::eval::SystemPrompt;
+use crate::ops::CpuGemm;
 use crate::score::RuleName;
 use crate::settings::{DTypeSpec, DeviceSpec};
 
@@ -41,6 +43,9 @@ pub enum Command {
 /// Arguments of `self-test`.
 #[derive(Debug, Args)]
 pub struct SelfTestArgs {
+    /// How the ops run (`--kernels off` checks the references against themselves).
+    #[command(flatten)]
+    pub ops: OpsArgs,
     /// `cpu`, `cuda`, `cuda:N`, `metal` or `auto` (a GPU when this build has one).
     #[arg(long, default_value = "cpu")]
     pub device: DeviceSpec,
@@ -89,6 +94,35 @@ pub struct ScoreArgs {
     pub rules: RuleName,
 }
 
+/// How the model's ops run; each flag takes its environment variable as its default.
+#[derive(Debug, Args, Clone)]
+pub struct OpsArgs {
+    /// `on`: the fused ops (CUDA kernels, fused CPU attention and elementwise passes); `off`: their composed
+    /// candle references (to measure what the fused ops bring).
+    #[arg(long, env = "MOBILE_R1_EVAL_KERNELS", default_value = "on", value_parser = on_off)]
+    pub kernels: bool,
+    /// bf16/f16 varlen attention on CUDA on tensor cores (`varlen_mma_*`) instead of CUDA cores.
+    #[arg(long, env = "MOBILE_R1_EVAL_MMA", value_parser = BoolishValueParser::new())]
+    pub tensor_core_attention: bool,
+    /// The CPU's f32 GEMMs: `auto` (OpenBLAS where it is installed and fits the CPU), `off` (the built-in `gemm`
+    /// crate), `on` (OpenBLAS, required), or the path of a library exporting `cblas_sgemm`.
+    #[arg(long, env = "MOBILE_R1_EVAL_BLAS", default_value = "auto")]
+    pub cpu_gemm: CpuGemm,
+    /// Time each model section, waiting for the device around each (slower; the table goes into
+    /// `throughput.json` / `bench --json` under `profile`).
+    #[arg(long, env = "MOBILE_R1_EVAL_PROFILE", value_parser = BoolishValueParser::new())]
+    pub profile: bool,
+}
+
+/// `on`/`off` (also `1`/`0`, `true`/`false`, `yes`/`no`), case-insensitive.
+fn on_off(s: &str) -> Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "on" | "1" | "true" | "yes" => Ok(true),
+        "off" | "0" | "false" | "no" => Ok(false),
+        other => Err(format!("`{other}` is neither on nor off")),
+    }
+}
+
 /// Model-loading arguments shared by `generate` and `eval`.
 #[derive(Debug, Args, Clone)]
 pub struct ModelArgs {
@@ -108,6 +142,9 @@ pub struct ModelArgs {
     /// Override the checkpoint's `max_pixels`.
     #[arg(long)]
     pub max_pixels: Option<u64>,
+    /// How the ops run.
+    #[command(flatten)]
+    pub ops: OpsArgs,
 }
 
 /// Arguments of `generate`.
@@ -210,6 +247,9 @@ pub struct BenchArgs {
     /// Seed of the random weights.
     #[arg(long, default_value_t = 1234)]
     pub seed: u64,
+    /// How the ops run.
+    #[command(flatten)]
+    pub ops: OpsArgs,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,

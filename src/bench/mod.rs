@@ -51,6 +51,8 @@ pub struct BenchConfig {
     pub judge: bool,
     /// Weight seed.
     pub seed: u64,
+    /// How the ops run.
+    pub ops: crate::ops::OpsConfig,
 }
 
 /// Measured matmul throughput of `device` in `dtype` (FLOP/s), and what reached it: the best of a few square
@@ -126,7 +128,7 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<Value> {
         cfg.seed,
         &device,
         dtype,
-        &crate::ops::OpsConfig::default(),
+        &cfg.ops,
     )?;
     let build_seconds = t_build.elapsed().as_secs_f64();
     let kit = PromptBuilder {

@@ -27,6 +27,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         }),
         judge: !a.no_judge,
         seed: a.seed,
+        ops: super::ops_config(&a.ops),
     };
     let r = run_bench(&cfg)?;
     if a.json {

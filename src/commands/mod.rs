@@ -73,5 +73,16 @@ pub fn model_spec(a: &ModelArgs) -> ModelSpec {
         dtype: a.dtype,
         min_pixels: a.min_pixels,
         max_pixels: a.max_pixels,
+        ops: ops_config(&a.ops),
+    }
+}
+
+/// The ops flags as the ops' settings value.
+pub fn ops_config(a: &crate::cli::OpsArgs) -> crate::ops::OpsConfig {
+    crate::ops::OpsConfig {
+        fused_kernels: a.kernels,
+        tensor_core_attention: a.tensor_core_attention,
+        cpu_gemm: a.cpu_gemm.clone(),
+        profile: a.profile,
     }
 }

@@ -361,7 +361,7 @@ pub fn argmax_rows(logits: &Tensor) -> Result<Vec<u32>> {
 /// The `k` most likely entries of each row of `logits` (B, vocab) as (id, log-probability), best first
 /// (ties: lower id first).
 pub fn top_k_logprobs(logits: &Tensor, k: usize) -> Result<Vec<Vec<(u32, f32)>>> {
-    let rows = crate::model::attention::log_softmax_f32(logits)?.to_vec2::<f32>()?;
+    let rows = crate::ops::composed::log_softmax_f32(logits)?.to_vec2::<f32>()?;
     Ok(rows
         .into_iter()
         .map(|row| {
