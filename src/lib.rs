@@ -19,3 +19,4 @@ pub mod preprocess;
 pub mod report;
 pub mod sample;
 pub mod score;
+pub mod shard;
