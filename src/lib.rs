@@ -11,6 +11,7 @@ pub mod cli;
 pub mod commands;
 pub mod dataset;
 pub mod engine;
+pub mod merge;
 pub mod model;
 pub mod ops;
 pub mod parse;

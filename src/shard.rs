@@ -71,7 +71,9 @@ impl ShardSpec {
             return Err("the shard count must be at least 1".into());
         }
         if index >= count {
-            return Err(format!("shard index {index} is not below the count {count}"));
+            return Err(format!(
+                "shard index {index} is not below the count {count}"
+            ));
         }
         Ok(ShardSpec { index, count })
     }
@@ -132,7 +134,10 @@ impl FromStr for ShardArg {
         if i.trim() == "auto" {
             return Ok(ShardArg::Auto { count: Some(count) });
         }
-        let index: usize = i.trim().parse().map_err(|_| bad("the index is not a number"))?;
+        let index: usize = i
+            .trim()
+            .parse()
+            .map_err(|_| bad("the index is not a number"))?;
         ShardSpec::new(index, count)
             .map(ShardArg::Fixed)
             .map_err(|r| bad(&r))
@@ -214,7 +219,11 @@ impl ShardArg {
             slurm(env)?
         } else if TORCHRUN_VARS.iter().all(|k| env.get(k).is_some()) {
             let name = "torchrun/accelerate (RANK, WORLD_SIZE)";
-            (name.to_string(), env.number("RANK", name)?, env.number("WORLD_SIZE", name)?)
+            (
+                name.to_string(),
+                env.number("RANK", name)?,
+                env.number("WORLD_SIZE", name)?,
+            )
         } else if env.get(K8S_VAR).is_some() {
             let name = format!("Kubernetes Indexed Job ({K8S_VAR})");
             let count = want.ok_or_else(|| ShardError::BadEnv {
@@ -244,7 +253,8 @@ impl ShardArg {
 
 /// Slurm: the index is the task's rank in the array (`(ID − MIN) / STEP`), the count the array's size.
 fn slurm(env: &SchedulerEnv) -> Result<(String, usize, usize), ShardError> {
-    let name = "Slurm job array (SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_COUNT, SLURM_ARRAY_TASK_MIN)";
+    let name =
+        "Slurm job array (SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_COUNT, SLURM_ARRAY_TASK_MIN)";
     let id = env.number(SLURM_VARS[0], name)?;
     let count = env.number(SLURM_VARS[1], name)?;
     let min = env.number(SLURM_VARS[2], name)?;

@@ -54,6 +54,8 @@ pub struct EvalConfig {
     pub system_prompt: SystemPrompt,
     /// Judge model.
     pub judge: JudgeChoice,
+    /// `--shard`: evaluate only this shard's trajectories (`out` is then the shard's own folder).
+    pub shard: Option<crate::shard::ShardSpec>,
 }
 
 /// What a finished `eval` produced.
@@ -135,7 +137,15 @@ pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
     let bench = Benchmark::load(&cfg.data)
         .with_context(|| format!("loading the benchmark {}", cfg.data.display()))?;
     let model = LoadedModel::load(&cfg.model)?;
-    let settings = settings(cfg, &model)?;
+    let mut settings = settings(cfg, &model)?;
+    // A shard evaluates its part only; its spec is a setting, so a resume cannot mix two shards' folders.
+    let bench = match cfg.shard {
+        Some(s) => {
+            settings["shard"] = s.to_string().into();
+            crate::shard::select(&bench, &model.kit.image, s)
+        }
+        None => bench,
+    };
     let previous = rundir::open_or_create(&cfg.out, &settings)?;
     let limits = batch_limits(cfg, &model);
     let mut manifest = json!({
@@ -155,6 +165,10 @@ pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
         "resumed_at_unix": previous.as_ref().map(|_| started),
         "finished_at_unix": Value::Null,
     });
+    if let Some(s) = cfg.shard {
+        let ids = bench.trajectories.iter().map(|t| t.id.clone()).collect();
+        manifest["shard"] = serde_json::to_value(crate::merge::ShardManifestEntry::new(s, ids))?;
+    }
     rundir::write_json_atomic(&cfg.out.join("manifest.json"), &manifest)?;
     tracing::info!(
         "run folder {}; batch limits {:?}",

@@ -31,24 +31,39 @@ fn slurm_array_with_offset_and_step() {
         ("SLURM_ARRAY_TASK_COUNT", "3"),
         ("SLURM_ARRAY_TASK_MIN", "10"),
     ]);
-    assert_eq!(auto(None).resolve(&e).unwrap(), ShardSpec { index: 2, count: 3 });
+    assert_eq!(
+        auto(None).resolve(&e).unwrap(),
+        ShardSpec { index: 2, count: 3 }
+    );
     let stepped = env(&[
         ("SLURM_ARRAY_TASK_ID", "4"),
         ("SLURM_ARRAY_TASK_COUNT", "3"),
         ("SLURM_ARRAY_TASK_MIN", "0"),
         ("SLURM_ARRAY_TASK_STEP", "2"),
     ]);
-    assert_eq!(auto(None).resolve(&stepped).unwrap(), ShardSpec { index: 2, count: 3 });
+    assert_eq!(
+        auto(None).resolve(&stepped).unwrap(),
+        ShardSpec { index: 2, count: 3 }
+    );
     let err = auto(Some(4)).resolve(&e).unwrap_err().to_string();
-    assert!(err.contains("auto/4 disagrees") && err.contains("Slurm"), "{err}");
+    assert!(
+        err.contains("auto/4 disagrees") && err.contains("Slurm"),
+        "{err}"
+    );
 }
 
 #[test]
 fn torchrun_and_kubernetes() {
     let t = env(&[("RANK", "1"), ("WORLD_SIZE", "4")]);
-    assert_eq!(auto(None).resolve(&t).unwrap(), ShardSpec { index: 1, count: 4 });
+    assert_eq!(
+        auto(None).resolve(&t).unwrap(),
+        ShardSpec { index: 1, count: 4 }
+    );
     let k = env(&[("JOB_COMPLETION_INDEX", "5")]);
-    assert_eq!(auto(Some(6)).resolve(&k).unwrap(), ShardSpec { index: 5, count: 6 });
+    assert_eq!(
+        auto(Some(6)).resolve(&k).unwrap(),
+        ShardSpec { index: 5, count: 6 }
+    );
     let err = auto(None).resolve(&k).unwrap_err().to_string();
     assert!(err.contains("auto/N"), "{err}");
     let err = auto(Some(5)).resolve(&k).unwrap_err().to_string();
@@ -78,7 +93,9 @@ fn costs(n: usize, seed: u64) -> Vec<u64> {
     let mut x = seed;
     (0..n)
         .map(|_| {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             1 + (x >> 33) % 5000
         })
         .collect()
@@ -93,7 +110,10 @@ fn partition_covers_once_and_balances() {
         let mut all: Vec<usize> = parts.iter().flatten().copied().collect();
         all.sort_unstable();
         assert_eq!(all, (0..n).collect::<Vec<_>>(), "n={n} count={count}");
-        let loads: Vec<u64> = parts.iter().map(|p| p.iter().map(|&i| c[i]).sum()).collect();
+        let loads: Vec<u64> = parts
+            .iter()
+            .map(|p| p.iter().map(|&i| c[i]).sum())
+            .collect();
         let (lo, hi) = (*loads.iter().min().unwrap(), *loads.iter().max().unwrap());
         assert!(hi - lo <= *c.iter().max().unwrap(), "{loads:?}");
         assert!(parts.iter().all(|p| p.windows(2).all(|w| w[0] < w[1])));
@@ -105,7 +125,10 @@ fn partition_covers_once_and_balances() {
         .map(|p| p.iter().map(|&i| c[i]).sum())
         .collect();
     let mean = c.iter().sum::<u64>() / 8;
-    assert!(loads.iter().all(|&l| l.abs_diff(mean) * 100 < mean), "{loads:?}");
+    assert!(
+        loads.iter().all(|&l| l.abs_diff(mean) * 100 < mean),
+        "{loads:?}"
+    );
 }
 
 #[test]
@@ -155,5 +178,12 @@ fn select_keeps_benchmark_order_and_whole_trajectories() {
         assert!(part.trajectories.windows(2).all(|w| w[0].line < w[1].line));
     }
     seen.sort_unstable();
-    assert_eq!(seen, bench.trajectories.iter().map(|t| t.line).collect::<Vec<_>>());
+    assert_eq!(
+        seen,
+        bench
+            .trajectories
+            .iter()
+            .map(|t| t.line)
+            .collect::<Vec<_>>()
+    );
 }
