@@ -38,6 +38,7 @@ cleanup() {
     rm -rf "$WORK"
 }
 trap cleanup EXIT
+trap "exit 1" INT TERM
 
 chmod 755 "$WORK"
 mkdir -p "$WORK/spool" "$WORK/state" "$WORK/munge"
