@@ -181,6 +181,52 @@ mod tests {
     }
 
     #[test]
+    fn lines_follow_benchmark_order_not_completion_order() {
+        let bench = Benchmark::load(crate::sample::materialize_default().unwrap()).unwrap();
+        let (a, b) = (&bench.trajectories[0].id, &bench.trajectories[1].id);
+        let line = |t: &str, s: u64, r: &str| {
+            json!({"trajectory": t, "step": s, "response": r}).to_string()
+        };
+        let shard0 = [line(b, 1, "x"), line(b, 0, "first"), line(b, 0, "redone")];
+        let shard1 = [
+            "not json".to_string(),
+            line(a, 2, "y"),
+            line("nope", 0, "z"),
+            line(a, 0, "w"),
+        ];
+        let per: Vec<Vec<&str>> = [&shard0[..], &shard1[..]]
+            .iter()
+            .map(|s| s.iter().map(String::as_str).collect())
+            .collect();
+        let merged = merge_lines(&bench, &per);
+        let responses: Vec<String> = merged
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<Value>(l).map_or("?".into(), |v| v["response"].to_string())
+            })
+            .collect();
+        assert_eq!(
+            responses,
+            [
+                "\"w\"",
+                "\"y\"",
+                "\"first\"",
+                "\"redone\"",
+                "\"x\"",
+                "?",
+                "\"z\""
+            ]
+        );
+        let reversed: Vec<Vec<&str>> = vec![per[0].iter().rev().copied().collect(), per[1].clone()];
+        assert_ne!(
+            merge_lines(&bench, &reversed),
+            merged,
+            "file order of one step is kept"
+        );
+        assert_eq!(merge_lines(&bench, &per), merged);
+    }
+
+    #[test]
     fn phases_are_summed_and_rates_added() {
         let a = json!({"phases": [{"phase": "steps", "prompts": 3, "wall_seconds": 2.0,
                                    "prompts_per_second": 1.5, "mean_batch_occupancy": 2.0}],
