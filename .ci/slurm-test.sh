@@ -24,7 +24,8 @@ fi
 cargo build --locked --quiet
 BIN=$PWD/target/debug/mobile-r1-eval
 MODEL=$PWD/tests/fixtures/models/tiny-b
-EVAL_ARGS=(--max-pixels 200704 --max-new-tokens 4)
+# SLURM_TEST_EVAL_ARGS replaces the eval arguments (e.g. a longer run for timing).
+read -r -a EVAL_ARGS <<< "${SLURM_TEST_EVAL_ARGS:---max-pixels 200704 --max-new-tokens 4}"
 WORK=$(mktemp -d /tmp/slurm-test.XXXXXX)
 HOST=$(hostname -s)
 export SLURM_CONF=$WORK/slurm.conf
