@@ -112,6 +112,8 @@ diff <(sort "$WORK/single/judgements.jsonl") <(sort "$WORK/sharded/judgements.js
 [[ $(ls "$WORK/sharded/shards") == $'0-of-3\n1-of-3\n2-of-3' ]]
 times=$(awk -v a="$t0" -v b="$t1" -v c="$t2" 'BEGIN { printf "unsharded eval: %.1f s; Slurm array (3 tasks, \
 1 CPU each) + merge job, submit to merged: %.1f s", b - a, c - b }')
+echo "slurm-test: merged throughput.json: $(grep -E '"(elapsed_seconds|longest_shard_wall_seconds)"' \
+    "$WORK/sharded/throughput.json" | tr -s ' \n' ' ')"
 echo "slurm-test: OK: merged metrics and predictions equal the unsharded run's; $times"
 [[ -n ${SLURM_TEST_TIMES:-} ]] && echo "$times" > "$SLURM_TEST_TIMES"
 exit 0
