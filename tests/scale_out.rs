@@ -158,10 +158,36 @@ fn shards_then_merge_equal_the_unsharded_run() {
     let steps = throughput["phases"][0]["prompts"].as_u64().unwrap();
     assert_eq!(steps, m["steps"].as_u64().unwrap(), "{throughput}");
     assert_eq!(throughput["shards"].as_array().unwrap().len(), 3);
-    // A shard's folder resumes as a run does: nothing is left to do.
+    // A shard killed mid-run: unfinished for merge, then resumed as a run is, and the merge is whole again.
+    let shard1 = run.join("shards/1-of-3");
+    let kept: Vec<String> = read(shard1.join("predictions.jsonl"))
+        .lines()
+        .take(5)
+        .map(String::from)
+        .collect();
+    let torn = format!("{}\n{{\"trajectory\":", kept.join("\n"));
+    std::fs::write(shard1.join("predictions.jsonl"), torn).unwrap();
+    std::fs::remove_file(shard1.join("judgements.jsonl")).unwrap();
+    let mut m1: Value = serde_json::from_str(&read(shard1.join("manifest.json"))).unwrap();
+    m1["finished_at_unix"] = Value::Null;
+    std::fs::write(shard1.join("manifest.json"), m1.to_string()).unwrap();
+    failed_with(&bin(&["merge", run_s], &[]), &["1-of-3", "not finished"]);
     ok(&eval(&run, &["--shard", "1/3"], &[]));
-    let p1 = run.join("shards/1-of-3/predictions.jsonl");
-    assert_eq!(keyed_lines(&p1).len(), read(p1.clone()).lines().count());
+    ok(&bin(&["merge", run_s], &[]));
+    assert_eq!(
+        read(single.join("metrics.json")),
+        read(run.join("metrics.json"))
+    );
+    let p1 = shard1.join("predictions.jsonl");
+    assert_eq!(
+        keyed_lines(&p1).len(),
+        read(p1.clone()).lines().count(),
+        "no step done twice"
+    );
+    assert_eq!(
+        keyed_lines(&single.join("predictions.jsonl")),
+        keyed_lines(&run.join("predictions.jsonl"))
+    );
 }
 
 #[test]
