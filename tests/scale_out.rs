@@ -246,6 +246,85 @@ fn empty_shard_and_argument_errors() {
     failed_with(&o, &["no shards to merge"]);
 }
 
+/// The Slurm example without Slurm: its submit branch (against a stand-in `sbatch` that logs its arguments) asks
+/// for the array, the GPUs and the dependent merge job; its task branch evaluates the task's shard. The real
+/// Slurm run is `.ci/slurm-test.sh`.
+#[test]
+fn slurm_example_submits_array_and_merge_and_runs_a_shard() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (fake, log, run) = (
+        tmp.path().join("bin"),
+        tmp.path().join("sbatch.log"),
+        tmp.path().join("run"),
+    );
+    std::fs::create_dir(&fake).unwrap();
+    let stub = "#!/bin/sh\necho \"$*\" >> \"$FAKE_SBATCH_LOG\"\necho \"$((100 + $(wc -l < \"$FAKE_SBATCH_LOG\")));c\"\n";
+    std::fs::write(fake.join("sbatch"), stub).unwrap();
+    ok(&Command::new("chmod")
+        .arg("+x")
+        .arg(fake.join("sbatch"))
+        .output()
+        .unwrap());
+    let script = root().join("examples/slurm/eval-array.sbatch");
+    let path = format!(
+        "{}:{}",
+        fake.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let model = root().join("tests/fixtures/models/tiny-b");
+    let (exe, model_s, run_s) = (
+        env!("CARGO_BIN_EXE_mobile-r1-eval"),
+        model.to_str().unwrap(),
+        run.to_str().unwrap(),
+    );
+    let common = [("MODEL", model_s), ("RUN", run_s), ("MOBILE_R1_EVAL", exe)];
+    let mut submit = Command::new("bash");
+    submit
+        .arg(&script)
+        .args(["--max-pixels", "200704"])
+        .envs(common)
+        .env("SHARDS", "3");
+    let o = submit
+        .env("PATH", &path)
+        .env("FAKE_SBATCH_LOG", &log)
+        .output()
+        .unwrap();
+    ok(&o);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "101 102");
+    let calls = read(log);
+    let calls: Vec<&str> = calls.lines().collect();
+    for part in [
+        "--array=0-2",
+        "--gres=gpu:1",
+        script.to_str().unwrap(),
+        "--max-pixels 200704",
+    ] {
+        assert!(calls[0].contains(part), "{part} not in {}", calls[0]);
+    }
+    for part in ["--dependency=afterok:101", "--wrap=", " merge ", run_s] {
+        assert!(calls[1].contains(part), "{part} not in {}", calls[1]);
+    }
+    let mut task = Command::new("bash");
+    task.arg(&script)
+        .args(["--max-pixels", "200704", "--no-judge"])
+        .envs(common);
+    for k in SchedulerEnv::NAMES {
+        task.env_remove(k);
+    }
+    let slurm = [
+        ("SLURM_ARRAY_TASK_ID", "5"),
+        ("SLURM_ARRAY_TASK_COUNT", "6"),
+        ("SLURM_ARRAY_TASK_MIN", "0"),
+    ];
+    ok(&task
+        .envs(slurm)
+        .env("DEVICE", "cpu")
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap());
+    assert!(run.join("shards/5-of-6/manifest.json").is_file());
+}
+
 /// The container's command and args of a Job document.
 fn job_command(doc: &Yaml) -> Vec<String> {
     let container = &doc
