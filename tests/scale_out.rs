@@ -158,7 +158,12 @@ fn shards_then_merge_equal_the_unsharded_run() {
     let steps = throughput["phases"][0]["prompts"].as_u64().unwrap();
     assert_eq!(steps, m["steps"].as_u64().unwrap(), "{throughput}");
     assert_eq!(throughput["shards"].as_array().unwrap().len(), 3);
-    // A shard killed mid-run: unfinished for merge, then resumed as a run is, and the merge is whole again.
+    killed_shard_resumes(&run, &single);
+}
+
+/// A shard killed mid-run: unfinished for merge, then resumed as a run is, and the merge is whole again.
+fn killed_shard_resumes(run: &Path, single: &Path) {
+    let run_s = run.to_str().unwrap();
     let shard1 = run.join("shards/1-of-3");
     let kept: Vec<String> = read(shard1.join("predictions.jsonl"))
         .lines()
@@ -172,7 +177,7 @@ fn shards_then_merge_equal_the_unsharded_run() {
     m1["finished_at_unix"] = Value::Null;
     std::fs::write(shard1.join("manifest.json"), m1.to_string()).unwrap();
     failed_with(&bin(&["merge", run_s], &[]), &["1-of-3", "not finished"]);
-    ok(&eval(&run, &["--shard", "1/3"], &[]));
+    ok(&eval(run, &["--shard", "1/3"], &[]));
     ok(&bin(&["merge", run_s], &[]));
     assert_eq!(
         read(single.join("metrics.json")),
@@ -247,10 +252,9 @@ fn empty_shard_and_argument_errors() {
 }
 
 /// The Slurm example without Slurm: its submit branch (against a stand-in `sbatch` that logs its arguments) asks
-/// for the array, the GPUs and the dependent merge job; its task branch evaluates the task's shard. The real
-/// Slurm run is `.ci/slurm-test.sh`.
+/// for the array, the GPUs and the dependent merge job. The real Slurm run is `.ci/slurm-test.sh`.
 #[test]
-fn slurm_example_submits_array_and_merge_and_runs_a_shard() {
+fn slurm_example_submits_array_and_merge() {
     let tmp = tempfile::tempdir().unwrap();
     let (fake, log, run) = (
         tmp.path().join("bin"),
@@ -304,6 +308,21 @@ fn slurm_example_submits_array_and_merge_and_runs_a_shard() {
     for part in ["--dependency=afterok:101", "--wrap=", " merge ", run_s] {
         assert!(calls[1].contains(part), "{part} not in {}", calls[1]);
     }
+}
+
+/// The Slurm example's task branch evaluates the array task's shard (here the empty sixth of the sample).
+#[test]
+fn slurm_example_task_runs_its_shard() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let script = root().join("examples/slurm/eval-array.sbatch");
+    let model = root().join("tests/fixtures/models/tiny-b");
+    let exe = env!("CARGO_BIN_EXE_mobile-r1-eval");
+    let common = [
+        ("MODEL", model.to_str().unwrap()),
+        ("RUN", run.to_str().unwrap()),
+        ("MOBILE_R1_EVAL", exe),
+    ];
     let mut task = Command::new("bash");
     task.arg(&script)
         .args(["--max-pixels", "200704", "--no-judge"])
