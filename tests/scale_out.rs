@@ -224,6 +224,26 @@ fn empty_shard_and_argument_errors() {
     let m: Value = serde_json::from_str(&read(run.join("shards/5-of-6/manifest.json"))).unwrap();
     assert_eq!(m["shard"]["trajectories"], serde_json::json!([]));
     assert!(m["finished_at_unix"].is_u64());
+    // Merged where the shards' sample folder is absent: the embedded sample, recognised by its hash, is used.
+    let mut moved = m.clone();
+    moved["data"] = "/nonexistent/sample".into();
+    std::fs::write(run.join("shards/5-of-6/manifest.json"), moved.to_string()).unwrap();
+    let o = bin(&["merge", run.to_str().unwrap(), "--allow-partial"], &[]);
+    ok(&o);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("shards 0/6, 1/6, 2/6, 3/6, 4/6 are missing")
+    );
+    let o = bin(
+        &[
+            "merge",
+            run.to_str().unwrap(),
+            "--allow-partial",
+            "--data",
+            "/nonexistent",
+        ],
+        &[],
+    );
+    failed_with(&o, &["/nonexistent/data.jsonl"]);
     let o = eval(&run, &["--shard", "auto"], &[]);
     failed_with(
         &o,
