@@ -27,6 +27,8 @@ pub enum Command {
     Eval(EvalArgs),
     /// Score a predictions file against a benchmark (no model needed).
     Score(ScoreArgs),
+    /// Join the shards of a sharded run (`eval --shard`) into the files one unsharded run writes.
+    Merge(MergeArgs),
     /// Benchmark data utilities.
     #[command(subcommand)]
     Data(DataCommand),
@@ -203,6 +205,27 @@ pub struct EvalArgs {
     /// Skip the aggregation (judge) phase.
     #[arg(long)]
     pub no_judge: bool,
+    /// Evaluate one part of the benchmark: `I/N` (0-based), or `auto` / `auto/N` from the scheduler's
+    /// environment (Slurm job array, torchrun `RANK`/`WORLD_SIZE`, Kubernetes `JOB_COMPLETION_INDEX`).
+    /// Needs `--out RUN`; the shard writes into `RUN/shards/I-of-N/`, and `merge RUN` joins the shards.
+    #[arg(long)]
+    pub shard: Option<crate::shard::ShardArg>,
+}
+
+/// Arguments of `merge`.
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// The run folder the shards shared (`--out` of `eval --shard`).
+    pub run: PathBuf,
+    /// Score what exists when shards are missing or unfinished (their steps count as missing predictions).
+    #[arg(long)]
+    pub allow_partial: bool,
+    /// Benchmark folder (default: the one in the shards' manifests).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Matching-rule preset (default: the shards').
+    #[arg(long)]
+    pub rules: Option<RuleName>,
 }
 
 /// Arguments of `bench`.

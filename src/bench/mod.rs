@@ -123,13 +123,7 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<Value> {
     let model_cfg = random::load_config(&cfg.config)?;
     let (vision_params, lm_params) = random::param_counts(&model_cfg);
     let t_build = Instant::now();
-    let model = random::random_model(
-        model_cfg,
-        cfg.seed,
-        &device,
-        dtype,
-        &cfg.ops,
-    )?;
+    let model = random::random_model(model_cfg, cfg.seed, &device, dtype, &cfg.ops)?;
     let build_seconds = t_build.elapsed().as_secs_f64();
     let kit = PromptBuilder {
         tokenizer: Tokenizer::from_model_dir(&cfg.tokenizer)

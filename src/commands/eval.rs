@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 use super::model_spec;
 use crate::cli::EvalArgs;
 use crate::eval::{run_eval, EvalConfig, JudgeChoice};
+use crate::shard::{SchedulerEnv, ShardSpec};
 
 /// A fresh run folder under `runs/`: `runs/<UTC time>-<model name>`.
 fn default_run_dir(model: &str) -> PathBuf {
@@ -36,8 +37,22 @@ fn default_run_dir(model: &str) -> PathBuf {
     dir
 }
 
-/// Build the engine configuration from the command line.
-pub fn config(a: EvalArgs) -> Result<EvalConfig> {
+/// With `--shard`, `--out RUN` is the run folder all shards share; this shard writes only into
+/// `RUN/shards/I-of-N/`, so shards never write the same file.
+fn out_dir(out: Option<PathBuf>, model: &str, shard: Option<ShardSpec>) -> Result<PathBuf> {
+    match (out, shard) {
+        (Some(run), Some(s)) => Ok(run.join(crate::merge::SHARDS_DIR).join(s.dir_name())),
+        (None, Some(s)) => anyhow::bail!(
+            "--shard {s} needs --out RUN: the run folder all shards share (then `merge RUN`)"
+        ),
+        (out, None) => Ok(out.unwrap_or_else(|| default_run_dir(model))),
+    }
+}
+
+/// Build the engine configuration from the command line; `env` holds the scheduler variables `--shard auto`
+/// reads (taken from the process environment once, by the caller).
+pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<EvalConfig> {
+    let shard = a.shard.map(|s| s.resolve(env)).transpose()?;
     let data = match a.data {
         Some(d) => d,
         None => {
@@ -50,7 +65,7 @@ pub fn config(a: EvalArgs) -> Result<EvalConfig> {
         (false, None) => JudgeChoice::SameModel,
     };
     Ok(EvalConfig {
-        out: a.out.unwrap_or_else(|| default_run_dir(&a.model.model)),
+        out: out_dir(a.out, &a.model.model, shard)?,
         model: model_spec(&a.model),
         devices: a.model.device.clone(),
         data,
@@ -60,12 +75,16 @@ pub fn config(a: EvalArgs) -> Result<EvalConfig> {
         rules: a.rules.preset(),
         system_prompt: a.system_prompt,
         judge,
+        shard,
     })
 }
 
 /// Entry point of `eval`.
-pub fn run(args: EvalArgs) -> Result<()> {
-    let cfg = config(args)?;
+pub fn run(args: EvalArgs, env: &SchedulerEnv) -> Result<()> {
+    let cfg = config(args, env)?;
+    if let Some(s) = cfg.shard {
+        tracing::info!("shard {s}: writing into {}", cfg.out.display());
+    }
     let outcome = run_eval(&cfg)?;
     println!("{}", outcome.summary);
     println!("Results written to {}:", outcome.out.display());

@@ -5,6 +5,7 @@ pub mod bench;
 pub mod data;
 pub mod eval;
 pub mod generate;
+pub mod merge;
 pub mod sample;
 pub mod score;
 pub mod selftest;
@@ -31,7 +32,8 @@ pub fn main() -> ExitCode {
 /// Dispatch a parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Eval(a) => eval::run(a),
+        Command::Eval(a) => eval::run(a, &crate::shard::SchedulerEnv::from_process()),
+        Command::Merge(a) => merge::run(a),
         Command::Score(a) => score::run(a),
         Command::Data(DataCommand::Validate(a)) => data::validate(a),
         Command::Sample(a) => sample::run(a),

@@ -24,8 +24,8 @@ use crate::dataset::Benchmark;
 use crate::engine::{memory, BatchLimits};
 use crate::predictions::PredictionSet;
 use crate::records::{
-    JudgeSettings, JudgementLine, Manifest, PhaseSummary, RunSettings, Throughput,
-    Versions, LINE_SCHEMA_VERSION, MANIFEST_SCHEMA_VERSION,
+    JudgeSettings, JudgementLine, Manifest, PhaseSummary, RunSettings, Throughput, Versions,
+    LINE_SCHEMA_VERSION, MANIFEST_SCHEMA_VERSION,
 };
 use crate::score::{score_predictions, Metrics, RulePreset};
 use crate::settings::DeviceSpec;
@@ -64,6 +64,8 @@ pub struct EvalConfig {
     pub system_prompt: SystemPrompt,
     /// Judge model.
     pub judge: JudgeChoice,
+    /// `--shard`: evaluate only this shard's trajectories (`out` is then the shard's own folder).
+    pub shard: Option<crate::shard::ShardSpec>,
 }
 
 /// What a finished `eval` produced.
@@ -154,6 +156,7 @@ fn settings(cfg: &EvalConfig, backend: &dyn Backend) -> Result<RunSettings> {
         max_new_tokens: cfg.max_new_tokens,
         judge,
         version: env!("CARGO_PKG_VERSION").into(),
+        shard: None,
     })
 }
 
@@ -181,6 +184,7 @@ fn manifest(
         started_at_unix: previous.as_ref().map_or(now, |p| p.started_at_unix),
         resumed_at_unix: previous.map(|_| now),
         finished_at_unix: None,
+        shard: None,
     }
 }
 
@@ -189,9 +193,21 @@ pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
     let bench = Benchmark::load(&cfg.data)
         .with_context(|| format!("loading the benchmark {}", cfg.data.display()))?;
     let backend = load_backend(cfg, &cfg.model)?;
-    let settings = settings(cfg, backend.as_ref())?;
+    let mut settings = settings(cfg, backend.as_ref())?;
+    // A shard evaluates its part only; its spec is a setting, so a resume cannot mix two shards' folders.
+    let bench = match cfg.shard {
+        Some(s) => {
+            settings.shard = Some(s.to_string());
+            crate::shard::select(&bench, backend.image_config(), s)
+        }
+        None => bench,
+    };
     let previous = rundir::open_or_create(&cfg.out, &settings)?;
     let mut manifest = manifest(cfg, backend.as_ref(), settings, previous);
+    manifest.shard = cfg.shard.map(|s| {
+        let ids = bench.trajectories.iter().map(|t| t.id.clone()).collect();
+        crate::merge::ShardManifestEntry::new(s, ids)
+    });
     rundir::write_json_atomic(&cfg.out.join("manifest.json"), &manifest)?;
     tracing::info!(
         "run folder {}; batch limits {:?}",
@@ -278,23 +294,38 @@ fn run_judge(
     run_phase(backend, &phase, &path)
 }
 
-/// Score the predictions, add the judge summary and the prediction errors, and write the reports.
-fn score_and_report(
-    cfg: &EvalConfig,
+/// The metrics of a run: the predictions scored, the judge summary added when the run had a judge (`judged`) or
+/// judgements exist, and the number of prediction lines that carry an error. What `eval` and `merge` write.
+pub fn score_run(
+    rules: &RulePreset,
     bench: &Benchmark,
     preds: &PredictionSet,
-) -> Result<(Metrics, String)> {
-    let (mut metrics, scored) = score_predictions(&cfg.rules, bench, preds);
-    let judgements: Vec<JudgementLine> = rundir::read_records(&cfg.out.join("judgements.jsonl"))?;
-    if !matches!(cfg.judge, JudgeChoice::None) || !judgements.is_empty() {
-        if let serde_json::Value::Object(j) = serde_json::to_value(summarize(bench, &judgements))? {
+    judgements: &[JudgementLine],
+    judged: bool,
+) -> (Metrics, Vec<crate::score::StepScore>) {
+    let (mut metrics, scored) = score_predictions(rules, bench, preds);
+    if judged || !judgements.is_empty() {
+        if let Ok(serde_json::Value::Object(j)) = serde_json::to_value(summarize(bench, judgements))
+        {
             metrics.extra.extend(j);
         }
     }
     metrics
         .extra
         .insert("prediction_errors".into(), preds.errors.into());
-    crate::report::write_all(&cfg.out, &metrics, &scored.steps)?;
+    (metrics, scored.steps)
+}
+
+/// Score the predictions, add the judge summary and the prediction errors, and write the reports.
+fn score_and_report(
+    cfg: &EvalConfig,
+    bench: &Benchmark,
+    preds: &PredictionSet,
+) -> Result<(Metrics, String)> {
+    let judgements: Vec<JudgementLine> = rundir::read_records(&cfg.out.join("judgements.jsonl"))?;
+    let judged = !matches!(cfg.judge, JudgeChoice::None);
+    let (metrics, steps) = score_run(&cfg.rules, bench, preds, &judgements, judged);
+    crate::report::write_all(&cfg.out, &metrics, &steps)?;
     let summary = crate::report::render_summary(&metrics);
     Ok((metrics, summary))
 }

@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::PhaseSummary;
 use crate::engine::BatchLimits;
-use crate::ops::{OpsManifest, ProfileSnapshot};
 use crate::eval::SystemPrompt;
+use crate::ops::{OpsManifest, ProfileSnapshot};
 use crate::preprocess::ImageProcessorConfig;
 use crate::score::RulePreset;
 
@@ -44,6 +44,9 @@ pub struct RunSettings {
     pub judge: Option<JudgeSettings>,
     /// The program's version.
     pub version: String,
+    /// `I/N` when the run is one shard of a sharded run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<String>,
 }
 
 /// The judge model of a run.
@@ -111,6 +114,9 @@ pub struct Manifest {
     pub resumed_at_unix: Option<u64>,
     /// When it last finished, if ever.
     pub finished_at_unix: Option<u64>,
+    /// The shard this run folder holds, for a sharded run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<crate::merge::ShardManifestEntry>,
 }
 
 /// The ops a model ran with: the ops' own record, the decode attention path, and whether sections were timed.

@@ -11,8 +11,8 @@ mod phase;
 use serde::{Deserialize, Deserializer, Serialize};
 
 pub use manifest::{
-    JudgeSettings, Manifest, OpsRecord, RunSettings, Throughput, Versions,
-    MANIFEST_SCHEMA_VERSION, THROUGHPUT_SCHEMA_VERSION,
+    JudgeSettings, Manifest, OpsRecord, RunSettings, Throughput, Versions, MANIFEST_SCHEMA_VERSION,
+    THROUGHPUT_SCHEMA_VERSION,
 };
 pub use phase::{DeviceShare, PhaseStats, PhaseSummary};
 

@@ -1,0 +1,408 @@
+//! `merge`: turn the shard folders of a sharded run (`RUN/shards/I-of-N/`, written by `eval --shard`) into what
+//! one unsharded run would have written into `RUN/`: `predictions.jsonl`, `judgements.jsonl`, `metrics.json`,
+//! `steps.jsonl`, `summary.md`, `throughput.json` and a `manifest.json` naming the shards.
+//!
+//! Pure file logic (no model): every shard must exist, be finished and share the settings (unless
+//! `allow_partial`); lines are written in benchmark order, so merging twice gives the same files.
+
+mod files;
+mod shards;
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+pub use files::{merge_lines, merge_throughput, whole_lines, MergedThroughput, ShardThroughput};
+pub use shards::{discover, settings_differences, ShardManifestEntry, ShardState, SHARDS_DIR};
+
+use crate::dataset::{Benchmark, DATA_FILE};
+use crate::predictions::PredictionSet;
+use crate::score::{Metrics, RulePreset};
+
+/// Why a run could not be merged.
+#[derive(Debug, thiserror::Error)]
+pub enum MergeError {
+    /// A file could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The run folder has no `shards/I-of-N/` folder.
+    #[error("{}: no shards to merge ({reason}); expected {}/I-of-N/ folders written by `eval --shard I/N --out {}`",
+            run.display(), SHARDS_DIR, run.display())]
+    NoShards {
+        /// The run folder.
+        run: PathBuf,
+        /// What was found.
+        reason: String,
+    },
+    /// Shard folders of several counts.
+    #[error("{}: shard folders of several shard counts ({counts}); one run folder holds one split",
+            run.display())]
+    MixedCounts {
+        /// The run folder.
+        run: PathBuf,
+        /// The counts found.
+        counts: String,
+    },
+    /// Shards missing or not finished (without `--allow-partial`).
+    #[error("{n} of {count} shards are not complete:\n{list}\nRun them (each resumes where it stopped), or \
+             merge with --allow-partial to score what exists (the rest counts as missing predictions)")]
+    Incomplete {
+        /// How many.
+        n: usize,
+        /// Shard count.
+        count: usize,
+        /// One line per shard: folder and problem.
+        list: String,
+    },
+    /// Shards made with other settings.
+    #[error("the shards were made with different settings, so they are not one run:\n{diffs}")]
+    SettingsDiffer {
+        /// One line per differing setting.
+        diffs: String,
+    },
+    /// The benchmark cannot be found or is not the one the shards evaluated.
+    #[error("{0}")]
+    Data(String),
+    /// The shards' trajectory lists overlap or do not cover the benchmark.
+    #[error("the shards' trajectory lists are inconsistent: {0}")]
+    Coverage(String),
+    /// Writing the reports failed.
+    #[error(transparent)]
+    Report(#[from] crate::report::ReportError),
+}
+
+/// What to merge.
+#[derive(Debug, Clone)]
+pub struct MergeOptions {
+    /// The run folder given to every shard's `--out`.
+    pub run: PathBuf,
+    /// Benchmark folder; default: the one named in the shards' manifests.
+    pub data: Option<PathBuf>,
+    /// Rule preset for the metrics; default: the shards' preset.
+    pub rules: Option<RulePreset>,
+    /// Score what exists when shards are missing or unfinished.
+    pub allow_partial: bool,
+}
+
+/// `manifest.json` of a merged run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MergedManifest {
+    /// Version of this file's layout.
+    pub schema_version: u32,
+    /// The shards, in order, with their state.
+    pub merged_from: Vec<MergedShard>,
+    /// Some shard was missing or unfinished (`--allow-partial`).
+    pub partial: bool,
+    /// The settings the shards share (their `settings` without `shard`).
+    pub settings: Value,
+    /// The benchmark folder scored against.
+    pub data: PathBuf,
+    /// The rule preset of the metrics.
+    pub rules: RulePreset,
+    /// Earliest shard start (Unix seconds).
+    pub started_at_unix: Option<u64>,
+    /// Latest shard finish (Unix seconds).
+    pub finished_at_unix: Option<u64>,
+}
+
+/// One shard as recorded in a merged manifest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MergedShard {
+    /// `I/N`.
+    pub shard: String,
+    /// Its folder, relative to the run folder.
+    pub dir: String,
+    /// Why it was incomplete; `None` when complete.
+    pub problem: Option<String>,
+    /// Its trajectory count (from its manifest).
+    pub trajectories: usize,
+}
+
+/// What a merge produced.
+#[derive(Debug)]
+pub struct MergeOutcome {
+    /// The merged metrics.
+    pub metrics: Metrics,
+    /// The readable summary table.
+    pub summary: String,
+    /// The shards as found.
+    pub shards: Vec<ShardState>,
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> MergeError + '_ {
+    move |source| MergeError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), MergeError> {
+    let tmp = path.with_extension("merge.tmp");
+    std::fs::write(&tmp, contents).map_err(io_err(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(io_err(path))
+}
+
+/// Merge the shards of `opts.run` into `opts.run` (see the module documentation).
+pub fn merge_run(opts: &MergeOptions) -> Result<MergeOutcome, MergeError> {
+    let shards = discover(&opts.run)?;
+    check_complete(&shards, opts.allow_partial)?;
+    let diffs = settings_differences(&shards);
+    if !diffs.is_empty() {
+        return Err(MergeError::SettingsDiffer {
+            diffs: diffs.join("\n"),
+        });
+    }
+    let first = shards
+        .iter()
+        .find_map(|s| s.manifest.as_ref())
+        .ok_or_else(|| MergeError::Data("no shard has a manifest.json: nothing to merge".into()))?;
+    let bench = load_benchmark(opts.data.as_deref(), first)?;
+    check_coverage(&bench, &shards)?;
+    let rules = match &opts.rules {
+        Some(r) => r.clone(),
+        None => serde_json::from_value(first.get("rules").cloned().unwrap_or(Value::Null))
+            .map_err(|e| {
+                MergeError::Data(format!(
+                    "the shards' manifest has no usable `rules` ({e}); give --rules"
+                ))
+            })?,
+    };
+    let predictions =
+        merged_jsonl(&opts.run, &bench, &shards, "predictions.jsonl")?.unwrap_or_default();
+    let judgements = merged_jsonl(&opts.run, &bench, &shards, "judgements.jsonl")?;
+    let judged = shards
+        .iter()
+        .find(|s| s.manifest.is_some())
+        .is_some_and(|s| !s.common_settings().get("judge").is_none_or(Value::is_null));
+    let (metrics, steps) = score(&rules, &bench, &predictions, judgements.as_deref(), judged);
+    crate::report::write_all(&opts.run, &metrics, &steps)?;
+    write_throughput(&opts.run, &shards)?;
+    write_manifest(opts, &shards, &bench, rules)?;
+    Ok(MergeOutcome {
+        summary: crate::report::render_summary(&metrics),
+        metrics,
+        shards,
+    })
+}
+
+fn check_complete(shards: &[ShardState], allow_partial: bool) -> Result<(), MergeError> {
+    let bad: Vec<String> = shards
+        .iter()
+        .filter_map(|s| Some(format!("  {}: {}", s.dir.display(), s.problem.as_ref()?)))
+        .collect();
+    if bad.is_empty() {
+        return Ok(());
+    }
+    if allow_partial {
+        for line in &bad {
+            tracing::warn!("--allow-partial: {}", line.trim_start());
+        }
+        return Ok(());
+    }
+    Err(MergeError::Incomplete {
+        n: bad.len(),
+        count: shards.len(),
+        list: bad.join("\n"),
+    })
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The benchmark the shards evaluated: `--data`, else the folder in their manifest, else the embedded sample
+/// when its hash is the shards' (the sample lives in a temporary folder that another machine may not have).
+fn load_benchmark(data: Option<&Path>, manifest: &Value) -> Result<Benchmark, MergeError> {
+    let want = manifest
+        .pointer("/settings/data_hash")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let named = manifest
+        .get("data")
+        .and_then(Value::as_str)
+        .map(PathBuf::from);
+    let mut dir = match (data, named) {
+        (Some(d), _) => d.to_path_buf(),
+        (None, Some(d)) => d,
+        (None, None) => {
+            return Err(MergeError::Data(
+                "the shards' manifest names no benchmark folder; give --data".into(),
+            ))
+        }
+    };
+    if data.is_none() && !dir.join(DATA_FILE).is_file() {
+        let sample =
+            crate::sample::materialize_default().map_err(|e| MergeError::Data(e.to_string()))?;
+        let text = std::fs::read(sample.join(DATA_FILE)).map_err(io_err(&sample))?;
+        if sha256_hex(&text) != want {
+            return Err(MergeError::Data(format!(
+                "the shards' benchmark {} is not here; give its folder with --data",
+                dir.display()
+            )));
+        }
+        dir = sample;
+    }
+    let file = dir.join(DATA_FILE);
+    let bytes = std::fs::read(&file).map_err(io_err(&file))?;
+    if sha256_hex(&bytes) != want {
+        return Err(MergeError::Data(format!(
+            "{} is not the benchmark the shards evaluated (its SHA-256 differs from the manifests' data_hash {want})",
+            file.display()
+        )));
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    Benchmark::from_jsonl(&text, &dir, &file).map_err(|e| MergeError::Data(e.to_string()))
+}
+
+/// Every listed trajectory is in the benchmark and in one shard only; complete shards together cover it all.
+fn check_coverage(bench: &Benchmark, shards: &[ShardState]) -> Result<(), MergeError> {
+    let known: HashSet<&str> = bench.trajectories.iter().map(|t| t.id.as_str()).collect();
+    let mut seen: HashSet<String> = HashSet::new();
+    for s in shards.iter().filter(|s| s.manifest.is_some()) {
+        for id in shards::listed_trajectories(s) {
+            if !known.contains(id.as_str()) {
+                return Err(MergeError::Coverage(format!(
+                    "{} lists trajectory {id}, not in the benchmark",
+                    s.dir.display()
+                )));
+            }
+            if !seen.insert(id.clone()) {
+                return Err(MergeError::Coverage(format!(
+                    "trajectory {id} is in two shards (again in {})",
+                    s.dir.display()
+                )));
+            }
+        }
+    }
+    if shards.iter().all(ShardState::complete) && seen.len() != known.len() {
+        return Err(MergeError::Coverage(format!(
+            "the shards hold {} of the benchmark's {} trajectories",
+            seen.len(),
+            known.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Merge one JSONL file of every shard into `RUN/name`; `None` (nothing written) when no shard has the file.
+fn merged_jsonl(
+    run: &Path,
+    bench: &Benchmark,
+    shards: &[ShardState],
+    name: &str,
+) -> Result<Option<String>, MergeError> {
+    let mut texts = Vec::new();
+    for s in shards {
+        let path = s.dir.join(name);
+        match std::fs::read_to_string(&path) {
+            Ok(t) => texts.push(Some(t)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => texts.push(None),
+            Err(e) => return Err(io_err(&path)(e)),
+        }
+    }
+    if texts.iter().all(Option::is_none) {
+        return Ok(None);
+    }
+    let per_shard: Vec<Vec<&str>> = texts
+        .iter()
+        .map(|t| t.as_deref().map(whole_lines).unwrap_or_default())
+        .collect();
+    let merged = merge_lines(bench, &per_shard);
+    write_atomic(&run.join(name), merged.as_bytes())?;
+    Ok(Some(merged))
+}
+
+/// Score exactly as `eval` does: metrics of the predictions, the judge summary (when the run had a judge or
+/// judgements exist), and the count of prediction lines carrying an error.
+pub fn score(
+    rules: &RulePreset,
+    bench: &Benchmark,
+    predictions: &str,
+    judgements: Option<&str>,
+    judged: bool,
+) -> (Metrics, Vec<crate::score::StepScore>) {
+    let preds = PredictionSet::parse(predictions);
+    let judgements: Vec<crate::records::JudgementLine> = judgements
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    crate::eval::score_run(rules, bench, &preds, &judgements, judged)
+}
+
+fn unix_field(s: &ShardState, key: &str) -> Option<u64> {
+    s.manifest.as_ref()?.get(key)?.as_u64()
+}
+
+fn write_throughput(run: &Path, shards: &[ShardState]) -> Result<(), MergeError> {
+    let mut files = Vec::new();
+    for s in shards {
+        let path = s.dir.join("throughput.json");
+        let v = match std::fs::read_to_string(&path) {
+            Ok(t) => serde_json::from_str(&t).unwrap_or(Value::Null),
+            Err(_) => Value::Null,
+        };
+        files.push((s.spec.to_string(), v));
+    }
+    let start = shards
+        .iter()
+        .filter_map(|s| unix_field(s, "started_at_unix"))
+        .min();
+    let end = shards
+        .iter()
+        .filter_map(|s| unix_field(s, "finished_at_unix"))
+        .max();
+    let merged = merge_throughput(files, start.zip(end));
+    let text = serde_json::to_string_pretty(&merged).expect("serialising a JSON value cannot fail");
+    write_atomic(&run.join("throughput.json"), (text + "\n").as_bytes())
+}
+
+fn write_manifest(
+    opts: &MergeOptions,
+    shards: &[ShardState],
+    bench: &Benchmark,
+    rules: RulePreset,
+) -> Result<(), MergeError> {
+    let manifest = MergedManifest {
+        schema_version: 1,
+        merged_from: shards
+            .iter()
+            .map(|s| MergedShard {
+                shard: s.spec.to_string(),
+                dir: format!("{SHARDS_DIR}/{}", s.spec.dir_name()),
+                problem: s.problem.clone(),
+                trajectories: shards::listed_trajectories(s).len(),
+            })
+            .collect(),
+        partial: !shards.iter().all(ShardState::complete),
+        settings: shards
+            .iter()
+            .find(|s| s.manifest.is_some())
+            .map_or(Value::Null, ShardState::common_settings),
+        data: bench.root.clone(),
+        rules,
+        started_at_unix: shards
+            .iter()
+            .filter_map(|s| unix_field(s, "started_at_unix"))
+            .min(),
+        finished_at_unix: shards
+            .iter()
+            .filter_map(|s| unix_field(s, "finished_at_unix"))
+            .max(),
+    };
+    let text =
+        serde_json::to_string_pretty(&manifest).expect("serialising a JSON value cannot fail");
+    write_atomic(&opts.run.join("manifest.json"), (text + "\n").as_bytes())
+}

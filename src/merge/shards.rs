@@ -1,0 +1,203 @@
+//! Finding the shard folders of a run (`RUN/shards/I-of-N/`), telling complete ones from missing or unfinished
+//! ones, and checking that they were made with the same settings.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::MergeError;
+use crate::shard::ShardSpec;
+
+/// The folder that holds the shard folders inside a run folder.
+pub const SHARDS_DIR: &str = "shards";
+
+/// The `shard` entry of a shard's `manifest.json`, written by `eval --shard` and read by `merge`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShardManifestEntry {
+    /// Version of this entry's layout.
+    pub schema_version: u32,
+    /// 0-based shard number.
+    pub index: usize,
+    /// Number of shards.
+    pub count: usize,
+    /// Ids of the shard's trajectories, in benchmark order.
+    pub trajectories: Vec<String>,
+}
+
+impl ShardManifestEntry {
+    /// The entry of `shard` holding these trajectory ids.
+    pub fn new(shard: ShardSpec, trajectories: Vec<String>) -> ShardManifestEntry {
+        ShardManifestEntry {
+            schema_version: 1,
+            index: shard.index,
+            count: shard.count,
+            trajectories,
+        }
+    }
+}
+
+/// One expected shard and what was found of it.
+#[derive(Debug, Clone)]
+pub struct ShardState {
+    /// Which shard.
+    pub spec: ShardSpec,
+    /// Its folder (`RUN/shards/I-of-N`).
+    pub dir: PathBuf,
+    /// Its manifest, when readable.
+    pub manifest: Option<Value>,
+    /// Why it is not complete; `None` when complete.
+    pub problem: Option<String>,
+}
+
+impl ShardState {
+    /// The shard finished (its manifest has `finished_at_unix`).
+    pub fn complete(&self) -> bool {
+        self.problem.is_none()
+    }
+
+    /// The shard's settings without its `shard` key (what must agree across shards).
+    pub fn common_settings(&self) -> Value {
+        let mut s = self
+            .manifest
+            .as_ref()
+            .and_then(|m| m.get("settings"))
+            .cloned()
+            .unwrap_or(Value::Null);
+        if let Some(o) = s.as_object_mut() {
+            o.remove("shard");
+        }
+        s
+    }
+}
+
+/// The shard counts found in `RUN/shards/` (folder names `I-of-N`), sorted.
+fn counts_found(run: &Path) -> Result<Vec<usize>, MergeError> {
+    let dir = run.join(SHARDS_DIR);
+    let entries = std::fs::read_dir(&dir).map_err(|source| MergeError::NoShards {
+        run: run.to_path_buf(),
+        reason: source.to_string(),
+    })?;
+    let mut counts = Vec::new();
+    for e in entries {
+        let e = e.map_err(|source| MergeError::Io {
+            path: dir.clone(),
+            source,
+        })?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(n) = name
+            .split_once("-of-")
+            .and_then(|(i, n)| Some((i.parse::<usize>().ok()?, n.parse::<usize>().ok()?)))
+            .and_then(|(i, n)| ShardSpec::new(i, n).ok())
+        {
+            counts.push(n.count);
+        }
+    }
+    counts.sort_unstable();
+    counts.dedup();
+    Ok(counts)
+}
+
+/// Every shard `0..N` of the run, complete or not. Errors when there is no shard folder, or folders of
+/// several counts (`2-of-3` beside `0-of-4`).
+pub fn discover(run: &Path) -> Result<Vec<ShardState>, MergeError> {
+    let counts = counts_found(run)?;
+    let count = match counts.as_slice() {
+        [n] => *n,
+        [] => {
+            return Err(MergeError::NoShards {
+                run: run.to_path_buf(),
+                reason: "no I-of-N folder".into(),
+            })
+        }
+        many => {
+            return Err(MergeError::MixedCounts {
+                run: run.to_path_buf(),
+                counts: many
+                    .iter()
+                    .map(|n| format!("N={n}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+        }
+    };
+    Ok((0..count)
+        .map(|index| state(run, ShardSpec { index, count }))
+        .collect())
+}
+
+fn state(run: &Path, spec: ShardSpec) -> ShardState {
+    let dir = run.join(SHARDS_DIR).join(spec.dir_name());
+    let path = dir.join("manifest.json");
+    let (manifest, problem) = match std::fs::read_to_string(&path) {
+        Err(_) if !dir.is_dir() => (None, Some("missing (no folder)".to_string())),
+        Err(e) => (None, Some(format!("no readable manifest.json ({e})"))),
+        Ok(text) => match serde_json::from_str::<Value>(&text) {
+            Err(e) => (None, Some(format!("manifest.json is not JSON ({e})"))),
+            Ok(m) => {
+                let problem = shard_problem(&m, spec);
+                (Some(m), problem)
+            }
+        },
+    };
+    ShardState {
+        spec,
+        dir,
+        manifest,
+        problem,
+    }
+}
+
+fn shard_problem(m: &Value, spec: ShardSpec) -> Option<String> {
+    let entry = m
+        .get("shard")
+        .cloned()
+        .and_then(|v| serde_json::from_value::<ShardManifestEntry>(v).ok());
+    match entry {
+        None => Some("manifest.json has no shard entry (not made by eval --shard)".into()),
+        Some(e) if (e.index, e.count) != (spec.index, spec.count) => Some(format!(
+            "manifest.json says shard {}/{}, the folder {}",
+            e.index,
+            e.count,
+            spec.dir_name()
+        )),
+        Some(_) if m.get("finished_at_unix").is_none_or(Value::is_null) => {
+            Some("not finished (still running, or stopped: run it again to resume)".into())
+        }
+        Some(_) => None,
+    }
+}
+
+/// The trajectory ids a shard's manifest lists.
+pub fn listed_trajectories(s: &ShardState) -> Vec<String> {
+    s.manifest
+        .as_ref()
+        .and_then(|m| m.get("shard").cloned())
+        .and_then(|v| serde_json::from_value::<ShardManifestEntry>(v).ok())
+        .map(|e| e.trajectories)
+        .unwrap_or_default()
+}
+
+/// Lines `shard I-of-N: key: a → b` for every setting in which a shard with a manifest differs from the first.
+pub fn settings_differences(shards: &[ShardState]) -> Vec<String> {
+    let with: Vec<&ShardState> = shards.iter().filter(|s| s.manifest.is_some()).collect();
+    let Some(first) = with.first() else {
+        return Vec::new();
+    };
+    let base = first.common_settings();
+    with.iter()
+        .skip(1)
+        .flat_map(|s| {
+            crate::eval::rundir::diff_settings(&base, &s.common_settings())
+                .into_iter()
+                .map(move |d| {
+                    format!(
+                        "shard {} vs {}: {}",
+                        s.spec.dir_name(),
+                        first.spec.dir_name(),
+                        d.trim_start()
+                    )
+                })
+        })
+        .collect()
+}
