@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU checks and timings in one run, for a machine with an NVIDIA GPU, CUDA 13 libraries and PyTorch +
-# transformers (no Rust toolchain needed): build the binary elsewhere with the `cuda` feature (README, "GPU
-# builds"; .ci/cuda-check.sh has a recipe that needs no CUDA install) and point BIN at it.
+# transformers (no Rust toolchain needed): build the binary elsewhere with the `cuda` feature (README,
+# "The two commands"; .ci/cuda-check.sh has a recipe that needs no CUDA install) and point BIN at it.
 #
 #   BIN=path/to/mobile-r1-eval OUT=gpu-results bash benches/gpu/gpu_checks.sh [full|quick|kernels|profile|mma]
 #
