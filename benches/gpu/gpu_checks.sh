@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU checks and timings in one run, for a machine with an NVIDIA GPU, CUDA 13 libraries and PyTorch +
-# transformers (no Rust toolchain needed): build the binary elsewhere with the `cuda` feature (README, "GPU
-# builds"; .ci/cuda-check.sh has a recipe that needs no CUDA install) and point BIN at it.
+# transformers (no Rust toolchain needed): build the binary elsewhere with the `cuda` feature (README,
+# "The two commands"; .ci/cuda-check.sh has a recipe that needs no CUDA install) and point BIN at it.
 #
 #   BIN=path/to/mobile-r1-eval OUT=gpu-results bash benches/gpu/gpu_checks.sh [full|quick|kernels|profile|mma]
 #
@@ -21,7 +21,7 @@
 #    (its cases are labelled `varlen mma`), CPU vs CUDA f32 tokens on the sample (the other new kernels end to end),
 #    the sample through the tiny checkpoint in bf16 with and without it
 #    (agreement counted), the 3b bench without and with it, its profile, and compare.py 3b bf16 with it; last,
-#    the `small` f32 bench with the profiler, to find the f32 slowdown noted in benches/gpu/results-h200/README.md.
+#    the `small` f32 bench with the profiler, to find the f32 slowdown noted in benches/results/2026-11-30-h200/README.md.
 # Every stage has its own time limit and its log in $LOGS; a failed stage does not stop the later ones. After
 # each stage, $OUT/gpu-checks.tgz holds every log and result so far.
 set -uo pipefail
