@@ -331,3 +331,66 @@ fn a_config_whose_kv_heads_do_not_divide_the_heads_is_refused() {
         );
     }
 }
+
+/// The ops settings reach the model as a value: the manifest records them, and the profiler's table fills only
+/// when asked for, with the sections of both the vision tower and the language model.
+#[test]
+fn ops_settings_are_recorded_and_the_profiler_follows_its_setting() {
+    use mobile_r1_eval::ops::CpuGemm;
+    let gold = goldens("tiny-a");
+    let input = golden_input(&gold, "");
+    let plain = load_model("tiny-a");
+    let m = plain.ops_manifest();
+    assert!(m.fused && !m.tensor_core_attention);
+    assert_eq!(m.kernels_sha256.len(), 64);
+    assert_eq!(plain.profile_snapshot(), None);
+    let config = OpsConfig {
+        fused_kernels: false,
+        cpu_gemm: CpuGemm::Builtin,
+        profile: true,
+        ..OpsConfig::default()
+    };
+    let model = load_model_with("tiny-a", &config);
+    assert_eq!(model.ops().config(), &config);
+    let m = model.ops_manifest();
+    assert!(!m.fused);
+    assert_eq!(m.cpu_f32_gemm, "gemm crate (candle)");
+    let json = serde_json::to_value(&m).unwrap();
+    for key in [
+        "fused",
+        "cuda_kernels",
+        "tensor_core_attention",
+        "kernels_sha256",
+        "cpu_f32_gemm",
+        "cpu_gemm_row_block",
+        "cpu_gemm_blas_min_rows",
+    ] {
+        assert!(json.get(key).is_some(), "{key}: {json}");
+    }
+    let (mut caches, _) = model.prefill(&[PrefillRequest::new(&input)]).unwrap();
+    model.decode(&[7], &mut [&mut caches[0]]).unwrap();
+    let table = model.profile_snapshot().expect("profiling is on");
+    for section in [
+        "vision.attn_core.window",
+        "vision.attn_core.full",
+        "text.attend",
+        "prefill.text_layers",
+        "decode.text_layers",
+        "linear.matmul",
+    ] {
+        assert!(
+            table.0.get(section).is_some_and(|s| s.calls > 0),
+            "{section}: {table:?}"
+        );
+    }
+    let missing = OpsConfig {
+        cpu_gemm: CpuGemm::Library("/nonexistent/libcblas.so".into()),
+        ..OpsConfig::default()
+    };
+    let files = ModelFiles::from_dir(&fixture("models/tiny-a")).unwrap();
+    let err = Qwen25VL::load(&files, &Device::Cpu, DType::F32, &missing).unwrap_err();
+    assert!(
+        err.to_string().contains("/nonexistent/libcblas.so"),
+        "{err}"
+    );
+}

@@ -219,7 +219,7 @@ fn qkv_rope_splits_adds_the_bias_and_rotates_half() {
 
 #[test]
 fn decode_attention_writes_the_new_position_and_attends_over_it() {
-    let (kv_heads, group, d) = (2, 3, 4);
+    let (kv_heads, group, d) = (2, 3, 8);
     let lens = [0usize, 2, 5];
     let val = |i: usize| ((i * 37 % 23) as f32 - 11.0) / 7.0;
     let b = lens.len();
@@ -248,15 +248,25 @@ fn decode_attention_writes_the_new_position_and_attends_over_it() {
         .collect();
     let t = |v: &[f32], s: (usize, usize, usize)| Tensor::from_slice(v, s, &dev).unwrap();
     let scale = 0.5;
-    let ops = ops_with(&dev, true);
-    // The CPU's choice (one attention per sequence), then each composed path forced; the zero-length cache's
-    // buffer is shorter than the longest, so the padded path pads it and views the others.
-    for path in [
-        None,
-        Some(DecodeAttention::PerSequence),
-        Some(DecodeAttention::Padded),
+    // The CPU's choice (one composed attention per sequence), then the padded path forced, and the fused kernel
+    // asked for where it does not exist; the zero-length cache's buffer is shorter than the longest, so the
+    // padded path pads it and views the others.
+    for (fused, path, want) in [
+        (true, None, DecodeAttention::PerSequence),
+        (false, None, DecodeAttention::PerSequence),
+        (true, Some(DecodeAttention::Padded), DecodeAttention::Padded),
+        (
+            false,
+            Some(DecodeAttention::Padded),
+            DecodeAttention::Padded,
+        ),
+        (
+            true,
+            Some(DecodeAttention::Fused),
+            DecodeAttention::PerSequence,
+        ),
     ] {
-        let step = ops
+        let step = ops_with(&dev, fused)
             .decode_step(
                 vec![kv.clone()],
                 (&dev, candle_core::DType::F32),
@@ -264,7 +274,7 @@ fn decode_attention_writes_the_new_position_and_attends_over_it() {
                 path,
             )
             .unwrap();
-        assert_eq!(step.path(), path.unwrap_or(DecodeAttention::PerSequence));
+        assert_eq!(step.path(), want);
         let out = step
             .attend(
                 0,

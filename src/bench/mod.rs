@@ -73,7 +73,6 @@ pub fn matmul_peak(
         "candle".to_string(),
     );
     if device.is_cpu() && dtype == DType::F32 {
-        let in_use = in_use.filter(|_| device.is_cpu());
         let installed = Blas::from_spec("auto")
             .ok()
             .flatten()
@@ -216,7 +215,7 @@ struct Measured {
     params: (u64, u64),
     /// Seconds to build the random model.
     build_seconds: f64,
-    /// Section times of the step and judge phases (`MOBILE_R1_EVAL_PROFILE=1`): name → (calls, seconds).
+    /// Section times of the step and judge phases (profiling on): name → calls and seconds.
     profile: Option<crate::ops::ProfileSnapshot>,
 }
 
