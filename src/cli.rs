@@ -22,6 +22,8 @@ pub enum Command {
     Eval(EvalArgs),
     /// Score a predictions file against a benchmark (no model needed).
     Score(ScoreArgs),
+    /// Write the HTML report of a run folder, or compare two runs (`--compare RUN_A RUN_B --out DIR`).
+    Report(ReportArgs),
     /// Benchmark data utilities.
     #[command(subcommand)]
     Data(DataCommand),
@@ -84,6 +86,26 @@ pub struct ScoreArgs {
     /// Matching-rule preset.
     #[arg(long, default_value = "mobile-r1")]
     pub rules: String,
+}
+
+/// Arguments of `report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Run folder (from `eval`, or any folder with `predictions.jsonl`); `report.html` is written into it.
+    #[arg(required_unless_present = "compare", conflicts_with = "compare")]
+    pub run: Option<PathBuf>,
+    /// Compare two runs on the same benchmark: writes `compare.html` and `compare.json` into `--out`.
+    #[arg(long, num_args = 2, value_names = ["RUN_A", "RUN_B"], requires = "out")]
+    pub compare: Option<Vec<PathBuf>>,
+    /// Output folder of `--compare`.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Benchmark folder (default: `data` in the run's `manifest.json`).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Matching-rule preset (default: `rules` in the run's `manifest.json`, else mobile-r1).
+    #[arg(long)]
+    pub rules: Option<String>,
 }
 
 /// Model-loading arguments shared by `generate` and `eval`.
@@ -245,6 +267,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Eval(a) => commands::eval::run(a),
         Command::Score(a) => commands::score::run(a),
+        Command::Report(a) => commands::report::run(a),
         Command::Data(DataCommand::Validate(a)) => commands::data::validate(a),
         Command::Sample(a) => commands::sample::run(a),
         Command::Generate(a) => commands::generate::run(a),

@@ -3,6 +3,7 @@ pub mod bench;
 pub mod data;
 pub mod eval;
 pub mod generate;
+pub mod report;
 pub mod sample;
 pub mod score;
 pub mod selftest;

@@ -273,6 +273,10 @@ fn score_and_report(
         .extra
         .insert("prediction_errors".into(), errors.into());
     crate::report::write_all(&cfg.out, &metrics, &scored.steps)?;
+    // The HTML report is a view of the files above: failing to write it must not fail the run.
+    if let Err(e) = crate::report::html::write_run(&cfg.out) {
+        tracing::warn!("report.html not written: {e}");
+    }
     let summary = crate::report::render_summary(&metrics);
     Ok((serde_json::to_value(&metrics)?, summary))
 }
