@@ -11,8 +11,8 @@ if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
     exit 0
 fi
 export DEBIAN_FRONTEND=noninteractive
-install() { timeout 600 apt-get install -y -q --no-install-recommends chromium >/dev/null; }
-if install || { timeout 300 apt-get update -q >/dev/null && install; }; then
+install() { timeout 600 apt-get install -y -q -o DPkg::Lock::Timeout=300 --no-install-recommends chromium >/dev/null; }
+if install || { timeout 300 apt-get update -q -o DPkg::Lock::Timeout=300 >/dev/null && install; }; then
     echo "chromium: installed ($(chromium --version 2>/dev/null))"
 else
     echo "chromium: could not be installed; the browser test of the report will skip"

@@ -56,7 +56,7 @@ pub fn bars(b: &Bars<'_>) -> String {
             .margin(8)
             .x_label_area_size(if rotate { 110 } else { 30 })
             .y_label_area_size(44)
-            .build_cartesian_2d((0..n).into_segmented(), 0.0..b.y_max.max(1e-9))?;
+            .build_cartesian_2d((0..n - 1).into_segmented(), 0.0..b.y_max.max(1e-9))?;
         let label_style = if rotate {
             ("sans-serif", 11).into_font().transform(FontTransform::Rotate90)
         } else {
@@ -74,10 +74,12 @@ pub fn bars(b: &Bars<'_>) -> String {
             .y_desc(b.y_desc)
             .draw()?;
         let rect = |i: usize, v: f64, c: RGBColor| {
-            Rectangle::new(
+            let mut r = Rectangle::new(
                 [(SegmentValue::Exact(i), 0.0), (SegmentValue::Exact(i + 1), v)],
                 c.filled(),
-            )
+            );
+            r.set_margin(0, 0, 3, 3);
+            r
         };
         if let Some(back) = b.back {
             chart.draw_series(back.iter().enumerate().map(|(i, &v)| rect(i, v, LIGHT)))?;
@@ -125,7 +127,7 @@ pub fn heatmap(title: &str, rows: &[String], cols: &[String], cells: &[Vec<usize
             .margin(8)
             .x_label_area_size(80)
             .y_label_area_size(100)
-            .build_cartesian_2d((0..nc).into_segmented(), (0..nr).into_segmented())?;
+            .build_cartesian_2d((0..nc - 1).into_segmented(), (0..nr - 1).into_segmented())?;
         let name = |names: &[String], v: &SegmentValue<usize>| match v {
             SegmentValue::CenterOf(i) => names.get(*i).cloned().unwrap_or_default(),
             _ => String::new(),
@@ -137,11 +139,16 @@ pub fn heatmap(title: &str, rows: &[String], cols: &[String], cells: &[Vec<usize
             .y_labels(nr)
             .x_label_style(("sans-serif", 11).into_font().transform(FontTransform::Rotate90))
             .x_label_formatter(&|v| name(cols, v))
-            .y_label_formatter(&|v| name(rows, v))
+            .y_label_formatter(&|v| match v {
+                // Row 0 is drawn at the top.
+                SegmentValue::CenterOf(i) => rows.get(nr - 1 - i).cloned().unwrap_or_default(),
+                _ => String::new(),
+            })
             .x_desc("predicted")
             .y_desc("gold")
             .draw()?;
         for (r, row) in cells.iter().enumerate() {
+            let r = nr - 1 - r;
             for (c, &count) in row.iter().enumerate() {
                 let t = count as f64 / max;
                 let shade = |lo: u8, hi: u8| (lo as f64 + (hi as f64 - lo as f64) * t) as u8;
@@ -176,7 +183,7 @@ pub fn histogram(title: &str, values: &[u64], x_desc: &str) -> String {
             .margin(8)
             .x_label_area_size(44)
             .y_label_area_size(44)
-            .build_cartesian_2d((0..bins).into_segmented(), 0u32..top + top / 10 + 1)?;
+            .build_cartesian_2d((0..bins - 1).into_segmented(), 0u32..top + top / 10 + 1)?;
         chart
             .configure_mesh()
             .disable_x_mesh()

@@ -13,7 +13,7 @@ use super::StepScore;
 /// Bootstrap resamples used by `score`, `eval` and `report`.
 pub const DEFAULT_RESAMPLES: usize = 2000;
 /// Seed of the bootstrap's random numbers.
-pub const DEFAULT_SEED: u64 = 0x6d6f_6269_6c65_7231;
+pub const DEFAULT_SEED: u64 = 42;
 /// Two-sided confidence level of the intervals.
 pub const CONFIDENCE: f64 = 0.95;
 

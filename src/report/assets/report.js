@@ -32,17 +32,20 @@
       [b[0] - s * Math.cos(ang + 0.45), b[1] - s * Math.sin(ang + 0.45)]];
     g.appendChild(sv('polygon', { points: p.map(function (q) { return q.join(','); }).join(' '), fill: color }));
   }
-  // A predicted (or gold) action: point, swipe arrow, or text label.
+  // The text label of an action: its text argument, or its type when it has no point.
+  function caption(a, tag) {
+    var text = a.text !== undefined ? a.type + ': ' + a.text : (a.point ? '' : a.type);
+    return text ? tag + ' ' + text : '';
+  }
+  // A predicted action: a dot, a swipe arrow, and its label in row `row` from the bottom.
   function drawAction(g, a, color, w, h, tag, row) {
-    var size = w / 20;
     if (a.to) {
       arrow(g, a.point, a.to, color, w);
     } else if (a.point) {
       g.appendChild(sv('circle', { cx: a.point[0], cy: a.point[1], r: w / 45, fill: color, 'fill-opacity': 0.85,
         stroke: '#fff', 'stroke-width': w / 200 }));
     }
-    var text = a.text !== undefined ? a.type + ': ' + a.text : (a.point ? '' : a.type);
-    if (tag) text = tag + (text ? ' ' + text : '');
+    var text = caption(a, tag), size = w / 20;
     if (text) label(g, w * 0.03, h - size * (0.6 + 1.3 * row), text, color, size);
   }
   function overlay(s, preds) {
@@ -66,9 +69,9 @@
       g.appendChild(sv('path', { d: 'M' + (p[0] - r) + ' ' + p[1] + 'h' + 2 * r + 'M' + p[0] + ' ' + (p[1] - r) + 'v' + 2 * r,
         stroke: GOLD, 'stroke-width': w / 120 }));
     }
-    var row = 0;
-    drawAction(g, { type: gold.type, point: null, to: gold.to && gold.point, text: gold.text }, GOLD, w, h, 'gold', row++);
     if (gold.to) arrow(g, gold.point, gold.to, GOLD, w);
+    var row = 0, goldText = caption(gold, 'gold');
+    if (goldText) label(g, w * 0.03, h - (w / 20) * (0.6 + 1.3 * row++), goldText, GOLD, w / 20);
     preds.forEach(function (p) { if (p.pred) drawAction(g, p.pred, p.color, w, h, p.tag, row++); });
     return g;
   }
