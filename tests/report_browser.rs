@@ -335,15 +335,15 @@ fn report_in_headless_chromium() {
     check_page(&mut b, &s, &run);
     check_filters(&mut b, &s, &run);
     check_images(&mut b, &s);
+    if let Some(dir) = std::env::var_os("MOBILE_R1_EVAL_REPORT_SCREENSHOTS") {
+        screenshots(&mut b, &s, Path::new(&dir));
+    }
     // A control page without a policy makes one request: it proves the net log shows the pages' requests.
     let control = tmp.path().join("control.html");
     std::fs::write(&control, format!("<img src=\"{CONTROL}\">")).unwrap();
     let c = b.call(None, "Target.createTarget", json!({"url": file_url(&control)})).unwrap();
     std::thread::sleep(Duration::from_millis(1500));
     drop(c);
-    if let Some(dir) = std::env::var_os("MOBILE_R1_EVAL_REPORT_SCREENSHOTS") {
-        screenshots(&mut b, &s, Path::new(&dir));
-    }
     b.close();
     let page_requests = page_requests(&net_log);
     assert_eq!(page_requests, vec![CONTROL.to_owned()], "only the control page's request left a file");

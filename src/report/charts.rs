@@ -13,6 +13,11 @@ const WARM: RGBColor = RGBColor(234, 88, 12);
 
 type DrawResult<T> = Result<T, Box<dyn std::error::Error>>;
 
+/// The discrete range of `n` categories; at least two slots, since a one-value range has no width to map.
+fn slots(n: usize) -> std::ops::Range<usize> {
+    0..n.max(2) - 1
+}
+
 /// A category bar chart: one bar per label, `back` (optional, e.g. type accuracy) drawn behind `front`.
 pub struct Bars<'a> {
     /// Chart title.
@@ -47,8 +52,10 @@ fn svg(width: u32, height: u32, draw: impl FnOnce(&DrawingArea<SVGBackend, plott
 /// Draw a bar chart.
 pub fn bars(b: &Bars<'_>) -> String {
     let n = b.labels.len().max(1);
-    let rotate = n > 8 || b.labels.iter().any(|l| l.chars().count() > 10);
-    let width = (n as u32 * 44).clamp(420, 1100);
+    let longest = b.labels.iter().map(|l| l.chars().count()).max().unwrap_or(1) as u32;
+    let slot = (7 * longest + 10).max(36);
+    let rotate = n as u32 * slot > 1000;
+    let width = (n as u32 * if rotate { 36 } else { slot } + 70).clamp(420, 1000);
     let height = if rotate { 360 } else { 300 };
     svg(width, height, |root| {
         let mut chart = ChartBuilder::on(root)
@@ -56,7 +63,7 @@ pub fn bars(b: &Bars<'_>) -> String {
             .margin(8)
             .x_label_area_size(if rotate { 110 } else { 30 })
             .y_label_area_size(44)
-            .build_cartesian_2d((0..n - 1).into_segmented(), 0.0..b.y_max.max(1e-9))?;
+            .build_cartesian_2d(slots(n).into_segmented(), 0.0..b.y_max.max(1e-9))?;
         let label_style = if rotate {
             ("sans-serif", 11).into_font().transform(FontTransform::Rotate90)
         } else {
@@ -125,9 +132,9 @@ pub fn heatmap(title: &str, rows: &[String], cols: &[String], cells: &[Vec<usize
         let mut chart = ChartBuilder::on(root)
             .caption(title, ("sans-serif", 16))
             .margin(8)
-            .x_label_area_size(80)
+            .x_label_area_size(100)
             .y_label_area_size(100)
-            .build_cartesian_2d((0..nc - 1).into_segmented(), (0..nr - 1).into_segmented())?;
+            .build_cartesian_2d(slots(nc).into_segmented(), slots(nr).into_segmented())?;
         let name = |names: &[String], v: &SegmentValue<usize>| match v {
             SegmentValue::CenterOf(i) => names.get(*i).cloned().unwrap_or_default(),
             _ => String::new(),
@@ -144,8 +151,6 @@ pub fn heatmap(title: &str, rows: &[String], cols: &[String], cells: &[Vec<usize
                 SegmentValue::CenterOf(i) => rows.get(nr - 1 - i).cloned().unwrap_or_default(),
                 _ => String::new(),
             })
-            .x_desc("predicted")
-            .y_desc("gold")
             .draw()?;
         for (r, row) in cells.iter().enumerate() {
             let r = nr - 1 - r;
@@ -167,14 +172,15 @@ pub fn heatmap(title: &str, rows: &[String], cols: &[String], cells: &[Vec<usize
     })
 }
 
-/// A histogram of non-negative integers in at most 20 equal bins.
+/// A histogram of non-negative integers in at most 20 equal bins from the smallest to the largest value.
 pub fn histogram(title: &str, values: &[u64], x_desc: &str) -> String {
+    let min = values.iter().copied().min().unwrap_or(0);
     let max = values.iter().copied().max().unwrap_or(0);
-    let width = (max + 1).div_ceil(20).max(1);
-    let bins = (max / width + 1) as usize;
+    let width = (max - min + 1).div_ceil(20).max(1);
+    let bins = ((max - min) / width + 1) as usize;
     let mut counts = vec![0u32; bins];
     for &v in values {
-        counts[(v / width) as usize] += 1;
+        counts[((v - min) / width) as usize] += 1;
     }
     let top = counts.iter().copied().max().unwrap_or(1).max(1);
     svg(560, 300, |root| {
@@ -183,13 +189,13 @@ pub fn histogram(title: &str, values: &[u64], x_desc: &str) -> String {
             .margin(8)
             .x_label_area_size(44)
             .y_label_area_size(44)
-            .build_cartesian_2d((0..bins - 1).into_segmented(), 0u32..top + top / 10 + 1)?;
+            .build_cartesian_2d(slots(bins).into_segmented(), 0u32..top + top / 10 + 1)?;
         chart
             .configure_mesh()
             .disable_x_mesh()
             .x_labels(bins.min(10))
             .x_label_formatter(&|v| match v {
-                SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => (*i as u64 * width).to_string(),
+                SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => (min + *i as u64 * width).to_string(),
                 SegmentValue::Last => String::new(),
             })
             .x_desc(x_desc)

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::input::RunData;
 use super::{write_atomic, ReportError};
 use crate::score::{
-    mcnemar_exact, paired_intervals, McNemar, Metrics, StepScore, DEFAULT_RESAMPLES, DEFAULT_SEED,
+    mcnemar_exact, paired_intervals, McNemar, Metrics, StepScore, DEFAULT_RESAMPLES, DEFAULT_SEED, INTERVAL_METRICS,
 };
 
 /// Version of the `compare.json` layout.
@@ -141,12 +141,12 @@ pub fn compare(a: &RunData, b: &RunData) -> Result<Comparison, ReportError> {
         });
     }
     let iv = paired_intervals(&a.steps, &b.steps, DEFAULT_RESAMPLES, DEFAULT_SEED);
-    let metrics = iv
-        .metrics
+    let metrics = INTERVAL_METRICS
         .iter()
-        .map(|(name, i)| {
+        .filter_map(|&name| {
+            let i = iv.metrics.get(name)?;
             let (va, vb) = (metric_value(&a.metrics, name), metric_value(&b.metrics, name));
-            MetricDelta { metric: name.clone(), a: va, b: vb, delta: vb - va, low: i.low, high: i.high }
+            Some(MetricDelta { metric: name.to_owned(), a: va, b: vb, delta: vb - va, low: i.low, high: i.high })
         })
         .collect();
     let mut flipped = Vec::new();

@@ -74,7 +74,8 @@ fn headline(input: &ReportInput<'_>) -> String {
         let _ = writeln!(s, "<tr><td>{label}</td><td class=\"num\">{v}</td><td></td></tr>");
     }
     for (k, v) in &m.extra {
-        let _ = writeln!(s, "<tr><td>{}</td><td class=\"num\">{}</td><td></td></tr>", html(k), html(&display_value(v)));
+        let label = if k == "judge_success" { "judge success %" } else { k.as_str() };
+        let _ = writeln!(s, "<tr><td>{}</td><td class=\"num\">{}</td><td></td></tr>", html(label), html(&display_value(v)));
     }
     s.push_str("</table>\n");
     if let Some(iv) = &m.intervals {
@@ -144,7 +145,7 @@ fn confusion_chart(m: &Metrics) -> String {
                 .collect()
         })
         .collect();
-    charts::heatmap("Gold type × predicted type", &rows, &cols, &cells)
+    charts::heatmap("Type confusion (rows gold, columns predicted)", &rows, &cols, &cells)
 }
 
 fn charts_section(input: &ReportInput<'_>) -> String {
@@ -235,7 +236,7 @@ fn browser_data(input: &ReportInput<'_>, thumbs: &std::collections::HashMap<Stri
 pub fn render(input: &ReportInput<'_>, thumbs: &std::collections::HashMap<String, Option<String>>) -> String {
     let title = format!("Mobile-R1 report: {}", input.run.title);
     let body = format!(
-        "<header><h1>{}</h1></header>\n<main>\n{}{}{}<section id=\"browser\"><h2>Trajectories</h2>\n{}\
+        "<header><h1>{}</h1></header>\n<main>\n<div class=\"top\">{}{}</div>{}<section id=\"browser\"><h2>Trajectories</h2>\n{}\
          <div id=\"trajectories\"></div></section>\n</main>",
         html(&title),
         headline(input),

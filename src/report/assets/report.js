@@ -39,13 +39,17 @@
   }
   // A predicted action: a dot, a swipe arrow, and its label in row `row` from the bottom.
   function drawAction(g, a, color, w, h, tag, row) {
+    var off = false;
     if (a.to) {
       arrow(g, a.point, a.to, color, w);
     } else if (a.point) {
-      g.appendChild(sv('circle', { cx: a.point[0], cy: a.point[1], r: w / 45, fill: color, 'fill-opacity': 0.85,
-        stroke: '#fff', 'stroke-width': w / 200 }));
+      // A point off the screen is drawn hollow at the nearest edge.
+      var x = Math.min(w, Math.max(0, a.point[0])), y = Math.min(h, Math.max(0, a.point[1]));
+      off = x !== a.point[0] || y !== a.point[1];
+      g.appendChild(sv('circle', { cx: x, cy: y, r: w / 45, fill: off ? 'none' : color, 'fill-opacity': 0.85,
+        stroke: off ? color : '#fff', 'stroke-width': off ? w / 100 : w / 200 }));
     }
-    var text = caption(a, tag), size = w / 20;
+    var text = off ? tag + ' ' + a.type + ' (off screen)' : caption(a, tag), size = w / 20;
     if (text) label(g, w * 0.03, h - size * (0.6 + 1.3 * row), text, color, size);
   }
   function overlay(s, preds) {
