@@ -46,6 +46,43 @@ fn pipe() -> (OwnedFd, OwnedFd) {
     }
 }
 
+/// Headless Chromium speaking the DevTools protocol on fds 3 and 4, logging its network activity.
+fn command(exe: &Path, profile: &Path, net_log: &Path) -> Command {
+    let mut cmd = Command::new(exe);
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+    ])
+    .args([
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-default-apps",
+        "--mute-audio",
+    ])
+    // Fewer of Chromium's own background requests; those left are told from the pages' by their initiator.
+    .args(["--disable-features=NetworkTimeServiceQuerying,OptimizationHints,Translate,MediaRouter"])
+    .args([
+        "--disable-domain-reliability",
+        "--disable-client-side-phishing-detection",
+        "--no-pings",
+    ])
+    .args([
+        "--safebrowsing-disable-auto-update",
+        "--disable-field-trial-config",
+    ])
+    .args(["--remote-debugging-pipe", "--window-size=1280,900"])
+    .arg(format!("--user-data-dir={}", profile.display()))
+    .arg(format!("--log-net-log={}", net_log.display()))
+    .arg("about:blank")
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    cmd
+}
+
 /// A DevTools-protocol session with a Chromium over `--remote-debugging-pipe` (NUL-separated JSON).
 struct Browser {
     child: Child,
@@ -60,21 +97,7 @@ impl Browser {
         let (cmd_read, cmd_write) = pipe();
         let (resp_read, resp_write) = pipe();
         let (cr, rw) = (cmd_read.as_raw_fd(), resp_write.as_raw_fd());
-        let mut cmd = Command::new(exe);
-        cmd.args(["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"])
-            .args(["--disable-component-update", "--disable-sync", "--disable-default-apps", "--mute-audio"])
-            // Chromium's own background requests (network time, hints, safe browsing) stay off, so that any
-            // request in the net log would be the page's.
-            .args(["--disable-features=NetworkTimeServiceQuerying,OptimizationHints,Translate,MediaRouter"])
-            .args(["--disable-domain-reliability", "--disable-client-side-phishing-detection", "--no-pings"])
-            .args(["--safebrowsing-disable-auto-update", "--disable-field-trial-config"])
-            .args(["--remote-debugging-pipe", "--window-size=1280,900"])
-            .arg(format!("--user-data-dir={}", profile.display()))
-            .arg(format!("--log-net-log={}", net_log.display()))
-            .arg("about:blank")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+        let mut cmd = command(exe, profile, net_log);
         // SAFETY: only async-signal-safe dup2 calls between fork and exec.
         unsafe {
             cmd.pre_exec(move || {
@@ -102,7 +125,12 @@ impl Browser {
                 buf.clear();
             }
         });
-        Browser { child, to_browser: std::fs::File::from(cmd_write), from_browser: rx, next_id: 0 }
+        Browser {
+            child,
+            to_browser: std::fs::File::from(cmd_write),
+            from_browser: rx,
+            next_id: 0,
+        }
     }
 
     /// Send a command and wait (at most 30 s) for its answer; `Err` carries the protocol's error.
@@ -115,11 +143,16 @@ impl Browser {
         }
         let mut bytes = msg.to_string().into_bytes();
         bytes.push(0);
-        self.to_browser.write_all(&bytes).expect("write to chromium");
+        self.to_browser
+            .write_all(&bytes)
+            .expect("write to chromium");
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let v = self.from_browser.recv_timeout(left).unwrap_or_else(|_| panic!("no answer to {method}"));
+            let v = self
+                .from_browser
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no answer to {method}"));
             if v["id"] == id {
                 return match v.get("error") {
                     Some(e) => Err(e.clone()),
@@ -132,7 +165,11 @@ impl Browser {
     /// Evaluate an expression in the page (promises awaited) and return its JSON value.
     fn eval(&mut self, session: &str, expr: &str) -> Value {
         let r = self
-            .call(Some(session), "Runtime.evaluate", json!({"expression": expr, "awaitPromise": true, "returnByValue": true}))
+            .call(
+                Some(session),
+                "Runtime.evaluate",
+                json!({"expression": expr, "awaitPromise": true, "returnByValue": true}),
+            )
             .unwrap_or_else(|e| panic!("evaluate {expr}: {e}"));
         assert!(r.get("exceptionDetails").is_none(), "{expr}: {r}");
         r["result"]["value"].clone()
@@ -140,16 +177,28 @@ impl Browser {
 
     /// Open `url` in a new tab and wait until the page's script has built the browser.
     fn open(&mut self, url: &str) -> String {
-        let target = self.call(None, "Target.createTarget", json!({"url": url})).unwrap()["targetId"].clone();
-        let session = self.call(None, "Target.attachToTarget", json!({"targetId": target, "flatten": true})).unwrap()
-            ["sessionId"]
+        let target = self
+            .call(None, "Target.createTarget", json!({"url": url}))
+            .unwrap()["targetId"]
+            .clone();
+        let session = self
+            .call(
+                None,
+                "Target.attachToTarget",
+                json!({"targetId": target, "flatten": true}),
+            )
+            .unwrap()["sessionId"]
             .as_str()
             .unwrap()
             .to_owned();
         let deadline = Instant::now() + Duration::from_secs(30);
         let ready = "document.location.protocol === 'file:' && document.body && document.body.dataset.ready === 'yes'";
         while Instant::now() < deadline {
-            let r = self.call(Some(&session), "Runtime.evaluate", json!({"expression": ready, "returnByValue": true}));
+            let r = self.call(
+                Some(&session),
+                "Runtime.evaluate",
+                json!({"expression": ready, "returnByValue": true}),
+            );
             if r.is_ok_and(|v| v["result"]["value"] == true) {
                 return session;
             }
@@ -188,7 +237,8 @@ fn file_url(path: &Path) -> String {
 }
 
 /// Number of step cards shown.
-const VISIBLE: &str = "Array.from(document.querySelectorAll('.card')).filter(c => c.offsetParent !== null).length";
+const VISIBLE: &str =
+    "Array.from(document.querySelectorAll('.card')).filter(c => c.offsetParent !== null).length";
 
 fn set_filter(b: &mut Browser, s: &str, id: &str, value: &str) -> usize {
     let expr = format!(
@@ -215,9 +265,17 @@ fn check_page(b: &mut Browser, s: &str, run: &RunData) {
     assert_eq!(dom["overlays"], n);
     assert_eq!(dom["trajs"], run.bench.trajectories.len());
     assert_eq!(dom["count"], format!("{n} of {n} steps shown"));
-    let cis: Vec<&str> = dom["cis"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    let cis: Vec<&str> = dom["cis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
     assert_eq!(cis.len(), 6);
-    assert!(cis.iter().all(|c| c.contains(" – ")), "every headline metric has an interval: {cis:?}");
+    assert!(
+        cis.iter().all(|c| c.contains(" – ")),
+        "every headline metric has an interval: {cis:?}"
+    );
     assert!(dom["method"].as_str().unwrap().contains("2000 resamples"));
     assert_eq!(dom["pwned"], "undefined", "no hostile script ran");
     assert_eq!(dom["injected"], 0, "no hostile element was created");
@@ -236,18 +294,38 @@ fn check_filters(b: &mut Browser, s: &str, run: &RunData) {
     let in_app = run.steps.iter().filter(|x| &x.app == app).count();
     assert_eq!(set_filter(b, s, "f-app", &json!(app).to_string()), in_app);
     assert_eq!(set_filter(b, s, "f-app", "''"), run.steps.len());
-    let format = run.steps.iter().filter(|x| x.outcome == Outcome::FormatError).count();
+    let format = run
+        .steps
+        .iter()
+        .filter(|x| x.outcome == Outcome::FormatError)
+        .count();
     assert_eq!(set_filter(b, s, "f-outcome", "'format_error'"), format);
     assert_eq!(set_filter(b, s, "f-outcome", "''"), run.steps.len());
-    let clicks = run.steps.iter().filter(|x| x.gold_type.as_str() == "click").count();
+    let clicks = run
+        .steps
+        .iter()
+        .filter(|x| x.gold_type.as_str() == "click")
+        .count();
     assert_eq!(set_filter(b, s, "f-type", "'click'"), clicks);
     assert_eq!(set_filter(b, s, "f-type", "''"), run.steps.len());
-    let hostile = run.steps.iter().filter(|x| run.bench.trajectories[x.traj_index].instruction.contains("<script>")).count();
+    let hostile = run
+        .steps
+        .iter()
+        .filter(|x| {
+            run.bench.trajectories[x.traj_index]
+                .instruction
+                .contains("<script>")
+        })
+        .count();
     assert_eq!(set_filter(b, s, "f-search", "'<SCRIPT>'"), hostile);
     assert_eq!(set_filter(b, s, "f-search", "''"), run.steps.len());
     // Keyboard: j moves the focus to the next visible card, k back.
-    let key = |k: &str| format!("document.dispatchEvent(new KeyboardEvent('keydown', {{key: '{k}'}})); \
-         Array.from(document.querySelectorAll('.card')).indexOf(document.activeElement)");
+    let key = |k: &str| {
+        format!(
+            "document.dispatchEvent(new KeyboardEvent('keydown', {{key: '{k}'}})); \
+         Array.from(document.querySelectorAll('.card')).indexOf(document.activeElement)"
+        )
+    };
     assert_eq!(b.eval(s, &key("j")), 0);
     assert_eq!(b.eval(s, &key("j")), 1);
     assert_eq!(b.eval(s, &key("k")), 0);
@@ -275,7 +353,10 @@ fn base64_decode(text: &str) -> Vec<u8> {
     let digits: Vec<u8> = text.bytes().filter(|&c| c != b'=').map(value).collect();
     let mut out = Vec::with_capacity(digits.len() * 3 / 4);
     for chunk in digits.chunks(4) {
-        let n = chunk.iter().enumerate().fold(0u32, |n, (i, &d)| n | (d as u32) << (18 - 6 * i));
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &d)| n | (d as u32) << (18 - 6 * i));
         out.extend_from_slice(&n.to_be_bytes()[1..chunk.len()]);
     }
     out
@@ -285,14 +366,27 @@ fn base64_decode(text: &str) -> Vec<u8> {
 fn screenshots(b: &mut Browser, s: &str, dir: &Path) {
     std::fs::create_dir_all(dir).unwrap();
     let metrics = json!({"width": 1100, "height": 1000, "deviceScaleFactor": 1, "mobile": false});
-    b.call(Some(s), "Emulation.setDeviceMetricsOverride", metrics).unwrap();
-    for (name, scroll) in [("report.png", "window.scrollTo(0, 0)"), ("report-steps.png", "document.querySelector('.traj').scrollIntoView()")] {
+    b.call(Some(s), "Emulation.setDeviceMetricsOverride", metrics)
+        .unwrap();
+    for (name, scroll) in [
+        ("report.png", "window.scrollTo(0, 0)"),
+        (
+            "report-steps.png",
+            "document.querySelector('.traj').scrollIntoView()",
+        ),
+    ] {
         let wait = format!("{scroll}; new Promise(done => {{ const t0 = Date.now(); (function w() {{ \
             const imgs = Array.from(document.querySelectorAll('.shot img')).slice(0, 6); \
             if (imgs.every(i => i.complete) || Date.now() - t0 > 10000) setTimeout(() => done(true), 300); else setTimeout(w, 50); }})(); }})");
         b.eval(s, &wait);
-        let shot = b.call(Some(s), "Page.captureScreenshot", json!({"format": "png"})).unwrap();
-        std::fs::write(dir.join(name), base64_decode(shot["data"].as_str().unwrap())).unwrap();
+        let shot = b
+            .call(Some(s), "Page.captureScreenshot", json!({"format": "png"}))
+            .unwrap();
+        std::fs::write(
+            dir.join(name),
+            base64_decode(shot["data"].as_str().unwrap()),
+        )
+        .unwrap();
     }
 }
 
@@ -301,7 +395,8 @@ const CONTROL: &str = "http://127.0.0.1:9/control.png";
 
 /// The network requests made by pages (not by the browser itself, whose initiator is "not an origin").
 fn page_requests(net_log: &Path) -> Vec<String> {
-    let log: Value = serde_json::from_str(&std::fs::read_to_string(net_log).expect("net log")).expect("net log JSON");
+    let log: Value = serde_json::from_str(&std::fs::read_to_string(net_log).expect("net log"))
+        .expect("net log JSON");
     let start = &log["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"];
     let mut urls: Vec<String> = log["events"]
         .as_array()
@@ -318,7 +413,9 @@ fn page_requests(net_log: &Path) -> Vec<String> {
 #[test]
 fn report_in_headless_chromium() {
     let Some(exe) = chromium() else {
-        eprintln!("skipped: `chromium` is not installed (bash .ci/chromium.sh installs it as root)");
+        eprintln!(
+            "skipped: `chromium` is not installed (bash .ci/chromium.sh installs it as root)"
+        );
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -341,12 +438,22 @@ fn report_in_headless_chromium() {
     // A control page without a policy makes one request: it proves the net log shows the pages' requests.
     let control = tmp.path().join("control.html");
     std::fs::write(&control, format!("<img src=\"{CONTROL}\">")).unwrap();
-    let c = b.call(None, "Target.createTarget", json!({"url": file_url(&control)})).unwrap();
+    let c = b
+        .call(
+            None,
+            "Target.createTarget",
+            json!({"url": file_url(&control)}),
+        )
+        .unwrap();
     std::thread::sleep(Duration::from_millis(1500));
     drop(c);
     b.close();
     let page_requests = page_requests(&net_log);
-    assert_eq!(page_requests, vec![CONTROL.to_owned()], "only the control page's request left a file");
+    assert_eq!(
+        page_requests,
+        vec![CONTROL.to_owned()],
+        "only the control page's request left a file"
+    );
 }
 
 /// How long `report` takes on 2,040 steps (the sample replicated 68 times) and how big its output is.
@@ -362,8 +469,15 @@ fn report_timing_2000_steps() {
         run_ok(&["report", run.to_str().unwrap()]);
         let secs = t0.elapsed().as_secs_f64();
         let html = std::fs::metadata(run.join("report.html")).unwrap().len();
-        let thumbs: u64 = std::fs::read_dir(run.join("report")).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum();
+        let thumbs: u64 = std::fs::read_dir(run.join("report"))
+            .unwrap()
+            .map(|e| e.unwrap().metadata().unwrap().len())
+            .sum();
         let n = std::fs::read_dir(run.join("report")).unwrap().count();
-        println!("{pass}: {secs:.2} s; report.html {:.2} MB; {n} thumbnails, {:.2} MB", html as f64 / 1e6, thumbs as f64 / 1e6);
+        println!(
+            "{pass}: {secs:.2} s; report.html {:.2} MB; {n} thumbnails, {:.2} MB",
+            html as f64 / 1e6,
+            thumbs as f64 / 1e6
+        );
     }
 }

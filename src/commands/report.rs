@@ -34,7 +34,9 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let dir = args.run.context("give a run folder, or --compare RUN_A RUN_B")?;
+    let dir = args
+        .run
+        .context("give a run folder, or --compare RUN_A RUN_B")?;
     let run = RunData::load(&dir, &overrides)
         .with_context(|| format!("loading run {}", dir.display()))?;
     let path = report::html::write(&dir, &run.input())?;

@@ -72,7 +72,8 @@ pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
     }
     let out = args.out.unwrap_or_else(|| default_out(&args.predictions));
     let paths = report::write_all(&out, &metrics, &scored.steps)?;
-    let page = report::html::write_scored(&out, &bench, &metrics, &scored.steps, &args.predictions)?;
+    let page =
+        report::html::write_scored(&out, &bench, &metrics, &scored.steps, &args.predictions)?;
     print!("{}", report::render_summary(&metrics));
     println!(
         "\nWrote {}, {}, {} and {}",

@@ -36,23 +36,38 @@ pub struct Bars<'a> {
     pub color: RGBColor,
 }
 
-fn svg(width: u32, height: u32, draw: impl FnOnce(&DrawingArea<SVGBackend, plotters::coord::Shift>) -> DrawResult<()>) -> String {
+fn svg(
+    width: u32,
+    height: u32,
+    draw: impl FnOnce(&DrawingArea<SVGBackend, plotters::coord::Shift>) -> DrawResult<()>,
+) -> String {
     let mut buf = String::new();
     let outcome = {
         let root = SVGBackend::with_string(&mut buf, (width, height)).into_drawing_area();
-        let r = root.fill(&WHITE).map_err(Into::into).and_then(|_| draw(&root));
+        let r = root
+            .fill(&WHITE)
+            .map_err(Into::into)
+            .and_then(|_| draw(&root));
         r.and_then(|_| root.present().map_err(Into::into))
     };
     match outcome {
         Ok(()) => buf,
-        Err(e) => format!("<p class=\"note\">chart not drawn: {}</p>", super::escape::html(&e.to_string())),
+        Err(e) => format!(
+            "<p class=\"note\">chart not drawn: {}</p>",
+            super::escape::html(&e.to_string())
+        ),
     }
 }
 
 /// Draw a bar chart.
 pub fn bars(b: &Bars<'_>) -> String {
     let n = b.labels.len().max(1);
-    let longest = b.labels.iter().map(|l| l.chars().count()).max().unwrap_or(1) as u32;
+    let longest = b
+        .labels
+        .iter()
+        .map(|l| l.chars().count())
+        .max()
+        .unwrap_or(1) as u32;
     let slot = (7 * longest + 10).max(36);
     let rotate = n as u32 * slot > 1000;
     let width = (n as u32 * if rotate { 36 } else { slot } + 70).clamp(420, 1000);
@@ -65,7 +80,9 @@ pub fn bars(b: &Bars<'_>) -> String {
             .y_label_area_size(44)
             .build_cartesian_2d(slots(n).into_segmented(), 0.0..b.y_max.max(1e-9))?;
         let label_style = if rotate {
-            ("sans-serif", 11).into_font().transform(FontTransform::Rotate90)
+            ("sans-serif", 11)
+                .into_font()
+                .transform(FontTransform::Rotate90)
         } else {
             ("sans-serif", 11).into_font()
         };
@@ -82,7 +99,10 @@ pub fn bars(b: &Bars<'_>) -> String {
             .draw()?;
         let rect = |i: usize, v: f64, c: RGBColor| {
             let mut r = Rectangle::new(
-                [(SegmentValue::Exact(i), 0.0), (SegmentValue::Exact(i + 1), v)],
+                [
+                    (SegmentValue::Exact(i), 0.0),
+                    (SegmentValue::Exact(i + 1), v),
+                ],
                 c.filled(),
             );
             r.set_margin(0, 0, 3, 3);
@@ -91,13 +111,23 @@ pub fn bars(b: &Bars<'_>) -> String {
         if let Some(back) = b.back {
             chart.draw_series(back.iter().enumerate().map(|(i, &v)| rect(i, v, LIGHT)))?;
         }
-        chart.draw_series(b.front.iter().enumerate().map(|(i, &v)| rect(i, v, b.color)))?;
+        chart.draw_series(
+            b.front
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| rect(i, v, b.color)),
+        )?;
         Ok(())
     })
 }
 
 /// Bar chart of percentages with the type accuracy behind the exact accuracy.
-pub fn accuracy_bars(title: &str, labels: &[String], exact: &[f64], typed: Option<&[f64]>) -> String {
+pub fn accuracy_bars(
+    title: &str,
+    labels: &[String],
+    exact: &[f64],
+    typed: Option<&[f64]>,
+) -> String {
     bars(&Bars {
         title,
         labels,
@@ -144,7 +174,11 @@ pub fn heatmap(title: &str, rows: &[String], cols: &[String], cells: &[Vec<usize
             .disable_mesh()
             .x_labels(nc)
             .y_labels(nr)
-            .x_label_style(("sans-serif", 11).into_font().transform(FontTransform::Rotate90))
+            .x_label_style(
+                ("sans-serif", 11)
+                    .into_font()
+                    .transform(FontTransform::Rotate90),
+            )
             .x_label_formatter(&|v| name(cols, v))
             .y_label_formatter(&|v| match v {
                 // Row 0 is drawn at the top.
@@ -158,11 +192,17 @@ pub fn heatmap(title: &str, rows: &[String], cols: &[String], cells: &[Vec<usize
                 let t = count as f64 / max;
                 let shade = |lo: u8, hi: u8| (lo as f64 + (hi as f64 - lo as f64) * t) as u8;
                 let color = RGBColor(shade(248, 30), shade(250, 64), shade(252, 175));
-                let cell = [(SegmentValue::Exact(c), SegmentValue::Exact(r)), (SegmentValue::Exact(c + 1), SegmentValue::Exact(r + 1))];
+                let cell = [
+                    (SegmentValue::Exact(c), SegmentValue::Exact(r)),
+                    (SegmentValue::Exact(c + 1), SegmentValue::Exact(r + 1)),
+                ];
                 chart.draw_series(std::iter::once(Rectangle::new(cell, color.filled())))?;
                 if count > 0 {
                     let ink = if t > 0.5 { WHITE } else { BLACK };
-                    let style = ("sans-serif", 12).into_font().color(&ink).pos(Pos::new(HPos::Center, VPos::Center));
+                    let style = ("sans-serif", 12)
+                        .into_font()
+                        .color(&ink)
+                        .pos(Pos::new(HPos::Center, VPos::Center));
                     let at = (SegmentValue::CenterOf(c), SegmentValue::CenterOf(r));
                     chart.draw_series(std::iter::once(Text::new(count.to_string(), at, style)))?;
                 }
@@ -195,7 +235,9 @@ pub fn histogram(title: &str, values: &[u64], x_desc: &str) -> String {
             .disable_x_mesh()
             .x_labels(bins.min(10))
             .x_label_formatter(&|v| match v {
-                SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => (min + *i as u64 * width).to_string(),
+                SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => {
+                    (min + *i as u64 * width).to_string()
+                }
                 SegmentValue::Last => String::new(),
             })
             .x_desc(x_desc)

@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 use super::input::RunData;
 use super::{write_atomic, ReportError};
 use crate::score::{
-    mcnemar_exact, paired_intervals, McNemar, Metrics, StepScore, DEFAULT_RESAMPLES, DEFAULT_SEED, INTERVAL_METRICS,
+    mcnemar_exact, paired_intervals, McNemar, Metrics, StepScore, DEFAULT_RESAMPLES, DEFAULT_SEED,
+    INTERVAL_METRICS,
 };
 
 /// Version of the `compare.json` layout.
@@ -114,7 +115,11 @@ fn metric_value(m: &Metrics, name: &str) -> f64 {
 }
 
 /// Step accuracy per group key, in both runs (steps aligned).
-fn group_deltas(a: &[StepScore], b: &[StepScore], key: impl Fn(&StepScore) -> String) -> Vec<GroupDelta> {
+fn group_deltas(
+    a: &[StepScore],
+    b: &[StepScore],
+    key: impl Fn(&StepScore) -> String,
+) -> Vec<GroupDelta> {
     let mut acc: BTreeMap<String, (usize, usize, usize)> = BTreeMap::new();
     for (sa, sb) in a.iter().zip(b) {
         let e = acc.entry(key(sa)).or_default();
@@ -125,9 +130,44 @@ fn group_deltas(a: &[StepScore], b: &[StepScore], key: impl Fn(&StepScore) -> St
     acc.into_iter()
         .map(|(key, (n, ca, cb))| {
             let (a, b) = (100.0 * ca as f64 / n as f64, 100.0 * cb as f64 / n as f64);
-            GroupDelta { key, steps: n, a, b, delta: b - a }
+            GroupDelta {
+                key,
+                steps: n,
+                a,
+                b,
+                delta: b - a,
+            }
         })
         .collect()
+}
+
+/// The steps right in one run and wrong in the other, and the two discordant counts.
+fn flips(a: &[StepScore], b: &[StepScore]) -> (Vec<Flip>, usize, usize) {
+    let mut flipped = Vec::new();
+    let (mut a_only, mut b_only) = (0, 0);
+    for (sa, sb) in a.iter().zip(b) {
+        if sa.correct == sb.correct {
+            continue;
+        }
+        if sa.correct {
+            a_only += 1;
+        } else {
+            b_only += 1;
+        }
+        flipped.push(Flip {
+            trajectory: sa.trajectory.clone(),
+            step: sa.step,
+            direction: if sa.correct {
+                "right_to_wrong"
+            } else {
+                "wrong_to_right"
+            }
+            .into(),
+            response_a: sa.response.clone(),
+            response_b: sb.response.clone(),
+        });
+    }
+    (flipped, a_only, b_only)
 }
 
 /// Compare two loaded runs; an error when their benchmarks differ.
@@ -145,29 +185,21 @@ pub fn compare(a: &RunData, b: &RunData) -> Result<Comparison, ReportError> {
         .iter()
         .filter_map(|&name| {
             let i = iv.metrics.get(name)?;
-            let (va, vb) = (metric_value(&a.metrics, name), metric_value(&b.metrics, name));
-            Some(MetricDelta { metric: name.to_owned(), a: va, b: vb, delta: vb - va, low: i.low, high: i.high })
+            let (va, vb) = (
+                metric_value(&a.metrics, name),
+                metric_value(&b.metrics, name),
+            );
+            Some(MetricDelta {
+                metric: name.to_owned(),
+                a: va,
+                b: vb,
+                delta: vb - va,
+                low: i.low,
+                high: i.high,
+            })
         })
         .collect();
-    let mut flipped = Vec::new();
-    let (mut a_only, mut b_only) = (0, 0);
-    for (sa, sb) in a.steps.iter().zip(&b.steps) {
-        if sa.correct == sb.correct {
-            continue;
-        }
-        if sa.correct {
-            a_only += 1;
-        } else {
-            b_only += 1;
-        }
-        flipped.push(Flip {
-            trajectory: sa.trajectory.clone(),
-            step: sa.step,
-            direction: if sa.correct { "right_to_wrong" } else { "wrong_to_right" }.into(),
-            response_a: sa.response.clone(),
-            response_b: sb.response.clone(),
-        });
-    }
+    let (flipped, a_only, b_only) = flips(&a.steps, &b.steps);
     Ok(Comparison {
         schema_version: COMPARE_SCHEMA_VERSION,
         run_a: a.dir.display().to_string(),
@@ -201,9 +233,18 @@ pub struct CompareOutput {
 
 /// A plain-text summary of a comparison.
 pub fn render_summary(c: &Comparison) -> String {
-    let mut s = format!("B ({}) - A ({}), {:.0}% paired-bootstrap intervals:\n", c.run_b, c.run_a, c.confidence * 100.0);
+    let mut s = format!(
+        "B ({}) - A ({}), {:.0}% paired-bootstrap intervals:\n",
+        c.run_b,
+        c.run_a,
+        c.confidence * 100.0
+    );
     for m in &c.metrics {
-        let _ = writeln!(s, "  {:<18} {:>8.3} -> {:>8.3}  delta {:+.3} [{:+.3}, {:+.3}]", m.metric, m.a, m.b, m.delta, m.low, m.high);
+        let _ = writeln!(
+            s,
+            "  {:<18} {:>8.3} -> {:>8.3}  delta {:+.3} [{:+.3}, {:+.3}]",
+            m.metric, m.a, m.b, m.delta, m.low, m.high
+        );
     }
     let _ = writeln!(
         s,
@@ -224,5 +265,9 @@ pub fn write(out: &Path, a: &RunData, b: &RunData) -> Result<CompareOutput, Repo
     text.push('\n');
     write_atomic(&json, text.as_bytes())?;
     let html = super::compare_html::write(out, &c, a, b)?;
-    Ok(CompareOutput { html, json, summary: render_summary(&c) })
+    Ok(CompareOutput {
+        html,
+        json,
+        summary: render_summary(&c),
+    })
 }

@@ -62,11 +62,11 @@ fn headline(c: &Comparison) -> String {
             m.high
         );
     }
-    let _ = write!(
+    let _ = writeln!(
         s,
         "</table><p class=\"note\">Intervals: {}, {} resamples, seed {}.</p>\
          <p id=\"mcnemar\">McNemar's exact test on step correctness: {} steps right only in A, {} right only in B, \
-         two-sided p = {:.4}.</p></section>\n",
+         two-sided p = {:.4}.</p></section>",
         html(&c.interval_method),
         c.resamples,
         c.seed,
@@ -97,7 +97,9 @@ fn flipped_data(a: &RunData, b: &RunData, thumbs: &HashMap<String, Option<String
             continue;
         }
         let t = &a.bench.trajectories[sa.traj_index];
-        let thumb = thumbs.get(&t.steps[sa.step].image).and_then(|u| u.as_deref());
+        let thumb = thumbs
+            .get(&t.steps[sa.step].image)
+            .and_then(|u| u.as_deref());
         let place = StepPlace { index, thumb };
         let key = (t.id.clone(), sa.step);
         let mut step = step_json(sa, t, &a.metrics.rules, place, a.tokens.get(&key));
@@ -106,7 +108,11 @@ fn flipped_data(a: &RunData, b: &RunData, thumbs: &HashMap<String, Option<String
         step["outcome2"] = other["outcome"].clone();
         step["check2"] = other["check"].clone();
         step["response2"] = other["response"].clone();
-        step["flip"] = json!(if sa.correct { "right_to_wrong" } else { "wrong_to_right" });
+        step["flip"] = json!(if sa.correct {
+            "right_to_wrong"
+        } else {
+            "wrong_to_right"
+        });
         if last_traj != sa.traj_index {
             last_traj = sa.traj_index;
             trajs.push(json!({"id": t.id, "app": t.app_name, "instruction": t.instruction, "judge": null, "steps": []}));
@@ -120,9 +126,16 @@ fn flipped_data(a: &RunData, b: &RunData, thumbs: &HashMap<String, Option<String
 
 /// Write `out/compare.html` with thumbnails of the flipped steps in `out/report/`.
 pub fn write(out: &Path, c: &Comparison, a: &RunData, b: &RunData) -> Result<PathBuf, ReportError> {
-    let images = a.steps.iter().zip(&b.steps).filter(|(x, y)| x.correct != y.correct).map(|(s, _)| {
-        a.bench.trajectories[s.traj_index].steps[s.step].image.as_str()
-    });
+    let images = a
+        .steps
+        .iter()
+        .zip(&b.steps)
+        .filter(|(x, y)| x.correct != y.correct)
+        .map(|(s, _)| {
+            a.bench.trajectories[s.traj_index].steps[s.step]
+                .image
+                .as_str()
+        });
     let thumbs = thumbs::make_thumbnails(&a.bench.root, images, out)?;
     let title = "Mobile-R1 comparison";
     let body = format!(
@@ -136,6 +149,9 @@ pub fn write(out: &Path, c: &Comparison, a: &RunData, b: &RunData) -> Result<Pat
         filters(),
     );
     let path = out.join("compare.html");
-    write_atomic(&path, page(title, &body, &flipped_data(a, b, &thumbs)).as_bytes())?;
+    write_atomic(
+        &path,
+        page(title, &body, &flipped_data(a, b, &thumbs)).as_bytes(),
+    )?;
     Ok(path)
 }

@@ -44,19 +44,26 @@ fn interval_cell(m: &Metrics, key: &str, digits: usize) -> String {
     }
 }
 
-fn headline(input: &ReportInput<'_>) -> String {
-    let m = input.metrics;
-    let mut s = String::from(
-        "<section id=\"headline\"><h2>Metrics</h2><table class=\"metrics\">\
-         <tr><th>metric</th><th>value</th><th>95% interval</th></tr>\n",
-    );
+/// The rows of the metrics that have intervals.
+fn metric_rows(m: &Metrics) -> String {
+    let mut s = String::new();
     let rows: [(&str, &str, f64, usize); 6] = [
         ("accuracy %", "accuracy", m.accuracy, 2),
         ("task success %", "task_success", m.task_success, 2),
         ("tail success %", "tail_success", m.tail_success, 2),
         ("type accuracy %", "type_accuracy", m.type_accuracy, 2),
-        ("args errors per trajectory", "avg_args_errors", m.avg_args_errors, 3),
-        ("full three-tag format %", "full_format_rate", m.full_format_rate, 2),
+        (
+            "args errors per trajectory",
+            "avg_args_errors",
+            m.avg_args_errors,
+            3,
+        ),
+        (
+            "full three-tag format %",
+            "full_format_rate",
+            m.full_format_rate,
+            2,
+        ),
     ];
     for (label, key, v, d) in rows {
         let _ = writeln!(
@@ -65,18 +72,62 @@ fn headline(input: &ReportInput<'_>) -> String {
             interval_cell(m, key, d)
         );
     }
+    s
+}
+
+/// The rows of the counts and of the extra keys (judge success).
+fn count_rows(m: &Metrics) -> String {
+    let mut s = String::new();
     let counts = [
-        ("steps / trajectories", format!("{} / {}", m.steps, m.trajectories)),
-        ("correct / args / type / format errors", format!("{} / {} / {} / {}", m.correct, m.args_errors, m.type_errors, m.format_errors)),
-        ("missing / unknown / malformed predictions", format!("{} / {} / {}", m.missing_predictions, m.unknown_predictions, m.malformed_prediction_lines)),
+        (
+            "steps / trajectories",
+            format!("{} / {}", m.steps, m.trajectories),
+        ),
+        (
+            "correct / args / type / format errors",
+            format!(
+                "{} / {} / {} / {}",
+                m.correct, m.args_errors, m.type_errors, m.format_errors
+            ),
+        ),
+        (
+            "missing / unknown / malformed predictions",
+            format!(
+                "{} / {} / {}",
+                m.missing_predictions, m.unknown_predictions, m.malformed_prediction_lines
+            ),
+        ),
     ];
     for (label, v) in counts {
-        let _ = writeln!(s, "<tr><td>{label}</td><td class=\"num\">{v}</td><td></td></tr>");
+        let _ = writeln!(
+            s,
+            "<tr><td>{label}</td><td class=\"num\">{v}</td><td></td></tr>"
+        );
     }
     for (k, v) in &m.extra {
-        let label = if k == "judge_success" { "judge success %" } else { k.as_str() };
-        let _ = writeln!(s, "<tr><td>{}</td><td class=\"num\">{}</td><td></td></tr>", html(label), html(&display_value(v)));
+        let label = if k == "judge_success" {
+            "judge success %"
+        } else {
+            k.as_str()
+        };
+        let _ = writeln!(
+            s,
+            "<tr><td>{}</td><td class=\"num\">{}</td><td></td></tr>",
+            html(label),
+            html(&display_value(v))
+        );
     }
+    s
+}
+
+fn headline(input: &ReportInput<'_>) -> String {
+    let m = input.metrics;
+    let mut s = String::from(
+        "<section id=\"headline\"><h2>Metrics</h2><table class=\"metrics\">\
+         <tr><th>metric</th><th>value</th><th>95% interval</th></tr>\n",
+    );
+    s.push_str(&metric_rows(m));
+    s.push_str(&count_rows(m));
     s.push_str("</table>\n");
     if let Some(iv) = &m.intervals {
         let _ = writeln!(
@@ -105,12 +156,21 @@ fn run_section(input: &ReportInput<'_>) -> String {
     let run = input.run;
     let mut s = String::from("<section id=\"run\"><h2>Run</h2><table class=\"kv\">\n");
     let rows = [
-        ("model", run.model.clone().unwrap_or_else(|| "(not recorded)".into())),
+        (
+            "model",
+            run.model.clone().unwrap_or_else(|| "(not recorded)".into()),
+        ),
         ("data", run.data.clone()),
-        ("rules", format!("{} v{}: {}", r.name, r.version, r.description)),
+        (
+            "rules",
+            format!("{} v{}: {}", r.name, r.version, r.description),
+        ),
         ("box scale", r.bbox_scale.to_string()),
         ("distance threshold", r.distance_threshold.to_string()),
-        ("distance test with boxes", r.distance_fallback_with_boxes.to_string()),
+        (
+            "distance test with boxes",
+            r.distance_fallback_with_boxes.to_string(),
+        ),
         ("box edges inside", r.box_edges_inside.to_string()),
         ("text / key rule", format!("{:?} / {:?}", r.text, r.key)),
     ];
@@ -145,7 +205,12 @@ fn confusion_chart(m: &Metrics) -> String {
                 .collect()
         })
         .collect();
-    charts::heatmap("Type confusion (rows gold, columns predicted)", &rows, &cols, &cells)
+    charts::heatmap(
+        "Type confusion (rows gold, columns predicted)",
+        &rows,
+        &cols,
+        &cells,
+    )
 }
 
 fn charts_section(input: &ReportInput<'_>) -> String {
@@ -158,22 +223,40 @@ fn charts_section(input: &ReportInput<'_>) -> String {
     let kinds: Vec<String> = m.format_error_kinds.keys().cloned().collect();
     let kind_counts: Vec<f64> = m.format_error_kinds.values().map(|&n| n as f64).collect();
     let mut figs = vec![
-        charts::accuracy_bars("Accuracy by step index", &keys(&m.per_step_index), &acc(&m.per_step_index), None),
+        charts::accuracy_bars(
+            "Accuracy by step index",
+            &keys(&m.per_step_index),
+            &acc(&m.per_step_index),
+            None,
+        ),
         charts::accuracy_bars("Accuracy by app", &keys(&m.per_app), &acc(&m.per_app), None),
-        charts::accuracy_bars("Accuracy by gold action (light: type right)", &actions, &exact, Some(&typed)),
+        charts::accuracy_bars(
+            "Accuracy by gold action (light: type right)",
+            &actions,
+            &exact,
+            Some(&typed),
+        ),
         confusion_chart(m),
     ];
     if kinds.is_empty() {
         figs.push("<p class=\"note\">No format errors.</p>".into());
     } else {
-        figs.push(charts::count_bars("Format errors by kind", &kinds, &kind_counts));
+        figs.push(charts::count_bars(
+            "Format errors by kind",
+            &kinds,
+            &kind_counts,
+        ));
     }
     let generated: Vec<u64> = input.tokens.values().filter_map(|t| t.generated).collect();
     let prompt: Vec<u64> = input.tokens.values().filter_map(|t| t.prompt).collect();
     if generated.is_empty() {
         figs.push("<p class=\"note\">The predictions carry no token counts.</p>".into());
     } else {
-        figs.push(charts::histogram("Generated tokens per step", &generated, "tokens"));
+        figs.push(charts::histogram(
+            "Generated tokens per step",
+            &generated,
+            "tokens",
+        ));
         figs.push(charts::histogram("Prompt size per step", &prompt, "tokens"));
     }
     let mut s = String::from("<section id=\"charts\"><h2>Charts</h2><div class=\"charts\">\n");
@@ -193,7 +276,13 @@ fn options(values: impl IntoIterator<Item = String>) -> String {
 
 fn filters(input: &ReportInput<'_>) -> String {
     let apps = options(input.metrics.per_app.iter().map(|g| g.key.clone()));
-    let types = options(input.metrics.per_action.iter().map(|a| a.action.to_string()));
+    let types = options(
+        input
+            .metrics
+            .per_action
+            .iter()
+            .map(|a| a.action.to_string()),
+    );
     format!(
         "<div id=\"filters\" role=\"search\">\
          <label><input type=\"checkbox\" id=\"f-wrong\"> only wrong steps</label>\
@@ -209,18 +298,26 @@ fn filters(input: &ReportInput<'_>) -> String {
 }
 
 /// The trajectories and steps as the page's data block.
-fn browser_data(input: &ReportInput<'_>, thumbs: &std::collections::HashMap<String, Option<String>>) -> Value {
+fn browser_data(
+    input: &ReportInput<'_>,
+    thumbs: &std::collections::HashMap<String, Option<String>>,
+) -> Value {
     let mut trajs: Vec<Value> = Vec::with_capacity(input.bench.trajectories.len());
     for (index, s) in input.steps.iter().enumerate() {
         let t = &input.bench.trajectories[s.traj_index];
         if trajs.len() <= s.traj_index {
-            let judge = input.judgements.get(&t.id).map(|j| json!({"success": j.success, "reason": j.reason}));
+            let judge = input
+                .judgements
+                .get(&t.id)
+                .map(|j| json!({"success": j.success, "reason": j.reason}));
             trajs.resize(s.traj_index, Value::Null);
             trajs.push(json!({"id": t.id, "app": t.app_name, "instruction": t.instruction, "judge": judge, "steps": []}));
         }
         let place = StepPlace {
             index,
-            thumb: thumbs.get(&t.steps[s.step].image).and_then(|u| u.as_deref()),
+            thumb: thumbs
+                .get(&t.steps[s.step].image)
+                .and_then(|u| u.as_deref()),
         };
         let tokens = input.tokens.get(&(t.id.clone(), s.step));
         let step = step_json(s, t, &input.metrics.rules, place, tokens);
@@ -233,7 +330,10 @@ fn browser_data(input: &ReportInput<'_>, thumbs: &std::collections::HashMap<Stri
 }
 
 /// Render the page (the thumbnails must already be in `report/`).
-pub fn render(input: &ReportInput<'_>, thumbs: &std::collections::HashMap<String, Option<String>>) -> String {
+pub fn render(
+    input: &ReportInput<'_>,
+    thumbs: &std::collections::HashMap<String, Option<String>>,
+) -> String {
     let title = format!("Mobile-R1 report: {}", input.run.title);
     let body = format!(
         "<header><h1>{}</h1></header>\n<main>\n<div class=\"top\">{}{}</div>{}<section id=\"browser\"><h2>Trajectories</h2>\n{}\
@@ -249,10 +349,11 @@ pub fn render(input: &ReportInput<'_>, thumbs: &std::collections::HashMap<String
 
 /// Write `DIR/report.html` and its thumbnails in `DIR/report/`; returns the page's path.
 pub fn write(dir: &Path, input: &ReportInput<'_>) -> Result<PathBuf, ReportError> {
-    let images = input
-        .steps
-        .iter()
-        .map(|s| input.bench.trajectories[s.traj_index].steps[s.step].image.as_str());
+    let images = input.steps.iter().map(|s| {
+        input.bench.trajectories[s.traj_index].steps[s.step]
+            .image
+            .as_str()
+    });
     let thumbs = thumbs::make_thumbnails(&input.bench.root, images, dir)?;
     let path = dir.join(REPORT_FILE);
     write_atomic(&path, render(input, &thumbs).as_bytes())?;

@@ -154,7 +154,10 @@ pub fn flatten_settings(prefix: &str, v: &Value, out: &mut Vec<(String, String)>
 /// `(trajectory, step)` → token counts and errors from the prediction lines.
 pub fn read_token_counts(text: &str) -> HashMap<(String, usize), TokenCounts> {
     let mut out = HashMap::new();
-    for v in text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()) {
+    for v in text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    {
         let traj = match v.get("trajectory") {
             Some(Value::String(s)) => s.clone(),
             Some(Value::Number(n)) => n.to_string(),
@@ -176,7 +179,10 @@ pub fn read_token_counts(text: &str) -> HashMap<(String, usize), TokenCounts> {
 /// Trajectory id → verdict from the lines of `judgements.jsonl` (later lines win; unreadable lines skipped).
 pub fn read_judgements(text: &str) -> HashMap<String, Judgement> {
     let mut out = HashMap::new();
-    for v in text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()) {
+    for v in text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    {
         let traj = match v.get("trajectory") {
             Some(Value::String(s)) => s.clone(),
             Some(Value::Number(n)) => n.to_string(),
@@ -202,9 +208,10 @@ fn add_judge_summary(metrics: &mut Metrics, bench: &Benchmark, j: &HashMap<Strin
         .iter()
         .filter(|t| j.get(&t.id).is_some_and(|v| v.success == Some(true)))
         .count();
-    metrics
-        .extra
-        .insert("judge_success".into(), (100.0 * ok as f64 / n as f64).into());
+    metrics.extra.insert(
+        "judge_success".into(),
+        (100.0 * ok as f64 / n as f64).into(),
+    );
 }
 
 /// sha256 (hex) of a benchmark's `data.jsonl`.
@@ -228,7 +235,10 @@ impl RunData {
             None if overrides.data.is_some() => Value::Null,
             None => return Err(run_error(&manifest_path, "not found (or pass --data)")),
         };
-        let data = match (&overrides.data, manifest.get("data").and_then(Value::as_str)) {
+        let data = match (
+            &overrides.data,
+            manifest.get("data").and_then(Value::as_str),
+        ) {
             (Some(d), _) => d.clone(),
             (None, Some(d)) => PathBuf::from(d),
             (None, None) => return Err(run_error(&manifest_path, "no `data` (pass --data)")),
@@ -246,7 +256,11 @@ impl RunData {
         let (mut metrics, scored) = score_predictions(&rules, &bench, &preds);
         add_judge_summary(&mut metrics, &bench, &judgements);
         let mut settings = Vec::new();
-        flatten_settings("", manifest.get("settings").unwrap_or(&Value::Null), &mut settings);
+        flatten_settings(
+            "",
+            manifest.get("settings").unwrap_or(&Value::Null),
+            &mut settings,
+        );
         let run = RunInfo {
             title: dir.file_name().map_or_else(
                 || dir.display().to_string(),

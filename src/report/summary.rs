@@ -35,12 +35,54 @@ pub fn render_summary(m: &Metrics) -> String {
         r.distance_fallback_with_boxes,
         r.text
     );
-    let _ = writeln!(s, "| metric | value |\n|---|---|");
+    let _ = writeln!(s, "| metric | value | 95% interval |\n|---|---|---|");
+    let rows = headline_rows(m);
+    for (k, v) in rows {
+        let _ = writeln!(s, "| {k} | {v} |");
+    }
+    for (k, v) in &m.extra {
+        let _ = writeln!(s, "| {k} | {} |", extra_value(v));
+    }
+    s.push_str(&group_tables(m));
+    if let Some(iv) = &m.intervals {
+        let _ = writeln!(
+            s,
+            "\nIntervals: {:.0}% {}, {} resamples, seed {}.",
+            iv.confidence * 100.0,
+            iv.method,
+            iv.resamples,
+            iv.seed
+        );
+    }
+    if !m.format_error_kinds.is_empty() {
+        let kinds: Vec<String> = m
+            .format_error_kinds
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        let _ = writeln!(s, "\nFormat errors by kind: {}", kinds.join(", "));
+    }
+    s
+}
+
+/// ` | low – high` (a third table cell) for a metric with a bootstrap interval, else empty.
+fn interval_text(m: &Metrics, key: &str, digits: usize) -> String {
+    match m.intervals.as_ref().and_then(|iv| iv.metrics.get(key)) {
+        Some(Interval { low, high }) => format!(" | {low:.digits$} – {high:.digits$}"),
+        None => String::new(),
+    }
+}
+
+/// The headline rows of the summary table, with the bootstrap intervals where computed.
+fn headline_rows(m: &Metrics) -> [(&'static str, String); 12] {
     let ci = |key: &str, digits: usize| interval_text(m, key, digits);
-    let rows: [(&str, String); 12] = [
+    [
         ("steps (N)", m.steps.to_string()),
         ("trajectories (T)", m.trajectories.to_string()),
-        ("accuracy %", format!("{:.2}{}", m.accuracy, ci("accuracy", 2))),
+        (
+            "accuracy %",
+            format!("{:.2}{}", m.accuracy, ci("accuracy", 2)),
+        ),
         (
             "task success %",
             format!("{:.2}{}", m.task_success, ci("task_success", 2)),
@@ -71,13 +113,12 @@ pub fn render_summary(m: &Metrics) -> String {
                 m.missing_predictions, m.unknown_predictions, m.malformed_prediction_lines
             ),
         ),
-    ];
-    for (k, v) in rows {
-        let _ = writeln!(s, "| {k} | {v} |");
-    }
-    for (k, v) in &m.extra {
-        let _ = writeln!(s, "| {k} | {} |", extra_value(v));
-    }
+    ]
+}
+
+/// The per-action and per-app tables.
+fn group_tables(m: &Metrics) -> String {
+    let mut s = String::new();
     let _ = writeln!(
         s,
         "\n| action | steps | type acc % | exact acc % |\n|---|---|---|---|"
@@ -104,31 +145,5 @@ pub fn render_summary(m: &Metrics) -> String {
             g.task_success.unwrap_or(0.0)
         );
     }
-    if let Some(iv) = &m.intervals {
-        let _ = writeln!(
-            s,
-            "\nIntervals: {:.0}% {}, {} resamples, seed {}.",
-            iv.confidence * 100.0,
-            iv.method,
-            iv.resamples,
-            iv.seed
-        );
-    }
-    if !m.format_error_kinds.is_empty() {
-        let kinds: Vec<String> = m
-            .format_error_kinds
-            .iter()
-            .map(|(k, n)| format!("{k} {n}"))
-            .collect();
-        let _ = writeln!(s, "\nFormat errors by kind: {}", kinds.join(", "));
-    }
     s
-}
-
-/// ` [low, high]` for a metric with a bootstrap interval, else empty.
-fn interval_text(m: &Metrics, key: &str, digits: usize) -> String {
-    match m.intervals.as_ref().and_then(|iv| iv.metrics.get(key)) {
-        Some(Interval { low, high }) => format!(" [{low:.digits$}, {high:.digits$}]"),
-        None => String::new(),
-    }
 }

@@ -43,7 +43,12 @@ fn taps(src: u32, dst: u32) -> Vec<(usize, Vec<u32>)> {
                 .map(|i| ((i + 1) as f64).min(b) - (i as f64).max(a))
                 .collect();
             let total: f64 = w.iter().sum();
-            (first, w.iter().map(|x| (x / total * 65536.0).round() as u32).collect())
+            (
+                first,
+                w.iter()
+                    .map(|x| (x / total * 65536.0).round() as u32)
+                    .collect(),
+            )
         })
         .collect()
 }
@@ -111,8 +116,7 @@ fn make_one(source: &Path, thumb: &Path) -> Result<(), String> {
         u16::try_from(small.height()).map_err(|_| "image too tall for a JPEG thumbnail")?,
     );
     let tmp = thumb.with_extension(format!("tmp-{}", std::process::id()));
-    let mut encoder =
-        jpeg_encoder::Encoder::new_file(&tmp, QUALITY).map_err(|e| e.to_string())?;
+    let mut encoder = jpeg_encoder::Encoder::new_file(&tmp, QUALITY).map_err(|e| e.to_string())?;
     encoder.set_sampling_factor(jpeg_encoder::SamplingFactor::F_2_2);
     encoder
         .encode(small.as_raw(), w, h, jpeg_encoder::ColorType::Rgb)
@@ -132,20 +136,32 @@ pub fn make_thumbnails<'a>(
         path: dir.clone(),
         source,
     })?;
-    let unique: Vec<&str> = images.into_iter().collect::<BTreeSet<_>>().into_iter().collect();
-    Ok(unique
+    let unique: Vec<&str> = images
+        .into_iter()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let made: Vec<(&str, Result<String, String>)> = unique
         .par_iter()
         .map(|&image| {
             let name = thumb_name(image);
             let source = root.join(image);
-            let url = match make_one(&source, &dir.join(&name)) {
-                Ok(()) => Some(format!("{THUMB_DIR}/{name}")),
-                Err(e) => {
-                    tracing::warn!("report: screenshot {}: {e}", source.display());
-                    None
-                }
-            };
-            (image.to_owned(), url)
+            let made = make_one(&source, &dir.join(&name))
+                .map(|()| format!("{THUMB_DIR}/{name}"))
+                .map_err(|e| format!("{}: {e}", source.display()));
+            (image, made)
         })
+        .collect();
+    // One warning for all unreadable screenshots (a benchmark copied without its images has thousands).
+    let failed: Vec<&String> = made.iter().filter_map(|(_, r)| r.as_ref().err()).collect();
+    if let Some(first) = failed.first() {
+        tracing::warn!(
+            "report: {} screenshot(s) could not be read, shown without image (first: {first})",
+            failed.len()
+        );
+    }
+    Ok(made
+        .into_iter()
+        .map(|(image, r)| (image.to_owned(), r.ok()))
         .collect())
 }

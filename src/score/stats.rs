@@ -91,7 +91,9 @@ impl TrajTotals {
     }
 
     fn metrics(&self) -> Vec<f64> {
-        (0..INTERVAL_METRICS.len()).map(|i| self.metric(i)).collect()
+        (0..INTERVAL_METRICS.len())
+            .map(|i| self.metric(i))
+            .collect()
     }
 }
 
@@ -148,7 +150,12 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
 }
 
 /// Percentile bootstrap of `stat(weights)` where `weights[i]` counts how often trajectory `i` was drawn.
-fn bootstrap(n: usize, resamples: usize, seed: u64, stat: impl Fn(&[f64]) -> Vec<f64>) -> Intervals {
+fn bootstrap(
+    n: usize,
+    resamples: usize,
+    seed: u64,
+    stat: impl Fn(&[f64]) -> Vec<f64>,
+) -> Intervals {
     let mut rng = SplitMix64(seed);
     let mut draws: Vec<Vec<f64>> = vec![Vec::with_capacity(resamples); INTERVAL_METRICS.len()];
     let mut weights = vec![0.0; n];
@@ -209,7 +216,10 @@ pub fn paired_intervals(
     let (ta, tb) = (trajectory_totals(a), trajectory_totals(b));
     let n = ta.len().min(tb.len());
     let mut out = bootstrap(n, resamples, seed, |w| {
-        let (ma, mb) = (weighted(&ta[..n], w).metrics(), weighted(&tb[..n], w).metrics());
+        let (ma, mb) = (
+            weighted(&ta[..n], w).metrics(),
+            weighted(&tb[..n], w).metrics(),
+        );
         mb.iter().zip(&ma).map(|(b, a)| b - a).collect()
     });
     out.method = "paired percentile bootstrap over trajectories (B - A)".into();
@@ -275,6 +285,9 @@ mod tests {
         for _ in 0..40_000 {
             counts[rng.below(4)] += 1;
         }
-        assert!(counts.iter().all(|&c| (9_500..10_500).contains(&c)), "{counts:?}");
+        assert!(
+            counts.iter().all(|&c| (9_500..10_500).contains(&c)),
+            "{counts:?}"
+        );
     }
 }

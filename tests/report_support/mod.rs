@@ -90,7 +90,9 @@ fn response(gold: &Action, k: usize, variant: usize) -> (String, Option<[u32; 2]
         1 => (wrap(gold, HOSTILE[(k / 9 + 1) % HOSTILE.len()]), None),
         2 => match gold {
             Action::Click { coordinate } => {
-                let off = Action::Click { coordinate: [coordinate[0] + 300.0, coordinate[1] - 500.0] };
+                let off = Action::Click {
+                    coordinate: [coordinate[0] + 300.0, coordinate[1] - 500.0],
+                };
                 (wrap(&off, "a bit off"), None)
             }
             _ => (wrap(gold, "right"), None),
@@ -99,7 +101,9 @@ fn response(gold: &Action, k: usize, variant: usize) -> (String, Option<[u32; 2]
         4 => match gold {
             // The model saw a half-size image: coordinates halved, mapped back by image_size.
             Action::Click { coordinate } => {
-                let half = Action::Click { coordinate: [coordinate[0] / 2.0, coordinate[1] / 2.0] };
+                let half = Action::Click {
+                    coordinate: [coordinate[0] / 2.0, coordinate[1] / 2.0],
+                };
                 (wrap(&half, "half size"), Some([360, 800]))
             }
             _ => (wrap(gold, "right"), None),
