@@ -29,6 +29,8 @@ pub enum Command {
     Score(ScoreArgs),
     /// Join the shards of a sharded run (`eval --shard`) into the files one unsharded run writes.
     Merge(MergeArgs),
+    /// Write the HTML report of a run folder, or compare two runs (`--compare RUN_A RUN_B --out DIR`).
+    Report(ReportArgs),
     /// Benchmark data utilities.
     #[command(subcommand)]
     Data(DataCommand),
@@ -123,6 +125,26 @@ fn on_off(s: &str) -> Result<bool, String> {
         "off" | "0" | "false" | "no" => Ok(false),
         other => Err(format!("`{other}` is neither on nor off")),
     }
+}
+
+/// Arguments of `report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Run folder (from `eval`, or any folder with `predictions.jsonl`); `report.html` is written into it.
+    #[arg(required_unless_present = "compare", conflicts_with = "compare")]
+    pub run: Option<PathBuf>,
+    /// Compare two runs on the same benchmark: writes `compare.html` and `compare.json` into `--out`.
+    #[arg(long, num_args = 2, value_names = ["RUN_A", "RUN_B"], requires = "out")]
+    pub compare: Option<Vec<PathBuf>>,
+    /// Output folder of `--compare`.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Benchmark folder (default: `data` in the run's `manifest.json`).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Matching-rule preset (default: `rules` in the run's `manifest.json`, else mobile-r1).
+    #[arg(long)]
+    pub rules: Option<RuleName>,
 }
 
 /// Model-loading arguments shared by `generate` and `eval`.

@@ -95,6 +95,10 @@ fn batch_size_does_not_change_predictions_and_metrics_are_written() {
             runs.last().unwrap().len()
         );
         assert!(out.join("summary.md").exists() && out.join("steps.jsonl").exists());
+        assert!(
+            out.join("report.html").exists()
+                && metrics["intervals"]["metrics"]["accuracy"].is_object()
+        );
         let tp: Value = json_file(&out.join("throughput.json"));
         assert!(
             tp["phases"][0]["decode_tokens_per_second"]

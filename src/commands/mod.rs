@@ -6,6 +6,7 @@ pub mod data;
 pub mod eval;
 pub mod generate;
 pub mod merge;
+pub mod report;
 pub mod sample;
 pub mod score;
 pub mod selftest;
@@ -34,6 +35,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Eval(a) => eval::run(a, &crate::shard::SchedulerEnv::from_process()),
         Command::Merge(a) => merge::run(a),
+        Command::Report(a) => report::run(a),
         Command::Score(a) => score::run(a),
         Command::Data(DataCommand::Validate(a)) => data::validate(a),
         Command::Sample(a) => sample::run(a),

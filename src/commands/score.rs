@@ -62,12 +62,15 @@ pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
     }
     let out = args.out.unwrap_or_else(|| default_out(&args.predictions));
     let paths = report::write_all(&out, &metrics, &scored.steps)?;
+    let page =
+        report::html::write_scored(&out, &bench, &metrics, &scored.steps, &args.predictions)?;
     print!("{}", report::render_summary(&metrics));
     println!(
-        "\nWrote {}, {} and {}",
+        "\nWrote {}, {}, {} and {}",
         paths.metrics.display(),
         paths.steps.display(),
-        paths.summary.display()
+        paths.summary.display(),
+        page.display()
     );
     Ok(())
 }

@@ -326,6 +326,10 @@ fn score_and_report(
     let judged = !matches!(cfg.judge, JudgeChoice::None);
     let (metrics, steps) = score_run(&cfg.rules, bench, preds, &judgements, judged);
     crate::report::write_all(&cfg.out, &metrics, &steps)?;
+    // The HTML report is a view of the files above: failing to write it must not fail the run.
+    if let Err(e) = crate::report::html::write_run(&cfg.out) {
+        tracing::warn!("report.html not written: {e}");
+    }
     let summary = crate::report::render_summary(&metrics);
     Ok((metrics, summary))
 }

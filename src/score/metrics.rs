@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::{Outcome, RulePreset, StepScore};
+use super::{Intervals, Outcome, RulePreset, StepScore};
 use crate::action::ActionType;
 
 /// The benchmark metrics (`metrics.json`). Percentages are numbers in 0–100.
@@ -59,6 +59,9 @@ pub struct Metrics {
     pub per_step_index: Vec<GroupStats>,
     /// The rule preset, with all thresholds.
     pub rules: RulePreset,
+    /// 95% bootstrap intervals of the headline metrics (filled by [`super::score_predictions`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub intervals: Option<Intervals>,
     /// Keys added by callers (e.g. `judge_success`), written at the top level.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -289,6 +292,7 @@ pub fn aggregate(steps: &[StepScore], rules: &RulePreset) -> Metrics {
             .map(|(k, a)| a.stats(k.to_string(), false))
             .collect(),
         rules: rules.clone(),
+        intervals: None,
         extra: Map::new(),
     }
 }

@@ -7,6 +7,7 @@
 mod matching;
 mod metrics;
 mod rules;
+mod stats;
 
 use std::collections::HashMap;
 
@@ -15,6 +16,10 @@ use serde::Serialize;
 pub use matching::{in_box, map_point, match_args, norm_distance, ArgCheck, Direction};
 pub use metrics::{aggregate, ActionStats, GroupStats, Metrics};
 pub use rules::{RuleName, RulePreset, TextRule};
+pub use stats::{
+    intervals, mcnemar_exact, paired_intervals, Interval, Intervals, McNemar, CONFIDENCE,
+    DEFAULT_RESAMPLES, DEFAULT_SEED, INTERVAL_METRICS,
+};
 
 use crate::action::{Action, ActionType};
 use crate::dataset::{Benchmark, Trajectory};
@@ -153,7 +158,8 @@ pub struct ScoredRun {
     pub unknown: Vec<(String, usize)>,
 }
 
-/// Score `preds` against `bench` and aggregate, with the unknown and malformed prediction counts filled in.
+/// Score `preds` against `bench` and aggregate, with the unknown and malformed prediction counts and the
+/// bootstrap intervals ([`DEFAULT_RESAMPLES`], [`DEFAULT_SEED`]) filled in.
 pub fn score_predictions(
     rules: &RulePreset,
     bench: &Benchmark,
@@ -163,6 +169,7 @@ pub fn score_predictions(
     let mut metrics = aggregate(&scored.steps, rules);
     metrics.unknown_predictions = scored.unknown.len();
     metrics.malformed_prediction_lines = preds.malformed.len();
+    metrics.intervals = Some(intervals(&scored.steps, DEFAULT_RESAMPLES, DEFAULT_SEED));
     (metrics, scored)
 }
 

@@ -1,0 +1,41 @@
+//! `report`: write `report.html` for a run folder, or `compare.html` / `compare.json` for two runs.
+use anyhow::Context;
+
+use crate::cli::ReportArgs;
+use crate::report::{self, RunData, RunOverrides};
+
+/// Entry point.
+pub fn run(args: ReportArgs) -> anyhow::Result<()> {
+    let overrides = RunOverrides {
+        data: args.data,
+        rules: args.rules.map(|r| r.preset()),
+    };
+    if let Some(runs) = args.compare {
+        let out = args.out.context("--compare needs --out DIR")?;
+        let a = RunData::load(&runs[0], &overrides)
+            .with_context(|| format!("loading run {}", runs[0].display()))?;
+        // Both runs are judged by the same rules: those of run A unless --rules says otherwise.
+        let b_overrides = RunOverrides {
+            rules: Some(a.metrics.rules.clone()),
+            ..overrides
+        };
+        let b = RunData::load(&runs[1], &b_overrides)
+            .with_context(|| format!("loading run {}", runs[1].display()))?;
+        let written = report::compare::write(&out, &a, &b)?;
+        print!("{}", written.summary);
+        println!(
+            "Wrote {} and {}",
+            written.html.display(),
+            written.json.display()
+        );
+        return Ok(());
+    }
+    let dir = args
+        .run
+        .context("give a run folder, or --compare RUN_A RUN_B")?;
+    let run = RunData::load(&dir, &overrides)
+        .with_context(|| format!("loading run {}", dir.display()))?;
+    let path = report::html::write(&dir, &run.input())?;
+    println!("Wrote {}", path.display());
+    Ok(())
+}

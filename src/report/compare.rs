@@ -1,0 +1,273 @@
+//! Run versus run on the same benchmark: metric deltas with paired-bootstrap intervals, McNemar's exact test
+//! on step correctness, the steps that flipped, and per-app / per-action deltas (`compare.json`,
+//! `compare.html`).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::input::RunData;
+use super::{write_atomic, ReportError};
+use crate::score::{
+    mcnemar_exact, paired_intervals, McNemar, Metrics, StepScore, DEFAULT_RESAMPLES, DEFAULT_SEED,
+    INTERVAL_METRICS,
+};
+
+/// Version of the `compare.json` layout.
+pub const COMPARE_SCHEMA_VERSION: u32 = 1;
+
+/// One headline metric in both runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricDelta {
+    /// Metric name (as in `metrics.json`).
+    pub metric: String,
+    /// Value in run A.
+    pub a: f64,
+    /// Value in run B.
+    pub b: f64,
+    /// `b - a`.
+    pub delta: f64,
+    /// Paired-bootstrap interval of the delta.
+    pub low: f64,
+    /// Upper bound of that interval.
+    pub high: f64,
+}
+
+/// A group's (app or gold action) step accuracy in both runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupDelta {
+    /// App name or action type.
+    pub key: String,
+    /// Steps in the group.
+    pub steps: usize,
+    /// Accuracy % in A.
+    pub a: f64,
+    /// Accuracy % in B.
+    pub b: f64,
+    /// `b - a`.
+    pub delta: f64,
+}
+
+/// A step correct in one run and wrong in the other.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Flip {
+    /// Trajectory id.
+    pub trajectory: String,
+    /// 0-based step.
+    pub step: usize,
+    /// `right_to_wrong` (A correct, B wrong) or `wrong_to_right`.
+    pub direction: String,
+    /// A's response.
+    pub response_a: Option<String>,
+    /// B's response.
+    pub response_b: Option<String>,
+}
+
+/// The content of `compare.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Comparison {
+    /// [`COMPARE_SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// Run A's folder.
+    pub run_a: String,
+    /// Run B's folder.
+    pub run_b: String,
+    /// sha256 of the shared `data.jsonl`.
+    pub benchmark_hash: String,
+    /// The rule preset both were scored with.
+    pub rules: String,
+    /// Benchmark steps.
+    pub steps: usize,
+    /// Benchmark trajectories.
+    pub trajectories: usize,
+    /// How the delta intervals were computed.
+    pub interval_method: String,
+    /// Their confidence level.
+    pub confidence: f64,
+    /// Bootstrap resamples.
+    pub resamples: usize,
+    /// Bootstrap seed.
+    pub seed: u64,
+    /// Headline metrics.
+    pub metrics: Vec<MetricDelta>,
+    /// McNemar's exact test on step correctness.
+    pub mcnemar: McNemar,
+    /// Flipped steps, in benchmark order.
+    pub flipped: Vec<Flip>,
+    /// Per app.
+    pub per_app: Vec<GroupDelta>,
+    /// Per gold action type.
+    pub per_action: Vec<GroupDelta>,
+}
+
+fn metric_value(m: &Metrics, name: &str) -> f64 {
+    match name {
+        "accuracy" => m.accuracy,
+        "task_success" => m.task_success,
+        "tail_success" => m.tail_success,
+        "type_accuracy" => m.type_accuracy,
+        "avg_args_errors" => m.avg_args_errors,
+        "full_format_rate" => m.full_format_rate,
+        _ => f64::NAN,
+    }
+}
+
+/// Step accuracy per group key, in both runs (steps aligned).
+fn group_deltas(
+    a: &[StepScore],
+    b: &[StepScore],
+    key: impl Fn(&StepScore) -> String,
+) -> Vec<GroupDelta> {
+    let mut acc: BTreeMap<String, (usize, usize, usize)> = BTreeMap::new();
+    for (sa, sb) in a.iter().zip(b) {
+        let e = acc.entry(key(sa)).or_default();
+        e.0 += 1;
+        e.1 += sa.correct as usize;
+        e.2 += sb.correct as usize;
+    }
+    acc.into_iter()
+        .map(|(key, (n, ca, cb))| {
+            let (a, b) = (100.0 * ca as f64 / n as f64, 100.0 * cb as f64 / n as f64);
+            GroupDelta {
+                key,
+                steps: n,
+                a,
+                b,
+                delta: b - a,
+            }
+        })
+        .collect()
+}
+
+/// The steps right in one run and wrong in the other, and the two discordant counts.
+fn flips(a: &[StepScore], b: &[StepScore]) -> (Vec<Flip>, usize, usize) {
+    let mut flipped = Vec::new();
+    let (mut a_only, mut b_only) = (0, 0);
+    for (sa, sb) in a.iter().zip(b) {
+        if sa.correct == sb.correct {
+            continue;
+        }
+        if sa.correct {
+            a_only += 1;
+        } else {
+            b_only += 1;
+        }
+        flipped.push(Flip {
+            trajectory: sa.trajectory.clone(),
+            step: sa.step,
+            direction: if sa.correct {
+                "right_to_wrong"
+            } else {
+                "wrong_to_right"
+            }
+            .into(),
+            response_a: sa.response.clone(),
+            response_b: sb.response.clone(),
+        });
+    }
+    (flipped, a_only, b_only)
+}
+
+/// Compare two loaded runs; an error when their benchmarks differ.
+pub fn compare(a: &RunData, b: &RunData) -> Result<Comparison, ReportError> {
+    if a.bench_hash != b.bench_hash || a.steps.len() != b.steps.len() {
+        return Err(ReportError::DifferentBenchmarks {
+            run_a: a.dir.clone(),
+            hash_a: a.bench_hash.clone(),
+            run_b: b.dir.clone(),
+            hash_b: b.bench_hash.clone(),
+        });
+    }
+    let iv = paired_intervals(&a.steps, &b.steps, DEFAULT_RESAMPLES, DEFAULT_SEED);
+    let metrics = INTERVAL_METRICS
+        .iter()
+        .filter_map(|&name| {
+            let i = iv.metrics.get(name)?;
+            let (va, vb) = (
+                metric_value(&a.metrics, name),
+                metric_value(&b.metrics, name),
+            );
+            Some(MetricDelta {
+                metric: name.to_owned(),
+                a: va,
+                b: vb,
+                delta: vb - va,
+                low: i.low,
+                high: i.high,
+            })
+        })
+        .collect();
+    let (flipped, a_only, b_only) = flips(&a.steps, &b.steps);
+    Ok(Comparison {
+        schema_version: COMPARE_SCHEMA_VERSION,
+        run_a: a.dir.display().to_string(),
+        run_b: b.dir.display().to_string(),
+        benchmark_hash: a.bench_hash.clone(),
+        rules: a.metrics.rules.name.clone(),
+        steps: a.steps.len(),
+        trajectories: a.metrics.trajectories,
+        interval_method: iv.method,
+        confidence: iv.confidence,
+        resamples: iv.resamples,
+        seed: iv.seed,
+        metrics,
+        mcnemar: mcnemar_exact(a_only, b_only),
+        flipped,
+        per_app: group_deltas(&a.steps, &b.steps, |s| s.app.clone()),
+        per_action: group_deltas(&a.steps, &b.steps, |s| s.gold_type.to_string()),
+    })
+}
+
+/// What [`write`] wrote.
+#[derive(Debug, Clone)]
+pub struct CompareOutput {
+    /// `compare.html`.
+    pub html: PathBuf,
+    /// `compare.json`.
+    pub json: PathBuf,
+    /// A plain-text summary for the terminal.
+    pub summary: String,
+}
+
+/// A plain-text summary of a comparison.
+pub fn render_summary(c: &Comparison) -> String {
+    let mut s = format!(
+        "B ({}) - A ({}), {:.0}% paired-bootstrap intervals:\n",
+        c.run_b,
+        c.run_a,
+        c.confidence * 100.0
+    );
+    for m in &c.metrics {
+        let _ = writeln!(
+            s,
+            "  {:<18} {:>8.3} -> {:>8.3}  delta {:+.3} [{:+.3}, {:+.3}]",
+            m.metric, m.a, m.b, m.delta, m.low, m.high
+        );
+    }
+    let _ = writeln!(
+        s,
+        "McNemar exact test: {} steps right only in A, {} only in B, p = {:.4}",
+        c.mcnemar.a_only, c.mcnemar.b_only, c.mcnemar.p_value
+    );
+    s
+}
+
+/// Compare `a` and `b` and write `out/compare.json`, `out/compare.html` and its thumbnails.
+pub fn write(out: &Path, a: &RunData, b: &RunData) -> Result<CompareOutput, ReportError> {
+    let c = compare(a, b)?;
+    let json = out.join("compare.json");
+    let mut text = serde_json::to_string_pretty(&c).map_err(|source| ReportError::Json {
+        what: "the comparison",
+        source,
+    })?;
+    text.push('\n');
+    write_atomic(&json, text.as_bytes())?;
+    let html = super::compare_html::write(out, &c, a, b)?;
+    Ok(CompareOutput {
+        html,
+        json,
+        summary: render_summary(&c),
+    })
+}

@@ -1,0 +1,258 @@
+//! The HTML report and the run comparison without a browser: files written, escaping, thumbnails, bootstrap
+//! intervals in `metrics.json`, `compare.json`'s statistics, and the refusals.
+
+mod report_support;
+
+use std::path::Path;
+use std::process::Command;
+
+use mobile_r1_eval::report::{RunData, RunOverrides};
+use mobile_r1_eval::score::{intervals, paired_intervals};
+use report_support::{make_benchmark, make_run, run_ok, BIN, HOSTILE};
+use serde_json::Value;
+
+/// The JSON data block of a report page.
+fn data_block(page: &str) -> Value {
+    let start = page.find("id=\"report-data\">").expect("data block") + "id=\"report-data\">".len();
+    let end = start + page[start..].find("</script>").unwrap();
+    serde_json::from_str(&page[start..end]).expect("data block is JSON")
+}
+
+#[test]
+fn report_command_writes_an_escaped_offline_page() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = make_benchmark(tmp.path(), 2);
+    let run = tmp.path().join("run ü");
+    make_run(&data, &run, 0);
+    run_ok(&["report", run.to_str().unwrap()]);
+    let page = std::fs::read_to_string(run.join("report.html")).unwrap();
+    assert!(page.contains("http-equiv=\"Content-Security-Policy\""));
+    assert!(
+        page.contains("default-src &#39;none&#39;"),
+        "CSP forbids loads"
+    );
+    // Only the page's two script elements: the data block and the script; no hostile markup anywhere.
+    assert_eq!(page.matches("<script").count(), 2);
+    for bad in [
+        "window.__pwned = 1</script>",
+        "<img src=x",
+        "<b>model</b>",
+        "<b>app</b>",
+    ] {
+        assert!(!page.contains(bad), "unescaped {bad:?}");
+    }
+    assert!(page.contains("tiny &lt;b&gt;model&lt;/b&gt;"));
+    assert!(page.matches("<svg").count() >= 7, "charts drawn");
+    let d = data_block(&page);
+    let trajs = d["trajectories"].as_array().unwrap();
+    assert_eq!(trajs.len(), 10);
+    let steps: Vec<&Value> = trajs
+        .iter()
+        .flat_map(|t| t["steps"].as_array().unwrap())
+        .collect();
+    assert_eq!(steps.len(), 60);
+    let responses: String = steps
+        .iter()
+        .filter_map(|s| s["response"].as_str())
+        .collect();
+    for h in HOSTILE {
+        assert!(responses.contains(h), "hostile response kept as data: {h}");
+    }
+    // One thumbnail per distinct screenshot, about 400 px wide, named in plain ASCII.
+    let thumbs: Vec<_> = std::fs::read_dir(run.join("report"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(thumbs.len(), 60);
+    let first = image::open(&thumbs[0]).unwrap();
+    assert_eq!(first.width(), 400);
+    assert!(steps
+        .iter()
+        .all(|s| s["img"].as_str().is_some_and(|u| u.is_ascii())));
+}
+
+#[test]
+fn score_writes_intervals_into_metrics_and_a_report() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = make_benchmark(tmp.path(), 1);
+    let run = tmp.path().join("run");
+    make_run(&data, &run, 1);
+    let out = tmp.path().join("scored");
+    let preds = run.join("predictions.jsonl");
+    run_ok(&[
+        "score",
+        "--data",
+        data.to_str().unwrap(),
+        "--predictions",
+        preds.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let m: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
+    let iv = &m["intervals"];
+    assert_eq!(iv["resamples"], 2000);
+    assert_eq!(iv["confidence"], 0.95);
+    assert!(iv["seed"].is_u64());
+    for key in [
+        "accuracy",
+        "task_success",
+        "tail_success",
+        "type_accuracy",
+        "avg_args_errors",
+        "full_format_rate",
+    ] {
+        let (lo, hi, v) = (
+            iv["metrics"][key]["low"].as_f64().unwrap(),
+            iv["metrics"][key]["high"].as_f64().unwrap(),
+            m[key].as_f64().unwrap(),
+        );
+        assert!(lo <= v && v <= hi, "{key}: {v} outside [{lo}, {hi}]");
+    }
+    assert!(
+        iv["metrics"]["accuracy"]["high"].as_f64().unwrap()
+            > iv["metrics"]["accuracy"]["low"].as_f64().unwrap()
+    );
+    assert!(std::fs::read_to_string(out.join("summary.md"))
+        .unwrap()
+        .contains("resamples"));
+    assert!(out.join("report.html").exists());
+}
+
+#[test]
+fn bootstrap_is_deterministic_and_a_run_against_itself_has_zero_deltas() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = make_benchmark(tmp.path(), 1);
+    let run = tmp.path().join("run");
+    make_run(&data, &run, 1);
+    let r = RunData::load(&run, &RunOverrides::default()).unwrap();
+    assert_eq!(intervals(&r.steps, 500, 7), intervals(&r.steps, 500, 7));
+    assert_ne!(intervals(&r.steps, 500, 7), intervals(&r.steps, 500, 8));
+    let same = paired_intervals(&r.steps, &r.steps, 300, 1);
+    assert!(same.metrics.values().all(|i| i.low == 0.0 && i.high == 0.0));
+}
+
+#[test]
+fn compare_reports_deltas_mcnemar_and_flips() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = make_benchmark(tmp.path(), 2);
+    let (a, b, out) = (
+        tmp.path().join("a"),
+        tmp.path().join("b"),
+        tmp.path().join("cmp"),
+    );
+    make_run(&data, &a, 0);
+    make_run(&data, &b, 1);
+    run_ok(&[
+        "report",
+        "--compare",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let c: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("compare.json")).unwrap()).unwrap();
+    let (ra, rb) = (
+        RunData::load(&a, &RunOverrides::default()).unwrap(),
+        RunData::load(&b, &RunOverrides::default()).unwrap(),
+    );
+    let a_only = ra
+        .steps
+        .iter()
+        .zip(&rb.steps)
+        .filter(|(x, y)| x.correct && !y.correct)
+        .count();
+    let b_only = ra
+        .steps
+        .iter()
+        .zip(&rb.steps)
+        .filter(|(x, y)| !x.correct && y.correct)
+        .count();
+    assert!(a_only + b_only > 0);
+    assert_eq!(c["mcnemar"]["a_only"], a_only);
+    assert_eq!(c["mcnemar"]["b_only"], b_only);
+    assert_eq!(c["flipped"].as_array().unwrap().len(), a_only + b_only);
+    let acc = c["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["metric"] == "accuracy")
+        .unwrap();
+    let delta = rb.metrics.accuracy - ra.metrics.accuracy;
+    assert!((acc["delta"].as_f64().unwrap() - delta).abs() < 1e-9);
+    assert!(acc["low"].as_f64().unwrap() <= delta && delta <= acc["high"].as_f64().unwrap());
+    assert!(c["per_app"].as_array().unwrap().len() >= 5);
+    check_compare_page(&out.join("compare.html"), a_only + b_only);
+}
+
+fn check_compare_page(path: &Path, flipped: usize) {
+    let page = std::fs::read_to_string(path).unwrap();
+    assert_eq!(page.matches("<script").count(), 2);
+    assert!(!page.contains("window.__pwned = 1</script>"));
+    assert_eq!(
+        data_block(&page)["trajectories"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["steps"].as_array().unwrap().len())
+            .sum::<usize>(),
+        flipped
+    );
+}
+
+#[test]
+fn compare_refuses_runs_on_different_benchmarks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let one = make_benchmark(&tmp.path().join("one"), 1);
+    let two = make_benchmark(&tmp.path().join("two"), 2);
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    make_run(&one, &a, 0);
+    make_run(&two, &b, 0);
+    let o = Command::new(BIN)
+        .args([
+            "report",
+            "--compare",
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+            "--out",
+        ])
+        .arg(tmp.path().join("cmp"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("different benchmarks"), "{err}");
+}
+
+#[test]
+fn report_of_a_folder_without_manifest_asks_for_data() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = Command::new(BIN)
+        .args(["report"])
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("manifest.json") && err.contains("--data"),
+        "{err}"
+    );
+    let data = make_benchmark(tmp.path(), 1);
+    let run = tmp.path().join("half");
+    std::fs::create_dir_all(&run).unwrap();
+    // A run without any prediction yet still gets a report (every step a missing prediction).
+    run_ok(&[
+        "report",
+        run.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+    ]);
+    let page = std::fs::read_to_string(run.join("report.html")).unwrap();
+    assert!(Path::new(&run.join("report")).is_dir());
+    assert_eq!(
+        data_block(&page)["trajectories"].as_array().unwrap().len(),
+        5
+    );
+}
