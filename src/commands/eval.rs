@@ -1,6 +1,6 @@
 //! `eval`: evaluate a checkpoint on a benchmark (the embedded sample when `--data` is absent).
 
-use std::path::PathBuf;
+use std::path::Path;
 
 use anyhow::{Context, Result};
 
@@ -8,32 +8,17 @@ use super::model_spec;
 use crate::cli::EvalArgs;
 use crate::engine::{run_eval, EvalConfig, JudgeChoice};
 
-/// A fresh run folder under `runs/`: `runs/<UTC time>-<model name>`.
-fn default_run_dir(model: &str) -> PathBuf {
-    let name: String = model
-        .trim_end_matches('/')
-        .rsplit('/')
-        .next()
-        .unwrap_or("model")
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let mut dir = PathBuf::from("runs").join(format!("{secs}-{name}"));
-    let mut n = 1;
-    while dir.exists() {
-        n += 1;
-        dir = PathBuf::from("runs").join(format!("{secs}-{name}-{n}"));
+/// Issue 18: every value checked before any work, each error naming its flag.
+fn check_values(a: &EvalArgs) -> Result<()> {
+    use crate::validate;
+    validate::counts(a.max_new_tokens, a.batch_size, a.max_batch_tokens)?;
+    validate::pixel_bounds(a.model.min_pixels, a.model.max_pixels, validate::PATCH_SIDE)?;
+    validate::device(&a.model.device)?;
+    validate::model_location("--model", &a.model.model)?;
+    if let Some(j) = a.judge_model.as_deref() {
+        validate::model_location("--judge-model", j)?;
     }
-    dir
+    Ok(())
 }
 
 /// Build the engine configuration from the command line.
@@ -52,7 +37,11 @@ pub fn config(a: EvalArgs) -> Result<EvalConfig> {
         (false, None) => JudgeChoice::SameModel,
     };
     Ok(EvalConfig {
-        out: a.out.unwrap_or_else(|| default_run_dir(&a.model.model)),
+        out: match a.out {
+            Some(out) => out,
+            // Issue 18: a fresh folder two runs cannot share (millisecond time + random suffix, create_dir).
+            None => crate::runlock::create_fresh_run_dir(Path::new("runs"), &a.model.model)?,
+        },
         model: model_spec(&a.model),
         data,
         batch_size: a.batch_size,
@@ -66,7 +55,12 @@ pub fn config(a: EvalArgs) -> Result<EvalConfig> {
 
 /// Entry point of `eval`.
 pub fn run(args: EvalArgs) -> Result<()> {
+    check_values(&args)?; // hook (issue 18)
+    crate::interrupt::install(); // hook (issue 18): Ctrl-C/SIGTERM stop after saving what is finished
     let cfg = config(args)?;
+    // Hook (issue 18): one process per run folder, held until this function returns (or the process dies).
+    let _lock = crate::runlock::RunLock::acquire(&cfg.out)?;
+    eprintln!("run folder: {}", cfg.out.display());
     let outcome = run_eval(&cfg)?;
     println!("{}", outcome.summary);
     println!("Results written to {}:", outcome.out.display());

@@ -33,6 +33,8 @@ pub struct LoadedModel {
     pub dir: PathBuf,
     /// SHA-256 over the checkpoint's config and weight index (see [`fingerprint`]).
     pub fingerprint: String,
+    /// Content fingerprint of every weight file (issue 18: checked on resume).
+    pub weights: crate::fingerprint::WeightsFingerprint,
 }
 
 impl LoadedModel {
@@ -40,9 +42,11 @@ impl LoadedModel {
     pub fn load(spec: &ModelSpec) -> Result<Self> {
         let files = ModelFiles::resolve(&spec.model)
             .with_context(|| format!("locating model {}", spec.model))?;
+        crate::validate::device(&spec.device)?; // issue 18: a bad value is named as `--device`
         let device = model::parse_device(&spec.device)?;
         let dtype = model::parse_dtype(spec.dtype.as_deref(), &device)?;
         let fingerprint = fingerprint(&files)?;
+        let weights = crate::fingerprint::of_files(&files.weights)?;
         let model = Qwen25VL::load(&files, &device, dtype)
             .with_context(|| format!("loading model {}", spec.model))?;
         let mut kit = PromptBuilder::from_model_dir(&files.dir).with_context(|| {
@@ -56,6 +60,8 @@ impl LoadedModel {
                 spec.min_pixels.unwrap_or(kit.image.min_pixels),
                 spec.max_pixels.unwrap_or(kit.image.max_pixels),
             );
+            // issue 18: the bounds combined with the checkpoint's must still make a usable image size.
+            crate::validate::pixel_bounds(Some(min), Some(max), kit.image.factor() as u64)?;
             kit.image = kit.image.clone().with_pixel_bounds(min, max);
         }
         Ok(Self {
@@ -63,6 +69,7 @@ impl LoadedModel {
             kit,
             dir: files.dir.clone(),
             fingerprint,
+            weights,
         })
     }
 
