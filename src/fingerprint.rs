@@ -106,7 +106,9 @@ pub fn of_file(path: &Path) -> Result<FileFingerprint, FingerprintError> {
         .map_err(|_| bad("shorter than 8 bytes".into()))?;
     let header_len = u64::from_le_bytes(len);
     if header_len > size - 8 {
-        return Err(bad(format!("header length {header_len} exceeds the file size {size}")));
+        return Err(bad(format!(
+            "header length {header_len} exceeds the file size {size}"
+        )));
     }
     let mut header = vec![0u8; header_len as usize];
     f.read_exact(&mut header).map_err(io)?;
@@ -215,7 +217,11 @@ fn describe_changes(old: &WeightsFingerprint, new: &WeightsFingerprint) -> Vec<S
             Some(_) => {}
         }
     }
-    for o in old.files.iter().filter(|o| !new.files.iter().any(|n| n.file == o.file)) {
+    for o in old
+        .files
+        .iter()
+        .filter(|o| !new.files.iter().any(|n| n.file == o.file))
+    {
         out.push(format!("{} is gone", o.file));
     }
     out

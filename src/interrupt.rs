@@ -58,7 +58,12 @@ pub struct Interrupted {
 
 impl Interrupted {
     /// The stop error for the current signal, or `None` when no stop was requested.
-    pub fn check(done: usize, total: usize, unit: &'static str, out: &std::path::Path) -> Option<Self> {
+    pub fn check(
+        done: usize,
+        total: usize,
+        unit: &'static str,
+        out: &std::path::Path,
+    ) -> Option<Self> {
         signal().map(|signal| Self {
             signal,
             done,
@@ -88,7 +93,10 @@ pub fn resume_command(args: Vec<String>, out: &std::path::Path) -> String {
     }
     kept.push("--out".into());
     kept.push(out.to_string_lossy().into_owned());
-    kept.iter().map(|a| shell_quote(a)).collect::<Vec<_>>().join(" ")
+    kept.iter()
+        .map(|a| shell_quote(a))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Quote `s` for a POSIX shell when it holds anything but safe characters.
@@ -150,7 +158,9 @@ mod tests {
             resume_command(args, std::path::Path::new("runs/a b")),
             "mobile-r1-eval eval --model 'my model' --out 'runs/a b'"
         );
-        let args = ["m", "eval", "--out", "old", "--no-judge"].map(String::from).to_vec();
+        let args = ["m", "eval", "--out", "old", "--no-judge"]
+            .map(String::from)
+            .to_vec();
         assert_eq!(
             resume_command(args, std::path::Path::new("new")),
             "m eval --no-judge --out new"

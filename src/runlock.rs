@@ -229,7 +229,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let held = RunLock::acquire(dir.path()).unwrap();
         let err = RunLock::acquire(dir.path()).unwrap_err().to_string();
-        assert!(err.contains(&format!("pid {}", std::process::id())), "{err}");
+        assert!(
+            err.contains(&format!("pid {}", std::process::id())),
+            "{err}"
+        );
         assert!(err.contains(&host_name()), "{err}");
         drop(held);
         RunLock::acquire(dir.path()).expect("free again once released");

@@ -172,12 +172,16 @@ mod tests {
 
     #[test]
     fn pixel_bounds_name_the_flag_and_the_range() {
-        let e = pixel_bounds(None, Some(10), PATCH_SIDE).unwrap_err().to_string();
+        let e = pixel_bounds(None, Some(10), PATCH_SIDE)
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             e,
             "--max-pixels 10: must be at least 784 (one 28×28 patch, the smallest image the model sees)"
         );
-        let e = pixel_bounds(Some(0), None, PATCH_SIDE).unwrap_err().to_string();
+        let e = pixel_bounds(Some(0), None, PATCH_SIDE)
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("--min-pixels 0: must be at least 1"), "{e}");
         let e = pixel_bounds(Some(5000), Some(4000), PATCH_SIDE)
             .unwrap_err()
@@ -189,12 +193,26 @@ mod tests {
 
     #[test]
     fn counts_and_prompts() {
-        assert!(counts(0, 1, None).unwrap_err().to_string().starts_with("--max-new-tokens 0"));
-        assert!(counts(8, 0, None).unwrap_err().to_string().starts_with("--batch-size 0"));
-        assert!(counts(8, 1, Some(8)).unwrap_err().to_string().starts_with("--max-batch-tokens 8"));
+        assert!(counts(0, 1, None)
+            .unwrap_err()
+            .to_string()
+            .starts_with("--max-new-tokens 0"));
+        assert!(counts(8, 0, None)
+            .unwrap_err()
+            .to_string()
+            .starts_with("--batch-size 0"));
+        assert!(counts(8, 1, Some(8))
+            .unwrap_err()
+            .to_string()
+            .starts_with("--max-batch-tokens 8"));
         counts(8, 1, Some(9)).unwrap();
-        let e = prompt_fits("trajectory 3 step 1", 100, 8, 50).unwrap_err().to_string();
-        assert!(e.contains("trajectory 3 step 1 has 100 prompt tokens"), "{e}");
+        let e = prompt_fits("trajectory 3 step 1", 100, 8, 50)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("trajectory 3 step 1 has 100 prompt tokens"),
+            "{e}"
+        );
         assert!(e.contains("at least 108"), "{e}");
         prompt_fits("p", 42, 8, 50).unwrap();
     }
@@ -206,7 +224,9 @@ mod tests {
         }
         let e = device("cuda:abc").unwrap_err().to_string();
         assert!(e.starts_with("--device cuda:abc: expected cpu"), "{e}");
-        let e = model_location("--judge-model", "/nope").unwrap_err().to_string();
+        let e = model_location("--judge-model", "/nope")
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("--judge-model /nope: no such folder"), "{e}");
         model_location("--judge-model", "Qwen/Qwen2.5-VL-3B-Instruct").unwrap();
     }

@@ -67,16 +67,18 @@ fn benchmark_for(data: Option<&Path>, run: Option<&RunFolder>) -> anyhow::Result
     let dir = match (data, run.and_then(|r| r.data.as_ref())) {
         (Some(d), _) => d.to_path_buf(),
         (None, Some(d)) if d.join("data.jsonl").is_file() => d.clone(),
-        (None, _) => crate::sample::materialize_default()
-            .context("writing the embedded sample benchmark")?,
+        (None, _) => {
+            crate::sample::materialize_default().context("writing the embedded sample benchmark")?
+        }
     };
     if let Some(want) = run.and_then(|r| r.data_hash.as_deref()) {
         let file = dir.join("data.jsonl");
         let bytes = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
-        let have: String = sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(&bytes))
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let have: String =
+            sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(&bytes))
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
         if have != want {
             let r = run.expect("a hash comes from a run");
             anyhow::bail!(
@@ -165,7 +167,10 @@ fn warn_unknown(unknown: &[(String, usize)], total: usize, data: &Path) {
         .collect();
     let more = if unknown.len() > 10 { " …" } else { "" };
     let hint = if 2 * unknown.len() > total {
-        format!("; most predictions are for another benchmark than {} (pass the right --data)", data.display())
+        format!(
+            "; most predictions are for another benchmark than {} (pass the right --data)",
+            data.display()
+        )
     } else {
         String::new()
     };

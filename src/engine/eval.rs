@@ -168,7 +168,7 @@ pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
     );
 
     let mut phases = vec![run_steps(cfg, &bench, &model, limits)?.summary()];
-    stop_if_interrupted(cfg, "steps", bench.num_steps(), step_key_of)?; // hook (issue 18)
+    crate::eval_checks::stop_if_interrupted(cfg, "steps", bench.num_steps(), step_key_of)?; // hook (issue 18)
     let preds = PredictionSet::read(cfg.out.join("predictions.jsonl"))?;
     if let Some(spec) = judge_spec(cfg) {
         let judge = if cfg.judge == JudgeChoice::SameModel {
@@ -179,7 +179,12 @@ pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
         };
         phases.push(run_judge(cfg, &bench, &judge, limits, &preds)?.summary());
         let total = bench.trajectories.len();
-        stop_if_interrupted(cfg, "judged trajectories", total, trajectory_key_of)?; // hook (issue 18)
+        crate::eval_checks::stop_if_interrupted(
+            cfg,
+            "judged trajectories",
+            total,
+            trajectory_key_of,
+        )?; // hook (issue 18)
     }
 
     let (metrics, summary) = score_and_report(cfg, &bench, &preds)?;
@@ -216,7 +221,7 @@ fn run_steps(
         jobs.len(),
         total - jobs.len()
     );
-    check_largest_prompt(cfg, bench, model, &jobs)?; // hook (issue 18)
+    crate::eval_checks::first_prompt_checks(cfg, bench, model, &jobs)?; // hook (issue 18)
     let runner = Runner {
         model: &model.model,
         kit: &model.kit,
@@ -284,41 +289,6 @@ fn score_and_report(
     crate::report::write_all(&cfg.out, &metrics, &scored.steps)?;
     let summary = crate::report::render_summary(&metrics);
     Ok((serde_json::to_value(&metrics)?, summary))
-}
-
-/// Issue 18: after a Ctrl-C or SIGTERM, stop with [`crate::interrupt::Interrupted`] (what is done, how to resume).
-fn stop_if_interrupted(
-    cfg: &EvalConfig,
-    unit: &'static str,
-    total: usize,
-    key: fn(&Value) -> Option<String>,
-) -> Result<()> {
-    if !crate::interrupt::requested() {
-        return Ok(());
-    }
-    let file = if unit == "steps" { "predictions.jsonl" } else { "judgements.jsonl" };
-    let done = completed_keys(&cfg.out.join(file), key)?.len().min(total);
-    crate::interrupt::Interrupted::check(done, total, unit, &cfg.out).map_or(Ok(()), |e| Err(e.into()))
-}
-
-/// Issue 18: with an explicit `--max-batch-tokens`, the first pending step (the largest screenshot with the
-/// longest history: `pending_steps` sorts so) must fit with `--max-new-tokens`, checked before the phase starts.
-fn check_largest_prompt(
-    cfg: &EvalConfig,
-    bench: &Benchmark,
-    model: &LoadedModel,
-    jobs: &[(usize, usize)],
-) -> Result<()> {
-    let (Some(limit), Some(&(ti, si))) = (cfg.max_batch_tokens, jobs.first()) else {
-        return Ok(());
-    };
-    let traj = &bench.trajectories[ti];
-    // A step that cannot be prepared is recorded as an error by the phase itself.
-    if let Ok((input, _)) = super::prepare::step_input(&model.kit, bench, traj, si, cfg.system_prompt) {
-        let what = format!("trajectory {} step {si}", traj.id);
-        crate::validate::prompt_fits(&what, input.input_ids.len(), cfg.max_new_tokens, limit)?;
-    }
-    Ok(())
 }
 
 fn read_optional(path: &Path) -> Result<String> {

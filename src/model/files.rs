@@ -123,12 +123,10 @@ impl ModelFiles {
             .build()
             .map_err(|e| files_err(format!("hub client: {e}")))?;
         let repo = api.model(repo_id.to_string());
-        let config = repo
-            .get("config.json")
-            .map_err(|e| {
-                let hint = if unreachable(&e) { NO_NETWORK_HINT } else { "" };
-                files_err(format!("{repo_id}: cannot fetch config.json: {e}{hint}"))
-            })?;
+        let config = repo.get("config.json").map_err(|e| {
+            let hint = if unreachable(&e) { NO_NETWORK_HINT } else { "" };
+            files_err(format!("{repo_id}: cannot fetch config.json: {e}{hint}"))
+        })?;
         let dir = config.parent().map(Path::to_path_buf).unwrap_or_default();
         let fetch = |name: &str| -> Result<Option<PathBuf>, ModelError> {
             match repo.get(name) {
