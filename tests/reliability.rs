@@ -380,6 +380,17 @@ fn bad_values_are_refused_before_any_work_naming_the_flag() {
         );
         assert!(!run.exists(), "{args:?}: nothing may be written");
     }
+    // `bench` checks the same values.
+    let o = Command::new(BIN)
+        .args(["bench", "--random-weights", "--max-pixels", "10"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("--max-pixels 10: must be at least 784"),
+        "{}",
+        text(&o)
+    );
     // The prompt check needs the prompts: it names the step that does not fit.
     let run = dir.path().join("too-long");
     let o = eval_cmd(&tiny_b(), &data, &run, &["--max-batch-tokens", "10"])

@@ -10,6 +10,14 @@ pub fn run(a: BenchArgs) -> Result<()> {
     if !a.random_weights {
         bail!("bench needs --random-weights (a real checkpoint's throughput is in `eval`'s throughput.json)");
     }
+    // Issue 18: the same value checks as `eval`, before any work.
+    crate::validate::counts(a.max_new_tokens, a.batch_size, a.max_batch_tokens)?;
+    crate::validate::pixel_bounds(
+        Some(a.min_pixels),
+        Some(a.max_pixels),
+        crate::validate::PATCH_SIDE,
+    )?;
+    crate::validate::device(&a.device)?;
     // Holds the embedded tokenizer's folder (when used) until the run ends.
     let mut embedded = None;
     let cfg = BenchConfig {
