@@ -269,6 +269,19 @@ fn score_keeps_a_runs_judge_results_and_refuses_another_benchmark() {
         text(&o)
     );
     assert_eq!(metrics(), before);
+    // A manifest that cannot tell which benchmark it was made on: only with --out.
+    let manifest = run.join("manifest.json");
+    let mut m: Value = serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+    m["settings"].as_object_mut().unwrap().remove("data_hash");
+    std::fs::write(&manifest, m.to_string()).unwrap();
+    let o = Command::new(BIN)
+        .args(["score", "--predictions"])
+        .arg(&preds)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(text(&o).contains("pass --out"), "{}", text(&o));
+    assert_eq!(metrics(), before);
 }
 
 #[test]

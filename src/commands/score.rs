@@ -133,10 +133,15 @@ pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
     let (mut metrics, scored) = score_predictions(&rules, &bench, &preds);
     warn_unknown(&scored.unknown, preds.len(), &data);
     // A run folder (its manifest matched above) keeps eval's judge results; any other folder is written as before.
-    let out = args.out.clone().unwrap_or_else(|| match &run {
-        Some(r) => r.dir.clone(),
-        None => default_out(&args.predictions),
-    });
+    let out = match (args.out.clone(), &run) {
+        (Some(out), _) => out,
+        (None, Some(r)) if r.data_hash.is_some() => r.dir.clone(),
+        (None, Some(r)) => anyhow::bail!(
+            "{} records no benchmark hash, so scoring cannot tell whether it matches; pass --out to write the              scores elsewhere",
+            r.manifest.display()
+        ),
+        (None, None) => default_out(&args.predictions),
+    };
     let _lock = match &run {
         Some(r) if out == r.dir => {
             carried_keys(&out, &mut metrics)?;
