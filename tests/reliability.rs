@@ -417,6 +417,46 @@ fn bad_values_are_refused_before_any_work_naming_the_flag() {
         "{err}"
     );
     assert!(!run.join("predictions.jsonl").exists(), "{err}");
+    // The bound is exact: one token less than it asks for fails, what it asks for runs, and it is the longest
+    // prompt of the run plus --max-new-tokens.
+    let need: usize = err
+        .split("give --max-batch-tokens at least ")
+        .nth(1)
+        .and_then(|t| t.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no bound in {err}"));
+    let below = (need - 1).to_string();
+    let o = eval_cmd(
+        &tiny_b(),
+        &data,
+        &dir.path().join("below"),
+        &["--max-batch-tokens", &below],
+    )
+    .output()
+    .unwrap();
+    assert!(!o.status.success(), "{}", text(&o));
+    let ok = dir.path().join("exact");
+    let at = need.to_string();
+    let o = eval_cmd(
+        &tiny_b(),
+        &data,
+        &ok,
+        &["--max-batch-tokens", &at, "--no-judge"],
+    )
+    .output()
+    .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let longest = std::fs::read_to_string(ok.join("predictions.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["prompt_tokens"]
+                .as_u64()
+                .unwrap()
+        })
+        .max()
+        .unwrap();
+    assert_eq!(longest as usize + 8, need);
 }
 
 /// Start a run, wait until some steps are saved, send `signals` 100 ms apart, and return its output.

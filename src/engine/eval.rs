@@ -249,6 +249,7 @@ fn run_judge(
 ) -> Result<PhaseStats> {
     let path = cfg.out.join("judgements.jsonl");
     let jobs = pending_trajectories(bench, &completed_keys(&path, trajectory_key_of)?);
+    crate::eval_checks::largest_judge_prompt_fits(cfg, bench, judge, preds, &jobs)?; // hook (issue 18)
     let runner = Runner {
         model: &judge.model,
         kit: &judge.kit,
