@@ -2,13 +2,15 @@
 //! names that two runs started at the same moment cannot share.
 //!
 //! The lock is `flock(LOCK_EX | LOCK_NB)` on `RUN/.lock` (through [`std::fs::File::try_lock`]), and the file holds
-//! the holder's PID and host so that a second process can say who has the folder. Taking over a *stale* lock needs
-//! no special case: the kernel releases an `flock` when the last descriptor of its open file is closed, which
-//! happens when the process exits or is killed (`kill -9`, an OOM kill, a crash). A lock file left behind by a dead
-//! process is therefore unlocked, and the next run simply locks it and overwrites the PID and host. There is no
-//! window in which two live processes both believe they hold the folder, unlike PID-file schemes that check
-//! whether the recorded PID is alive and then write their own. (On network file systems without `flock` support
-//! the call fails, and the error says so.)
+//! the holder's PID and host ([`LockHolder`], JSON) so that a second process can say who has the folder.
+//!
+//! Taking over a *stale* lock needs no special case: the kernel releases an `flock` when the last descriptor of
+//! its open file is closed, which happens when the process exits or is killed (`kill -9`, an OOM kill, a crash).
+//! A lock file left behind by a dead process is therefore unlocked, and the next run simply locks it and
+//! overwrites the PID and host. There is no window in which two live processes both believe they hold the
+//! folder, unlike PID-file schemes that check whether the recorded PID is alive and then write their own (the PID
+//! may have been reused, and two checkers can both find it dead). The file is never deleted, so every process
+//! locks the same inode. (On network file systems without `flock` support the call fails, and the error says so.)
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -52,6 +54,17 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> RunLockError + '_ {
     }
 }
 
+/// The content of `RUN/.lock`: who holds the folder (meaningful only while the lock is held).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LockHolder {
+    /// Version of this record's layout.
+    pub schema_version: u32,
+    /// The holder's process id.
+    pub pid: u32,
+    /// The holder's host name.
+    pub host: String,
+}
+
 /// An exclusive lock on a run folder, released when dropped (or when the process dies).
 #[derive(Debug)]
 pub struct RunLock {
@@ -77,22 +90,23 @@ impl RunLock {
             Err(TryLockError::WouldBlock) => {
                 let mut text = String::new();
                 let _ = file.read_to_string(&mut text);
-                let field = |key: &str| {
-                    text.lines()
-                        .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_string()))
-                        .filter(|v| !v.is_empty())
-                        .unwrap_or_else(|| "?".into())
-                };
+                // The holder may still be writing it: then its PID and host are shown as `?`.
+                let holder = serde_json::from_str::<LockHolder>(&text).ok();
                 return Err(RunLockError::Busy {
                     dir: dir.to_path_buf(),
-                    pid: field("pid="),
-                    host: field("host="),
+                    pid: holder.as_ref().map_or("?".into(), |h| h.pid.to_string()),
+                    host: holder.map_or("?".into(), |h| h.host),
                     lock: path,
                 });
             }
             Err(TryLockError::Error(e)) => return Err(io_err(&path)(e)),
         }
-        let holder = format!("pid={}\nhost={}\n", std::process::id(), host_name());
+        let holder = LockHolder {
+            schema_version: 1,
+            pid: std::process::id(),
+            host: host_name(),
+        };
+        let holder = serde_json::to_string(&holder).expect("a LockHolder serialises") + "\n";
         file.set_len(0).map_err(io_err(&path))?;
         file.seek(SeekFrom::Start(0)).map_err(io_err(&path))?;
         file.write_all(holder.as_bytes()).map_err(io_err(&path))?;
@@ -241,13 +255,14 @@ mod tests {
     #[test]
     fn a_stale_lock_file_is_taken_over() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join(LOCK_FILE), "pid=999999999\nhost=gone\n").unwrap();
+        let stale =
+            r#"{"schema_version":1,"pid":999999999,"host":"gone-and-longer-than-this-one"}"#;
+        std::fs::write(dir.path().join(LOCK_FILE), stale).unwrap();
         let lock = RunLock::acquire(dir.path()).unwrap();
         let text = std::fs::read_to_string(lock.path()).unwrap();
-        assert_eq!(
-            text,
-            format!("pid={}\nhost={}\n", std::process::id(), host_name())
-        );
+        let holder: LockHolder = serde_json::from_str(&text).unwrap();
+        assert_eq!(holder.pid, std::process::id());
+        assert_eq!(holder.host, host_name());
     }
 
     #[test]
