@@ -139,6 +139,19 @@ fn bad_values_are_refused_before_any_work_naming_the_flag() {
         );
         assert!(!run.exists(), "{args:?}: nothing may be written");
     }
+    // A well-formed device this build cannot open is named as `--device` too.
+    if !cfg!(feature = "cuda") {
+        let o = eval_cmd(
+            &tiny_b(),
+            &data,
+            &dir.path().join("nocuda"),
+            &["--device", "cuda"],
+        )
+        .output()
+        .unwrap();
+        assert!(!o.status.success());
+        assert!(text(&o).contains("error: --device cuda: "), "{}", text(&o));
+    }
     // `bench` checks the same values.
     let o = Command::new(BIN)
         .args(["bench", "--random-weights", "--max-pixels", "10"])

@@ -43,7 +43,8 @@ impl LoadedModel {
         let files = ModelFiles::resolve(&spec.model)
             .with_context(|| format!("locating model {}", spec.model))?;
         crate::validate::device(&spec.device)?; // issue 18: a bad value is named as `--device`
-        let device = model::parse_device(&spec.device)?;
+        let device = model::parse_device(&spec.device)
+            .with_context(|| format!("--device {}", spec.device))?;
         let dtype = model::parse_dtype(spec.dtype.as_deref(), &device)?;
         let fingerprint = fingerprint(&files)?;
         let weights = crate::fingerprint::of_files(&files.weights)?;
