@@ -58,7 +58,8 @@ fn two_evals_on_one_folder_second_exits_at_once_naming_the_holder() {
     let dir = tempfile::tempdir().unwrap();
     let data = sample(dir.path());
     let run = dir.path().join("run");
-    let mut first = spawn(eval_cmd(&tiny_b(), &data, &run, &[]));
+    // Two at a time, so that the first run is still going when `score` tries the folder below.
+    let mut first = spawn(eval_cmd(&tiny_b(), &data, &run, &["--batch-size", "2"]));
     let pid = first.id();
     wait_for("the first run's lock", Duration::from_secs(60), || {
         std::fs::read_to_string(run.join(".lock"))
@@ -67,7 +68,23 @@ fn two_evals_on_one_folder_second_exits_at_once_naming_the_holder() {
     let t0 = Instant::now();
     let second = eval_cmd(&tiny_b(), &data, &run, &[]).output().unwrap();
     let second_took = t0.elapsed();
+    // `score` writing into the run folder waits its turn too.
+    let preds = run.join("predictions.jsonl");
+    wait_for("a first saved step", Duration::from_secs(60), || {
+        std::fs::read_to_string(&preds).is_ok_and(|t| !t.is_empty())
+    });
+    let score = Command::new(BIN)
+        .args(["score", "--predictions"])
+        .arg(&preds)
+        .output()
+        .unwrap();
     let first_status = first.wait().unwrap();
+    assert!(!score.status.success(), "score wrote into a running run");
+    assert!(
+        text(&score).contains("in use by another run"),
+        "{}",
+        text(&score)
+    );
     assert!(first_status.success());
     assert!(
         !second.status.success(),
