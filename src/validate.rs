@@ -75,6 +75,33 @@ pub fn pixel_bounds(min: Option<u64>, max: Option<u64>, factor: u64) -> Result<(
     Ok(())
 }
 
+/// The pixel bounds in effect — the flags given, else the checkpoint's `preprocessor_config.json` values — must
+/// still satisfy [`pixel_bounds`]; a conflict with a checkpoint value says so.
+pub fn effective_pixel_bounds(
+    given: (Option<u64>, Option<u64>),
+    checkpoint: (u64, u64),
+    factor: u64,
+) -> Result<(u64, u64), ValidateError> {
+    pixel_bounds(given.0, given.1, factor)?;
+    let (min, max) = (
+        given.0.unwrap_or(checkpoint.0),
+        given.1.unwrap_or(checkpoint.1),
+    );
+    match given {
+        (None, Some(hi)) if min > hi => Err(flag(
+            "--max-pixels",
+            hi,
+            format!("is below the checkpoint's min_pixels ({min}, preprocessor_config.json); pass --min-pixels too"),
+        )),
+        (Some(lo), None) if lo > max => Err(flag(
+            "--min-pixels",
+            lo,
+            format!("exceeds the checkpoint's max_pixels ({max}, preprocessor_config.json); pass --max-pixels too"),
+        )),
+        _ => Ok((min, max)),
+    }
+}
+
 /// `--max-new-tokens` ≥ 1, `--batch-size` ≥ 1 and, when given, `--max-batch-tokens` ≥ `--max-new-tokens` + 1
 /// (the shortest possible prompt; the real prompts are checked by [`prompt_fits`] once they are known).
 pub fn counts(
@@ -189,6 +216,23 @@ mod tests {
         assert!(e.contains("must not exceed --max-pixels (4000)"), "{e}");
         pixel_bounds(Some(784), Some(784), PATCH_SIDE).unwrap();
         pixel_bounds(None, None, PATCH_SIDE).unwrap();
+    }
+
+    #[test]
+    fn a_conflict_with_the_checkpoint_names_its_value() {
+        let ckpt = (3136, 12_845_056);
+        let e = effective_pixel_bounds((None, Some(1000)), ckpt, PATCH_SIDE).unwrap_err();
+        assert!(e
+            .to_string()
+            .starts_with("--max-pixels 1000: is below the checkpoint's min_pixels (3136"));
+        let e = effective_pixel_bounds((Some(20_000_000), None), ckpt, PATCH_SIDE).unwrap_err();
+        assert!(e
+            .to_string()
+            .contains("exceeds the checkpoint's max_pixels (12845056"));
+        assert_eq!(
+            effective_pixel_bounds((None, Some(200_704)), ckpt, PATCH_SIDE).unwrap(),
+            (3136, 200_704)
+        );
     }
 
     #[test]

@@ -139,6 +139,18 @@ fn bad_values_are_refused_before_any_work_naming_the_flag() {
         );
         assert!(!run.exists(), "{args:?}: nothing may be written");
     }
+    // A bound that conflicts with the checkpoint's other bound (tiny-b: min_pixels 3136) names both.
+    let o = eval_cmd(
+        &tiny_b(),
+        &data,
+        &dir.path().join("ckpt"),
+        &["--max-pixels", "1000"],
+    )
+    .output()
+    .unwrap();
+    assert!(!o.status.success());
+    let want = "--max-pixels 1000: is below the checkpoint's min_pixels (3136";
+    assert!(text(&o).contains(want), "{}", text(&o));
     // A well-formed device this build cannot open is named as `--device` too.
     if !cfg!(feature = "cuda") {
         let o = eval_cmd(

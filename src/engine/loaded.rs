@@ -57,12 +57,12 @@ impl LoadedModel {
             )
         })?;
         if spec.min_pixels.is_some() || spec.max_pixels.is_some() {
-            let (min, max) = (
-                spec.min_pixels.unwrap_or(kit.image.min_pixels),
-                spec.max_pixels.unwrap_or(kit.image.max_pixels),
-            );
-            // issue 18: the bounds combined with the checkpoint's must still make a usable image size.
-            crate::validate::pixel_bounds(Some(min), Some(max), kit.image.factor() as u64)?;
+            // Issue 18: the bounds combined with the checkpoint's must still make a usable image size.
+            let (min, max) = crate::validate::effective_pixel_bounds(
+                (spec.min_pixels, spec.max_pixels),
+                (kit.image.min_pixels, kit.image.max_pixels),
+                kit.image.factor() as u64,
+            )?;
             kit.image = kit.image.clone().with_pixel_bounds(min, max);
         }
         Ok(Self {
