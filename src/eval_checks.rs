@@ -56,31 +56,43 @@ pub fn first_prompt_checks(
         crate::validate::prompt_fits(&what, n, cfg.max_new_tokens, limit)?;
     }
     if estimate && !lens.is_empty() {
-        let image_tokens: u64 = lens
-            .iter()
-            .map(|&((ti, _), _)| image_tokens(model, &bench.trajectories[ti]))
-            .sum();
-        let step_tokens: u64 = lens.iter().map(|&(_, n)| n as u64).sum();
-        // Judge prompts (one per trajectory) are counted as average step prompts.
-        let judged = if matches!(cfg.judge, JudgeChoice::None) {
-            0
-        } else {
-            bench.trajectories.len()
-        };
-        let scale = (lens.len() + judged) as f64 / lens.len() as f64;
-        let prompts = lens.len() + judged;
-        let work = crate::cpu_estimate::Workload {
-            vision_params,
-            lm_params,
-            vision_patches: (4.0 * image_tokens as f64 * scale) as u64,
-            prompt_tokens: (step_tokens as f64 * scale) as u64,
-            new_tokens: (cfg.max_new_tokens * prompts) as u64,
-        };
-        let (rate, _) =
-            crate::bench::matmul_peak(model.model.device(), candle_core::DType::F32, 1024)?;
-        if let Some(w) = crate::cpu_estimate::cpu_warning(&work, prompts, rate) {
-            tracing::warn!("{w}");
-        }
+        warn_cpu_time(cfg, bench, model, &lens)?;
+    }
+    Ok(())
+}
+
+/// Log the estimated time of the run on the CPU and how to use a GPU build (`lens`: pending steps' prompt lengths).
+fn warn_cpu_time(
+    cfg: &EvalConfig,
+    bench: &Benchmark,
+    model: &LoadedModel,
+    lens: &[((usize, usize), usize)],
+) -> Result<()> {
+    let (vision_params, lm_params) = crate::bench::random::param_counts(model.model.config());
+    let image_tokens: u64 = lens
+        .iter()
+        .map(|&((ti, _), _)| image_tokens(model, &bench.trajectories[ti]))
+        .sum();
+    let step_tokens: u64 = lens.iter().map(|&(_, n)| n as u64).sum();
+    // Judge prompts (one per trajectory) are counted as average step prompts.
+    let judged = if matches!(cfg.judge, JudgeChoice::None) {
+        0
+    } else {
+        bench.trajectories.len()
+    };
+    let scale = (lens.len() + judged) as f64 / lens.len() as f64;
+    let prompts = lens.len() + judged;
+    let work = crate::cpu_estimate::Workload {
+        vision_params,
+        lm_params,
+        vision_patches: (4.0 * image_tokens as f64 * scale) as u64,
+        prompt_tokens: (step_tokens as f64 * scale) as u64,
+        new_tokens: (cfg.max_new_tokens * prompts) as u64,
+    };
+    // A brief measurement (a few 1024³ GEMMs, well under a second).
+    let (rate, _) = crate::bench::matmul_peak(model.model.device(), candle_core::DType::F32, 1024)?;
+    if let Some(w) = crate::cpu_estimate::cpu_warning(&work, prompts, rate) {
+        tracing::warn!("{w}");
     }
     Ok(())
 }
@@ -160,4 +172,21 @@ pub fn largest_judge_prompt_fits(
     let what = format!("the judge prompt of trajectory {}", t.id);
     crate::validate::prompt_fits(&what, input.input_ids.len(), cfg.max_new_tokens, limit)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::bench::random::{load_config, param_counts};
+    use crate::cpu_estimate::MIN_PARAMS;
+
+    #[test]
+    fn real_checkpoints_get_the_cpu_estimate_and_the_test_ones_do_not() {
+        for real in ["3b", "7b", "small"] {
+            let (v, l) = param_counts(&load_config(real).unwrap());
+            assert!(v + l >= MIN_PARAMS, "{real}: {}", v + l);
+        }
+        let tiny = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/models/tiny-b");
+        let (v, l) = param_counts(&load_config(tiny).unwrap());
+        assert!(v + l < MIN_PARAMS / 10, "tiny-b: {}", v + l);
+    }
 }

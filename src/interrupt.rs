@@ -12,11 +12,6 @@ use std::sync::atomic::{AtomicI32, Ordering};
 /// The first signal received (0: none).
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
 
-/// `SIGINT` (Ctrl-C).
-pub const SIGINT: i32 = 2;
-/// `SIGTERM`.
-pub const SIGTERM: i32 = 15;
-
 /// Whether a stop was requested (the first Ctrl-C or SIGTERM arrived).
 pub fn requested() -> bool {
     SIGNAL.load(Ordering::Relaxed) != 0
@@ -28,11 +23,6 @@ pub fn signal() -> Option<i32> {
         0 => None,
         s => Some(s),
     }
-}
-
-/// Record a stop request as if `sig` had arrived (what the handler does; also for tests).
-pub fn request(sig: i32) {
-    let _ = SIGNAL.compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst);
 }
 
 /// A run stopped on request after saving what was finished.
