@@ -1,8 +1,9 @@
 //! Build script: records the git revision and the candle version for the run manifest and, with the `cuda`
 //! feature, compiles the project's own kernels (`kernels/*.cu`) with nvcc (`$NVCC`, else `$CUDA_HOME/bin/nvcc`,
-//! else `nvcc` on the PATH) into a fatbin holding machine code for `sm_$CUDA_COMPUTE_CAP` (default 80) and PTX
-//! for `compute_$CUDA_COMPUTE_CAP`, which the driver compiles for other (newer) GPUs. The CPU build needs no CUDA
-//! at all.
+//! else `nvcc` on the PATH) into a fatbin holding machine code for `sm_$CUDA_COMPUTE_CAP` and PTX for
+//! `compute_$CUDA_COMPUTE_CAP`, which the driver compiles for other (newer) GPUs. When `CUDA_COMPUTE_CAP` is unset,
+//! the first GPU's compute capability from `nvidia-smi` is used (as candle's own build does), else 80. The CPU
+//! build needs no CUDA at all.
 fn main() {
     if std::env::var_os("CARGO_FEATURE_CUDA").is_some() {
         compile_fatbin("fused");
@@ -38,8 +39,11 @@ fn compile_fatbin(name: &str) {
         Ok(home) => format!("{home}/bin/nvcc"),
         Err(_) => "nvcc".to_string(),
     });
-    let cap = std::env::var("CUDA_COMPUTE_CAP").unwrap_or_else(|_| "80".to_string());
-    let cap = cap.trim_end_matches(['a', 'f']).replace('.', "");
+    let cap = std::env::var("CUDA_COMPUTE_CAP")
+        .ok()
+        .or_else(nvidia_smi_compute_cap)
+        .unwrap_or_else(|| "80".to_string());
+    let cap = cap.trim().trim_end_matches(['a', 'f']).replace('.', "");
     let out = format!(
         "{}/{name}.fatbin",
         std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")
@@ -65,4 +69,20 @@ fn compile_fatbin(name: &str) {
         status.success(),
         "`{nvcc}` failed to compile {src} (exit {status})"
     );
+}
+
+/// The first GPU's compute capability as `nvidia-smi` reports it (`9.0`), if there is a GPU and the tool.
+fn nvidia_smi_compute_cap() -> Option<String> {
+    let out = std::process::Command::new("nvidia-smi")
+        .args(["--query-gpu=compute_cap", "--format=csv,noheader"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let first = text.lines().next()?.trim();
+    let valid = !first.is_empty() && first.chars().all(|c| c.is_ascii_digit() || c == '.');
+    valid.then(|| {
+        println!("cargo:warning=CUDA_COMPUTE_CAP unset: compiling the kernels for this machine's GPU (compute capability {first}, from nvidia-smi)");
+        first.to_string()
+    })
 }

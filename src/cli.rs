@@ -283,7 +283,7 @@ pub struct BenchArgs {
     /// Largest image area in pixels (default 1280·28²).
     #[arg(long, default_value_t = 1_003_520)]
     pub max_pixels: u64,
-    /// Folder with a Qwen2.5-VL tokenizer.json and chat template (default: the test fixtures' tokenizer).
+    /// Folder with a Qwen2.5-VL tokenizer.json and chat template (default: a copy built into the binary).
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
     /// Skip the aggregation (judge) phase.

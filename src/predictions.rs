@@ -82,6 +82,7 @@ impl PredictionSet {
     /// Parse JSONL text (blank lines are skipped).
     pub fn parse(text: &str) -> PredictionSet {
         let mut set = PredictionSet::default();
+        let text = crate::safe_io::strip_bom(text); // a leading UTF-8 BOM (Windows editors) is not data
         for (i, line) in text.lines().enumerate() {
             if line.trim().is_empty() {
                 continue;

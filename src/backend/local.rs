@@ -35,6 +35,7 @@ impl LocalBackend {
             model: model.to_string(),
             model_path: loaded.dir.clone(),
             fingerprint: loaded.fingerprint.clone(),
+            weights: loaded.weights.clone(),
             dtype: loaded.dtype_name(),
             device: loaded.device.to_string(),
             kv_bytes_per_token: m.kv_bytes_per_token(),
@@ -134,6 +135,10 @@ impl Backend for LocalBackend {
 
     fn limits(&self) -> BatchLimits {
         self.limits
+    }
+
+    fn local_model(&self) -> Option<&LoadedModel> {
+        Some(&self.loaded)
     }
 
     fn profile_snapshot(&self) -> Option<crate::ops::ProfileSnapshot> {

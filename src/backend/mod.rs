@@ -61,8 +61,10 @@ pub struct BackendInfo {
     pub model: String,
     /// The local folder it was read from.
     pub model_path: PathBuf,
-    /// Fingerprint of its files.
+    /// Fingerprint of its config and safetensors headers.
     pub fingerprint: String,
+    /// Content fingerprint of its weight files.
+    pub weights: crate::fingerprint::WeightsFingerprint,
     /// Activation dtype.
     pub dtype: String,
     /// The device it runs on.
@@ -109,6 +111,10 @@ pub trait Backend: Sync {
     fn image_config(&self) -> &ImageProcessorConfig;
     /// The batch limits it runs under.
     fn limits(&self) -> BatchLimits;
+    /// The checkpoint on this machine, when the backend runs one (for checks that tokenize prompts).
+    fn local_model(&self) -> Option<&LoadedModel> {
+        None
+    }
     /// The model sections' timings so far, when profiling is on.
     fn profile_snapshot(&self) -> Option<crate::ops::ProfileSnapshot> {
         None

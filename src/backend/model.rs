@@ -39,6 +39,8 @@ pub struct LoadedModel {
     pub device: DeviceSpec,
     /// SHA-256 over the checkpoint's config and weight index (see [`fingerprint`]).
     pub fingerprint: String,
+    /// Content fingerprint of every weight file (issue 18: checked on resume).
+    pub weights: crate::fingerprint::WeightsFingerprint,
 }
 
 impl LoadedModel {
@@ -55,6 +57,7 @@ impl LoadedModel {
             Some(DTypeSpec::F16) => DType::F16,
         };
         let fingerprint = fingerprint(&files)?;
+        let weights = crate::fingerprint::of_files(&files.weights)?;
         let model = Qwen25VL::load(&files, &device, dtype, &spec.ops)
             .with_context(|| format!("loading model {}", spec.model))?;
         let mut kit = PromptBuilder::from_model_dir(&files.dir).with_context(|| {
@@ -64,10 +67,12 @@ impl LoadedModel {
             )
         })?;
         if spec.min_pixels.is_some() || spec.max_pixels.is_some() {
-            let (min, max) = (
-                spec.min_pixels.unwrap_or(kit.image.min_pixels),
-                spec.max_pixels.unwrap_or(kit.image.max_pixels),
-            );
+            // Issue 18: the bounds combined with the checkpoint's must still make a usable image size.
+            let (min, max) = crate::validate::effective_pixel_bounds(
+                (spec.min_pixels, spec.max_pixels),
+                (kit.image.min_pixels, kit.image.max_pixels),
+                kit.image.factor() as u64,
+            )?;
             kit.image = kit.image.clone().with_pixel_bounds(min, max);
         }
         Ok(Self {
@@ -76,6 +81,7 @@ impl LoadedModel {
             dir: files.dir.clone(),
             device: device_spec,
             fingerprint,
+            weights,
         })
     }
 

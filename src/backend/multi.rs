@@ -77,6 +77,10 @@ impl Backend for MultiBackend {
         self.devices[0].limits()
     }
 
+    fn local_model(&self) -> Option<&super::LoadedModel> {
+        self.devices[0].local_model()
+    }
+
     fn run(&self, jobs: &Jobs, make: &MakeRequest<'_>, sink: &mut Sink<'_>) -> Result<PhaseStats> {
         let queue = Mutex::new(jobs.groups.iter().cloned().collect::<VecDeque<_>>());
         let (tx, rx) = mpsc::channel::<Msg>();

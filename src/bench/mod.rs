@@ -142,6 +142,11 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<Value> {
         dir: PathBuf::new(),
         device: device_spec,
         fingerprint: format!("random weights, seed {}", cfg.seed),
+        weights: crate::fingerprint::WeightsFingerprint {
+            schema_version: 1,
+            scheme: crate::fingerprint::SCHEME.into(),
+            files: Vec::new(),
+        },
     };
     let backend = LocalBackend::new(&cfg.config, loaded, limits);
     let tmp = tempfile::tempdir()?;

@@ -1,6 +1,6 @@
 //! `eval`: evaluate a checkpoint on a benchmark (the embedded sample when `--data` is absent).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
@@ -9,32 +9,16 @@ use crate::cli::EvalArgs;
 use crate::eval::{run_eval, EvalConfig, JudgeChoice};
 use crate::shard::{SchedulerEnv, ShardSpec};
 
-/// A fresh run folder under `runs/`: `runs/<UTC time>-<model name>`.
-fn default_run_dir(model: &str) -> PathBuf {
-    let name: String = model
-        .trim_end_matches('/')
-        .rsplit('/')
-        .next()
-        .unwrap_or("model")
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let mut dir = PathBuf::from("runs").join(format!("{secs}-{name}"));
-    let mut n = 1;
-    while dir.exists() {
-        n += 1;
-        dir = PathBuf::from("runs").join(format!("{secs}-{name}-{n}"));
+/// Every value checked before any work, each error naming its flag.
+fn check_values(a: &EvalArgs) -> Result<()> {
+    use crate::validate;
+    validate::counts(a.max_new_tokens, a.batch_size, a.max_batch_tokens)?;
+    validate::pixel_bounds(a.model.min_pixels, a.model.max_pixels, validate::PATCH_SIDE)?;
+    validate::model_location("--model", &a.model.model)?;
+    if let Some(j) = a.judge_model.as_deref() {
+        validate::model_location("--judge-model", j)?;
     }
-    dir
+    Ok(())
 }
 
 /// With `--shard`, `--out RUN` is the run folder all shards share; this shard writes only into
@@ -45,7 +29,12 @@ fn out_dir(out: Option<PathBuf>, model: &str, shard: Option<ShardSpec>) -> Resul
         (None, Some(s)) => anyhow::bail!(
             "--shard {s} needs --out RUN: the run folder all shards share (then `merge RUN`)"
         ),
-        (out, None) => Ok(out.unwrap_or_else(|| default_run_dir(model))),
+        (Some(out), None) => Ok(out),
+        // A fresh folder two runs cannot share (millisecond time + random suffix, create_dir).
+        (None, None) => Ok(crate::runlock::create_fresh_run_dir(
+            Path::new("runs"),
+            model,
+        )?),
     }
 }
 
@@ -81,7 +70,12 @@ pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<EvalConfig> {
 
 /// Entry point of `eval`.
 pub fn run(args: EvalArgs, env: &SchedulerEnv) -> Result<()> {
+    check_values(&args)?;
+    crate::interrupt::install(); // Ctrl-C/SIGTERM stop after saving what is finished
     let cfg = config(args, env)?;
+    // One process per run folder, held until this function returns (or the process dies).
+    let _lock = crate::runlock::RunLock::acquire(&cfg.out)?;
+    eprintln!("run folder: {}", cfg.out.display());
     if let Some(s) = cfg.shard {
         tracing::info!("shard {s}: writing into {}", cfg.out.display());
     }

@@ -24,6 +24,11 @@ pub fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            // A requested stop says what is saved and how to resume, and exits 128 + the signal.
+            if let Some(stop) = e.downcast_ref::<crate::interrupt::Interrupted>() {
+                eprintln!("{stop}");
+                return ExitCode::from(stop.exit_code());
+            }
             eprintln!("error: {}", error_chain(&e));
             ExitCode::FAILURE
         }
@@ -66,6 +71,8 @@ fn init_tracing() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // No colour codes in redirected logs.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
 }
 

@@ -20,17 +20,96 @@ pub fn load_benchmark(data: Option<&Path>) -> anyhow::Result<Benchmark> {
     Benchmark::load(&dir).with_context(|| format!("loading benchmark {}", dir.display()))
 }
 
-fn default_out(predictions: &Path) -> PathBuf {
-    match predictions.parent() {
+/// The run that made a predictions file: its folder's `manifest.json` (an `eval` run folder), if any.
+struct RunFolder {
+    dir: PathBuf,
+    manifest: PathBuf,
+    /// `settings.data_hash`: SHA-256 of the benchmark's `data.jsonl` the run predicted.
+    data_hash: Option<String>,
+    /// `data`: the benchmark folder the run used.
+    data: Option<PathBuf>,
+}
+
+fn run_folder_of(predictions: &Path) -> anyhow::Result<Option<RunFolder>> {
+    let dir = match predictions.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
+    };
+    let manifest = dir.join("manifest.json");
+    let text = match std::fs::read_to_string(&manifest) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", manifest.display())),
+    };
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("{}: not a valid manifest", manifest.display()))?;
+    Ok(Some(RunFolder {
+        data_hash: v["settings"]["data_hash"].as_str().map(String::from),
+        data: v["data"].as_str().map(PathBuf::from),
+        dir,
+        manifest,
+    }))
+}
+
+/// Issue 18: the benchmark folder to score against — `--data`, else the run's own benchmark, else the sample —
+/// and, for a run's predictions, the check that it is the benchmark the run predicted.
+fn benchmark_for(data: Option<&Path>, run: Option<&RunFolder>) -> anyhow::Result<PathBuf> {
+    let dir = match (data, run.and_then(|r| r.data.as_ref())) {
+        (Some(d), _) => d.to_path_buf(),
+        (None, Some(d)) if d.join("data.jsonl").is_file() => d.clone(),
+        (None, _) => {
+            crate::sample::materialize_default().context("writing the embedded sample benchmark")?
+        }
+    };
+    if let Some(want) = run.and_then(|r| r.data_hash.as_deref()) {
+        let file = dir.join("data.jsonl");
+        let bytes = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+        let have: String =
+            sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(&bytes))
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+        if have != want {
+            let r = run.expect("a hash comes from a run");
+            anyhow::bail!(
+                "{} was made on another benchmark (data.jsonl sha256 {}…) than {} (sha256 {}…); scoring its \
+                 predictions against it would be meaningless. Pass --data with the run's benchmark{}",
+                r.manifest.display(),
+                &want[..want.len().min(12)],
+                file.display(),
+                &have[..12],
+                r.data.as_ref().map_or(String::new(), |d| format!(" ({})", d.display()))
+            );
+        }
     }
+    Ok(dir)
+}
+
+/// The metrics keys only `eval` writes (judge results, prediction errors), kept when `score` rewrites a run's
+/// `metrics.json`.
+fn carried_keys(out: &Path, metrics: &mut crate::score::Metrics) -> anyhow::Result<()> {
+    let path = out.join("metrics.json");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(());
+    };
+    let old: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("{}: not valid JSON", path.display()))?;
+    let new = serde_json::to_value(&*metrics)?;
+    for (k, v) in old.as_object().into_iter().flatten() {
+        if new.get(k).is_none() {
+            metrics.extra.insert(k.clone(), v.clone());
+        }
+    }
+    Ok(())
 }
 
 /// Entry point.
 pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
     let rules = args.rules.preset();
-    let bench = load_benchmark(args.data.as_deref())?;
+    let run = run_folder_of(&args.predictions)?;
+    let data = benchmark_for(args.data.as_deref(), run.as_ref())?;
+    let bench =
+        Benchmark::load(&data).with_context(|| format!("loading benchmark {}", data.display()))?;
     let preds = PredictionSet::read(&args.predictions)?;
     for m in &preds.malformed {
         eprintln!("warning: {}: {m}", args.predictions.display());
@@ -41,26 +120,25 @@ pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
             preds.duplicates
         );
     }
-    let (metrics, scored) = score_predictions(&rules, &bench, &preds);
-    if !scored.unknown.is_empty() {
-        let shown: Vec<String> = scored
-            .unknown
-            .iter()
-            .take(10)
-            .map(|(t, s)| format!("({t}, {s})"))
-            .collect();
-        eprintln!(
-            "warning: {} predictions match no benchmark step (trajectory, step): {}{}",
-            scored.unknown.len(),
-            shown.join(" "),
-            if scored.unknown.len() > 10 {
-                " …"
-            } else {
-                ""
-            }
-        );
-    }
-    let out = args.out.unwrap_or_else(|| default_out(&args.predictions));
+    let (mut metrics, scored) = score_predictions(&rules, &bench, &preds);
+    warn_unknown(&scored.unknown, preds.len(), &data);
+    // A run folder (its manifest matched above) keeps eval's judge results; any other folder is written as before.
+    let out = match (args.out.clone(), &run) {
+        (Some(out), _) => out,
+        (None, Some(r)) if r.data_hash.is_some() => r.dir.clone(),
+        (None, Some(r)) => anyhow::bail!(
+            "{} records no benchmark hash, so scoring cannot tell whether it matches; pass --out to write the              scores elsewhere",
+            r.manifest.display()
+        ),
+        (None, None) => default_out(&args.predictions),
+    };
+    let _lock = match &run {
+        Some(r) if out == r.dir => {
+            carried_keys(&out, &mut metrics)?;
+            Some(crate::runlock::RunLock::acquire(&out)?)
+        }
+        _ => None,
+    };
     let paths = report::write_all(&out, &metrics, &scored.steps)?;
     let page =
         report::html::write_scored(&out, &bench, &metrics, &scored.steps, &args.predictions)?;
@@ -73,4 +151,37 @@ pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
         page.display()
     );
     Ok(())
+}
+
+/// One line about predictions that match no benchmark step; a hint about `--data` when they are most of them.
+fn warn_unknown(unknown: &[(String, usize)], total: usize, data: &Path) {
+    if unknown.is_empty() {
+        return;
+    }
+    let shown: Vec<String> = unknown
+        .iter()
+        .take(10)
+        .map(|(t, s)| format!("({t}, {s})"))
+        .collect();
+    let more = if unknown.len() > 10 { " …" } else { "" };
+    let hint = if 2 * unknown.len() > total {
+        format!(
+            "; most predictions are for another benchmark than {} (pass the right --data)",
+            data.display()
+        )
+    } else {
+        String::new()
+    };
+    eprintln!(
+        "warning: {} of {total} predictions match no benchmark step (trajectory, step): {}{more}{hint}",
+        unknown.len(),
+        shown.join(" "),
+    );
+}
+
+fn default_out(predictions: &Path) -> PathBuf {
+    match predictions.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
 }

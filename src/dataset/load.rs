@@ -74,6 +74,7 @@ impl Line<'_> {
 pub(super) fn parse_jsonl(text: &str, file: &Path) -> Result<Vec<Trajectory>, DatasetError> {
     let mut out: Vec<Trajectory> = Vec::new();
     let mut seen: HashMap<String, usize> = HashMap::new();
+    let text = crate::safe_io::strip_bom(text); // a leading UTF-8 BOM (Windows editors) is not data
     for (i, raw) in text.lines().enumerate() {
         if raw.trim().is_empty() {
             continue;

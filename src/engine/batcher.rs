@@ -75,6 +75,11 @@ impl<'m> Engine<'m> {
         let mut exhausted = false;
         loop {
             let t_wait = Instant::now();
+            if crate::interrupt::requested() {
+                // Issue 18: after Ctrl-C/SIGTERM admit nothing more; the running sequences finish and are saved.
+                self.waiting.clear();
+                exhausted = true;
+            }
             while !exhausted && self.waiting.len() < self.limits.max_seqs.max(1) {
                 match requests.next() {
                     Some(r) => self.waiting.push_back(r),

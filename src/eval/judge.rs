@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::phase::Phase;
 use super::prompts::{judge_messages, parse_verdict};
 use crate::backend::{ChatRequest, ChatResult};
-use crate::dataset::Benchmark;
+use crate::dataset::{Benchmark, Trajectory};
 use crate::parse::{parse_response, ParsedOutput};
 use crate::predictions::PredictionSet;
 use crate::records::JudgementLine;
@@ -18,6 +18,17 @@ use crate::records::JudgementLine;
 pub fn pending_trajectories(bench: &Benchmark, done: &HashSet<String>) -> Vec<usize> {
     (0..bench.trajectories.len())
         .filter(|&i| !done.contains(&bench.trajectories[i].id))
+        .collect()
+}
+
+/// The parsed predicted steps of `t` (`empty` where a step has no prediction).
+pub fn predicted_steps<'a>(
+    t: &Trajectory,
+    preds: &'a PredictionSet,
+    empty: &'a ParsedOutput,
+) -> Vec<&'a ParsedOutput> {
+    (0..t.steps.len())
+        .map(|si| preds.get(&t.id, si).map_or(empty, |p| &p.parsed))
         .collect()
 }
 
@@ -55,9 +66,7 @@ impl Phase for JudgePhase<'_> {
             .last()
             .ok_or_else(|| anyhow::anyhow!("trajectory {} has no steps", t.id))?;
         let empty = parse_response("");
-        let predicted: Vec<&ParsedOutput> = (0..t.steps.len())
-            .map(|si| self.preds.get(&t.id, si).map_or(&empty, |p| &p.parsed))
-            .collect();
+        let predicted = predicted_steps(t, self.preds, &empty);
         Ok(ChatRequest {
             messages: judge_messages(t, &predicted)?,
             images: vec![self.bench.root.join(&last.image)],

@@ -2,6 +2,7 @@
 //! (judge) prompt per trajectory (phase 2), then the scorer. Both phases run through a [`Backend`] and append
 //! each result as it finishes, so a killed run resumes without losing or duplicating a step.
 
+mod checks;
 mod judge;
 mod phase;
 pub mod progress;
@@ -131,6 +132,7 @@ fn settings(cfg: &EvalConfig, backend: &dyn Backend) -> Result<RunSettings> {
         (JudgeChoice::SameModel, _) => Some(JudgeSettings {
             model: cfg.model.model.clone(),
             hash: info.fingerprint.clone(),
+            weights: info.weights.clone(),
         }),
         (_, Some(spec)) => {
             let files = crate::model::ModelFiles::resolve(&spec.model)
@@ -138,6 +140,7 @@ fn settings(cfg: &EvalConfig, backend: &dyn Backend) -> Result<RunSettings> {
             Some(JudgeSettings {
                 model: spec.model,
                 hash: fingerprint(&files)?,
+                weights: crate::fingerprint::of_files(&files.weights)?,
             })
         }
         (_, None) => None,
@@ -145,6 +148,7 @@ fn settings(cfg: &EvalConfig, backend: &dyn Backend) -> Result<RunSettings> {
     Ok(RunSettings {
         model: cfg.model.model.clone(),
         model_hash: info.fingerprint.clone(),
+        weights: info.weights.clone(),
         dtype: info.dtype.clone(),
         data_hash: prompts::sha256_hex(&bytes),
         prompt_hashes: prompts::template_hashes()
@@ -202,6 +206,8 @@ pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
         }
         None => bench,
     };
+    // A replaced weight file is refused with its own message before the settings diff.
+    crate::fingerprint::check_resume(&cfg.out.join("manifest.json"), &settings.weights)?;
     let previous = rundir::open_or_create(&cfg.out, &settings)?;
     let mut manifest = manifest(cfg, backend.as_ref(), settings, previous);
     manifest.shard = cfg.shard.map(|s| {
@@ -216,6 +222,7 @@ pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
     );
 
     let mut phases = vec![run_steps(cfg, &bench, backend.as_ref())?.summary()];
+    checks::stop_if_interrupted(cfg, "steps", bench.num_steps())?;
     // The step model's section table (a separately loaded judge keeps its own).
     let profile = backend.profile_snapshot();
     let preds = PredictionSet::read_optional(cfg.out.join("predictions.jsonl"))?;
@@ -227,6 +234,8 @@ pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
             load_backend(cfg, &spec)?
         };
         phases.push(run_judge(cfg, &bench, judge.as_ref(), &preds)?.summary());
+        let total = bench.trajectories.len();
+        checks::stop_if_interrupted(cfg, "judged trajectories", total)?;
     }
 
     let (metrics, summary) = score_and_report(cfg, &bench, &preds)?;
@@ -268,6 +277,9 @@ fn run_steps(
         jobs.len(),
         bench.num_steps() - jobs.len()
     );
+    if let Some(model) = backend.local_model() {
+        checks::first_prompt_checks(cfg, bench, model, &jobs)?;
+    }
     let phase = StepPhase {
         bench,
         jobs,
@@ -285,10 +297,14 @@ fn run_judge(
     preds: &PredictionSet,
 ) -> Result<crate::records::PhaseStats> {
     let path = cfg.out.join("judgements.jsonl");
+    let jobs = pending_trajectories(bench, &rundir::completed_trajectories(&path)?);
+    if let Some(model) = backend.local_model() {
+        checks::largest_judge_prompt_fits(cfg, bench, model, preds, &jobs)?;
+    }
     let phase = JudgePhase {
         bench,
         preds,
-        jobs: pending_trajectories(bench, &rundir::completed_trajectories(&path)?),
+        jobs,
         max_new_tokens: cfg.max_new_tokens,
     };
     run_phase(backend, &phase, &path)

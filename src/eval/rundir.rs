@@ -103,8 +103,8 @@ pub fn diff_settings(old: &Value, new: &Value) -> Vec<String> {
 pub fn write_json_atomic(path: &Path, value: &impl Serialize) -> Result<(), RunDirError> {
     let tmp = path.with_extension("json.tmp");
     let text = serde_json::to_string_pretty(value).expect("serialising a JSON value cannot fail");
-    std::fs::write(&tmp, text + "\n").map_err(io_err(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(io_err(path))
+    // Hook (issue 18): no `manifest.json.tmp` stays behind after a failed write.
+    crate::safe_io::replace_atomic(path, &tmp, (text + "\n").as_bytes()).map_err(io_err(path))
 }
 
 /// Appends JSON lines to a file, flushing every line and fsyncing every `sync_every` lines.

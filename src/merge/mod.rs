@@ -146,8 +146,7 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> MergeError + '_ {
 
 fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), MergeError> {
     let tmp = path.with_extension("merge.tmp");
-    std::fs::write(&tmp, contents).map_err(io_err(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(io_err(path))
+    crate::safe_io::replace_atomic(path, &tmp, contents).map_err(io_err(path))
 }
 
 /// Merge the shards of `opts.run` into `opts.run` (see the module documentation).

@@ -120,9 +120,10 @@ impl ModelFiles {
             .build()
             .map_err(|e| files_err(format!("hub client: {e}")))?;
         let repo = api.model(repo_id.to_string());
-        let config = repo
-            .get("config.json")
-            .map_err(|e| files_err(format!("{repo_id}: cannot fetch config.json: {e}")))?;
+        let config = repo.get("config.json").map_err(|e| {
+            let hint = if unreachable(&e) { NO_NETWORK_HINT } else { "" };
+            files_err(format!("{repo_id}: cannot fetch config.json: {e}{hint}"))
+        })?;
         let dir = config.parent().map(Path::to_path_buf).unwrap_or_default();
         let fetch = |name: &str| -> Result<Option<PathBuf>, ModelError> {
             match repo.get(name) {
@@ -175,6 +176,16 @@ impl ModelFiles {
             generation_config: generation_config?,
         })
     }
+}
+
+/// Next steps printed when the hub cannot be reached at all (issue 18).
+const NO_NETWORK_HINT: &str = "\n  The Hugging Face hub could not be reached. Next steps: pass a local model folder \
+     (--model path/to/Qwen2.5-VL-3B-Instruct, e.g. downloaded elsewhere and copied here); or, if the model is \
+     already in the local cache ($HF_HOME/hub), set HF_HUB_OFFLINE=1; or set HF_ENDPOINT to a reachable hub mirror.";
+
+/// No answer from the hub at all (connection refused, DNS, timeout), as opposed to an HTTP status.
+fn unreachable(e: &hf_hub::api::sync::ApiError) -> bool {
+    matches!(e, hf_hub::api::sync::ApiError::RequestError(r) if matches!(**r, ureq::Error::Transport(_)))
 }
 
 /// The Hub answered 404: the file is not in the repo (anything else, a dropped connection say, is an error).

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::PhaseSummary;
 use crate::engine::BatchLimits;
 use crate::eval::SystemPrompt;
+use crate::fingerprint::WeightsFingerprint;
 use crate::ops::{OpsManifest, ProfileSnapshot};
 use crate::preprocess::ImageProcessorConfig;
 use crate::score::RulePreset;
@@ -26,8 +27,10 @@ fn v1() -> u32 {
 pub struct RunSettings {
     /// `--model` as given.
     pub model: String,
-    /// Fingerprint of the checkpoint (config and weight files).
+    /// Fingerprint of the checkpoint's config and safetensors headers.
     pub model_hash: String,
+    /// Content fingerprint of every weight file (a replaced file is refused on resume).
+    pub weights: WeightsFingerprint,
     /// Activation and weight dtype (`f32`, `bf16`, `f16`).
     pub dtype: String,
     /// SHA-256 of the benchmark's `data.jsonl`.
@@ -56,6 +59,8 @@ pub struct JudgeSettings {
     pub model: String,
     /// Its fingerprint.
     pub hash: String,
+    /// Content fingerprint of its weight files.
+    pub weights: WeightsFingerprint,
 }
 
 /// Versions of the program and its engine.

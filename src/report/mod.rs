@@ -98,8 +98,7 @@ pub(crate) fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), ReportErr
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
-    std::fs::write(&tmp, contents).map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(io)
+    crate::safe_io::replace_atomic(path, &tmp, contents).map_err(io)
 }
 
 /// Write `DIR/metrics.json` (pretty-printed).

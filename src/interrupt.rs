@@ -1,0 +1,159 @@
+//! Ctrl-C and SIGTERM: the first one asks the run to stop admitting prompts, finish and save the ones in flight,
+//! and exit with 128 + the signal (130, 143) after saying how to resume; a second one exits at once.
+//!
+//! The flag is process-wide because a signal is: the handler can only reach a static. Code that admits work asks
+//! [`requested`] before pulling the next prompt; everything else is unchanged, so a run that is never interrupted
+//! behaves exactly as before. Only `eval` installs the handlers ([`install`]); other commands keep the default
+//! (immediate) behaviour.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// The first signal received (0: none).
+static SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+/// Whether a stop was requested (the first Ctrl-C or SIGTERM arrived).
+pub fn requested() -> bool {
+    SIGNAL.load(Ordering::Relaxed) != 0
+}
+
+/// The signal that requested the stop, if any.
+pub fn signal() -> Option<i32> {
+    match SIGNAL.load(Ordering::Relaxed) {
+        0 => None,
+        s => Some(s),
+    }
+}
+
+/// A run stopped on request after saving what was finished.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "interrupted: {done} of {total} {unit} done and saved in {}. Resume with:\n  {resume}",
+    out.display()
+)]
+pub struct Interrupted {
+    /// The signal that stopped the run.
+    pub signal: i32,
+    /// Units (steps, trajectories) finished so far in the phase that was stopped.
+    pub done: usize,
+    /// Units of that phase in all.
+    pub total: usize,
+    /// `steps` or `judged trajectories`.
+    pub unit: &'static str,
+    /// The run folder.
+    pub out: PathBuf,
+    /// The command line that resumes the run (this one, with `--out` pointing at the run folder).
+    pub resume: String,
+}
+
+impl Interrupted {
+    /// The stop error for the current signal, or `None` when no stop was requested.
+    pub fn check(
+        done: usize,
+        total: usize,
+        unit: &'static str,
+        out: &std::path::Path,
+    ) -> Option<Self> {
+        signal().map(|signal| Self {
+            signal,
+            done,
+            total,
+            unit,
+            out: out.to_path_buf(),
+            resume: resume_command(std::env::args().collect(), out),
+        })
+    }
+
+    /// The exit status: 128 + the signal number (130 for Ctrl-C, 143 for SIGTERM).
+    pub fn exit_code(&self) -> u8 {
+        (128 + self.signal).clamp(0, 255) as u8
+    }
+}
+
+/// `args` as one shell command line that resumes in `out`: any `--out` is replaced by `--out <out>`.
+pub fn resume_command(args: Vec<String>, out: &std::path::Path) -> String {
+    let mut kept = Vec::with_capacity(args.len() + 2);
+    let mut it = args.into_iter();
+    while let Some(a) = it.next() {
+        if a == "--out" {
+            it.next();
+        } else if !a.starts_with("--out=") {
+            kept.push(a);
+        }
+    }
+    kept.push("--out".into());
+    kept.push(out.to_string_lossy().into_owned());
+    kept.iter()
+        .map(|a| shell_quote(a))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Quote `s` for a POSIX shell when it holds anything but safe characters.
+pub fn shell_quote(s: &str) -> String {
+    let safe = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c));
+    if safe {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// Install the SIGINT and SIGTERM handlers (Unix). Elsewhere the default behaviour stays.
+pub fn install() {
+    #[cfg(unix)]
+    // SAFETY: `on_signal` only does async-signal-safe work (an atomic exchange, write(2), _exit(2)).
+    unsafe {
+        for sig in [libc::SIGINT, libc::SIGTERM] {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_signal as *const () as libc::sighandler_t;
+            action.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(sig, &action, std::ptr::null_mut());
+        }
+    }
+}
+
+#[cfg(unix)]
+extern "C" fn on_signal(sig: libc::c_int) {
+    let first = SIGNAL
+        .compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst)
+        .is_ok();
+    let msg: &[u8] = if first {
+        b"\nstopping: finishing the prompts in flight and saving them (press Ctrl-C again to quit at once)\n"
+    } else {
+        b"\nquitting at once\n"
+    };
+    // SAFETY: write(2) and _exit(2) are async-signal-safe.
+    unsafe {
+        libc::write(2, msg.as_ptr().cast(), msg.len());
+        if !first {
+            libc::_exit(128 + sig);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resume_command_replaces_out_and_quotes() {
+        let args = ["mobile-r1-eval", "eval", "--model", "my model", "--out=x"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(
+            resume_command(args, std::path::Path::new("runs/a b")),
+            "mobile-r1-eval eval --model 'my model' --out 'runs/a b'"
+        );
+        let args = ["m", "eval", "--out", "old", "--no-judge"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(
+            resume_command(args, std::path::Path::new("new")),
+            "m eval --no-judge --out new"
+        );
+    }
+}
