@@ -167,6 +167,7 @@ fn engine_end_to_end(c: &mut Criterion) {
         tokenizer,
         judge: false,
         seed: 1,
+        ops: Default::default(),
     };
     g.bench_function("tiny_8_steps", |b| {
         b.iter(|| mobile_r1_eval::bench::run_bench(&cfg).unwrap())
