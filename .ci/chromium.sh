@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install Debian's headless-capable Chromium for the browser test of the HTML report (tests/report_browser.rs).
+# Install Debian's headless-capable Chromium for the browser test of the HTML report (tests/it/report_browser.rs).
 # Never fails: without it, that test says it skipped and why.
 set -uo pipefail
 if command -v chromium >/dev/null; then

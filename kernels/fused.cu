@@ -1,6 +1,6 @@
 // The project's own CUDA kernels: fused ops candle lacks, each with a CPU reference in src/ops/ and a test that
 // compares the two (src/ops/check/, run on a GPU by `mobile-r1-eval self-test --device cuda`, and on the CPU by
-// tests/kernels_emulated.rs, which builds this file against kernels/emu/cuda_emu.h; a new entry point must also
+// tests/it/kernels_emulated.rs, which builds this file against kernels/emu/cuda_emu.h; a new entry point must also
 // be listed in kernels/emu/emu.cpp). Launch geometry: src/ops/launch.rs.
 //
 // * rmsnorm_hf_*    Qwen2 RMSNorm in transformers' cast order: mean of squares in f32, x·rsqrt(ms+eps) rounded to
@@ -379,7 +379,7 @@ __device__ void varlen_attn(const T *q, const T *k, const T *v, const int *meta,
 // columns 2·quad and 2·quad+1). Scores are scaled and masked in f32, the online softmax runs on the C fragments
 // (a row's four owners are one quad, reduced with two shuffles), and the probabilities are rounded to T and fed
 // back as the A fragments of P·V. K and V tiles of VM_KEYS keys are staged in shared memory; Q stays in registers.
-// tests/kernels_emulated.rs runs this kernel on the CPU (kernels/emu/cuda_emu.h emulates mma.sync's fragments).
+// tests/it/kernels_emulated.rs runs this kernel on the CPU (kernels/emu/cuda_emu.h emulates mma.sync's fragments).
 #define VM_ROWS 64
 #define VM_KEYS 64
 #define VM_PAD 8

@@ -1,5 +1,5 @@
 // A CPU stand-in for the small part of CUDA that kernels/fused.cu uses, so that the kernels' own source runs on a
-// machine without a GPU (tests/kernels_emulated.rs).
+// machine without a GPU (tests/it/kernels_emulated.rs).
 //
 // Every CUDA thread of a block is a fiber (its own stack, switched cooperatively); a block's fibers run on one OS
 // thread, and blocks run in parallel on a few OS threads, so `__shared__` variables are thread-local statics. A

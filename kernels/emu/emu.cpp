@@ -3,7 +3,7 @@
 //
 //   c++ -std=c++20 -O1 -shared -fPIC -pthread -fno-strict-aliasing -Ikernels/emu/include kernels/emu/emu.cpp
 //
-// tests/kernels_emulated.rs builds it and compares every kernel with its CPU reference in src/ops/reference.rs.
+// tests/it/kernels_emulated.rs builds it and compares every kernel with its CPU reference in src/ops/reference.rs.
 #include "cuda_emu.h"
 
 #include "../fused.cu"

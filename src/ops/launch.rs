@@ -1,6 +1,6 @@
 //! How the kernels of `kernels/fused.cu` are launched: grid and block sizes, and the varlen kernels' int32
 //! metadata. Shared by the CUDA launchers (`src/ops/cuda/`) and the CPU emulation of the kernels
-//! (`tests/kernels_emulated.rs`), so that the emulated launches are the real ones. No CUDA needed.
+//! (`tests/it/kernels_emulated.rs`), so that the emulated launches are the real ones. No CUDA needed.
 
 use candle_core::{bail, DType, Result};
 

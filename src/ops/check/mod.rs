@@ -1,7 +1,7 @@
 //! Compare the fused ops with their references on the CPU, on seeded random inputs of the model's shapes, in f32,
 //! bf16 and f16. The ops run through an [`Executor`]: [`OnDevice`] runs them on a device (`mobile-r1-eval
 //! self-test --device cuda` prints these results; on the CPU most ops are their references, so most differences
-//! are 0), and `tests/kernels_emulated.rs` runs the CUDA kernels' source on the CPU through the same cases.
+//! are 0), and `tests/it/kernels_emulated.rs` runs the CUDA kernels' source on the CPU through the same cases.
 
 use candle_core::{DType, Device, Result, Tensor};
 use serde::Serialize;

@@ -1,13 +1,10 @@
 //! tiny-a golden parity (f32, CPU): every vision and text stage, positions, greedy tokens and logprobs,
 //! and the flat Hub-style config giving the same logits.
-
-mod model_support;
-
+use crate::model_support::*;
 use candle_core::Tensor;
 use mobile_r1_eval::model::rope::{rope_index, RopeTokens};
 use mobile_r1_eval::model::window::window_index;
 use mobile_r1_eval::model::{PrefillRequest, Trace};
-use model_support::*;
 
 const TOL: f32 = 1e-4;
 

@@ -1,8 +1,6 @@
 //! Unit tests of the model's pure helpers and memory bounds: attention chunk planning for a 1080×2400
 //! screenshot, chunked = unchunked attention, budgeted vision forward, loader errors that name tensors.
-
-mod model_support;
-
+use crate::model_support::*;
 use candle_core::{DType, Device, Tensor};
 use mobile_r1_eval::model::window::window_index;
 use mobile_r1_eval::model::{ModelFiles, PrefillRequest, Qwen25VL};
@@ -10,7 +8,6 @@ use mobile_r1_eval::ops::composed::{
     attention, causal_mask, pad_windows, plan_chunks, DEFAULT_MAX_SCORE_ELEMS, MASK_MIN,
 };
 use mobile_r1_eval::ops::OpsConfig;
-use model_support::*;
 
 #[test]
 fn screenshot_1080x2400_attention_is_chunked() {

@@ -21,7 +21,7 @@ fn eval(out: &Path, data: Option<&Path>, extra: &[&str]) -> Output {
 
 /// [`eval`] with extra environment variables.
 fn eval_env(out: &Path, data: Option<&Path>, extra: &[&str], envs: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mobile-r1-eval"));
+    let mut cmd = crate::util::bin();
     cmd.args(["eval", "--model"])
         .arg(model_dir())
         .arg("--out")
@@ -150,7 +150,7 @@ fn a_run_folder_made_with_other_settings_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run");
     ok(&eval(&out, None, &["--no-judge"]));
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mobile-r1-eval"));
+    let mut cmd = crate::util::bin();
     let o = cmd
         .args(["eval", "--no-judge", "--model"])
         .arg(model_dir())
@@ -171,7 +171,7 @@ fn a_run_folder_made_with_other_settings_is_refused() {
 fn a_corrupt_screenshot_is_recorded_not_fatal() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
-    let o = Command::new(env!("CARGO_BIN_EXE_mobile-r1-eval"))
+    let o = crate::util::bin()
         .arg("sample")
         .arg("--out")
         .arg(&data)

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 #[test]
 fn bench_json_reports_throughput_memory_and_mfu() {
-    let o = Command::new(env!("CARGO_BIN_EXE_mobile-r1-eval"))
+    let o = crate::util::bin()
         .args([
             "bench",
             "--config",
@@ -63,7 +63,7 @@ fn bench_json_reports_throughput_memory_and_mfu() {
 
 #[test]
 fn bench_without_random_weights_is_refused() {
-    let o = Command::new(env!("CARGO_BIN_EXE_mobile-r1-eval"))
+    let o = crate::util::bin()
         .args(["bench", "--config", "tiny"])
         .output()
         .unwrap();
@@ -76,7 +76,7 @@ fn bench_without_random_weights_is_refused() {
 #[test]
 fn profile_sections_and_the_kernel_switch() {
     let run = |env: &[(&str, &str)], dir: &std::path::Path| -> Value {
-        let o = Command::new(env!("CARGO_BIN_EXE_mobile-r1-eval"))
+        let o = crate::util::bin()
             .args([
                 "bench",
                 "--config",

@@ -1,11 +1,8 @@
 //! tiny-b golden parity (untied lm_head, flat Hub config, new tensor names) for three prompts with different
 //! image sizes, and batch-vs-single equality of prefill, decode and greedy generation.
-
-mod model_support;
-
+use crate::model_support::*;
 use mobile_r1_eval::model::{PrefillRequest, SeqCache, Trace};
 use mobile_r1_eval::preprocess::ModelInput;
-use model_support::*;
 
 const TOL: f32 = 1e-4;
 const CASES: [&str; 3] = ["p0.", "p1.", "p2."];

@@ -2,15 +2,12 @@
 //! per reported problem, named after it. Every eval runs the tiny-b checkpoint on a copy of the embedded sample
 //! (30 steps, 5 trajectories; about 5 s on two cores). Value checks, `score` and the smaller items are in
 //! `reliability_inputs.rs`.
-
-mod reliability_support;
-
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use reliability_support::*;
+use crate::reliability_support::*;
 use serde_json::Value;
 
 #[test]

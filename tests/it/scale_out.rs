@@ -2,17 +2,14 @@
 //! (fixed and from each scheduler's environment) plus `merge` equal an unsharded run; incomplete shards,
 //! differing settings and a missing scheduler are clear errors; the Kubernetes example parses, and its command
 //! lines are accepted by the argument parser.
-
-mod scale_support;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use crate::scale_support::{parse_documents, Yaml};
 use clap::Parser;
 use mobile_r1_eval::cli::{Cli, Command as Sub};
 use mobile_r1_eval::shard::{SchedulerEnv, ShardArg, ShardSpec};
-use scale_support::{parse_documents, Yaml};
 use serde_json::Value;
 
 fn root() -> &'static Path {
@@ -21,7 +18,7 @@ fn root() -> &'static Path {
 
 /// Run the binary with `args`, no scheduler variable inherited, plus `envs`.
 fn bin(args: &[&str], envs: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mobile-r1-eval"));
+    let mut cmd = crate::util::bin();
     for k in SchedulerEnv::NAMES {
         cmd.env_remove(k);
     }
@@ -297,7 +294,7 @@ fn slurm_example_submits_array_and_merge() {
     );
     let model = root().join("tests/fixtures/models/tiny-b");
     let (exe, model_s, run_s) = (
-        env!("CARGO_BIN_EXE_mobile-r1-eval"),
+        crate::util::BIN,
         model.to_str().unwrap(),
         run.to_str().unwrap(),
     );
@@ -337,7 +334,7 @@ fn slurm_example_task_runs_its_shard() {
     let run = tmp.path().join("run");
     let script = root().join("examples/slurm/eval-array.sbatch");
     let model = root().join("tests/fixtures/models/tiny-b");
-    let exe = env!("CARGO_BIN_EXE_mobile-r1-eval");
+    let exe = crate::util::BIN;
     let common = [
         ("MODEL", model.to_str().unwrap()),
         ("RUN", run.to_str().unwrap()),

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 /// The binary under test.
-pub const BIN: &str = env!("CARGO_BIN_EXE_mobile-r1-eval");
+pub use crate::util::BIN;
 
 /// The tiny-b checkpoint (random weights, Hub layout).
 pub fn tiny_b() -> PathBuf {

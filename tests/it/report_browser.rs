@@ -7,9 +7,6 @@
 //! `MOBILE_R1_EVAL_REPORT_SCREENSHOTS=DIR` also writes screenshots of the page (`report.png`,
 //! `report-steps.png`) into DIR; the ignored test `report_timing_2000_steps` measures a 2,040-step report.
 #![cfg(target_os = "linux")]
-
-mod report_support;
-
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
@@ -18,9 +15,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
+use crate::report_support::{make_benchmark, make_run, run_ok, HOSTILE};
 use mobile_r1_eval::report::{RunData, RunOverrides};
 use mobile_r1_eval::score::Outcome;
-use report_support::{make_benchmark, make_run, run_ok, HOSTILE};
 use serde_json::{json, Value};
 
 fn chromium() -> Option<PathBuf> {

@@ -1,15 +1,12 @@
 //! The `generate` command through the binary on a local checkpoint: tiny-b golden ids with the real
 //! preprocessing, top log-probabilities, plain-text output. The hub-id paths are in `hub_download.rs`.
-
-mod model_support;
-
 use std::process::{Command, Output};
 
-use model_support::{fixture, generate_json, golden_case, json_u64s, GoldenCase};
+use crate::model_support::{fixture, generate_json, golden_case, json_u64s, GoldenCase};
 
 /// `generate --model tiny-b` on the golden prompt `case`, plus `extra` arguments.
 fn run(case: &GoldenCase, extra: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mobile-r1-eval"))
+    crate::util::bin()
         .arg("generate")
         .arg("--model")
         .arg(fixture("models/tiny-b"))

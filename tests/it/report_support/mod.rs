@@ -11,7 +11,7 @@ use mobile_r1_eval::dataset::Benchmark;
 use serde_json::{json, Value};
 
 /// The binary under test.
-pub const BIN: &str = env!("CARGO_BIN_EXE_mobile-r1-eval");
+pub use crate::util::BIN;
 
 /// Responses that would run script if they were inserted as markup.
 pub const HOSTILE: &[&str] = &[

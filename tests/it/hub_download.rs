@@ -4,9 +4,6 @@
 //! skipped, the cached copy then serves `HF_HUB_OFFLINE=1` runs without a request, and an unknown repo or a
 //! missing shard is a clear error. Offline: a cache laid out by Python's `huggingface_hub` (no blobs), and a
 //! clear error for a repo that is not cached.
-
-mod model_support;
-
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
@@ -14,7 +11,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
 
-use model_support::{fixture, generate_json, golden_case, json_u64s};
+use crate::model_support::{fixture, generate_json, golden_case, json_u64s};
 
 const COMMIT: &str = "89abcdef0123456789abcdef0123456789abcdef";
 
@@ -163,7 +160,7 @@ fn tiny_a_sharded() -> HashMap<String, Vec<u8>> {
 /// `generate --model {repo}` with the golden prompt, against `hub` (or offline when `hub` is `None`).
 fn generate(repo: &str, home: &Path, hub: Option<&MockHub>) -> Output {
     let g = golden_case("tiny-a", None);
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mobile-r1-eval"));
+    let mut cmd = crate::util::bin();
     cmd.arg("generate")
         .args(["--model", repo, "--prompt", &g.text, "--image"])
         .arg(&g.image)

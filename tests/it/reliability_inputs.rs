@@ -1,11 +1,8 @@
 //! Regression tests of issue 18 (reliability and the first run) about values, `score` and the smaller items,
 //! through the binary: one test per reported problem, named after it. Run-folder tests are in `reliability.rs`.
-
-mod reliability_support;
-
 use std::process::Command;
 
-use reliability_support::*;
+use crate::reliability_support::*;
 use serde_json::Value;
 
 #[test]

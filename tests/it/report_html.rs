@@ -1,14 +1,11 @@
 //! The HTML report and the run comparison without a browser: files written, escaping, thumbnails, bootstrap
 //! intervals in `metrics.json`, `compare.json`'s statistics, and the refusals.
-
-mod report_support;
-
 use std::path::Path;
 use std::process::Command;
 
+use crate::report_support::{make_benchmark, make_run, run_ok, BIN, HOSTILE};
 use mobile_r1_eval::report::{RunData, RunOverrides};
 use mobile_r1_eval::score::{intervals, paired_intervals};
-use report_support::{make_benchmark, make_run, run_ok, BIN, HOSTILE};
 use serde_json::Value;
 
 /// The JSON data block of a report page.

@@ -2,7 +2,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const BIN: &str = env!("CARGO_BIN_EXE_mobile-r1-eval");
+use crate::util::BIN;
 
 fn run(args: &[&str]) -> Output {
     Command::new(BIN)

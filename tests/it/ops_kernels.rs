@@ -436,7 +436,7 @@ fn every_kernel_matches_its_reference_on_this_machine() {
 
 #[test]
 fn self_test_command_reports_json() {
-    let out = Command::new(env!("CARGO_BIN_EXE_mobile-r1-eval"))
+    let out = crate::util::bin()
         .args(["self-test", "--device", "cpu", "--json"])
         .output()
         .unwrap();
@@ -450,7 +450,7 @@ fn self_test_command_reports_json() {
     // Per dtype: 3 RMSNorm, 5 SwiGLU, 6 bias epilogues, 3 qkv_rope, 4 decode and 3 varlen cases.
     assert_eq!(v["results"].as_array().unwrap().len(), 72);
     assert_eq!(v["results"][0]["dtype"], "f32");
-    let bad = Command::new(env!("CARGO_BIN_EXE_mobile-r1-eval"))
+    let bad = crate::util::bin()
         .args(["self-test", "--device", "tpu"])
         .output()
         .unwrap();

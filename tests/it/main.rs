@@ -1,0 +1,32 @@
+//! The integration tests, one module per area, in one test binary (one link of candle instead of one per file).
+//! Shared helpers: `util` (running the binary) and the `*_support` modules of each area.
+
+mod model_support;
+mod reliability_support;
+mod report_support;
+mod scale_support;
+mod util;
+
+mod bench_cli;
+mod chat_goldens;
+mod eval_e2e;
+mod foundation_cli;
+mod foundation_dataset;
+mod foundation_metrics;
+mod foundation_parse;
+mod foundation_rules;
+mod generate_cli;
+mod hub_download;
+mod kernels_emulated;
+mod model_golden_a;
+mod model_golden_b;
+mod model_units;
+mod ops_blas;
+mod ops_kernels;
+mod preprocess_cases;
+mod preprocess_goldens;
+mod reliability;
+mod reliability_inputs;
+mod report_browser;
+mod report_html;
+mod scale_out;
