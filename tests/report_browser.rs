@@ -372,7 +372,7 @@ fn screenshots(b: &mut Browser, s: &str, dir: &Path) {
         ("report.png", "window.scrollTo(0, 0)"),
         (
             "report-steps.png",
-            "document.querySelector('.traj').scrollIntoView()",
+            "document.querySelectorAll('.traj')[2].scrollIntoView()",
         ),
     ] {
         let wait = format!("{scroll}; new Promise(done => {{ const t0 = Date.now(); (function w() {{ \
