@@ -251,6 +251,14 @@ fn report_of_a_folder_without_manifest_asks_for_data() {
     ]);
     let page = std::fs::read_to_string(run.join("report.html")).unwrap();
     assert!(Path::new(&run.join("report")).is_dir());
+    let o = Command::new(BIN)
+        .args(["report", run.to_str().unwrap(), "--out", "elsewhere"])
+        .output()
+        .unwrap();
+    assert!(
+        !o.status.success()
+            && String::from_utf8_lossy(&o.stderr).contains("--out elsewhere is for --compare")
+    );
     assert_eq!(
         data_block(&page)["trajectories"].as_array().unwrap().len(),
         5
