@@ -128,6 +128,10 @@ fn bootstrap_is_deterministic_and_a_run_against_itself_has_zero_deltas() {
     let r = RunData::load(&run, &RunOverrides::default()).unwrap();
     assert_eq!(intervals(&r.steps, 500, 7), intervals(&r.steps, 500, 7));
     assert_ne!(intervals(&r.steps, 500, 7), intervals(&r.steps, 500, 8));
+    // Trajectories 0, 2 and 4 of 5 are judged successful (the fixture's judgements): 60%, with an interval.
+    assert_eq!(r.metrics.extra["judge_success"], 60.0);
+    let judge = r.metrics.intervals.as_ref().unwrap().metrics["judge_success"];
+    assert!(judge.low < 60.0 && judge.high > 60.0, "{judge:?}");
     let same = paired_intervals(&r.steps, &r.steps, 300, 1);
     assert!(same.metrics.values().all(|i| i.low == 0.0 && i.high == 0.0));
 }

@@ -262,6 +262,8 @@ fn score_and_report(
     if let Value::Object(j) = summarize(bench, &judgements) {
         if !matches!(cfg.judge, JudgeChoice::None) || !judgements.is_empty() {
             metrics.extra.extend(j);
+            let verdicts = crate::report::read_judgements(&judgements);
+            crate::report::add_judge_summary(&mut metrics, bench, &verdicts);
         }
     }
     let errors = read_optional(&cfg.out.join("predictions.jsonl"))?

@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use super::ReportError;
 use crate::dataset::{Benchmark, DATA_FILE};
 use crate::predictions::PredictionSet;
-use crate::score::{score_predictions, Metrics, RulePreset, StepScore};
+use crate::score::{percent_interval, score_predictions, Metrics, RulePreset, StepScore};
 
 /// A run's description for the report's header.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -197,21 +197,24 @@ pub fn read_judgements(text: &str) -> HashMap<String, Judgement> {
     out
 }
 
-/// Judge success (percent of the benchmark's trajectories judged successful) into `metrics.extra`.
-fn add_judge_summary(metrics: &mut Metrics, bench: &Benchmark, j: &HashMap<String, Judgement>) {
+/// Judge success (percent of the benchmark's trajectories judged successful) into `metrics.extra`, and its
+/// bootstrap interval into `metrics.intervals` (when there are intervals and verdicts).
+pub fn add_judge_summary(metrics: &mut Metrics, bench: &Benchmark, j: &HashMap<String, Judgement>) {
     if j.is_empty() {
         return;
     }
-    let n = bench.trajectories.len().max(1);
-    let ok = bench
+    let flags: Vec<bool> = bench
         .trajectories
         .iter()
-        .filter(|t| j.get(&t.id).is_some_and(|v| v.success == Some(true)))
-        .count();
-    metrics.extra.insert(
-        "judge_success".into(),
-        (100.0 * ok as f64 / n as f64).into(),
-    );
+        .map(|t| j.get(&t.id).is_some_and(|v| v.success == Some(true)))
+        .collect();
+    let ok = flags.iter().filter(|&&f| f).count();
+    let percent = 100.0 * ok as f64 / flags.len().max(1) as f64;
+    metrics.extra.insert("judge_success".into(), percent.into());
+    if let Some(iv) = metrics.intervals.as_mut() {
+        let interval = percent_interval(&flags, iv.resamples, iv.seed);
+        iv.metrics.insert("judge_success".into(), interval);
+    }
 }
 
 /// sha256 (hex) of a benchmark's `data.jsonl`.
