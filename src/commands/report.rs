@@ -30,6 +30,12 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
         );
         return Ok(());
     }
+    if let Some(out) = &args.out {
+        anyhow::bail!(
+            "--out {} is for --compare; the report of a run is written into the run folder",
+            out.display()
+        );
+    }
     let dir = args
         .run
         .context("give a run folder, or --compare RUN_A RUN_B")?;

@@ -325,6 +325,8 @@ pub fn score_run(
         {
             metrics.extra.extend(j);
         }
+        // Judge success's bootstrap interval, beside the other metrics'.
+        crate::report::add_judge_summary(&mut metrics, bench, &crate::report::verdicts(judgements));
     }
     metrics
         .extra

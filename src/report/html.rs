@@ -112,9 +112,11 @@ fn count_rows(m: &Metrics) -> String {
         };
         let _ = writeln!(
             s,
-            "<tr><td>{}</td><td class=\"num\">{}</td><td></td></tr>",
+            "<tr data-metric=\"{}\"><td>{}</td><td class=\"num\">{}</td><td class=\"ci\">{}</td></tr>",
+            html(k),
             html(label),
-            html(&display_value(v))
+            html(&display_value(v)),
+            interval_cell(m, k, 2)
         );
     }
     s

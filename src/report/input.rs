@@ -13,7 +13,8 @@ use sha2::{Digest, Sha256};
 use super::ReportError;
 use crate::dataset::{Benchmark, DATA_FILE};
 use crate::predictions::PredictionSet;
-use crate::score::{score_predictions, Metrics, RulePreset, StepScore};
+use crate::records::JudgementLine;
+use crate::score::{percent_interval, score_predictions, Metrics, RulePreset, StepScore};
 
 /// A run's description for the report's header.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -178,40 +179,45 @@ pub fn read_token_counts(text: &str) -> HashMap<(String, usize), TokenCounts> {
 
 /// Trajectory id → verdict from the lines of `judgements.jsonl` (later lines win; unreadable lines skipped).
 pub fn read_judgements(text: &str) -> HashMap<String, Judgement> {
-    let mut out = HashMap::new();
-    for v in text
+    let lines: Vec<JudgementLine> = text
         .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-    {
-        let traj = match v.get("trajectory") {
-            Some(Value::String(s)) => s.clone(),
-            Some(Value::Number(n)) => n.to_string(),
-            _ => continue,
-        };
-        let j = Judgement {
-            success: v.get("success").and_then(Value::as_bool),
-            reason: v.get("reason").and_then(Value::as_str).map(str::to_owned),
-        };
-        out.insert(traj, j);
-    }
-    out
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    verdicts(&lines)
 }
 
-/// Judge success (percent of the benchmark's trajectories judged successful) into `metrics.extra`.
-fn add_judge_summary(metrics: &mut Metrics, bench: &Benchmark, j: &HashMap<String, Judgement>) {
+/// Trajectory id → verdict of judgement lines (later lines win).
+pub fn verdicts(lines: &[JudgementLine]) -> HashMap<String, Judgement> {
+    lines
+        .iter()
+        .map(|j| {
+            let verdict = Judgement {
+                success: j.success,
+                reason: j.reason.clone(),
+            };
+            (j.trajectory.clone(), verdict)
+        })
+        .collect()
+}
+
+/// Judge success (percent of the benchmark's trajectories judged successful) into `metrics.extra`, and its
+/// bootstrap interval into `metrics.intervals` (when there are intervals and verdicts).
+pub fn add_judge_summary(metrics: &mut Metrics, bench: &Benchmark, j: &HashMap<String, Judgement>) {
     if j.is_empty() {
         return;
     }
-    let n = bench.trajectories.len().max(1);
-    let ok = bench
+    let flags: Vec<bool> = bench
         .trajectories
         .iter()
-        .filter(|t| j.get(&t.id).is_some_and(|v| v.success == Some(true)))
-        .count();
-    metrics.extra.insert(
-        "judge_success".into(),
-        (100.0 * ok as f64 / n as f64).into(),
-    );
+        .map(|t| j.get(&t.id).is_some_and(|v| v.success == Some(true)))
+        .collect();
+    let ok = flags.iter().filter(|&&f| f).count();
+    let percent = 100.0 * ok as f64 / flags.len().max(1) as f64;
+    metrics.extra.insert("judge_success".into(), percent.into());
+    if let Some(iv) = metrics.intervals.as_mut() {
+        let interval = percent_interval(&flags, iv.resamples, iv.seed);
+        iv.metrics.insert("judge_success".into(), interval);
+    }
 }
 
 /// sha256 (hex) of a benchmark's `data.jsonl`.

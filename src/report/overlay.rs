@@ -60,7 +60,17 @@ fn check_text(check: &ArgCheck) -> String {
             ..
         } => format!("normalised distance {distance:.3} vs threshold {threshold}"),
         ArgCheck::Direction { gold, predicted } => {
-            format!("swipe direction: gold {gold:?}, predicted {predicted:?}")
+            let name = |d: &Option<crate::score::Direction>| {
+                d.map_or_else(
+                    || "none (no movement)".to_owned(),
+                    |d| format!("{d:?}").to_lowercase(),
+                )
+            };
+            format!(
+                "swipe direction: gold {}, predicted {}",
+                name(gold),
+                name(predicted)
+            )
         }
         ArgCheck::Text { rule } => format!("text compared with rule {rule:?}"),
         ArgCheck::Equal => "values compared for equality".into(),

@@ -41,7 +41,7 @@ pub fn render_summary(m: &Metrics) -> String {
         let _ = writeln!(s, "| {k} | {v} |");
     }
     for (k, v) in &m.extra {
-        let _ = writeln!(s, "| {k} | {} |", extra_value(v));
+        let _ = writeln!(s, "| {k} | {}{} |", extra_value(v), interval_text(m, k, 2));
     }
     s.push_str(&group_tables(m));
     if let Some(iv) = &m.intervals {

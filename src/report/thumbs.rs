@@ -165,3 +165,27 @@ pub fn make_thumbnails<'a>(
         .map(|(image, r)| (image.to_owned(), r.ok()))
         .collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn downscale_averages_areas_and_keeps_the_aspect_ratio() {
+        // Alternating black and white columns average to mid grey at any scale.
+        let img = image::RgbImage::from_fn(720, 1600, |x, _| {
+            image::Rgb([if x % 2 == 0 { 0 } else { 255 }; 3])
+        });
+        let small = downscale(&img, 400);
+        assert_eq!(small.dimensions(), (400, 889));
+        assert!(
+            small.pixels().all(|p| (100..=155).contains(&p[0])),
+            "{:?}",
+            small.get_pixel(0, 0)
+        );
+        let weights = taps(720, 400);
+        assert!(weights
+            .iter()
+            .all(|(_, w)| w.iter().sum::<u32>().abs_diff(65536) <= 2));
+    }
+}

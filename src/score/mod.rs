@@ -17,8 +17,8 @@ pub use matching::{in_box, map_point, match_args, norm_distance, ArgCheck, Direc
 pub use metrics::{aggregate, ActionStats, GroupStats, Metrics};
 pub use rules::{RuleName, RulePreset, TextRule};
 pub use stats::{
-    intervals, mcnemar_exact, paired_intervals, Interval, Intervals, McNemar, CONFIDENCE,
-    DEFAULT_RESAMPLES, DEFAULT_SEED, INTERVAL_METRICS,
+    intervals, mcnemar_exact, paired_intervals, percent_interval, Interval, Intervals, McNemar,
+    CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED, INTERVAL_METRICS,
 };
 
 use crate::action::{Action, ActionType};

@@ -149,15 +149,17 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
 }
 
-/// Percentile bootstrap of `stat(weights)` where `weights[i]` counts how often trajectory `i` was drawn.
+/// Percentile bootstrap of `stat(weights)` (one value per name) where `weights[i]` counts how often trajectory
+/// `i` was drawn.
 fn bootstrap(
+    names: &[&str],
     n: usize,
     resamples: usize,
     seed: u64,
     stat: impl Fn(&[f64]) -> Vec<f64>,
 ) -> Intervals {
     let mut rng = SplitMix64(seed);
-    let mut draws: Vec<Vec<f64>> = vec![Vec::with_capacity(resamples); INTERVAL_METRICS.len()];
+    let mut draws: Vec<Vec<f64>> = vec![Vec::with_capacity(resamples); names.len()];
     let mut weights = vec![0.0; n];
     for _ in 0..resamples {
         weights.iter_mut().for_each(|w| *w = 0.0);
@@ -169,7 +171,7 @@ fn bootstrap(
         }
     }
     let alpha = (1.0 - CONFIDENCE) / 2.0;
-    let metrics = INTERVAL_METRICS
+    let metrics = names
         .iter()
         .zip(draws)
         .map(|(name, mut d)| {
@@ -200,7 +202,7 @@ fn weighted(totals: &[TrajTotals], weights: &[f64]) -> TrajTotals {
 /// Bootstrap intervals of the headline metrics of one run's step scores.
 pub fn intervals(steps: &[StepScore], resamples: usize, seed: u64) -> Intervals {
     let totals = trajectory_totals(steps);
-    bootstrap(totals.len(), resamples, seed, |w| {
+    bootstrap(INTERVAL_METRICS, totals.len(), resamples, seed, |w| {
         weighted(&totals, w).metrics()
     })
 }
@@ -215,7 +217,7 @@ pub fn paired_intervals(
 ) -> Intervals {
     let (ta, tb) = (trajectory_totals(a), trajectory_totals(b));
     let n = ta.len().min(tb.len());
-    let mut out = bootstrap(n, resamples, seed, |w| {
+    let mut out = bootstrap(INTERVAL_METRICS, n, resamples, seed, |w| {
         let (ma, mb) = (
             weighted(&ta[..n], w).metrics(),
             weighted(&tb[..n], w).metrics(),
@@ -224,6 +226,20 @@ pub fn paired_intervals(
     });
     out.method = "paired percentile bootstrap over trajectories (B - A)".into();
     out
+}
+
+/// Bootstrap interval of the percentage of trajectories with `flags[i]` set (e.g. judged successful).
+pub fn percent_interval(flags: &[bool], resamples: usize, seed: u64) -> Interval {
+    let iv = bootstrap(&["percent"], flags.len(), resamples, seed, |w| {
+        let hits: f64 = w
+            .iter()
+            .zip(flags)
+            .filter(|(_, &f)| f)
+            .map(|(w, _)| w)
+            .sum();
+        vec![100.0 * hits / w.iter().sum::<f64>().max(1.0)]
+    });
+    iv.metrics["percent"]
 }
 
 /// McNemar's exact test on paired step correctness.
@@ -269,6 +285,23 @@ mod tests {
         assert_eq!(mcnemar_exact(0, 0).p_value, 1.0);
         assert_eq!(mcnemar_exact(5, 5).p_value, 1.0);
         assert!(mcnemar_exact(0, 2000).p_value < 1e-300);
+    }
+
+    #[test]
+    fn percent_interval_brackets_the_proportion() {
+        let flags: Vec<bool> = (0..200).map(|i| i % 4 == 0).collect();
+        let i = percent_interval(&flags, 1000, 3);
+        assert!(
+            i.low < 25.0 && 25.0 < i.high && i.high - i.low < 20.0,
+            "{i:?}"
+        );
+        assert_eq!(
+            percent_interval(&[true; 10], 100, 3),
+            Interval {
+                low: 100.0,
+                high: 100.0
+            }
+        );
     }
 
     #[test]

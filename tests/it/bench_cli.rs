@@ -1,7 +1,5 @@
 //! `bench --random-weights --json` through the binary: the same engine as `eval` on synthetic step prompts.
 
-use std::process::Command;
-
 use serde_json::Value;
 
 #[test]

@@ -1,6 +1,6 @@
 //! The `generate` command through the binary on a local checkpoint: tiny-b golden ids with the real
 //! preprocessing, top log-probabilities, plain-text output. The hub-id paths are in `hub_download.rs`.
-use std::process::{Command, Output};
+use std::process::Output;
 
 use crate::model_support::{fixture, generate_json, golden_case, json_u64s, GoldenCase};
 

@@ -3,8 +3,6 @@
 //! comparisons `mobile-r1-eval self-test --device cuda` prints; without a GPU they run on the CPU, where the ops
 //! are their references).
 
-use std::process::Command;
-
 use candle_core::{Device, Tensor};
 use mobile_r1_eval::ops::{self, check, DecodeAttention, DecodeKv, Ops, OpsConfig, VarlenSeg};
 

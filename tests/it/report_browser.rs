@@ -2,236 +2,20 @@
 //! skips with a message where it is absent), driven through the DevTools protocol over
 //! `--remote-debugging-pipe`: the DOM after the page's script ran has one card per step and the metrics with
 //! intervals, the filters and the keyboard change what is shown, hostile responses appear as text and none of
-//! their script runs, and no request leaves the file (Chromium's own net log and the page's resource timing).
+//! their script runs, and no request leaves the file (Chromium's own net log and the page's resource timing);
+//! `compare.html` shows one card per flipped step and filters them by direction.
 //!
 //! `MOBILE_R1_EVAL_REPORT_SCREENSHOTS=DIR` also writes screenshots of the page (`report.png`,
 //! `report-steps.png`) into DIR; the ignored test `report_timing_2000_steps` measures a 2,040-step report.
 #![cfg(target_os = "linux")]
-use std::io::{BufRead, BufReader, Write};
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{channel, Receiver};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::report_support::browser::{base64_decode, chromium, file_url, Browser};
 use crate::report_support::{make_benchmark, make_run, run_ok, HOSTILE};
 use mobile_r1_eval::report::{RunData, RunOverrides};
 use mobile_r1_eval::score::Outcome;
 use serde_json::{json, Value};
-
-fn chromium() -> Option<PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| Path::new(d).join("chromium"))
-        .find(|p| p.is_file())
-}
-
-/// A pipe whose two ends are close-on-exec and numbered ≥ 10 (so they never collide with fds 3 and 4).
-fn pipe() -> (OwnedFd, OwnedFd) {
-    let mut fds: [RawFd; 2] = [0; 2];
-    // SAFETY: plain system calls on fds this function owns.
-    unsafe {
-        assert_eq!(libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC), 0);
-        let high = fds.map(|fd| {
-            let h = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10);
-            libc::close(fd);
-            h
-        });
-        (OwnedFd::from_raw_fd(high[0]), OwnedFd::from_raw_fd(high[1]))
-    }
-}
-
-/// Headless Chromium speaking the DevTools protocol on fds 3 and 4, logging its network activity.
-fn command(exe: &Path, profile: &Path, net_log: &Path) -> Command {
-    let mut cmd = Command::new(exe);
-    cmd.args([
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",
-    ])
-    .args([
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-default-apps",
-        "--mute-audio",
-    ])
-    // Fewer of Chromium's own background requests; those left are told from the pages' by their initiator.
-    .args(["--disable-features=NetworkTimeServiceQuerying,OptimizationHints,Translate,MediaRouter"])
-    .args([
-        "--disable-domain-reliability",
-        "--disable-client-side-phishing-detection",
-        "--no-pings",
-    ])
-    .args([
-        "--safebrowsing-disable-auto-update",
-        "--disable-field-trial-config",
-    ])
-    .args(["--remote-debugging-pipe", "--window-size=1280,900"])
-    .arg(format!("--user-data-dir={}", profile.display()))
-    .arg(format!("--log-net-log={}", net_log.display()))
-    .arg("about:blank")
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(Stdio::null());
-    cmd
-}
-
-/// A DevTools-protocol session with a Chromium over `--remote-debugging-pipe` (NUL-separated JSON).
-struct Browser {
-    child: Child,
-    to_browser: std::fs::File,
-    from_browser: Receiver<Value>,
-    next_id: u64,
-}
-
-impl Browser {
-    fn start(exe: &Path, profile: &Path, net_log: &Path) -> Browser {
-        use std::os::fd::AsRawFd;
-        let (cmd_read, cmd_write) = pipe();
-        let (resp_read, resp_write) = pipe();
-        let (cr, rw) = (cmd_read.as_raw_fd(), resp_write.as_raw_fd());
-        let mut cmd = command(exe, profile, net_log);
-        // SAFETY: only async-signal-safe dup2 calls between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::dup2(cr, 3) < 0 || libc::dup2(rw, 4) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let child = cmd.spawn().expect("start chromium");
-        drop((cmd_read, resp_write));
-        let (tx, rx) = channel();
-        std::thread::spawn(move || {
-            let mut r = BufReader::new(std::fs::File::from(resp_read));
-            let mut buf = Vec::new();
-            while r.read_until(0, &mut buf).is_ok_and(|n| n > 0) {
-                if buf.last() == Some(&0) {
-                    buf.pop();
-                }
-                if let Ok(v) = serde_json::from_slice::<Value>(&buf) {
-                    if tx.send(v).is_err() {
-                        break;
-                    }
-                }
-                buf.clear();
-            }
-        });
-        Browser {
-            child,
-            to_browser: std::fs::File::from(cmd_write),
-            from_browser: rx,
-            next_id: 0,
-        }
-    }
-
-    /// Send a command and wait (at most 30 s) for its answer; `Err` carries the protocol's error.
-    fn call(&mut self, session: Option<&str>, method: &str, params: Value) -> Result<Value, Value> {
-        self.next_id += 1;
-        let id = self.next_id;
-        let mut msg = json!({"id": id, "method": method, "params": params});
-        if let Some(s) = session {
-            msg["sessionId"] = json!(s);
-        }
-        let mut bytes = msg.to_string().into_bytes();
-        bytes.push(0);
-        self.to_browser
-            .write_all(&bytes)
-            .expect("write to chromium");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let v = self
-                .from_browser
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("no answer to {method}"));
-            if v["id"] == id {
-                return match v.get("error") {
-                    Some(e) => Err(e.clone()),
-                    None => Ok(v["result"].clone()),
-                };
-            }
-        }
-    }
-
-    /// Evaluate an expression in the page (promises awaited) and return its JSON value.
-    fn eval(&mut self, session: &str, expr: &str) -> Value {
-        let r = self
-            .call(
-                Some(session),
-                "Runtime.evaluate",
-                json!({"expression": expr, "awaitPromise": true, "returnByValue": true}),
-            )
-            .unwrap_or_else(|e| panic!("evaluate {expr}: {e}"));
-        assert!(r.get("exceptionDetails").is_none(), "{expr}: {r}");
-        r["result"]["value"].clone()
-    }
-
-    /// Open `url` in a new tab and wait until the page's script has built the browser.
-    fn open(&mut self, url: &str) -> String {
-        let target = self
-            .call(None, "Target.createTarget", json!({"url": url}))
-            .unwrap()["targetId"]
-            .clone();
-        let session = self
-            .call(
-                None,
-                "Target.attachToTarget",
-                json!({"targetId": target, "flatten": true}),
-            )
-            .unwrap()["sessionId"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let ready = "document.location.protocol === 'file:' && document.body && document.body.dataset.ready === 'yes'";
-        while Instant::now() < deadline {
-            let r = self.call(
-                Some(&session),
-                "Runtime.evaluate",
-                json!({"expression": ready, "returnByValue": true}),
-            );
-            if r.is_ok_and(|v| v["result"]["value"] == true) {
-                return session;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let state = self.call(Some(&session), "Runtime.evaluate",
-            json!({"expression": "[location.href, document.readyState, document.body && document.body.dataset.ready]", "returnByValue": true}));
-        panic!("the report did not finish building within 30 s: {state:?}");
-    }
-
-    /// Close the browser (so it writes its net log) and wait for it, at most 20 s.
-    fn close(mut self) {
-        let _ = self.call(None, "Browser.close", json!({}));
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if self.child.try_wait().ok().flatten().is_some() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn file_url(path: &Path) -> String {
-    let mut url = String::from("file://");
-    for b in path.to_str().unwrap().bytes() {
-        if b.is_ascii_alphanumeric() || b"/-_.~".contains(&b) {
-            url.push(b as char);
-        } else {
-            url.push_str(&format!("%{b:02X}"));
-        }
-    }
-    url
-}
 
 /// Number of step cards shown.
 const VISIBLE: &str =
@@ -268,7 +52,7 @@ fn check_page(b: &mut Browser, s: &str, run: &RunData) {
         .iter()
         .map(|v| v.as_str().unwrap())
         .collect();
-    assert_eq!(cis.len(), 6);
+    assert_eq!(cis.len(), 7, "six metrics and the judge's success");
     assert!(
         cis.iter().all(|c| c.contains(" – ")),
         "every headline metric has an interval: {cis:?}"
@@ -339,27 +123,7 @@ fn check_images(b: &mut Browser, s: &str) {
     assert_eq!(outside, json!([]), "only file: resources");
 }
 
-fn base64_decode(text: &str) -> Vec<u8> {
-    let value = |c: u8| match c {
-        b'A'..=b'Z' => c - b'A',
-        b'a'..=b'z' => c - b'a' + 26,
-        b'0'..=b'9' => c - b'0' + 52,
-        b'+' => 62,
-        _ => 63,
-    };
-    let digits: Vec<u8> = text.bytes().filter(|&c| c != b'=').map(value).collect();
-    let mut out = Vec::with_capacity(digits.len() * 3 / 4);
-    for chunk in digits.chunks(4) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, &d)| n | (d as u32) << (18 - 6 * i));
-        out.extend_from_slice(&n.to_be_bytes()[1..chunk.len()]);
-    }
-    out
-}
-
-/// Screenshots of the top of the page and of the first trajectory's cards, as PNG files in `dir`.
+/// Screenshots of the top of the page and of the third trajectory's cards, as PNG files in `dir`.
 fn screenshots(b: &mut Browser, s: &str, dir: &Path) {
     std::fs::create_dir_all(dir).unwrap();
     let metrics = json!({"width": 1100, "height": 1000, "deviceScaleFactor": 1, "mobile": false});
@@ -369,7 +133,7 @@ fn screenshots(b: &mut Browser, s: &str, dir: &Path) {
         ("report.png", "window.scrollTo(0, 0)"),
         (
             "report-steps.png",
-            "document.querySelector('.traj').scrollIntoView()",
+            "document.querySelectorAll('.traj')[2].scrollIntoView()",
         ),
     ] {
         let wait = format!("{scroll}; new Promise(done => {{ const t0 = Date.now(); (function w() {{ \
@@ -385,6 +149,47 @@ fn screenshots(b: &mut Browser, s: &str, dir: &Path) {
         )
         .unwrap();
     }
+}
+
+/// `compare.html` of the run against another: one card per flipped step with both outcomes, the flip filter,
+/// no hostile script.
+fn check_compare(b: &mut Browser, tmp: &Path, data: &Path, run_a: &Path) {
+    let (run_b, out) = (tmp.join("run b"), tmp.join("compare é"));
+    make_run(data, &run_b, 0);
+    let (a, o) = (run_a.to_str().unwrap(), out.to_str().unwrap());
+    run_ok(&[
+        "report",
+        "--compare",
+        a,
+        run_b.to_str().unwrap(),
+        "--out",
+        o,
+    ]);
+    let c: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("compare.json")).unwrap()).unwrap();
+    let (a_only, b_only) = (
+        c["mcnemar"]["a_only"].as_u64().unwrap(),
+        c["mcnemar"]["b_only"].as_u64().unwrap(),
+    );
+    assert!(a_only > 0 && b_only > 0, "the runs differ both ways");
+    let s = b.open(&file_url(&out.join("compare.html")));
+    let dom = b.eval(&s, &format!(
+        "({{cards: document.querySelectorAll('.card').length, visible: {VISIBLE}, \
+          both: Array.from(document.querySelectorAll('.card')).every(c => c.querySelectorAll('.badge').length === 2), \
+          pwned: typeof window.__pwned, injected: document.querySelectorAll('main script, main img[onerror]').length}})"
+    ));
+    assert_eq!(
+        dom,
+        json!({"cards": a_only + b_only, "visible": a_only + b_only, "both": true, "pwned": "undefined", "injected": 0})
+    );
+    assert_eq!(
+        set_filter(b, &s, "f-flip", "'right_to_wrong'") as u64,
+        a_only
+    );
+    assert_eq!(
+        set_filter(b, &s, "f-flip", "'wrong_to_right'") as u64,
+        b_only
+    );
 }
 
 /// The request of the control page (the discard port: refused at once; nothing leaves the machine).
@@ -432,6 +237,7 @@ fn report_in_headless_chromium() {
     if let Some(dir) = std::env::var_os("MOBILE_R1_EVAL_REPORT_SCREENSHOTS") {
         screenshots(&mut b, &s, Path::new(&dir));
     }
+    check_compare(&mut b, tmp.path(), &data, &run_dir);
     // A control page without a policy makes one request: it proves the net log shows the pages' requests.
     let control = tmp.path().join("control.html");
     std::fs::write(&control, format!("<img src=\"{CONTROL}\">")).unwrap();

@@ -125,6 +125,10 @@ fn bootstrap_is_deterministic_and_a_run_against_itself_has_zero_deltas() {
     let r = RunData::load(&run, &RunOverrides::default()).unwrap();
     assert_eq!(intervals(&r.steps, 500, 7), intervals(&r.steps, 500, 7));
     assert_ne!(intervals(&r.steps, 500, 7), intervals(&r.steps, 500, 8));
+    // Trajectories 0, 2 and 4 of 5 are judged successful (the fixture's judgements): 60%, with an interval.
+    assert_eq!(r.metrics.extra["judge_success"], 60.0);
+    let judge = r.metrics.intervals.as_ref().unwrap().metrics["judge_success"];
+    assert!(judge.low < 60.0 && judge.high > 60.0, "{judge:?}");
     let same = paired_intervals(&r.steps, &r.steps, 300, 1);
     assert!(same.metrics.values().all(|i| i.low == 0.0 && i.high == 0.0));
 }
@@ -248,6 +252,14 @@ fn report_of_a_folder_without_manifest_asks_for_data() {
     ]);
     let page = std::fs::read_to_string(run.join("report.html")).unwrap();
     assert!(Path::new(&run.join("report")).is_dir());
+    let o = Command::new(BIN)
+        .args(["report", run.to_str().unwrap(), "--out", "elsewhere"])
+        .output()
+        .unwrap();
+    assert!(
+        !o.status.success()
+            && String::from_utf8_lossy(&o.stderr).contains("--out elsewhere is for --compare")
+    );
     assert_eq!(
         data_block(&page)["trajectories"].as_array().unwrap().len(),
         5

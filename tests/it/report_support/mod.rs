@@ -3,6 +3,9 @@
 //! gold actions (right, off target, wrong type, unparseable, hostile markup), judgements and a manifest.
 #![allow(dead_code)]
 
+#[cfg(target_os = "linux")]
+pub mod browser;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
