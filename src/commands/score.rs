@@ -51,7 +51,7 @@ fn run_folder_of(predictions: &Path) -> anyhow::Result<Option<RunFolder>> {
     }))
 }
 
-/// Issue 18: the benchmark folder to score against — `--data`, else the run's own benchmark, else the sample —
+/// The benchmark folder to score against — `--data`, else the run's own benchmark, else the sample —
 /// and, for a run's predictions, the check that it is the benchmark the run predicted.
 fn benchmark_for(data: Option<&Path>, run: Option<&RunFolder>) -> anyhow::Result<PathBuf> {
     let dir = match (data, run.and_then(|r| r.data.as_ref())) {
@@ -85,24 +85,6 @@ fn benchmark_for(data: Option<&Path>, run: Option<&RunFolder>) -> anyhow::Result
     Ok(dir)
 }
 
-/// The metrics keys only `eval` writes (judge results, prediction errors), kept when `score` rewrites a run's
-/// `metrics.json`.
-fn carried_keys(out: &Path, metrics: &mut crate::score::Metrics) -> anyhow::Result<()> {
-    let path = out.join("metrics.json");
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        return Ok(());
-    };
-    let old: serde_json::Value = serde_json::from_str(&text)
-        .with_context(|| format!("{}: not valid JSON", path.display()))?;
-    let new = serde_json::to_value(&*metrics)?;
-    for (k, v) in old.as_object().into_iter().flatten() {
-        if new.get(k).is_none() {
-            metrics.extra.insert(k.clone(), v.clone());
-        }
-    }
-    Ok(())
-}
-
 /// Entry point.
 pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
     let rules = args.rules.preset();
@@ -120,28 +102,32 @@ pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
             preds.duplicates
         );
     }
-    let (mut metrics, scored) = score_predictions(&rules, &bench, &preds);
+    let (metrics, scored) = score_predictions(&rules, &bench, &preds);
     warn_unknown(&scored.unknown, preds.len(), &data);
     // A run folder (its manifest matched above) keeps eval's judge results; any other folder is written as before.
     let out = match (args.out.clone(), &run) {
         (Some(out), _) => out,
         (None, Some(r)) if r.data_hash.is_some() => r.dir.clone(),
         (None, Some(r)) => anyhow::bail!(
-            "{} records no benchmark hash, so scoring cannot tell whether it matches; pass --out to write the              scores elsewhere",
+            "{} records no benchmark hash, so scoring cannot tell whether it matches; pass --out to write the \
+             scores elsewhere",
             r.manifest.display()
         ),
         (None, None) => default_out(&args.predictions),
     };
-    let _lock = match &run {
-        Some(r) if out == r.dir => {
-            carried_keys(&out, &mut metrics)?;
-            Some(crate::runlock::RunLock::acquire(&out)?)
-        }
-        _ => None,
+    let into_run = run.as_ref().is_some_and(|r| out == r.dir);
+    let _lock = into_run
+        .then(|| crate::runlock::RunLock::acquire(&out))
+        .transpose()?;
+    // A run folder keeps eval's judge results: its predictions are scored exactly as eval scores them.
+    let (metrics, steps) = if into_run {
+        let judgements = crate::eval::rundir::read_records(&out.join("judgements.jsonl"))?;
+        crate::eval::score_run(&rules, &bench, &preds, &judgements, !judgements.is_empty())
+    } else {
+        (metrics, scored.steps)
     };
-    let paths = report::write_all(&out, &metrics, &scored.steps)?;
-    let page =
-        report::html::write_scored(&out, &bench, &metrics, &scored.steps, &args.predictions)?;
+    let paths = report::write_all(&out, &metrics, &steps)?;
+    let page = report::html::write_scored(&out, &bench, &metrics, &steps, &args.predictions)?;
     print!("{}", report::render_summary(&metrics));
     println!(
         "\nWrote {}, {}, {} and {}",
