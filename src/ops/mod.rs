@@ -48,6 +48,7 @@ pub fn manifest_entry() -> serde_json::Value {
         "tensor_core_attention": mma_attention_enabled(),
         "kernels_sha256": sha,
         "cpu_f32_gemm": blas::describe(),
+        "cpu_blas_choice": blas::choice(),
         "cpu_gemm_row_block": ROW_BLOCK,
         "cpu_gemm_blas_min_rows": BLAS_MIN_ROWS,
     })
