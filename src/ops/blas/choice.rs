@@ -73,14 +73,18 @@ impl CpuSimd {
     /// This CPU's features (run-time detection; all false off x86-64).
     pub fn detect() -> Self {
         #[cfg(target_arch = "x86_64")]
-        return Self {
-            avx2_fma: is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
-            avx512f: is_x86_feature_detected!("avx512f"),
-        };
+        {
+            Self {
+                avx2_fma: is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
+                avx512f: is_x86_feature_detected!("avx512f"),
+            }
+        }
         #[cfg(not(target_arch = "x86_64"))]
-        Self {
-            avx2_fma: false,
-            avx512f: false,
+        {
+            Self {
+                avx2_fma: false,
+                avx512f: false,
+            }
         }
     }
 }
