@@ -43,7 +43,10 @@ fn bench_json_reports_throughput_memory_and_mfu() {
     );
     // Every GEMM path measured is listed, the best one is the peak, and the CPU and its ISA peak are described.
     let rates = r["matmul_rates"].as_array().unwrap();
-    let best = rates.iter().map(|x| x["flops"].as_f64().unwrap()).fold(0.0, f64::max);
+    let best = rates
+        .iter()
+        .map(|x| x["flops"].as_f64().unwrap())
+        .fold(0.0, f64::max);
     assert_eq!(best, r["matmul_peak_flops"].as_f64().unwrap());
     assert!(rates.iter().any(|x| x["path"] == source), "{rates:?}");
     assert!(r["cpu"]["logical_cpus"].as_u64().unwrap() >= 1);

@@ -249,5 +249,8 @@ fn choose_uses_a_library_only_where_it_fits_and_is_faster() {
     assert_eq!(lib.is_some(), auto.used);
     // Asked for by name, the library is used whatever it measures.
     let (lib, on) = choose("on").unwrap();
-    assert!(lib.is_some() && on.used && on.reason.contains("asked for"), "{on:?}");
+    assert!(
+        lib.is_some() && on.used && on.reason.contains("asked for"),
+        "{on:?}"
+    );
 }

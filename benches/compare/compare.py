@@ -282,6 +282,8 @@ def main():
         hf = run_hf(args)
         ours, tp, ops = run_ours(args, ckpt, data, os.path.join(args.work, f"run{r}"))
         rounds.append({"hf": hf, "ours": ours, "tp": tp, "ops": ops, "load": os.getloadavg()})
+        print(f"round {r + 1}: transformers {hf['wall']:.1f} s, mobile-r1-eval {tp['phases'][0]['wall_seconds']:.1f} s, "
+              f"load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
     hf_out = {(t, s): v for t, s, v in rounds[0]["hf"]["outputs"]}
     n = len(hf_out)
     same = min(sum(hf_out[k] == r["ours"].get(k) for k in hf_out) for r in rounds)

@@ -119,9 +119,17 @@ pub fn isa_peak(cpu: &CpuInfo, threads: usize) -> Option<IsaPeak> {
     let amd = cpu.vendor == "AuthenticAMD";
     // Zen 3/4 (family 25) run a 512-bit FMA as two halves on their two 256-bit FMA pipes.
     let (lanes, fma_units, units_why) = match (cpu.has("avx512f"), amd, cpu.family) {
-        (true, true, Some(25)) => (16, 1, "AMD family 25 (Zen 4): AVX-512 on two 256-bit FMA pipes, one 512-bit FMA a cycle"),
+        (true, true, Some(25)) => (
+            16,
+            1,
+            "AMD family 25 (Zen 4): AVX-512 on two 256-bit FMA pipes, one 512-bit FMA a cycle",
+        ),
         (true, true, _) => (16, 2, "AMD with AVX-512 past Zen 4: two 512-bit FMA pipes"),
-        (true, false, _) => (16, 2, "two 512-bit FMA units (Xeon Gold/Platinum; some Silver/Bronze parts have one)"),
+        (true, false, _) => (
+            16,
+            2,
+            "two 512-bit FMA units (Xeon Gold/Platinum; some Silver/Bronze parts have one)",
+        ),
         (false, _, _) => (8, 2, "two 256-bit FMA units (AVX2)"),
     };
     let flops = threads as f64 * f64::from(fma_units) * f64::from(lanes) * 2.0 * clock_ghz * 1e9;
@@ -162,7 +170,11 @@ mod tests {
         assert!((xeon.flops - 2.0 * 2.0 * 16.0 * 2.0 * 2.5e9).abs() < 1.0);
         let avx2 = isa_peak(&cpu("AuthenticAMD", 25, &["avx2", "fma"]), 4).unwrap();
         assert!((avx2.flops - 4.0 * 2.0 * 8.0 * 2.0 * 2.5e9).abs() < 1.0);
-        assert!(avx2.assumptions.contains("2.500 GHz"), "{}", avx2.assumptions);
+        assert!(
+            avx2.assumptions.contains("2.500 GHz"),
+            "{}",
+            avx2.assumptions
+        );
         assert!(isa_peak(&cpu("GenuineIntel", 6, &["avx"]), 2).is_none());
     }
 

@@ -88,7 +88,11 @@ pub fn matmul_rates(device: &Device, dtype: DType, n: usize) -> Result<Vec<Matmu
             .flatten()
             .filter(|i| in_use.is_none_or(|u| u.description != i.description));
         let (av, bv) = (a.flatten_all()?.to_vec1()?, b.flatten_all()?.to_vec1()?);
-        for (blas, used) in in_use.map(|b| (b, true)).into_iter().chain(installed.as_ref().map(|b| (b, false))) {
+        for (blas, used) in in_use
+            .map(|b| (b, true))
+            .into_iter()
+            .chain(installed.as_ref().map(|b| (b, false)))
+        {
             let secs = best_seconds(device, || {
                 drop(blas.sgemm_nt(&av, &bv, n, n, n));
                 Ok(())
@@ -98,7 +102,11 @@ pub fn matmul_rates(device: &Device, dtype: DType, n: usize) -> Result<Vec<Matmu
                 detail: format!(
                     "corename {}, {}",
                     blas.corename.as_deref().unwrap_or("unknown"),
-                    if used { "used by this run" } else { "installed, not used by this run" }
+                    if used {
+                        "used by this run"
+                    } else {
+                        "installed, not used by this run"
+                    }
                 ),
                 flops: flops / secs,
             });

@@ -110,7 +110,12 @@ impl Blas {
                 .ok()
                 .map(|f| f())
                 .filter(|p| !p.is_null())
-                .map(|p| std::ffi::CStr::from_ptr(p).to_string_lossy().trim().to_string());
+                .map(|p| {
+                    std::ffi::CStr::from_ptr(p)
+                        .to_string_lossy()
+                        .trim()
+                        .to_string()
+                });
             let description = match config {
                 Some(c) => format!("{c} ({path})"),
                 None => path.to_string(),
@@ -254,7 +259,10 @@ pub fn choose(spec: &str) -> Result<(Option<Blas>, BlasChoice), BlasError> {
     let spec = spec.trim();
     let loaded = Blas::from_spec(spec)?;
     Ok(match loaded {
-        None if is_off(spec) => (None, choice::none(spec, "MOBILE_R1_EVAL_BLAS=off: the built-in gemm crate")),
+        None if is_off(spec) => (
+            None,
+            choice::none(spec, "MOBILE_R1_EVAL_BLAS=off: the built-in gemm crate"),
+        ),
         None => (
             None,
             choice::none(spec, "no OpenBLAS installed: the built-in gemm crate"),

@@ -245,11 +245,26 @@ mod tests {
             let (q, k, v) = (r((n, heads, d)), r((n, kv, d)), r((n, kv, d)));
             let (pk, pv) = (r((kv, 40, d)), r((kv, 40, d)));
             let segs = [
-                VarlenSeg { start: 0, len: 37, prefix: None },
-                VarlenSeg { start: 37, len: 16, prefix: Some((&pk, &pv, 33)) },
+                VarlenSeg {
+                    start: 0,
+                    len: 37,
+                    prefix: None,
+                },
+                VarlenSeg {
+                    start: 37,
+                    len: 16,
+                    prefix: Some((&pk, &pv, 33)),
+                },
             ];
             for causal in [false, true] {
-                let a = Varlen { q: &q, k: &k, v: &v, segs: &segs, causal, scale: 0.11 };
+                let a = Varlen {
+                    q: &q,
+                    k: &k,
+                    v: &v,
+                    segs: &segs,
+                    causal,
+                    scale: 0.11,
+                };
                 let want = reference::varlen_attention(a).unwrap();
                 let mut bits = Vec::new();
                 for level in Level::supported() {
@@ -262,7 +277,10 @@ mod tests {
                         bits.push(got.flatten_all().unwrap().to_vec1::<f32>().unwrap());
                     }
                 }
-                assert!(bits.windows(2).all(|w| w[0] == w[1]), "AVX2 and AVX-512 bits differ");
+                assert!(
+                    bits.windows(2).all(|w| w[0] == w[1]),
+                    "AVX2 and AVX-512 bits differ"
+                );
             }
         }
     }
@@ -284,17 +302,42 @@ mod timing {
         let t = || Tensor::randn(0f32, 1.0, (n, h, d), &Device::Cpu).unwrap();
         let (q, k, v) = (t(), t(), t());
         let windows: Vec<VarlenSeg<'_>> = (0..n / 64)
-            .map(|i| VarlenSeg { start: 64 * i, len: 64, prefix: None })
+            .map(|i| VarlenSeg {
+                start: 64 * i,
+                len: 64,
+                prefix: None,
+            })
             .collect();
-        let full = [VarlenSeg { start: 0, len: n, prefix: None }];
+        let full = [VarlenSeg {
+            start: 0,
+            len: n,
+            prefix: None,
+        }];
         for (name, segs) in [("windows", &windows[..]), ("full", &full[..])] {
-            let a = Varlen { q: &q, k: &k, v: &v, segs, causal: false, scale: 0.11 };
+            let a = Varlen {
+                q: &q,
+                k: &k,
+                v: &v,
+                segs,
+                causal: false,
+                scale: 0.11,
+            };
             let mut outs = Vec::new();
-            for level in Level::supported().into_iter().filter(|l| *l != Level::Portable) {
+            for level in Level::supported()
+                .into_iter()
+                .filter(|l| *l != Level::Portable)
+            {
                 let mut best = f64::INFINITY;
                 for _ in 0..7 {
                     let t0 = std::time::Instant::now();
-                    outs.push(varlen_attention_at(a, level).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap());
+                    outs.push(
+                        varlen_attention_at(a, level)
+                            .unwrap()
+                            .flatten_all()
+                            .unwrap()
+                            .to_vec1::<f32>()
+                            .unwrap(),
+                    );
                     best = best.min(t0.elapsed().as_secs_f64());
                 }
                 eprintln!("varlen {name} at {level:?}: {:.2} ms", best * 1e3);

@@ -237,12 +237,18 @@ mod tests {
                     eprintln!("swiglu cols={cols} bias={} at {level:?}", bias.is_some());
                     let got = swiglu_packed_at(&gu, bias, level).unwrap();
                     let diff = (&got - &want).unwrap().abs().unwrap().max_all().unwrap();
-                    assert!(diff.to_scalar::<f32>().unwrap() < 1e-5, "{level:?} cols={cols}");
+                    assert!(
+                        diff.to_scalar::<f32>().unwrap() < 1e-5,
+                        "{level:?} cols={cols}"
+                    );
                     if level != Level::Portable {
                         vector.push(bits(&got));
                     }
                 }
-                assert!(vector.windows(2).all(|w| w[0] == w[1]), "AVX2 and AVX-512 bits differ");
+                assert!(
+                    vector.windows(2).all(|w| w[0] == w[1]),
+                    "AVX2 and AVX-512 bits differ"
+                );
             }
         }
     }
@@ -256,7 +262,14 @@ mod tests {
         let bias = Tensor::rand(-1f32, 1f32, (heads + 2 * kv) * d, &dev).unwrap();
         let cos = Tensor::rand(-1f32, 1f32, (n, d / 2), &dev).unwrap();
         let sin = Tensor::rand(-1f32, 1f32, (n, d / 2), &dev).unwrap();
-        let a = QkvRope { y: &y, bias: &bias, cos: &cos, sin: &sin, heads, kv_heads: kv };
+        let a = QkvRope {
+            y: &y,
+            bias: &bias,
+            cos: &cos,
+            sin: &sin,
+            heads,
+            kv_heads: kv,
+        };
         let want = reference::qkv_rope(a).unwrap();
         for level in Level::supported() {
             eprintln!("qkv_rope at {level:?}");
@@ -296,7 +309,14 @@ mod timing {
         let bias = Tensor::randn(0f32, 1.0, 3 * 1280, &dev).unwrap();
         let cos = Tensor::randn(0f32, 1.0, (4992, 40), &dev).unwrap();
         let sin = Tensor::randn(0f32, 1.0, (4992, 40), &dev).unwrap();
-        let a = QkvRope { y: &y, bias: &bias, cos: &cos, sin: &sin, heads: 16, kv_heads: 16 };
+        let a = QkvRope {
+            y: &y,
+            bias: &bias,
+            cos: &cos,
+            sin: &sin,
+            heads: 16,
+            kv_heads: 16,
+        };
         let mut outs = Vec::new();
         for level in Level::supported() {
             if level != Level::Portable {
@@ -304,8 +324,15 @@ mod timing {
             }
             let s = best(|| drop(swiglu_packed_at(&gu, None, level).unwrap()));
             let r = best(|| drop(qkv_rope_at(a, level).unwrap()));
-            eprintln!("at {level:?}: swiglu 4992x3420 {:.2} ms, qkv_rope 4992x3x1280 {:.2} ms", s * 1e3, r * 1e3);
+            eprintln!(
+                "at {level:?}: swiglu 4992x3420 {:.2} ms, qkv_rope 4992x3x1280 {:.2} ms",
+                s * 1e3,
+                r * 1e3
+            );
         }
-        assert!(outs.windows(2).all(|w| w[0] == w[1]), "AVX2 and AVX-512 bits differ");
+        assert!(
+            outs.windows(2).all(|w| w[0] == w[1]),
+            "AVX2 and AVX-512 bits differ"
+        );
     }
 }

@@ -55,9 +55,28 @@ impl BlasChoice {
 /// OpenBLAS core names whose kernels predate AVX2/FMA: on a CPU with AVX2 they mean that the library did not
 /// recognise the CPU (its `DYNAMIC_ARCH` fell back to an old core).
 const PRE_AVX2_CORES: [&str; 22] = [
-    "katmai", "coppermine", "northwood", "prescott", "banias", "core2", "penryn", "dunnington",
-    "nehalem", "sandybridge", "atom", "amd64", "opteron", "opteron_sse3", "barcelona", "bobcat",
-    "bulldozer", "piledriver", "steamroller", "nano", "generic", "unknown",
+    "katmai",
+    "coppermine",
+    "northwood",
+    "prescott",
+    "banias",
+    "core2",
+    "penryn",
+    "dunnington",
+    "nehalem",
+    "sandybridge",
+    "atom",
+    "amd64",
+    "opteron",
+    "opteron_sse3",
+    "barcelona",
+    "bobcat",
+    "bulldozer",
+    "piledriver",
+    "steamroller",
+    "nano",
+    "generic",
+    "unknown",
 ];
 
 /// What the CPU offers, for [`core_misfit`].
@@ -167,8 +186,12 @@ pub fn none(spec: &str, reason: &str) -> BlasChoice {
 /// after a warm-up each).
 pub fn calibrate(blas: &Blas) -> candle_core::Result<(f64, f64)> {
     let (m, k, n) = CALIBRATION;
-    let a: Vec<f32> = (0..m * k).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect();
-    let w: Vec<f32> = (0..n * k).map(|i| ((i * 104_729) % 1000) as f32 / 1000.0 - 0.5).collect();
+    let a: Vec<f32> = (0..m * k)
+        .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
+        .collect();
+    let w: Vec<f32> = (0..n * k)
+        .map(|i| ((i * 104_729) % 1000) as f32 / 1000.0 - 0.5)
+        .collect();
     let flop = 2.0 * (m * k * n) as f64;
     let via_blas = best_seconds(|| {
         drop(blas.sgemm_nt(&a, &w, m, k, n));
@@ -212,9 +235,16 @@ mod tests {
             avx512f: false,
         };
         let why = core_misfit("Prescott", avx512).expect("a misfit");
-        assert!(why.contains("Prescott") && why.contains("OPENBLAS_CORETYPE=SkylakeX"), "{why}");
+        assert!(
+            why.contains("Prescott") && why.contains("OPENBLAS_CORETYPE=SkylakeX"),
+            "{why}"
+        );
         assert!(core_misfit("PRESCOTT", avx2).unwrap().contains("=Haswell"));
-        assert_eq!(core_misfit("Prescott", old), None, "an SSE3 CPU gets SSE3 kernels");
+        assert_eq!(
+            core_misfit("Prescott", old),
+            None,
+            "an SSE3 CPU gets SSE3 kernels"
+        );
         for fits in ["Haswell", "Zen", "SkylakeX", "CooperLake", "SapphireRapids"] {
             assert_eq!(core_misfit(fits, avx512), None, "{fits}");
         }
