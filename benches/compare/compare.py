@@ -10,12 +10,20 @@
 4. Runs `mobile-r1-eval eval --no-judge` on the same folder.
 5. Checks that both produce the same text for every step (enforced in f32; counted in bf16/f16) and prints
    steps/s of each, the ratio, peak RSS (and peak GPU memory) of each, and the machine's matmul throughput in
-   the run's dtype (torch) measured in the same run.
+   the run's dtype (torch, square and vision-MLP shapes) measured in the same run, mobile-r1-eval's prefill rate
+   (vision included) in FLOP/s, the CPU model and flags, and the load average before and after.
+
+With `--rounds R` both engines run R times, alternating (transformers, mobile-r1-eval, transformers, ...), on the
+same checkpoint and prompts; each round is reported and the summary uses the best round of each engine.
+`--screenshots DIR` takes the step screenshots from the PNG files of DIR (sorted, cycled) instead of synthetic
+screens, e.g. the real 1080x2400 Chinese-app screenshots of ../shared/data/standins/standin_cn_mai-ui_139mail_trajectory.
 
 Usage (from the repository root, after `cargo build --release`):
 
     .venv-fixtures/bin/python benches/compare/compare.py --preset small --steps 4 --max-pixels 250880
     .venv-fixtures/bin/python benches/compare/compare.py --preset tiny --steps 16      # quick check
+    .venv-compare/bin/python benches/compare/compare.py --preset small --steps 3 --batch 1 --rounds 2 \
+        --max-pixels 1003520 --screenshots ../shared/data/standins/standin_cn_mai-ui_139mail_trajectory
     python3 benches/compare/compare.py --preset 3b --device cuda --dtype bf16 --steps 64 --batch 32 \
         --max-pixels 1003520 --binary path/to/cuda/mobile-r1-eval                     # on a GPU machine
 
@@ -87,16 +95,24 @@ def write_checkpoint(fx, preset, out, seed, max_pixels, device, dtype):
     json.dump(fx.GENERATION_CONFIG, open(os.path.join(out, "generation_config.json"), "w"), indent=2)
 
 
-def write_benchmark(fx, out, n_steps):
-    """N steps: trajectories of up to 4 steps on 1080x2400 screens, each step with its own screenshot."""
+def write_benchmark(fx, out, n_steps, screenshots=None):
+    """N steps: trajectories of up to 4 steps on 1080x2400 screens, each step with its own screenshot (synthetic,
+    or the PNG files of `screenshots`, sorted and cycled)."""
     os.makedirs(os.path.join(out, "images"), exist_ok=True)
+    real = sorted(os.path.join(screenshots, f) for f in os.listdir(screenshots) if f.endswith(".png")) \
+        if screenshots else []
+    if screenshots and not real:
+        sys.exit(f"--screenshots {screenshots}: no PNG files")
     lines, k = [], 0
     while k < n_steps:
         t = len(lines)
         steps = []
         for s in range(min(4, n_steps - k)):
             name = f"t{t}_s{s}.png"
-            fx.save_png(out, name, fx.pattern_screen(2400, 1080, seed=7 + 10 * t + s))
+            if real:
+                shutil.copy(real[k % len(real)], os.path.join(out, "images", name))
+            else:
+                fx.save_png(out, name, fx.pattern_screen(2400, 1080, seed=7 + 10 * t + s))
             name = "images/" + name
             steps.append({"image": name, "thought": "", "subtask": f"第{s + 1}步：点击搜索框并输入商品名称",
                           "action": {"name": "mobile_use", "arguments": {"action": "click", "coordinate": [540, 300]}},
@@ -158,14 +174,20 @@ def run_transformers(ckpt, data, lines, batch, max_new, device, dtype):
     wall = time.time() - t0
     keys = [(t["id"], si) for t, si in jobs]
     gpu = torch.cuda.max_memory_reserved() if device.startswith("cuda") else None
-    return dict(zip(keys, outputs)), wall, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, gpu
+    vision = sum(p.numel() for p in model.model.visual.parameters())
+    embed = model.model.language_model.embed_tokens.weight.numel()
+    body = sum(p.numel() for p in model.model.language_model.parameters()) - embed
+    params = {"vision": vision, "language_model_body": body}
+    return dict(zip(keys, outputs)), wall, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, gpu, params
 
 
-def matmul_tflops(device, dtype):
-    """Best of three square products (n=2048 on CPU, 8192 on a GPU) in `dtype`: the machine's matmul rate."""
+def matmul_tflops(device, dtype, shape=None):
+    """Best of three products (m, k, n) in `dtype`, by default square (2048 on CPU, 8192 on a GPU): torch's
+    matmul rate on this machine."""
     n = 2048 if device == "cpu" else 8192
-    a = torch.randn(n, n, device=device, dtype=DTYPES[dtype])
-    b = torch.randn(n, n, device=device, dtype=DTYPES[dtype])
+    m, k, n = shape or (n, n, n)
+    a = torch.randn(m, k, device=device, dtype=DTYPES[dtype])
+    b = torch.randn(k, n, device=device, dtype=DTYPES[dtype])
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     a @ b
     sync()
@@ -175,7 +197,52 @@ def matmul_tflops(device, dtype):
         a @ b
         sync()
         best = min(best, time.time() - t)
-    return 2 * n ** 3 / best / 1e12
+    return 2 * m * k * n / best / 1e12
+
+
+def cpu_description():
+    """The CPU model, its vector flags and the logical CPU count, from /proc/cpuinfo (Linux)."""
+    model, flags = "", []
+    try:
+        for line in open("/proc/cpuinfo"):
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and not model:
+                model = value.strip()
+            if key.strip() == "flags" and not flags:
+                flags = sorted(f for f in value.split() if f.startswith(("avx", "fma", "amx")))
+    except OSError:
+        pass
+    return {"model": model, "vector_flags": flags, "logical_cpus": os.cpu_count()}
+
+
+def run_hf(args):
+    """transformers in a child process (its peak RSS is its own)."""
+    child = subprocess.run([sys.executable, __file__, "--role", "hf", "--preset", args.preset, "--work", args.work,
+                            "--batch", str(args.batch), "--max-new-tokens", str(args.max_new_tokens),
+                            "--device", args.device, "--dtype", args.dtype],
+                           capture_output=True, text=True)
+    if child.returncode != 0:
+        sys.exit(f"transformers run failed:\n{child.stderr[-4000:]}")
+    return json.loads(child.stdout)
+
+
+def run_ours(args, ckpt, data, run_dir):
+    shutil.rmtree(run_dir, ignore_errors=True)
+    subprocess.run([args.binary, "eval", "--model", ckpt, "--data", data, "--out", run_dir, "--no-judge",
+                    "--batch-size", str(args.batch), "--max-new-tokens", str(args.max_new_tokens),
+                    "--device", args.device, "--dtype", args.dtype], check=True,
+                   stdout=subprocess.DEVNULL)
+    ours = {(json.loads(l)["trajectory"], json.loads(l)["step"]): json.loads(l)["response"]
+            for l in open(os.path.join(run_dir, "predictions.jsonl"))}
+    tp = json.load(open(os.path.join(run_dir, "throughput.json")))
+    manifest = json.load(open(os.path.join(run_dir, "manifest.json")))
+    return ours, tp, manifest.get("ops", {})
+
+
+def prefill_flops(phase, params):
+    """FLOPs of a phase's prefills, vision included (2 x params per patch and per prompt token; attention scores
+    left out, as `bench` does)."""
+    return 2 * params["vision"] * phase["patches"] + 2 * params["language_model_body"] * phase["prefill_tokens"]
 
 
 def main():
@@ -192,55 +259,82 @@ def main():
     ap.add_argument("--device", default="cpu", help="cpu or cuda (both engines)")
     ap.add_argument("--dtype", default="f32", choices=sorted(DTYPES))
     ap.add_argument("--json-out", help="also write the result object to this file")
+    ap.add_argument("--rounds", type=int, default=1, help="alternate the two engines this many times each")
+    ap.add_argument("--screenshots", help="folder of PNG screenshots to use instead of synthetic screens")
     args = ap.parse_args()
     ckpt, data = os.path.join(args.work, f"{args.preset}-ckpt"), os.path.join(args.work, "data")
 
     if args.role == "hf":  # child process: transformers alone, so its peak RSS is its own
         lines = [json.loads(l) for l in open(os.path.join(data, "data.jsonl"))]
-        out, wall, rss, gpu = run_transformers(ckpt, data, lines, args.batch, args.max_new_tokens, args.device,
-                                               args.dtype)
-        json.dump({"outputs": [[k[0], k[1], v] for k, v in out.items()], "wall": wall, "rss": rss, "gpu": gpu},
-                  sys.stdout)
+        out, wall, rss, gpu, params = run_transformers(ckpt, data, lines, args.batch, args.max_new_tokens,
+                                                       args.device, args.dtype)
+        json.dump({"outputs": [[k[0], k[1], v] for k, v in out.items()], "wall": wall, "rss": rss, "gpu": gpu,
+                   "params": params}, sys.stdout)
         return
 
     fx = fixtures_module()
     shutil.rmtree(args.work, ignore_errors=True)
     write_checkpoint(fx, args.preset, ckpt, args.seed, args.max_pixels, args.device, args.dtype)
-    lines = write_benchmark(fx, data, args.steps)
-    child = subprocess.run([sys.executable, __file__, "--role", "hf", "--preset", args.preset, "--work", args.work,
-                            "--batch", str(args.batch), "--max-new-tokens", str(args.max_new_tokens),
-                            "--device", args.device, "--dtype", args.dtype],
-                           capture_output=True, text=True)
-    if child.returncode != 0:
-        sys.exit(f"transformers run failed:\n{child.stderr[-4000:]}")
-    hf = json.loads(child.stdout)
-    run_dir = os.path.join(args.work, "run")
-    subprocess.run([args.binary, "eval", "--model", ckpt, "--data", data, "--out", run_dir, "--no-judge",
-                    "--batch-size", str(args.batch), "--max-new-tokens", str(args.max_new_tokens),
-                    "--device", args.device, "--dtype", args.dtype], check=True,
-                   stdout=subprocess.DEVNULL)
-    ours = {(json.loads(l)["trajectory"], json.loads(l)["step"]): json.loads(l)["response"]
-            for l in open(os.path.join(run_dir, "predictions.jsonl"))}
-    tp = json.load(open(os.path.join(run_dir, "throughput.json")))
-    hf_out = {(t, s): v for t, s, v in hf["outputs"]}
-    same = sum(hf_out[k] == ours.get(k) for k in hf_out)
-    ours_wall = tp["phases"][0]["wall_seconds"]
+    lines = write_benchmark(fx, data, args.steps, args.screenshots)
+    load_before = os.getloadavg()
+    rounds = []
+    for r in range(max(1, args.rounds)):
+        hf = run_hf(args)
+        ours, tp, ops = run_ours(args, ckpt, data, os.path.join(args.work, f"run{r}"))
+        rounds.append({"hf": hf, "ours": ours, "tp": tp, "ops": ops, "load": os.getloadavg()})
+        print(f"round {r + 1}: transformers {hf['wall']:.1f} s, mobile-r1-eval {tp['phases'][0]['wall_seconds']:.1f} s, "
+              f"load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
+    hf_out = {(t, s): v for t, s, v in rounds[0]["hf"]["outputs"]}
     n = len(hf_out)
+    same = min(sum(hf_out[k] == r["ours"].get(k) for k in hf_out) for r in rounds)
+    hf_same = all({(t, s): v for t, s, v in r["hf"]["outputs"]} == hf_out for r in rounds)
+    params = rounds[0]["hf"]["params"]
+    per_round = []
+    for r in rounds:
+        phase = r["tp"]["phases"][0]
+        per_round.append({
+            "transformers_wall_seconds": r["hf"]["wall"], "ours_wall_seconds": phase["wall_seconds"],
+            "speedup": r["hf"]["wall"] / phase["wall_seconds"],
+            "ours_prefill_seconds": phase["prefill_seconds"],
+            "ours_prefill_flops_per_second": prefill_flops(phase, params) / max(phase["prefill_seconds"], 1e-9),
+            "transformers_peak_rss_bytes": r["hf"]["rss"], "ours_peak_rss_bytes": r["tp"]["peak_rss_bytes"],
+            "load_average_after": r["load"],
+        })
+    hf_wall = min(x["transformers_wall_seconds"] for x in per_round)
+    ours_wall = min(x["ours_wall_seconds"] for x in per_round)
+    torch_rates = {"square": matmul_tflops(args.device, args.dtype)}
+    if args.device == "cpu" and args.dtype == "f32":
+        torch_rates["vision_mlp_4992x1280x3420"] = matmul_tflops(args.device, args.dtype, (4992, 1280, 3420))
+    best_torch = max(torch_rates.values()) * 1e12
+    ours_prefill = max(x["ours_prefill_flops_per_second"] for x in per_round)
+    first = rounds[0]
     result = {
         "preset": args.preset, "steps": n, "max_pixels": args.max_pixels, "max_new_tokens": args.max_new_tokens,
-        "batch": args.batch, "identical_outputs": f"{same}/{n}",
-        "transformers_steps_per_second": n / hf["wall"], "ours_steps_per_second": n / ours_wall,
-        "speedup": hf["wall"] / ours_wall,
-        "transformers_peak_rss_bytes": hf["rss"], "ours_peak_rss_bytes": tp["peak_rss_bytes"],
-        "transformers_peak_gpu_bytes": hf["gpu"], "ours_peak_gpu_bytes": tp.get("peak_device_bytes"),
+        "batch": args.batch, "rounds": len(rounds), "identical_outputs": f"{same}/{n}",
+        "transformers_repeats_itself": hf_same,
+        "screenshots": os.path.abspath(args.screenshots) if args.screenshots else "synthetic",
+        "image_tokens_per_screenshot": first["tp"]["phases"][0]["patches"] // max(first["tp"]["phases"][0]["images"], 1) // 4,
+        "transformers_steps_per_second": n / hf_wall, "ours_steps_per_second": n / ours_wall,
+        "speedup": hf_wall / ours_wall,
+        "transformers_peak_rss_bytes": max(x["transformers_peak_rss_bytes"] for x in per_round),
+        "ours_peak_rss_bytes": max(x["ours_peak_rss_bytes"] for x in per_round),
+        "transformers_peak_gpu_bytes": first["hf"]["gpu"], "ours_peak_gpu_bytes": first["tp"].get("peak_device_bytes"),
         "device": args.device, "dtype": args.dtype,
-        "torch_matmul_tflops": matmul_tflops(args.device, args.dtype),
+        "torch_matmul_tflops": torch_rates["square"],
+        "torch_matmul_tflops_by_shape": torch_rates,
+        "ours_prefill_flops_per_second": ours_prefill,
+        "ours_prefill_fraction_of_torch_best_matmul": ours_prefill / best_torch,
+        "ours_cpu_gemm": first["ops"].get("cpu_f32_gemm"), "ours_blas_choice": first["ops"].get("cpu_blas_choice"),
+        "params": params,
+        "per_round": per_round,
+        "cpu": cpu_description(), "load_average_before": load_before, "load_average_after": os.getloadavg(),
         "versions": {"torch": torch.__version__, "numpy": np.__version__},
         "cpu_threads": torch.get_num_threads(),
     }
     print(json.dumps(result, indent=1))
     if args.json_out:
         json.dump(result, open(args.json_out, "w"), indent=1)
+    ours = min(rounds, key=lambda r: sum(hf_out[k] == r["ours"].get(k) for k in hf_out))["ours"]
     # Identical tokens are required in f32; in bf16/f16 the two engines' kernels round differently and greedy
     # paths may part after a near-tie, so the count is reported, not enforced.
     if same != n:

@@ -1,8 +1,10 @@
 //! `bench`: throughput of the real architecture with random weights, on synthetic Mobile-R1-like step prompts,
 //! through the same engine as `eval` (prefetch, continuous batching, prefix cache), plus the aggregation phase.
-//! Reports steps/s, images/s, prefill and decode tokens/s, the time split, peak memory, and an MFU estimate
-//! against the device's matmul throughput measured in the same run.
+//! Reports steps/s, images/s, prefill and decode tokens/s, the time split, peak memory, and MFU estimates against
+//! two denominators: the best matmul rate of every GEMM path measured in the same run, and (on the CPU) the ISA
+//! peak of the cores used, with the CPU's model and features.
 
+pub mod cpu;
 pub mod random;
 pub mod workload;
 
@@ -55,40 +57,101 @@ pub struct BenchConfig {
     pub ops: crate::ops::OpsConfig,
 }
 
-/// Measured matmul throughput of `device` in `dtype` (FLOP/s), and what reached it: the best of a few square
-/// GEMMs of size `n` through candle's matmul and, for f32 on the CPU, through the run's CBLAS library and
-/// OpenBLAS where it is installed (whether or not this run uses it), so that the MFU is against the best GEMM the
-/// machine has.
-pub fn matmul_peak(
+/// One GEMM path's measured rate.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct MatmulRate {
+    /// `candle` (the device's default matmul) or `cblas: <library>`.
+    pub path: String,
+    /// What runs behind it (the `gemm` crate's kernels on the CPU).
+    pub detail: String,
+    /// FLOP/s.
+    pub flops: f64,
+}
+
+/// Measured matmul throughput of `device` in `dtype` of every path available (FLOP/s): the best of a few square
+/// GEMMs of size `n` through candle's matmul and, for f32 on the CPU, through the run's CBLAS library and OpenBLAS
+/// where it is installed (whether or not this run uses it), so that the MFU is against the best GEMM the machine
+/// has.
+pub fn matmul_rates(
     device: &Device,
     dtype: DType,
     n: usize,
     in_use: Option<&Blas>,
-) -> Result<(f64, String)> {
+) -> Result<Vec<MatmulRate>> {
     let a = Tensor::randn(0f32, 1.0, (n, n), device)?.to_dtype(dtype)?;
     let b = Tensor::randn(0f32, 1.0, (n, n), device)?.to_dtype(dtype)?;
     let flops = 2.0 * (n as f64).powi(3);
-    let mut best = (
-        flops / best_seconds(device, || a.matmul(&b).map(drop))?,
-        "candle".to_string(),
-    );
+    let mut rates = vec![MatmulRate {
+        path: "candle".to_string(),
+        detail: candle_detail(device),
+        flops: flops / best_seconds(device, || a.matmul(&b).map(drop))?,
+    }];
     if device.is_cpu() && dtype == DType::F32 {
         let installed = Blas::from_spec("auto")
             .ok()
             .flatten()
             .filter(|i| in_use.is_none_or(|u| u.description != i.description));
         let (av, bv) = (a.flatten_all()?.to_vec1()?, b.flatten_all()?.to_vec1()?);
-        for blas in in_use.into_iter().chain(installed.as_ref()) {
+        for (blas, used) in in_use
+            .map(|b| (b, true))
+            .into_iter()
+            .chain(installed.as_ref().map(|b| (b, false)))
+        {
             let secs = best_seconds(device, || {
                 drop(blas.sgemm_nt(&av, &bv, n, n, n));
                 Ok(())
             })?;
-            if flops / secs > best.0 {
-                best = (flops / secs, format!("cblas: {}", blas.description));
-            }
+            rates.push(MatmulRate {
+                path: format!("cblas: {}", blas.description),
+                detail: format!(
+                    "corename {}, {}",
+                    blas.corename.as_deref().unwrap_or("unknown"),
+                    if used {
+                        "used by this run"
+                    } else {
+                        "installed, not used by this run"
+                    }
+                ),
+                flops: flops / secs,
+            });
         }
     }
-    Ok(best)
+    Ok(rates)
+}
+
+/// The best of [`matmul_rates`]: (FLOP/s, path).
+pub fn matmul_peak(
+    device: &Device,
+    dtype: DType,
+    n: usize,
+    in_use: Option<&Blas>,
+) -> Result<(f64, String)> {
+    let rates = matmul_rates(device, dtype, n, in_use)?;
+    Ok(best_rate(&rates))
+}
+
+fn best_rate(rates: &[MatmulRate]) -> (f64, String) {
+    rates
+        .iter()
+        .max_by(|a, b| a.flops.total_cmp(&b.flops))
+        .map_or((0.0, String::new()), |r| (r.flops, r.path.clone()))
+}
+
+/// Which kernels candle's matmul runs on `device`: on the CPU the `gemm` crate's widest for this CPU.
+fn candle_detail(device: &Device) -> String {
+    if !device.is_cpu() {
+        return format!("{device:?}");
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        if is_x86_feature_detected!("avx512f") {
+            return "gemm crate, x86-v4 AVX-512 kernels".to_string();
+        }
+        if is_x86_feature_detected!("fma") {
+            return "gemm crate, AVX2/FMA kernels".to_string();
+        }
+    }
+    "gemm crate".to_string()
 }
 
 /// The shortest of three timed calls of `f`, after one warm-up call.
@@ -185,18 +248,26 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<Value> {
     let model = &backend.loaded().model;
     let profile = model.profile_snapshot();
     let vision_seconds = time_vision(model, &backend.loaded().kit, &bench)?;
-    let (peak, peak_source) = matmul_peak(
+    let rates = matmul_rates(
         &device,
         dtype,
         if device.is_cpu() { 2048 } else { 8192 },
         model.ops().blas(),
     )?;
+    let (peak, peak_source) = best_rate(&rates);
+    let cpu_info = cpu::CpuInfo::detect();
+    let isa = (device.is_cpu() && dtype == DType::F32)
+        .then(|| cpu::isa_peak(&cpu_info, rayon::current_num_threads()))
+        .flatten();
     let measured = Measured {
         steps,
         judge,
         vision_seconds,
         matmul_peak: peak,
         peak_source,
+        rates,
+        cpu: cpu_info,
+        isa,
         params: (vision_params, lm_params),
         build_seconds,
         profile,
@@ -216,6 +287,12 @@ struct Measured {
     matmul_peak: f64,
     /// What reached `matmul_peak` ("candle", or the CBLAS library).
     peak_source: String,
+    /// Every GEMM path measured.
+    rates: Vec<MatmulRate>,
+    /// The CPU.
+    cpu: cpu::CpuInfo,
+    /// The ISA peak of the CPU cores used (f32 on the CPU only).
+    isa: Option<cpu::IsaPeak>,
     /// Parameter counts `(vision, language model)`.
     params: (u64, u64),
     /// Seconds to build the random model.
@@ -293,13 +370,23 @@ fn report(cfg: &BenchConfig, device: &DeviceSpec, model: &Qwen25VL, m: &Measured
         ..steps.clone()
     };
     let prefill_work = flops(model, &prefill_only, params);
-    let mfu = |w: f64, s: f64| {
+    let against = |w: f64, s: f64, peak: f64| {
         if s > 0.0 && peak > 0.0 {
             w / s / peak
         } else {
             0.0
         }
     };
+    let mfu = |w: f64, s: f64| against(w, s, peak);
+    let isa = m.isa.as_ref().map_or(0.0, |i| i.flops);
+    let vision_work = 2.0 * params.0 as f64 * steps.patches as f64;
+    let mfu_isa = m.isa.as_ref().map(|_| {
+        json!({
+            "mfu": against(work, steps.wall_seconds, isa),
+            "mfu_prefill": against(prefill_work, steps.prefill_seconds, isa),
+            "mfu_vision": against(vision_work, m.vision_seconds, isa),
+        })
+    });
     json!({
         "config": cfg.config,
         "device": device.to_string(),
@@ -314,9 +401,13 @@ fn report(cfg: &BenchConfig, device: &DeviceSpec, model: &Qwen25VL, m: &Measured
         "peak_device_bytes": memory::peak_device_bytes(),
         "mfu": mfu(work, steps.wall_seconds),
         "mfu_prefill": mfu(prefill_work, steps.prefill_seconds),
-        "mfu_vision": mfu(2.0 * params.0 as f64 * steps.patches as f64, m.vision_seconds),
+        "mfu_vision": mfu(vision_work, m.vision_seconds),
         "matmul_peak_flops": peak,
         "matmul_peak_source": m.peak_source,
+        "matmul_rates": m.rates,
+        "cpu": m.cpu,
+        "isa_peak": m.isa,
+        "mfu_isa": mfu_isa,
         "model_flops": work,
         "time_split_seconds": {
             "preprocess_cpu": steps.prepare_seconds,

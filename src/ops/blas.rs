@@ -1,10 +1,13 @@
 //! An optional CBLAS library for the CPU's f32 GEMMs, loaded at run time.
 //!
-//! The `gemm` crate behind candle's CPU matmul reaches 105–145 GFLOP/s on the development VM (2 AVX2 cores);
-//! OpenBLAS reaches 15–30% more on the same prefill shapes. Nothing is linked at build time: the library is
-//! opened with `dlopen` on first use, so the binary runs unchanged where it is absent.
+//! The `gemm` crate behind candle's CPU matmul uses AVX-512 kernels where the CPU has AVX-512F and FMA kernels
+//! elsewhere (chosen at run time). A CBLAS library (OpenBLAS, MKL, BLIS) can be faster on some machines and much
+//! slower on others (an OpenBLAS that does not know the CPU), so it is used by default only where it measures
+//! faster ([`choose`], [`choice`]). Nothing is linked at build time: the library is opened with `dlopen` on first
+//! use, so the binary runs unchanged where it is absent.
 //!
-//! [`super::CpuGemm`] selects it: `auto` tries OpenBLAS under its usual names and falls back to the `gemm` crate;
+//! [`super::CpuGemm`] selects it: `auto` tries OpenBLAS under its usual names and uses it only when it fits the
+//! CPU and beats the `gemm` crate on a calibration product ([`choose`]), else the `gemm` crate;
 //! `on` requires OpenBLAS; `off` always uses the `gemm` crate; a path names a shared library that exports the
 //! LP64 (32-bit integer) `cblas_sgemm` (OpenBLAS, MKL's `libmkl_rt`, BLIS). A library that is required but cannot
 //! be loaded, or that fails a small known product at load, is an error. [`super::Ops::new`] loads it.
@@ -16,6 +19,10 @@
 //! rows or more), OpenBLAS's sums depend on each call's shape: a sequence's logits may change in the last bits
 //! with the batch's size or the thread count. Greedy outputs still match across batch sizes in the tests, and
 //! `off` gives the `gemm` crate's bit-for-bit behaviour back.
+
+mod choice;
+
+pub use choice::{calibrate, core_misfit, BlasChoice, CpuSimd, MARGIN};
 
 use candle_core::Tensor;
 
@@ -38,6 +45,7 @@ type Sgemm = unsafe extern "C" fn(
 );
 type SetThreads = unsafe extern "C" fn(i32);
 type GetConfig = unsafe extern "C" fn() -> *const std::ffi::c_char;
+type GetCorename = unsafe extern "C" fn() -> *mut std::ffi::c_char;
 
 const ROW_MAJOR: i32 = 101;
 const NO_TRANS: i32 = 111;
@@ -50,6 +58,9 @@ pub struct Blas {
     sgemm: Sgemm,
     /// What was loaded: the library's own description (OpenBLAS's config string) and its file name.
     pub description: String,
+    /// The kernels OpenBLAS picked for this CPU (`openblas_get_corename`, e.g. `Haswell`, `SkylakeX`), when the
+    /// library exports it.
+    pub corename: Option<String>,
     _lib: libloading::Library,
 }
 
@@ -93,6 +104,17 @@ impl Blas {
                         .trim()
                         .to_string()
                 });
+            let corename = lib
+                .get::<GetCorename>(b"openblas_get_corename\0")
+                .ok()
+                .map(|f| f())
+                .filter(|p| !p.is_null())
+                .map(|p| {
+                    std::ffi::CStr::from_ptr(p)
+                        .to_string_lossy()
+                        .trim()
+                        .to_string()
+                });
             let description = match config {
                 Some(c) => format!("{c} ({path})"),
                 None => path.to_string(),
@@ -100,6 +122,7 @@ impl Blas {
             let blas = Self {
                 sgemm,
                 description,
+                corename,
                 _lib: lib,
             };
             blas.check().map_err(|e| format!("{path}: {e}"))?;
@@ -165,7 +188,7 @@ impl Blas {
     pub fn from_spec(spec: &str) -> Result<Option<Self>, BlasError> {
         let auto = || AUTO_NAMES.iter().find_map(|n| Self::open(n).ok());
         match spec.trim() {
-            "off" | "0" | "false" | "no" => Ok(None),
+            off if is_off(off) => Ok(None),
             "" | "auto" => Ok(auto()),
             "on" | "1" | "true" | "yes" => auto().map(Some).ok_or_else(|| BlasError {
                 spec: spec.trim().to_string(),
@@ -227,6 +250,29 @@ struct SendPtr(*mut f32);
 // SAFETY: the pointer is only used for disjoint column blocks inside one rayon scope.
 unsafe impl Send for SendPtr {}
 unsafe impl Sync for SendPtr {}
+
+/// Load and judge what `spec` (the value of `MOBILE_R1_EVAL_BLAS`) asks for: the library to use, if any, and
+/// the record of the choice (see [`choice`](self::choice) for the rules). An error only where a library required
+/// by `spec` cannot be loaded.
+pub fn choose(spec: &str) -> Result<(Option<Blas>, BlasChoice), BlasError> {
+    let spec = spec.trim();
+    let loaded = Blas::from_spec(spec)?;
+    Ok(match loaded {
+        None if is_off(spec) => (
+            None,
+            choice::none(spec, "MOBILE_R1_EVAL_BLAS=off: the built-in gemm crate"),
+        ),
+        None => (
+            None,
+            choice::none(spec, "no OpenBLAS installed: the built-in gemm crate"),
+        ),
+        Some(b) => choice::decide(b, spec, !matches!(spec, "" | "auto")),
+    })
+}
+
+fn is_off(spec: &str) -> bool {
+    matches!(spec, "off" | "0" | "false" | "no")
+}
 
 /// Whether an m×k by n×k product fits the LP64 interface (every size and leading dimension an `i32`).
 pub fn fits_cblas(m: usize, k: usize, n: usize) -> bool {

@@ -104,6 +104,9 @@ pub struct OpsManifest {
     pub kernels_sha256: String,
     /// What the CPU's f32 GEMMs run on (`cblas: …`, `gemm crate (candle)`, or why none is loaded).
     pub cpu_f32_gemm: String,
+    /// How the CBLAS library was chosen (its corename, the calibration rates, why), on the CPU.
+    #[serde(default)]
+    pub cpu_blas_choice: Option<super::blas::BlasChoice>,
     /// Rows per product for independent rows ([`super::ROW_BLOCK`]).
     pub cpu_gemm_row_block: usize,
     /// Fewest rows of a segment multiplied by the CBLAS library ([`super::BLAS_MIN_ROWS`]).

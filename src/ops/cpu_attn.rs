@@ -2,12 +2,14 @@
 //! transposed, and its values into contiguous rows; then the query rows of that head group take their scores,
 //! softmax and weighted sum four rows at a time, so each key/value load serves four queries.
 //! No score matrix is materialised, no mask tensor is built, and windows need no padding. Work items run on
-//! rayon; the inner products use AVX2/FMA when the CPU has them (checked at run time).
+//! rayon; the inner products use AVX-512 or AVX2/FMA when the CPU has them (checked at run time), both giving the
+//! same bits.
 
 use candle_core::{DType, Result, Tensor};
 use rayon::prelude::*;
 
 use super::cpu_elementwise::with_f32;
+use super::simd::Level;
 use super::VarlenSeg;
 
 /// Query rows processed together against each key row.
@@ -29,14 +31,26 @@ struct Dims {
     heads: usize,
     kv_heads: usize,
     d: usize,
+    /// The vector path of the inner loops.
+    level: Level,
 }
 
 /// See [`super::varlen_attention`]; `q` (N, H, d), `k`/`v` (N, KV, d), all f32 on the CPU.
 pub fn varlen_attention(a: super::Varlen<'_>) -> Result<Tensor> {
+    varlen_attention_at(a, Level::detect())
+}
+
+/// [`varlen_attention`] on the vector path `level`, which must be one the CPU supports (at most [`Level::detect`]).
+fn varlen_attention_at(a: super::Varlen<'_>, level: Level) -> Result<Tensor> {
     let (q, k, v, segs, causal, scale) = (a.q, a.k, a.v, a.segs, a.causal, a.scale);
     let (n, heads, d) = q.dims3()?;
     let (_, kv_heads, _) = k.dims3()?;
-    let dims = Dims { heads, kv_heads, d };
+    let dims = Dims {
+        heads,
+        kv_heads,
+        d,
+        level,
+    };
     let prefixes: Vec<Option<Prefix>> = segs
         .iter()
         .map(|s| {
@@ -154,7 +168,7 @@ fn attend_group(
                 d,
                 visible,
             };
-            kernels::run(&blk, &mut scores, &mut o);
+            kernels::run(&blk, &mut scores, &mut o, dims.level);
             for i in 0..rows {
                 let at = ((r0 + i) * group + g) * d;
                 out[at..at + d].copy_from_slice(&o[i * d..(i + 1) * d]);
@@ -184,221 +198,26 @@ fn scatter(
     }
 }
 
-mod kernels {
-    //! The inner loops for up to [`ROWS`] query rows: scores against every visible key (keys transposed, so
-    //! one load serves 8 keys), softmax, weighted sum of the values.
-
-    use super::{KEY_BLOCK, ROWS};
-
-    /// One block of query rows against one segment's keys and values.
-    pub struct Block<'a> {
-        /// Query rows (ROWS, d), pre-scaled; rows past the block's end are zero.
-        pub q: &'a [f32],
-        /// Keys transposed (d, lpad).
-        pub kt: &'a [f32],
-        /// Padded key count.
-        pub lpad: usize,
-        /// Values (keys, d).
-        pub v: &'a [f32],
-        /// Head dim (a multiple of 8).
-        pub d: usize,
-        /// Keys each row sees (0 for rows past the block's end).
-        pub visible: [usize; ROWS],
-    }
-
-    /// Fill `out` (ROWS, d) with the attention of the block's rows; `scores` holds ROWS × lpad.
-    pub fn run(b: &Block<'_>, scores: &mut [f32], out: &mut [f32]) {
-        let last = b.visible.iter().copied().max().unwrap_or(0);
-        let kpad = last.div_ceil(KEY_BLOCK) * KEY_BLOCK;
-        #[cfg(target_arch = "x86_64")]
-        if crate::ops::simd::avx2::available() {
-            // SAFETY: the CPU supports AVX2 and FMA (checked above); every index stays inside the buffers
-            // (kpad ≤ lpad, d a multiple of 8).
-            unsafe {
-                avx2::scores(b, kpad, scores);
-                softmax_rows(b, last, scores, |s| avx2::exp_sum(s));
-                avx2::weighted_sum(b, last, scores, out);
-            }
-            return;
-        }
-        portable_scores(b, kpad, scores);
-        softmax_rows(b, last, scores, exp_sum);
-        portable_weighted_sum(b, last, scores, out);
-    }
-
-    /// Softmax of each row's visible scores in place, the row's remaining scores up to `last` set to 0 and
-    /// the visible ones already divided by their sum. `exp_sum` replaces each `x` by `exp(x − max)` and returns
-    /// the sum.
-    fn softmax_rows(
-        b: &Block<'_>,
-        last: usize,
-        scores: &mut [f32],
-        exp_sum: impl Fn(&mut [f32]) -> f32,
-    ) {
-        for (i, &vis) in b.visible.iter().enumerate() {
-            let row = &mut scores[i * b.lpad..i * b.lpad + last];
-            let (s, rest) = row.split_at_mut(vis);
-            rest.fill(0.0);
-            if vis == 0 {
-                continue;
-            }
-            let inv = 1.0 / exp_sum(s);
-            s.iter_mut().for_each(|x| *x *= inv);
-        }
-    }
-
-    /// `x ← exp(x − max x)` over `s`, returning the sum (libm's `expf`).
-    fn exp_sum(s: &mut [f32]) -> f32 {
-        let m = s.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
-        let mut sum = 0f32;
-        for x in s.iter_mut() {
-            *x = (*x - m).exp();
-            sum += *x;
-        }
-        sum
-    }
-
-    fn portable_scores(b: &Block<'_>, kpad: usize, scores: &mut [f32]) {
-        for i in 0..ROWS {
-            for j in 0..kpad {
-                let mut acc = 0f32;
-                for c in 0..b.d {
-                    acc += b.q[i * b.d + c] * b.kt[c * b.lpad + j];
-                }
-                scores[i * b.lpad + j] = acc;
-            }
-        }
-    }
-
-    fn portable_weighted_sum(b: &Block<'_>, last: usize, scores: &[f32], out: &mut [f32]) {
-        for i in 0..ROWS {
-            let o = &mut out[i * b.d..(i + 1) * b.d];
-            o.fill(0.0);
-            for j in 0..last {
-                let p = scores[i * b.lpad + j];
-                for (x, y) in o.iter_mut().zip(&b.v[j * b.d..(j + 1) * b.d]) {
-                    *x += p * y;
-                }
-            }
-        }
-    }
-
-    /// The vector `exp_sum`, for the unit test.
-    ///
-    /// # Safety
-    /// The CPU must support AVX2 and FMA.
-    #[cfg(all(test, target_arch = "x86_64"))]
-    pub unsafe fn avx2_exp_sum_for_test(s: &mut [f32]) -> f32 {
-        avx2::exp_sum(s)
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    mod avx2 {
-        use super::{Block, KEY_BLOCK, ROWS};
-        use crate::ops::simd::avx2::exp8;
-        use std::arch::x86_64::*;
-
-        /// [`super::exp_sum`] 8 lanes at a time.
-        #[target_feature(enable = "avx2,fma")]
-        pub unsafe fn exp_sum(s: &mut [f32]) -> f32 {
-            let n8 = s.len() / 8 * 8;
-            let p = s.as_mut_ptr();
-            let mut mv = _mm256_set1_ps(f32::NEG_INFINITY);
-            for i in (0..n8).step_by(8) {
-                mv = _mm256_max_ps(mv, _mm256_loadu_ps(p.add(i)));
-            }
-            let mut lanes = [0f32; 8];
-            _mm256_storeu_ps(lanes.as_mut_ptr(), mv);
-            let m = lanes
-                .iter()
-                .chain(&s[n8..])
-                .cloned()
-                .fold(f32::NEG_INFINITY, f32::max);
-            let (mb, mut acc) = (_mm256_set1_ps(m), _mm256_setzero_ps());
-            for i in (0..n8).step_by(8) {
-                let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(p.add(i)), mb));
-                _mm256_storeu_ps(p.add(i), e);
-                acc = _mm256_add_ps(acc, e);
-            }
-            _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
-            let mut sum: f32 = lanes.iter().sum();
-            for x in &mut s[n8..] {
-                *x = (*x - m).exp();
-                sum += *x;
-            }
-            sum
-        }
-
-        /// Scores of all ROWS rows for keys 0..kpad, 16 keys × 4 rows per inner step (8 accumulators).
-        #[target_feature(enable = "avx2,fma")]
-        pub unsafe fn scores(b: &Block<'_>, kpad: usize, scores: &mut [f32]) {
-            let (q, kt, sp) = (b.q.as_ptr(), b.kt.as_ptr(), scores.as_mut_ptr());
-            for j0 in (0..kpad).step_by(KEY_BLOCK) {
-                let mut acc = [[_mm256_setzero_ps(); 2]; ROWS];
-                for c in 0..b.d {
-                    let k0 = _mm256_loadu_ps(kt.add(c * b.lpad + j0));
-                    let k1 = _mm256_loadu_ps(kt.add(c * b.lpad + j0 + 8));
-                    for (i, a) in acc.iter_mut().enumerate() {
-                        let qb = _mm256_broadcast_ss(&*q.add(i * b.d + c));
-                        a[0] = _mm256_fmadd_ps(qb, k0, a[0]);
-                        a[1] = _mm256_fmadd_ps(qb, k1, a[1]);
-                    }
-                }
-                for (i, a) in acc.iter().enumerate() {
-                    _mm256_storeu_ps(sp.add(i * b.lpad + j0), a[0]);
-                    _mm256_storeu_ps(sp.add(i * b.lpad + j0 + 8), a[1]);
-                }
-            }
-        }
-
-        /// out[i] = Σ_j p[i][j]·v[j] for keys 0..last, 16 dims × 4 rows per inner step (8 lanes at the end).
-        #[target_feature(enable = "avx2,fma")]
-        pub unsafe fn weighted_sum(b: &Block<'_>, last: usize, scores: &[f32], out: &mut [f32]) {
-            let (v, sp, op) = (b.v.as_ptr(), scores.as_ptr(), out.as_mut_ptr());
-            let mut c = 0;
-            while c + 16 <= b.d {
-                let mut acc = [[_mm256_setzero_ps(); 2]; ROWS];
-                for j in 0..last {
-                    let v0 = _mm256_loadu_ps(v.add(j * b.d + c));
-                    let v1 = _mm256_loadu_ps(v.add(j * b.d + c + 8));
-                    for (i, a) in acc.iter_mut().enumerate() {
-                        let p = _mm256_broadcast_ss(&*sp.add(i * b.lpad + j));
-                        a[0] = _mm256_fmadd_ps(p, v0, a[0]);
-                        a[1] = _mm256_fmadd_ps(p, v1, a[1]);
-                    }
-                }
-                for (i, a) in acc.iter().enumerate() {
-                    _mm256_storeu_ps(op.add(i * b.d + c), a[0]);
-                    _mm256_storeu_ps(op.add(i * b.d + c + 8), a[1]);
-                }
-                c += 16;
-            }
-            if c < b.d {
-                let mut acc = [_mm256_setzero_ps(); ROWS];
-                for j in 0..last {
-                    let v0 = _mm256_loadu_ps(v.add(j * b.d + c));
-                    for (i, a) in acc.iter_mut().enumerate() {
-                        *a = _mm256_fmadd_ps(_mm256_broadcast_ss(&*sp.add(i * b.lpad + j)), v0, *a);
-                    }
-                }
-                for (i, a) in acc.iter().enumerate() {
-                    _mm256_storeu_ps(op.add(i * b.d + c), *a);
-                }
-            }
-        }
-    }
-}
+mod kernels;
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::ops::{reference, Varlen, VarlenSeg};
+    use candle_core::Device;
+
     #[test]
     fn vector_exp_matches_libm() {
         #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        for level in Level::supported() {
+            if level == Level::Portable {
+                continue;
+            }
+            eprintln!("exp_sum at {level:?}");
             let xs: Vec<f32> = (0..20_003).map(|i| -80.0 + i as f32 * 0.0041).collect();
             let mut got = xs.clone();
-            // SAFETY: AVX2 and FMA are present (checked above).
-            let sum = unsafe { super::kernels::avx2_exp_sum_for_test(&mut got) };
+            // SAFETY: the CPU supports `level` (Level::supported).
+            let sum = unsafe { kernels::exp_sum_for_test(&mut got, level) };
             let m = xs.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
             let mut want_sum = 0f64;
             for (g, x) in got.iter().zip(&xs) {
@@ -411,6 +230,119 @@ mod tests {
                 );
             }
             assert!(((sum as f64) - want_sum).abs() <= 1e-5 * want_sum);
+        }
+    }
+
+    /// Every vector path this CPU supports against the composed reference, on window-like segments (one with a
+    /// cached prefix, causal and not) and head dims 80 (16·5: the AVX-512 32/16-dim steps and no 8-dim tail) and
+    /// 72 (an 8-dim tail); the AVX2 and AVX-512 paths give the same bits.
+    #[test]
+    fn every_supported_path_matches_the_reference() {
+        let dev = Device::Cpu;
+        for d in [80usize, 72] {
+            let (n, heads, kv) = (53usize, 4usize, 2usize);
+            let r = |shape: (usize, usize, usize)| Tensor::rand(-1f32, 1f32, shape, &dev).unwrap();
+            let (q, k, v) = (r((n, heads, d)), r((n, kv, d)), r((n, kv, d)));
+            let (pk, pv) = (r((kv, 40, d)), r((kv, 40, d)));
+            let segs = [
+                VarlenSeg {
+                    start: 0,
+                    len: 37,
+                    prefix: None,
+                },
+                VarlenSeg {
+                    start: 37,
+                    len: 16,
+                    prefix: Some((&pk, &pv, 33)),
+                },
+            ];
+            for causal in [false, true] {
+                let a = Varlen {
+                    q: &q,
+                    k: &k,
+                    v: &v,
+                    segs: &segs,
+                    causal,
+                    scale: 0.11,
+                };
+                let want = reference::varlen_attention(a).unwrap();
+                let mut bits = Vec::new();
+                for level in Level::supported() {
+                    eprintln!("varlen attention d={d} causal={causal} at {level:?}");
+                    let got = varlen_attention_at(a, level).unwrap();
+                    let diff = (&got - &want).unwrap().abs().unwrap().max_all().unwrap();
+                    let diff = diff.to_scalar::<f32>().unwrap();
+                    assert!(diff < 2e-6, "{level:?} d={d} causal={causal}: {diff}");
+                    if level != Level::Portable {
+                        bits.push(got.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+                    }
+                }
+                assert!(
+                    bits.windows(2).all(|w| w[0] == w[1]),
+                    "AVX2 and AVX-512 bits differ"
+                );
+            }
+        }
+    }
+}
+
+/// Times of the fused attention at each vector path this CPU supports, on one 1080×2400 screenshot's windows
+/// (20 windows of 64 rows, 16 heads of 80) and in one full-attention segment, with the bits checked equal:
+/// `cargo test --release --lib ops::cpu_attn::timing -- --ignored --nocapture`.
+#[cfg(test)]
+mod timing {
+    use super::*;
+    use crate::ops::{Varlen, VarlenSeg};
+    use candle_core::Device;
+
+    #[test]
+    #[ignore = "a timing run: use --release --ignored --nocapture"]
+    fn levels() {
+        let (n, h, d) = (1280, 16, 80);
+        let t = || Tensor::randn(0f32, 1.0, (n, h, d), &Device::Cpu).unwrap();
+        let (q, k, v) = (t(), t(), t());
+        let windows: Vec<VarlenSeg<'_>> = (0..n / 64)
+            .map(|i| VarlenSeg {
+                start: 64 * i,
+                len: 64,
+                prefix: None,
+            })
+            .collect();
+        let full = [VarlenSeg {
+            start: 0,
+            len: n,
+            prefix: None,
+        }];
+        for (name, segs) in [("windows", &windows[..]), ("full", &full[..])] {
+            let a = Varlen {
+                q: &q,
+                k: &k,
+                v: &v,
+                segs,
+                causal: false,
+                scale: 0.11,
+            };
+            let mut outs = Vec::new();
+            for level in Level::supported()
+                .into_iter()
+                .filter(|l| *l != Level::Portable)
+            {
+                let mut best = f64::INFINITY;
+                for _ in 0..7 {
+                    let t0 = std::time::Instant::now();
+                    outs.push(
+                        varlen_attention_at(a, level)
+                            .unwrap()
+                            .flatten_all()
+                            .unwrap()
+                            .to_vec1::<f32>()
+                            .unwrap(),
+                    );
+                    best = best.min(t0.elapsed().as_secs_f64());
+                }
+                eprintln!("varlen {name} at {level:?}: {:.2} ms", best * 1e3);
+            }
+            assert!(outs.windows(2).all(|w| w[0] == w[1]));
         }
     }
 }

@@ -38,6 +38,8 @@ pub struct Ops {
     blas: Option<Arc<blas::Blas>>,
     /// Why no library is loaded, for the manifest, when none is.
     gemm_note: String,
+    /// How the library was chosen, on the CPU.
+    blas_choice: Option<blas::BlasChoice>,
     profiler: Profiler,
     attention_budget: usize,
 }
@@ -52,22 +54,38 @@ impl std::fmt::Debug for Ops {
     }
 }
 
+/// One log line saying what the CPU's f32 GEMMs run on and why (a warning when the library misfits the CPU).
+fn log_blas_choice(c: &blas::BlasChoice) {
+    let what = match (&c.library, c.used) {
+        (Some(lib), true) => format!("CBLAS {lib}"),
+        _ => "the gemm crate".to_string(),
+    };
+    if c.needs_attention() {
+        tracing::warn!("CPU f32 GEMMs: {what}: {}", c.reason);
+    } else {
+        tracing::info!("CPU f32 GEMMs: {what}: {}", c.reason);
+    }
+}
+
 impl Ops {
     /// The context of `config` for work on `device`: on the CPU the CBLAS library asked for is loaded here (a
     /// required one that cannot be loaded is an error); elsewhere none is.
     pub fn new(config: &OpsConfig, device: &Device) -> std::result::Result<Self, blas::BlasError> {
-        let (blas, gemm_note) = if device.is_cpu() {
-            match config.cpu_gemm.load()? {
-                Some(b) => (Some(Arc::new(b)), String::new()),
-                None => (None, "gemm crate (candle)".to_string()),
+        let (blas, gemm_note, blas_choice) = if device.is_cpu() {
+            let (blas, choice) = blas::choose(&config.cpu_gemm.to_string())?;
+            log_blas_choice(&choice);
+            match blas {
+                Some(b) => (Some(Arc::new(b)), String::new(), Some(choice)),
+                None => (None, "gemm crate (candle)".to_string(), Some(choice)),
             }
         } else {
-            (None, "none (not a CPU run)".to_string())
+            (None, "none (not a CPU run)".to_string(), None)
         };
         Ok(Self {
             config: config.clone(),
             blas,
             gemm_note,
+            blas_choice,
             profiler: Profiler::new(config.profile),
             attention_budget: composed::DEFAULT_MAX_SCORE_ELEMS,
         })
@@ -128,6 +146,7 @@ impl Ops {
             tensor_core_attention: self.config.tensor_core_attention,
             kernels_sha256: kernels_sha256(),
             cpu_f32_gemm: self.gemm_description(),
+            cpu_blas_choice: self.blas_choice.clone(),
             cpu_gemm_row_block: ROW_BLOCK,
             cpu_gemm_blas_min_rows: BLAS_MIN_ROWS,
         }

@@ -1,5 +1,50 @@
-//! AVX2/FMA building blocks of the fused CPU ops (`cpu_attn`, `cpu_elementwise`); callers check for the features
-//! at run time ([`avx2::available`]) before calling any of them.
+//! AVX2/FMA and AVX-512 building blocks of the fused CPU ops (`cpu_attn`, `cpu_elementwise`); callers pick a
+//! [`Level`] at run time ([`Level::detect`]) and call only the functions of a level the CPU supports.
+//!
+//! The AVX-512 functions compute every lane with the same operations in the same order as the AVX2 ones (and
+//! reduce sums in the same 8-lane order), so both levels give the same bits: a run's fused ops do not depend on
+//! which of the two the CPU has.
+
+/// The widest vector path the fused CPU ops may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    /// Plain Rust (any CPU).
+    Portable,
+    /// AVX2 and FMA, 8 lanes.
+    Avx2,
+    /// AVX-512F (with AVX2 and FMA), 16 lanes.
+    Avx512,
+}
+
+impl Level {
+    /// The widest level this CPU supports (checked once).
+    pub fn detect() -> Self {
+        static LEVEL: std::sync::OnceLock<Level> = std::sync::OnceLock::new();
+        *LEVEL.get_or_init(|| {
+            #[cfg(target_arch = "x86_64")]
+            if avx2::available() {
+                return if is_x86_feature_detected!("avx512f") {
+                    Level::Avx512
+                } else {
+                    Level::Avx2
+                };
+            }
+            Level::Portable
+        })
+    }
+
+    /// Every level this CPU supports, narrowest first (for tests that run them all).
+    #[cfg(test)]
+    pub fn supported() -> Vec<Self> {
+        [Level::Portable, Level::Avx2, Level::Avx512]
+            .into_iter()
+            .filter(|l| *l <= Self::detect())
+            .collect()
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub mod avx512;
 
 #[cfg(target_arch = "x86_64")]
 pub mod avx2 {

@@ -39,6 +39,27 @@ fn bench_json_reports_throughput_memory_and_mfu() {
         source == "candle" || source.starts_with("cblas: "),
         "{source}"
     );
+    // Every GEMM path measured is listed, the best one is the peak, and the CPU and its ISA peak are described.
+    let rates = r["matmul_rates"].as_array().unwrap();
+    let best = rates
+        .iter()
+        .map(|x| x["flops"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert_eq!(best, r["matmul_peak_flops"].as_f64().unwrap());
+    assert!(rates.iter().any(|x| x["path"] == source), "{rates:?}");
+    assert!(r["cpu"]["logical_cpus"].as_u64().unwrap() >= 1);
+    assert!(r["cpu"]["features"].is_array());
+    if let Some(isa) = r["isa_peak"].as_object() {
+        let product = isa["cores"].as_f64().unwrap()
+            * isa["fma_units"].as_f64().unwrap()
+            * isa["lanes"].as_f64().unwrap()
+            * 2.0
+            * isa["clock_ghz"].as_f64().unwrap()
+            * 1e9;
+        assert!((isa["flops"].as_f64().unwrap() - product).abs() <= 1e-6 * product);
+        assert!(isa["assumptions"].as_str().unwrap().contains("GHz"));
+        assert!(r["mfu_isa"]["mfu_prefill"].as_f64().unwrap() > 0.0);
+    }
     assert_eq!(r["steps"], 8);
     assert_eq!(
         r["phases"][1]["phase"], "judge",

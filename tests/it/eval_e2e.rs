@@ -312,6 +312,19 @@ fn the_cpu_blas_switch_is_recorded_and_a_bad_library_is_refused() {
     ok(&o);
     let ops = &json_file(&off.join("manifest.json"))["ops"];
     assert_eq!(ops["cpu_f32_gemm"], "gemm crate (candle)");
+    let choice = &ops["cpu_blas_choice"];
+    assert_eq!(
+        (&choice["used"], &choice["spec"], &choice["library"]),
+        (
+            &serde_json::json!(false),
+            &serde_json::json!("off"),
+            &Value::Null
+        )
+    );
+    assert!(
+        choice["reason"].as_str().unwrap().contains("off"),
+        "{choice}"
+    );
     assert_eq!(ops["cpu_gemm_row_block"], mobile_r1_eval::ops::ROW_BLOCK);
     assert_eq!(
         ops["cpu_gemm_blas_min_rows"],
@@ -319,7 +332,19 @@ fn the_cpu_blas_switch_is_recorded_and_a_bad_library_is_refused() {
     );
     let (auto, o) = run("auto", "auto");
     ok(&o);
-    let gemm = json_file(&auto.join("manifest.json"))["ops"]["cpu_f32_gemm"].clone();
+    let ops = json_file(&auto.join("manifest.json"))["ops"].clone();
+    let (gemm, choice) = (ops["cpu_f32_gemm"].clone(), &ops["cpu_blas_choice"]);
+    // The choice and its measured rates are recorded: a library found was timed against the built-in GEMM.
+    assert_eq!(
+        choice["used"],
+        gemm.as_str().unwrap().starts_with("cblas: "),
+        "{choice}"
+    );
+    if !choice["library"].is_null() {
+        for rate in ["blas_gflops", "builtin_gflops"] {
+            assert!(choice[rate].as_f64().unwrap() > 0.0, "{choice}");
+        }
+    }
     if gemm.as_str().unwrap().starts_with("cblas: ") {
         assert_eq!(responses(&auto), responses(&off), "{gemm}");
     } else {

@@ -237,3 +237,35 @@ fn sizes_beyond_the_lp64_interface_stay_off_cblas() {
     assert!(!fits_cblas(1, 1 << 31, 1));
     assert!(!fits_cblas(1, 1, 1 << 31));
 }
+
+/// `choose`: `off` records why; `auto` uses an installed OpenBLAS only where its kernels fit the CPU and it beats
+/// the built-in GEMM by the margin on the calibration product, with both rates recorded.
+#[test]
+fn choose_uses_a_library_only_where_it_fits_and_is_faster() {
+    use mobile_r1_eval::ops::blas::{choose, core_misfit, CpuSimd, MARGIN};
+    let (none, off) = choose("off").unwrap();
+    assert!(none.is_none() && !off.used && off.library.is_none());
+    assert!(off.reason.contains("off"), "{}", off.reason);
+    let (lib, auto) = choose("auto").unwrap();
+    eprintln!("auto: {auto:?}");
+    let Some(found) = auto.library.as_deref() else {
+        assert!(lib.is_none() && !auto.used);
+        eprintln!("skipped: no OpenBLAS on this machine");
+        return;
+    };
+    assert!(found.contains("libopenblas"), "{found}");
+    let (b, g) = (auto.blas_gflops.unwrap(), auto.builtin_gflops.unwrap());
+    assert!(b > 0.0 && g > 0.0);
+    let misfit = auto
+        .corename
+        .as_deref()
+        .and_then(|c| core_misfit(c, CpuSimd::detect()));
+    assert_eq!(auto.used, misfit.is_none() && b >= MARGIN * g, "{auto:?}");
+    assert_eq!(lib.is_some(), auto.used);
+    // Asked for by name, the library is used whatever it measures.
+    let (lib, on) = choose("on").unwrap();
+    assert!(
+        lib.is_some() && on.used && on.reason.contains("asked for"),
+        "{on:?}"
+    );
+}

@@ -1,0 +1,252 @@
+//! Whether the CBLAS library found is worth using on this CPU: a library never makes a run slower by default.
+//!
+//! Two checks, in this order. OpenBLAS names the kernels it picked for the CPU (`openblas_get_corename`); a build
+//! that does not know a newer CPU falls back to a pre-AVX2 core (Debian's 0.3.21 says `Prescott` on a Sapphire
+//! Rapids Xeon and runs 4× slower than the built-in GEMM), which is refused whatever it measures. Then a short
+//! calibration product (256 × 1280 × 1280, a vision-tower-like shape) is timed through the library and through
+//! the built-in path (candle's matmul, the `gemm` crate); under `auto` the library is used only when it is at
+//! least [`MARGIN`] times as fast, so that timing noise between two close rates rarely flips the choice (which
+//! changes the last bits of the results). A library asked for by name (`on`, a path) is used whatever it
+//! measures, with a warning when it is the slower one.
+
+use std::time::Instant;
+
+use candle_core::{Device, Tensor};
+use serde::{Deserialize, Serialize};
+
+use super::Blas;
+
+/// How much faster than the built-in GEMM the library must be to be chosen by `auto`.
+pub const MARGIN: f64 = 1.05;
+/// The calibration product's shape (m, k, n): about 0.8 GFLOP, some 10 ms a call at 100 GFLOP/s.
+const CALIBRATION: (usize, usize, usize) = (256, 1280, 1280);
+
+/// What the run's CPU f32 GEMMs use and why: the manifest's record of the choice, also logged in one line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BlasChoice {
+    /// `MOBILE_R1_EVAL_BLAS` as given (empty when unset).
+    pub spec: String,
+    /// The library found (its description), if any.
+    pub library: Option<String>,
+    /// The kernels OpenBLAS picked for this CPU (`openblas_get_corename`), when the library says.
+    pub corename: Option<String>,
+    /// Whether the GEMMs of declared row segments run on the library (else on the built-in `gemm` crate).
+    pub used: bool,
+    /// GFLOP/s of the calibration product through the library.
+    pub blas_gflops: Option<f64>,
+    /// GFLOP/s of the calibration product through the built-in path.
+    pub builtin_gflops: Option<f64>,
+    /// Why, in one sentence.
+    pub reason: String,
+}
+
+impl BlasChoice {
+    /// Whether the log line is a warning: the library misdetects the CPU, or it was required and is the slower.
+    pub fn needs_attention(&self) -> bool {
+        let misfit = self
+            .corename
+            .as_deref()
+            .is_some_and(|c| core_misfit(c, CpuSimd::detect()).is_some());
+        let slower = matches!((self.blas_gflops, self.builtin_gflops), (Some(b), Some(g)) if b < g);
+        misfit || (self.used && slower)
+    }
+}
+
+/// OpenBLAS core names whose kernels predate AVX2/FMA: on a CPU with AVX2 they mean that the library did not
+/// recognise the CPU (its `DYNAMIC_ARCH` fell back to an old core).
+const PRE_AVX2_CORES: [&str; 22] = [
+    "katmai",
+    "coppermine",
+    "northwood",
+    "prescott",
+    "banias",
+    "core2",
+    "penryn",
+    "dunnington",
+    "nehalem",
+    "sandybridge",
+    "atom",
+    "amd64",
+    "opteron",
+    "opteron_sse3",
+    "barcelona",
+    "bobcat",
+    "bulldozer",
+    "piledriver",
+    "steamroller",
+    "nano",
+    "generic",
+    "unknown",
+];
+
+/// What the CPU offers, for [`core_misfit`].
+#[derive(Debug, Clone, Copy)]
+pub struct CpuSimd {
+    /// AVX2 and FMA.
+    pub avx2_fma: bool,
+    /// AVX-512F.
+    pub avx512f: bool,
+}
+
+impl CpuSimd {
+    /// This CPU's features (run-time detection; all false off x86-64).
+    pub fn detect() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        {
+            Self {
+                avx2_fma: is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
+                avx512f: is_x86_feature_detected!("avx512f"),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            Self {
+                avx2_fma: false,
+                avx512f: false,
+            }
+        }
+    }
+}
+
+/// Why OpenBLAS's `corename` does not fit a CPU with `cpu`'s features (a pre-AVX2 core on an AVX2 CPU), naming the
+/// `OPENBLAS_CORETYPE` that would; `None` when it fits or cannot be judged.
+pub fn core_misfit(corename: &str, cpu: CpuSimd) -> Option<String> {
+    let name = corename.trim().to_ascii_lowercase();
+    if !cpu.avx2_fma || !PRE_AVX2_CORES.contains(&name.as_str()) {
+        return None;
+    }
+    let fit = if cpu.avx512f { "SkylakeX" } else { "Haswell" };
+    Some(format!(
+        "OpenBLAS took this CPU for a {corename} (kernels without AVX2/FMA); OPENBLAS_CORETYPE={fit} selects \
+         the kernels that fit it"
+    ))
+}
+
+/// Decide about a loaded library: `required` when the spec named it (`on`, a path), else `auto`.
+pub fn decide(blas: Blas, spec: &str, required: bool) -> (Option<Blas>, BlasChoice) {
+    let misfit = blas
+        .corename
+        .as_deref()
+        .and_then(|c| core_misfit(c, CpuSimd::detect()));
+    let (blas_rate, builtin_rate) = match calibrate(&blas) {
+        Ok((b, g)) => (Some(b), Some(g)),
+        Err(e) => {
+            tracing::debug!("BLAS calibration failed: {e}");
+            (None, None)
+        }
+    };
+    let rates = match (blas_rate, builtin_rate) {
+        (Some(b), Some(g)) => format!("{b:.1} vs {g:.1} GFLOP/s built-in"),
+        _ => "not measured".to_string(),
+    };
+    let faster = matches!((blas_rate, builtin_rate), (Some(b), Some(g)) if b >= MARGIN * g);
+    let (used, reason) = match (&misfit, required, faster) {
+        (_, true, _) => (
+            true,
+            format!("asked for by MOBILE_R1_EVAL_BLAS={spec} ({rates})"),
+        ),
+        (Some(why), false, _) => (
+            false,
+            format!("{why}; the built-in gemm crate instead ({rates})"),
+        ),
+        (None, false, true) => (true, format!("faster than the built-in gemm crate ({rates})")),
+        (None, false, false) => (
+            false,
+            format!(
+                "not at least {MARGIN}× the built-in gemm crate's rate ({rates}); the built-in one instead"
+            ),
+        ),
+    };
+    let choice = BlasChoice {
+        spec: spec.to_string(),
+        library: Some(blas.description.clone()),
+        corename: blas.corename.clone(),
+        used,
+        blas_gflops: blas_rate,
+        builtin_gflops: builtin_rate,
+        reason,
+    };
+    (used.then_some(blas), choice)
+}
+
+/// The choice when no library is loaded: `reason` says why (`off`, none installed).
+pub fn none(spec: &str, reason: &str) -> BlasChoice {
+    BlasChoice {
+        spec: spec.to_string(),
+        library: None,
+        corename: None,
+        used: false,
+        blas_gflops: None,
+        builtin_gflops: None,
+        reason: reason.to_string(),
+    }
+}
+
+/// GFLOP/s of the calibration product through `blas` and through the built-in path (best of three timed calls
+/// after a warm-up each).
+pub fn calibrate(blas: &Blas) -> candle_core::Result<(f64, f64)> {
+    let (m, k, n) = CALIBRATION;
+    let a: Vec<f32> = (0..m * k)
+        .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
+        .collect();
+    let w: Vec<f32> = (0..n * k)
+        .map(|i| ((i * 104_729) % 1000) as f32 / 1000.0 - 0.5)
+        .collect();
+    let flop = 2.0 * (m * k * n) as f64;
+    let via_blas = best_seconds(|| {
+        drop(blas.sgemm_nt(&a, &w, m, k, n));
+        Ok(())
+    })?;
+    let (x, wt) = (
+        Tensor::from_slice(&a, (m, k), &Device::Cpu)?,
+        Tensor::from_slice(&w, (n, k), &Device::Cpu)?.t()?,
+    );
+    let builtin = best_seconds(|| x.matmul(&wt).map(drop))?;
+    Ok((flop / via_blas / 1e9, flop / builtin / 1e9))
+}
+
+fn best_seconds(mut f: impl FnMut() -> candle_core::Result<()>) -> candle_core::Result<f64> {
+    f()?;
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let t = Instant::now();
+        f()?;
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    Ok(best.max(1e-9))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pre_avx2_cores_are_misfits_only_on_avx2_cpus() {
+        let avx2 = CpuSimd {
+            avx2_fma: true,
+            avx512f: false,
+        };
+        let avx512 = CpuSimd {
+            avx2_fma: true,
+            avx512f: true,
+        };
+        let old = CpuSimd {
+            avx2_fma: false,
+            avx512f: false,
+        };
+        let why = core_misfit("Prescott", avx512).expect("a misfit");
+        assert!(
+            why.contains("Prescott") && why.contains("OPENBLAS_CORETYPE=SkylakeX"),
+            "{why}"
+        );
+        assert!(core_misfit("PRESCOTT", avx2).unwrap().contains("=Haswell"));
+        assert_eq!(
+            core_misfit("Prescott", old),
+            None,
+            "an SSE3 CPU gets SSE3 kernels"
+        );
+        for fits in ["Haswell", "Zen", "SkylakeX", "CooperLake", "SapphireRapids"] {
+            assert_eq!(core_misfit(fits, avx512), None, "{fits}");
+        }
+    }
+}
