@@ -2,7 +2,7 @@
 //! denominator beside the best measured GEMM rate: cores × FMA units × lanes × 2 × clock, with the unit count and
 //! the clock stated as assumptions in the report.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The vector features reported (those that decide which GEMM and fused-op kernels run).
 const FEATURES: [&str; 12] = [
@@ -21,7 +21,7 @@ const FEATURES: [&str; 12] = [
 ];
 
 /// What `/proc/cpuinfo` and run-time feature detection say about this CPU.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CpuInfo {
     /// `model name` (empty where unknown).
     pub model: String,
@@ -94,7 +94,7 @@ fn has_feature(name: &str) -> bool {
 }
 
 /// The ISA peak f32 rate of the cores a run uses, with the numbers it multiplies.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IsaPeak {
     /// cores × fma_units × lanes × 2 × clock, in FLOP/s.
     pub flops: f64,

@@ -6,6 +6,11 @@
 
 pub mod cpu;
 pub mod random;
+mod report;
+
+pub use report::{
+    BenchReport, BenchmarkEstimate, MfuTriple, Params, TimeSplit, BENCH_SCHEMA_VERSION,
+};
 pub mod workload;
 
 use std::path::PathBuf;
@@ -13,7 +18,6 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use candle_core::{DType, Device, Tensor};
-use serde_json::{json, Value};
 
 use crate::backend::{open_device, Backend, LoadedModel, LocalBackend};
 use crate::chat::{ChatTemplate, PromptBuilder, Tokenizer};
@@ -58,7 +62,7 @@ pub struct BenchConfig {
 }
 
 /// One GEMM path's measured rate.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct MatmulRate {
     /// `candle` (the device's default matmul) or `cblas: <library>`.
     pub path: String,
@@ -178,8 +182,8 @@ fn dtype_for(spec: Option<DTypeSpec>, device: &Device) -> DType {
     }
 }
 
-/// Run the benchmark and return its report (the JSON object `bench --json` prints).
-pub fn run_bench(cfg: &BenchConfig) -> Result<Value> {
+/// Run the benchmark and return its report (what `bench --json` prints).
+pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport> {
     let (device, device_spec) = open_device(cfg.device)?;
     let dtype = dtype_for(cfg.dtype, &device);
     let model_cfg = random::load_config(&cfg.config)?;
@@ -334,9 +338,6 @@ fn flops(model: &Qwen25VL, stats: &PhaseStats, (vision_params, lm_params): (u64,
         + 2.0 * head * stats.decode_tokens as f64
 }
 
-/// Version of the `bench --json` report format.
-pub const BENCH_SCHEMA_VERSION: u32 = 1;
-
 /// Trajectories of the Mobile-R1 benchmark.
 const BENCHMARK_TRAJECTORIES: usize = 500;
 /// Its steps: about 3.9 per trajectory in the public sample (1,007 trajectories, 3,924 steps).
@@ -344,7 +345,7 @@ const BENCHMARK_STEPS: usize = 2_000;
 
 /// The time the full benchmark would take at the measured rates: its steps at the step phase's rate, plus one
 /// judge prompt per trajectory at the judge phase's rate when that phase ran.
-fn benchmark_estimate(steps: &PhaseStats, judge: Option<&PhaseStats>) -> Value {
+fn benchmark_estimate(steps: &PhaseStats, judge: Option<&PhaseStats>) -> BenchmarkEstimate {
     let per = |n: usize, s: &PhaseStats| {
         if s.prompts > 0 {
             n as f64 * s.wall_seconds / s.prompts as f64
@@ -353,15 +354,15 @@ fn benchmark_estimate(steps: &PhaseStats, judge: Option<&PhaseStats>) -> Value {
         }
     };
     let judge_seconds = judge.map(|j| per(BENCHMARK_TRAJECTORIES, j));
-    json!({
-        "trajectories": BENCHMARK_TRAJECTORIES,
-        "steps": BENCHMARK_STEPS,
-        "judge_included": judge_seconds.is_some(),
-        "seconds": per(BENCHMARK_STEPS, steps) + judge_seconds.unwrap_or(0.0),
-    })
+    BenchmarkEstimate {
+        trajectories: BENCHMARK_TRAJECTORIES,
+        steps: BENCHMARK_STEPS,
+        judge_included: judge_seconds.is_some(),
+        seconds: per(BENCHMARK_STEPS, steps) + judge_seconds.unwrap_or(0.0),
+    }
 }
 
-fn report(cfg: &BenchConfig, device: &DeviceSpec, model: &Qwen25VL, m: &Measured) -> Value {
+fn report(cfg: &BenchConfig, device: &DeviceSpec, model: &Qwen25VL, m: &Measured) -> BenchReport {
     let (steps, peak, params) = (&m.steps, m.matmul_peak, m.params);
     let rate = |n: usize, s: f64| if s > 0.0 { n as f64 / s } else { 0.0 };
     let work = flops(model, steps, params);
@@ -370,61 +371,66 @@ fn report(cfg: &BenchConfig, device: &DeviceSpec, model: &Qwen25VL, m: &Measured
         ..steps.clone()
     };
     let prefill_work = flops(model, &prefill_only, params);
-    let against = |w: f64, s: f64, peak: f64| {
-        if s > 0.0 && peak > 0.0 {
-            w / s / peak
-        } else {
-            0.0
-        }
-    };
-    let mfu = |w: f64, s: f64| against(w, s, peak);
-    let isa = m.isa.as_ref().map_or(0.0, |i| i.flops);
     let vision_work = 2.0 * params.0 as f64 * steps.patches as f64;
-    let mfu_isa = m.isa.as_ref().map(|_| {
-        json!({
-            "mfu": against(work, steps.wall_seconds, isa),
-            "mfu_prefill": against(prefill_work, steps.prefill_seconds, isa),
-            "mfu_vision": against(vision_work, m.vision_seconds, isa),
-        })
-    });
-    json!({
-        "config": cfg.config,
-        "device": device.to_string(),
-        "dtype": format!("{:?}", model.dtype()).to_lowercase(),
-        "steps": steps.prompts,
-        "steps_per_second": rate(steps.prompts, steps.wall_seconds),
-        "images_per_second": rate(steps.images, steps.wall_seconds),
-        "prefill_tokens_per_second": rate(steps.prefill_tokens, steps.prefill_seconds),
-        "decode_tokens_per_second": rate(steps.decode_tokens, steps.decode_seconds),
-        "peak_memory_bytes": memory::peak_device_bytes().or(memory::peak_rss_bytes()),
-        "peak_host_rss_bytes": memory::peak_rss_bytes(),
-        "peak_device_bytes": memory::peak_device_bytes(),
-        "mfu": mfu(work, steps.wall_seconds),
-        "mfu_prefill": mfu(prefill_work, steps.prefill_seconds),
-        "mfu_vision": mfu(vision_work, m.vision_seconds),
-        "matmul_peak_flops": peak,
-        "matmul_peak_source": m.peak_source,
-        "matmul_rates": m.rates,
-        "cpu": m.cpu,
-        "isa_peak": m.isa,
-        "mfu_isa": mfu_isa,
-        "model_flops": work,
-        "time_split_seconds": {
-            "preprocess_cpu": steps.prepare_seconds,
-            "preprocess_wait": steps.wait_seconds,
-            "vision_separate_pass": m.vision_seconds,
-            "prefill_including_vision": steps.prefill_seconds,
-            "decode": steps.decode_seconds,
-            "wall": steps.wall_seconds,
-            "model_build": m.build_seconds,
+    let against = |peak: f64| MfuTriple {
+        mfu: ratio(work, steps.wall_seconds, peak),
+        mfu_prefill: ratio(prefill_work, steps.prefill_seconds, peak),
+        mfu_vision: ratio(vision_work, m.vision_seconds, peak),
+    };
+    let measured = against(peak);
+    BenchReport {
+        schema_version: BENCH_SCHEMA_VERSION,
+        config: cfg.config.clone(),
+        device: device.to_string(),
+        dtype: format!("{:?}", model.dtype()).to_lowercase(),
+        steps: steps.prompts,
+        steps_per_second: rate(steps.prompts, steps.wall_seconds),
+        images_per_second: rate(steps.images, steps.wall_seconds),
+        prefill_tokens_per_second: rate(steps.prefill_tokens, steps.prefill_seconds),
+        decode_tokens_per_second: rate(steps.decode_tokens, steps.decode_seconds),
+        peak_memory_bytes: memory::peak_device_bytes().or(memory::peak_rss_bytes()),
+        peak_host_rss_bytes: memory::peak_rss_bytes(),
+        peak_device_bytes: memory::peak_device_bytes(),
+        mfu: measured.mfu,
+        mfu_prefill: measured.mfu_prefill,
+        mfu_vision: measured.mfu_vision,
+        matmul_peak_flops: peak,
+        matmul_peak_source: m.peak_source.clone(),
+        matmul_rates: m.rates.clone(),
+        cpu: m.cpu.clone(),
+        isa_peak: m.isa.clone(),
+        mfu_isa: m.isa.as_ref().map(|i| against(i.flops)),
+        model_flops: work,
+        time_split_seconds: TimeSplit {
+            preprocess_cpu: steps.prepare_seconds,
+            preprocess_wait: steps.wait_seconds,
+            vision_separate_pass: m.vision_seconds,
+            prefill_including_vision: steps.prefill_seconds,
+            decode: steps.decode_seconds,
+            wall: steps.wall_seconds,
+            model_build: m.build_seconds,
         },
-        "params": {"vision": params.0, "language_model": params.1},
-        "batch_size": cfg.batch_size,
-        "max_new_tokens": cfg.max_new_tokens,
-        "pixel_bounds": [cfg.min_pixels, cfg.max_pixels],
-        "phases": [Some(steps.summary()), m.judge.as_ref().map(PhaseStats::summary)],
-        "schema_version": BENCH_SCHEMA_VERSION,
-        "benchmark_estimate": benchmark_estimate(steps, m.judge.as_ref()),
-        "profile": m.profile,
-    })
+        params: Params {
+            vision: params.0,
+            language_model: params.1,
+        },
+        batch_size: cfg.batch_size,
+        max_new_tokens: cfg.max_new_tokens,
+        pixel_bounds: [cfg.min_pixels, cfg.max_pixels],
+        phases: std::iter::once(steps)
+            .chain(m.judge.as_ref())
+            .map(PhaseStats::summary)
+            .collect(),
+        benchmark_estimate: benchmark_estimate(steps, m.judge.as_ref()),
+        profile: m.profile.clone(),
+    }
+}
+
+/// `work` FLOPs in `seconds` as a share of `peak` FLOP/s (0 when either is 0).
+fn ratio(work: f64, seconds: f64, peak: f64) -> f64 {
+    if seconds > 0.0 && peak > 0.0 {
+        work / seconds / peak
+    } else {
+        0.0
+    }
 }

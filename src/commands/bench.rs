@@ -41,7 +41,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     if a.json {
         println!("{}", serde_json::to_string(&r)?);
     } else {
-        println!("{}", render(&r));
+        println!("{}", r.render());
     }
     Ok(())
 }
@@ -67,45 +67,4 @@ fn embedded_tokenizer() -> Result<tempfile::TempDir> {
         std::fs::write(dir.path().join(name), bytes)?;
     }
     Ok(dir)
-}
-
-fn render(r: &serde_json::Value) -> String {
-    let f = |k: &str| r[k].as_f64().unwrap_or(0.0);
-    let split = &r["time_split_seconds"];
-    let s = |k: &str| split[k].as_f64().unwrap_or(0.0);
-    format!(
-        "bench {} on {} ({}), {} steps\n\
-         steps/s {:.3}   images/s {:.3}   prefill tok/s {:.1}   decode tok/s {:.1}\n\
-         time: wall {:.2}s = prefill {:.2}s (vision alone {:.2}s) + decode {:.2}s; preprocessing {:.2}s CPU, {:.2}s waited\n\
-         MFU {:.1}% (prefill {:.1}%, vision alone {:.1}%) of a measured matmul peak of {:.1} GFLOP/s ({}); peak RSS {:.0} MiB\n\
-         the full benchmark ({} trajectories, ≈{} steps{}) would take ≈{:.0} s at these rates",
-        r["config"].as_str().unwrap_or(""),
-        r["device"].as_str().unwrap_or(""),
-        r["dtype"].as_str().unwrap_or(""),
-        r["steps"],
-        f("steps_per_second"),
-        f("images_per_second"),
-        f("prefill_tokens_per_second"),
-        f("decode_tokens_per_second"),
-        s("wall"),
-        s("prefill_including_vision"),
-        s("vision_separate_pass"),
-        s("decode"),
-        s("preprocess_cpu"),
-        s("preprocess_wait"),
-        100.0 * f("mfu"),
-        100.0 * f("mfu_prefill"),
-        100.0 * f("mfu_vision"),
-        f("matmul_peak_flops") / 1e9,
-        r["matmul_peak_source"].as_str().unwrap_or(""),
-        f("peak_memory_bytes") / 1048576.0,
-        r["benchmark_estimate"]["trajectories"],
-        r["benchmark_estimate"]["steps"],
-        if r["benchmark_estimate"]["judge_included"] == true {
-            ", judge prompts included"
-        } else {
-            ", judge not measured"
-        },
-        r["benchmark_estimate"]["seconds"].as_f64().unwrap_or(0.0),
-    )
 }

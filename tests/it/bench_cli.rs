@@ -21,6 +21,14 @@ fn bench_json_reports_throughput_memory_and_mfu() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let r: Value = serde_json::from_slice(&o.stdout).expect("one JSON object on stdout");
+    // The report reads back through the type that wrote it.
+    let typed: mobile_r1_eval::bench::BenchReport =
+        serde_json::from_slice(&o.stdout).expect("a BenchReport");
+    assert_eq!(
+        typed.schema_version,
+        mobile_r1_eval::bench::BENCH_SCHEMA_VERSION
+    );
+    assert_eq!(typed.phases.len(), 2);
     for key in [
         "steps_per_second",
         "images_per_second",

@@ -1,0 +1,173 @@
+//! The `bench` report: one serde type, written by `bench --json` and read back (by the text rendering, tests and
+//! scripts) through the same type.
+
+use serde::{Deserialize, Serialize};
+
+use super::cpu::{CpuInfo, IsaPeak};
+use super::MatmulRate;
+use crate::ops::ProfileSnapshot;
+use crate::records::PhaseSummary;
+
+/// Version of the report format.
+pub const BENCH_SCHEMA_VERSION: u32 = 1;
+
+/// What one `bench` run measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchReport {
+    /// Version of this format.
+    pub schema_version: u32,
+    /// The preset or config path.
+    pub config: String,
+    /// The device (`auto` resolved).
+    pub device: String,
+    /// Activation dtype.
+    pub dtype: String,
+    /// Step prompts run.
+    pub steps: usize,
+    /// Steps per wall-clock second.
+    pub steps_per_second: f64,
+    /// Screenshots per wall-clock second.
+    pub images_per_second: f64,
+    /// Prefilled tokens per second of prefill.
+    pub prefill_tokens_per_second: f64,
+    /// Generated tokens per second of decode.
+    pub decode_tokens_per_second: f64,
+    /// Peak device memory in use, else peak host RSS (bytes).
+    pub peak_memory_bytes: Option<u64>,
+    /// Peak host RSS (bytes).
+    pub peak_host_rss_bytes: Option<u64>,
+    /// Peak device memory in use, on CUDA (bytes).
+    pub peak_device_bytes: Option<u64>,
+    /// Model FLOPs per second of the whole step phase / the best matmul rate measured in the run.
+    pub mfu: f64,
+    /// The same for the prefill (vision included).
+    pub mfu_prefill: f64,
+    /// The same for the separate vision-tower pass.
+    pub mfu_vision: f64,
+    /// The best matmul rate measured in the run (FLOP/s).
+    pub matmul_peak_flops: f64,
+    /// What reached it.
+    pub matmul_peak_source: String,
+    /// Every matmul path measured.
+    pub matmul_rates: Vec<MatmulRate>,
+    /// The CPU.
+    pub cpu: CpuInfo,
+    /// The instruction-set peak of the CPU (f32 on the CPU only), with its assumptions.
+    pub isa_peak: Option<IsaPeak>,
+    /// The three MFUs against the instruction-set peak.
+    pub mfu_isa: Option<MfuTriple>,
+    /// FLOPs of the step phase's work.
+    pub model_flops: f64,
+    /// Where the time went.
+    pub time_split_seconds: TimeSplit,
+    /// Parameter counts.
+    pub params: Params,
+    /// `--batch-size`.
+    pub batch_size: usize,
+    /// `--max-new-tokens`.
+    pub max_new_tokens: usize,
+    /// `[min_pixels, max_pixels]`.
+    pub pixel_bounds: [u64; 2],
+    /// The step phase, then the judge phase when it ran.
+    pub phases: Vec<PhaseSummary>,
+    /// The full benchmark's time at these rates.
+    pub benchmark_estimate: BenchmarkEstimate,
+    /// Per-section model timings when profiling was on.
+    pub profile: Option<ProfileSnapshot>,
+}
+
+/// MFU of the whole run, the prefill and the vision tower against one denominator.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct MfuTriple {
+    /// Whole step phase.
+    pub mfu: f64,
+    /// Prefill (vision included).
+    pub mfu_prefill: f64,
+    /// Vision tower alone.
+    pub mfu_vision: f64,
+}
+
+/// Seconds by activity.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TimeSplit {
+    /// Preparing prompts, summed over worker threads.
+    pub preprocess_cpu: f64,
+    /// Waiting for prepared prompts.
+    pub preprocess_wait: f64,
+    /// The separate vision-tower pass.
+    pub vision_separate_pass: f64,
+    /// Prefill calls (vision included).
+    pub prefill_including_vision: f64,
+    /// Decode calls.
+    pub decode: f64,
+    /// Wall time of the step phase.
+    pub wall: f64,
+    /// Building the random model.
+    pub model_build: f64,
+}
+
+/// Parameter counts.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Params {
+    /// Vision tower.
+    pub vision: u64,
+    /// Language model.
+    pub language_model: u64,
+}
+
+/// How long the full benchmark would take at the measured rates.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct BenchmarkEstimate {
+    /// Trajectories of the benchmark.
+    pub trajectories: usize,
+    /// Its steps.
+    pub steps: usize,
+    /// Whether the judge phase was measured and counted.
+    pub judge_included: bool,
+    /// Seconds.
+    pub seconds: f64,
+}
+
+impl BenchReport {
+    /// The report as a few readable lines (what `bench` prints without `--json`).
+    pub fn render(&self) -> String {
+        let (t, e) = (&self.time_split_seconds, &self.benchmark_estimate);
+        format!(
+            "bench {} on {} ({}), {} steps\n\
+             steps/s {:.3}   images/s {:.3}   prefill tok/s {:.1}   decode tok/s {:.1}\n\
+             time: wall {:.2}s = prefill {:.2}s (vision alone {:.2}s) + decode {:.2}s; preprocessing {:.2}s CPU, \
+             {:.2}s waited\n\
+             MFU {:.1}% (prefill {:.1}%, vision alone {:.1}%) of a measured matmul peak of {:.1} GFLOP/s ({}); \
+             peak RSS {:.0} MiB\n\
+             the full benchmark ({} trajectories, ≈{} steps{}) would take ≈{:.0} s at these rates",
+            self.config,
+            self.device,
+            self.dtype,
+            self.steps,
+            self.steps_per_second,
+            self.images_per_second,
+            self.prefill_tokens_per_second,
+            self.decode_tokens_per_second,
+            t.wall,
+            t.prefill_including_vision,
+            t.vision_separate_pass,
+            t.decode,
+            t.preprocess_cpu,
+            t.preprocess_wait,
+            100.0 * self.mfu,
+            100.0 * self.mfu_prefill,
+            100.0 * self.mfu_vision,
+            self.matmul_peak_flops / 1e9,
+            self.matmul_peak_source,
+            self.peak_memory_bytes.unwrap_or(0) as f64 / 1048576.0,
+            e.trajectories,
+            e.steps,
+            if e.judge_included {
+                ", judge prompts included"
+            } else {
+                ", judge not measured"
+            },
+            e.seconds,
+        )
+    }
+}
