@@ -2,12 +2,12 @@
 //! settings), the tokenizer with Qwen2-VL's special tokens, and the expansion of each `<|image_pad|>` into the
 //! image's token count. No candle here.
 
+mod builder;
 mod json;
-mod prompt;
 mod template;
 mod tokenizer;
 
-pub use self::prompt::{user_turn_messages, PromptBuilder};
+pub use self::builder::{user_turn_messages, PromptBuilder};
 pub use self::template::{render_str, ChatTemplate};
 pub use self::tokenizer::{
     Tokenizer, ENDOFTEXT, IMAGE_PAD, IM_END, IM_START, VIDEO_PAD, VISION_END, VISION_START,
