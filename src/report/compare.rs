@@ -110,6 +110,9 @@ fn metric_value(m: &Metrics, name: &str) -> f64 {
         "type_accuracy" => m.type_accuracy,
         "avg_args_errors" => m.avg_args_errors,
         "full_format_rate" => m.full_format_rate,
+        "args_errors" => m.args_errors as f64,
+        "format_errors" => m.format_errors as f64,
+        "type_errors" => m.type_errors as f64,
         _ => f64::NAN,
     }
 }

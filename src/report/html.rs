@@ -47,7 +47,7 @@ fn interval_cell(m: &Metrics, key: &str, digits: usize) -> String {
 /// The rows of the metrics that have intervals.
 fn metric_rows(m: &Metrics) -> String {
     let mut s = String::new();
-    let rows: [(&str, &str, f64, usize); 6] = [
+    let rows: [(&str, &str, f64, usize); 9] = [
         ("accuracy %", "accuracy", m.accuracy, 2),
         ("task success %", "task_success", m.task_success, 2),
         ("tail success %", "tail_success", m.tail_success, 2),
@@ -64,6 +64,9 @@ fn metric_rows(m: &Metrics) -> String {
             m.full_format_rate,
             2,
         ),
+        ("args errors", "args_errors", m.args_errors as f64, 0),
+        ("type errors", "type_errors", m.type_errors as f64, 0),
+        ("format errors", "format_errors", m.format_errors as f64, 0),
     ];
     for (label, key, v, d) in rows {
         let _ = writeln!(
@@ -83,13 +86,7 @@ fn count_rows(m: &Metrics) -> String {
             "steps / trajectories",
             format!("{} / {}", m.steps, m.trajectories),
         ),
-        (
-            "correct / args / type / format errors",
-            format!(
-                "{} / {} / {} / {}",
-                m.correct, m.args_errors, m.type_errors, m.format_errors
-            ),
-        ),
+        ("correct steps", m.correct.to_string()),
         (
             "missing / unknown / malformed predictions",
             format!(

@@ -25,6 +25,9 @@ pub const INTERVAL_METRICS: &[&str] = &[
     "type_accuracy",
     "avg_args_errors",
     "full_format_rate",
+    "args_errors",
+    "format_errors",
+    "type_errors",
 ];
 
 /// A confidence interval `[low, high]`.
@@ -59,6 +62,8 @@ pub struct TrajTotals {
     type_match: f64,
     full_format: f64,
     args_errors: f64,
+    format_errors: f64,
+    type_errors: f64,
     trajectories: f64,
     success: f64,
     tail: f64,
@@ -71,6 +76,8 @@ impl TrajTotals {
         self.type_match += w * o.type_match;
         self.full_format += w * o.full_format;
         self.args_errors += w * o.args_errors;
+        self.format_errors += w * o.format_errors;
+        self.type_errors += w * o.type_errors;
         self.trajectories += w * o.trajectories;
         self.success += w * o.success;
         self.tail += w * o.tail;
@@ -86,6 +93,10 @@ impl TrajTotals {
             "type_accuracy" => pct(self.type_match, self.steps),
             "avg_args_errors" if self.trajectories > 0.0 => self.args_errors / self.trajectories,
             "full_format_rate" => pct(self.full_format, self.steps),
+            // Counts over a resample of the benchmark's T trajectories (the weights add up to T).
+            "args_errors" => self.args_errors,
+            "format_errors" => self.format_errors,
+            "type_errors" => self.type_errors,
             _ => 0.0,
         }
     }
@@ -111,6 +122,8 @@ pub fn trajectory_totals(steps: &[StepScore]) -> Vec<TrajTotals> {
         t.type_match += s.type_match as u8 as f64;
         t.full_format += s.full_format as u8 as f64;
         t.args_errors += (s.outcome == super::Outcome::ArgsError) as u8 as f64;
+        t.format_errors += (s.outcome == super::Outcome::FormatError) as u8 as f64;
+        t.type_errors += (s.outcome == super::Outcome::TypeError) as u8 as f64;
         if !s.correct {
             t.success = 0.0;
         }
