@@ -52,7 +52,7 @@ fn check_page(b: &mut Browser, s: &str, run: &RunData) {
         .iter()
         .map(|v| v.as_str().unwrap())
         .collect();
-    assert_eq!(cis.len(), 7, "six metrics and the judge's success");
+    assert_eq!(cis.len(), 10, "nine metrics and the judge's success");
     assert!(
         cis.iter().all(|c| c.contains(" – ")),
         "every headline metric has an interval: {cis:?}"
