@@ -22,7 +22,7 @@
 
 mod choice;
 
-pub use choice::{calibrate, core_misfit, BlasChoice, CpuSimd, MARGIN};
+pub use choice::{calibrate, core_misfit, BlasChoice, CpuSimd, SLOWER_FACTOR};
 
 use candle_core::Tensor;
 
