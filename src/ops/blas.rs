@@ -44,8 +44,23 @@ type Sgemm = unsafe extern "C" fn(
     i32,
 );
 type SetThreads = unsafe extern "C" fn(i32);
-type GetConfig = unsafe extern "C" fn() -> *const std::ffi::c_char;
-type GetCorename = unsafe extern "C" fn() -> *mut std::ffi::c_char;
+/// `const char *openblas_get_config(void)`, `char *openblas_get_corename(void)`.
+type GetString = unsafe extern "C" fn() -> *const std::ffi::c_char;
+
+/// The string an optional `char *symbol(void)` export of `lib` returns (OpenBLAS's config and corename), trimmed.
+///
+/// # Safety
+/// `symbol`, when exported, must have that prototype and return null or a NUL-terminated string.
+unsafe fn exported_string(lib: &libloading::Library, symbol: &[u8]) -> Option<String> {
+    let f = lib.get::<GetString>(symbol).ok()?;
+    let p = f();
+    (!p.is_null()).then(|| {
+        std::ffi::CStr::from_ptr(p)
+            .to_string_lossy()
+            .trim()
+            .to_string()
+    })
+}
 
 const ROW_MAJOR: i32 = 101;
 const NO_TRANS: i32 = 111;
@@ -93,28 +108,8 @@ impl Blas {
                     set(1);
                 }
             }
-            let config = lib
-                .get::<GetConfig>(b"openblas_get_config\0")
-                .ok()
-                .map(|f| f())
-                .filter(|p| !p.is_null())
-                .map(|p| {
-                    std::ffi::CStr::from_ptr(p)
-                        .to_string_lossy()
-                        .trim()
-                        .to_string()
-                });
-            let corename = lib
-                .get::<GetCorename>(b"openblas_get_corename\0")
-                .ok()
-                .map(|f| f())
-                .filter(|p| !p.is_null())
-                .map(|p| {
-                    std::ffi::CStr::from_ptr(p)
-                        .to_string_lossy()
-                        .trim()
-                        .to_string()
-                });
+            let config = exported_string(&lib, b"openblas_get_config\0");
+            let corename = exported_string(&lib, b"openblas_get_corename\0");
             let description = match config {
                 Some(c) => format!("{c} ({path})"),
                 None => path.to_string(),
