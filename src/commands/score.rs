@@ -122,7 +122,7 @@ pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
     // A run folder keeps eval's judge results: its predictions are scored exactly as eval scores them.
     let (metrics, steps) = if into_run {
         let judgements = crate::eval::rundir::read_records(&out.join("judgements.jsonl"))?;
-        crate::eval::score_run(&rules, &bench, &preds, &judgements, !judgements.is_empty())
+        crate::score::score_run(&rules, &bench, &preds, &judgements, !judgements.is_empty())
     } else {
         (metrics, scored.steps)
     };

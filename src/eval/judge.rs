@@ -1,10 +1,9 @@
 //! Phase 2: one aggregation prompt per trajectory — the instruction, the predicted steps with their thoughts
 //! and the final screenshot — answered by the judge model with a JSON verdict, appended to `judgements.jsonl`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use anyhow::Result;
-use serde::{Deserialize, Serialize};
 
 use super::phase::Phase;
 use super::prompts::{judge_messages, parse_verdict};
@@ -104,47 +103,5 @@ impl Phase for JudgePhase<'_> {
                 }
             }
         }
-    }
-}
-
-/// The judge's figures in `metrics.json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct JudgeSummary {
-    /// 100 · trajectories judged successful / T.
-    pub judge_success: f64,
-    /// Verdicts without a parseable answer.
-    pub judge_unparseable: usize,
-    /// Trajectories without a verdict line.
-    pub judge_missing: usize,
-    /// Trajectories with a verdict line.
-    pub judge_judged: usize,
-}
-
-/// The judge summary of `judgements` (later lines win; lines that do not parse are ignored).
-pub fn summarize(bench: &Benchmark, judgements: &[JudgementLine]) -> JudgeSummary {
-    let latest: HashMap<&str, Option<bool>> = judgements
-        .iter()
-        .map(|j| (j.trajectory.as_str(), j.success))
-        .collect();
-    let verdicts: Vec<Option<&Option<bool>>> = bench
-        .trajectories
-        .iter()
-        .map(|t| latest.get(t.id.as_str()))
-        .collect();
-    let n = bench.trajectories.len();
-    let success = verdicts
-        .iter()
-        .filter(|v| matches!(v, Some(Some(true))))
-        .count();
-    let missing = verdicts.iter().filter(|v| v.is_none()).count();
-    JudgeSummary {
-        judge_success: if n > 0 {
-            100.0 * success as f64 / n as f64
-        } else {
-            0.0
-        },
-        judge_unparseable: verdicts.iter().filter(|v| matches!(v, Some(None))).count(),
-        judge_missing: missing,
-        judge_judged: n - missing,
     }
 }

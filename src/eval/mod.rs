@@ -15,7 +15,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 
-pub use judge::{pending_trajectories, summarize, JudgePhase, JudgeSummary};
+pub use judge::{pending_trajectories, JudgePhase};
 pub use phase::{run_phase, Phase};
 pub use prompts::SystemPrompt;
 pub use steps::{pending_steps, StepJob, StepPhase};
@@ -28,7 +28,7 @@ use crate::records::{
     JudgeSettings, JudgementLine, Manifest, PhaseSummary, RunSettings, Throughput, Versions,
     LINE_SCHEMA_VERSION, MANIFEST_SCHEMA_VERSION,
 };
-use crate::score::{score_predictions, Metrics, RulePreset};
+use crate::score::{Metrics, RulePreset};
 use crate::settings::DeviceSpec;
 
 /// Which model answers the aggregation prompts.
@@ -310,30 +310,6 @@ fn run_judge(
     run_phase(backend, &phase, &path)
 }
 
-/// The metrics of a run: the predictions scored, the judge summary added when the run had a judge (`judged`) or
-/// judgements exist, and the number of prediction lines that carry an error. What `eval` and `merge` write.
-pub fn score_run(
-    rules: &RulePreset,
-    bench: &Benchmark,
-    preds: &PredictionSet,
-    judgements: &[JudgementLine],
-    judged: bool,
-) -> (Metrics, Vec<crate::score::StepScore>) {
-    let (mut metrics, scored) = score_predictions(rules, bench, preds);
-    if judged || !judgements.is_empty() {
-        if let Ok(serde_json::Value::Object(j)) = serde_json::to_value(summarize(bench, judgements))
-        {
-            metrics.extra.extend(j);
-        }
-        // Judge success's bootstrap interval, beside the other metrics'.
-        crate::report::add_judge_summary(&mut metrics, bench, &crate::report::verdicts(judgements));
-    }
-    metrics
-        .extra
-        .insert("prediction_errors".into(), preds.errors.into());
-    (metrics, scored.steps)
-}
-
 /// Score the predictions, add the judge summary and the prediction errors, and write the reports.
 fn score_and_report(
     cfg: &EvalConfig,
@@ -342,7 +318,7 @@ fn score_and_report(
 ) -> Result<(Metrics, String)> {
     let judgements: Vec<JudgementLine> = rundir::read_records(&cfg.out.join("judgements.jsonl"))?;
     let judged = !matches!(cfg.judge, JudgeChoice::None);
-    let (metrics, steps) = score_run(&cfg.rules, bench, preds, &judgements, judged);
+    let (metrics, steps) = crate::score::score_run(&cfg.rules, bench, preds, &judgements, judged);
     crate::report::write_all(&cfg.out, &metrics, &steps)?;
     // The HTML report is a view of the files above: failing to write it must not fail the run.
     if let Err(e) = crate::report::html::write_run(&cfg.out) {

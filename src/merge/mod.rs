@@ -338,7 +338,7 @@ pub fn score(
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
-    crate::eval::score_run(rules, bench, &preds, &judgements, judged)
+    crate::score::score_run(rules, bench, &preds, &judgements, judged)
 }
 
 fn unix_field(s: &ShardState, key: &str) -> Option<u64> {

@@ -107,13 +107,17 @@ fn count_rows(m: &Metrics) -> String {
         } else {
             k.as_str()
         };
+        // Only keys with an interval (judge success) get an interval cell; the judge's counts do not.
+        let ci = match interval_cell(m, k, 2) {
+            c if c.is_empty() => "<td></td>".to_string(),
+            c => format!("<td class=\"ci\">{c}</td>"),
+        };
         let _ = writeln!(
             s,
-            "<tr data-metric=\"{}\"><td>{}</td><td class=\"num\">{}</td><td class=\"ci\">{}</td></tr>",
+            "<tr data-metric=\"{}\"><td>{}</td><td class=\"num\">{}</td>{ci}</tr>",
             html(k),
             html(label),
             html(&display_value(v)),
-            interval_cell(m, k, 2)
         );
     }
     s

@@ -14,7 +14,7 @@ use super::ReportError;
 use crate::dataset::{Benchmark, DATA_FILE};
 use crate::predictions::PredictionSet;
 use crate::records::JudgementLine;
-use crate::score::{percent_interval, score_predictions, Metrics, RulePreset, StepScore};
+use crate::score::{score_run, Metrics, RulePreset, StepScore};
 
 /// A run's description for the report's header.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -177,15 +177,6 @@ pub fn read_token_counts(text: &str) -> HashMap<(String, usize), TokenCounts> {
     out
 }
 
-/// Trajectory id → verdict from the lines of `judgements.jsonl` (later lines win; unreadable lines skipped).
-pub fn read_judgements(text: &str) -> HashMap<String, Judgement> {
-    let lines: Vec<JudgementLine> = text
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-    verdicts(&lines)
-}
-
 /// Trajectory id → verdict of judgement lines (later lines win).
 pub fn verdicts(lines: &[JudgementLine]) -> HashMap<String, Judgement> {
     lines
@@ -198,26 +189,6 @@ pub fn verdicts(lines: &[JudgementLine]) -> HashMap<String, Judgement> {
             (j.trajectory.clone(), verdict)
         })
         .collect()
-}
-
-/// Judge success (percent of the benchmark's trajectories judged successful) into `metrics.extra`, and its
-/// bootstrap interval into `metrics.intervals` (when there are intervals and verdicts).
-pub fn add_judge_summary(metrics: &mut Metrics, bench: &Benchmark, j: &HashMap<String, Judgement>) {
-    if j.is_empty() {
-        return;
-    }
-    let flags: Vec<bool> = bench
-        .trajectories
-        .iter()
-        .map(|t| j.get(&t.id).is_some_and(|v| v.success == Some(true)))
-        .collect();
-    let ok = flags.iter().filter(|&&f| f).count();
-    let percent = 100.0 * ok as f64 / flags.len().max(1) as f64;
-    metrics.extra.insert("judge_success".into(), percent.into());
-    if let Some(iv) = metrics.intervals.as_mut() {
-        let interval = percent_interval(&flags, iv.resamples, iv.seed);
-        iv.metrics.insert("judge_success".into(), interval);
-    }
 }
 
 /// sha256 (hex) of a benchmark's `data.jsonl`.
@@ -257,10 +228,14 @@ impl RunData {
         let preds_text = read_optional(&dir.join("predictions.jsonl"))?.unwrap_or_default();
         let preds = PredictionSet::parse(&preds_text);
         let tokens = read_token_counts(&preds_text);
-        let judgements =
-            read_judgements(&read_optional(&dir.join("judgements.jsonl"))?.unwrap_or_default());
-        let (mut metrics, scored) = score_predictions(&rules, &bench, &preds);
-        add_judge_summary(&mut metrics, &bench, &judgements);
+        let lines: Vec<JudgementLine> = read_optional(&dir.join("judgements.jsonl"))?
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        let judgements = verdicts(&lines);
+        // Scored exactly as `eval`, `merge` and `score` write metrics.json.
+        let (metrics, steps) = score_run(&rules, &bench, &preds, &lines, !lines.is_empty());
         let mut settings = Vec::new();
         flatten_settings(
             "",
@@ -283,7 +258,7 @@ impl RunData {
             dir: dir.to_path_buf(),
             bench_hash: benchmark_hash(&bench)?,
             bench,
-            steps: scored.steps,
+            steps,
             metrics,
             judgements,
             tokens,

@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use crate::score::{Metrics, StepScore};
 
 pub use input::{
-    add_judge_summary, benchmark_hash, flatten_settings, read_judgements, read_token_counts,
-    verdicts, Judgement, ReportInput, RunData, RunInfo, RunOverrides, TokenCounts,
+    benchmark_hash, flatten_settings, read_token_counts, verdicts, Judgement, ReportInput, RunData,
+    RunInfo, RunOverrides, TokenCounts,
 };
 pub use summary::render_summary;
 
