@@ -66,7 +66,7 @@ pub struct FileFingerprint {
 }
 
 /// The fingerprint of a checkpoint's weight files, as stored in the manifest (`settings.weights`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WeightsFingerprint {
     /// Version of this record's layout.
     pub schema_version: u32,
@@ -170,28 +170,18 @@ fn sample_offsets(a: u64, b: u64) -> Vec<u64> {
     v
 }
 
-/// Check the weights against those recorded in the run's `manifest` (`settings.weights`). A manifest without a
-/// recorded fingerprint (a fresh folder, or one written by an older version) passes here; the general settings
-/// comparison reports the latter.
-pub fn check_resume(manifest: &Path, now: &WeightsFingerprint) -> Result<(), FingerprintError> {
-    let text = match std::fs::read_to_string(manifest) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(source) => {
-            return Err(FingerprintError::Io {
-                path: manifest.to_path_buf(),
-                source,
-            })
-        }
-    };
-    let recorded = serde_json::from_str::<serde_json::Value>(&text)
-        .ok()
-        .and_then(|v| v.get("settings")?.get("weights").cloned())
-        .and_then(|w| serde_json::from_value::<WeightsFingerprint>(w).ok());
-    let Some(old) = recorded.filter(|o| o.scheme == now.scheme) else {
+/// Check that the weights of a resumed run (`now`) are those recorded in its manifest (`old`, read from
+/// `manifest`). A manifest without a fingerprint of this scheme (written by an older version) passes here; the
+/// settings comparison reports it.
+pub fn check_unchanged(
+    manifest: &Path,
+    old: &WeightsFingerprint,
+    now: &WeightsFingerprint,
+) -> Result<(), FingerprintError> {
+    if old.scheme != now.scheme {
         return Ok(());
-    };
-    let changes = describe_changes(&old, now);
+    }
+    let changes = describe_changes(old, now);
     if changes.is_empty() {
         Ok(())
     } else {

@@ -6,6 +6,7 @@ use anyhow::Context;
 use crate::cli::ScoreArgs;
 use crate::dataset::Benchmark;
 use crate::predictions::PredictionSet;
+use crate::records::ManifestHeader;
 use crate::report;
 use crate::score::score_predictions;
 
@@ -20,14 +21,19 @@ pub fn load_benchmark(data: Option<&Path>) -> anyhow::Result<Benchmark> {
     Benchmark::load(&dir).with_context(|| format!("loading benchmark {}", dir.display()))
 }
 
-/// The run that made a predictions file: its folder's `manifest.json` (an `eval` run folder), if any.
+/// The run that made a predictions file: its folder's `manifest.json` (a run, shard or merged run folder), if any.
 struct RunFolder {
     dir: PathBuf,
     manifest: PathBuf,
-    /// `settings.data_hash`: SHA-256 of the benchmark's `data.jsonl` the run predicted.
-    data_hash: Option<String>,
-    /// `data`: the benchmark folder the run used.
-    data: Option<PathBuf>,
+    /// What the run recorded (the benchmark folder and the SHA-256 of its `data.jsonl` among them), or why the
+    /// file is not a run manifest this version reads.
+    header: Result<ManifestHeader, String>,
+}
+
+impl RunFolder {
+    fn header(&self) -> Option<&ManifestHeader> {
+        self.header.as_ref().ok()
+    }
 }
 
 fn run_folder_of(predictions: &Path) -> anyhow::Result<Option<RunFolder>> {
@@ -41,27 +47,27 @@ fn run_folder_of(predictions: &Path) -> anyhow::Result<Option<RunFolder>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e).with_context(|| format!("reading {}", manifest.display())),
     };
-    let v: serde_json::Value = serde_json::from_str(&text)
-        .with_context(|| format!("{}: not a valid manifest", manifest.display()))?;
+    let header = serde_json::from_str(&text).map_err(|e| e.to_string());
     Ok(Some(RunFolder {
-        data_hash: v["settings"]["data_hash"].as_str().map(String::from),
-        data: v["data"].as_str().map(PathBuf::from),
         dir,
         manifest,
+        header,
     }))
 }
 
 /// The benchmark folder to score against — `--data`, else the run's own benchmark, else the sample —
 /// and, for a run's predictions, the check that it is the benchmark the run predicted.
 fn benchmark_for(data: Option<&Path>, run: Option<&RunFolder>) -> anyhow::Result<PathBuf> {
-    let dir = match (data, run.and_then(|r| r.data.as_ref())) {
+    let header = run.and_then(RunFolder::header);
+    let dir = match (data, header.map(|h| &h.data)) {
         (Some(d), _) => d.to_path_buf(),
         (None, Some(d)) if d.join("data.jsonl").is_file() => d.clone(),
         (None, _) => {
             crate::sample::materialize_default().context("writing the embedded sample benchmark")?
         }
     };
-    if let Some(want) = run.and_then(|r| r.data_hash.as_deref()) {
+    if let Some(h) = header {
+        let want = &h.settings.data_hash;
         let file = dir.join("data.jsonl");
         let bytes = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
         let have: String =
@@ -69,16 +75,16 @@ fn benchmark_for(data: Option<&Path>, run: Option<&RunFolder>) -> anyhow::Result
                 .iter()
                 .map(|b| format!("{b:02x}"))
                 .collect();
-        if have != want {
-            let r = run.expect("a hash comes from a run");
+        if &have != want {
+            let r = run.expect("a header comes from a run");
             anyhow::bail!(
                 "{} was made on another benchmark (data.jsonl sha256 {}…) than {} (sha256 {}…); scoring its \
-                 predictions against it would be meaningless. Pass --data with the run's benchmark{}",
+                 predictions against it would be meaningless. Pass --data with the run's benchmark ({})",
                 r.manifest.display(),
                 &want[..want.len().min(12)],
                 file.display(),
                 &have[..12],
-                r.data.as_ref().map_or(String::new(), |d| format!(" ({})", d.display()))
+                h.data.display()
             );
         }
     }
@@ -107,11 +113,11 @@ pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
     // A run folder (its manifest matched above) keeps eval's judge results; any other folder is written as before.
     let out = match (args.out.clone(), &run) {
         (Some(out), _) => out,
-        (None, Some(r)) if r.data_hash.is_some() => r.dir.clone(),
-        (None, Some(r)) => anyhow::bail!(
-            "{} records no benchmark hash, so scoring cannot tell whether it matches; pass --out to write the \
-             scores elsewhere",
-            r.manifest.display()
+        (None, Some(RunFolder { dir, header: Ok(_), .. })) => dir.clone(),
+        (None, Some(RunFolder { manifest, header: Err(e), .. })) => anyhow::bail!(
+            "{} is not a run manifest ({e}), so scoring cannot tell whether its benchmark matches and would \
+             write beside it; pass --out to write the scores elsewhere",
+            manifest.display()
         ),
         (None, None) => default_out(&args.predictions),
     };

@@ -206,8 +206,6 @@ pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
         }
         None => bench,
     };
-    // A replaced weight file is refused with its own message before the settings diff.
-    crate::fingerprint::check_resume(&cfg.out.join("manifest.json"), &settings.weights)?;
     let previous = rundir::open_or_create(&cfg.out, &settings)?;
     let mut manifest = manifest(cfg, backend.as_ref(), settings, previous);
     manifest.shard = cfg.shard.map(|s| {

@@ -45,6 +45,9 @@ pub enum RunDirError {
         /// One line per differing setting.
         diffs: String,
     },
+    /// A weight file of the resumed run was replaced.
+    #[error(transparent)]
+    WeightsChanged(#[from] crate::fingerprint::FingerprintError),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> RunDirError + '_ {
@@ -69,6 +72,8 @@ pub fn open_or_create(dir: &Path, settings: &RunSettings) -> Result<Option<Manif
         source,
     };
     let old: Manifest = serde_json::from_str(&text).map_err(bad)?;
+    // A replaced weight file gets its own message, before the settings diff.
+    crate::fingerprint::check_unchanged(&path, &old.settings.weights, &settings.weights)?;
     let as_value = |s: &RunSettings| serde_json::to_value(s).map_err(bad);
     let diffs = diff_settings(&as_value(&old.settings)?, &as_value(settings)?);
     if diffs.is_empty() {

@@ -1,11 +1,11 @@
 //! The merged files' contents: JSONL lines of all shards in benchmark order, and the summed throughput.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 
 use crate::dataset::Benchmark;
+use crate::records::{LineKey, PhaseStats, Throughput};
 
 /// The whole, newline-terminated lines of a JSONL text: a torn last line (a shard killed mid-write, or still
 /// running under `--allow-partial`) is left out, as the shard itself would cut it off on resume.
@@ -15,20 +15,6 @@ pub fn whole_lines(text: &str) -> Vec<&str> {
         None => "",
     };
     complete.lines().filter(|l| !l.trim().is_empty()).collect()
-}
-
-/// A line's `trajectory` (string or integer) and `step` (absent for judgements: 0).
-fn line_key(v: &Value) -> Option<(String, u64)> {
-    let t = match v.get("trajectory")? {
-        Value::String(s) => s.clone(),
-        Value::Number(n) => n.to_string(),
-        _ => return None,
-    };
-    let step = match v.get("step") {
-        None => 0,
-        Some(s) => s.as_u64()?,
-    };
-    Some((t, step))
 }
 
 /// Concatenate the shards' lines (`per_shard[i]` holds shard `i`'s lines, in file order) sorted by benchmark
@@ -42,15 +28,13 @@ pub fn merge_lines(bench: &Benchmark, per_shard: &[Vec<&str>]) -> String {
         .enumerate()
         .map(|(i, t)| (t.id.as_str(), i))
         .collect();
-    let mut keyed: Vec<((usize, u64), usize, usize, &str)> = Vec::new();
+    let mut keyed: Vec<((usize, usize), usize, usize, &str)> = Vec::new();
     for (si, lines) in per_shard.iter().enumerate() {
         for (li, line) in lines.iter().enumerate() {
-            let key = serde_json::from_str::<Value>(line)
+            let key = serde_json::from_str::<LineKey>(line)
                 .ok()
-                .as_ref()
-                .and_then(line_key)
-                .and_then(|(t, s)| Some((*position.get(t.as_str())?, s)))
-                .unwrap_or((usize::MAX, u64::MAX));
+                .and_then(|k| Some((*position.get(k.trajectory.as_str())?, k.step.unwrap_or(0))))
+                .unwrap_or((usize::MAX, usize::MAX));
             keyed.push((key, si, li, line));
         }
     }
@@ -68,18 +52,34 @@ pub fn merge_lines(bench: &Benchmark, per_shard: &[Vec<&str>]) -> String {
 pub struct MergedThroughput {
     /// Version of this file's layout.
     pub schema_version: u32,
-    /// Per phase (`steps`, `judge`): counters and seconds summed over the shards; `*_per_second` are the sums of
-    /// the shards' rates (the aggregate when the shards ran at the same time); `longest_shard_wall_seconds` is
-    /// the slowest shard's phase wall time.
-    pub phases: Vec<Map<String, Value>>,
+    /// Per phase (`steps`, `judge`), in order of first appearance.
+    pub phases: Vec<MergedPhase>,
     /// Largest peak resident memory of a shard, in bytes.
     pub peak_rss_bytes: Option<u64>,
     /// Largest peak device memory of a shard, in bytes.
     pub peak_device_bytes: Option<u64>,
     /// Seconds from the earliest shard start to the latest shard finish (queueing between shards included).
     pub elapsed_seconds: Option<u64>,
-    /// Each shard's `throughput.json` as written, under its `I/N` name.
+    /// Each shard's `throughput.json` as written, under its `I/N` name (null when absent or unreadable).
     pub shards: Vec<ShardThroughput>,
+}
+
+/// One phase of a merged run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MergedPhase {
+    /// The shards' counters and seconds summed (`wall_seconds` too: the shards' wall times added).
+    #[serde(flatten)]
+    pub stats: PhaseStats,
+    /// Sum of the shards' rates: the aggregate rate when the shards ran at the same time.
+    pub prompts_per_second: f64,
+    /// Sum of the shards' rates.
+    pub images_per_second: f64,
+    /// Sum of the shards' rates.
+    pub prefill_tokens_per_second: f64,
+    /// Sum of the shards' rates.
+    pub decode_tokens_per_second: f64,
+    /// The slowest shard's wall time of the phase.
+    pub longest_shard_wall_seconds: f64,
 }
 
 /// One shard's throughput file.
@@ -87,81 +87,52 @@ pub struct MergedThroughput {
 pub struct ShardThroughput {
     /// `I/N`.
     pub shard: String,
-    /// Its `throughput.json` (null when absent).
-    pub throughput: Value,
-}
-
-/// Add `v` into `acc[key]`: integers stay integers, anything else numeric becomes a float sum.
-fn add_number(acc: &mut Map<String, Value>, key: &str, v: &Value) {
-    let sum = match (acc.get(key), v) {
-        (None, _) => v.clone(),
-        (Some(Value::Number(a)), Value::Number(b)) => match (a.as_u64(), b.as_u64()) {
-            (Some(x), Some(y)) => Value::from(x + y),
-            _ => Value::from(a.as_f64().unwrap_or(0.0) + b.as_f64().unwrap_or(0.0)),
-        },
-        (Some(a), _) => a.clone(),
-    };
-    acc.insert(key.to_string(), sum);
+    /// Its `throughput.json`.
+    pub throughput: Option<Throughput>,
 }
 
 /// Sum the shards' phases by name, in order of first appearance.
-fn sum_phases(files: &[&Value]) -> Vec<Map<String, Value>> {
-    let mut order: Vec<String> = Vec::new();
-    let mut sums: BTreeMap<String, Map<String, Value>> = BTreeMap::new();
-    for f in files {
-        let phases = f.get("phases").and_then(Value::as_array);
-        for p in phases.into_iter().flatten().filter_map(Value::as_object) {
-            let name = p
-                .get("phase")
-                .and_then(Value::as_str)
-                .unwrap_or("?")
-                .to_string();
-            if !sums.contains_key(&name) {
-                order.push(name.clone());
+fn sum_phases(files: &[&Throughput]) -> Vec<MergedPhase> {
+    let mut merged: Vec<MergedPhase> = Vec::new();
+    for p in files.iter().flat_map(|f| &f.phases) {
+        let name = &p.stats.phase;
+        let at = match merged.iter().position(|m| &m.stats.phase == name) {
+            Some(i) => i,
+            None => {
+                let mut m = MergedPhase::default();
+                m.stats.phase = name.clone();
+                merged.push(m);
+                merged.len() - 1
             }
-            let acc = sums.entry(name.clone()).or_default();
-            acc.insert("phase".into(), name.into());
-            for (k, v) in p.iter().filter(|(_, v)| v.is_number()) {
-                if k == "mean_batch_occupancy" {
-                    continue; // a ratio: the sum means nothing
-                }
-                add_number(acc, k, v);
-                if k == "wall_seconds" {
-                    let longest = acc
-                        .get("longest_shard_wall_seconds")
-                        .and_then(Value::as_f64);
-                    let this = v.as_f64().unwrap_or(0.0);
-                    acc.insert(
-                        "longest_shard_wall_seconds".into(),
-                        Value::from(longest.map_or(this, |l| l.max(this))),
-                    );
-                }
-            }
-        }
+        };
+        let m = &mut merged[at];
+        m.stats.add(&p.stats);
+        m.stats.wall_seconds += p.stats.wall_seconds;
+        m.longest_shard_wall_seconds = m.longest_shard_wall_seconds.max(p.stats.wall_seconds);
+        m.prompts_per_second += p.prompts_per_second;
+        m.images_per_second += p.images_per_second;
+        m.prefill_tokens_per_second += p.prefill_tokens_per_second;
+        m.decode_tokens_per_second += p.decode_tokens_per_second;
     }
-    order.into_iter().filter_map(|n| sums.remove(&n)).collect()
+    merged
 }
 
-fn max_u64(files: &[&Value], key: &str) -> Option<u64> {
-    files.iter().filter_map(|f| f.get(key)?.as_u64()).max()
-}
-
-/// The merged throughput of shards `(name, throughput.json or null)`, and the span of their run times.
+/// The merged throughput of shards `(name, throughput.json when readable)`, and the span of their run times.
 pub fn merge_throughput(
-    shards: Vec<(String, Value)>,
-    span: Option<(u64, u64)>,
+    shards: Vec<(String, Option<Throughput>)>,
+    span: (Option<u64>, Option<u64>),
 ) -> MergedThroughput {
-    let present: Vec<&Value> = shards
-        .iter()
-        .map(|(_, v)| v)
-        .filter(|v| !v.is_null())
-        .collect();
+    let present: Vec<&Throughput> = shards.iter().filter_map(|(_, t)| t.as_ref()).collect();
+    let max = |f: fn(&Throughput) -> Option<u64>| present.iter().filter_map(|t| f(t)).max();
     MergedThroughput {
         schema_version: 1,
         phases: sum_phases(&present),
-        peak_rss_bytes: max_u64(&present, "peak_rss_bytes"),
-        peak_device_bytes: max_u64(&present, "peak_device_bytes"),
-        elapsed_seconds: span.map(|(start, end)| end.saturating_sub(start)),
+        peak_rss_bytes: max(|t| t.peak_rss_bytes),
+        peak_device_bytes: max(|t| t.peak_device_bytes),
+        elapsed_seconds: span
+            .0
+            .zip(span.1)
+            .map(|(start, end)| end.saturating_sub(start)),
         shards: shards
             .into_iter()
             .map(|(shard, throughput)| ShardThroughput { shard, throughput })
@@ -172,7 +143,7 @@ pub fn merge_throughput(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     #[test]
     fn torn_last_line_is_left_out() {
@@ -226,30 +197,61 @@ mod tests {
         assert_eq!(merge_lines(&bench, &per), merged);
     }
 
+    fn throughput(phases: &[(&str, usize, f64)], rss: u64) -> Throughput {
+        let summaries = phases
+            .iter()
+            .map(|&(phase, prompts, wall)| {
+                PhaseStats {
+                    phase: phase.into(),
+                    prompts,
+                    wall_seconds: wall,
+                    decode_steps: 1,
+                    decode_seq_sum: 2,
+                    ..PhaseStats::default()
+                }
+                .summary()
+            })
+            .collect();
+        let limits = crate::engine::BatchLimits {
+            max_seqs: 1,
+            max_batch_tokens: 1,
+            max_new_tokens: 1,
+        };
+        let mut t = Throughput::new(summaries, limits);
+        t.peak_rss_bytes = Some(rss);
+        t
+    }
+
     #[test]
     fn phases_are_summed_and_rates_added() {
-        let a = json!({"phases": [{"phase": "steps", "prompts": 3, "wall_seconds": 2.0,
-                                   "prompts_per_second": 1.5, "mean_batch_occupancy": 2.0}],
-                       "peak_rss_bytes": 10});
-        let b = json!({"phases": [{"phase": "steps", "prompts": 4, "wall_seconds": 3.0,
-                                   "prompts_per_second": 1.0}, {"phase": "judge", "prompts": 1}],
-                       "peak_rss_bytes": 30});
+        let a = throughput(&[("steps", 3, 2.0)], 10);
+        let b = throughput(&[("steps", 4, 4.0), ("judge", 1, 1.0)], 30);
         let t = merge_throughput(
             vec![
-                ("0/3".into(), a),
-                ("1/3".into(), b),
-                ("2/3".into(), Value::Null),
+                ("0/3".into(), Some(a)),
+                ("1/3".into(), Some(b)),
+                ("2/3".into(), None),
             ],
-            Some((100, 160)),
+            (Some(100), Some(160)),
         );
-        assert_eq!(t.phases[0]["prompts"], json!(7));
-        assert_eq!(t.phases[0]["wall_seconds"], json!(5.0));
-        assert_eq!(t.phases[0]["longest_shard_wall_seconds"], json!(3.0));
-        assert_eq!(t.phases[0]["prompts_per_second"], json!(2.5));
-        assert!(t.phases[0].get("mean_batch_occupancy").is_none());
-        assert_eq!(t.phases[1]["phase"], json!("judge"));
+        let steps = &t.phases[0];
+        assert_eq!(
+            (steps.stats.phase.as_str(), steps.stats.prompts),
+            ("steps", 7)
+        );
+        assert_eq!(steps.stats.wall_seconds, 6.0);
+        assert_eq!(steps.longest_shard_wall_seconds, 4.0);
+        assert_eq!(steps.prompts_per_second, 1.5 + 1.0);
+        assert_eq!(t.phases[1].stats.phase, "judge");
         assert_eq!(t.peak_rss_bytes, Some(30));
         assert_eq!(t.elapsed_seconds, Some(60));
         assert_eq!(t.shards.len(), 3);
+        let phases = serde_json::to_string(&t.phases).unwrap();
+        assert!(
+            !phases.contains("mean_batch_occupancy"),
+            "a ratio: its sum means nothing"
+        );
+        let text = serde_json::to_string(&t).unwrap();
+        assert_eq!(serde_json::from_str::<MergedThroughput>(&text).unwrap(), t);
     }
 }

@@ -12,14 +12,16 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-pub use files::{merge_lines, merge_throughput, whole_lines, MergedThroughput, ShardThroughput};
+pub use files::{
+    merge_lines, merge_throughput, whole_lines, MergedPhase, MergedThroughput, ShardThroughput,
+};
 pub use shards::{discover, settings_differences, ShardManifestEntry, ShardState, SHARDS_DIR};
 
 use crate::dataset::{Benchmark, DATA_FILE};
 use crate::predictions::PredictionSet;
+use crate::records::{Manifest, RunSettings, Throughput};
 use crate::score::{Metrics, RulePreset};
 
 /// Why a run could not be merged.
@@ -102,7 +104,7 @@ pub struct MergedManifest {
     /// Some shard was missing or unfinished (`--allow-partial`).
     pub partial: bool,
     /// The settings the shards share (their `settings` without `shard`).
-    pub settings: Value,
+    pub settings: RunSettings,
     /// The benchmark folder scored against.
     pub data: PathBuf,
     /// The rule preset of the metrics.
@@ -163,28 +165,19 @@ pub fn merge_run(opts: &MergeOptions) -> Result<MergeOutcome, MergeError> {
         .iter()
         .find_map(|s| s.manifest.as_ref())
         .ok_or_else(|| MergeError::Data("no shard has a manifest.json: nothing to merge".into()))?;
+    let mut settings = first.settings.clone();
+    settings.shard = None;
     let bench = load_benchmark(opts.data.as_deref(), first)?;
     check_coverage(&bench, &shards)?;
-    let rules = match &opts.rules {
-        Some(r) => r.clone(),
-        None => serde_json::from_value(first.get("rules").cloned().unwrap_or(Value::Null))
-            .map_err(|e| {
-                MergeError::Data(format!(
-                    "the shards' manifest has no usable `rules` ({e}); give --rules"
-                ))
-            })?,
-    };
+    let rules = opts.rules.clone().unwrap_or_else(|| first.rules.clone());
     let predictions =
         merged_jsonl(&opts.run, &bench, &shards, "predictions.jsonl")?.unwrap_or_default();
     let judgements = merged_jsonl(&opts.run, &bench, &shards, "judgements.jsonl")?;
-    let judged = shards
-        .iter()
-        .find(|s| s.manifest.is_some())
-        .is_some_and(|s| !s.common_settings().get("judge").is_none_or(Value::is_null));
+    let judged = settings.judge.is_some();
     let (metrics, steps) = score(&rules, &bench, &predictions, judgements.as_deref(), judged);
     crate::report::write_all(&opts.run, &metrics, &steps)?;
     write_throughput(&opts.run, &shards)?;
-    write_manifest(opts, &shards, &bench, rules)?;
+    write_manifest(opts, &shards, &bench, rules, settings)?;
     Ok(MergeOutcome {
         summary: crate::report::render_summary(&metrics),
         metrics,
@@ -222,30 +215,14 @@ fn sha256_hex(bytes: &[u8]) -> String {
 
 /// The benchmark the shards evaluated: `--data`, else the folder in their manifest, else the embedded sample
 /// when its hash is the shards' (the sample lives in a temporary folder that another machine may not have).
-fn load_benchmark(data: Option<&Path>, manifest: &Value) -> Result<Benchmark, MergeError> {
-    let want = manifest
-        .pointer("/settings/data_hash")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    let named = manifest
-        .get("data")
-        .and_then(Value::as_str)
-        .map(PathBuf::from);
-    let mut dir = match (data, named) {
-        (Some(d), _) => d.to_path_buf(),
-        (None, Some(d)) => d,
-        (None, None) => {
-            return Err(MergeError::Data(
-                "the shards' manifest names no benchmark folder; give --data".into(),
-            ))
-        }
-    };
+fn load_benchmark(data: Option<&Path>, manifest: &Manifest) -> Result<Benchmark, MergeError> {
+    let want = &manifest.settings.data_hash;
+    let mut dir = data.unwrap_or(&manifest.data).to_path_buf();
     if data.is_none() && !dir.join(DATA_FILE).is_file() {
         let sample =
             crate::sample::materialize_default().map_err(|e| MergeError::Data(e.to_string()))?;
         let text = std::fs::read(sample.join(DATA_FILE)).map_err(io_err(&sample))?;
-        if sha256_hex(&text) != want {
+        if &sha256_hex(&text) != want {
             return Err(MergeError::Data(format!(
                 "the shards' benchmark {} is not here; give its folder with --data",
                 dir.display()
@@ -255,7 +232,7 @@ fn load_benchmark(data: Option<&Path>, manifest: &Value) -> Result<Benchmark, Me
     }
     let file = dir.join(DATA_FILE);
     let bytes = std::fs::read(&file).map_err(io_err(&file))?;
-    if sha256_hex(&bytes) != want {
+    if &sha256_hex(&bytes) != want {
         return Err(MergeError::Data(format!(
             "{} is not the benchmark the shards evaluated (its SHA-256 differs from the manifests' data_hash {want})",
             file.display()
@@ -341,29 +318,38 @@ pub fn score(
     crate::score::score_run(rules, bench, &preds, &judgements, judged)
 }
 
-fn unix_field(s: &ShardState, key: &str) -> Option<u64> {
-    s.manifest.as_ref()?.get(key)?.as_u64()
+/// The earliest start and the latest finish of the shards with a manifest.
+fn span(shards: &[ShardState]) -> (Option<u64>, Option<u64>) {
+    let manifests = || shards.iter().filter_map(|s| s.manifest.as_ref());
+    let start = manifests().map(|m| m.started_at_unix).min();
+    let end = manifests().filter_map(|m| m.finished_at_unix).max();
+    (start, end)
+}
+
+/// A shard's `throughput.json`, when it has a readable one (a shard stopped early may have none).
+fn read_throughput(path: &Path) -> Option<Throughput> {
+    let text = std::fs::read_to_string(path).ok()?;
+    serde_json::from_str(&text)
+        .map_err(|e| {
+            tracing::warn!(
+                "{}: not a throughput record ({e}); left out",
+                path.display()
+            )
+        })
+        .ok()
 }
 
 fn write_throughput(run: &Path, shards: &[ShardState]) -> Result<(), MergeError> {
-    let mut files = Vec::new();
-    for s in shards {
-        let path = s.dir.join("throughput.json");
-        let v = match std::fs::read_to_string(&path) {
-            Ok(t) => serde_json::from_str(&t).unwrap_or(Value::Null),
-            Err(_) => Value::Null,
-        };
-        files.push((s.spec.to_string(), v));
-    }
-    let start = shards
+    let files = shards
         .iter()
-        .filter_map(|s| unix_field(s, "started_at_unix"))
-        .min();
-    let end = shards
-        .iter()
-        .filter_map(|s| unix_field(s, "finished_at_unix"))
-        .max();
-    let merged = merge_throughput(files, start.zip(end));
+        .map(|s| {
+            (
+                s.spec.to_string(),
+                read_throughput(&s.dir.join("throughput.json")),
+            )
+        })
+        .collect();
+    let merged = merge_throughput(files, span(shards));
     let text = serde_json::to_string_pretty(&merged).expect("serialising a JSON value cannot fail");
     write_atomic(&run.join("throughput.json"), (text + "\n").as_bytes())
 }
@@ -373,7 +359,9 @@ fn write_manifest(
     shards: &[ShardState],
     bench: &Benchmark,
     rules: RulePreset,
+    settings: RunSettings,
 ) -> Result<(), MergeError> {
+    let (started_at_unix, finished_at_unix) = span(shards);
     let manifest = MergedManifest {
         schema_version: 1,
         merged_from: shards
@@ -386,20 +374,11 @@ fn write_manifest(
             })
             .collect(),
         partial: !shards.iter().all(ShardState::complete),
-        settings: shards
-            .iter()
-            .find(|s| s.manifest.is_some())
-            .map_or(Value::Null, ShardState::common_settings),
+        settings,
         data: bench.root.clone(),
         rules,
-        started_at_unix: shards
-            .iter()
-            .filter_map(|s| unix_field(s, "started_at_unix"))
-            .min(),
-        finished_at_unix: shards
-            .iter()
-            .filter_map(|s| unix_field(s, "finished_at_unix"))
-            .max(),
+        started_at_unix,
+        finished_at_unix,
     };
     let text =
         serde_json::to_string_pretty(&manifest).expect("serialising a JSON value cannot fail");

@@ -4,9 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use super::MergeError;
+use crate::records::{Manifest, RunSettings};
 use crate::shard::ShardSpec;
 
 /// The folder that holds the shard folders inside a run folder.
@@ -45,7 +45,7 @@ pub struct ShardState {
     /// Its folder (`RUN/shards/I-of-N`).
     pub dir: PathBuf,
     /// Its manifest, when readable.
-    pub manifest: Option<Value>,
+    pub manifest: Option<Manifest>,
     /// Why it is not complete; `None` when complete.
     pub problem: Option<String>,
 }
@@ -56,18 +56,11 @@ impl ShardState {
         self.problem.is_none()
     }
 
-    /// The shard's settings without its `shard` key (what must agree across shards).
-    pub fn common_settings(&self) -> Value {
-        let mut s = self
-            .manifest
-            .as_ref()
-            .and_then(|m| m.get("settings"))
-            .cloned()
-            .unwrap_or(Value::Null);
-        if let Some(o) = s.as_object_mut() {
-            o.remove("shard");
-        }
-        s
+    /// The shard's settings without its shard spec (what must agree across shards), when it has a manifest.
+    pub fn common_settings(&self) -> Option<RunSettings> {
+        let mut s = self.manifest.as_ref()?.settings.clone();
+        s.shard = None;
+        Some(s)
     }
 }
 
@@ -132,8 +125,11 @@ fn state(run: &Path, spec: ShardSpec) -> ShardState {
     let (manifest, problem) = match std::fs::read_to_string(&path) {
         Err(_) if !dir.is_dir() => (None, Some("missing (no folder)".to_string())),
         Err(e) => (None, Some(format!("no readable manifest.json ({e})"))),
-        Ok(text) => match serde_json::from_str::<Value>(&text) {
-            Err(e) => (None, Some(format!("manifest.json is not JSON ({e})"))),
+        Ok(text) => match serde_json::from_str::<Manifest>(&text) {
+            Err(e) => (
+                None,
+                Some(format!("manifest.json is not a run manifest ({e})")),
+            ),
             Ok(m) => {
                 let problem = shard_problem(&m, spec);
                 (Some(m), problem)
@@ -148,12 +144,8 @@ fn state(run: &Path, spec: ShardSpec) -> ShardState {
     }
 }
 
-fn shard_problem(m: &Value, spec: ShardSpec) -> Option<String> {
-    let entry = m
-        .get("shard")
-        .cloned()
-        .and_then(|v| serde_json::from_value::<ShardManifestEntry>(v).ok());
-    match entry {
+fn shard_problem(m: &Manifest, spec: ShardSpec) -> Option<String> {
+    match &m.shard {
         None => Some("manifest.json has no shard entry (not made by eval --shard)".into()),
         Some(e) if (e.index, e.count) != (spec.index, spec.count) => Some(format!(
             "manifest.json says shard {}/{}, the folder {}",
@@ -161,7 +153,7 @@ fn shard_problem(m: &Value, spec: ShardSpec) -> Option<String> {
             e.count,
             spec.dir_name()
         )),
-        Some(_) if m.get("finished_at_unix").is_none_or(Value::is_null) => {
+        Some(_) if m.finished_at_unix.is_none() => {
             Some("not finished (still running, or stopped: run it again to resume)".into())
         }
         Some(_) => None,
@@ -169,13 +161,11 @@ fn shard_problem(m: &Value, spec: ShardSpec) -> Option<String> {
 }
 
 /// The trajectory ids a shard's manifest lists.
-pub fn listed_trajectories(s: &ShardState) -> Vec<String> {
+pub fn listed_trajectories(s: &ShardState) -> &[String] {
     s.manifest
         .as_ref()
-        .and_then(|m| m.get("shard").cloned())
-        .and_then(|v| serde_json::from_value::<ShardManifestEntry>(v).ok())
-        .map(|e| e.trajectories)
-        .unwrap_or_default()
+        .and_then(|m| m.shard.as_ref())
+        .map_or(&[], |e| e.trajectories.as_slice())
 }
 
 /// Lines `shard I-of-N: key: a → b` for every setting in which a shard with a manifest differs from the first.
@@ -184,11 +174,12 @@ pub fn settings_differences(shards: &[ShardState]) -> Vec<String> {
     let Some(first) = with.first() else {
         return Vec::new();
     };
-    let base = first.common_settings();
+    let as_value = |s: &ShardState| serde_json::to_value(s.common_settings()).unwrap_or_default();
+    let base = as_value(first);
     with.iter()
         .skip(1)
         .flat_map(|s| {
-            crate::eval::rundir::diff_settings(&base, &s.common_settings())
+            crate::eval::rundir::diff_settings(&base, &as_value(s))
                 .into_iter()
                 .map(move |d| {
                     format!(

@@ -29,7 +29,9 @@ pub struct RunSettings {
     pub model: String,
     /// Fingerprint of the checkpoint's config and safetensors headers.
     pub model_hash: String,
-    /// Content fingerprint of every weight file (a replaced file is refused on resume).
+    /// Content fingerprint of every weight file (a replaced file is refused on resume; empty in manifests that
+    /// predate it, which therefore do not resume).
+    #[serde(default)]
     pub weights: WeightsFingerprint,
     /// Activation and weight dtype (`f32`, `bf16`, `f16`).
     pub dtype: String,
@@ -122,6 +124,25 @@ pub struct Manifest {
     /// The shard this run folder holds, for a sharded run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<crate::merge::ShardManifestEntry>,
+}
+
+/// The part of `manifest.json` that every run folder's manifest has — a run's or a shard's ([`Manifest`]) and a
+/// merged run's (`merge::MergedManifest`) — and that `score`, `report`, `merge` and the resume check read: what
+/// the predictions were made with, on which benchmark, scored by which rules, and whether the run finished.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ManifestHeader {
+    /// Version of the manifest's format.
+    #[serde(default = "v1")]
+    pub schema_version: u32,
+    /// What the predictions and verdicts were made with.
+    pub settings: RunSettings,
+    /// The benchmark folder.
+    pub data: PathBuf,
+    /// The matching-rule preset of the metrics.
+    pub rules: RulePreset,
+    /// When the run last finished, if ever.
+    #[serde(default)]
+    pub finished_at_unix: Option<u64>,
 }
 
 /// The ops a model ran with: the ops' own record, the decode attention path, and whether sections were timed.

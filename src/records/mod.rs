@@ -11,8 +11,8 @@ mod phase;
 use serde::{Deserialize, Deserializer, Serialize};
 
 pub use manifest::{
-    JudgeSettings, Manifest, OpsRecord, RunSettings, Throughput, Versions, MANIFEST_SCHEMA_VERSION,
-    THROUGHPUT_SCHEMA_VERSION,
+    JudgeSettings, Manifest, ManifestHeader, OpsRecord, RunSettings, Throughput, Versions,
+    MANIFEST_SCHEMA_VERSION, THROUGHPUT_SCHEMA_VERSION,
 };
 pub use phase::{DeviceShare, PhaseStats, PhaseSummary};
 
@@ -109,6 +109,22 @@ pub struct PredictionLine {
     /// Why the step could not be run (e.g. an unreadable screenshot); such a step is redone on resume.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// The benchmark position a line of `predictions.jsonl` or `judgements.jsonl` stands for: its trajectory and, for
+/// a prediction, its step (what `merge` orders lines by, leaving each line's text as written).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct LineKey {
+    /// Trajectory id.
+    #[serde(deserialize_with = "trajectory_id")]
+    pub trajectory: String,
+    /// 0-based step index; absent in judgement lines.
+    #[serde(default, deserialize_with = "some_step_index")]
+    pub step: Option<usize>,
+}
+
+fn some_step_index<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    step_index(d).map(Some)
 }
 
 /// One line of `judgements.jsonl`: the aggregation (judge) prompt's verdict on one trajectory.

@@ -1,8 +1,8 @@
 //! What an HTML report shows ([`ReportInput`]), and rebuilding it from a run folder ([`RunData::load`]).
 //!
-//! A run folder's `manifest.json` is read as untyped JSON and only for `data` (the benchmark folder), `rules`
-//! (the preset's name) and the settings to display; missing keys are tolerated. The predictions are scored
-//! again, so a report always matches the rules and the scorer of this build.
+//! A run folder's `manifest.json` (a run's, a shard's or a merged run's) is read as a [`ManifestHeader`]: the
+//! benchmark folder, the rule preset and the settings to display. The predictions are scored again with that
+//! preset, exactly as `eval`, `merge` and `score` write `metrics.json`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use super::ReportError;
 use crate::dataset::{Benchmark, DATA_FILE};
 use crate::predictions::PredictionSet;
-use crate::records::JudgementLine;
+use crate::records::{JudgementLine, ManifestHeader, PredictionLine};
 use crate::score::{score_run, Metrics, RulePreset, StepScore};
 
 /// A run's description for the report's header.
@@ -115,24 +115,6 @@ fn read_optional(path: &Path) -> Result<Option<String>, ReportError> {
     }
 }
 
-/// The rule preset named by the manifest's `rules` (a name, or an object with a `name`).
-fn manifest_rules(manifest: &Value, path: &Path) -> Result<RulePreset, ReportError> {
-    let name = match manifest.get("rules") {
-        Some(Value::String(s)) => s.as_str(),
-        Some(Value::Object(o)) => o.get("name").and_then(Value::as_str).unwrap_or_default(),
-        _ => "mobile-r1",
-    };
-    RulePreset::by_name(name).ok_or_else(|| {
-        run_error(
-            path,
-            format!(
-                "unknown rule preset {name:?} (known: {}); pass --rules",
-                RulePreset::NAMES.join(", ")
-            ),
-        )
-    })
-}
-
 /// Flatten a JSON value into `dotted.key` → display text (arrays of scalars stay on one line).
 pub fn flatten_settings(prefix: &str, v: &Value, out: &mut Vec<(String, String)>) {
     match v {
@@ -152,29 +134,20 @@ pub fn flatten_settings(prefix: &str, v: &Value, out: &mut Vec<(String, String)>
     }
 }
 
-/// `(trajectory, step)` → token counts and errors from the prediction lines.
+/// `(trajectory, step)` → token counts and errors from the prediction lines (unreadable lines are skipped: the
+/// scorer reports them).
 pub fn read_token_counts(text: &str) -> HashMap<(String, usize), TokenCounts> {
-    let mut out = HashMap::new();
-    for v in text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-    {
-        let traj = match v.get("trajectory") {
-            Some(Value::String(s)) => s.clone(),
-            Some(Value::Number(n)) => n.to_string(),
-            _ => continue,
-        };
-        let Some(step) = v.get("step").and_then(Value::as_u64) else {
-            continue;
-        };
-        let counts = TokenCounts {
-            prompt: v.get("prompt_tokens").and_then(Value::as_u64),
-            generated: v.get("generated_tokens").and_then(Value::as_u64),
-            error: v.get("error").and_then(Value::as_str).map(str::to_owned),
-        };
-        out.insert((traj, step as usize), counts);
-    }
-    out
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<PredictionLine>(l).ok())
+        .map(|p| {
+            let counts = TokenCounts {
+                prompt: p.prompt_tokens.map(|n| n as u64),
+                generated: p.generated_tokens.map(|n| n as u64),
+                error: p.error,
+            };
+            ((p.trajectory, p.step), counts)
+        })
+        .collect()
 }
 
 /// Trajectory id → verdict of judgement lines (later lines win).
@@ -206,23 +179,22 @@ impl RunData {
     /// none yet) and judgements, and score the predictions.
     pub fn load(dir: &Path, overrides: &RunOverrides) -> Result<RunData, ReportError> {
         let manifest_path = dir.join("manifest.json");
-        let manifest: Value = match read_optional(&manifest_path)? {
-            Some(text) => serde_json::from_str(&text)
-                .map_err(|e| run_error(&manifest_path, format!("malformed JSON: {e}")))?,
-            None if overrides.data.is_some() => Value::Null,
-            None => return Err(run_error(&manifest_path, "not found (or pass --data)")),
+        let manifest: Option<ManifestHeader> = match read_optional(&manifest_path)? {
+            Some(text) => Some(
+                serde_json::from_str(&text)
+                    .map_err(|e| run_error(&manifest_path, format!("not a run manifest: {e}")))?,
+            ),
+            None => None,
         };
-        let data = match (
-            &overrides.data,
-            manifest.get("data").and_then(Value::as_str),
-        ) {
+        let data = match (&overrides.data, &manifest) {
             (Some(d), _) => d.clone(),
-            (None, Some(d)) => PathBuf::from(d),
-            (None, None) => return Err(run_error(&manifest_path, "no `data` (pass --data)")),
+            (None, Some(m)) => m.data.clone(),
+            (None, None) => return Err(run_error(&manifest_path, "not found (or pass --data)")),
         };
-        let rules = match &overrides.rules {
-            Some(r) => r.clone(),
-            None => manifest_rules(&manifest, &manifest_path)?,
+        let rules = match (&overrides.rules, &manifest) {
+            (Some(r), _) => r.clone(),
+            (None, Some(m)) => m.rules.clone(),
+            (None, None) => RulePreset::default(),
         };
         let bench = Benchmark::load(&data)?;
         let preds_text = read_optional(&dir.join("predictions.jsonl"))?.unwrap_or_default();
@@ -237,20 +209,16 @@ impl RunData {
         // Scored exactly as `eval`, `merge` and `score` write metrics.json.
         let (metrics, steps) = score_run(&rules, &bench, &preds, &lines, !lines.is_empty());
         let mut settings = Vec::new();
-        flatten_settings(
-            "",
-            manifest.get("settings").unwrap_or(&Value::Null),
-            &mut settings,
-        );
+        if let Some(m) = &manifest {
+            let value = serde_json::to_value(&m.settings).unwrap_or(Value::Null);
+            flatten_settings("", &value, &mut settings);
+        }
         let run = RunInfo {
             title: dir.file_name().map_or_else(
                 || dir.display().to_string(),
                 |n| n.to_string_lossy().into_owned(),
             ),
-            model: manifest
-                .pointer("/settings/model")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
+            model: manifest.as_ref().map(|m| m.settings.model.clone()),
             data: data.display().to_string(),
             settings,
         };

@@ -227,6 +227,29 @@ fn compare_refuses_runs_on_different_benchmarks() {
 }
 
 #[test]
+fn a_manifest_that_is_not_a_run_manifest_is_named_with_its_missing_field() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = make_benchmark(tmp.path(), 1);
+    let run = tmp.path().join("run");
+    make_run(&data, &run, 0);
+    let manifest = run.join("manifest.json");
+    let mut m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+    m["settings"].as_object_mut().unwrap().remove("data_hash");
+    std::fs::write(&manifest, m.to_string()).unwrap();
+    let o = Command::new(BIN)
+        .args(["report", run.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("manifest.json") && err.contains("missing field `data_hash`"),
+        "{err}"
+    );
+}
+
+#[test]
 fn report_of_a_folder_without_manifest_asks_for_data() {
     let tmp = tempfile::tempdir().unwrap();
     let o = Command::new(BIN)

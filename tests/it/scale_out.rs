@@ -9,6 +9,8 @@ use std::process::{Command, Output};
 use crate::scale_support::{parse_documents, Yaml};
 use clap::Parser;
 use mobile_r1_eval::cli::{Cli, Command as Sub};
+use mobile_r1_eval::merge::MergedThroughput;
+use mobile_r1_eval::records::ManifestHeader;
 use mobile_r1_eval::shard::{SchedulerEnv, ShardArg, ShardSpec};
 use serde_json::Value;
 
@@ -151,11 +153,42 @@ fn shards_then_merge_equal_the_unsharded_run() {
     assert_eq!(manifest["merged_from"].as_array().unwrap().len(), 3);
     assert_eq!(manifest["partial"], false);
     assert!(manifest["settings"].get("shard").is_none());
-    let throughput: Value = serde_json::from_str(&first[6]).unwrap();
-    let steps = throughput["phases"][0]["prompts"].as_u64().unwrap();
-    assert_eq!(steps, m["steps"].as_u64().unwrap(), "{throughput}");
-    assert_eq!(throughput["shards"].as_array().unwrap().len(), 3);
+    let throughput: MergedThroughput = serde_json::from_str(&first[6]).unwrap();
+    let steps = throughput.phases[0].stats.prompts as u64;
+    assert_eq!(steps, m["steps"].as_u64().unwrap(), "{throughput:?}");
+    assert_eq!(throughput.shards.len(), 3);
+    assert!(throughput.shards.iter().all(|s| s.throughput.is_some()));
+    every_manifest_reads_as_a_header(&single, &run);
     killed_shard_resumes(&run, &single);
+}
+
+/// A run's, a shard's and a merged run's manifest all read as the one header type that `score`, `report` and
+/// the resume check use, and `report` and `score` work on the merged run folder.
+fn every_manifest_reads_as_a_header(single: &Path, run: &Path) {
+    let header = |p: PathBuf| -> ManifestHeader { serde_json::from_str(&read(p)).unwrap() };
+    let one = header(single.join("manifest.json"));
+    let merged = header(run.join("manifest.json"));
+    let shard = header(run.join("shards/0-of-3/manifest.json"));
+    assert_eq!(
+        merged.settings, one.settings,
+        "a merged run records the unsharded settings"
+    );
+    assert_eq!(shard.settings.shard.as_deref(), Some("0/3"));
+    assert_eq!((merged.data, merged.rules), (one.data, one.rules));
+    assert!(merged.finished_at_unix.is_some());
+    let before = read(run.join("metrics.json"));
+    ok(&bin(&["report", run.to_str().unwrap()], &[]));
+    assert!(read(run.join("report.html")).contains("tiny-b"));
+    let preds = run.join("predictions.jsonl");
+    ok(&bin(
+        &["score", "--predictions", preds.to_str().unwrap()],
+        &[],
+    ));
+    assert_eq!(
+        read(run.join("metrics.json")),
+        before,
+        "scored as merge scored it"
+    );
 }
 
 /// A shard killed mid-run: unfinished for merge, then resumed as a run is, and the merge is whole again.

@@ -11,6 +11,9 @@ use std::process::{Command, Output};
 
 use mobile_r1_eval::action::Action;
 use mobile_r1_eval::dataset::Benchmark;
+use mobile_r1_eval::eval::SystemPrompt;
+use mobile_r1_eval::records::{JudgeSettings, RunSettings};
+use mobile_r1_eval::score::RulePreset;
 use serde_json::{json, Value};
 
 /// The binary under test.
@@ -141,9 +144,31 @@ pub fn make_run(data: &Path, run: &Path, variant: usize) {
     }
     std::fs::write(run.join("predictions.jsonl"), preds).unwrap();
     std::fs::write(run.join("judgements.jsonl"), judgements).unwrap();
-    let manifest = json!({
-        "settings": {"model": "tiny <b>model</b>", "max_new_tokens": 8, "judge": {"model": "same"}},
-        "data": data, "rules": {"name": "mobile-r1"},
-    });
+    let manifest =
+        json!({"settings": settings(data), "data": data, "rules": RulePreset::default()});
     std::fs::write(run.join("manifest.json"), manifest.to_string()).unwrap();
+}
+
+/// The settings of a run of a model named with markup, judged, on the benchmark in `data`.
+fn settings(data: &Path) -> RunSettings {
+    use sha2::Digest;
+    let bytes = std::fs::read(data.join("data.jsonl")).unwrap();
+    RunSettings {
+        model: "tiny <b>model</b>".into(),
+        model_hash: "0".repeat(16),
+        weights: Default::default(),
+        dtype: "f32".into(),
+        data_hash: format!("{:x}", sha2::Sha256::digest(&bytes)),
+        prompt_hashes: Default::default(),
+        system_prompt: SystemPrompt::Default,
+        image_processor: Default::default(),
+        max_new_tokens: 8,
+        judge: Some(JudgeSettings {
+            model: "same".into(),
+            hash: "0".repeat(16),
+            weights: Default::default(),
+        }),
+        version: "test".into(),
+        shard: None,
+    }
 }
