@@ -6,10 +6,10 @@ use serde::{Deserialize, Serialize};
 use super::cpu::{CpuInfo, IsaPeak};
 use super::MatmulRate;
 use crate::ops::ProfileSnapshot;
-use crate::records::PhaseSummary;
+use crate::records::{DeviceShare, PhaseSummary};
 
 /// Version of the report format.
-pub const BENCH_SCHEMA_VERSION: u32 = 1;
+pub const BENCH_SCHEMA_VERSION: u32 = 2;
 
 /// What one `bench` run measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -18,8 +18,12 @@ pub struct BenchReport {
     pub schema_version: u32,
     /// The preset or config path.
     pub config: String,
-    /// The device (`auto` resolved).
+    /// The device (`auto` resolved); several are comma-separated.
     pub device: String,
+    /// Each device's share of the step phase, when several ran it (since version 2; the judge phase's is in
+    /// `phases`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<DeviceShare>,
     /// Activation dtype.
     pub dtype: String,
     /// Step prompts run.
@@ -168,6 +172,19 @@ impl BenchReport {
                 ", judge not measured"
             },
             e.seconds,
-        )
+        ) + &self.render_devices()
+    }
+
+    /// One line per device when several shared the step phase (empty otherwise).
+    fn render_devices(&self) -> String {
+        self.devices
+            .iter()
+            .map(|d| {
+                format!(
+                    "\n  {}: {} steps, {} prefill + {} generated tokens, {:.2}s busy",
+                    d.device, d.prompts, d.prefill_tokens, d.decode_tokens, d.busy_seconds
+                )
+            })
+            .collect()
     }
 }
