@@ -406,8 +406,9 @@ fn report(cfg: &BenchConfig, device: &str, model: &Qwen25VL, m: &Measured) -> Be
     };
     let prefill_work = flops(model, &prefill_only, params);
     let vision_work = 2.0 * params.0 as f64 * steps.patches as f64;
+    let hardware = distinct_devices(device) as f64;
     let against = |peak: f64| MfuTriple {
-        mfu: ratio(work, steps.wall_seconds, peak),
+        mfu: ratio(work, steps.wall_seconds, peak * hardware),
         mfu_prefill: ratio(prefill_work, steps.prefill_seconds, peak),
         mfu_vision: ratio(vision_work, m.vision_seconds, peak),
     };
@@ -461,11 +462,31 @@ fn report(cfg: &BenchConfig, device: &str, model: &Qwen25VL, m: &Measured) -> Be
     }
 }
 
+/// How many devices of `list` (comma-separated) are distinct hardware: `cuda:0,cuda:1` two, `cpu,cpu` one (both
+/// copies share the same cores). The whole phase's MFU is against that many devices' peak.
+fn distinct_devices(list: &str) -> usize {
+    let names: std::collections::BTreeSet<&str> = list.split(',').collect();
+    names.len().max(1)
+}
+
 /// `work` FLOPs in `seconds` as a share of `peak` FLOP/s (0 when either is 0).
 fn ratio(work: f64, seconds: f64, peak: f64) -> f64 {
     if seconds > 0.0 && peak > 0.0 {
         work / seconds / peak
     } else {
         0.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::distinct_devices;
+
+    #[test]
+    fn copies_on_one_device_count_once() {
+        assert_eq!(distinct_devices("cpu"), 1);
+        assert_eq!(distinct_devices("cpu,cpu"), 1);
+        assert_eq!(distinct_devices("cuda:0,cuda:1"), 2);
+        assert_eq!(distinct_devices("cuda:0,cuda:1,cuda:0"), 2);
     }
 }

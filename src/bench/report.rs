@@ -32,9 +32,9 @@ pub struct BenchReport {
     pub steps_per_second: f64,
     /// Screenshots per wall-clock second.
     pub images_per_second: f64,
-    /// Prefilled tokens per second of prefill.
+    /// Prefilled tokens per second of prefill (with several devices, per device-second: their seconds add up).
     pub prefill_tokens_per_second: f64,
-    /// Generated tokens per second of decode.
+    /// Generated tokens per second of decode (per device-second, as above).
     pub decode_tokens_per_second: f64,
     /// Peak device memory in use, else peak host RSS (bytes).
     pub peak_memory_bytes: Option<u64>,
@@ -42,9 +42,10 @@ pub struct BenchReport {
     pub peak_host_rss_bytes: Option<u64>,
     /// Peak device memory in use, on CUDA (bytes).
     pub peak_device_bytes: Option<u64>,
-    /// Model FLOPs per second of the whole step phase / the best matmul rate measured in the run.
+    /// Model FLOPs per second of the whole step phase / the best matmul rate measured in the run (times the number
+    /// of distinct devices: `cuda:0,cuda:1` two, `cpu,cpu` one).
     pub mfu: f64,
-    /// The same for the prefill (vision included).
+    /// The same for the prefill (vision included), per device-second of prefill.
     pub mfu_prefill: f64,
     /// The same for the separate vision-tower pass.
     pub mfu_vision: f64,
