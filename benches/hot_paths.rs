@@ -156,7 +156,7 @@ fn engine_end_to_end(c: &mut Criterion) {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tokenizer");
     let cfg = mobile_r1_eval::bench::BenchConfig {
         config: "tiny".into(),
-        device: mobile_r1_eval::settings::DeviceSpec::Cpu,
+        devices: vec![mobile_r1_eval::settings::DeviceSpec::Cpu],
         dtype: None,
         steps: 8,
         batch_size: 8,

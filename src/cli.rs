@@ -259,9 +259,10 @@ pub struct BenchArgs {
     /// Build the model with deterministic random weights (the only mode: real checkpoints are measured by `eval`).
     #[arg(long)]
     pub random_weights: bool,
-    /// `auto` (the first GPU of a CUDA or Metal build, else the CPU), `cpu`, `cuda`, `cuda:N` or `metal`.
-    #[arg(long, default_value = "auto")]
-    pub device: DeviceSpec,
+    /// `auto` (the first GPU of a CUDA or Metal build, else the CPU), `cpu`, `cuda`, `cuda:N` or `metal`; a
+    /// comma-separated list (`cuda:0,cuda:1`) runs one copy of the model per device, sharing the prompts as `eval`.
+    #[arg(long, default_value = "auto", value_delimiter = ',', num_args = 1)]
+    pub device: Vec<DeviceSpec>,
     /// `f32`, `bf16` or `f16` (default: bf16 on GPU, f32 on CPU).
     #[arg(long)]
     pub dtype: Option<DTypeSpec>,

@@ -6,7 +6,10 @@ use std::cell::RefCell;
 
 use anyhow::Result;
 
-use super::{Backend, BackendInfo, ChatRequest, ChatResult, Jobs, LoadedModel, MakeRequest, Sink};
+use super::{
+    Backend, BackendInfo, ChatRequest, ChatResult, DeviceBackend, Jobs, LoadedModel, MakeRequest,
+    Sink,
+};
 use crate::engine::{prefetch, BatchLimits, Engine, Generation, Request};
 use crate::preprocess::{self, ImageProcessorConfig};
 use crate::records::PhaseStats;
@@ -147,17 +150,14 @@ impl Backend for LocalBackend {
 
     fn run(&self, jobs: &Jobs, make: &MakeRequest<'_>, sink: &mut Sink<'_>) -> Result<PhaseStats> {
         let lookahead = self.limits.max_seqs.max(1) * 2;
-        self.run_indices(0..jobs.count, jobs.count, lookahead, make, sink)
+        self.run_indices(&mut (0..jobs.count), jobs.count, lookahead, make, sink)
     }
 }
 
-impl LocalBackend {
-    /// Answer the requests whose indices `indices` yields (every index below `count`; pulled `chunk` at a time
-    /// as they are prepared, so a queue shared with other devices is shared fairly), calling `sink` with each
-    /// outcome as soon as it is known.
-    pub fn run_indices(
+impl DeviceBackend for LocalBackend {
+    fn run_indices(
         &self,
-        indices: impl Iterator<Item = usize> + Send,
+        indices: &mut (dyn Iterator<Item = usize> + Send),
         count: usize,
         chunk: usize,
         make: &MakeRequest<'_>,

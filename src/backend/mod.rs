@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 pub use local::LocalBackend;
 pub use model::{fingerprint, open_device, LoadedModel, ModelSpec};
-pub use multi::MultiBackend;
+pub use multi::{DeviceBackend, MultiBackend};
 
 use crate::engine::BatchLimits;
 use crate::preprocess::ImageProcessorConfig;

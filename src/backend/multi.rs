@@ -1,40 +1,58 @@
-//! Several devices in one process: one [`LocalBackend`] per device, each with its own copy of the model and its
-//! own memory budget, all pulling whole groups of requests (e.g. a trajectory's steps) from one shared queue,
-//! largest first. Outcomes travel to the calling thread, which alone calls the sink (the run folder's one
-//! writer). A device that fails stops its worker with its error; the others drain the queue, and the run then
-//! ends with that error, so a resume redoes only what is missing.
+//! Several devices in one process: one [`DeviceBackend`] per device (a [`LocalBackend`] with its own copy of the
+//! model and its own memory budget), all pulling whole groups of requests (e.g. a trajectory's steps) from one
+//! shared queue, largest first. Outcomes travel to the calling thread, which alone calls the sink (the run
+//! folder's one writer). A device that fails stops its worker with its error; the others drain the queue, and
+//! the run then ends with an error naming the failed devices, so a resume redoes only what is missing.
 
 use std::collections::VecDeque;
-use std::sync::mpsc;
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Mutex;
 
-use anyhow::{bail, Result};
+use anyhow::{anyhow, bail, Result};
 
 use super::{Backend, BackendInfo, ChatResult, Jobs, LocalBackend, MakeRequest, Sink};
 use crate::engine::BatchLimits;
 use crate::preprocess::ImageProcessorConfig;
 use crate::records::{DeviceShare, PhaseStats};
 
+/// One device as a [`MultiBackend`] drives it: a [`Backend`] that can also answer requests pulled from a queue
+/// shared with other devices. [`LocalBackend`] is one; anything that runs on (or stands in for) one device can be.
+pub trait DeviceBackend: Backend {
+    /// Answer the requests whose indices `indices` yields (each below `count`), pulling them `chunk` at a time
+    /// as they are prepared (so a queue shared with other devices is shared fairly), and calling `sink` with
+    /// each outcome as soon as it is known. An error stops this device only: indices it pulled and did not
+    /// answer are left for a resume.
+    fn run_indices(
+        &self,
+        indices: &mut (dyn Iterator<Item = usize> + Send),
+        count: usize,
+        chunk: usize,
+        make: &MakeRequest<'_>,
+        sink: &mut Sink<'_>,
+    ) -> Result<PhaseStats>;
+}
+
 /// One backend per device, sharing the work.
 pub struct MultiBackend {
-    devices: Vec<LocalBackend>,
+    devices: Vec<Box<dyn DeviceBackend>>,
     info: BackendInfo,
 }
 
-/// A message from a device's worker to the calling thread.
-enum Msg {
-    /// Request `index` is done (or failed); `stats` are the worker's counters so far.
-    Outcome {
-        device: usize,
-        index: usize,
-        outcome: Result<ChatResult, String>,
-        stats: PhaseStats,
-    },
+/// The groups of requests not yet taken by a device, largest first.
+type Queue = Mutex<VecDeque<Vec<usize>>>;
+
+/// A message from a device's worker to the calling thread: request `index` is done (or failed); `stats` are
+/// the worker's counters so far.
+struct Outcome {
+    device: usize,
+    index: usize,
+    outcome: Result<ChatResult, String>,
+    stats: PhaseStats,
 }
 
 impl MultiBackend {
     /// Share the work between `devices` (at least one; all the same checkpoint and settings).
-    pub fn new(devices: Vec<LocalBackend>) -> Result<Self> {
+    pub fn new(devices: Vec<Box<dyn DeviceBackend>>) -> Result<Self> {
         let Some(first) = devices.first() else {
             bail!("no device to run on");
         };
@@ -47,13 +65,119 @@ impl MultiBackend {
         Ok(Self { devices, info })
     }
 
+    /// Share the work between local checkpoints, one per device.
+    pub fn local(devices: Vec<LocalBackend>) -> Result<Self> {
+        Self::new(
+            devices
+                .into_iter()
+                .map(|d| Box::new(d) as Box<dyn DeviceBackend>)
+                .collect(),
+        )
+    }
+
+    /// Device `k` as named in errors and shares: `cuda:1#1` (the device, then its worker number).
     fn label(&self, k: usize) -> String {
         format!("{}#{k}", self.devices[k].info().device)
     }
+
+    /// Each device's result in order: its counters, or the error that stopped it.
+    fn run_workers(
+        &self,
+        jobs: &Jobs,
+        make: &MakeRequest<'_>,
+        sink: &mut Sink<'_>,
+    ) -> (Vec<Result<PhaseStats>>, Result<()>) {
+        let queue: Queue = Mutex::new(jobs.groups.iter().cloned().collect());
+        let (tx, rx) = mpsc::channel::<Outcome>();
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = self
+                .devices
+                .iter()
+                .enumerate()
+                .map(|(k, device)| {
+                    let (tx, queue) = (tx.clone(), &queue);
+                    scope.spawn(move || work(k, device.as_ref(), queue, jobs, make, tx))
+                })
+                .collect();
+            drop(tx); // the channel closes when the last worker ends
+            let delivered = deliver(rx, self.devices.len(), sink);
+            let results = workers
+                .into_iter()
+                .map(|w| w.join().unwrap_or_else(|_| Err(anyhow!("worker panicked"))))
+                .collect();
+            (results, delivered)
+        })
+    }
+
+    /// The phase's counters with each device's share, or an error naming every device that failed.
+    fn conclude(&self, results: Vec<Result<PhaseStats>>) -> Result<PhaseStats> {
+        let mut shares = Vec::new();
+        let mut failures = Vec::new();
+        for (k, r) in results.into_iter().enumerate() {
+            match r {
+                Ok(s) => shares.push((self.label(k), s)),
+                Err(e) => {
+                    tracing::error!("device {} stopped: {e:#}", self.label(k));
+                    failures.push(format!("{}: {e:#}", self.label(k)));
+                }
+            }
+        }
+        if !failures.is_empty() {
+            let others = if shares.is_empty() {
+                "no device is left"
+            } else {
+                "the others finished their work"
+            };
+            bail!(
+                "{} of {} devices failed ({others}; resume to redo what is missing):\n{}",
+                failures.len(),
+                self.devices.len(),
+                failures.join("\n")
+            );
+        }
+        let mut total = sum(shares.iter().map(|(_, s)| s));
+        total.devices = shares
+            .into_iter()
+            .map(|(device, s)| DeviceShare::of(device, &s))
+            .collect();
+        Ok(total)
+    }
+}
+
+/// Device `k`'s worker: answer groups from `queue` until it is empty (or the device fails), sending each
+/// outcome to the calling thread.
+fn work(
+    k: usize,
+    device: &dyn DeviceBackend,
+    queue: &Queue,
+    jobs: &Jobs,
+    make: &MakeRequest<'_>,
+    tx: Sender<Outcome>,
+) -> Result<PhaseStats> {
+    let mut current = VecDeque::new();
+    let mut indices = std::iter::from_fn(move || next_index(queue, &mut current));
+    // Half a batch at a time: enough to keep the device busy, little enough to share.
+    let chunk = (device.limits().max_seqs / 2).max(1);
+    device.run_indices(
+        &mut indices,
+        jobs.count,
+        chunk,
+        make,
+        &mut |index, outcome, st| {
+            let stats = st.clone();
+            let msg = Outcome {
+                device: k,
+                index,
+                outcome,
+                stats,
+            };
+            tx.send(msg).map_err(|_| anyhow!("the run stopped"))
+        },
+    )
 }
 
 /// The next index from the group being worked on, or the next group of the shared queue.
-fn next_index(queue: &Mutex<VecDeque<Vec<usize>>>, current: &mut VecDeque<usize>) -> Option<usize> {
+fn next_index(queue: &Queue, current: &mut VecDeque<usize>) -> Option<usize> {
     if current.is_empty() {
         let group = queue
             .lock()
@@ -62,6 +186,33 @@ fn next_index(queue: &Mutex<VecDeque<Vec<usize>>>, current: &mut VecDeque<usize>
         current.extend(group);
     }
     current.pop_front()
+}
+
+/// Hand every outcome to `sink` as it arrives (this thread is the one writer), with the sum of each device's
+/// latest counters, until every worker has ended. After a sink error the rest are dropped and that error is
+/// returned.
+fn deliver(rx: Receiver<Outcome>, devices: usize, sink: &mut Sink<'_>) -> Result<()> {
+    let mut latest = vec![PhaseStats::default(); devices];
+    let mut result = Ok(());
+    for o in rx {
+        // A failed preparation reports empty counters: keep the worker's last real ones.
+        if o.stats.prompts >= latest[o.device].prompts {
+            latest[o.device] = o.stats;
+        }
+        if result.is_ok() {
+            result = sink(o.index, o.outcome, &sum(&latest));
+        }
+    }
+    result
+}
+
+/// The counters of several devices added up.
+fn sum<'a>(parts: impl IntoIterator<Item = &'a PhaseStats>) -> PhaseStats {
+    let mut total = PhaseStats::default();
+    for p in parts {
+        total.add(p);
+    }
+    total
 }
 
 impl Backend for MultiBackend {
@@ -82,102 +233,8 @@ impl Backend for MultiBackend {
     }
 
     fn run(&self, jobs: &Jobs, make: &MakeRequest<'_>, sink: &mut Sink<'_>) -> Result<PhaseStats> {
-        let queue = Mutex::new(jobs.groups.iter().cloned().collect::<VecDeque<_>>());
-        let (tx, rx) = mpsc::channel::<Msg>();
-        let mut latest = vec![PhaseStats::default(); self.devices.len()];
-        let mut sink_error = None;
-        let results: Vec<Result<PhaseStats>> = std::thread::scope(|scope| {
-            let workers: Vec<_> = self
-                .devices
-                .iter()
-                .enumerate()
-                .map(|(k, backend)| {
-                    let (tx, queue) = (tx.clone(), &queue);
-                    scope.spawn(move || {
-                        let mut current = VecDeque::new();
-                        let indices = std::iter::from_fn(move || next_index(queue, &mut current));
-                        // Half a batch at a time: enough to keep the device busy, little enough to share.
-                        let chunk = (backend.limits().max_seqs / 2).max(1);
-                        backend.run_indices(
-                            indices,
-                            jobs.count,
-                            chunk,
-                            make,
-                            &mut |index, outcome, st| {
-                                let stats = st.clone();
-                                let msg = Msg::Outcome {
-                                    device: k,
-                                    index,
-                                    outcome,
-                                    stats,
-                                };
-                                tx.send(msg).map_err(|_| anyhow::anyhow!("the run stopped"))
-                            },
-                        )
-                    })
-                })
-                .collect();
-            drop(tx);
-            for Msg::Outcome {
-                device,
-                index,
-                outcome,
-                stats,
-            } in rx
-            {
-                // A failed preparation reports empty counters: keep the worker's last real ones.
-                if stats.prompts >= latest[device].prompts {
-                    latest[device] = stats;
-                }
-                let total = sum(&latest);
-                if sink_error.is_none() {
-                    sink_error = sink(index, outcome, &total).err();
-                }
-            }
-            workers
-                .into_iter()
-                .map(|w| {
-                    w.join()
-                        .unwrap_or_else(|_| Err(anyhow::anyhow!("worker panicked")))
-                })
-                .collect()
-        });
-        if let Some(e) = sink_error {
-            return Err(e);
-        }
-        let mut shares = Vec::new();
-        let mut failures = Vec::new();
-        for (k, r) in results.into_iter().enumerate() {
-            match r {
-                Ok(s) => shares.push((self.label(k), s)),
-                Err(e) => {
-                    tracing::error!("device {} stopped: {e:#}", self.label(k));
-                    failures.push(format!("{}: {e:#}", self.label(k)));
-                }
-            }
-        }
-        if !failures.is_empty() {
-            bail!(
-                "{} of {} devices failed (the others finished their work; resume to redo what is missing):\n{}",
-                failures.len(),
-                self.devices.len(),
-                failures.join("\n")
-            );
-        }
-        let mut total = sum(&shares.iter().map(|(_, s)| s.clone()).collect::<Vec<_>>());
-        total.devices = shares
-            .into_iter()
-            .map(|(device, s)| DeviceShare::of(device, &s))
-            .collect();
-        Ok(total)
+        let (results, delivered) = self.run_workers(jobs, make, sink);
+        delivered?;
+        self.conclude(results)
     }
-}
-
-/// The counters of several devices added up.
-fn sum(parts: &[PhaseStats]) -> PhaseStats {
-    let mut total = PhaseStats::default();
-    for p in parts {
-        total.add(p);
-    }
-    total
 }

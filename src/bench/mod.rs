@@ -19,7 +19,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use candle_core::{DType, Device, Tensor};
 
-use crate::backend::{open_device, Backend, LoadedModel, LocalBackend};
+use crate::backend::{open_device, Backend, LoadedModel, LocalBackend, MultiBackend};
 use crate::chat::{ChatTemplate, PromptBuilder, Tokenizer};
 use crate::engine::{memory, BatchLimits};
 use crate::eval::{pending_steps, run_phase, JudgePhase, StepPhase, SystemPrompt};
@@ -35,8 +35,8 @@ use crate::settings::{DTypeSpec, DeviceSpec};
 pub struct BenchConfig {
     /// Preset (`tiny`, `small`, `3b`, `7b`) or a `config.json` path / model folder.
     pub config: String,
-    /// Device.
-    pub device: DeviceSpec,
+    /// The devices: one copy of the model per device, sharing the prompts as `eval` does.
+    pub devices: Vec<DeviceSpec>,
     /// Dtype (the device's default when `None`).
     pub dtype: Option<DTypeSpec>,
     /// Number of step prompts.
@@ -182,14 +182,17 @@ fn dtype_for(spec: Option<DTypeSpec>, device: &Device) -> DType {
     }
 }
 
-/// Run the benchmark and return its report (what `bench --json` prints).
-pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport> {
-    let (device, device_spec) = open_device(cfg.device)?;
+/// The random model of `model_cfg` built on `spec` (its dtype from `cfg`), served under its own batch limits,
+/// and the seconds building the model took.
+fn device_backend(
+    cfg: &BenchConfig,
+    spec: DeviceSpec,
+    model_cfg: &crate::model::ModelConfig,
+) -> Result<(LocalBackend, f64)> {
+    let (device, device_spec) = open_device(spec)?;
     let dtype = dtype_for(cfg.dtype, &device);
-    let model_cfg = random::load_config(&cfg.config)?;
-    let (vision_params, lm_params) = random::param_counts(&model_cfg);
     let t_build = Instant::now();
-    let model = random::random_model(model_cfg, cfg.seed, &device, dtype, &cfg.ops)?;
+    let model = random::random_model(model_cfg.clone(), cfg.seed, &device, dtype, &cfg.ops)?;
     let build_seconds = t_build.elapsed().as_secs_f64();
     let kit = PromptBuilder {
         tokenizer: Tokenizer::from_model_dir(&cfg.tokenizer)
@@ -215,49 +218,80 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport> {
             files: Vec::new(),
         },
     };
-    let backend = LocalBackend::new(&cfg.config, loaded, limits);
-    let tmp = tempfile::tempdir()?;
-    let bench = workload::write(tmp.path(), cfg.steps)?;
+    Ok((
+        LocalBackend::new(&cfg.config, loaded, limits),
+        build_seconds,
+    ))
+}
 
+/// The benchmark's backend: the random model on each of `cfg.devices` (the same weights on every device),
+/// several sharing the work through a [`MultiBackend`] as in `eval`; and the seconds the models took to build.
+fn backend(
+    cfg: &BenchConfig,
+    model_cfg: &crate::model::ModelConfig,
+) -> Result<(Box<dyn Backend>, f64)> {
+    let built = cfg
+        .devices
+        .iter()
+        .map(|&d| device_backend(cfg, d, model_cfg))
+        .collect::<Result<Vec<_>>>()?;
+    let build_seconds = built.iter().map(|(_, s)| s).sum();
+    let mut devices: Vec<LocalBackend> = built.into_iter().map(|(b, _)| b).collect();
+    let backend: Box<dyn Backend> = match devices.len() {
+        0 => anyhow::bail!("--device: no device given"),
+        1 => Box::new(devices.remove(0)),
+        _ => Box::new(MultiBackend::local(devices)?),
+    };
+    Ok((backend, build_seconds))
+}
+
+/// Run the step phase (and, when asked, the judge phase) of `bench` through `backend` in the folder `dir`.
+fn run_phases(
+    cfg: &BenchConfig,
+    backend: &dyn Backend,
+    bench: &crate::dataset::Benchmark,
+    dir: &std::path::Path,
+) -> Result<(PhaseStats, Option<PhaseStats>)> {
     let steps_phase = StepPhase {
-        bench: &bench,
-        jobs: pending_steps(&bench, &Default::default()),
+        bench,
+        jobs: pending_steps(bench, &Default::default()),
         system: SystemPrompt::Default,
         image: backend.image_config(),
         max_new_tokens: cfg.max_new_tokens,
     };
-    let mut steps = run_phase(
-        &backend,
-        &steps_phase,
-        &tmp.path().join("predictions.jsonl"),
-    )?;
+    let mut steps = run_phase(backend, &steps_phase, &dir.join("predictions.jsonl"))?;
     steps.phase = "bench".into();
-
-    let judge = if cfg.judge {
-        let preds = PredictionSet::read(tmp.path().join("predictions.jsonl"))?;
-        let phase = JudgePhase {
-            bench: &bench,
-            preds: &preds,
-            jobs: (0..bench.trajectories.len()).collect(),
-            max_new_tokens: cfg.max_new_tokens,
-        };
-        Some(run_phase(
-            &backend,
-            &phase,
-            &tmp.path().join("judgements.jsonl"),
-        )?)
-    } else {
-        None
+    if !cfg.judge {
+        return Ok((steps, None));
+    }
+    let preds = PredictionSet::read(dir.join("predictions.jsonl"))?;
+    let phase = JudgePhase {
+        bench,
+        preds: &preds,
+        jobs: (0..bench.trajectories.len()).collect(),
+        max_new_tokens: cfg.max_new_tokens,
     };
-    let model = &backend.loaded().model;
-    let profile = model.profile_snapshot();
-    let vision_seconds = time_vision(model, &backend.loaded().kit, &bench)?;
-    let rates = matmul_rates(
-        &device,
-        dtype,
-        if device.is_cpu() { 2048 } else { 8192 },
-        model.ops().blas(),
-    )?;
+    let judge = run_phase(backend, &phase, &dir.join("judgements.jsonl"))?;
+    Ok((steps, Some(judge)))
+}
+
+/// Run the benchmark and return its report (what `bench --json` prints).
+pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport> {
+    let model_cfg = random::load_config(&cfg.config)?;
+    let params = random::param_counts(&model_cfg);
+    let (backend, build_seconds) = backend(cfg, &model_cfg)?;
+    let tmp = tempfile::tempdir()?;
+    let bench = workload::write(tmp.path(), cfg.steps)?;
+    let (steps, judge) = run_phases(cfg, backend.as_ref(), &bench, tmp.path())?;
+    // The separate vision pass, the GEMM rates and the profile are the first device's.
+    let loaded = backend
+        .local_model()
+        .context("the bench backend runs a local model")?;
+    let model = &loaded.model;
+    let (device, dtype) = (model.device(), model.dtype());
+    let vision_seconds = time_vision(model, &loaded.kit, &bench)?;
+    let n = if device.is_cpu() { 2048 } else { 8192 };
+    let rates = matmul_rates(device, dtype, n, model.ops().blas())?;
     let (peak, peak_source) = best_rate(&rates);
     let cpu_info = cpu::CpuInfo::detect();
     let isa = (device.is_cpu() && dtype == DType::F32)
@@ -272,11 +306,11 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport> {
         rates,
         cpu: cpu_info,
         isa,
-        params: (vision_params, lm_params),
+        params,
         build_seconds,
-        profile,
+        profile: model.profile_snapshot(),
     };
-    Ok(report(cfg, &device_spec, model, &measured))
+    Ok(report(cfg, &backend.info().device, model, &measured))
 }
 
 /// What one benchmark run measured.
@@ -362,7 +396,7 @@ fn benchmark_estimate(steps: &PhaseStats, judge: Option<&PhaseStats>) -> Benchma
     }
 }
 
-fn report(cfg: &BenchConfig, device: &DeviceSpec, model: &Qwen25VL, m: &Measured) -> BenchReport {
+fn report(cfg: &BenchConfig, device: &str, model: &Qwen25VL, m: &Measured) -> BenchReport {
     let (steps, peak, params) = (&m.steps, m.matmul_peak, m.params);
     let rate = |n: usize, s: f64| if s > 0.0 { n as f64 / s } else { 0.0 };
     let work = flops(model, steps, params);
@@ -372,8 +406,9 @@ fn report(cfg: &BenchConfig, device: &DeviceSpec, model: &Qwen25VL, m: &Measured
     };
     let prefill_work = flops(model, &prefill_only, params);
     let vision_work = 2.0 * params.0 as f64 * steps.patches as f64;
+    let hardware = distinct_devices(device) as f64;
     let against = |peak: f64| MfuTriple {
-        mfu: ratio(work, steps.wall_seconds, peak),
+        mfu: ratio(work, steps.wall_seconds, peak * hardware),
         mfu_prefill: ratio(prefill_work, steps.prefill_seconds, peak),
         mfu_vision: ratio(vision_work, m.vision_seconds, peak),
     };
@@ -382,6 +417,7 @@ fn report(cfg: &BenchConfig, device: &DeviceSpec, model: &Qwen25VL, m: &Measured
         schema_version: BENCH_SCHEMA_VERSION,
         config: cfg.config.clone(),
         device: device.to_string(),
+        devices: steps.devices.clone(),
         dtype: format!("{:?}", model.dtype()).to_lowercase(),
         steps: steps.prompts,
         steps_per_second: rate(steps.prompts, steps.wall_seconds),
@@ -426,11 +462,31 @@ fn report(cfg: &BenchConfig, device: &DeviceSpec, model: &Qwen25VL, m: &Measured
     }
 }
 
+/// How many devices of `list` (comma-separated) are distinct hardware: `cuda:0,cuda:1` two, `cpu,cpu` one (both
+/// copies share the same cores). The whole phase's MFU is against that many devices' peak.
+fn distinct_devices(list: &str) -> usize {
+    let names: std::collections::BTreeSet<&str> = list.split(',').collect();
+    names.len().max(1)
+}
+
 /// `work` FLOPs in `seconds` as a share of `peak` FLOP/s (0 when either is 0).
 fn ratio(work: f64, seconds: f64, peak: f64) -> f64 {
     if seconds > 0.0 && peak > 0.0 {
         work / seconds / peak
     } else {
         0.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::distinct_devices;
+
+    #[test]
+    fn copies_on_one_device_count_once() {
+        assert_eq!(distinct_devices("cpu"), 1);
+        assert_eq!(distinct_devices("cpu,cpu"), 1);
+        assert_eq!(distinct_devices("cuda:0,cuda:1"), 2);
+        assert_eq!(distinct_devices("cuda:0,cuda:1,cuda:0"), 2);
     }
 }

@@ -6,10 +6,10 @@ use serde::{Deserialize, Serialize};
 use super::cpu::{CpuInfo, IsaPeak};
 use super::MatmulRate;
 use crate::ops::ProfileSnapshot;
-use crate::records::PhaseSummary;
+use crate::records::{DeviceShare, PhaseSummary};
 
 /// Version of the report format.
-pub const BENCH_SCHEMA_VERSION: u32 = 1;
+pub const BENCH_SCHEMA_VERSION: u32 = 2;
 
 /// What one `bench` run measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -18,8 +18,12 @@ pub struct BenchReport {
     pub schema_version: u32,
     /// The preset or config path.
     pub config: String,
-    /// The device (`auto` resolved).
+    /// The device (`auto` resolved); several are comma-separated.
     pub device: String,
+    /// Each device's share of the step phase, when several ran it (since version 2; the judge phase's is in
+    /// `phases`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<DeviceShare>,
     /// Activation dtype.
     pub dtype: String,
     /// Step prompts run.
@@ -28,9 +32,9 @@ pub struct BenchReport {
     pub steps_per_second: f64,
     /// Screenshots per wall-clock second.
     pub images_per_second: f64,
-    /// Prefilled tokens per second of prefill.
+    /// Prefilled tokens per second of prefill (with several devices, per device-second: their seconds add up).
     pub prefill_tokens_per_second: f64,
-    /// Generated tokens per second of decode.
+    /// Generated tokens per second of decode (per device-second, as above).
     pub decode_tokens_per_second: f64,
     /// Peak device memory in use, else peak host RSS (bytes).
     pub peak_memory_bytes: Option<u64>,
@@ -38,9 +42,10 @@ pub struct BenchReport {
     pub peak_host_rss_bytes: Option<u64>,
     /// Peak device memory in use, on CUDA (bytes).
     pub peak_device_bytes: Option<u64>,
-    /// Model FLOPs per second of the whole step phase / the best matmul rate measured in the run.
+    /// Model FLOPs per second of the whole step phase / the best matmul rate measured in the run (times the number
+    /// of distinct devices: `cuda:0,cuda:1` two, `cpu,cpu` one).
     pub mfu: f64,
-    /// The same for the prefill (vision included).
+    /// The same for the prefill (vision included), per device-second of prefill.
     pub mfu_prefill: f64,
     /// The same for the separate vision-tower pass.
     pub mfu_vision: f64,
@@ -168,6 +173,19 @@ impl BenchReport {
                 ", judge not measured"
             },
             e.seconds,
-        )
+        ) + &self.render_devices()
+    }
+
+    /// One line per device when several shared the step phase (empty otherwise).
+    fn render_devices(&self) -> String {
+        self.devices
+            .iter()
+            .map(|d| {
+                format!(
+                    "\n  {}: {} steps, {} prefill + {} generated tokens, {:.2}s busy",
+                    d.device, d.prompts, d.prefill_tokens, d.decode_tokens, d.busy_seconds
+                )
+            })
+            .collect()
     }
 }

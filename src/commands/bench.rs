@@ -21,7 +21,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let mut embedded = None;
     let cfg = BenchConfig {
         config: a.config,
-        device: a.device,
+        devices: a.device,
         dtype: a.dtype,
         steps: a.steps.max(1),
         batch_size: a.batch_size,

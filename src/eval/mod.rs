@@ -98,28 +98,36 @@ fn judge_spec(cfg: &EvalConfig) -> Option<ModelSpec> {
     }
 }
 
-/// Load a checkpoint on each of the run's devices, each under its own batch limits (budget from its own free
-/// memory); several devices share the work through a [`MultiBackend`].
+/// Load a checkpoint of `spec` on each of the run's devices, each under its own batch limits (budget from its own
+/// free memory).
+pub fn load_devices(cfg: &EvalConfig, spec: &ModelSpec) -> Result<Vec<LocalBackend>> {
+    cfg.devices
+        .iter()
+        .map(|&device| {
+            let spec = ModelSpec {
+                device,
+                ..spec.clone()
+            };
+            let loaded = LoadedModel::load(&spec)?;
+            let limits = BatchLimits::auto(
+                &loaded.model,
+                cfg.batch_size,
+                cfg.max_new_tokens,
+                cfg.max_batch_tokens,
+            );
+            Ok(LocalBackend::new(&spec.model, loaded, limits))
+        })
+        .collect()
+}
+
+/// The run's backend for `spec`: one device's checkpoint, or several sharing the work through a
+/// [`MultiBackend`].
 fn load_backend(cfg: &EvalConfig, spec: &ModelSpec) -> Result<Box<dyn Backend>> {
-    let mut devices = Vec::with_capacity(cfg.devices.len());
-    for &device in &cfg.devices {
-        let spec = ModelSpec {
-            device,
-            ..spec.clone()
-        };
-        let loaded = LoadedModel::load(&spec)?;
-        let limits = BatchLimits::auto(
-            &loaded.model,
-            cfg.batch_size,
-            cfg.max_new_tokens,
-            cfg.max_batch_tokens,
-        );
-        devices.push(LocalBackend::new(&spec.model, loaded, limits));
-    }
+    let mut devices = load_devices(cfg, spec)?;
     if devices.len() == 1 {
         Ok(Box::new(devices.remove(0)))
     } else {
-        Ok(Box::new(MultiBackend::new(devices)?))
+        Ok(Box::new(MultiBackend::local(devices)?))
     }
 }
 
@@ -194,31 +202,29 @@ fn manifest(
 
 /// Run (or resume) an evaluation.
 pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
-    let bench = Benchmark::load(&cfg.data)
-        .with_context(|| format!("loading the benchmark {}", cfg.data.display()))?;
+    let bench = load_benchmark(cfg)?;
     let backend = load_backend(cfg, &cfg.model)?;
-    let mut settings = settings(cfg, backend.as_ref())?;
-    // A shard evaluates its part only; its spec is a setting, so a resume cannot mix two shards' folders.
-    let bench = match cfg.shard {
-        Some(s) => {
-            settings.shard = Some(s.to_string());
-            crate::shard::select(&bench, backend.image_config(), s)
-        }
-        None => bench,
-    };
-    let previous = rundir::open_or_create(&cfg.out, &settings)?;
-    let mut manifest = manifest(cfg, backend.as_ref(), settings, previous);
-    manifest.shard = cfg.shard.map(|s| {
-        let ids = bench.trajectories.iter().map(|t| t.id.clone()).collect();
-        crate::merge::ShardManifestEntry::new(s, ids)
-    });
-    rundir::write_json_atomic(&cfg.out.join("manifest.json"), &manifest)?;
-    tracing::info!(
-        "run folder {}; batch limits {:?}",
-        cfg.out.display(),
-        backend.limits()
-    );
+    run_loaded(cfg, bench, backend)
+}
 
+/// [`run_eval`] with the evaluated model already loaded as `backend` (on `cfg.devices` or not: the caller
+/// chooses, e.g. to wrap a device); a separate judge model is still loaded from `cfg`.
+pub fn run_eval_with(cfg: &EvalConfig, backend: Box<dyn Backend>) -> Result<EvalOutcome> {
+    run_loaded(cfg, load_benchmark(cfg)?, backend)
+}
+
+fn load_benchmark(cfg: &EvalConfig) -> Result<Benchmark> {
+    Benchmark::load(&cfg.data)
+        .with_context(|| format!("loading the benchmark {}", cfg.data.display()))
+}
+
+/// Run (or resume) an evaluation of `bench` by `backend`: the manifest, both phases, the scores and reports.
+fn run_loaded(
+    cfg: &EvalConfig,
+    bench: Benchmark,
+    backend: Box<dyn Backend>,
+) -> Result<EvalOutcome> {
+    let (bench, mut manifest) = open_run(cfg, bench, backend.as_ref())?;
     let mut phases = vec![run_steps(cfg, &bench, backend.as_ref())?.summary()];
     checks::stop_if_interrupted(cfg, "steps", bench.num_steps())?;
     // The step model's section table (a separately loaded judge keeps its own).
@@ -248,6 +254,37 @@ pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
         metrics,
         summary,
     })
+}
+
+/// Open (or create) the run folder for `bench`, refusing other settings, and write its manifest: returns the
+/// part of `bench` this run evaluates (its shard) and the manifest.
+fn open_run(
+    cfg: &EvalConfig,
+    bench: Benchmark,
+    backend: &dyn Backend,
+) -> Result<(Benchmark, Manifest)> {
+    let mut settings = settings(cfg, backend)?;
+    // A shard evaluates its part only; its spec is a setting, so a resume cannot mix two shards' folders.
+    let bench = match cfg.shard {
+        Some(s) => {
+            settings.shard = Some(s.to_string());
+            crate::shard::select(&bench, backend.image_config(), s)
+        }
+        None => bench,
+    };
+    let previous = rundir::open_or_create(&cfg.out, &settings)?;
+    let mut manifest = manifest(cfg, backend, settings, previous);
+    manifest.shard = cfg.shard.map(|s| {
+        let ids = bench.trajectories.iter().map(|t| t.id.clone()).collect();
+        crate::merge::ShardManifestEntry::new(s, ids)
+    });
+    rundir::write_json_atomic(&cfg.out.join("manifest.json"), &manifest)?;
+    tracing::info!(
+        "run folder {}; batch limits {:?}",
+        cfg.out.display(),
+        backend.limits()
+    );
+    Ok((bench, manifest))
 }
 
 /// `throughput.json` of a run: its phases, peak memory, and the step model's profile when one was taken.

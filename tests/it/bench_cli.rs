@@ -69,6 +69,8 @@ fn bench_json_reports_throughput_memory_and_mfu() {
         assert!(r["mfu_isa"]["mfu_prefill"].as_f64().unwrap() > 0.0);
     }
     assert_eq!(r["steps"], 8);
+    assert_eq!(r["device"], "cpu");
+    assert!(r.get("devices").is_none(), "one device: no shares");
     assert_eq!(
         r["phases"][1]["phase"], "judge",
         "the aggregation phase is benchmarked too"
@@ -86,6 +88,52 @@ fn bench_json_reports_throughput_memory_and_mfu() {
     let want = 2000.0 * per_prompt(&r["phases"][0]) + 500.0 * per_prompt(&r["phases"][1]);
     let got = est["seconds"].as_f64().unwrap();
     assert!((got - want).abs() <= 1e-6 * want, "{got} vs {want}");
+}
+
+/// `bench --device cpu,cpu`: two copies of the random model share the step and judge prompts through the same
+/// queue as `eval`, and the report gives each device's share.
+#[test]
+fn bench_on_two_devices_reports_each_share() {
+    let o = crate::util::bin()
+        .args([
+            "bench",
+            "--config",
+            "tiny",
+            "--random-weights",
+            "--device",
+            "cpu,cpu",
+        ])
+        .args([
+            "--steps",
+            "16",
+            "--batch-size",
+            "2",
+            "--max-new-tokens",
+            "4",
+        ])
+        .args(["--max-pixels", "100352", "--json"])
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: mobile_r1_eval::bench::BenchReport =
+        serde_json::from_slice(&o.stdout).expect("a BenchReport");
+    assert_eq!(r.device, "cpu,cpu");
+    assert_eq!(r.steps, 16);
+    let names: Vec<&str> = r.devices.iter().map(|d| d.device.as_str()).collect();
+    assert_eq!(names, ["cpu#0", "cpu#1"]);
+    assert!(r.devices.iter().all(|d| d.prompts > 0), "{:?}", r.devices);
+    let sum = |f: fn(&mobile_r1_eval::records::DeviceShare) -> usize| -> usize {
+        r.devices.iter().map(f).sum()
+    };
+    assert_eq!(sum(|d| d.prompts), 16);
+    assert_eq!(sum(|d| d.decode_tokens), 16 * 4);
+    assert_eq!(r.devices, r.phases[0].stats.devices);
+    let judge = &r.phases[1].stats;
+    assert_eq!(judge.phase, "judge");
+    assert_eq!(judge.devices.iter().map(|d| d.prompts).sum::<usize>(), 4);
+    assert!(r.steps_per_second > 0.0 && r.mfu > 0.0);
+    assert!(r.render().contains("cpu#1: "), "{}", r.render());
 }
 
 #[test]

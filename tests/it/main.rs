@@ -21,6 +21,7 @@ mod kernels_emulated;
 mod model_golden_a;
 mod model_golden_b;
 mod model_units;
+mod multi_device;
 mod ops_blas;
 mod ops_kernels;
 mod preprocess_cases;
