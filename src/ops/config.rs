@@ -111,6 +111,10 @@ pub struct OpsManifest {
     pub cpu_gemm_row_block: usize,
     /// Fewest rows of a segment multiplied by the CBLAS library ([`super::BLAS_MIN_ROWS`]).
     pub cpu_gemm_blas_min_rows: usize,
+    /// Fewest keys of a segment whose f32 CPU attention runs through GEMM tiles rather than the four-row kernel
+    /// ([`super::cpu_attn::TILED_MIN_KEYS`]).
+    #[serde(default)]
+    pub cpu_attention_tiled_min_keys: usize,
 }
 
 /// SHA-256 (hex) of `kernels/fused.cu` as compiled into this build.

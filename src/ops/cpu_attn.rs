@@ -3,7 +3,8 @@
 //! softmax and weighted sum four rows at a time, so each key/value load serves four queries.
 //! No score matrix is materialised, no mask tensor is built, and windows need no padding. Work items run on
 //! rayon; the inner products use AVX-512 or AVX2/FMA when the CPU has them (checked at run time), both giving the
-//! same bits.
+//! same bits. Segments of at least [`TILED_MIN_KEYS`] keys, whose keys outgrow the caches, go through GEMM tiles
+//! instead ([`tiled`]).
 
 use candle_core::{DType, Result, Tensor};
 use rayon::prelude::*;
@@ -16,6 +17,8 @@ use super::VarlenSeg;
 const ROWS: usize = 4;
 /// Keys scored together (two AVX registers); the transposed keys are padded to a multiple of it.
 const KEY_BLOCK: usize = 16;
+/// Fewest keys (prefix included) of a segment attended through GEMM tiles rather than the four-row kernel.
+pub const TILED_MIN_KEYS: usize = 64;
 
 /// Whether the fused CPU path covers tensors of `dtype` on `device`: CPU, f32, head_dim a multiple of 8.
 pub fn supported(device: &candle_core::Device, dtype: DType, head_dim: usize) -> bool {
@@ -37,11 +40,12 @@ struct Dims {
 
 /// See [`super::varlen_attention`]; `q` (N, H, d), `k`/`v` (N, KV, d), all f32 on the CPU.
 pub fn varlen_attention(a: super::Varlen<'_>) -> Result<Tensor> {
-    varlen_attention_at(a, Level::detect())
+    varlen_attention_at(a, Level::detect(), TILED_MIN_KEYS)
 }
 
-/// [`varlen_attention`] on the vector path `level`, which must be one the CPU supports (at most [`Level::detect`]).
-fn varlen_attention_at(a: super::Varlen<'_>, level: Level) -> Result<Tensor> {
+/// [`varlen_attention`] on the vector path `level`, which must be one the CPU supports (at most [`Level::detect`]),
+/// with segments of at least `tiled_min_keys` keys through GEMM tiles.
+fn varlen_attention_at(a: super::Varlen<'_>, level: Level, tiled_min_keys: usize) -> Result<Tensor> {
     let (q, k, v, segs, causal, scale) = (a.q, a.k, a.v, a.segs, a.causal, a.scale);
     let (n, heads, d) = q.dims3()?;
     let (_, kv_heads, _) = k.dims3()?;
@@ -68,8 +72,22 @@ fn varlen_attention_at(a: super::Varlen<'_>, level: Level) -> Result<Tensor> {
     with_f32(q, |qs| {
         with_f32(k, |ks| {
             with_f32(v, |vs| {
-                let items: Vec<(usize, usize)> = (0..segs.len())
-                    .flat_map(|s| (0..kv_heads).map(move |h| (s, h)))
+                let keys = |s: usize| segs[s].len + prefixes[s].as_ref().map_or(0, |x| x.3);
+                let (long, short): (Vec<usize>, Vec<usize>) =
+                    (0..segs.len()).partition(|&s| keys(s) >= tiled_min_keys);
+                let inputs = tiled::Inputs {
+                    qs,
+                    ks,
+                    vs,
+                    segs,
+                    prefixes: &prefixes,
+                    causal,
+                    scale,
+                };
+                tiled::attend(&inputs, &long, dims, &mut out);
+                let items: Vec<(usize, usize)> = short
+                    .iter()
+                    .flat_map(|&s| (0..kv_heads).map(move |h| (s, h)))
                     .collect();
                 let blocks: Vec<(usize, usize, Vec<f32>)> = items
                     .par_iter()
@@ -199,6 +217,7 @@ fn scatter(
 }
 
 mod kernels;
+mod tiled;
 
 #[cfg(test)]
 mod tests {
@@ -233,14 +252,15 @@ mod tests {
         }
     }
 
-    /// Every vector path this CPU supports against the composed reference, on window-like segments (one with a
-    /// cached prefix, causal and not) and head dims 80 (16·5: the AVX-512 32/16-dim steps and no 8-dim tail) and
-    /// 72 (an 8-dim tail); the AVX2 and AVX-512 paths give the same bits.
+    /// Every vector path this CPU supports, through the four-row kernel and through GEMM tiles, against the
+    /// composed reference, on window-like segments (one with a cached prefix), a segment of several tiles,
+    /// causal and not, and head dims 80 (16·5: the AVX-512 32/16-dim steps and no 8-dim tail) and 72 (an 8-dim
+    /// tail); the AVX2 and AVX-512 paths give the same bits.
     #[test]
     fn every_supported_path_matches_the_reference() {
         let dev = Device::Cpu;
         for d in [80usize, 72] {
-            let (n, heads, kv) = (53usize, 4usize, 2usize);
+            let (n, heads, kv) = (53 + 2 * tiled::TILE + 9, 4usize, 2usize);
             let r = |shape: (usize, usize, usize)| Tensor::rand(-1f32, 1f32, shape, &dev).unwrap();
             let (q, k, v) = (r((n, heads, d)), r((n, kv, d)), r((n, kv, d)));
             let (pk, pv) = (r((kv, 40, d)), r((kv, 40, d)));
@@ -255,6 +275,11 @@ mod tests {
                     len: 16,
                     prefix: Some((&pk, &pv, 33)),
                 },
+                VarlenSeg {
+                    start: 53,
+                    len: n - 53,
+                    prefix: None,
+                },
             ];
             for causal in [false, true] {
                 let a = Varlen {
@@ -267,27 +292,35 @@ mod tests {
                 };
                 let want = reference::varlen_attention(a).unwrap();
                 let mut bits = Vec::new();
-                for level in Level::supported() {
-                    eprintln!("varlen attention d={d} causal={causal} at {level:?}");
-                    let got = varlen_attention_at(a, level).unwrap();
+                for (level, tiled) in Level::supported()
+                    .into_iter()
+                    .flat_map(|l| [(l, false), (l, true)])
+                {
+                    eprintln!("varlen attention d={d} causal={causal} at {level:?}, tiled {tiled}");
+                    let min_keys = if tiled { 1 } else { usize::MAX };
+                    let got = varlen_attention_at(a, level, min_keys).unwrap();
                     let diff = (&got - &want).unwrap().abs().unwrap().max_all().unwrap();
                     let diff = diff.to_scalar::<f32>().unwrap();
-                    assert!(diff < 2e-6, "{level:?} d={d} causal={causal}: {diff}");
+                    assert!(diff < 2e-6, "{level:?} tiled {tiled} d={d} causal={causal}: {diff}");
                     if level != Level::Portable {
-                        bits.push(got.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+                        bits.push((tiled, got.flatten_all().unwrap().to_vec1::<f32>().unwrap()));
                     }
                 }
-                assert!(
-                    bits.windows(2).all(|w| w[0] == w[1]),
-                    "AVX2 and AVX-512 bits differ"
-                );
+                for tiled in [false, true] {
+                    let same: Vec<_> = bits.iter().filter(|b| b.0 == tiled).collect();
+                    assert!(
+                        same.windows(2).all(|w| w[0].1 == w[1].1),
+                        "AVX2 and AVX-512 bits differ (tiled {tiled})"
+                    );
+                }
             }
         }
     }
 }
 
-/// Times of the fused attention at each vector path this CPU supports, on one 1080×2400 screenshot's windows
-/// (20 windows of 64 rows, 16 heads of 80) and in one full-attention segment, with the bits checked equal:
+/// Times of the CPU attention at each vector path this CPU supports, through the four-row kernel and through
+/// GEMM tiles, on one 1080×2400 screenshot at `max_pixels` 1,003,520 (5,088 rows, 16 heads of 80): its windows
+/// of 64 rows and its full-attention segment, with the bits of one path checked equal across levels:
 /// `cargo test --release --lib ops::cpu_attn::timing -- --ignored --nocapture`.
 #[cfg(test)]
 mod timing {
@@ -297,23 +330,18 @@ mod timing {
 
     #[test]
     #[ignore = "a timing run: use --release --ignored --nocapture"]
-    fn levels() {
-        let (n, h, d) = (1280, 16, 80);
+    fn levels_and_paths() {
+        let (n, h, d) = (5088, 16, 80);
         let t = || Tensor::randn(0f32, 1.0, (n, h, d), &Device::Cpu).unwrap();
         let (q, k, v) = (t(), t(), t());
-        let windows: Vec<VarlenSeg<'_>> = (0..n / 64)
-            .map(|i| VarlenSeg {
-                start: 64 * i,
-                len: 64,
-                prefix: None,
-            })
-            .collect();
-        let full = [VarlenSeg {
-            start: 0,
-            len: n,
+        let seg = |start, len| VarlenSeg {
+            start,
+            len,
             prefix: None,
-        }];
-        for (name, segs) in [("windows", &windows[..]), ("full", &full[..])] {
+        };
+        let windows: Vec<VarlenSeg<'_>> = (0..n / 64).map(|i| seg(64 * i, 64)).collect();
+        let full = [seg(0, n)];
+        for (name, segs, keys) in [("windows", &windows[..], 64), ("full", &full[..], n)] {
             let a = Varlen {
                 q: &q,
                 k: &k,
@@ -322,27 +350,25 @@ mod timing {
                 causal: false,
                 scale: 0.11,
             };
-            let mut outs = Vec::new();
-            for level in Level::supported()
-                .into_iter()
-                .filter(|l| *l != Level::Portable)
-            {
-                let mut best = f64::INFINITY;
-                for _ in 0..7 {
-                    let t0 = std::time::Instant::now();
-                    outs.push(
-                        varlen_attention_at(a, level)
-                            .unwrap()
-                            .flatten_all()
-                            .unwrap()
-                            .to_vec1::<f32>()
-                            .unwrap(),
+            let flop = 4.0 * (n * keys * h * d) as f64;
+            for (path, min_keys) in [("kernel", usize::MAX), ("tiled", 1)] {
+                let mut outs = Vec::new();
+                for level in Level::supported().into_iter().filter(|l| *l != Level::Portable) {
+                    let mut best = f64::INFINITY;
+                    for _ in 0..3 {
+                        let t0 = std::time::Instant::now();
+                        let o = varlen_attention_at(a, level, min_keys).unwrap();
+                        best = best.min(t0.elapsed().as_secs_f64());
+                        outs.push(o.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+                    }
+                    eprintln!(
+                        "varlen {name} {path} at {level:?}: {:.1} ms, {:.1} GFLOP/s",
+                        best * 1e3,
+                        flop / best / 1e9
                     );
-                    best = best.min(t0.elapsed().as_secs_f64());
                 }
-                eprintln!("varlen {name} at {level:?}: {:.2} ms", best * 1e3);
+                assert!(outs.windows(2).all(|w| w[0] == w[1]));
             }
-            assert!(outs.windows(2).all(|w| w[0] == w[1]));
         }
     }
 }

@@ -149,6 +149,7 @@ impl Ops {
             cpu_blas_choice: self.blas_choice.clone(),
             cpu_gemm_row_block: ROW_BLOCK,
             cpu_gemm_blas_min_rows: BLAS_MIN_ROWS,
+            cpu_attention_tiled_min_keys: cpu_attn::TILED_MIN_KEYS,
         }
     }
 

@@ -361,6 +361,7 @@ fn ops_settings_are_recorded_and_the_profiler_follows_its_setting() {
         "cpu_f32_gemm",
         "cpu_gemm_row_block",
         "cpu_gemm_blas_min_rows",
+        "cpu_attention_tiled_min_keys",
     ] {
         assert!(json.get(key).is_some(), "{key}: {json}");
     }

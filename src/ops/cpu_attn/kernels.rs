@@ -72,6 +72,28 @@ fn softmax_rows(
     }
 }
 
+/// `x ← exp(x − max x) / Σ` over `s` on the vector path `level` (one the CPU supports): the softmax of one row,
+/// with the same `exp` and sums as the fused kernel's.
+pub fn softmax(s: &mut [f32], level: Level) {
+    if s.is_empty() {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY (both arms): the caller checked the CPU supports `level`.
+    let sum = match level {
+        Level::Avx512 => unsafe { crate::ops::simd::avx512::exp_sum(s) },
+        Level::Avx2 => unsafe { avx2::exp_sum(s) },
+        Level::Portable => exp_sum(s),
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let sum = {
+        let _ = level;
+        exp_sum(s)
+    };
+    let inv = 1.0 / sum;
+    s.iter_mut().for_each(|x| *x *= inv);
+}
+
 /// `x ← exp(x − max x)` over `s`, returning the sum (libm's `expf`).
 fn exp_sum(s: &mut [f32]) -> f32 {
     let m = s.iter().cloned().fold(f32::NEG_INFINITY, f32::max);

@@ -1,0 +1,198 @@
+//! Attention of long segments through GEMM tiles: for each query head and block of [`TILE`] query rows, the
+//! scores of every visible key are one product (queries × keysᵀ, the `gemm` crate), softmax runs along each
+//! row, and the output is a second product (probabilities × values). The products read the keys and values
+//! where they lie, through strides (a cached prefix is a second product into the same rows), and the `gemm`
+//! crate blocks them for the caches, which the four-row fused kernel cannot do once a segment's keys outgrow
+//! them (a full-attention layer of the vision tower sees 5,088 keys per 1080×2400 screenshot).
+//!
+//! Each (segment, head, block) is computed on its own, with shapes that depend only on that segment, so a
+//! sequence's result does not depend on the batch around it.
+
+use gemm::{gemm, Parallelism};
+use rayon::prelude::*;
+
+use super::{kernels, Dims, Prefix};
+use crate::ops::VarlenSeg;
+
+/// Query rows per product.
+pub const TILE: usize = 128;
+
+/// A row-major f32 matrix view: `rows` × `cols` at `data[at + r·rs + c·cs]`.
+#[derive(Clone, Copy)]
+struct View<'a> {
+    data: &'a [f32],
+    at: usize,
+    rs: usize,
+    cs: usize,
+}
+
+impl<'a> View<'a> {
+    fn ptr(&self) -> *const f32 {
+        self.data[self.at..].as_ptr()
+    }
+
+    /// The transposed matrix.
+    fn t(self) -> View<'a> {
+        View {
+            rs: self.cs,
+            cs: self.rs,
+            ..self
+        }
+    }
+}
+
+/// One query block: segment `si`, head `head`, rows `r0..r0 + rows` of the segment.
+#[derive(Clone, Copy)]
+struct Item {
+    si: usize,
+    head: usize,
+    r0: usize,
+    rows: usize,
+}
+
+/// The inputs every block reads.
+pub struct Inputs<'a> {
+    /// Queries (N, heads, d).
+    pub qs: &'a [f32],
+    /// Keys (N, kv_heads, d).
+    pub ks: &'a [f32],
+    /// Values (N, kv_heads, d).
+    pub vs: &'a [f32],
+    /// The segments.
+    pub segs: &'a [VarlenSeg<'a>],
+    /// Their cached prefixes, copied out.
+    pub prefixes: &'a [Option<Prefix>],
+    /// Whether each query sees only the keys up to its own position.
+    pub causal: bool,
+    /// Score scale.
+    pub scale: f32,
+}
+
+/// Attention of segments `which` into `out` (N, heads, d).
+pub(super) fn attend(inp: &Inputs<'_>, which: &[usize], dims: Dims, out: &mut [f32]) {
+    let items: Vec<Item> = which
+        .iter()
+        .flat_map(|&si| {
+            let len = inp.segs[si].len;
+            (0..dims.heads).flat_map(move |head| {
+                (0..len).step_by(TILE).map(move |r0| Item {
+                    si,
+                    head,
+                    r0,
+                    rows: TILE.min(len - r0),
+                })
+            })
+        })
+        .collect();
+    let blocks: Vec<(Item, Vec<f32>)> = items
+        .par_iter()
+        .map(|&it| (it, block(inp, it, dims)))
+        .collect();
+    let d = dims.d;
+    for (it, o) in blocks {
+        let start = inp.segs[it.si].start + it.r0;
+        for i in 0..it.rows {
+            let at = ((start + i) * dims.heads + it.head) * d;
+            out[at..at + d].copy_from_slice(&o[i * d..(i + 1) * d]);
+        }
+    }
+}
+
+/// The keys (or values) of `it`'s KV head: the cached prefix's `p` rows, then the segment's rows.
+fn kv_views<'a>(inp: &Inputs<'a>, it: Item, dims: Dims, values: bool) -> (View<'a>, View<'a>) {
+    let kh = it.head / (dims.heads / dims.kv_heads);
+    let seg = &inp.segs[it.si];
+    let prefix = match &inp.prefixes[it.si] {
+        Some((pk, pv, cap, _)) => View {
+            data: if values { pv } else { pk },
+            at: kh * cap * dims.d,
+            rs: dims.d,
+            cs: 1,
+        },
+        None => View {
+            data: &[0.0],
+            at: 0,
+            rs: dims.d,
+            cs: 1,
+        },
+    };
+    let rows = View {
+        data: if values { inp.vs } else { inp.ks },
+        at: (seg.start * dims.kv_heads + kh) * dims.d,
+        rs: dims.kv_heads * dims.d,
+        cs: 1,
+    };
+    (prefix, rows)
+}
+
+/// `dst (m × n) (+)= beta · a (m × k) · b (k × n)`, single-threaded (the blocks run in parallel).
+#[allow(clippy::too_many_arguments)]
+fn product(dst: &mut [f32], dst_rs: usize, m: usize, n: usize, k: usize, a: View<'_>, b: View<'_>, add: bool, beta: f32) {
+    if m == 0 || n == 0 || k == 0 {
+        return;
+    }
+    // SAFETY: every view covers its m × k or k × n elements (built from the segment's rows and the prefix's
+    // valid positions), and `dst` holds m rows of `dst_rs` ≥ n elements.
+    unsafe {
+        gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            dst_rs as isize,
+            add,
+            a.ptr(),
+            a.cs as isize,
+            a.rs as isize,
+            b.ptr(),
+            b.cs as isize,
+            b.rs as isize,
+            1.0,
+            beta,
+            false,
+            false,
+            false,
+            Parallelism::None,
+        );
+    }
+}
+
+/// The attention output (rows × d) of one query block.
+fn block(inp: &Inputs<'_>, it: Item, dims: Dims) -> Vec<f32> {
+    let (d, seg) = (dims.d, &inp.segs[it.si]);
+    let p = inp.prefixes[it.si].as_ref().map_or(0, |x| x.3);
+    // Keys any row of the block sees.
+    let width = if inp.causal {
+        p + it.r0 + it.rows
+    } else {
+        p + seg.len
+    };
+    let q = View {
+        data: inp.qs,
+        at: ((seg.start + it.r0) * dims.heads + it.head) * d,
+        rs: dims.heads * d,
+        cs: 1,
+    };
+    let (kp, ks) = kv_views(inp, it, dims, false);
+    let mut s = vec![0f32; it.rows * width];
+    product(&mut s, width, it.rows, p, d, q, kp.t(), false, inp.scale);
+    product(&mut s[p..], width, it.rows, width - p, d, q, ks.t(), false, inp.scale);
+    for (i, row) in s.chunks_exact_mut(width).enumerate() {
+        let visible = if inp.causal { p + it.r0 + i + 1 } else { width };
+        let (seen, rest) = row.split_at_mut(visible);
+        kernels::softmax(seen, dims.level);
+        rest.fill(0.0);
+    }
+    let (vp, vs) = kv_views(inp, it, dims, true);
+    let mut o = vec![0f32; it.rows * d];
+    let probs = |at: usize| View {
+        data: &s,
+        at,
+        rs: width,
+        cs: 1,
+    };
+    product(&mut o, d, it.rows, d, p, probs(0), vp, false, 1.0);
+    product(&mut o, d, it.rows, d, width - p, probs(p), vs, p > 0, 1.0);
+    o
+}
