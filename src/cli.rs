@@ -112,6 +112,11 @@ pub struct OpsArgs {
     /// crate), `on` (OpenBLAS, required), or the path of a library exporting `cblas_sgemm`.
     #[arg(long, env = "MOBILE_R1_EVAL_BLAS", default_value = "auto")]
     pub cpu_gemm: CpuGemm,
+    /// The file that keeps the calibration deciding `--cpu-gemm auto` (the library against the built-in GEMM,
+    /// measured once per machine so that every run on it makes the same choice); `none`: measured at each start.
+    /// Default: `mobile-r1-eval/cpu-gemm.json` under `$XDG_CACHE_HOME` (else `~/.cache`).
+    #[arg(long, env = "MOBILE_R1_EVAL_CPU_GEMM_CALIBRATION")]
+    pub cpu_gemm_calibration: Option<String>,
     /// Time each model section, waiting for the device around each (slower; the table goes into
     /// `throughput.json` / `bench --json` under `profile`).
     #[arg(long, env = "MOBILE_R1_EVAL_PROFILE", value_parser = BoolishValueParser::new())]

@@ -21,8 +21,10 @@
 //! `off` gives the `gemm` crate's bit-for-bit behaviour back.
 
 mod choice;
+mod record;
 
-pub use choice::{calibrate, core_misfit, BlasChoice, CpuSimd, SLOWER_FACTOR};
+pub use choice::{calibrate, core_misfit, BlasChoice, CpuSimd};
+pub use record::{Calibration, CalibrationKey, CALIBRATION_SCHEMA_VERSION};
 
 use candle_core::Tensor;
 
@@ -247,9 +249,12 @@ unsafe impl Send for SendPtr {}
 unsafe impl Sync for SendPtr {}
 
 /// Load and judge what `spec` (the value of `MOBILE_R1_EVAL_BLAS`) asks for: the library to use, if any, and
-/// the record of the choice (see [`choice`](self::choice) for the rules). An error only where a library required
-/// by `spec` cannot be loaded.
-pub fn choose(spec: &str) -> Result<(Option<Blas>, BlasChoice), BlasError> {
+/// the record of the choice (see [`choice`](self::choice) for the rules), its calibration kept in the file
+/// `calibration` when given. An error only where a library required by `spec` cannot be loaded.
+pub fn choose(
+    spec: &str,
+    calibration: Option<&std::path::Path>,
+) -> Result<(Option<Blas>, BlasChoice), BlasError> {
     let spec = spec.trim();
     let loaded = Blas::from_spec(spec)?;
     Ok(match loaded {
@@ -261,7 +266,7 @@ pub fn choose(spec: &str) -> Result<(Option<Blas>, BlasChoice), BlasError> {
             None,
             choice::none(spec, "no OpenBLAS installed: the built-in gemm crate"),
         ),
-        Some(b) => choice::decide(b, spec, !matches!(spec, "" | "auto")),
+        Some(b) => choice::decide(b, spec, !matches!(spec, "" | "auto"), calibration),
     })
 }
 

@@ -18,18 +18,23 @@ pub struct OpsConfig {
     pub tensor_core_attention: bool,
     /// What the CPU's f32 GEMMs run on.
     pub cpu_gemm: CpuGemm,
+    /// Where the calibration of a CBLAS library against the built-in GEMM is kept, so that it is measured once
+    /// per machine (`None`: measured once per process).
+    #[serde(default)]
+    pub cpu_gemm_calibration: Option<std::path::PathBuf>,
     /// Time the model's sections, waiting for the device before and after each (slower; see
     /// [`super::profile`]).
     pub profile: bool,
 }
 
 impl Default for OpsConfig {
-    /// Fused ops on, tensor-core attention off, CPU GEMM `auto`, profiling off.
+    /// Fused ops on, tensor-core attention off, CPU GEMM `auto` calibrated once per process, profiling off.
     fn default() -> Self {
         Self {
             fused_kernels: true,
             tensor_core_attention: false,
             cpu_gemm: CpuGemm::Auto,
+            cpu_gemm_calibration: None,
             profile: false,
         }
     }

@@ -45,7 +45,11 @@ pub fn varlen_attention(a: super::Varlen<'_>) -> Result<Tensor> {
 
 /// [`varlen_attention`] on the vector path `level`, which must be one the CPU supports (at most [`Level::detect`]),
 /// with segments of at least `tiled_min_keys` keys through GEMM tiles.
-fn varlen_attention_at(a: super::Varlen<'_>, level: Level, tiled_min_keys: usize) -> Result<Tensor> {
+fn varlen_attention_at(
+    a: super::Varlen<'_>,
+    level: Level,
+    tiled_min_keys: usize,
+) -> Result<Tensor> {
     let (q, k, v, segs, causal, scale) = (a.q, a.k, a.v, a.segs, a.causal, a.scale);
     let (n, heads, d) = q.dims3()?;
     let (_, kv_heads, _) = k.dims3()?;
@@ -301,7 +305,10 @@ mod tests {
                     let got = varlen_attention_at(a, level, min_keys).unwrap();
                     let diff = (&got - &want).unwrap().abs().unwrap().max_all().unwrap();
                     let diff = diff.to_scalar::<f32>().unwrap();
-                    assert!(diff < 2e-6, "{level:?} tiled {tiled} d={d} causal={causal}: {diff}");
+                    assert!(
+                        diff < 2e-6,
+                        "{level:?} tiled {tiled} d={d} causal={causal}: {diff}"
+                    );
                     if level != Level::Portable {
                         bits.push((tiled, got.flatten_all().unwrap().to_vec1::<f32>().unwrap()));
                     }
@@ -353,7 +360,10 @@ mod timing {
             let flop = 4.0 * (n * keys * h * d) as f64;
             for (path, min_keys) in [("kernel", usize::MAX), ("tiled", 1)] {
                 let mut outs = Vec::new();
-                for level in Level::supported().into_iter().filter(|l| *l != Level::Portable) {
+                for level in Level::supported()
+                    .into_iter()
+                    .filter(|l| *l != Level::Portable)
+                {
                     let mut best = f64::INFINITY;
                     for _ in 0..3 {
                         let t0 = std::time::Instant::now();

@@ -72,7 +72,8 @@ impl Ops {
     /// required one that cannot be loaded is an error); elsewhere none is.
     pub fn new(config: &OpsConfig, device: &Device) -> std::result::Result<Self, blas::BlasError> {
         let (blas, gemm_note, blas_choice) = if device.is_cpu() {
-            let (blas, choice) = blas::choose(&config.cpu_gemm.to_string())?;
+            let calibration = config.cpu_gemm_calibration.as_deref();
+            let (blas, choice) = blas::choose(&config.cpu_gemm.to_string(), calibration)?;
             log_blas_choice(&choice);
             match blas {
                 Some(b) => (Some(Arc::new(b)), String::new(), Some(choice)),

@@ -238,15 +238,18 @@ fn sizes_beyond_the_lp64_interface_stay_off_cblas() {
     assert!(!fits_cblas(1, 1, 1 << 31));
 }
 
-/// `choose`: `off` records why; `auto` uses an installed OpenBLAS only where its kernels fit the CPU and it beats
-/// the built-in GEMM by the margin on the calibration product, with both rates recorded.
+/// `choose`: `off` records why; `auto` uses an installed OpenBLAS only where its kernels fit the CPU and it is at
+/// least as fast as the built-in GEMM on the calibration product, with both rates recorded; the calibration kept
+/// in a file is measured once and read back.
 #[test]
-fn choose_uses_a_library_only_where_it_fits_and_is_not_far_slower() {
-    use mobile_r1_eval::ops::blas::{choose, core_misfit, CpuSimd, SLOWER_FACTOR};
-    let (none, off) = choose("off").unwrap();
+fn choose_uses_a_library_only_where_it_fits_and_is_not_slower() {
+    use mobile_r1_eval::ops::blas::{choose, core_misfit, Calibration, CpuSimd};
+    let (none, off) = choose("off", None).unwrap();
     assert!(none.is_none() && !off.used && off.library.is_none());
     assert!(off.reason.contains("off"), "{}", off.reason);
-    let (lib, auto) = choose("auto").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cpu-gemm.json");
+    let (lib, auto) = choose("auto", Some(&file)).unwrap();
     eprintln!("auto: {auto:?}");
     let Some(found) = auto.library.as_deref() else {
         assert!(lib.is_none() && !auto.used);
@@ -260,14 +263,37 @@ fn choose_uses_a_library_only_where_it_fits_and_is_not_far_slower() {
         .corename
         .as_deref()
         .and_then(|c| core_misfit(c, CpuSimd::detect()));
-    assert_eq!(
-        auto.used,
-        misfit.is_none() && g < SLOWER_FACTOR * b,
-        "{auto:?}"
-    );
+    assert_eq!(auto.used, misfit.is_none() && b >= g, "{auto:?}");
     assert_eq!(lib.is_some(), auto.used);
+    let kept: Calibration = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!((kept.blas_gflops, kept.builtin_gflops), (b, g));
+    // A later start reads the kept rates and decides the same.
+    let (_, again) = choose("auto", Some(&file)).unwrap();
+    assert_eq!(
+        (again.used, again.blas_gflops),
+        (auto.used, auto.blas_gflops)
+    );
+    assert!(again.calibration.unwrap().contains("measured once"));
+    // A library that measured slower on this machine is not used; one that measured at least as fast is.
+    if misfit.is_none() {
+        for (rates, used) in [((50.0, 60.0), false), ((60.0, 60.0), true)] {
+            let kept = Calibration {
+                blas_gflops: rates.0,
+                builtin_gflops: rates.1,
+                ..kept.clone()
+            };
+            std::fs::write(&file, serde_json::to_string(&kept).unwrap()).unwrap();
+            let (lib, c) = choose("auto", Some(&file)).unwrap();
+            assert_eq!((lib.is_some(), c.used), (used, used), "{c:?}");
+            assert_eq!(
+                c.reason.contains("slower than the built-in"),
+                !used,
+                "{c:?}"
+            );
+        }
+    }
     // Asked for by name, the library is used whatever it measures.
-    let (lib, on) = choose("on").unwrap();
+    let (lib, on) = choose("on", None).unwrap();
     assert!(
         lib.is_some() && on.used && on.reason.contains("asked for"),
         "{on:?}"

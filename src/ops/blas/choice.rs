@@ -2,24 +2,24 @@
 //!
 //! Two checks, in this order. OpenBLAS names the kernels it picked for the CPU (`openblas_get_corename`); a build
 //! that does not know a newer CPU falls back to a pre-AVX2 core (Debian's 0.3.21 says `Prescott` on a Sapphire
-//! Rapids Xeon and runs 4× slower than the built-in GEMM), which is refused whatever it measures. Then a short
+//! Rapids Xeon and runs 4× slower than the built-in GEMM), which is refused whatever it measures. Then a
 //! calibration product (256 × 1280 × 1280, a vision-tower-like shape) is timed through the library and through
-//! the built-in path (candle's matmul, the `gemm` crate); under `auto` the library is refused only when the
-//! built-in path is at least [`SLOWER_FACTOR`] times as fast. The margin is wide on purpose: the choice changes
-//! the last bits of the results, so it must not follow timing noise between two close rates (two runs on one
-//! machine, or a run and its resume, must choose the same); a library that is merely a little slower is used and
-//! the log line says so. A library asked for by name (`on`, a path) is used whatever it measures, with a warning
-//! when it is the slower one.
+//! the built-in path (candle's matmul, the `gemm` crate); under `auto` the library is used only when it is at
+//! least as fast. The choice changes the last bits of the results, so it must not follow timing noise between
+//! two close rates (two runs on one machine, or a run and its resume, must choose the same): the calibration is
+//! measured once per machine and kept ([`super::record`]), and within one process once per library. A library
+//! asked for by name (`on`, a path) is used whatever it measures, with a warning when it is the slower one.
 
+use std::path::Path;
+use std::sync::Mutex;
 use std::time::Instant;
 
 use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
+use super::record::{self, CalibrationKey};
 use super::Blas;
 
-/// How many times faster the built-in GEMM must measure for `auto` to refuse a library that fits the CPU.
-pub const SLOWER_FACTOR: f64 = 2.0;
 /// The calibration product's shape (m, k, n): about 0.8 GFLOP, some 10 ms a call at 100 GFLOP/s.
 const CALIBRATION: (usize, usize, usize) = (256, 1280, 1280);
 
@@ -38,6 +38,9 @@ pub struct BlasChoice {
     pub blas_gflops: Option<f64>,
     /// GFLOP/s of the calibration product through the built-in path.
     pub builtin_gflops: Option<f64>,
+    /// Where the rates come from: measured at this load, or once on this machine and kept in a file.
+    #[serde(default)]
+    pub calibration: Option<String>,
     /// Why, in one sentence.
     pub reason: String,
 }
@@ -124,26 +127,32 @@ pub fn core_misfit(corename: &str, cpu: CpuSimd) -> Option<String> {
     ))
 }
 
-/// Decide about a loaded library: `required` when the spec named it (`on`, a path), else `auto`.
-pub fn decide(blas: Blas, spec: &str, required: bool) -> (Option<Blas>, BlasChoice) {
+/// Decide about a loaded library: `required` when the spec named it (`on`, a path), else `auto`. The rates come
+/// from the calibration file `calibration` when it holds this machine's and library's ([`record::rates`]).
+pub fn decide(
+    blas: Blas,
+    spec: &str,
+    required: bool,
+    calibration: Option<&Path>,
+) -> (Option<Blas>, BlasChoice) {
     let misfit = blas
         .corename
         .as_deref()
         .and_then(|c| core_misfit(c, CpuSimd::detect()));
-    let (blas_rate, builtin_rate) = match calibrate(&blas) {
-        Ok((b, g)) => (Some(b), Some(g)),
+    let key = CalibrationKey::here(&blas.description, blas.corename.as_deref());
+    let (blas_rate, builtin_rate, source) = match measured(calibration, &key, &blas) {
+        Ok(((b, g), source)) => (Some(b), Some(g), Some(source)),
         Err(e) => {
             tracing::debug!("BLAS calibration failed: {e}");
-            (None, None)
+            (None, None, None)
         }
     };
     let rates = match (blas_rate, builtin_rate) {
         (Some(b), Some(g)) => format!("{b:.1} vs {g:.1} GFLOP/s built-in"),
         _ => "not measured".to_string(),
     };
-    // Unmeasured counts as fit: only a clear measurement refuses a library.
-    let fast_enough =
-        !matches!((blas_rate, builtin_rate), (Some(b), Some(g)) if g >= SLOWER_FACTOR * b);
+    // Unmeasured counts as fit: only a measurement refuses a library.
+    let fast_enough = !matches!((blas_rate, builtin_rate), (Some(b), Some(g)) if g > b);
     let (used, reason) = match (&misfit, required, fast_enough) {
         (_, true, _) => (
             true,
@@ -155,13 +164,11 @@ pub fn decide(blas: Blas, spec: &str, required: bool) -> (Option<Blas>, BlasChoi
         ),
         (None, false, true) => (
             true,
-            format!("fits this CPU and is not far slower than the built-in gemm crate ({rates})"),
+            format!("fits this CPU and is at least as fast as the built-in gemm crate ({rates})"),
         ),
         (None, false, false) => (
             false,
-            format!(
-                "the built-in gemm crate is at least {SLOWER_FACTOR}× faster ({rates}); the built-in one instead"
-            ),
+            format!("slower than the built-in gemm crate ({rates}); the built-in one instead"),
         ),
     };
     let choice = BlasChoice {
@@ -171,9 +178,31 @@ pub fn decide(blas: Blas, spec: &str, required: bool) -> (Option<Blas>, BlasChoi
         used,
         blas_gflops: blas_rate,
         builtin_gflops: builtin_rate,
+        calibration: source,
         reason,
     };
     (used.then_some(blas), choice)
+}
+
+/// The calibration rates of `blas` on this machine: from the calibration file, else from this process's first
+/// measurement of the same library (a measurement, not a setting: kept so that two model loads in one process
+/// agree), else measured now.
+fn measured(
+    calibration: Option<&Path>,
+    key: &CalibrationKey,
+    blas: &Blas,
+) -> candle_core::Result<((f64, f64), String)> {
+    static IN_PROCESS: Mutex<Vec<(CalibrationKey, (f64, f64))>> = Mutex::new(Vec::new());
+    if calibration.is_some() {
+        return record::rates(calibration, key, || calibrate(blas));
+    }
+    let mut seen = IN_PROCESS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, r)) = seen.iter().find(|(k, _)| k == key) {
+        return Ok((*r, "measured earlier in this process".into()));
+    }
+    let (r, source) = record::rates(None, key, || calibrate(blas))?;
+    seen.push((key.clone(), r));
+    Ok((r, source))
 }
 
 /// The choice when no library is loaded: `reason` says why (`off`, none installed).
@@ -185,12 +214,13 @@ pub fn none(spec: &str, reason: &str) -> BlasChoice {
         used: false,
         blas_gflops: None,
         builtin_gflops: None,
+        calibration: None,
         reason: reason.to_string(),
     }
 }
 
-/// GFLOP/s of the calibration product through `blas` and through the built-in path (best of three timed calls
-/// after a warm-up each).
+/// GFLOP/s of the calibration product through `blas` and through the built-in path (best of five timed calls
+/// after a warm-up each, the two paths alternated).
 pub fn calibrate(blas: &Blas) -> candle_core::Result<(f64, f64)> {
     let (m, k, n) = CALIBRATION;
     let a: Vec<f32> = (0..m * k)
@@ -200,27 +230,29 @@ pub fn calibrate(blas: &Blas) -> candle_core::Result<(f64, f64)> {
         .map(|i| ((i * 104_729) % 1000) as f32 / 1000.0 - 0.5)
         .collect();
     let flop = 2.0 * (m * k * n) as f64;
-    let via_blas = best_seconds(|| {
-        drop(blas.sgemm_nt(&a, &w, m, k, n));
-        Ok(())
-    })?;
     let (x, wt) = (
         Tensor::from_slice(&a, (m, k), &Device::Cpu)?,
         Tensor::from_slice(&w, (n, k), &Device::Cpu)?.t()?,
     );
-    let builtin = best_seconds(|| x.matmul(&wt).map(drop))?;
-    Ok((flop / via_blas / 1e9, flop / builtin / 1e9))
+    let mut via_blas = || {
+        drop(blas.sgemm_nt(&a, &w, m, k, n));
+        Ok(())
+    };
+    let mut builtin = || x.matmul(&wt).map(drop);
+    via_blas()?;
+    builtin()?;
+    let (mut best_blas, mut best_builtin) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..5 {
+        best_blas = best_blas.min(seconds(&mut via_blas)?);
+        best_builtin = best_builtin.min(seconds(&mut builtin)?);
+    }
+    Ok((flop / best_blas / 1e9, flop / best_builtin / 1e9))
 }
 
-fn best_seconds(mut f: impl FnMut() -> candle_core::Result<()>) -> candle_core::Result<f64> {
+fn seconds(f: &mut impl FnMut() -> candle_core::Result<()>) -> candle_core::Result<f64> {
+    let t = Instant::now();
     f()?;
-    let mut best = f64::INFINITY;
-    for _ in 0..3 {
-        let t = Instant::now();
-        f()?;
-        best = best.min(t.elapsed().as_secs_f64());
-    }
-    Ok(best.max(1e-9))
+    Ok(t.elapsed().as_secs_f64().max(1e-9))
 }
 
 #[cfg(test)]

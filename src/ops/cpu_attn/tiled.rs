@@ -127,7 +127,17 @@ fn kv_views<'a>(inp: &Inputs<'a>, it: Item, dims: Dims, values: bool) -> (View<'
 
 /// `dst (m × n) (+)= beta · a (m × k) · b (k × n)`, single-threaded (the blocks run in parallel).
 #[allow(clippy::too_many_arguments)]
-fn product(dst: &mut [f32], dst_rs: usize, m: usize, n: usize, k: usize, a: View<'_>, b: View<'_>, add: bool, beta: f32) {
+fn product(
+    dst: &mut [f32],
+    dst_rs: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: View<'_>,
+    b: View<'_>,
+    add: bool,
+    beta: f32,
+) {
     if m == 0 || n == 0 || k == 0 {
         return;
     }
@@ -177,7 +187,17 @@ fn block(inp: &Inputs<'_>, it: Item, dims: Dims) -> Vec<f32> {
     let (kp, ks) = kv_views(inp, it, dims, false);
     let mut s = vec![0f32; it.rows * width];
     product(&mut s, width, it.rows, p, d, q, kp.t(), false, inp.scale);
-    product(&mut s[p..], width, it.rows, width - p, d, q, ks.t(), false, inp.scale);
+    product(
+        &mut s[p..],
+        width,
+        it.rows,
+        width - p,
+        d,
+        q,
+        ks.t(),
+        false,
+        inp.scale,
+    );
     for (i, row) in s.chunks_exact_mut(width).enumerate() {
         let visible = if inp.causal { p + it.r0 + i + 1 } else { width };
         let (seen, rest) = row.split_at_mut(visible);

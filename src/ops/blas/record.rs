@@ -1,0 +1,224 @@
+//! The calibration of a CBLAS library against the built-in GEMM, measured once per machine and kept in a small
+//! JSON file, so that every later load (a resume, another shard, a test process) takes the same decision instead
+//! of following the timing noise of its own short measurement: on one machine, a run's GEMM library — and so
+//! the last bits of its results — does not change from one start to the next.
+//!
+//! The file holds one [`Calibration`] for one [`CalibrationKey`] (this CPU, its thread count, the library, its
+//! kernels and this program's version); any other key is measured again and replaces it. Measuring and writing
+//! happen under an exclusive lock on a `.lock` file beside it, so processes started together measure once and
+//! agree. A file that cannot be read, locked or written is reported in the log and the rates measured now are
+//! used.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Version of the calibration file's format.
+pub const CALIBRATION_SCHEMA_VERSION: u32 = 1;
+
+/// What a calibration was measured on: a different value means a different measurement.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CalibrationKey {
+    /// The CPU (`model name`, family, model and stepping of `/proc/cpuinfo`).
+    pub cpu: String,
+    /// Threads the products ran on.
+    pub threads: usize,
+    /// The library (its description).
+    pub library: String,
+    /// The kernels OpenBLAS picked, when it says.
+    pub corename: Option<String>,
+    /// This program's version (and `debug` for a debug build, whose measurements a release build must not reuse).
+    pub program: String,
+}
+
+impl CalibrationKey {
+    /// The key of a library on this machine.
+    pub fn here(library: &str, corename: Option<&str>) -> Self {
+        Self {
+            cpu: cpu_name(),
+            threads: rayon::current_num_threads(),
+            library: library.to_string(),
+            corename: corename.map(str::to_string),
+            program: if cfg!(debug_assertions) {
+                concat!(env!("CARGO_PKG_VERSION"), " debug").to_string()
+            } else {
+                env!("CARGO_PKG_VERSION").to_string()
+            },
+        }
+    }
+}
+
+/// The calibration file: both rates of one key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    /// Version of this format.
+    pub schema_version: u32,
+    /// What was measured.
+    pub key: CalibrationKey,
+    /// GFLOP/s of the calibration products through the library.
+    pub blas_gflops: f64,
+    /// GFLOP/s of the same products through the built-in path.
+    pub builtin_gflops: f64,
+    /// When (Unix seconds).
+    pub measured_at_unix: u64,
+}
+
+/// The rates `(library, built-in)` in GFLOP/s for `key` and where they come from (for the log and the manifest):
+/// read from the file at `path` when it holds this key, else measured by `measure` now (and written there).
+/// Without a file they are measured every time.
+pub fn rates(
+    path: Option<&Path>,
+    key: &CalibrationKey,
+    measure: impl FnOnce() -> candle_core::Result<(f64, f64)>,
+) -> candle_core::Result<((f64, f64), String)> {
+    let Some(path) = path else {
+        return Ok((measure()?, "measured at load".into()));
+    };
+    let lock = match lock(path) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(
+                "CPU GEMM calibration file {}: {e}; measuring at load",
+                path.display()
+            );
+            return Ok((
+                measure()?,
+                format!("measured at load ({} unusable)", path.display()),
+            ));
+        }
+    };
+    if let Some(c) = read(path).filter(|c| &c.key == key) {
+        let source = format!("measured once on this machine, kept in {}", path.display());
+        return Ok(((c.blas_gflops, c.builtin_gflops), source));
+    }
+    let (blas, builtin) = measure()?;
+    let record = Calibration {
+        schema_version: CALIBRATION_SCHEMA_VERSION,
+        key: key.clone(),
+        blas_gflops: blas,
+        builtin_gflops: builtin,
+        measured_at_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    };
+    let source = match write(path, &record) {
+        Ok(()) => format!("measured now, kept in {}", path.display()),
+        Err(e) => {
+            tracing::warn!("CPU GEMM calibration file {}: {e}", path.display());
+            format!("measured at load ({} not written)", path.display())
+        }
+    };
+    drop(lock);
+    Ok(((blas, builtin), source))
+}
+
+/// The file's calibration, when it is one of this format (anything else is measured again and replaced).
+fn read(path: &Path) -> Option<Calibration> {
+    let text = std::fs::read_to_string(path).ok()?;
+    match serde_json::from_str::<Calibration>(&text) {
+        Ok(c) if c.schema_version == CALIBRATION_SCHEMA_VERSION => Some(c),
+        Ok(_) => None,
+        Err(e) => {
+            tracing::warn!(
+                "{}: not a calibration ({e}); measuring again",
+                path.display()
+            );
+            None
+        }
+    }
+}
+
+/// An exclusive lock on `path` + `.lock` (its folder created), held until the file is dropped.
+fn lock(path: &Path) -> std::io::Result<File> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(lock_path(path))?;
+    file.lock()?;
+    Ok(file)
+}
+
+fn lock_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".lock");
+    path.with_file_name(name)
+}
+
+/// Write `c` atomically (a temporary file, then a rename).
+fn write(path: &Path, c: &Calibration) -> std::io::Result<()> {
+    let text = serde_json::to_string_pretty(c).expect("a calibration serialises");
+    let tmp = path.with_extension("json.tmp");
+    let mut f = File::create(&tmp)?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+/// The CPU's name on Linux (`model name`, family, model, stepping), else the architecture.
+fn cpu_name() -> String {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |name: &str| {
+        info.lines()
+            .find(|l| l.split(':').next().is_some_and(|k| k.trim() == name))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+            .unwrap_or_default()
+    };
+    let name = field("model name");
+    if name.is_empty() {
+        return std::env::consts::ARCH.to_string();
+    }
+    let (family, model, stepping) = (field("cpu family"), field("model"), field("stepping"));
+    format!("{name} (family {family}, model {model}, stepping {stepping})")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(library: &str) -> CalibrationKey {
+        CalibrationKey::here(library, Some("Haswell"))
+    }
+
+    #[test]
+    fn measured_once_then_read_back_and_measured_again_for_another_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/cpu-gemm.json");
+        let ((b, g), src) = rates(Some(&path), &key("a"), || Ok((10.0, 20.0))).unwrap();
+        assert_eq!((b, g), (10.0, 20.0));
+        assert!(src.contains("measured now"), "{src}");
+        let (again, src) = rates(Some(&path), &key("a"), || panic!("not measured twice")).unwrap();
+        assert_eq!(again, (10.0, 20.0));
+        assert!(src.contains("measured once on this machine"), "{src}");
+        let (other, _) = rates(Some(&path), &key("b"), || Ok((30.0, 5.0))).unwrap();
+        assert_eq!(other, (30.0, 5.0), "another library is measured");
+        let kept: Calibration =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(kept.key, key("b"));
+        assert!(kept.key.cpu.len() > 1);
+    }
+
+    #[test]
+    fn a_damaged_or_unusable_file_is_measured_around() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cpu-gemm.json");
+        std::fs::write(&path, "{not json").unwrap();
+        let (r, src) = rates(Some(&path), &key("a"), || Ok((1.0, 2.0))).unwrap();
+        assert_eq!(r, (1.0, 2.0));
+        assert!(src.contains("measured now"), "{src}");
+        assert!(read(&path).is_some(), "replaced by a good record");
+        let blocked = dir.path().join("file");
+        std::fs::write(&blocked, "").unwrap();
+        let (r, src) = rates(Some(&blocked.join("x.json")), &key("a"), || Ok((3.0, 4.0))).unwrap();
+        assert_eq!(r, (3.0, 4.0));
+        assert!(src.contains("unusable"), "{src}");
+        let (_, src) = rates(None, &key("a"), || Ok((3.0, 4.0))).unwrap();
+        assert_eq!(src, "measured at load");
+    }
+}
