@@ -298,14 +298,17 @@ fn fused_ops_and_their_references_give_the_same_predictions() {
 #[test]
 fn the_cpu_blas_switch_is_recorded_and_a_bad_library_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
+    let calibration = tmp.path().join("cache/cpu-gemm.json");
     let run = |name: &str, blas: &str| {
         let out = tmp.path().join(name);
-        let o = eval_env(
-            &out,
-            None,
-            &["--no-judge"],
-            &[("MOBILE_R1_EVAL_BLAS", blas)],
-        );
+        let envs = [
+            ("MOBILE_R1_EVAL_BLAS", blas),
+            (
+                "MOBILE_R1_EVAL_CPU_GEMM_CALIBRATION",
+                calibration.to_str().unwrap(),
+            ),
+        ];
+        let o = eval_env(&out, None, &["--no-judge"], &envs);
         (out, o)
     };
     let (off, o) = run("off", "off");
@@ -344,6 +347,19 @@ fn the_cpu_blas_switch_is_recorded_and_a_bad_library_is_refused() {
         for rate in ["blas_gflops", "builtin_gflops"] {
             assert!(choice[rate].as_f64().unwrap() > 0.0, "{choice}");
         }
+        // The calibration is kept in the file the flag's variable names, and a second run reads it.
+        assert!(calibration.is_file(), "{choice}");
+        let (again, o) = run("auto-again", "auto");
+        ok(&o);
+        let again = &json_file(&again.join("manifest.json"))["ops"]["cpu_blas_choice"];
+        assert_eq!(again["blas_gflops"], choice["blas_gflops"]);
+        assert!(
+            again["calibration"]
+                .as_str()
+                .unwrap()
+                .contains("measured once"),
+            "{again}"
+        );
     }
     if gemm.as_str().unwrap().starts_with("cblas: ") {
         assert_eq!(responses(&auto), responses(&off), "{gemm}");
