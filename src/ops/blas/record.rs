@@ -67,15 +67,11 @@ pub struct Calibration {
 
 /// The rates `(library, built-in)` in GFLOP/s for `key` and where they come from (for the log and the manifest):
 /// read from the file at `path` when it holds this key, else measured by `measure` now (and written there).
-/// Without a file they are measured every time.
 pub fn rates(
-    path: Option<&Path>,
+    path: &Path,
     key: &CalibrationKey,
     measure: impl FnOnce() -> candle_core::Result<(f64, f64)>,
 ) -> candle_core::Result<((f64, f64), String)> {
-    let Some(path) = path else {
-        return Ok((measure()?, "measured at load".into()));
-    };
     let lock = match lock(path) {
         Ok(l) => l,
         Err(e) => {
@@ -190,13 +186,13 @@ mod tests {
     fn measured_once_then_read_back_and_measured_again_for_another_key() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sub/cpu-gemm.json");
-        let ((b, g), src) = rates(Some(&path), &key("a"), || Ok((10.0, 20.0))).unwrap();
+        let ((b, g), src) = rates(&path, &key("a"), || Ok((10.0, 20.0))).unwrap();
         assert_eq!((b, g), (10.0, 20.0));
         assert!(src.contains("measured now"), "{src}");
-        let (again, src) = rates(Some(&path), &key("a"), || panic!("not measured twice")).unwrap();
+        let (again, src) = rates(&path, &key("a"), || panic!("not measured twice")).unwrap();
         assert_eq!(again, (10.0, 20.0));
         assert!(src.contains("measured once on this machine"), "{src}");
-        let (other, _) = rates(Some(&path), &key("b"), || Ok((30.0, 5.0))).unwrap();
+        let (other, _) = rates(&path, &key("b"), || Ok((30.0, 5.0))).unwrap();
         assert_eq!(other, (30.0, 5.0), "another library is measured");
         let kept: Calibration =
             serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
@@ -209,16 +205,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("cpu-gemm.json");
         std::fs::write(&path, "{not json").unwrap();
-        let (r, src) = rates(Some(&path), &key("a"), || Ok((1.0, 2.0))).unwrap();
+        let (r, src) = rates(&path, &key("a"), || Ok((1.0, 2.0))).unwrap();
         assert_eq!(r, (1.0, 2.0));
         assert!(src.contains("measured now"), "{src}");
         assert!(read(&path).is_some(), "replaced by a good record");
         let blocked = dir.path().join("file");
         std::fs::write(&blocked, "").unwrap();
-        let (r, src) = rates(Some(&blocked.join("x.json")), &key("a"), || Ok((3.0, 4.0))).unwrap();
+        let (r, src) = rates(&blocked.join("x.json"), &key("a"), || Ok((3.0, 4.0))).unwrap();
         assert_eq!(r, (3.0, 4.0));
         assert!(src.contains("unusable"), "{src}");
-        let (_, src) = rates(None, &key("a"), || Ok((3.0, 4.0))).unwrap();
-        assert_eq!(src, "measured at load");
     }
 }

@@ -33,42 +33,31 @@ pub fn run(b: &Block<'_>, scores: &mut [f32], out: &mut [f32], level: Level) {
         // (kpad ≤ lpad, a multiple of 16; d a multiple of 8).
         Level::Avx512 => unsafe {
             avx512::scores(b, kpad, scores);
-            softmax_rows(b, last, scores, |s| crate::ops::simd::avx512::exp_sum(s));
+            softmax_rows(b, last, scores, level);
             avx512::weighted_sum(b, last, scores, out);
             return;
         },
         Level::Avx2 => unsafe {
             avx2::scores(b, kpad, scores);
-            softmax_rows(b, last, scores, |s| avx2::exp_sum(s));
+            softmax_rows(b, last, scores, level);
             avx2::weighted_sum(b, last, scores, out);
             return;
         },
         Level::Portable => {}
     }
-    let _ = level;
     portable_scores(b, kpad, scores);
-    softmax_rows(b, last, scores, exp_sum);
+    softmax_rows(b, last, scores, level);
     portable_weighted_sum(b, last, scores, out);
 }
 
-/// Softmax of each row's visible scores in place, the row's remaining scores up to `last` set to 0 and
-/// the visible ones already divided by their sum. `exp_sum` replaces each `x` by `exp(x − max)` and returns
-/// the sum.
-fn softmax_rows(
-    b: &Block<'_>,
-    last: usize,
-    scores: &mut [f32],
-    exp_sum: impl Fn(&mut [f32]) -> f32,
-) {
+/// Softmax of each row's visible scores in place ([`softmax`] on `level`), the row's remaining scores up to
+/// `last` set to 0.
+fn softmax_rows(b: &Block<'_>, last: usize, scores: &mut [f32], level: Level) {
     for (i, &vis) in b.visible.iter().enumerate() {
         let row = &mut scores[i * b.lpad..i * b.lpad + last];
         let (s, rest) = row.split_at_mut(vis);
         rest.fill(0.0);
-        if vis == 0 {
-            continue;
-        }
-        let inv = 1.0 / exp_sum(s);
-        s.iter_mut().for_each(|x| *x *= inv);
+        softmax(s, level);
     }
 }
 
