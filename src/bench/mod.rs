@@ -73,9 +73,9 @@ pub struct MatmulRate {
 }
 
 /// Measured matmul throughput of `device` in `dtype` of every path available (FLOP/s): the best of a few square
-/// GEMMs of size `n` through candle's matmul and, for f32 on the CPU, through the run's CBLAS library and OpenBLAS
-/// where it is installed (whether or not this run uses it), so that the MFU is against the best GEMM the machine
-/// has.
+/// GEMMs of size `n` through candle's matmul and, for f32 on the CPU, through the built-in packed AVX2 kernel
+/// where the CPU runs it, the run's CBLAS library and OpenBLAS where it is installed (each whether or not this
+/// run uses it), so that the MFU is against the best GEMM the machine has.
 pub fn matmul_rates(
     device: &Device,
     dtype: DType,
@@ -96,6 +96,22 @@ pub fn matmul_rates(
             .flatten()
             .filter(|i| in_use.is_none_or(|u| u.description != i.description));
         let (av, bv) = (a.flatten_all()?.to_vec1()?, b.flatten_all()?.to_vec1()?);
+        if crate::ops::packed_gemm::supported() {
+            let mut c = vec![0f32; n * n];
+            let secs = best_seconds(device, || {
+                crate::ops::packed_gemm::sgemm_nt(&av, &bv, (n, n, n), &mut c);
+                Ok(())
+            })?;
+            rates.push(MatmulRate {
+                path: "packed".to_string(),
+                detail: format!(
+                    "the built-in packed AVX2 kernel (the built-in GEMM of segments of {} rows or more on \
+                     CPUs without AVX-512)",
+                    crate::ops::packed_gemm::MIN_ROWS
+                ),
+                flops: flops / secs,
+            });
+        }
         for (blas, used) in in_use
             .map(|b| (b, true))
             .into_iter()
@@ -323,7 +339,7 @@ struct Measured {
     vision_seconds: f64,
     /// Measured matmul throughput (FLOP/s).
     matmul_peak: f64,
-    /// What reached `matmul_peak` ("candle", or the CBLAS library).
+    /// What reached `matmul_peak` ("candle", "packed", or the CBLAS library).
     peak_source: String,
     /// Every GEMM path measured.
     rates: Vec<MatmulRate>,

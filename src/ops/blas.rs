@@ -7,8 +7,9 @@
 //! use, so the binary runs unchanged where it is absent.
 //!
 //! [`super::CpuGemm`] selects it: `auto` tries OpenBLAS under its usual names and uses it only when it fits the
-//! CPU and beats the `gemm` crate on a calibration product ([`choose`]), else the `gemm` crate;
-//! `on` requires OpenBLAS; `off` always uses the `gemm` crate; a path names a shared library that exports the
+//! CPU and is at least as fast as the built-in GEMM ([`super::packed_gemm::BuiltinGemm`]) on a calibration
+//! product ([`choose`]), else the built-in GEMM; `on` requires OpenBLAS; `off` and `gemm-crate` use no library;
+//! a path names a shared library that exports the
 //! LP64 (32-bit integer) `cblas_sgemm` (OpenBLAS, MKL's `libmkl_rt`, BLIS). A library that is required but cannot
 //! be loaded, or that fails a small known product at load, is an error. [`super::Ops::new`] loads it.
 //!
@@ -27,6 +28,8 @@ pub use choice::{calibrate, core_misfit, BlasChoice, CpuSimd};
 pub use record::{Calibration, CalibrationKey, CALIBRATION_SCHEMA_VERSION};
 
 use candle_core::Tensor;
+
+use super::packed_gemm::BuiltinGemm;
 
 /// `cblas_sgemm(layout, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)` with 32-bit ints.
 type Sgemm = unsafe extern "C" fn(
@@ -254,24 +257,32 @@ unsafe impl Sync for SendPtr {}
 pub fn choose(
     spec: &str,
     calibration: Option<&std::path::Path>,
+    builtin: BuiltinGemm,
 ) -> Result<(Option<Blas>, BlasChoice), BlasError> {
     let spec = spec.trim();
     let loaded = Blas::from_spec(spec)?;
+    let name = builtin.describe();
     Ok(match loaded {
         None if is_off(spec) => (
             None,
-            choice::none(spec, "MOBILE_R1_EVAL_BLAS=off: the built-in gemm crate"),
+            choice::none(
+                spec,
+                &format!("MOBILE_R1_EVAL_BLAS={spec}: the built-in {name}"),
+            ),
         ),
         None => (
             None,
-            choice::none(spec, "no OpenBLAS installed: the built-in gemm crate"),
+            choice::none(spec, &format!("no OpenBLAS installed: the built-in {name}")),
         ),
-        Some(b) => choice::decide(b, spec, !matches!(spec, "" | "auto"), calibration),
+        Some(b) => choice::decide(b, spec, !matches!(spec, "" | "auto"), calibration, builtin),
     })
 }
 
 fn is_off(spec: &str) -> bool {
-    matches!(spec, "off" | "0" | "false" | "no")
+    matches!(
+        spec,
+        "off" | "0" | "false" | "no" | super::config::GEMM_CRATE
+    )
 }
 
 /// Whether an m×k by n×k product fits the LP64 interface (every size and leading dimension an `i32`).
@@ -282,12 +293,15 @@ pub fn fits_cblas(m: usize, k: usize, n: usize) -> bool {
 /// The product of a few rows (k values each, row-major) by the weight, for segments below the library's minimum.
 pub type SmallProduct<'a> = &'a dyn Fn(&[f32], usize) -> candle_core::Result<Vec<f32>>;
 
+/// A product `c = a · wᵀ` of row-major f32 slices, `dims` = (m, k, n), into `c`, which it overwrites.
+pub type Product<'a> = &'a (dyn Fn(&[f32], &[f32], (usize, usize, usize), &mut [f32]) + Sync);
+
 /// `x · wᵀ` for f32 CPU tensors x (rows, k) and w (n, k), with x's rows in consecutive segments of `lens` rows
 /// (adding up to all rows), one product per segment, so that a row's result depends only on its own segment (see
-/// [`super::rows`]): through `blas` for a segment of at least `min_rows` rows, else through `small(rows, count)`
+/// [`super::rows`]): through `large` for a segment of at least `min_rows` rows, else through `small(rows, count)`
 /// (count rows of k values in, of n out).
 pub fn matmul_nt_segments(
-    blas: &Blas,
+    large: Product<'_>,
     x: &Tensor,
     w: &Tensor,
     lens: &[usize],
@@ -314,7 +328,7 @@ pub fn matmul_nt_segments(
                 let a_seg = &a[r0 * k..(r0 + len) * k];
                 let c_seg = &mut c[r0 * n..(r0 + len) * n];
                 if len >= min_rows {
-                    blas.sgemm_nt_into(a_seg, b, (len, k, n), c_seg);
+                    large(a_seg, b, (len, k, n), c_seg);
                 } else {
                     c_seg.copy_from_slice(&small(a_seg, len)?);
                 }

@@ -40,15 +40,22 @@ impl Default for OpsConfig {
     }
 }
 
+/// The spelling of [`CpuGemm::GemmCrate`].
+pub const GEMM_CRATE: &str = "gemm-crate";
+
 /// The library behind the CPU's f32 GEMMs ([`super::blas`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CpuGemm {
-    /// OpenBLAS where it is installed, else the `gemm` crate (`auto`).
+    /// OpenBLAS where it is installed, fits the CPU and is at least as fast as the built-in GEMM; else the
+    /// built-in GEMM (`auto`).
     #[default]
     Auto,
-    /// Always the `gemm` crate behind candle's matmul (`off`).
+    /// The built-in GEMM, no library (`off`): [`super::packed_gemm`] for large segments on a CPU with AVX2 and no
+    /// AVX-512, the `gemm` crate behind candle's matmul otherwise.
     Builtin,
+    /// The `gemm` crate behind candle's matmul only (`gemm-crate`), to compare the built-in kernels.
+    GemmCrate,
     /// OpenBLAS, required: loading fails without it (`on`).
     Blas,
     /// A shared library exporting the LP64 `cblas_sgemm` (OpenBLAS, MKL's `libmkl_rt`, BLIS), required.
@@ -58,11 +65,13 @@ pub enum CpuGemm {
 impl FromStr for CpuGemm {
     type Err = std::convert::Infallible;
 
-    /// `auto` (or empty), `off`/`0`/`false`/`no`, `on`/`1`/`true`/`yes`; anything else is a library's path.
+    /// `auto` (or empty), `off`/`0`/`false`/`no`, `gemm-crate`, `on`/`1`/`true`/`yes`; anything else is a
+    /// library's path.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Ok(match s.trim() {
             "" | "auto" => Self::Auto,
             "off" | "0" | "false" | "no" => Self::Builtin,
+            GEMM_CRATE => Self::GemmCrate,
             "on" | "1" | "true" | "yes" => Self::Blas,
             path => Self::Library(PathBuf::from(path)),
         })
@@ -75,6 +84,7 @@ impl std::fmt::Display for CpuGemm {
         match self {
             Self::Auto => f.write_str("auto"),
             Self::Builtin => f.write_str("off"),
+            Self::GemmCrate => f.write_str(GEMM_CRATE),
             Self::Blas => f.write_str("on"),
             Self::Library(p) => write!(f, "{}", p.display()),
         }
@@ -107,7 +117,7 @@ pub struct OpsManifest {
     pub tensor_core_attention: bool,
     /// SHA-256 of `kernels/fused.cu` as compiled into this build.
     pub kernels_sha256: String,
-    /// What the CPU's f32 GEMMs run on (`cblas: …`, `gemm crate (candle)`, or why none is loaded).
+    /// What the CPU's f32 GEMMs run on (`cblas: …`, the built-in GEMM, or why none is loaded).
     pub cpu_f32_gemm: String,
     /// How the CBLAS library was chosen (its corename, the calibration rates, why), on the CPU.
     #[serde(default)]
@@ -116,6 +126,10 @@ pub struct OpsManifest {
     pub cpu_gemm_row_block: usize,
     /// Fewest rows of a segment multiplied by the CBLAS library ([`super::BLAS_MIN_ROWS`]).
     pub cpu_gemm_blas_min_rows: usize,
+    /// Fewest rows of a segment multiplied by the built-in packed kernel when it is the run's built-in GEMM
+    /// ([`super::packed_gemm::MIN_ROWS`]; fewer go to the `gemm` crate).
+    #[serde(default)]
+    pub cpu_gemm_packed_min_rows: usize,
     /// Fewest keys of a segment whose f32 CPU attention runs through GEMM tiles rather than the four-row kernel
     /// ([`super::cpu_attn::TILED_MIN_KEYS`]).
     #[serde(default)]
@@ -143,6 +157,7 @@ mod tests {
             ("", CpuGemm::Auto),
             ("off", CpuGemm::Builtin),
             ("no", CpuGemm::Builtin),
+            ("gemm-crate", CpuGemm::GemmCrate),
             ("on", CpuGemm::Blas),
             ("1", CpuGemm::Blas),
             (
@@ -179,5 +194,6 @@ mod tests {
             .expect("no such library");
         assert_eq!(e.spec, "/nonexistent/libcblas.so");
         assert!(CpuGemm::Builtin.load().unwrap().is_none());
+        assert!(CpuGemm::GemmCrate.load().unwrap().is_none());
     }
 }

@@ -16,6 +16,7 @@ mod cpu_elementwise;
 #[cfg(feature = "cuda")]
 mod cuda;
 pub mod launch;
+pub mod packed_gemm;
 pub mod profile;
 pub mod reference;
 pub mod rows;
@@ -38,6 +39,8 @@ pub struct Ops {
     blas: Option<Arc<blas::Blas>>,
     /// Why no library is loaded, for the manifest, when none is.
     gemm_note: String,
+    /// The built-in f32 GEMM of large segments when no library is used.
+    builtin: packed_gemm::BuiltinGemm,
     /// How the library was chosen, on the CPU.
     blas_choice: Option<blas::BlasChoice>,
     profiler: Profiler,
@@ -55,10 +58,10 @@ impl std::fmt::Debug for Ops {
 }
 
 /// One log line saying what the CPU's f32 GEMMs run on and why (a warning when the library misfits the CPU).
-fn log_blas_choice(c: &blas::BlasChoice) {
+fn log_blas_choice(c: &blas::BlasChoice, builtin: packed_gemm::BuiltinGemm) {
     let what = match (&c.library, c.used) {
         (Some(lib), true) => format!("CBLAS {lib}"),
-        _ => "the gemm crate".to_string(),
+        _ => format!("the {}", builtin.describe()),
     };
     if c.needs_attention() {
         tracing::warn!("CPU f32 GEMMs: {what}: {}", c.reason);
@@ -71,13 +74,14 @@ impl Ops {
     /// The context of `config` for work on `device`: on the CPU the CBLAS library asked for is loaded here (a
     /// required one that cannot be loaded is an error); elsewhere none is.
     pub fn new(config: &OpsConfig, device: &Device) -> std::result::Result<Self, blas::BlasError> {
+        let builtin = packed_gemm::BuiltinGemm::for_this_cpu(config.cpu_gemm == CpuGemm::GemmCrate);
         let (blas, gemm_note, blas_choice) = if device.is_cpu() {
             let calibration = config.cpu_gemm_calibration.as_deref();
-            let (blas, choice) = blas::choose(&config.cpu_gemm.to_string(), calibration)?;
-            log_blas_choice(&choice);
+            let (blas, choice) = blas::choose(&config.cpu_gemm.to_string(), calibration, builtin)?;
+            log_blas_choice(&choice, builtin);
             match blas {
                 Some(b) => (Some(Arc::new(b)), String::new(), Some(choice)),
-                None => (None, "gemm crate (candle)".to_string(), Some(choice)),
+                None => (None, builtin.describe(), Some(choice)),
             }
         } else {
             (None, "none (not a CPU run)".to_string(), None)
@@ -86,6 +90,7 @@ impl Ops {
             config: config.clone(),
             blas,
             gemm_note,
+            builtin,
             blas_choice,
             profiler: Profiler::new(config.profile),
             attention_budget: composed::DEFAULT_MAX_SCORE_ELEMS,
@@ -150,6 +155,7 @@ impl Ops {
             cpu_blas_choice: self.blas_choice.clone(),
             cpu_gemm_row_block: ROW_BLOCK,
             cpu_gemm_blas_min_rows: BLAS_MIN_ROWS,
+            cpu_gemm_packed_min_rows: packed_gemm::MIN_ROWS,
             cpu_attention_tiled_min_keys: cpu_attn::TILED_MIN_KEYS,
         }
     }
@@ -184,8 +190,9 @@ impl Ops {
     /// `x · wᵀ` for x (…, in) and w (out, in): the linear layers' GEMM. On the CPU every row gets the same bits
     /// whatever else is in the batch ([`rows`]): rows in `rows`' segments are multiplied one segment at a time
     /// (in f32 with a CBLAS library loaded, [`OpsConfig::cpu_gemm`], for segments of at least [`BLAS_MIN_ROWS`]
-    /// rows; otherwise by candle's matmul, the `gemm` crate), independent rows in blocks of [`ROW_BLOCK`].
-    /// Elsewhere it is candle's matmul.
+    /// rows; else, where it is the built-in GEMM, by [`packed_gemm`] for segments of at least
+    /// [`packed_gemm::MIN_ROWS`] rows; otherwise by candle's matmul, the `gemm` crate), independent rows in
+    /// blocks of [`ROW_BLOCK`]. Elsewhere it is candle's matmul.
     pub fn matmul_nt(&self, x: &Tensor, w: &Tensor, rows: Rows<'_>) -> Result<Tensor> {
         if !x.device().is_cpu() {
             return candle_matmul_nt(x, w);
@@ -204,31 +211,48 @@ impl Ops {
         if count == 0 {
             return candle_matmul_nt(x, w);
         }
-        let blas = match &lens {
-            Some(_)
-                if x.dtype() == DType::F32
-                    && w.dtype() == DType::F32
-                    && blas::fits_cblas(count, k, n) =>
-            {
-                self.blas()
-            }
-            _ => None,
-        };
         let x2 = x.reshape((count, k))?;
-        let y = match (lens, blas) {
-            (Some(lens), Some(b)) => {
+        let f32s = x.dtype() == DType::F32 && w.dtype() == DType::F32;
+        let y = match (
+            lens,
+            self.segment_gemm(f32s && blas::fits_cblas(count, k, n)),
+        ) {
+            (Some(lens), Some((large, min_rows))) => {
+                let large: blas::Product<'_> = &*large;
                 let small = |a: &[f32], len: usize| {
                     let xs = Tensor::from_slice(a, (len, k), &Device::Cpu)?;
                     xs.matmul(&w.t()?)?.flatten_all()?.to_vec1::<f32>()
                 };
-                blas::matmul_nt_segments(b, &x2, w, &lens, BLAS_MIN_ROWS, &small)?
+                blas::matmul_nt_segments(large, &x2, w, &lens, min_rows, &small)?
             }
             (Some(lens), None) => per_block(&x2, w, &lens)?,
             (None, _) => in_row_blocks(&x2, w)?,
         };
         y.reshape(dims)
     }
+
+    /// The product of f32 segments that take something other than the `gemm` crate, with the fewest rows it
+    /// takes: the CBLAS library, else the packed kernel where it is the built-in GEMM; `None` otherwise or
+    /// unless `eligible`.
+    fn segment_gemm(&self, eligible: bool) -> Option<(Box<SegmentProduct<'_>>, usize)> {
+        if !eligible {
+            return None;
+        }
+        match (self.blas(), self.builtin) {
+            (Some(b), _) => Some((
+                Box::new(move |a, w, dims, c| b.sgemm_nt_into(a, w, dims, c)),
+                BLAS_MIN_ROWS,
+            )),
+            (None, packed_gemm::BuiltinGemm::Packed) => {
+                Some((Box::new(packed_gemm::sgemm_nt), packed_gemm::MIN_ROWS))
+            }
+            (None, packed_gemm::BuiltinGemm::GemmCrate) => None,
+        }
+    }
 }
+
+/// A product of f32 slices `c = a · wᵀ` ([`blas::Product`]).
+type SegmentProduct<'a> = dyn Fn(&[f32], &[f32], (usize, usize, usize), &mut [f32]) + Sync + 'a;
 
 /// `x · wᵀ` for independent rows x (rows, in): products of exactly [`ROW_BLOCK`] rows, the last zero-padded.
 fn in_row_blocks(x: &Tensor, w: &Tensor) -> Result<Tensor> {

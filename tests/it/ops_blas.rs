@@ -124,7 +124,7 @@ fn sgemm_nt_repeats_exactly_and_agrees_across_thread_counts() {
 #[test]
 fn matmul_nt_on_tensors_agrees_with_candle_and_is_batch_invariant() {
     use mobile_r1_eval::ops::{CpuGemm, Ops, OpsConfig, Rows};
-    for cpu_gemm in [CpuGemm::Auto, CpuGemm::Builtin] {
+    for cpu_gemm in [CpuGemm::Auto, CpuGemm::Builtin, CpuGemm::GemmCrate] {
         let config = OpsConfig {
             cpu_gemm,
             ..OpsConfig::default()
@@ -244,12 +244,14 @@ fn sizes_beyond_the_lp64_interface_stay_off_cblas() {
 #[test]
 fn choose_uses_a_library_only_where_it_fits_and_is_not_slower() {
     use mobile_r1_eval::ops::blas::{choose, core_misfit, Calibration, CpuSimd};
-    let (none, off) = choose("off", None).unwrap();
+    use mobile_r1_eval::ops::packed_gemm::BuiltinGemm;
+    let builtin = BuiltinGemm::for_this_cpu(false);
+    let (none, off) = choose("off", None, builtin).unwrap();
     assert!(none.is_none() && !off.used && off.library.is_none());
     assert!(off.reason.contains("off"), "{}", off.reason);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("cpu-gemm.json");
-    let (lib, auto) = choose("auto", Some(&file)).unwrap();
+    let (lib, auto) = choose("auto", Some(&file), builtin).unwrap();
     eprintln!("auto: {auto:?}");
     let Some(found) = auto.library.as_deref() else {
         assert!(lib.is_none() && !auto.used);
@@ -268,7 +270,7 @@ fn choose_uses_a_library_only_where_it_fits_and_is_not_slower() {
     let kept: Calibration = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     assert_eq!((kept.blas_gflops, kept.builtin_gflops), (b, g));
     // A later start reads the kept rates and decides the same.
-    let (_, again) = choose("auto", Some(&file)).unwrap();
+    let (_, again) = choose("auto", Some(&file), builtin).unwrap();
     assert_eq!(
         (again.used, again.blas_gflops),
         (auto.used, auto.blas_gflops)
@@ -283,7 +285,7 @@ fn choose_uses_a_library_only_where_it_fits_and_is_not_slower() {
                 ..kept.clone()
             };
             std::fs::write(&file, serde_json::to_string(&kept).unwrap()).unwrap();
-            let (lib, c) = choose("auto", Some(&file)).unwrap();
+            let (lib, c) = choose("auto", Some(&file), builtin).unwrap();
             assert_eq!((lib.is_some(), c.used), (used, used), "{c:?}");
             assert_eq!(
                 c.reason.contains("slower than the built-in"),
@@ -293,9 +295,59 @@ fn choose_uses_a_library_only_where_it_fits_and_is_not_slower() {
         }
     }
     // Asked for by name, the library is used whatever it measures.
-    let (lib, on) = choose("on", None).unwrap();
+    let (lib, on) = choose("on", None, builtin).unwrap();
     assert!(
         lib.is_some() && on.used && on.reason.contains("asked for"),
         "{on:?}"
     );
+}
+
+/// The built-in GEMM (`off`) on a CPU with AVX2 and no AVX-512: segments of `packed_gemm::MIN_ROWS` rows or more
+/// go through the packed kernel, shorter ones through the `gemm` crate, each segment with the bits it has alone;
+/// `gemm-crate` keeps the `gemm` crate for all. Elsewhere the built-in GEMM is the `gemm` crate for all.
+#[test]
+fn the_built_in_gemm_takes_the_packed_kernel_for_large_segments() {
+    use mobile_r1_eval::ops::packed_gemm::{self, BuiltinGemm, MIN_ROWS};
+    use mobile_r1_eval::ops::{CpuGemm, Ops, OpsConfig, Rows};
+    let ops = |cpu_gemm| {
+        let config = OpsConfig {
+            cpu_gemm,
+            ..OpsConfig::default()
+        };
+        Ops::new(&config, &Device::Cpu).unwrap()
+    };
+    let (builtin, crate_only) = (ops(CpuGemm::Builtin), ops(CpuGemm::GemmCrate));
+    let packed = BuiltinGemm::for_this_cpu(false) == BuiltinGemm::Packed;
+    eprintln!("the built-in GEMM here: {}", builtin.manifest().cpu_f32_gemm);
+    assert_eq!(builtin.manifest().cpu_f32_gemm.contains("packed"), packed);
+    assert_eq!(builtin.manifest().cpu_gemm_packed_min_rows, MIN_ROWS);
+    assert_eq!(crate_only.manifest().cpu_f32_gemm, "gemm crate (candle)");
+    let (k, n, lens) = (40, 24, [MIN_ROWS, 5, MIN_ROWS + 3]);
+    let rows: usize = lens.iter().sum();
+    let xv = values(rows * k, 9);
+    let wv = values(n * k, 10);
+    let x = Tensor::from_vec(xv.clone(), (rows, k), &Device::Cpu).unwrap();
+    let w = Tensor::from_vec(wv.clone(), (n, k), &Device::Cpu).unwrap();
+    let bits = |t: Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let got = bits(builtin.matmul_nt(&x, &w, Rows::Segments(&lens)).unwrap());
+    let want = reference(&xv, &wv, rows, k, n);
+    for (g, r) in got.iter().zip(&want) {
+        assert!((*g as f64 - r).abs() <= 1e-5 * (1.0 + r.abs()), "{g} vs {r}");
+    }
+    let mut start = 0;
+    for len in lens {
+        let part = x.narrow(0, start, len).unwrap();
+        let seg = &got[start * n..(start + len) * n];
+        let alone = bits(builtin.matmul_nt(&part, &w, Rows::Segments(&[len])).unwrap());
+        assert_eq!(seg, alone.as_slice(), "segment of {len} rows");
+        let by_crate = bits(crate_only.matmul_nt(&part, &w, Rows::Segments(&[len])).unwrap());
+        if packed && len >= MIN_ROWS {
+            let mut c = vec![0f32; len * n];
+            packed_gemm::sgemm_nt(&xv[start * k..(start + len) * k], &wv, (len, k, n), &mut c);
+            assert_eq!(seg, c.as_slice(), "{len} rows: the packed kernel's bits");
+        } else {
+            assert_eq!(seg, by_crate.as_slice(), "{len} rows: the gemm crate's bits");
+        }
+        start += len;
+    }
 }

@@ -3,9 +3,9 @@
 //! Two checks, in this order. OpenBLAS names the kernels it picked for the CPU (`openblas_get_corename`); a build
 //! that does not know a newer CPU falls back to a pre-AVX2 core (Debian's 0.3.21 says `Prescott` on a Sapphire
 //! Rapids Xeon and runs 4× slower than the built-in GEMM), which is refused whatever it measures. Then a
-//! calibration product (256 × 1280 × 1280, a vision-tower-like shape) is timed through the library and through
-//! the built-in path (candle's matmul, the `gemm` crate); under `auto` the library is used only when it is at
-//! least as fast. The choice changes the last bits of the results, so it must not follow timing noise between
+//! calibration product (768 × 1280 × 1280, a vision-tower-like shape) is timed through the library and through
+//! the run's built-in GEMM ([`BuiltinGemm`]: the packed AVX2 kernel or candle's matmul, the `gemm` crate); under
+//! `auto` the library is used only when it is at least as fast. The choice changes the last bits of the results, so it must not follow timing noise between
 //! two close rates (two runs on one machine, or a run and its resume, must choose the same): the calibration is
 //! measured once per machine and kept ([`super::record`]), and within one process once per library. A library
 //! asked for by name (`on`, a path) is used whatever it measures, with a warning when it is the slower one.
@@ -18,10 +18,11 @@ use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
 use super::record::{self, CalibrationKey};
-use super::Blas;
+use super::{Blas, BuiltinGemm};
 
-/// The calibration product's shape (m, k, n): about 0.8 GFLOP, some 10 ms a call at 100 GFLOP/s.
-const CALIBRATION: (usize, usize, usize) = (256, 1280, 1280);
+/// The calibration product's shape (m, k, n): about 2.5 GFLOP, some 25 ms a call at 100 GFLOP/s; enough rows for
+/// the built-in packed kernel ([`super::super::packed_gemm::MIN_ROWS`]).
+const CALIBRATION: (usize, usize, usize) = (768, 1280, 1280);
 
 /// What the run's CPU f32 GEMMs use and why: the manifest's record of the choice, also logged in one line.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -32,7 +33,7 @@ pub struct BlasChoice {
     pub library: Option<String>,
     /// The kernels OpenBLAS picked for this CPU (`openblas_get_corename`), when the library says.
     pub corename: Option<String>,
-    /// Whether the GEMMs of declared row segments run on the library (else on the built-in `gemm` crate).
+    /// Whether the GEMMs of declared row segments run on the library (else on the built-in GEMM).
     pub used: bool,
     /// GFLOP/s of the calibration product through the library.
     pub blas_gflops: Option<f64>,
@@ -127,20 +128,23 @@ pub fn core_misfit(corename: &str, cpu: CpuSimd) -> Option<String> {
     ))
 }
 
-/// Decide about a loaded library: `required` when the spec named it (`on`, a path), else `auto`. The rates come
-/// from the calibration file `calibration` when it holds this machine's and library's ([`record::rates`]).
+/// Decide about a loaded library against the run's `builtin` GEMM: `required` when the spec named it (`on`, a
+/// path), else `auto`. The rates come from the calibration file `calibration` when it holds this machine's and
+/// library's ([`record::rates`]).
 pub fn decide(
     blas: Blas,
     spec: &str,
     required: bool,
     calibration: Option<&Path>,
+    builtin: BuiltinGemm,
 ) -> (Option<Blas>, BlasChoice) {
     let misfit = blas
         .corename
         .as_deref()
         .and_then(|c| core_misfit(c, CpuSimd::detect()));
-    let key = CalibrationKey::here(&blas.description, blas.corename.as_deref());
-    let (blas_rate, builtin_rate, source) = match measured(calibration, &key, &blas) {
+    let name = builtin.describe();
+    let key = CalibrationKey::here(&blas.description, blas.corename.as_deref(), &name);
+    let (blas_rate, builtin_rate, source) = match measured(calibration, &key, &blas, builtin) {
         Ok(((b, g), source)) => (Some(b), Some(g), Some(source)),
         Err(e) => {
             tracing::debug!("BLAS calibration failed: {e}");
@@ -160,15 +164,15 @@ pub fn decide(
         ),
         (Some(why), false, _) => (
             false,
-            format!("{why}; the built-in gemm crate instead ({rates})"),
+            format!("{why}; the built-in {name} instead ({rates})"),
         ),
         (None, false, true) => (
             true,
-            format!("fits this CPU and is at least as fast as the built-in gemm crate ({rates})"),
+            format!("fits this CPU and is at least as fast as the built-in {name} ({rates})"),
         ),
         (None, false, false) => (
             false,
-            format!("slower than the built-in gemm crate ({rates}); the built-in one instead"),
+            format!("slower than the built-in {name} ({rates}); the built-in one instead"),
         ),
     };
     let choice = BlasChoice {
@@ -191,16 +195,17 @@ fn measured(
     calibration: Option<&Path>,
     key: &CalibrationKey,
     blas: &Blas,
+    builtin: BuiltinGemm,
 ) -> candle_core::Result<((f64, f64), String)> {
     static IN_PROCESS: Mutex<Vec<(CalibrationKey, (f64, f64))>> = Mutex::new(Vec::new());
     if let Some(path) = calibration {
-        return record::rates(path, key, || calibrate(blas));
+        return record::rates(path, key, || calibrate(blas, builtin));
     }
     let mut seen = IN_PROCESS.lock().unwrap_or_else(|p| p.into_inner());
     if let Some((_, r)) = seen.iter().find(|(k, _)| k == key) {
         return Ok((*r, "measured earlier in this process".into()));
     }
-    let r = calibrate(blas)?;
+    let r = calibrate(blas, builtin)?;
     seen.push((key.clone(), r));
     Ok((r, "measured at load".into()))
 }
@@ -219,9 +224,9 @@ pub fn none(spec: &str, reason: &str) -> BlasChoice {
     }
 }
 
-/// GFLOP/s of the calibration product through `blas` and through the built-in path (best of five timed calls
+/// GFLOP/s of the calibration product through `blas` and through the `builtin` GEMM (best of five timed calls
 /// after a warm-up each, the two paths alternated).
-pub fn calibrate(blas: &Blas) -> candle_core::Result<(f64, f64)> {
+pub fn calibrate(blas: &Blas, builtin: BuiltinGemm) -> candle_core::Result<(f64, f64)> {
     let (m, k, n) = CALIBRATION;
     let a: Vec<f32> = (0..m * k)
         .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
@@ -238,13 +243,20 @@ pub fn calibrate(blas: &Blas) -> candle_core::Result<(f64, f64)> {
         drop(blas.sgemm_nt(&a, &w, m, k, n));
         Ok(())
     };
-    let mut builtin = || x.matmul(&wt).map(drop);
+    let mut c = vec![0f32; m * n];
+    let mut via_builtin = || match builtin {
+        BuiltinGemm::GemmCrate => x.matmul(&wt).map(drop),
+        BuiltinGemm::Packed => {
+            super::super::packed_gemm::sgemm_nt(&a, &w, (m, k, n), &mut c);
+            Ok(())
+        }
+    };
     via_blas()?;
-    builtin()?;
+    via_builtin()?;
     let (mut best_blas, mut best_builtin) = (f64::INFINITY, f64::INFINITY);
     for _ in 0..5 {
         best_blas = best_blas.min(seconds(&mut via_blas)?);
-        best_builtin = best_builtin.min(seconds(&mut builtin)?);
+        best_builtin = best_builtin.min(seconds(&mut via_builtin)?);
     }
     Ok((flop / best_blas / 1e9, flop / best_builtin / 1e9))
 }

@@ -4,7 +4,7 @@
 //! the last bits of its results — does not change from one start to the next.
 //!
 //! The file holds one [`Calibration`] for one [`CalibrationKey`] (this CPU, its thread count, the library, its
-//! kernels and this program's version); any other key is measured again and replaces it. Measuring and writing
+//! kernels, the built-in GEMM it was timed against and this program's version); any other key is measured again and replaces it. Measuring and writing
 //! happen under an exclusive lock on a `.lock` file beside it, so processes started together measure once and
 //! agree. A file that cannot be read, locked or written is reported in the log and the rates measured now are
 //! used.
@@ -31,11 +31,14 @@ pub struct CalibrationKey {
     pub corename: Option<String>,
     /// This program's version (and `debug` for a debug build, whose measurements a release build must not reuse).
     pub program: String,
+    /// The built-in GEMM the library was timed against ([`super::BuiltinGemm::describe`]).
+    #[serde(default)]
+    pub builtin: String,
 }
 
 impl CalibrationKey {
-    /// The key of a library on this machine.
-    pub fn here(library: &str, corename: Option<&str>) -> Self {
+    /// The key of a library on this machine, timed against the built-in GEMM `builtin`.
+    pub fn here(library: &str, corename: Option<&str>, builtin: &str) -> Self {
         Self {
             cpu: cpu_name(),
             threads: rayon::current_num_threads(),
@@ -46,6 +49,7 @@ impl CalibrationKey {
             } else {
                 env!("CARGO_PKG_VERSION").to_string()
             },
+            builtin: builtin.to_string(),
         }
     }
 }
@@ -179,7 +183,7 @@ mod tests {
     use super::*;
 
     fn key(library: &str) -> CalibrationKey {
-        CalibrationKey::here(library, Some("Haswell"))
+        CalibrationKey::here(library, Some("Haswell"), "gemm crate (candle)")
     }
 
     #[test]
