@@ -216,8 +216,8 @@ fn varlen_attention(c: &mut Criterion) {
     g.finish();
 }
 
-/// The linear layers' f32 GEMM on the CPU: candle's `gemm` crate against `ops::matmul_nt` (OpenBLAS where it is
-/// installed, the `gemm` crate otherwise), on the `small` bench's shapes: the
+/// The linear layers' f32 GEMM on the CPU: candle's `gemm` crate and the packed AVX2 kernel (where the CPU runs
+/// it) against `ops::matmul_nt` (as the run chooses), on the `small` bench's shapes: the
 /// vision MLP's gate/up projection for four screenshots (4,992 patches), and the text MLP's at decode (1 and 4
 /// rows: OpenBLAS serves 4 rows or more, `ops::BLAS_MIN_ROWS`).
 fn gemm(c: &mut Criterion) {
@@ -232,6 +232,18 @@ fn gemm(c: &mut Criterion) {
         g.bench_function(format!("{rows}x{k}x{n}_gemm_crate"), |b| {
             b.iter(|| x.matmul(&w.t().unwrap()).unwrap())
         });
+        if mobile_r1_eval::ops::packed_gemm::supported() {
+            let (xv, wv) = (
+                x.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+                w.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            );
+            let mut c = vec![0f32; rows * n];
+            g.bench_function(format!("{rows}x{k}x{n}_packed"), |b| {
+                b.iter(|| {
+                    mobile_r1_eval::ops::packed_gemm::sgemm_nt(&xv, &wv, (rows, k, n), &mut c)
+                })
+            });
+        }
         // As the model calls it: a prefill's rows as one declared segment (OpenBLAS where installed), a decode
         // step's rows as independent sequences (the `gemm` crate in blocks of `ROW_BLOCK` rows).
         g.bench_function(format!("{rows}x{k}x{n}_matmul_nt"), |b| {

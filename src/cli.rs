@@ -108,8 +108,10 @@ pub struct OpsArgs {
     /// bf16/f16 varlen attention on CUDA on tensor cores (`varlen_mma_*`) instead of CUDA cores.
     #[arg(long, env = "MOBILE_R1_EVAL_MMA", value_parser = BoolishValueParser::new())]
     pub tensor_core_attention: bool,
-    /// The CPU's f32 GEMMs: `auto` (OpenBLAS where it is installed and fits the CPU), `off` (the built-in `gemm`
-    /// crate), `on` (OpenBLAS, required), or the path of a library exporting `cblas_sgemm`.
+    /// The CPU's f32 GEMMs: `auto` (OpenBLAS where it is installed, fits the CPU and is not slower than the
+    /// built-in GEMM), `off` (the built-in GEMM: a packed AVX2 kernel for large segments on CPUs without AVX-512,
+    /// the `gemm` crate otherwise), `gemm-crate` (the `gemm` crate for all), `on` (OpenBLAS, required), or the path
+    /// of a library exporting `cblas_sgemm`.
     #[arg(long, env = "MOBILE_R1_EVAL_BLAS", default_value = "auto")]
     pub cpu_gemm: CpuGemm,
     /// The file that keeps the calibration deciding `--cpu-gemm auto` (the library against the built-in GEMM,

@@ -2,6 +2,9 @@
 //! that a `model.safetensors` replaced between a kill and a resume is refused instead of mixing predictions of
 //! two models in one run.
 //!
+//! It also holds the project's SHA-256-in-hex helper ([`sha256_hex`]), which hashes a benchmark's `data.jsonl`
+//! and the prompt templates.
+//!
 //! Hashing every byte of a 7 GB checkpoint costs seconds to minutes on every start; instead each file's hash
 //! covers its size, its whole safetensors header (names, dtypes, shapes, offsets) and three 4 KiB blocks of
 //! *every tensor* (its first, middle and last bytes). Any realistic replacement changes every element of the
@@ -76,6 +79,17 @@ pub struct WeightsFingerprint {
     pub files: Vec<FileFingerprint>,
 }
 
+/// Lower-case hex of `bytes` (a digest).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// SHA-256 of `bytes`, in hex: the hash of a benchmark's `data.jsonl` (`settings.data_hash`) and of the prompt
+/// templates.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
 /// Fingerprint the weight files `paths` (safetensors).
 pub fn of_files(paths: &[PathBuf]) -> Result<WeightsFingerprint, FingerprintError> {
     let files = paths
@@ -133,7 +147,7 @@ pub fn of_file(path: &Path) -> Result<FileFingerprint, FingerprintError> {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default(),
         size,
-        sampled_sha256: h.finalize().iter().map(|b| format!("{b:02x}")).collect(),
+        sampled_sha256: hex(&h.finalize()),
     })
 }
 

@@ -143,5 +143,5 @@ pub fn fingerprint(files: &ModelFiles) -> Result<String> {
         h.update(size.to_le_bytes());
         h.update(&header);
     }
-    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+    Ok(crate::fingerprint::hex(&h.finalize()))
 }

@@ -70,11 +70,7 @@ fn benchmark_for(data: Option<&Path>, run: Option<&RunFolder>) -> anyhow::Result
         let want = &h.settings.data_hash;
         let file = dir.join("data.jsonl");
         let bytes = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
-        let have: String =
-            sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(&bytes))
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
+        let have = crate::fingerprint::sha256_hex(&bytes);
         if &have != want {
             let r = run.expect("a header comes from a run");
             anyhow::bail!(

@@ -158,7 +158,7 @@ fn settings(cfg: &EvalConfig, backend: &dyn Backend) -> Result<RunSettings> {
         model_hash: info.fingerprint.clone(),
         weights: info.weights.clone(),
         dtype: info.dtype.clone(),
-        data_hash: prompts::sha256_hex(&bytes),
+        data_hash: crate::fingerprint::sha256_hex(&bytes),
         prompt_hashes: prompts::template_hashes()
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))

@@ -6,8 +6,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::fingerprint::sha256_hex;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
 use crate::chat;
 use crate::dataset::Trajectory;
@@ -56,14 +56,6 @@ pub fn template_hashes() -> BTreeMap<&'static str, String> {
     .into_iter()
     .map(|(name, text)| (name, sha256_hex(text.as_bytes())))
     .collect()
-}
-
-/// SHA-256 of bytes as lowercase hex.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 /// Chat messages for step `step` of `traj`: system prompt, then one user turn with the instruction, the golden

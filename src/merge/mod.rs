@@ -11,8 +11,8 @@ mod shards;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
+use crate::fingerprint::sha256_hex;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 pub use files::{
     merge_lines, merge_throughput, whole_lines, MergedPhase, MergedThroughput, ShardThroughput,
@@ -204,13 +204,6 @@ fn check_complete(shards: &[ShardState], allow_partial: bool) -> Result<(), Merg
         count: shards.len(),
         list: bad.join("\n"),
     })
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 /// The benchmark the shards evaluated: `--data`, else the folder in their manifest, else the embedded sample

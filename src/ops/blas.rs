@@ -261,18 +261,17 @@ pub fn choose(
 ) -> Result<(Option<Blas>, BlasChoice), BlasError> {
     let spec = spec.trim();
     let loaded = Blas::from_spec(spec)?;
-    let name = builtin.describe();
     Ok(match loaded {
         None if is_off(spec) => (
             None,
             choice::none(
                 spec,
-                &format!("MOBILE_R1_EVAL_BLAS={spec}: the built-in {name}"),
+                &format!("MOBILE_R1_EVAL_BLAS={spec}: the built-in GEMM"),
             ),
         ),
         None => (
             None,
-            choice::none(spec, &format!("no OpenBLAS installed: the built-in {name}")),
+            choice::none(spec, "no OpenBLAS installed: the built-in GEMM"),
         ),
         Some(b) => choice::decide(b, spec, !matches!(spec, "" | "auto"), calibration, builtin),
     })

@@ -138,12 +138,7 @@ pub struct OpsManifest {
 
 /// SHA-256 (hex) of `kernels/fused.cu` as compiled into this build.
 pub fn kernels_sha256() -> String {
-    use sha2::{Digest, Sha256};
-    let source = include_str!("../../kernels/fused.cu");
-    Sha256::digest(source.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::fingerprint::sha256_hex(include_str!("../../kernels/fused.cu").as_bytes())
 }
 
 #[cfg(test)]

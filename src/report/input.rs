@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use super::ReportError;
 use crate::dataset::{Benchmark, DATA_FILE};
@@ -168,10 +167,7 @@ pub fn verdicts(lines: &[JudgementLine]) -> HashMap<String, Judgement> {
 pub fn benchmark_hash(bench: &Benchmark) -> Result<String, ReportError> {
     let path = bench.root.join(DATA_FILE);
     let bytes = std::fs::read(&path).map_err(|source| ReportError::Io { path, source })?;
-    Ok(Sha256::digest(&bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
+    Ok(crate::fingerprint::sha256_hex(&bytes))
 }
 
 impl RunData {

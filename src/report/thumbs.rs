@@ -21,7 +21,7 @@ pub const THUMB_DIR: &str = "report";
 /// The thumbnail file name of a screenshot path.
 fn thumb_name(image: &str) -> String {
     let digest = Sha256::digest(image.as_bytes());
-    let hex: String = digest[..10].iter().map(|b| format!("{b:02x}")).collect();
+    let hex = crate::fingerprint::hex(&digest[..10]);
     format!("{hex}.jpg")
 }
 

@@ -234,12 +234,7 @@ pub fn default_dir() -> PathBuf {
     let mut h = Sha256::new();
     h.update(SAMPLE_VERSION.to_le_bytes());
     h.update(data_jsonl().as_bytes());
-    let hex: String = h
-        .finalize()
-        .iter()
-        .take(6)
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let hex = crate::fingerprint::hex(&h.finalize()[..6]);
     std::env::temp_dir().join(format!("mobile-r1-eval-sample-{hex}"))
 }
 

@@ -314,7 +314,9 @@ fn the_cpu_blas_switch_is_recorded_and_a_bad_library_is_refused() {
     let (off, o) = run("off", "off");
     ok(&o);
     let ops = &json_file(&off.join("manifest.json"))["ops"];
-    assert_eq!(ops["cpu_f32_gemm"], "gemm crate (candle)");
+    // The built-in GEMM: the packed AVX2 kernel for large segments on a CPU without AVX-512, else the gemm crate.
+    let builtin = mobile_r1_eval::ops::packed_gemm::BuiltinGemm::for_this_cpu(false);
+    assert_eq!(ops["cpu_f32_gemm"], builtin.describe().as_str());
     let choice = &ops["cpu_blas_choice"];
     assert_eq!(
         (&choice["used"], &choice["spec"], &choice["library"]),
@@ -364,8 +366,8 @@ fn the_cpu_blas_switch_is_recorded_and_a_bad_library_is_refused() {
     if gemm.as_str().unwrap().starts_with("cblas: ") {
         assert_eq!(responses(&auto), responses(&off), "{gemm}");
     } else {
-        assert_eq!(gemm, "gemm crate (candle)");
-        eprintln!("no OpenBLAS on this machine: BLAS and gemm predictions not compared");
+        assert_eq!(gemm, builtin.describe().as_str());
+        eprintln!("no OpenBLAS used on this machine: BLAS and built-in predictions not compared");
     }
     let missing = "/nonexistent/libcblas.so";
     let (bad, o) = run("bad", missing);

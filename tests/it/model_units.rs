@@ -351,7 +351,8 @@ fn ops_settings_are_recorded_and_the_profiler_follows_its_setting() {
     assert_eq!(model.ops().config(), &config);
     let m = model.ops_manifest();
     assert!(!m.fused);
-    assert_eq!(m.cpu_f32_gemm, "gemm crate (candle)");
+    let builtin = mobile_r1_eval::ops::packed_gemm::BuiltinGemm::for_this_cpu(false);
+    assert_eq!(m.cpu_f32_gemm, builtin.describe());
     let json = serde_json::to_value(&m).unwrap();
     for key in [
         "fused",

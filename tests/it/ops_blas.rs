@@ -318,7 +318,10 @@ fn the_built_in_gemm_takes_the_packed_kernel_for_large_segments() {
     };
     let (builtin, crate_only) = (ops(CpuGemm::Builtin), ops(CpuGemm::GemmCrate));
     let packed = BuiltinGemm::for_this_cpu(false) == BuiltinGemm::Packed;
-    eprintln!("the built-in GEMM here: {}", builtin.manifest().cpu_f32_gemm);
+    eprintln!(
+        "the built-in GEMM here: {}",
+        builtin.manifest().cpu_f32_gemm
+    );
     assert_eq!(builtin.manifest().cpu_f32_gemm.contains("packed"), packed);
     assert_eq!(builtin.manifest().cpu_gemm_packed_min_rows, MIN_ROWS);
     assert_eq!(crate_only.manifest().cpu_f32_gemm, "gemm crate (candle)");
@@ -332,21 +335,36 @@ fn the_built_in_gemm_takes_the_packed_kernel_for_large_segments() {
     let got = bits(builtin.matmul_nt(&x, &w, Rows::Segments(&lens)).unwrap());
     let want = reference(&xv, &wv, rows, k, n);
     for (g, r) in got.iter().zip(&want) {
-        assert!((*g as f64 - r).abs() <= 1e-5 * (1.0 + r.abs()), "{g} vs {r}");
+        assert!(
+            (*g as f64 - r).abs() <= 1e-5 * (1.0 + r.abs()),
+            "{g} vs {r}"
+        );
     }
     let mut start = 0;
     for len in lens {
         let part = x.narrow(0, start, len).unwrap();
         let seg = &got[start * n..(start + len) * n];
-        let alone = bits(builtin.matmul_nt(&part, &w, Rows::Segments(&[len])).unwrap());
+        let alone = bits(
+            builtin
+                .matmul_nt(&part, &w, Rows::Segments(&[len]))
+                .unwrap(),
+        );
         assert_eq!(seg, alone.as_slice(), "segment of {len} rows");
-        let by_crate = bits(crate_only.matmul_nt(&part, &w, Rows::Segments(&[len])).unwrap());
+        let by_crate = bits(
+            crate_only
+                .matmul_nt(&part, &w, Rows::Segments(&[len]))
+                .unwrap(),
+        );
         if packed && len >= MIN_ROWS {
             let mut c = vec![0f32; len * n];
             packed_gemm::sgemm_nt(&xv[start * k..(start + len) * k], &wv, (len, k, n), &mut c);
             assert_eq!(seg, c.as_slice(), "{len} rows: the packed kernel's bits");
         } else {
-            assert_eq!(seg, by_crate.as_slice(), "{len} rows: the gemm crate's bits");
+            assert_eq!(
+                seg,
+                by_crate.as_slice(),
+                "{len} rows: the gemm crate's bits"
+            );
         }
         start += len;
     }
