@@ -9,8 +9,8 @@
 //! [`super::CpuGemm`] selects it: `auto` tries OpenBLAS under its usual names and uses it only when it fits the
 //! CPU and is at least as fast as the built-in GEMM ([`super::packed_gemm::BuiltinGemm`]) on a calibration
 //! product ([`choose`]), else the built-in GEMM; `on` requires OpenBLAS; `off` and `gemm-crate` use no library;
-//! a path names a shared library that exports the
-//! LP64 (32-bit integer) `cblas_sgemm` (OpenBLAS, MKL's `libmkl_rt`, BLIS). A library that is required but cannot
+//! a path names a shared library that exports the LP64 (32-bit integer) `cblas_sgemm` (OpenBLAS, MKL's
+//! `libmkl_rt`, BLIS). A library that is required but cannot
 //! be loaded, or that fails a small known product at load, is an error. [`super::Ops::new`] loads it.
 //!
 //! The library runs single-threaded inside rayon's pool: the output's columns are split across the pool's
@@ -18,8 +18,8 @@
 //!
 //! Unlike the `gemm` crate, whose sum for a row does not depend on how many rows are multiplied with it (for two
 //! rows or more), OpenBLAS's sums depend on each call's shape: a sequence's logits may change in the last bits
-//! with the batch's size or the thread count. Greedy outputs still match across batch sizes in the tests, and
-//! `off` gives the `gemm` crate's bit-for-bit behaviour back.
+//! with the batch's size or the thread count, so each segment of rows (one prompt, one image) is its own call
+//! ([`super::rows`]). `gemm-crate` gives the `gemm` crate's bit-for-bit behaviour back.
 
 mod choice;
 mod record;
