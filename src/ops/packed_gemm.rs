@@ -1,7 +1,7 @@
 //! The built-in f32 GEMM for CPUs with AVX2 and FMA but no AVX-512: `c = a · wᵀ` for a row-major `a` (m × k)
 //! and a linear layer's weight `w` (n × k), blocked for the caches with packed panels and a 6 × 16 register tile
-//! (the layout of BLIS and OpenBLAS). On a Zen 3 it runs the vision tower's products 5–30% faster than the
-//! `gemm` crate's AVX2 kernels (docs/performance-cpu-avx512.md has the figures).
+//! (the layout of BLIS and OpenBLAS). On a Zen 3 it runs the vision tower's products 13–29% faster than the
+//! `gemm` crate's AVX2 kernels, the text model's within 10% (docs/performance-cpu-avx512.md has the figures).
 //!
 //! Every output is `Σ` over `k` in a fixed order: one FMA chain per block of [`KC`] values from zero, the blocks
 //! added to the output in order. Nothing depends on `m`, on the row's place, on `n` or on the thread count
@@ -98,33 +98,59 @@ pub fn sgemm_nt(a: &[f32], w: &[f32], dims: (usize, usize, usize), c: &mut [f32]
                 .for_each(|(p, dst)| {
                     pack_w(w, k, (jc + p * NR, n.min(jc + p * NR + NR)), (pc, kc), dst)
                 });
-            let tasks = blocks(m, panels);
-            let first = pc == 0;
-            let bp = &bpack;
-            tasks.into_par_iter().for_each(|(ic, cols)| {
-                let mc = MC.min(m - ic);
-                APACK.with(|cell| {
-                    let mut ap = cell.borrow_mut();
-                    ap.resize(mc.div_ceil(MR) * MR * kc, 0.0);
-                    pack_a(a, k, (ic, ic + mc), (pc, kc), &mut ap);
-                    for p in cols.clone() {
-                        let j0 = jc + p * NR;
-                        let b = &bp[p * NR * kc..(p + 1) * NR * kc];
-                        for (t, ablk) in ap.chunks(MR * kc).enumerate() {
-                            let i0 = ic + t * MR;
-                            let tile = Tile {
-                                rows: MR.min(m - i0),
-                                cols: NR.min(n - j0),
-                                first,
-                            };
-                            // SAFETY: AVX2/FMA checked above; the tile lies inside c (rows < m, cols < n) and
-                            // no other task writes it (tasks cover disjoint row blocks × column panels).
-                            unsafe { tile.run(kc, ablk, b, out.at(i0 * n + j0), n) };
-                        }
-                    }
-                });
-            });
+            let block = DepthBlock {
+                a,
+                dims,
+                jc,
+                depth: (pc, kc),
+                packed_w: &bpack,
+            };
+            blocks(m, panels)
+                .into_par_iter()
+                // SAFETY: AVX2/FMA checked above; the tasks cover disjoint row blocks × column panels of c.
+                .for_each(|(ic, cols)| unsafe { block.task(ic, cols, &out) });
         }
+    }
+}
+
+/// One (column block, depth block) of a product: `a` and the product's `dims`, the block's first column `jc`, its
+/// depths `(pc, kc)` and the weight's columns packed for them.
+struct DepthBlock<'a> {
+    a: &'a [f32],
+    dims: (usize, usize, usize),
+    jc: usize,
+    depth: (usize, usize),
+    packed_w: &'a [f32],
+}
+
+impl DepthBlock<'_> {
+    /// Pack the [`MC`] rows of `a` from `ic` and multiply them by the packed column panels `cols`, into `out`
+    /// (written for the first depth block, added to after).
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA; `out` is the product's output and no other task writes these rows × panels.
+    unsafe fn task(&self, ic: usize, cols: std::ops::Range<usize>, out: &SharedOut) {
+        let ((m, k, n), (pc, kc)) = (self.dims, self.depth);
+        let mc = MC.min(m - ic);
+        APACK.with(|cell| {
+            let mut ap = cell.borrow_mut();
+            ap.resize(mc.div_ceil(MR) * MR * kc, 0.0);
+            pack_a(self.a, k, (ic, ic + mc), (pc, kc), &mut ap);
+            for p in cols {
+                let j0 = self.jc + p * NR;
+                let b = &self.packed_w[p * NR * kc..(p + 1) * NR * kc];
+                for (t, ablk) in ap.chunks(MR * kc).enumerate() {
+                    let i0 = ic + t * MR;
+                    let tile = Tile {
+                        rows: MR.min(m - i0),
+                        cols: NR.min(n - j0),
+                        first: pc == 0,
+                    };
+                    // The tile lies inside c: i0 < m, j0 < n.
+                    tile.run(kc, ablk, b, out.at(i0 * n + j0), n);
+                }
+            }
+        });
     }
 }
 
