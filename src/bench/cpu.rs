@@ -41,12 +41,7 @@ impl CpuInfo {
     /// Read this machine's.
     pub fn detect() -> Self {
         let text = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        let field = |name: &str| {
-            text.lines()
-                .find(|l| l.split(':').next().is_some_and(|k| k.trim() == name))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        };
+        let field = |name: &str| crate::ops::blas::cpuinfo_field(&text, name);
         Self {
             model: field("model name").unwrap_or_default(),
             vendor: field("vendor_id").unwrap_or_default(),

@@ -25,7 +25,7 @@ mod choice;
 mod record;
 
 pub use choice::{calibrate, core_misfit, BlasChoice, CpuSimd};
-pub use record::{Calibration, CalibrationKey, CALIBRATION_SCHEMA_VERSION};
+pub use record::{cpuinfo_field, Calibration, CalibrationKey, CALIBRATION_SCHEMA_VERSION};
 
 use candle_core::Tensor;
 

@@ -160,16 +160,18 @@ fn write(path: &Path, c: &Calibration) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
+/// The value of the first `name : value` line of `/proc/cpuinfo`'s text `info`, trimmed.
+pub fn cpuinfo_field(info: &str, name: &str) -> Option<String> {
+    info.lines()
+        .find(|l| l.split(':').next().is_some_and(|k| k.trim() == name))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, v)| v.trim().to_string())
+}
+
 /// The CPU's name on Linux (`model name`, family, model, stepping), else the architecture.
 fn cpu_name() -> String {
     let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let field = |name: &str| {
-        info.lines()
-            .find(|l| l.split(':').next().is_some_and(|k| k.trim() == name))
-            .and_then(|l| l.split_once(':'))
-            .map(|(_, v)| v.trim().to_string())
-            .unwrap_or_default()
-    };
+    let field = |name: &str| cpuinfo_field(&info, name).unwrap_or_default();
     let name = field("model name");
     if name.is_empty() {
         return std::env::consts::ARCH.to_string();
