@@ -122,8 +122,12 @@ pub struct OpsManifest {
     /// How the CBLAS library was chosen (its corename, the calibration rates, why), on the CPU.
     #[serde(default)]
     pub cpu_blas_choice: Option<super::blas::BlasChoice>,
-    /// Rows per product for independent rows ([`super::ROW_BLOCK`]).
+    /// Rows per `gemm` crate product for independent rows where they take the `gemm` crate
+    /// ([`super::ROW_BLOCK`]).
     pub cpu_gemm_row_block: usize,
+    /// What independent rows (decode, the logits of last positions) are multiplied by in f32 on the CPU.
+    #[serde(default)]
+    pub cpu_gemm_independent_rows: String,
     /// Fewest rows of a segment multiplied by the CBLAS library ([`super::BLAS_MIN_ROWS`]).
     pub cpu_gemm_blas_min_rows: usize,
     /// Fewest rows of a segment multiplied by the built-in packed kernel when it is the run's built-in GEMM

@@ -19,6 +19,7 @@ pub mod launch;
 pub mod packed_gemm;
 pub mod profile;
 pub mod reference;
+pub mod row_gemm;
 pub mod rows;
 mod simd;
 
@@ -154,6 +155,7 @@ impl Ops {
             cpu_f32_gemm: self.gemm_description(),
             cpu_blas_choice: self.blas_choice.clone(),
             cpu_gemm_row_block: ROW_BLOCK,
+            cpu_gemm_independent_rows: self.builtin.independent_rows().to_string(),
             cpu_gemm_blas_min_rows: BLAS_MIN_ROWS,
             cpu_gemm_packed_min_rows: packed_gemm::MIN_ROWS,
             cpu_attention_tiled_min_keys: cpu_attn::TILED_MIN_KEYS,
@@ -181,9 +183,10 @@ impl Ops {
 /// OpenBLAS is).
 pub const BLAS_MIN_ROWS: usize = 4;
 
-/// Independent rows (decode, the logits of last positions) are multiplied in products of exactly this many
-/// rows (the last one zero-padded): the `gemm` crate's result for a row depends on the number of rows of the
-/// product but not on the row's place in it or on the other rows, so a fixed count makes it batch-invariant.
+/// Independent rows (decode, the logits of last positions) that take the `gemm` crate (where [`row_gemm`] does
+/// not run) are multiplied in products of exactly this many rows (the last one zero-padded): the `gemm` crate's
+/// result for a row depends on the number of rows of the product but not on the row's place in it or on the
+/// other rows, so a fixed count makes it batch-invariant.
 pub const ROW_BLOCK: usize = 16;
 
 impl Ops {
@@ -191,8 +194,9 @@ impl Ops {
     /// whatever else is in the batch ([`rows`]): rows in `rows`' segments are multiplied one segment at a time
     /// (in f32 with a CBLAS library loaded, [`OpsConfig::cpu_gemm`], for segments of at least [`BLAS_MIN_ROWS`]
     /// rows; else, where it is the built-in GEMM, by [`packed_gemm`] for segments of at least
-    /// [`packed_gemm::MIN_ROWS`] rows; otherwise by candle's matmul, the `gemm` crate), independent rows in
-    /// blocks of [`ROW_BLOCK`]. Elsewhere it is candle's matmul.
+    /// [`packed_gemm::MIN_ROWS`] rows; otherwise by candle's matmul, the `gemm` crate), independent f32 rows by
+    /// [`row_gemm`] where the packed kernel is the built-in GEMM, else in `gemm` crate products of
+    /// [`ROW_BLOCK`] rows. Elsewhere it is candle's matmul.
     pub fn matmul_nt(&self, x: &Tensor, w: &Tensor, rows: Rows<'_>) -> Result<Tensor> {
         if !x.device().is_cpu() {
             return candle_matmul_nt(x, w);
@@ -226,6 +230,9 @@ impl Ops {
                 blas::matmul_nt_segments(large, &x2, w, &lens, min_rows, &small)?
             }
             (Some(lens), None) => per_block(&x2, w, &lens)?,
+            (None, _) if f32s && self.builtin == packed_gemm::BuiltinGemm::Packed => {
+                independent_rows(&x2, w)?
+            }
             (None, _) => in_row_blocks(&x2, w)?,
         };
         y.reshape(dims)
@@ -253,6 +260,20 @@ impl Ops {
 
 /// A product of f32 slices `c = a · wᵀ` ([`blas::Product`]).
 type SegmentProduct<'a> = dyn Fn(&[f32], &[f32], (usize, usize, usize), &mut [f32]) + Sync + 'a;
+
+/// `x · wᵀ` for independent f32 rows x (rows, in) by [`row_gemm`]: one dot product per output.
+fn independent_rows(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let ((m, k), (n, _)) = (x.dims2()?, w.dims2()?);
+    use cpu_elementwise::with_f32;
+    let c = with_f32(x, |a| {
+        with_f32(w, |b| {
+            let mut c = vec![0f32; m * n];
+            row_gemm::sgemm_nt_rows(a, b, (m, k, n), &mut c);
+            Ok(c)
+        })
+    })?;
+    Tensor::from_vec(c, (m, n), x.device())
+}
 
 /// `x · wᵀ` for independent rows x (rows, in): products of exactly [`ROW_BLOCK`] rows, the last zero-padded.
 fn in_row_blocks(x: &Tensor, w: &Tensor) -> Result<Tensor> {

@@ -62,6 +62,14 @@ impl BuiltinGemm {
         }
     }
 
+    /// What multiplies independent f32 rows (decode, last positions) with this built-in GEMM.
+    pub fn independent_rows(self) -> &'static str {
+        match self {
+            Self::GemmCrate => "gemm crate, in products of ROW_BLOCK rows",
+            Self::Packed => "row kernel: one AVX2 dot product per output (row_gemm)",
+        }
+    }
+
     /// Its name in logs and the manifest.
     pub fn describe(self) -> String {
         match self {
@@ -158,7 +166,7 @@ thread_local! {
     static APACK: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-struct SharedOut(*mut f32);
+pub(super) struct SharedOut(pub(super) *mut f32);
 // SAFETY: the tasks write disjoint tiles of the output inside one rayon scope.
 unsafe impl Send for SharedOut {}
 unsafe impl Sync for SharedOut {}
@@ -168,7 +176,7 @@ impl SharedOut {
     ///
     /// # Safety
     /// `i` lies inside the output.
-    unsafe fn at(&self, i: usize) -> *mut f32 {
+    pub(super) unsafe fn at(&self, i: usize) -> *mut f32 {
         self.0.add(i)
     }
 }
@@ -385,10 +393,15 @@ mod tests {
 /// through the `gemm` crate as candle calls it, this kernel and OpenBLAS where installed, alternated, best of
 /// seven each.
 #[cfg(test)]
-mod timing {
+pub(super) mod timing {
     use super::*;
 
-    fn gemm_crate(a: &[f32], w: &[f32], (m, k, n): (usize, usize, usize), c: &mut [f32]) {
+    pub(in crate::ops) fn gemm_crate(
+        a: &[f32],
+        w: &[f32],
+        (m, k, n): (usize, usize, usize),
+        c: &mut [f32],
+    ) {
         let threads = rayon::current_num_threads();
         // SAFETY: the slices hold m × k, n × k and m × n values, row-major.
         unsafe {

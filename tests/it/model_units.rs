@@ -353,6 +353,7 @@ fn ops_settings_are_recorded_and_the_profiler_follows_its_setting() {
     assert!(!m.fused);
     let builtin = mobile_r1_eval::ops::packed_gemm::BuiltinGemm::for_this_cpu(false);
     assert_eq!(m.cpu_f32_gemm, builtin.describe());
+    assert_eq!(m.cpu_gemm_independent_rows, builtin.independent_rows());
     let json = serde_json::to_value(&m).unwrap();
     for key in [
         "fused",
@@ -361,6 +362,7 @@ fn ops_settings_are_recorded_and_the_profiler_follows_its_setting() {
         "kernels_sha256",
         "cpu_f32_gemm",
         "cpu_gemm_row_block",
+        "cpu_gemm_independent_rows",
         "cpu_gemm_blas_min_rows",
         "cpu_attention_tiled_min_keys",
     ] {

@@ -369,3 +369,55 @@ fn the_built_in_gemm_takes_the_packed_kernel_for_large_segments() {
         start += len;
     }
 }
+
+/// Independent rows (decode, last positions) under the built-in GEMM: on a CPU with AVX2 and no AVX-512, one dot
+/// product per output (`row_gemm`), a row's bits the same alone or with others; `gemm-crate`, and other CPUs,
+/// keep the `gemm` crate in products of `ROW_BLOCK` rows.
+#[test]
+fn independent_rows_take_the_row_kernel_with_the_packed_built_in_gemm() {
+    use mobile_r1_eval::ops::packed_gemm::BuiltinGemm;
+    use mobile_r1_eval::ops::{row_gemm, CpuGemm, Ops, OpsConfig, Rows};
+    let ops = |cpu_gemm| {
+        let config = OpsConfig {
+            cpu_gemm,
+            ..OpsConfig::default()
+        };
+        Ops::new(&config, &Device::Cpu).unwrap()
+    };
+    let (builtin, crate_only) = (ops(CpuGemm::Builtin), ops(CpuGemm::GemmCrate));
+    let packed = BuiltinGemm::for_this_cpu(false) == BuiltinGemm::Packed;
+    let rows_manifest = builtin.manifest().cpu_gemm_independent_rows;
+    eprintln!("independent rows here: {rows_manifest}");
+    assert_eq!(rows_manifest.contains("dot product"), packed);
+    assert!(crate_only
+        .manifest()
+        .cpu_gemm_independent_rows
+        .contains("gemm crate"));
+    let (m, k, n) = (5, 37, 29);
+    let (xv, wv) = (values(m * k, 11), values(n * k, 12));
+    let x = Tensor::from_vec(xv.clone(), (m, k), &Device::Cpu).unwrap();
+    let w = Tensor::from_vec(wv.clone(), (n, k), &Device::Cpu).unwrap();
+    let bits = |o: &Ops, t: &Tensor| {
+        let y = o.matmul_nt(t, &w, Rows::Independent).unwrap();
+        y.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+    };
+    let got = bits(&builtin, &x);
+    for (g, r) in got.iter().zip(reference(&xv, &wv, m, k, n)) {
+        assert!(
+            (*g as f64 - r).abs() <= 1e-5 * (1.0 + r.abs()),
+            "{g} vs {r}"
+        );
+    }
+    assert_eq!(
+        bits(&builtin, &x.narrow(0, 3, 1).unwrap()),
+        got[3 * n..4 * n]
+    );
+    let by_crate = bits(&crate_only, &x);
+    if packed {
+        let mut c = vec![0f32; m * n];
+        row_gemm::sgemm_nt_rows(&xv, &wv, (m, k, n), &mut c);
+        assert_eq!(got, c, "the row kernel's bits");
+    } else {
+        assert_eq!(got, by_crate, "the gemm crate's bits");
+    }
+}
