@@ -186,7 +186,7 @@ impl Ops {
                 let mma = self.config.tensor_core_attention && q.dtype() != DType::F32;
                 return cuda::varlen_attention(a, mma);
             }
-            return cpu_attn::varlen_attention(a);
+            return cpu_attn::varlen_attention(a, self.builtin);
         }
         composed::varlen(a, self.attention_budget)
     }

@@ -138,6 +138,10 @@ pub struct OpsManifest {
     /// ([`super::cpu_attn::TILED_MIN_KEYS`]).
     #[serde(default)]
     pub cpu_attention_tiled_min_keys: usize,
+    /// Fewest keys of a segment whose attention tiles run on the built-in packed kernel (where it is the run's
+    /// built-in GEMM; `None` elsewhere: the `gemm` crate's tiles).
+    #[serde(default)]
+    pub cpu_attention_packed_min_keys: Option<usize>,
 }
 
 /// SHA-256 (hex) of `kernels/fused.cu` as compiled into this build.

@@ -10,6 +10,7 @@ use candle_core::{DType, Result, Tensor};
 use rayon::prelude::*;
 
 use super::cpu_elementwise::with_f32;
+use super::packed_gemm::BuiltinGemm;
 use super::simd::Level;
 use super::VarlenSeg;
 
@@ -38,17 +39,29 @@ struct Dims {
     level: Level,
 }
 
-/// See [`super::varlen_attention`]; `q` (N, H, d), `k`/`v` (N, KV, d), all f32 on the CPU.
-pub fn varlen_attention(a: super::Varlen<'_>) -> Result<Tensor> {
-    varlen_attention_at(a, Level::detect(), TILED_MIN_KEYS)
+/// See [`super::varlen_attention`]; `q` (N, H, d), `k`/`v` (N, KV, d), all f32 on the CPU. The GEMM tiles run on
+/// the packed kernel where it is the run's built-in GEMM (`builtin`), else on the `gemm` crate.
+pub fn varlen_attention(a: super::Varlen<'_>, builtin: BuiltinGemm) -> Result<Tensor> {
+    varlen_attention_at(
+        a,
+        Level::detect(),
+        (TILED_MIN_KEYS, packed_min_keys(builtin)),
+    )
+}
+
+/// Fewest keys of a segment whose tiles run on the packed kernel with the built-in GEMM `builtin`; `None` where it
+/// is not the packed kernel.
+pub fn packed_min_keys(builtin: BuiltinGemm) -> Option<usize> {
+    (builtin == BuiltinGemm::Packed).then_some(tiled::PACKED_MIN_KEYS)
 }
 
 /// [`varlen_attention`] on the vector path `level`, which must be one the CPU supports (at most [`Level::detect`]),
-/// with segments of at least `tiled_min_keys` keys through GEMM tiles.
+/// with segments of at least `tiled` keys through GEMM tiles, and of at least `packed` keys (where given) through
+/// tiles on the packed kernel, which needs AVX2/FMA.
 fn varlen_attention_at(
     a: super::Varlen<'_>,
     level: Level,
-    tiled_min_keys: usize,
+    (tiled_min_keys, packed): (usize, Option<usize>),
 ) -> Result<Tensor> {
     let (q, k, v, segs, causal, scale) = (a.q, a.k, a.v, a.segs, a.causal, a.scale);
     let (n, heads, d) = q.dims3()?;
@@ -87,6 +100,7 @@ fn varlen_attention_at(
                     prefixes: &prefixes,
                     causal,
                     scale,
+                    packed_min_keys: packed,
                 };
                 tiled::attend(&inputs, &long, dims, &mut out);
                 let items: Vec<(usize, usize)> = short
@@ -256,7 +270,18 @@ mod tests {
         }
     }
 
-    /// Every vector path this CPU supports, through the four-row kernel and through GEMM tiles, against the
+    /// The four-row kernel, GEMM tiles on the `gemm` crate, and where it is the built-in GEMM tiles on the packed
+    /// kernel, each for every segment: `(tiled, packed)` fewest keys.
+    fn paths() -> Vec<(usize, Option<usize>)> {
+        let mut p = vec![(usize::MAX, None), (1, None)];
+        if BuiltinGemm::for_this_cpu(false) == BuiltinGemm::Packed {
+            p.push((1, Some(1)));
+        }
+        p
+    }
+
+    /// Every vector path this CPU supports, through the four-row kernel and through GEMM tiles (on the `gemm`
+    /// crate and, where it is the built-in GEMM, on the packed kernel), against the
     /// composed reference, on window-like segments (one with a cached prefix), a segment of several tiles,
     /// causal and not, and head dims 80 (16·5: the AVX-512 32/16-dim steps and no 8-dim tail) and 72 (an 8-dim
     /// tail); the AVX2 and AVX-512 paths give the same bits.
@@ -296,28 +321,27 @@ mod tests {
                 };
                 let want = reference::varlen_attention(a).unwrap();
                 let mut bits = Vec::new();
-                for (level, tiled) in Level::supported()
+                for (level, path) in Level::supported()
                     .into_iter()
-                    .flat_map(|l| [(l, false), (l, true)])
+                    .flat_map(|l| paths().into_iter().map(move |p| (l, p)))
                 {
-                    eprintln!("varlen attention d={d} causal={causal} at {level:?}, tiled {tiled}");
-                    let min_keys = if tiled { 1 } else { usize::MAX };
-                    let got = varlen_attention_at(a, level, min_keys).unwrap();
+                    eprintln!("varlen attention d={d} causal={causal} at {level:?}, {path:?}");
+                    let got = varlen_attention_at(a, level, path).unwrap();
                     let diff = (&got - &want).unwrap().abs().unwrap().max_all().unwrap();
                     let diff = diff.to_scalar::<f32>().unwrap();
                     assert!(
                         diff < 2e-6,
-                        "{level:?} tiled {tiled} d={d} causal={causal}: {diff}"
+                        "{level:?} {path:?} d={d} causal={causal}: {diff}"
                     );
                     if level != Level::Portable {
-                        bits.push((tiled, got.flatten_all().unwrap().to_vec1::<f32>().unwrap()));
+                        bits.push((path, got.flatten_all().unwrap().to_vec1::<f32>().unwrap()));
                     }
                 }
-                for tiled in [false, true] {
-                    let same: Vec<_> = bits.iter().filter(|b| b.0 == tiled).collect();
+                for path in paths() {
+                    let same: Vec<_> = bits.iter().filter(|b| b.0 == path).collect();
                     assert!(
                         same.windows(2).all(|w| w[0].1 == w[1].1),
-                        "AVX2 and AVX-512 bits differ (tiled {tiled})"
+                        "AVX2 and AVX-512 bits differ ({path:?})"
                     );
                 }
             }
@@ -325,9 +349,11 @@ mod tests {
     }
 }
 
-/// Times of the CPU attention at each vector path this CPU supports, through the four-row kernel and through
-/// GEMM tiles, on one 1080×2400 screenshot at `max_pixels` 1,003,520 (5,088 rows, 16 heads of 80): its windows
-/// of 64 rows and its full-attention segment, with the bits of one path checked equal across levels:
+/// Times of the CPU attention at each vector path this CPU supports, through the four-row kernel, GEMM tiles on
+/// the `gemm` crate and (where it is the built-in GEMM) tiles on the packed kernel, alternated, best of three: one
+/// 1080×2400 screenshot at `max_pixels` 1,003,520 (5,088 rows, 16 heads of 80) as windows of 64 rows and as one
+/// full-attention segment, a full-attention segment of 1,272 rows (`max_pixels` 250,880), and causal prompts of
+/// 1,306 and 4,096 tokens (14 heads of 64 over 2 KV heads):
 /// `cargo test --release --lib ops::cpu_attn::timing -- --ignored --nocapture`.
 #[cfg(test)]
 mod timing {
@@ -338,46 +364,67 @@ mod timing {
     #[test]
     #[ignore = "a timing run: use --release --ignored --nocapture"]
     fn levels_and_paths() {
-        let (n, h, d) = (5088, 16, 80);
-        let t = || Tensor::randn(0f32, 1.0, (n, h, d), &Device::Cpu).unwrap();
-        let (q, k, v) = (t(), t(), t());
         let seg = |start, len| VarlenSeg {
             start,
             len,
             prefix: None,
         };
-        let windows: Vec<VarlenSeg<'_>> = (0..n / 64).map(|i| seg(64 * i, 64)).collect();
-        let full = [seg(0, n)];
-        for (name, segs, keys) in [("windows", &windows[..], 64), ("full", &full[..], n)] {
+        let windows: Vec<VarlenSeg<'_>> = (0..5088 / 64).map(|i| seg(64 * i, 64)).collect();
+        let cases = [
+            ("windows", (16, 16, 80), &windows[..], false),
+            ("full", (16, 16, 80), &[seg(0, 5088)][..], false),
+            ("full 1272", (16, 16, 80), &[seg(0, 1272)][..], false),
+            ("full 2304", (16, 16, 80), &[seg(0, 2304)][..], false),
+            ("prompt 1306", (14, 2, 64), &[seg(0, 1306)][..], true),
+            ("prompt 4096", (14, 2, 64), &[seg(0, 4096)][..], true),
+        ];
+        let mut paths = vec![("kernel", (usize::MAX, None)), ("tiled", (1, None))];
+        if BuiltinGemm::for_this_cpu(false) == BuiltinGemm::Packed {
+            paths.push(("tiled packed", (1, Some(1))));
+        }
+        for (name, (h, kv, d), segs, causal) in cases {
+            let n: usize = segs.iter().map(|s| s.len).sum();
+            let t = |heads| Tensor::randn(0f32, 1.0, (n, heads, d), &Device::Cpu).unwrap();
+            let (q, k, v) = (t(h), t(kv), t(kv));
             let a = Varlen {
                 q: &q,
                 k: &k,
                 v: &v,
                 segs,
-                causal: false,
+                causal,
                 scale: 0.11,
             };
-            let flop = 4.0 * (n * keys * h * d) as f64;
-            for (path, min_keys) in [("kernel", usize::MAX), ("tiled", 1)] {
-                let mut outs = Vec::new();
-                for level in Level::supported()
-                    .into_iter()
-                    .filter(|l| *l != Level::Portable)
-                {
-                    let mut best = f64::INFINITY;
-                    for _ in 0..3 {
-                        let t0 = std::time::Instant::now();
-                        let o = varlen_attention_at(a, level, min_keys).unwrap();
-                        best = best.min(t0.elapsed().as_secs_f64());
-                        outs.push(o.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+            let keys: usize = segs
+                .iter()
+                .map(|s| {
+                    if causal {
+                        s.len * (s.len + 1) / 2
+                    } else {
+                        s.len * s.len
                     }
-                    eprintln!(
-                        "varlen {name} {path} at {level:?}: {:.1} ms, {:.1} GFLOP/s",
-                        best * 1e3,
-                        flop / best / 1e9
-                    );
+                })
+                .sum();
+            let flop = 4.0 * (keys * h * d) as f64;
+            for level in Level::supported()
+                .into_iter()
+                .filter(|l| *l != Level::Portable)
+            {
+                let mut best = vec![f64::INFINITY; paths.len()];
+                for _ in 0..3 {
+                    for (i, (_, path)) in paths.iter().enumerate() {
+                        let t0 = std::time::Instant::now();
+                        varlen_attention_at(a, level, *path).unwrap();
+                        best[i] = best[i].min(t0.elapsed().as_secs_f64());
+                    }
                 }
-                assert!(outs.windows(2).all(|w| w[0] == w[1]));
+                let times: Vec<String> = paths
+                    .iter()
+                    .zip(&best)
+                    .map(|((p, _), s)| {
+                        format!("{p} {:.1} ms ({:.1} GFLOP/s)", s * 1e3, flop / s / 1e9)
+                    })
+                    .collect();
+                eprintln!("{name} at {level:?}: {}", times.join(", "));
             }
         }
     }

@@ -159,6 +159,7 @@ impl Ops {
             cpu_gemm_blas_min_rows: BLAS_MIN_ROWS,
             cpu_gemm_packed_min_rows: packed_gemm::MIN_ROWS,
             cpu_attention_tiled_min_keys: cpu_attn::TILED_MIN_KEYS,
+            cpu_attention_packed_min_keys: cpu_attn::packed_min_keys(self.builtin),
         }
     }
 

@@ -12,6 +12,9 @@ use std::cell::RefCell;
 
 use rayon::prelude::*;
 
+mod prepacked;
+pub use prepacked::{gemm_nt_packed, PackedW};
+
 /// Rows of the register tile.
 const MR: usize = 6;
 /// Columns of the register tile (two AVX2 vectors).
@@ -200,13 +203,22 @@ fn blocks(m: usize, panels: usize) -> Vec<(usize, std::ops::Range<usize>)> {
 
 /// Pack rows `rows` of `a` (row stride `k`), the `kc` depths from `pc`, as panels of [`MR`] rows: value (p, r) of a
 /// panel at `p * MR + r`; rows past the end are zeros.
-fn pack_a(a: &[f32], k: usize, rows: (usize, usize), (pc, kc): (usize, usize), dst: &mut [f32]) {
+fn pack_a(a: &[f32], k: usize, rows: (usize, usize), depth: (usize, usize), dst: &mut [f32]) {
+    pack_rows(|i| &a[i * k..(i + 1) * k], rows, depth, dst);
+}
+
+/// [`pack_a`] for rows `row(i)` wherever they lie (each holds at least `pc + kc` values).
+fn pack_rows<'a>(
+    row: impl Fn(usize) -> &'a [f32],
+    rows: (usize, usize),
+    (pc, kc): (usize, usize),
+    dst: &mut [f32],
+) {
     for (t, panel) in dst.chunks_mut(MR * kc).enumerate() {
         for r in 0..MR {
             let i = rows.0 + t * MR + r;
             if i < rows.1 {
-                let src = &a[i * k + pc..i * k + pc + kc];
-                for (p, &v) in src.iter().enumerate() {
+                for (p, &v) in row(i)[pc..pc + kc].iter().enumerate() {
                     panel[p * MR + r] = v;
                 }
             } else {
@@ -220,19 +232,42 @@ fn pack_a(a: &[f32], k: usize, rows: (usize, usize), (pc, kc): (usize, usize), d
 
 /// Pack weight rows (output columns) `cols` (at most [`NR`]; row stride `k`), the `kc` depths from `pc`, as one
 /// panel: value (p, c) at `p * NR + c`; columns past the end are zeros.
-fn pack_w(w: &[f32], k: usize, cols: (usize, usize), (pc, kc): (usize, usize), dst: &mut [f32]) {
+fn pack_w(w: &[f32], k: usize, cols: (usize, usize), depth: (usize, usize), dst: &mut [f32]) {
+    pack_panel(|j| &w[j * k..(j + 1) * k], cols, depth, dst);
+}
+
+/// [`pack_w`] for weight rows `row(j)` wherever they lie (each holds at least `pc + kc` values).
+fn pack_panel<'a>(
+    row: impl Fn(usize) -> &'a [f32],
+    cols: (usize, usize),
+    (pc, kc): (usize, usize),
+    dst: &mut [f32],
+) {
     let valid = cols.1 - cols.0;
     if valid < NR {
         dst.fill(0.0);
     }
-    let rows: Vec<&[f32]> = (0..valid)
-        .map(|c| &w[(cols.0 + c) * k + pc..(cols.0 + c) * k + pc + kc])
-        .collect();
+    let rows: Vec<&[f32]> = (0..valid).map(|c| &row(cols.0 + c)[pc..pc + kc]).collect();
     for (p, out) in dst.chunks_exact_mut(NR).enumerate() {
         for (o, r) in out.iter_mut().zip(&rows) {
             *o = r[p];
         }
     }
+}
+
+/// [`Tile::run`] for the tile `(rows, cols, first)`.
+///
+/// # Safety
+/// As [`Tile::run`].
+unsafe fn kernel_tile(
+    (rows, cols, first): (usize, usize, bool),
+    kc: usize,
+    a: &[f32],
+    b: &[f32],
+    c: *mut f32,
+    ldc: usize,
+) {
+    Tile { rows, cols, first }.run(kc, a, b, c, ldc);
 }
 
 /// One register tile's place: its valid rows and columns, and whether this depth block is the first (the

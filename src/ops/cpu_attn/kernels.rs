@@ -67,6 +67,13 @@ pub fn softmax(s: &mut [f32], level: Level) {
     if s.is_empty() {
         return;
     }
+    let inv = 1.0 / exp_shifted(s, level);
+    s.iter_mut().for_each(|x| *x *= inv);
+}
+
+/// `x ← exp(x − max x)` over a non-empty `s` on the vector path `level` (one the CPU supports), returning the sum:
+/// softmax before its division.
+pub fn exp_shifted(s: &mut [f32], level: Level) -> f32 {
     #[cfg(target_arch = "x86_64")]
     // SAFETY (both arms): the caller checked the CPU supports `level`.
     let sum = match level {
@@ -79,8 +86,7 @@ pub fn softmax(s: &mut [f32], level: Level) {
         let _ = level;
         exp_sum(s)
     };
-    let inv = 1.0 / sum;
-    s.iter_mut().for_each(|x| *x *= inv);
+    sum
 }
 
 /// `x ← exp(x − max x)` over `s`, returning the sum (libm's `expf`).

@@ -5,6 +5,11 @@
 //! crate blocks them for the caches, which the four-row fused kernel cannot do once a segment's keys outgrow
 //! them (a full-attention layer of the vision tower sees 5,088 keys per 1080×2400 screenshot).
 //!
+//! Where the packed AVX2 kernel is the built-in GEMM ([`crate::ops::packed_gemm`]), segments of at least
+//! [`PACKED_MIN_KEYS`] keys run on it instead: each KV head's keys and values are packed once per segment, blocks
+//! of query rows sized so that their scores stay in L2 take their scores from the packed keys, and each output row
+//! is divided by its sum of exponentials at the end.
+//!
 //! Each (segment, head, block) is computed on its own, with shapes that depend only on that segment, so a
 //! sequence's result does not depend on the batch around it.
 
@@ -12,10 +17,16 @@ use gemm::{gemm, Parallelism};
 use rayon::prelude::*;
 
 use super::{kernels, Dims, Prefix};
+use crate::ops::packed_gemm::{gemm_nt_packed, PackedW};
 use crate::ops::VarlenSeg;
 
 /// Query rows per product.
 pub const TILE: usize = 128;
+/// Scores of one block on the packed kernel (512 KiB, an L2's worth): 24 query rows of 5,088 keys.
+const PACKED_SCORES: usize = 128 * 1024;
+/// Fewest keys of a segment attended on the packed kernel where it is the built-in GEMM (`ops::cpu_attn::timing`
+/// on a Zen 3: 1.1–1.4× the `gemm` crate's tiles from 2,304 keys, even at 1,272, 0.6× for a window's 64).
+pub const PACKED_MIN_KEYS: usize = 2048;
 
 /// A row-major f32 matrix view: `rows` × `cols` at `data[at + r·rs + c·cs]`.
 #[derive(Clone, Copy)]
@@ -66,28 +77,57 @@ pub struct Inputs<'a> {
     pub causal: bool,
     /// Score scale.
     pub scale: f32,
+    /// Fewest keys of a segment whose products run on the packed AVX2 kernel, with each (segment, KV head)'s keys
+    /// and values packed once ([`PackedW`]); `None`: every segment's run on the `gemm` crate.
+    pub packed_min_keys: Option<usize>,
 }
 
 /// Attention of segments `which` into `out` (N, heads, d).
 pub(super) fn attend(inp: &Inputs<'_>, which: &[usize], dims: Dims, out: &mut [f32]) {
+    let keys = |si: usize| inp.segs[si].len + inp.prefixes[si].as_ref().map_or(0, |x| x.3);
+    let (packed, by_crate): (Vec<usize>, Vec<usize>) = which
+        .iter()
+        .partition(|&&si| inp.packed_min_keys.is_some_and(|min| keys(si) >= min));
+    // One segment at a time, so that only its keys and values are held packed.
+    for si in packed {
+        let kv: Vec<(PackedW, PackedW)> = (0..dims.kv_heads)
+            .into_par_iter()
+            .map(|kh| pack_kv(inp, si, kh, dims))
+            .collect();
+        let group = dims.heads / dims.kv_heads;
+        // As many query rows as keep their scores within the budget, a whole number of register tiles.
+        let tile = (PACKED_SCORES / keys(si)).clamp(6, TILE) / 6 * 6;
+        run_items(inp, &[si], tile, dims, out, |it| {
+            block_packed(inp, it, dims, &kv[it.head / group])
+        });
+    }
+    run_items(inp, &by_crate, TILE, dims, out, |it| block(inp, it, dims));
+}
+
+/// Every (segment of `which`, head, block of `tile` query rows) through `f` on rayon, scattered into `out`.
+fn run_items(
+    inp: &Inputs<'_>,
+    which: &[usize],
+    tile: usize,
+    dims: Dims,
+    out: &mut [f32],
+    f: impl Fn(Item) -> Vec<f32> + Sync,
+) {
     let items: Vec<Item> = which
         .iter()
         .flat_map(|&si| {
             let len = inp.segs[si].len;
             (0..dims.heads).flat_map(move |head| {
-                (0..len).step_by(TILE).map(move |r0| Item {
+                (0..len).step_by(tile).map(move |r0| Item {
                     si,
                     head,
                     r0,
-                    rows: TILE.min(len - r0),
+                    rows: tile.min(len - r0),
                 })
             })
         })
         .collect();
-    let blocks: Vec<(Item, Vec<f32>)> = items
-        .par_iter()
-        .map(|&it| (it, block(inp, it, dims)))
-        .collect();
+    let blocks: Vec<(Item, Vec<f32>)> = items.par_iter().map(|&it| (it, f(it))).collect();
     let d = dims.d;
     for (it, o) in blocks {
         let start = inp.segs[it.si].start + it.r0;
@@ -96,6 +136,35 @@ pub(super) fn attend(inp: &Inputs<'_>, which: &[usize], dims: Dims, out: &mut [f
             out[at..at + d].copy_from_slice(&o[i * d..(i + 1) * d]);
         }
     }
+}
+
+/// Segment `si`'s keys (the cached prefix's first) packed as `w` rows, and its values as `w` columns, for KV
+/// head `kh`.
+fn pack_kv(inp: &Inputs<'_>, si: usize, kh: usize, dims: Dims) -> (PackedW, PackedW) {
+    let d = dims.d;
+    let p = inp.prefixes[si].as_ref().map_or(0, |x| x.3);
+    let keys = p + inp.segs[si].len;
+    let row = |values: bool| {
+        let (prefix, rows) = kv_views(
+            inp,
+            Item {
+                si,
+                head: kh * (dims.heads / dims.kv_heads),
+                r0: 0,
+                rows: 0,
+            },
+            dims,
+            values,
+        );
+        move |j: usize| {
+            let (v, j) = if j < p { (prefix, j) } else { (rows, j - p) };
+            &v.data[v.at + j * v.rs..][..d]
+        }
+    };
+    (
+        PackedW::rows(keys, d, row(false)),
+        PackedW::columns(d, keys, row(true)),
+    )
 }
 
 /// The keys (or values) of `it`'s KV head: the cached prefix's `p` rows, then the segment's rows.
@@ -198,12 +267,7 @@ fn block(inp: &Inputs<'_>, it: Item, dims: Dims) -> Vec<f32> {
         false,
         inp.scale,
     );
-    for (i, row) in s.chunks_exact_mut(width).enumerate() {
-        let visible = if inp.causal { p + it.r0 + i + 1 } else { width };
-        let (seen, rest) = row.split_at_mut(visible);
-        kernels::softmax(seen, dims.level);
-        rest.fill(0.0);
-    }
+    probabilities(inp, it, (p, width), dims, &mut s);
     let (vp, vs) = kv_views(inp, it, dims, true);
     let mut o = vec![0f32; it.rows * d];
     let probs = |at: usize| View {
@@ -214,5 +278,73 @@ fn block(inp: &Inputs<'_>, it: Item, dims: Dims) -> Vec<f32> {
     };
     product(&mut o, d, it.rows, d, p, probs(0), vp, false, 1.0);
     product(&mut o, d, it.rows, d, width - p, probs(p), vs, p > 0, 1.0);
+    o
+}
+
+/// Softmax along each row of the block's scores `s` (rows × `width`, the prefix's `p` keys first) over the keys
+/// the row sees; the keys it does not see get 0.
+fn probabilities(
+    inp: &Inputs<'_>,
+    it: Item,
+    (p, width): (usize, usize),
+    dims: Dims,
+    s: &mut [f32],
+) {
+    for (i, row) in s.chunks_exact_mut(width).enumerate() {
+        let visible = if inp.causal { p + it.r0 + i + 1 } else { width };
+        let (seen, rest) = row.split_at_mut(visible);
+        kernels::softmax(seen, dims.level);
+        rest.fill(0.0);
+    }
+}
+
+/// [`block`] on the packed kernel, with the keys and values of the item's KV head packed ([`pack_kv`]): the
+/// scale is applied to the queries, and each output row divided by its row's sum of exponentials at the end
+/// rather than each probability (fewer passes over the scores).
+fn block_packed(
+    inp: &Inputs<'_>,
+    it: Item,
+    dims: Dims,
+    (keys, values): &(PackedW, PackedW),
+) -> Vec<f32> {
+    let (d, seg) = (dims.d, &inp.segs[it.si]);
+    let p = inp.prefixes[it.si].as_ref().map_or(0, |x| x.3);
+    let width = if inp.causal {
+        p + it.r0 + it.rows
+    } else {
+        p + seg.len
+    };
+    let q: Vec<f32> = (0..it.rows)
+        .flat_map(|i| {
+            let at = ((seg.start + it.r0 + i) * dims.heads + it.head) * d;
+            inp.qs[at..at + d].iter().map(|x| x * inp.scale)
+        })
+        .collect();
+    let mut s = vec![0f32; it.rows * width];
+    gemm_nt_packed(
+        it.rows,
+        (d, width),
+        |i| &q[i * d..(i + 1) * d],
+        keys,
+        &mut s,
+        width,
+    );
+    let sums: Vec<f32> = s
+        .chunks_exact_mut(width)
+        .enumerate()
+        .map(|(i, row)| {
+            let visible = if inp.causal { p + it.r0 + i + 1 } else { width };
+            let (seen, rest) = row.split_at_mut(visible);
+            rest.fill(0.0);
+            kernels::exp_shifted(seen, dims.level)
+        })
+        .collect();
+    let mut o = vec![0f32; it.rows * d];
+    let probs = |i: usize| &s[i * width..(i + 1) * width];
+    gemm_nt_packed(it.rows, (width, d), probs, values, &mut o, d);
+    for (row, sum) in o.chunks_exact_mut(d).zip(sums) {
+        let inv = 1.0 / sum;
+        row.iter_mut().for_each(|x| *x *= inv);
+    }
     o
 }
