@@ -240,9 +240,10 @@ def run_ours(args, ckpt, data, run_dir):
 
 
 def prefill_flops(phase, params):
-    """FLOPs of a phase's prefills, vision included (2 x params per patch and per prompt token; attention scores
-    left out, as `bench` does)."""
-    return 2 * params["vision"] * phase["patches"] + 2 * params["language_model_body"] * phase["prefill_tokens"]
+    """FLOPs of a phase's prefills, vision included: 2 x params per patch and per prompt token, plus the attention
+    itself as the engine counts it (`prefill_attention_flops`, as `bench` does; 0 from older builds)."""
+    return (2 * params["vision"] * phase["patches"] + 2 * params["language_model_body"] * phase["prefill_tokens"]
+            + phase.get("prefill_attention_flops", 0))
 
 
 def main():

@@ -305,7 +305,7 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport> {
         .context("the bench backend runs a local model")?;
     let model = &loaded.model;
     let (device, dtype) = (model.device(), model.dtype());
-    let vision_seconds = time_vision(model, &loaded.kit, &bench)?;
+    let (vision_seconds, vision_attention_flops) = time_vision(model, &loaded.kit, &bench)?;
     let n = if device.is_cpu() { 2048 } else { 8192 };
     let rates = matmul_rates(device, dtype, n, model.ops().blas())?;
     let (peak, peak_source) = best_rate(&rates);
@@ -317,6 +317,7 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport> {
         steps,
         judge,
         vision_seconds,
+        vision_attention_flops,
         matmul_peak: peak,
         peak_source,
         rates,
@@ -337,6 +338,8 @@ struct Measured {
     judge: Option<PhaseStats>,
     /// Seconds of the separate vision-tower pass.
     vision_seconds: f64,
+    /// FLOPs of that pass's attention.
+    vision_attention_flops: f64,
     /// Measured matmul throughput (FLOP/s).
     matmul_peak: f64,
     /// What reached `matmul_peak` ("candle", "packed", or the CBLAS library).
@@ -355,29 +358,38 @@ struct Measured {
     profile: Option<crate::ops::ProfileSnapshot>,
 }
 
-/// Seconds the vision tower alone takes over every step screenshot (a separate pass, batched by 8 images).
+/// Seconds the vision tower alone takes over every step screenshot (a separate pass, batched by 8 images), and
+/// the FLOPs of its attention.
 fn time_vision(
     model: &Qwen25VL,
     kit: &PromptBuilder,
     bench: &crate::dataset::Benchmark,
-) -> Result<f64> {
+) -> Result<(f64, f64)> {
     let images: Vec<_> = bench
         .trajectories
         .iter()
         .flat_map(|t| t.steps.iter().map(|s| bench.root.join(&s.image)))
         .map(|p| crate::preprocess::load_and_prepare(&p, &kit.image))
         .collect::<std::result::Result<_, _>>()?;
+    let grids: Vec<[usize; 3]> = images.iter().map(|i| i.grid_thw).collect();
+    let shape = crate::model::flops::PromptShape {
+        grids: &grids,
+        new_tokens: 0,
+        cached_tokens: 0,
+    };
+    let attention = crate::model::flops::prefill_attention_flops(model.config(), &[shape]);
     let t0 = Instant::now();
     for chunk in images.chunks(8) {
         let refs: Vec<_> = chunk.iter().collect();
         let _ = model.encode_images(&refs, None)?;
         model.device().synchronize()?;
     }
-    Ok(t0.elapsed().as_secs_f64())
+    Ok((t0.elapsed().as_secs_f64(), attention))
 }
 
 /// FLOPs of the work done: vision ≈ 2·params per patch, language model ≈ 2·(non-embedding params) per token
-/// plus the head once per generated token (attention score FLOPs are left out: an underestimate).
+/// plus the head once per generated token, plus the prefills' attention itself (counted by the engine from each
+/// prompt's shapes; the decode steps' attention is left out: a slight underestimate).
 fn flops(model: &Qwen25VL, stats: &PhaseStats, (vision_params, lm_params): (u64, u64)) -> f64 {
     let patches = stats.patches;
     let t = &model.config().text;
@@ -386,6 +398,7 @@ fn flops(model: &Qwen25VL, stats: &PhaseStats, (vision_params, lm_params): (u64,
     2.0 * vision_params as f64 * patches as f64
         + 2.0 * body * (stats.prefill_tokens + stats.decode_tokens) as f64
         + 2.0 * head * stats.decode_tokens as f64
+        + stats.prefill_attention_flops
 }
 
 /// Trajectories of the Mobile-R1 benchmark.
@@ -421,7 +434,7 @@ fn report(cfg: &BenchConfig, device: &str, model: &Qwen25VL, m: &Measured) -> Be
         ..steps.clone()
     };
     let prefill_work = flops(model, &prefill_only, params);
-    let vision_work = 2.0 * params.0 as f64 * steps.patches as f64;
+    let vision_work = 2.0 * params.0 as f64 * steps.patches as f64 + m.vision_attention_flops;
     let hardware = distinct_devices(device) as f64;
     let against = |peak: f64| MfuTriple {
         mfu: ratio(work, steps.wall_seconds, peak * hardware),

@@ -178,6 +178,7 @@ impl<'m> Engine<'m> {
                 prefix: *p,
             })
             .collect();
+        stats.prefill_attention_flops += self.model.prefill_attention_flops(&batch);
         let out = self.model.prefill(&batch)?;
         // GPU work is asynchronous: wait for it, so the prefill time is the prefill's and not the next step's.
         self.model.device().synchronize()?;
@@ -208,6 +209,13 @@ impl<'m> Engine<'m> {
         let ids = r.input.input_ids[..r.prefix_len].to_vec();
         let cache = self.model.prefill_prefix(&ids)?;
         stats.prefill_tokens += ids.len();
+        let shape = crate::model::flops::PromptShape {
+            grids: &[],
+            new_tokens: ids.len(),
+            cached_tokens: 0,
+        };
+        stats.prefill_attention_flops +=
+            crate::model::flops::prefill_attention_flops(self.model.config(), &[shape]);
         self.prefixes.insert(ids, cache);
         Ok(())
     }

@@ -15,6 +15,7 @@ pub mod cache;
 pub mod config;
 pub mod device;
 pub mod files;
+pub mod flops;
 mod forward;
 pub mod nn;
 pub mod rope;
@@ -193,6 +194,27 @@ impl Qwen25VL {
     /// The ops' runtime context (settings, CBLAS library, profiler).
     pub fn ops(&self) -> &Ops {
         &self.ops
+    }
+
+    /// FLOPs of the attention itself (scores and weighted sums) in a prefill of `reqs` ([`flops`]).
+    pub fn prefill_attention_flops(&self, reqs: &[PrefillRequest<'_>]) -> f64 {
+        let grids: Vec<Vec<[usize; 3]>> = reqs
+            .iter()
+            .map(|r| r.input.images.iter().map(|i| i.grid_thw).collect())
+            .collect();
+        let shapes: Vec<flops::PromptShape<'_>> = reqs
+            .iter()
+            .zip(&grids)
+            .map(|(r, g)| {
+                let cached = r.prefix.map_or(0, |c| c.len());
+                flops::PromptShape {
+                    grids: g,
+                    new_tokens: r.input.input_ids.len() - cached,
+                    cached_tokens: cached,
+                }
+            })
+            .collect();
+        flops::prefill_attention_flops(&self.cfg, &shapes)
     }
 
     /// What the run manifest records about the ops.

@@ -22,6 +22,10 @@ pub struct PhaseStats {
     pub prefill_tokens: usize,
     /// Prompt tokens served from the prefix cache.
     pub prefix_cached_tokens: usize,
+    /// FLOPs of the prefills' attention itself (scores and weighted sums, vision and text), which 2 × parameters
+    /// per patch and token leaves out.
+    #[serde(default)]
+    pub prefill_attention_flops: f64,
     /// Tokens generated.
     pub decode_tokens: usize,
     /// Decode steps run.
@@ -107,6 +111,7 @@ impl PhaseStats {
         self.prepare_seconds += o.prepare_seconds;
         self.prefill_tokens += o.prefill_tokens;
         self.prefix_cached_tokens += o.prefix_cached_tokens;
+        self.prefill_attention_flops += o.prefill_attention_flops;
         self.decode_tokens += o.decode_tokens;
         self.decode_steps += o.decode_steps;
         self.decode_seq_sum += o.decode_seq_sum;

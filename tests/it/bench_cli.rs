@@ -41,12 +41,15 @@ fn bench_json_reports_throughput_memory_and_mfu() {
         assert!(r[key].as_f64().unwrap() > 0.0, "{key} = {}", r[key]);
     }
     assert!(r["peak_memory_bytes"].as_u64().unwrap() > 0);
-    // The peak is the best of candle's GEMM and, where it is installed, OpenBLAS's.
+    // The peak is the best of candle's GEMM, the packed kernel (where the CPU has AVX2) and, where it is
+    // installed, OpenBLAS's.
     let source = r["matmul_peak_source"].as_str().unwrap();
     assert!(
-        source == "candle" || source.starts_with("cblas: "),
+        source == "candle" || source == "packed" || source.starts_with("cblas: "),
         "{source}"
     );
+    // The work counted includes the prefills' attention.
+    assert!(typed.phases[0].stats.prefill_attention_flops > 0.0);
     // Every GEMM path measured is listed, the best one is the peak, and the CPU and its ISA peak are described.
     let rates = r["matmul_rates"].as_array().unwrap();
     let best = rates

@@ -259,14 +259,35 @@ fn continuous_batcher_matches_golden_greedy_ids() {
         })
         .count();
     assert!(shared > 0, "the golden prompts share a text prefix");
-    let requests = inputs.into_iter().enumerate().map(|(id, input)| Request {
-        id,
-        input,
-        prefix_len: shared,
-        max_new_tokens: 10,
-        stop_tokens: model.config().eos_token_ids.clone(),
-        top_logprobs: 0,
-    });
+    // The attention FLOPs the phase should record: the shared prefix once, then each prompt's rest after it.
+    use mobile_r1_eval::model::flops::{prefill_attention_flops, PromptShape};
+    let grids: Vec<Vec<[usize; 3]>> = inputs
+        .iter()
+        .map(|x| x.images.iter().map(|i| i.grid_thw).collect())
+        .collect();
+    let mut shapes = vec![PromptShape {
+        grids: &[],
+        new_tokens: shared,
+        cached_tokens: 0,
+    }];
+    shapes.extend(inputs.iter().zip(&grids).map(|(x, g)| PromptShape {
+        grids: g,
+        new_tokens: x.input_ids.len() - shared,
+        cached_tokens: shared,
+    }));
+    let attention_flops = prefill_attention_flops(model.config(), &shapes);
+    let requests = inputs
+        .clone()
+        .into_iter()
+        .enumerate()
+        .map(|(id, input)| Request {
+            id,
+            input,
+            prefix_len: shared,
+            max_new_tokens: 10,
+            stop_tokens: model.config().eos_token_ids.clone(),
+            top_logprobs: 0,
+        });
     let limits = BatchLimits {
         max_seqs: 2,
         max_batch_tokens: 1_000_000,
@@ -281,6 +302,8 @@ fn continuous_batcher_matches_golden_greedy_ids() {
         })
         .unwrap();
     assert_eq!(stats.prefix_cached_tokens, shared * CASES.len());
+    let counted = stats.prefill_attention_flops;
+    assert!((counted - attention_flops).abs() <= 1e-9 * attention_flops && counted > 0.0);
     let eos = &model.config().eos_token_ids;
     for (i, p) in CASES.iter().enumerate() {
         let want: Vec<u32> = ids(g(&gold, &format!("{p}gen.ids")))

@@ -145,17 +145,7 @@ fn pack_kv(inp: &Inputs<'_>, si: usize, kh: usize, dims: Dims) -> (PackedW, Pack
     let p = inp.prefixes[si].as_ref().map_or(0, |x| x.3);
     let keys = p + inp.segs[si].len;
     let row = |values: bool| {
-        let (prefix, rows) = kv_views(
-            inp,
-            Item {
-                si,
-                head: kh * (dims.heads / dims.kv_heads),
-                r0: 0,
-                rows: 0,
-            },
-            dims,
-            values,
-        );
+        let (prefix, rows) = kv_views(inp, (si, kh), dims, values);
         move |j: usize| {
             let (v, j) = if j < p { (prefix, j) } else { (rows, j - p) };
             &v.data[v.at + j * v.rs..][..d]
@@ -167,11 +157,15 @@ fn pack_kv(inp: &Inputs<'_>, si: usize, kh: usize, dims: Dims) -> (PackedW, Pack
     )
 }
 
-/// The keys (or values) of `it`'s KV head: the cached prefix's `p` rows, then the segment's rows.
-fn kv_views<'a>(inp: &Inputs<'a>, it: Item, dims: Dims, values: bool) -> (View<'a>, View<'a>) {
-    let kh = it.head / (dims.heads / dims.kv_heads);
-    let seg = &inp.segs[it.si];
-    let prefix = match &inp.prefixes[it.si] {
+/// The keys (or values) of segment `si`'s KV head `kh`: the cached prefix's `p` rows, then the segment's rows.
+fn kv_views<'a>(
+    inp: &Inputs<'a>,
+    (si, kh): (usize, usize),
+    dims: Dims,
+    values: bool,
+) -> (View<'a>, View<'a>) {
+    let seg = &inp.segs[si];
+    let prefix = match &inp.prefixes[si] {
         Some((pk, pv, cap, _)) => View {
             data: if values { pv } else { pk },
             at: kh * cap * dims.d,
@@ -253,7 +247,8 @@ fn block(inp: &Inputs<'_>, it: Item, dims: Dims) -> Vec<f32> {
         rs: dims.heads * d,
         cs: 1,
     };
-    let (kp, ks) = kv_views(inp, it, dims, false);
+    let kv_head = (it.si, it.head / (dims.heads / dims.kv_heads));
+    let (kp, ks) = kv_views(inp, kv_head, dims, false);
     let mut s = vec![0f32; it.rows * width];
     product(&mut s, width, it.rows, p, d, q, kp.t(), false, inp.scale);
     product(
@@ -268,7 +263,7 @@ fn block(inp: &Inputs<'_>, it: Item, dims: Dims) -> Vec<f32> {
         inp.scale,
     );
     probabilities(inp, it, (p, width), dims, &mut s);
-    let (vp, vs) = kv_views(inp, it, dims, true);
+    let (vp, vs) = kv_views(inp, kv_head, dims, true);
     let mut o = vec![0f32; it.rows * d];
     let probs = |at: usize| View {
         data: &s,

@@ -1,0 +1,78 @@
+//! FLOPs of the attention itself (scores and weighted sums; the projections are the linear layers') that a prefill
+//! runs, for throughput and MFU figures that count all of the work: each query row and layer costs
+//! `4 · keys it sees · heads · head_dim`.
+
+use super::config::ModelConfig;
+use super::window::window_index;
+
+/// One prompt of a prefill: its images' patch grids `(t, h, w)`, its new tokens and its cached prefix's tokens.
+#[derive(Debug, Clone, Copy)]
+pub struct PromptShape<'a> {
+    /// The images' patch grids.
+    pub grids: &'a [[usize; 3]],
+    /// Tokens prefilled.
+    pub new_tokens: usize,
+    /// Tokens served from the prefix cache (seen by the new tokens, not computed again).
+    pub cached_tokens: usize,
+}
+
+/// The attention FLOPs of prefilling `prompts`: the vision tower's window layers over each window and its
+/// full-attention layers over each image, then the language model's causal attention of each prompt's new tokens
+/// over its prefix and themselves.
+pub fn prefill_attention_flops(cfg: &ModelConfig, prompts: &[PromptShape<'_>]) -> f64 {
+    let (v, t) = (&cfg.vision, &cfg.text);
+    let squares =
+        |cu: &[usize]| -> f64 { cu.windows(2).map(|p| ((p[1] - p[0]) as f64).powi(2)).sum() };
+    let full_layers = v.fullatt_block_indexes.len().min(v.depth) as f64;
+    let window_layers = v.depth as f64 - full_layers;
+    let vision: f64 = prompts
+        .iter()
+        .map(|p| {
+            let wi = window_index(p.grids, v.spatial_merge_size, v.merger_window());
+            full_layers * squares(&wi.cu_seqlens) + window_layers * squares(&wi.cu_window_seqlens)
+        })
+        .sum();
+    let text: f64 = prompts
+        .iter()
+        .map(|p| {
+            let (n, c) = (p.new_tokens as f64, p.cached_tokens as f64);
+            n * c + n * (n + 1.0) / 2.0
+        })
+        .sum();
+    4.0 * (vision * v.hidden_size as f64
+        + text * (t.num_attention_heads * t.head_dim * t.num_hidden_layers) as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_windows_full_layers_and_causal_prompts_by_hand() {
+        let json = include_str!("../../tests/fixtures/models/tiny-a/config.json");
+        let mut cfg = ModelConfig::from_json(json, None).unwrap();
+        let (v, t) = (cfg.vision.clone(), cfg.text.clone());
+        // A text-only prompt of 3 new tokens after 2 cached: rows see 3, 4 and 5 keys.
+        let text = [PromptShape {
+            grids: &[],
+            new_tokens: 3,
+            cached_tokens: 2,
+        }];
+        let per_row = 4.0 * (t.num_attention_heads * t.head_dim * t.num_hidden_layers) as f64;
+        assert_eq!(prefill_attention_flops(&cfg, &text), 12.0 * per_row);
+        // One image whose grid is a single window: every layer sees all of its patches.
+        let side = v.spatial_merge_size;
+        let grid = [[1, side, side]];
+        let image = [PromptShape {
+            grids: &grid,
+            new_tokens: 0,
+            cached_tokens: 0,
+        }];
+        let n = (side * side) as f64;
+        let want = 4.0 * n * n * (v.depth * v.hidden_size) as f64;
+        assert_eq!(prefill_attention_flops(&cfg, &image), want);
+        // With no full-attention layers, still every layer once.
+        cfg.vision.fullatt_block_indexes.clear();
+        assert_eq!(prefill_attention_flops(&cfg, &image), want);
+    }
+}
