@@ -353,20 +353,58 @@ unsafe fn kernel(_: usize, _: *const f32, _: *const f32, _: *mut f32, _: usize, 
     unreachable!("packed_gemm::supported() is false off x86-64")
 }
 
+/// What the CPU GEMM kernels' tests share: inputs, and the check against an f64 reference.
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn values(len: usize, seed: usize) -> Vec<f32> {
+pub(super) mod check {
+    /// `len` values in [-1, 1), different for each `seed`.
+    pub fn values(len: usize, seed: usize) -> Vec<f32> {
         (0..len)
             .map(|i| ((i * 7919 + seed * 104_729) % 2000) as f32 / 1000.0 - 1.0)
             .collect()
     }
 
-    fn product(a: &[f32], w: &[f32], dims: (usize, usize, usize)) -> Vec<f32> {
+    /// A kernel `c = a · wᵀ` with `dims` = (m, k, n).
+    pub type Kernel = fn(&[f32], &[f32], (usize, usize, usize), &mut [f32]);
+
+    /// `f`'s product, into an output that starts as NaN.
+    pub fn product(f: Kernel, a: &[f32], w: &[f32], dims: (usize, usize, usize)) -> Vec<f32> {
         let mut c = vec![f32::NAN; dims.0 * dims.2];
-        sgemm_nt(a, w, dims, &mut c);
+        f(a, w, dims, &mut c);
         c
+    }
+
+    /// Assert `f` gives `a · wᵀ` on random inputs of each shape (m, k, n) of `shapes`.
+    pub fn matches_reference(f: Kernel, shapes: &[(usize, usize, usize)]) {
+        for &(m, k, n) in shapes {
+            let (a, w) = (values(m * k, 1), values(n * k, 2));
+            near_f64_reference(&a, &w, (m, k, n), &product(f, &a, &w, (m, k, n)));
+        }
+    }
+
+    /// Assert `c` (m × n) is `a · wᵀ` for `a` (m × k) and `w` (n × k) within f32 rounding of an f64 reference.
+    fn near_f64_reference(a: &[f32], w: &[f32], (m, k, n): (usize, usize, usize), c: &[f32]) {
+        for i in 0..m {
+            for j in 0..n {
+                let want: f64 = (0..k)
+                    .map(|p| a[i * k + p] as f64 * w[j * k + p] as f64)
+                    .sum();
+                let got = c[i * n + j] as f64;
+                assert!(
+                    (got - want).abs() <= 1e-5 * (1.0 + k as f64),
+                    "({m},{k},{n}) at ({i},{j}): {got} vs {want}"
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check::{matches_reference, values};
+    use super::*;
+
+    fn product(a: &[f32], w: &[f32], dims: (usize, usize, usize)) -> Vec<f32> {
+        check::product(sgemm_nt, a, w, dims)
     }
 
     #[test]
@@ -376,30 +414,18 @@ mod tests {
             return;
         }
         // Partial register tiles, several depth blocks (k > KC), several column blocks (n > NC), k = 0.
-        for (m, k, n) in [
-            (1, 1, 1),
-            (5, 7, 15),
-            (6, 16, 16),
-            (7, KC + 1, 17),
-            (13, 2 * KC + 5, 33),
-            (3, 20, NC + 18),
-            (4, 0, 9),
-        ] {
-            let (a, w) = (values(m * k, 1), values(n * k, 2));
-            let c = product(&a, &w, (m, k, n));
-            for i in 0..m {
-                for j in 0..n {
-                    let want: f64 = (0..k)
-                        .map(|p| a[i * k + p] as f64 * w[j * k + p] as f64)
-                        .sum();
-                    let got = c[i * n + j] as f64;
-                    assert!(
-                        (got - want).abs() <= 1e-5 * (1.0 + k as f64),
-                        "({m},{k},{n}) at ({i},{j}): {got} vs {want}"
-                    );
-                }
-            }
-        }
+        matches_reference(
+            sgemm_nt,
+            &[
+                (1, 1, 1),
+                (5, 7, 15),
+                (6, 16, 16),
+                (7, KC + 1, 17),
+                (13, 2 * KC + 5, 33),
+                (3, 20, NC + 18),
+                (4, 0, 9),
+            ],
+        );
     }
 
     #[test]

@@ -149,17 +149,10 @@ unsafe fn lanes_sum(v: std::arch::x86_64::__m256) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn values(len: usize, seed: usize) -> Vec<f32> {
-        (0..len)
-            .map(|i| ((i * 7919 + seed * 104_729) % 2000) as f32 / 1000.0 - 1.0)
-            .collect()
-    }
+    use crate::ops::packed_gemm::check::{self, matches_reference, values};
 
     fn product(a: &[f32], w: &[f32], dims: (usize, usize, usize)) -> Vec<f32> {
-        let mut c = vec![f32::NAN; dims.0 * dims.2];
-        sgemm_nt_rows(a, w, dims, &mut c);
-        c
+        check::product(sgemm_nt_rows, a, w, dims)
     }
 
     #[test]
@@ -169,30 +162,18 @@ mod tests {
             return;
         }
         // Partial row and weight groups, depths with and without a tail, k = 0, several tasks.
-        for (m, k, n) in [
-            (1, 1, 1),
-            (1, 8, 2),
-            (2, 13, 4),
-            (4, 16, 3),
-            (5, 31, 7),
-            (9, 0, 5),
-            (3, 20, 200),
-        ] {
-            let (a, w) = (values(m * k, 1), values(n * k, 2));
-            let c = product(&a, &w, (m, k, n));
-            for i in 0..m {
-                for j in 0..n {
-                    let want: f64 = (0..k)
-                        .map(|p| a[i * k + p] as f64 * w[j * k + p] as f64)
-                        .sum();
-                    let got = c[i * n + j] as f64;
-                    assert!(
-                        (got - want).abs() <= 1e-5 * (1.0 + k as f64),
-                        "({m},{k},{n}) at ({i},{j}): {got} vs {want}"
-                    );
-                }
-            }
-        }
+        matches_reference(
+            sgemm_nt_rows,
+            &[
+                (1, 1, 1),
+                (1, 8, 2),
+                (2, 13, 4),
+                (4, 16, 3),
+                (5, 31, 7),
+                (9, 0, 5),
+                (3, 20, 200),
+            ],
+        );
     }
 
     #[test]

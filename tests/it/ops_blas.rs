@@ -302,13 +302,9 @@ fn choose_uses_a_library_only_where_it_fits_and_is_not_slower() {
     );
 }
 
-/// The built-in GEMM (`off`) on a CPU with AVX2 and no AVX-512: segments of `packed_gemm::MIN_ROWS` rows or more
-/// go through the packed kernel, shorter ones through the `gemm` crate, each segment with the bits it has alone;
-/// `gemm-crate` keeps the `gemm` crate for all. Elsewhere the built-in GEMM is the `gemm` crate for all.
-#[test]
-fn the_built_in_gemm_takes_the_packed_kernel_for_large_segments() {
-    use mobile_r1_eval::ops::packed_gemm::{self, BuiltinGemm, MIN_ROWS};
-    use mobile_r1_eval::ops::{CpuGemm, Ops, OpsConfig, Rows};
+/// The CPU ops with the built-in GEMM (`off`) and with the `gemm` crate for all (`gemm-crate`).
+fn builtin_and_gemm_crate() -> (mobile_r1_eval::ops::Ops, mobile_r1_eval::ops::Ops) {
+    use mobile_r1_eval::ops::{CpuGemm, Ops, OpsConfig};
     let ops = |cpu_gemm| {
         let config = OpsConfig {
             cpu_gemm,
@@ -316,7 +312,17 @@ fn the_built_in_gemm_takes_the_packed_kernel_for_large_segments() {
         };
         Ops::new(&config, &Device::Cpu).unwrap()
     };
-    let (builtin, crate_only) = (ops(CpuGemm::Builtin), ops(CpuGemm::GemmCrate));
+    (ops(CpuGemm::Builtin), ops(CpuGemm::GemmCrate))
+}
+
+/// The built-in GEMM (`off`) on a CPU with AVX2 and no AVX-512: segments of `packed_gemm::MIN_ROWS` rows or more
+/// go through the packed kernel, shorter ones through the `gemm` crate, each segment with the bits it has alone;
+/// `gemm-crate` keeps the `gemm` crate for all. Elsewhere the built-in GEMM is the `gemm` crate for all.
+#[test]
+fn the_built_in_gemm_takes_the_packed_kernel_for_large_segments() {
+    use mobile_r1_eval::ops::packed_gemm::{self, BuiltinGemm, MIN_ROWS};
+    use mobile_r1_eval::ops::Rows;
+    let (builtin, crate_only) = builtin_and_gemm_crate();
     let packed = BuiltinGemm::for_this_cpu(false) == BuiltinGemm::Packed;
     eprintln!(
         "the built-in GEMM here: {}",
@@ -376,15 +382,8 @@ fn the_built_in_gemm_takes_the_packed_kernel_for_large_segments() {
 #[test]
 fn independent_rows_take_the_row_kernel_with_the_packed_built_in_gemm() {
     use mobile_r1_eval::ops::packed_gemm::BuiltinGemm;
-    use mobile_r1_eval::ops::{row_gemm, CpuGemm, Ops, OpsConfig, Rows};
-    let ops = |cpu_gemm| {
-        let config = OpsConfig {
-            cpu_gemm,
-            ..OpsConfig::default()
-        };
-        Ops::new(&config, &Device::Cpu).unwrap()
-    };
-    let (builtin, crate_only) = (ops(CpuGemm::Builtin), ops(CpuGemm::GemmCrate));
+    use mobile_r1_eval::ops::{row_gemm, Ops, Rows};
+    let (builtin, crate_only) = builtin_and_gemm_crate();
     let packed = BuiltinGemm::for_this_cpu(false) == BuiltinGemm::Packed;
     let rows_manifest = builtin.manifest().cpu_gemm_independent_rows;
     eprintln!("independent rows here: {rows_manifest}");

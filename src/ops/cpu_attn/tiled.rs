@@ -231,16 +231,21 @@ fn product(
     }
 }
 
-/// The attention output (rows × d) of one query block.
-fn block(inp: &Inputs<'_>, it: Item, dims: Dims) -> Vec<f32> {
-    let (d, seg) = (dims.d, &inp.segs[it.si]);
+/// The keys of the item's segment's cached prefix, and the keys any row of the block sees (the prefix's first).
+fn keys_seen(inp: &Inputs<'_>, it: Item) -> (usize, usize) {
     let p = inp.prefixes[it.si].as_ref().map_or(0, |x| x.3);
-    // Keys any row of the block sees.
     let width = if inp.causal {
         p + it.r0 + it.rows
     } else {
-        p + seg.len
+        p + inp.segs[it.si].len
     };
+    (p, width)
+}
+
+/// The attention output (rows × d) of one query block.
+fn block(inp: &Inputs<'_>, it: Item, dims: Dims) -> Vec<f32> {
+    let (d, seg) = (dims.d, &inp.segs[it.si]);
+    let (p, width) = keys_seen(inp, it);
     let q = View {
         data: inp.qs,
         at: ((seg.start + it.r0) * dims.heads + it.head) * d,
@@ -303,12 +308,7 @@ fn block_packed(
     (keys, values): &(PackedW, PackedW),
 ) -> Vec<f32> {
     let (d, seg) = (dims.d, &inp.segs[it.si]);
-    let p = inp.prefixes[it.si].as_ref().map_or(0, |x| x.3);
-    let width = if inp.causal {
-        p + it.r0 + it.rows
-    } else {
-        p + seg.len
-    };
+    let (p, width) = keys_seen(inp, it);
     let q: Vec<f32> = (0..it.rows)
         .flat_map(|i| {
             let at = ((seg.start + it.r0 + i) * dims.heads + it.head) * d;

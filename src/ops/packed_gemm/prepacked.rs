@@ -95,13 +95,8 @@ pub fn gemm_nt_packed<'a>(
 
 #[cfg(test)]
 mod tests {
+    use super::super::check::values;
     use super::*;
-
-    fn values(len: usize, seed: usize) -> Vec<f32> {
-        (0..len)
-            .map(|i| ((i * 7919 + seed * 104_729) % 2000) as f32 / 1000.0 - 1.0)
-            .collect()
-    }
 
     /// Against `sgemm_nt` bit for bit, for a `w` packed as rows and as the transpose of its transpose, over a
     /// part of its columns and depths (the attention's causal blocks) and the whole.
