@@ -209,7 +209,7 @@ impl Qwen25VL {
                 let cached = r.prefix.map_or(0, |c| c.len());
                 flops::PromptShape {
                     grids: g,
-                    new_tokens: r.input.input_ids.len() - cached,
+                    new_tokens: r.input.input_ids.len().saturating_sub(cached),
                     cached_tokens: cached,
                 }
             })
