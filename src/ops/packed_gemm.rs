@@ -363,6 +363,15 @@ pub(super) mod check {
             .collect()
     }
 
+    /// True, with a line saying so, where this CPU cannot run the kernels (no AVX2/FMA): the test then skips.
+    pub fn skip_without_avx2() -> bool {
+        let skip = !super::supported();
+        if skip {
+            eprintln!("skipped: this CPU has no AVX2/FMA");
+        }
+        skip
+    }
+
     /// A kernel `c = a · wᵀ` with `dims` = (m, k, n).
     pub type Kernel = fn(&[f32], &[f32], (usize, usize, usize), &mut [f32]);
 
@@ -409,8 +418,7 @@ mod tests {
 
     #[test]
     fn matches_a_float64_reference_on_partial_tiles_and_several_blocks() {
-        if !supported() {
-            eprintln!("skipped: this CPU has no AVX2/FMA");
+        if check::skip_without_avx2() {
             return;
         }
         // Partial register tiles, several depth blocks (k > KC), several column blocks (n > NC), k = 0.
@@ -430,8 +438,7 @@ mod tests {
 
     #[test]
     fn a_rows_bits_depend_neither_on_the_other_rows_nor_on_the_threads() {
-        if !supported() {
-            eprintln!("skipped: this CPU has no AVX2/FMA");
+        if check::skip_without_avx2() {
             return;
         }
         let (m, k, n) = (2 * MC + 7, KC + 40, 70);
@@ -517,8 +524,7 @@ pub(super) mod timing {
     #[test]
     #[ignore = "a timing run: use --release --ignored --nocapture"]
     fn model_shapes() {
-        if !supported() {
-            eprintln!("skipped: this CPU has no AVX2/FMA");
+        if check::skip_without_avx2() {
             return;
         }
         let blas = crate::ops::blas::Blas::from_spec("auto").unwrap();

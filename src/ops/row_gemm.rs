@@ -157,8 +157,7 @@ mod tests {
 
     #[test]
     fn matches_a_float64_reference_on_partial_tiles_and_tails() {
-        if !supported() {
-            eprintln!("skipped: this CPU has no AVX2/FMA");
+        if check::skip_without_avx2() {
             return;
         }
         // Partial row and weight groups, depths with and without a tail, k = 0, several tasks.
@@ -178,8 +177,7 @@ mod tests {
 
     #[test]
     fn a_rows_bits_depend_neither_on_the_other_rows_nor_on_the_threads() {
-        if !supported() {
-            eprintln!("skipped: this CPU has no AVX2/FMA");
+        if check::skip_without_avx2() {
             return;
         }
         let (m, k, n) = (11, 901, 301);
@@ -205,13 +203,13 @@ mod tests {
 #[cfg(test)]
 mod timing {
     use super::*;
+    use crate::ops::packed_gemm::check;
     use crate::ops::packed_gemm::timing::gemm_crate;
 
     #[test]
     #[ignore = "a timing run: use --release --ignored --nocapture"]
     fn decode_shapes() {
-        if !supported() {
-            eprintln!("skipped: this CPU has no AVX2/FMA");
+        if check::skip_without_avx2() {
             return;
         }
         let block = crate::ops::ROW_BLOCK;

@@ -95,15 +95,14 @@ pub fn gemm_nt_packed<'a>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::check::values;
+    use super::super::check::{self, values};
     use super::*;
 
     /// Against `sgemm_nt` bit for bit, for a `w` packed as rows and as the transpose of its transpose, over a
     /// part of its columns and depths (the attention's causal blocks) and the whole.
     #[test]
     fn has_sgemm_nts_bits_on_part_or_all_of_w() {
-        if !super::super::supported() {
-            eprintln!("skipped: this CPU has no AVX2/FMA");
+        if check::skip_without_avx2() {
             return;
         }
         let (m, k, n) = (13, 2 * KC + 37, 41);
