@@ -388,8 +388,8 @@ fn time_vision(
 }
 
 /// FLOPs of the work done: vision ≈ 2·params per patch, language model ≈ 2·(non-embedding params) per token
-/// plus the head once per generated token, plus the prefills' attention itself (counted by the engine from each
-/// prompt's shapes; the decode steps' attention is left out: a slight underestimate).
+/// plus the head once per generated token, plus the attention itself (counted by the engine from each prompt's
+/// shapes and each decode step's sequence lengths).
 fn flops(model: &Qwen25VL, stats: &PhaseStats, (vision_params, lm_params): (u64, u64)) -> f64 {
     let patches = stats.patches;
     let t = &model.config().text;
@@ -399,6 +399,7 @@ fn flops(model: &Qwen25VL, stats: &PhaseStats, (vision_params, lm_params): (u64,
         + 2.0 * body * (stats.prefill_tokens + stats.decode_tokens) as f64
         + 2.0 * head * stats.decode_tokens as f64
         + stats.prefill_attention_flops
+        + stats.decode_attention_flops
 }
 
 /// Trajectories of the Mobile-R1 benchmark.

@@ -14,6 +14,7 @@ use candle_core::{Tensor, D};
 use super::memory;
 use super::scheduler::{admit_count, prefill_chunks, BatchLimits, Occupancy};
 use super::{FinishReason, Generation, Request};
+use crate::model::flops::{decode_attention_flops, prefill_attention_flops, PromptShape};
 use crate::model::{PrefillRequest, Qwen25VL, SeqCache};
 use crate::records::PhaseStats;
 
@@ -209,13 +210,12 @@ impl<'m> Engine<'m> {
         let ids = r.input.input_ids[..r.prefix_len].to_vec();
         let cache = self.model.prefill_prefix(&ids)?;
         stats.prefill_tokens += ids.len();
-        let shape = crate::model::flops::PromptShape {
+        let shape = PromptShape {
             grids: &[],
             new_tokens: ids.len(),
             cached_tokens: 0,
         };
-        stats.prefill_attention_flops +=
-            crate::model::flops::prefill_attention_flops(self.model.config(), &[shape]);
+        stats.prefill_attention_flops += prefill_attention_flops(self.model.config(), &[shape]);
         self.prefixes.insert(ids, cache);
         Ok(())
     }
@@ -259,8 +259,11 @@ impl<'m> Engine<'m> {
         let mut done_rows = 0;
         while done_rows < n {
             let (start, end) = (done_rows, (done_rows + self.decode_group).min(n));
+            let keys = self.running[start..end].iter().map(|r| r.cache.len() + 1);
+            let attention_flops = decode_attention_flops(self.model.config(), keys);
             match self.decode_range(start, end) {
                 Ok(logits) => {
+                    stats.decode_attention_flops += attention_flops;
                     self.push_tokens(start, &logits, stats)?;
                     done_rows = end;
                 }

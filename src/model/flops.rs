@@ -1,5 +1,5 @@
-//! FLOPs of the attention itself (scores and weighted sums; the projections are the linear layers') that a prefill
-//! runs, for throughput and MFU figures that count all of the work: each query row and layer costs
+//! FLOPs of the attention itself (scores and weighted sums; the projections are the linear layers') that prefills
+//! and decode steps run, for throughput and MFU figures that count all of the work: each query row and layer costs
 //! `4 · keys it sees · heads · head_dim`.
 
 use super::config::ModelConfig;
@@ -20,7 +20,7 @@ pub struct PromptShape<'a> {
 /// full-attention layers over each image, then the language model's causal attention of each prompt's new tokens
 /// over its prefix and themselves.
 pub fn prefill_attention_flops(cfg: &ModelConfig, prompts: &[PromptShape<'_>]) -> f64 {
-    let (v, t) = (&cfg.vision, &cfg.text);
+    let v = &cfg.vision;
     let squares =
         |cu: &[usize]| -> f64 { cu.windows(2).map(|p| ((p[1] - p[0]) as f64).powi(2)).sum() };
     let full_layers = v.fullatt_block_indexes.len().min(v.depth) as f64;
@@ -39,8 +39,19 @@ pub fn prefill_attention_flops(cfg: &ModelConfig, prompts: &[PromptShape<'_>]) -
             n * c + n * (n + 1.0) / 2.0
         })
         .sum();
-    4.0 * (vision * v.hidden_size as f64
-        + text * (t.num_attention_heads * t.head_dim * t.num_hidden_layers) as f64)
+    4.0 * vision * v.hidden_size as f64 + text * text_flops_per_key(cfg)
+}
+
+/// The attention FLOPs of one decode step whose sequences' new tokens see `keys` keys each (the cached tokens and
+/// themselves).
+pub fn decode_attention_flops(cfg: &ModelConfig, keys: impl IntoIterator<Item = usize>) -> f64 {
+    keys.into_iter().sum::<usize>() as f64 * text_flops_per_key(cfg)
+}
+
+/// The language model's attention FLOPs per (query row, key) pair over all its layers.
+fn text_flops_per_key(cfg: &ModelConfig) -> f64 {
+    let t = &cfg.text;
+    4.0 * (t.num_attention_heads * t.head_dim * t.num_hidden_layers) as f64
 }
 
 #[cfg(test)]
@@ -60,6 +71,8 @@ mod tests {
         }];
         let per_row = 4.0 * (t.num_attention_heads * t.head_dim * t.num_hidden_layers) as f64;
         assert_eq!(prefill_attention_flops(&cfg, &text), 12.0 * per_row);
+        // Two sequences' decode step after 5 and 7 tokens: their new tokens see 6 and 8 keys.
+        assert_eq!(decode_attention_flops(&cfg, [6, 8]), 14.0 * per_row);
         // One image whose grid is a single window: every layer sees all of its patches.
         let side = v.spatial_merge_size;
         let grid = [[1, side, side]];

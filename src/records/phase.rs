@@ -26,6 +26,9 @@ pub struct PhaseStats {
     /// per patch and token leaves out.
     #[serde(default)]
     pub prefill_attention_flops: f64,
+    /// FLOPs of the decode steps' attention itself (each new token over its sequence's keys).
+    #[serde(default)]
+    pub decode_attention_flops: f64,
     /// Tokens generated.
     pub decode_tokens: usize,
     /// Decode steps run.
@@ -112,6 +115,7 @@ impl PhaseStats {
         self.prefill_tokens += o.prefill_tokens;
         self.prefix_cached_tokens += o.prefix_cached_tokens;
         self.prefill_attention_flops += o.prefill_attention_flops;
+        self.decode_attention_flops += o.decode_attention_flops;
         self.decode_tokens += o.decode_tokens;
         self.decode_steps += o.decode_steps;
         self.decode_seq_sum += o.decode_seq_sum;

@@ -48,8 +48,9 @@ fn bench_json_reports_throughput_memory_and_mfu() {
         source == "candle" || source == "packed" || source.starts_with("cblas: "),
         "{source}"
     );
-    // The work counted includes the prefills' attention.
+    // The work counted includes the attention of the prefills and of the decode steps.
     assert!(typed.phases[0].stats.prefill_attention_flops > 0.0);
+    assert!(typed.phases[0].stats.decode_attention_flops > 0.0);
     // Every GEMM path measured is listed, the best one is the peak, and the CPU and its ISA peak are described.
     let rates = r["matmul_rates"].as_array().unwrap();
     let best = rates

@@ -260,7 +260,9 @@ fn continuous_batcher_matches_golden_greedy_ids() {
         .count();
     assert!(shared > 0, "the golden prompts share a text prefix");
     // The attention FLOPs the phase should record: the shared prefix once, then each prompt's rest after it.
-    use mobile_r1_eval::model::flops::{prefill_attention_flops, PromptShape};
+    use mobile_r1_eval::model::flops::{
+        decode_attention_flops, prefill_attention_flops, PromptShape,
+    };
     let grids: Vec<Vec<[usize; 3]>> = inputs
         .iter()
         .map(|x| x.images.iter().map(|i| i.grid_thw).collect())
@@ -295,15 +297,22 @@ fn continuous_batcher_matches_golden_greedy_ids() {
     };
     let mut stats = PhaseStats::default();
     let mut got = vec![None; CASES.len()];
+    // Each decode step's new token sees its prompt, the tokens generated before it and itself: after the first
+    // token (from the prefill), the j-th decode step of a prompt of p tokens sees p + j keys.
+    let mut decode_keys = Vec::new();
     Engine::new(&model, limits)
         .run(requests, &mut stats, |r, _| {
+            let generated = r.token_ids.len() + usize::from(r.stop_token.is_some());
+            decode_keys.extend((1..generated).map(|j| r.prompt_tokens + j));
             got[r.id] = Some(r.token_ids);
             Ok(())
         })
         .unwrap();
     assert_eq!(stats.prefix_cached_tokens, shared * CASES.len());
-    let counted = stats.prefill_attention_flops;
-    assert!((counted - attention_flops).abs() <= 1e-9 * attention_flops && counted > 0.0);
+    let close = |counted: f64, want: f64| (counted - want).abs() <= 1e-9 * want && counted > 0.0;
+    assert!(close(stats.prefill_attention_flops, attention_flops));
+    let decode_flops = decode_attention_flops(model.config(), decode_keys);
+    assert!(close(stats.decode_attention_flops, decode_flops));
     let eos = &model.config().eos_token_ids;
     for (i, p) in CASES.iter().enumerate() {
         let want: Vec<u32> = ids(g(&gold, &format!("{p}gen.ids")))
