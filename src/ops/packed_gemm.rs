@@ -356,6 +356,8 @@ unsafe fn kernel(_: usize, _: *const f32, _: *const f32, _: *mut f32, _: usize, 
 /// What the CPU GEMM kernels' tests share: inputs, and the check against an f64 reference.
 #[cfg(test)]
 pub(super) mod check {
+    use std::ops::Range;
+
     /// `len` values in [-1, 1), different for each `seed`.
     pub fn values(len: usize, seed: usize) -> Vec<f32> {
         (0..len)
@@ -390,6 +392,23 @@ pub(super) mod check {
         }
     }
 
+    /// Assert that `f`'s rows `r` of a product of shape `dims` on random inputs have the same bits when computed
+    /// without the other rows, for each range `r` of `parts`, and that the whole product has the same bits on
+    /// one thread.
+    pub fn rows_stand_alone(f: Kernel, (m, k, n): (usize, usize, usize), parts: &[Range<usize>]) {
+        let (a, w) = (values(m * k, 3), values(n * k, 4));
+        let all = product(f, &a, &w, (m, k, n));
+        for r in parts {
+            let part = product(f, &a[r.start * k..r.end * k], &w, (r.len(), k, n));
+            assert_eq!(part, all[r.start * n..r.end * n].to_vec(), "rows {r:?}");
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        assert_eq!(pool.install(|| product(f, &a, &w, (m, k, n))), all);
+    }
+
     /// Assert `c` (m × n) is `a · wᵀ` for `a` (m × k) and `w` (n × k) within f32 rounding of an f64 reference.
     fn near_f64_reference(a: &[f32], w: &[f32], (m, k, n): (usize, usize, usize), c: &[f32]) {
         for i in 0..m {
@@ -409,12 +428,8 @@ pub(super) mod check {
 
 #[cfg(test)]
 mod tests {
-    use super::check::{matches_reference, values};
+    use super::check::{matches_reference, rows_stand_alone};
     use super::*;
-
-    fn product(a: &[f32], w: &[f32], dims: (usize, usize, usize)) -> Vec<f32> {
-        check::product(sgemm_nt, a, w, dims)
-    }
 
     #[test]
     fn matches_a_float64_reference_on_partial_tiles_and_several_blocks() {
@@ -441,17 +456,10 @@ mod tests {
         if check::skip_without_avx2() {
             return;
         }
-        let (m, k, n) = (2 * MC + 7, KC + 40, 70);
-        let (a, w) = (values(m * k, 3), values(n * k, 4));
-        let all = product(&a, &w, (m, k, n));
-        // Rows 100..111 alone (another place in the tiles and row blocks) and all rows on one thread.
-        let part = product(&a[100 * k..111 * k], &w, (11, k, n));
-        assert_eq!(part, all[100 * n..111 * n].to_vec());
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(1)
-            .build()
-            .unwrap();
-        assert_eq!(pool.install(|| product(&a, &w, (m, k, n))), all);
+        // Rows 100..111 alone (another place in the tiles and row blocks), rows across the first row block's end,
+        // and all rows on one thread.
+        let parts = [100..111, MC - 3..MC + 4];
+        rows_stand_alone(sgemm_nt, (2 * MC + 7, KC + 40, 70), &parts);
     }
 }
 

@@ -149,11 +149,7 @@ unsafe fn lanes_sum(v: std::arch::x86_64::__m256) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::packed_gemm::check::{self, matches_reference, values};
-
-    fn product(a: &[f32], w: &[f32], dims: (usize, usize, usize)) -> Vec<f32> {
-        check::product(sgemm_nt_rows, a, w, dims)
-    }
+    use crate::ops::packed_gemm::check::{self, matches_reference, rows_stand_alone};
 
     #[test]
     fn matches_a_float64_reference_on_partial_tiles_and_tails() {
@@ -180,20 +176,10 @@ mod tests {
         if check::skip_without_avx2() {
             return;
         }
-        let (m, k, n) = (11, 901, 301);
-        let (a, w) = (values(m * k, 3), values(n * k, 4));
-        let all = product(&a, &w, (m, k, n));
-        for i in 0..m {
-            let alone = product(&a[i * k..(i + 1) * k], &w, (1, k, n));
-            assert_eq!(alone, all[i * n..(i + 1) * n].to_vec(), "row {i}");
-        }
-        let part = product(&a[5 * k..8 * k], &w, (3, k, n));
-        assert_eq!(part, all[5 * n..8 * n].to_vec());
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(1)
-            .build()
-            .unwrap();
-        assert_eq!(pool.install(|| product(&a, &w, (m, k, n))), all);
+        // Each row alone, rows 5..8 together, and all rows on one thread.
+        let mut parts: Vec<_> = (0..11).map(|i| i..i + 1).collect();
+        parts.push(5..8);
+        rows_stand_alone(sgemm_nt_rows, (11, 901, 301), &parts);
     }
 }
 
