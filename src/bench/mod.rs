@@ -387,19 +387,28 @@ fn time_vision(
     Ok((t0.elapsed().as_secs_f64(), attention))
 }
 
-/// FLOPs of the work done: vision ≈ 2·params per patch, language model ≈ 2·(non-embedding params) per token
-/// plus the head once per generated token, plus the attention itself (counted by the engine from each prompt's
-/// shapes and each decode step's sequence lengths).
-fn flops(model: &Qwen25VL, stats: &PhaseStats, (vision_params, lm_params): (u64, u64)) -> f64 {
-    let patches = stats.patches;
-    let t = &model.config().text;
-    let head = (t.vocab_size * t.hidden_size) as f64;
-    let body = lm_params as f64 - head;
-    2.0 * vision_params as f64 * patches as f64
-        + 2.0 * body * (stats.prefill_tokens + stats.decode_tokens) as f64
-        + 2.0 * head * stats.decode_tokens as f64
+/// FLOPs of the prefills: vision ≈ 2·params per patch, language model ≈ 2·(non-embedding params) per prompt
+/// token, plus their attention itself (counted by the engine from each prompt's shapes).
+fn prefill_flops(
+    model: &Qwen25VL,
+    stats: &PhaseStats,
+    (vision_params, lm_params): (u64, u64),
+) -> f64 {
+    2.0 * vision_params as f64 * stats.patches as f64
+        + 2.0 * lm_body_params(model, lm_params) * stats.prefill_tokens as f64
         + stats.prefill_attention_flops
-        + stats.decode_attention_flops
+}
+
+/// FLOPs of the decode steps: 2·(all language-model params, the head included) per generated token, plus their
+/// attention itself (counted by the engine from each step's sequence lengths).
+fn decode_flops(stats: &PhaseStats, lm_params: u64) -> f64 {
+    2.0 * lm_params as f64 * stats.decode_tokens as f64 + stats.decode_attention_flops
+}
+
+/// The language model's parameters less its head (vocabulary × hidden), which prompt tokens do not run.
+fn lm_body_params(model: &Qwen25VL, lm_params: u64) -> f64 {
+    let t = &model.config().text;
+    lm_params as f64 - (t.vocab_size * t.hidden_size) as f64
 }
 
 /// Trajectories of the Mobile-R1 benchmark.
@@ -429,12 +438,8 @@ fn benchmark_estimate(steps: &PhaseStats, judge: Option<&PhaseStats>) -> Benchma
 fn report(cfg: &BenchConfig, device: &str, model: &Qwen25VL, m: &Measured) -> BenchReport {
     let (steps, peak, params) = (&m.steps, m.matmul_peak, m.params);
     let rate = |n: usize, s: f64| if s > 0.0 { n as f64 / s } else { 0.0 };
-    let work = flops(model, steps, params);
-    let prefill_only = PhaseStats {
-        decode_tokens: 0,
-        ..steps.clone()
-    };
-    let prefill_work = flops(model, &prefill_only, params);
+    let prefill_work = prefill_flops(model, steps, params);
+    let work = prefill_work + decode_flops(steps, params.1);
     let vision_work = 2.0 * params.0 as f64 * steps.patches as f64 + m.vision_attention_flops;
     let hardware = distinct_devices(device) as f64;
     let against = |peak: f64| MfuTriple {
