@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use clap::builder::BoolishValueParser;
 use clap::{Args, Parser, Subcommand};
 
-use crate::eval::SystemPrompt;
 use crate::ops::CpuGemm;
-use crate::score::RuleName;
+use crate::settings::RuleName;
+use crate::settings::SystemPrompt;
 use crate::settings::{DTypeSpec, DeviceSpec};
 
 /// Offline evaluator of Qwen2.5-VL mobile GUI agents on the Mobile-R1 benchmark.

@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
+use serde::{Deserialize, Serialize};
+
 use crate::dataset::Benchmark;
 use crate::preprocess::{smart_resize, ImageProcessorConfig};
 
@@ -87,6 +89,31 @@ impl ShardSpec {
 impl fmt::Display for ShardSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
+/// The `shard` entry of a shard's `manifest.json`, written by `eval --shard` and read by `merge`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShardManifestEntry {
+    /// Version of this entry's layout.
+    pub schema_version: u32,
+    /// 0-based shard number.
+    pub index: usize,
+    /// Number of shards.
+    pub count: usize,
+    /// Ids of the shard's trajectories, in benchmark order.
+    pub trajectories: Vec<String>,
+}
+
+impl ShardManifestEntry {
+    /// The entry of `shard` holding these trajectory ids.
+    pub fn new(shard: ShardSpec, trajectories: Vec<String>) -> ShardManifestEntry {
+        ShardManifestEntry {
+            schema_version: 1,
+            index: shard.index,
+            count: shard.count,
+            trajectories,
+        }
     }
 }
 

@@ -16,9 +16,9 @@ pub use local::LocalBackend;
 pub use model::{fingerprint, open_device, LoadedModel, ModelSpec};
 pub use multi::{DeviceBackend, MultiBackend};
 
-use crate::engine::BatchLimits;
 use crate::preprocess::ImageProcessorConfig;
 use crate::records::{FinishReason, OpsRecord, PhaseStats};
+use crate::settings::BatchLimits;
 
 /// One chat prompt.
 #[derive(Debug, Clone, PartialEq)]

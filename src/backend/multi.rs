@@ -11,9 +11,9 @@ use std::sync::Mutex;
 use anyhow::{anyhow, bail, Result};
 
 use super::{Backend, BackendInfo, ChatResult, Jobs, LocalBackend, MakeRequest, Sink};
-use crate::engine::BatchLimits;
 use crate::preprocess::ImageProcessorConfig;
 use crate::records::{DeviceShare, PhaseStats};
+use crate::settings::BatchLimits;
 
 /// One device as a [`MultiBackend`] drives it: a [`Backend`] that can also answer requests pulled from a queue
 /// shared with other devices. [`LocalBackend`] is one; anything that runs on (or stands in for) one device can be.

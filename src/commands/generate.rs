@@ -7,8 +7,8 @@ use serde_json::json;
 use crate::backend::{Backend, ChatRequest, ChatResult, Jobs, LoadedModel, LocalBackend};
 use crate::chat::user_turn_messages;
 use crate::cli::GenerateArgs;
-use crate::engine::BatchLimits;
 use crate::records::FinishReason;
+use crate::settings::BatchLimits;
 
 /// Number of `[token_id, logprob]` pairs reported per generated position with `--json`.
 const TOP_LOGPROBS: usize = 5;

@@ -5,16 +5,7 @@
 //! long prompt can never starve. Pure logic (but for [`BatchLimits::auto`]): the engine owns the model and the
 //! queue.
 
-/// Limits of one running batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct BatchLimits {
-    /// Most sequences decoded together (`--batch-size`).
-    pub max_seqs: usize,
-    /// Token budget: the sum of every running sequence's reserved KV tokens (`--max-batch-tokens`).
-    pub max_batch_tokens: usize,
-    /// Most new tokens per sequence.
-    pub max_new_tokens: usize,
-}
+pub use crate::settings::BatchLimits;
 
 /// Smallest automatic token budget, before `max_new_tokens`: room for a few step prompts of a real screen.
 pub const MIN_AUTO_BATCH_TOKENS: usize = 8192;

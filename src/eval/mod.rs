@@ -276,7 +276,7 @@ fn open_run(
     let mut manifest = manifest(cfg, backend, settings, previous);
     manifest.shard = cfg.shard.map(|s| {
         let ids = bench.trajectories.iter().map(|t| t.id.clone()).collect();
-        crate::merge::ShardManifestEntry::new(s, ids)
+        crate::shard::ShardManifestEntry::new(s, ids)
     });
     rundir::write_json_atomic(&cfg.out.join("manifest.json"), &manifest)?;
     tracing::info!(

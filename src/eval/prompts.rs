@@ -23,28 +23,7 @@ pub const STEP_TEMPLATE: &str = include_str!("../../prompts/step_user.jinja");
 /// tool_call per predicted step).
 pub const JUDGE_TEMPLATE: &str = include_str!("../../prompts/judge.jinja");
 
-/// Where the step prompt's system message comes from (`--system-prompt`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SystemPrompt {
-    /// `prompts/system_mobile_use.jinja` with the resized screen size.
-    Default,
-    /// Each trajectory's own `system` field (the default template when a trajectory has none).
-    Data,
-}
-
-impl std::str::FromStr for SystemPrompt {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "default" => Ok(Self::Default),
-            "data" => Ok(Self::Data),
-            other => Err(format!(
-                "--system-prompt must be `default` or `data`, not `{other}`"
-            )),
-        }
-    }
-}
+pub use crate::settings::SystemPrompt;
 
 /// SHA-256 (hex) of every embedded template, by file name, for the manifest.
 pub fn template_hashes() -> BTreeMap<&'static str, String> {

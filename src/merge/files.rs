@@ -212,7 +212,7 @@ mod tests {
                 .summary()
             })
             .collect();
-        let limits = crate::engine::BatchLimits {
+        let limits = crate::settings::BatchLimits {
             max_seqs: 1,
             max_batch_tokens: 1,
             max_new_tokens: 1,

@@ -3,39 +3,13 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
 use super::MergeError;
 use crate::records::{Manifest, RunSettings};
+pub use crate::shard::ShardManifestEntry;
 use crate::shard::ShardSpec;
 
 /// The folder that holds the shard folders inside a run folder.
 pub const SHARDS_DIR: &str = "shards";
-
-/// The `shard` entry of a shard's `manifest.json`, written by `eval --shard` and read by `merge`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ShardManifestEntry {
-    /// Version of this entry's layout.
-    pub schema_version: u32,
-    /// 0-based shard number.
-    pub index: usize,
-    /// Number of shards.
-    pub count: usize,
-    /// Ids of the shard's trajectories, in benchmark order.
-    pub trajectories: Vec<String>,
-}
-
-impl ShardManifestEntry {
-    /// The entry of `shard` holding these trajectory ids.
-    pub fn new(shard: ShardSpec, trajectories: Vec<String>) -> ShardManifestEntry {
-        ShardManifestEntry {
-            schema_version: 1,
-            index: shard.index,
-            count: shard.count,
-            trajectories,
-        }
-    }
-}
 
 /// One expected shard and what was found of it.
 #[derive(Debug, Clone)]

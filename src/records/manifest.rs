@@ -6,12 +6,11 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::PhaseSummary;
-use crate::engine::BatchLimits;
-use crate::eval::SystemPrompt;
 use crate::fingerprint::WeightsFingerprint;
 use crate::ops::{OpsManifest, ProfileSnapshot};
 use crate::preprocess::ImageProcessorConfig;
-use crate::score::RulePreset;
+use crate::settings::{BatchLimits, RulePreset, SystemPrompt};
+use crate::shard::ShardManifestEntry;
 
 /// Version of the manifest format.
 pub const MANIFEST_SCHEMA_VERSION: u32 = 1;
@@ -123,7 +122,7 @@ pub struct Manifest {
     pub finished_at_unix: Option<u64>,
     /// The shard this run folder holds, for a sharded run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shard: Option<crate::merge::ShardManifestEntry>,
+    pub shard: Option<ShardManifestEntry>,
 }
 
 /// The part of `manifest.json` that every run folder's manifest has — a run's or a shard's ([`Manifest`]) and a

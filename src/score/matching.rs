@@ -2,9 +2,9 @@
 
 use serde::Serialize;
 
-use super::rules::{RulePreset, TextRule};
 use crate::action::{Action, Point};
 use crate::dataset::BBox;
+use crate::settings::{RulePreset, TextRule};
 
 /// A swipe direction: the way the finger moves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

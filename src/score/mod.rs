@@ -7,17 +7,16 @@
 mod judge;
 mod matching;
 mod metrics;
-mod rules;
 mod stats;
 
 use std::collections::HashMap;
 
 use serde::Serialize;
 
+pub use crate::settings::{RuleName, RulePreset, TextRule};
 pub use judge::{score_run, summarize, JudgeSummary};
 pub use matching::{in_box, map_point, match_args, norm_distance, ArgCheck, Direction};
 pub use metrics::{aggregate, ActionStats, GroupStats, Metrics};
-pub use rules::{RuleName, RulePreset, TextRule};
 pub use stats::{
     intervals, mcnemar_exact, paired_intervals, percent_interval, Interval, Intervals, McNemar,
     CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED, INTERVAL_METRICS,

@@ -1,7 +1,13 @@
-//! Typed values of the command line's device and dtype choices, shared by every layer that needs them. Pure:
-//! turning a [`DeviceSpec`] into a device is the backend's job.
+//! Plain typed values chosen on the command line and recorded in a run's manifest, shared by every layer that
+//! needs them: devices and dtypes, the system-prompt source, batch limits and the matching-rule presets. Pure: no
+//! I/O and nothing above this module; turning a [`DeviceSpec`] into a device is the backend's job, computing
+//! automatic [`BatchLimits`] the engine's.
+
+mod rules;
 
 use serde::{Deserialize, Serialize};
+
+pub use rules::{RuleName, RulePreset, TextRule};
 
 /// Where a model runs (`--device`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -77,6 +83,40 @@ impl std::fmt::Display for DTypeSpec {
             Self::F16 => "f16",
         })
     }
+}
+
+/// Where the step prompt's system message comes from (`--system-prompt`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SystemPrompt {
+    /// `prompts/system_mobile_use.jinja` with the resized screen size.
+    Default,
+    /// Each trajectory's own `system` field (the default template when a trajectory has none).
+    Data,
+}
+
+impl std::str::FromStr for SystemPrompt {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "default" => Ok(Self::Default),
+            "data" => Ok(Self::Data),
+            other => Err(format!(
+                "--system-prompt must be `default` or `data`, not `{other}`"
+            )),
+        }
+    }
+}
+
+/// The limits a batch of sequences runs under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchLimits {
+    /// Most sequences decoded together (`--batch-size`).
+    pub max_seqs: usize,
+    /// Token budget: the sum of every running sequence's reserved KV tokens (`--max-batch-tokens`).
+    pub max_batch_tokens: usize,
+    /// Most new tokens per sequence.
+    pub max_new_tokens: usize,
 }
 
 #[cfg(test)]
