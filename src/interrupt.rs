@@ -7,10 +7,46 @@
 //! (immediate) behaviour.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::Arc;
 
 /// The first signal received (0: none).
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+/// A request to stop, passed down as a value: work that admits new items (prompts, downloads, requests) asks
+/// [`Cancel::is_cancelled`] before taking the next one. A token may follow the process's Ctrl-C/SIGTERM flag
+/// ([`Cancel::on_signals`]), its own flag set by code ([`Cancel::cancel`]: a server shutting down, a test), or
+/// both; clones share the flag.
+#[derive(Debug, Clone, Default)]
+pub struct Cancel {
+    flag: Arc<AtomicBool>,
+    signals: bool,
+}
+
+impl Cancel {
+    /// A token that only [`Cancel::cancel`] sets.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A token that is also cancelled by the first Ctrl-C or SIGTERM (once [`install`] has run).
+    pub fn on_signals() -> Self {
+        Self {
+            signals: true,
+            ..Self::default()
+        }
+    }
+
+    /// Ask every holder of this token (and its clones) to stop.
+    pub fn cancel(&self) {
+        self.flag.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a stop was asked.
+    pub fn is_cancelled(&self) -> bool {
+        self.flag.load(Ordering::Relaxed) || (self.signals && requested())
+    }
+}
 
 /// Whether a stop was requested (the first Ctrl-C or SIGTERM arrived).
 pub fn requested() -> bool {
@@ -138,6 +174,15 @@ extern "C" fn on_signal(sig: libc::c_int) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_token_is_shared_by_its_clones() {
+        let a = Cancel::new();
+        let b = a.clone();
+        assert!(!b.is_cancelled());
+        a.cancel();
+        assert!(b.is_cancelled() && !Cancel::on_signals().is_cancelled());
+    }
 
     #[test]
     fn resume_command_replaces_out_and_quotes() {
