@@ -93,9 +93,9 @@ pub struct ScoreArgs {
     /// Output folder for `metrics.json`, `steps.jsonl` and `summary.md` (default: beside the predictions).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Matching-rule preset.
-    #[arg(long, default_value = "mobile-r1")]
-    pub rules: RuleName,
+    /// Matching-rule preset (default: the run's own for a run's predictions, else mobile-r1).
+    #[arg(long)]
+    pub rules: Option<RuleName>,
 }
 
 /// How the model's ops run; each flag takes its environment variable as its default.

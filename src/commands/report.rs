@@ -3,6 +3,7 @@ use anyhow::Context;
 
 use crate::cli::ReportArgs;
 use crate::report::{self, RunData, RunOverrides};
+use crate::rundir::RunDir;
 
 /// Entry point.
 pub fn run(args: ReportArgs) -> anyhow::Result<()> {
@@ -12,14 +13,14 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
     };
     if let Some(runs) = args.compare {
         let out = args.out.context("--compare needs --out DIR")?;
-        let a = RunData::load(&runs[0], &overrides)
+        let a = RunData::load(&RunDir::new(&runs[0]), &overrides)
             .with_context(|| format!("loading run {}", runs[0].display()))?;
         // Both runs are judged by the same rules: those of run A unless --rules says otherwise.
         let b_overrides = RunOverrides {
             rules: Some(a.metrics.rules.clone()),
             ..overrides
         };
-        let b = RunData::load(&runs[1], &b_overrides)
+        let b = RunData::load(&RunDir::new(&runs[1]), &b_overrides)
             .with_context(|| format!("loading run {}", runs[1].display()))?;
         let written = report::compare::write(&out, &a, &b)?;
         print!("{}", written.summary);
@@ -39,8 +40,9 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
     let dir = args
         .run
         .context("give a run folder, or --compare RUN_A RUN_B")?;
+    let dir = RunDir::new(dir);
     let run = RunData::load(&dir, &overrides)
-        .with_context(|| format!("loading run {}", dir.display()))?;
+        .with_context(|| format!("loading run {}", dir.root().display()))?;
     let path = report::html::write(&dir, &run.input())?;
     println!("Wrote {}", path.display());
     Ok(())

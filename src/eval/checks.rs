@@ -4,7 +4,7 @@
 
 use anyhow::Result;
 
-use super::{rundir, EvalConfig, JudgeChoice};
+use super::{EvalConfig, JudgeChoice};
 use crate::backend::LoadedModel;
 use crate::dataset::Benchmark;
 
@@ -15,12 +15,12 @@ pub fn stop_if_interrupted(cfg: &EvalConfig, unit: &'static str, total: usize) -
         return Ok(());
     }
     let done = if unit == "steps" {
-        rundir::completed_steps(&cfg.out.join("predictions.jsonl"))?.len()
+        cfg.out.completed_steps()?.len()
     } else {
-        rundir::completed_trajectories(&cfg.out.join("judgements.jsonl"))?.len()
+        cfg.out.completed_trajectories()?.len()
     }
     .min(total);
-    crate::interrupt::Interrupted::check(done, total, unit, &cfg.out)
+    crate::interrupt::Interrupted::check(done, total, unit, cfg.out.root())
         .map_or(Ok(()), |e| Err(e.into()))
 }
 

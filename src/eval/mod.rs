@@ -7,10 +7,10 @@ mod judge;
 mod phase;
 pub mod progress;
 pub mod prompts;
-pub mod rundir;
 mod steps;
 
 use std::path::PathBuf;
+
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
@@ -28,6 +28,7 @@ use crate::records::{
     JudgeSettings, JudgementLine, Manifest, PhaseSummary, RunSettings, Throughput, Versions,
     LINE_SCHEMA_VERSION, MANIFEST_SCHEMA_VERSION,
 };
+use crate::rundir::{self, RunDir};
 use crate::score::{Metrics, RulePreset};
 use crate::settings::DeviceSpec;
 
@@ -51,8 +52,8 @@ pub struct EvalConfig {
     pub devices: Vec<DeviceSpec>,
     /// Benchmark folder (already resolved: the sample benchmark when the user gave none).
     pub data: PathBuf,
-    /// Run folder.
-    pub out: PathBuf,
+    /// Run folder (taken by the caller, who holds its lock).
+    pub out: RunDir,
     /// `--batch-size`.
     pub batch_size: usize,
     /// `--max-batch-tokens`; automatic when `None`.
@@ -72,8 +73,6 @@ pub struct EvalConfig {
 /// What a finished `eval` produced.
 #[derive(Debug)]
 pub struct EvalOutcome {
-    /// The run folder.
-    pub out: PathBuf,
     /// `metrics.json` as written.
     pub metrics: Metrics,
     /// The readable summary table.
@@ -229,7 +228,7 @@ fn run_loaded(
     checks::stop_if_interrupted(cfg, "steps", bench.num_steps())?;
     // The step model's section table (a separately loaded judge keeps its own).
     let profile = backend.profile_snapshot();
-    let preds = PredictionSet::read_optional(cfg.out.join("predictions.jsonl"))?;
+    let preds = PredictionSet::read_optional(cfg.out.path(rundir::PREDICTIONS))?;
     if let Some(spec) = judge_spec(cfg) {
         let judge = if cfg.judge == JudgeChoice::SameModel {
             backend
@@ -243,17 +242,13 @@ fn run_loaded(
     }
 
     let (metrics, summary) = score_and_report(cfg, &bench, &preds)?;
-    rundir::write_json_atomic(
-        &cfg.out.join("throughput.json"),
+    cfg.out.write_json(
+        rundir::THROUGHPUT,
         &throughput(phases, manifest.batch_limits, profile),
     )?;
     manifest.finished_at_unix = Some(now_secs());
-    rundir::write_json_atomic(&cfg.out.join("manifest.json"), &manifest)?;
-    Ok(EvalOutcome {
-        out: cfg.out.clone(),
-        metrics,
-        summary,
-    })
+    cfg.out.write_json(rundir::MANIFEST, &manifest)?;
+    Ok(EvalOutcome { metrics, summary })
 }
 
 /// Open (or create) the run folder for `bench`, refusing other settings, and write its manifest: returns the
@@ -272,16 +267,16 @@ fn open_run(
         }
         None => bench,
     };
-    let previous = rundir::open_or_create(&cfg.out, &settings)?;
+    let previous = cfg.out.check_resume(&settings)?;
     let mut manifest = manifest(cfg, backend, settings, previous);
     manifest.shard = cfg.shard.map(|s| {
         let ids = bench.trajectories.iter().map(|t| t.id.clone()).collect();
         crate::shard::ShardManifestEntry::new(s, ids)
     });
-    rundir::write_json_atomic(&cfg.out.join("manifest.json"), &manifest)?;
+    cfg.out.write_json(rundir::MANIFEST, &manifest)?;
     tracing::info!(
         "run folder {}; batch limits {:?}",
-        cfg.out.display(),
+        cfg.out.root().display(),
         backend.limits()
     );
     Ok((bench, manifest))
@@ -305,8 +300,8 @@ fn run_steps(
     bench: &Benchmark,
     backend: &dyn Backend,
 ) -> Result<crate::records::PhaseStats> {
-    let path = cfg.out.join("predictions.jsonl");
-    let jobs = pending_steps(bench, &rundir::completed_steps(&path)?);
+    let path = cfg.out.path(rundir::PREDICTIONS);
+    let jobs = pending_steps(bench, &cfg.out.completed_steps()?);
     tracing::info!(
         "steps: {} to predict, {} already done",
         jobs.len(),
@@ -331,8 +326,8 @@ fn run_judge(
     backend: &dyn Backend,
     preds: &PredictionSet,
 ) -> Result<crate::records::PhaseStats> {
-    let path = cfg.out.join("judgements.jsonl");
-    let jobs = pending_trajectories(bench, &rundir::completed_trajectories(&path)?);
+    let path = cfg.out.path(rundir::JUDGEMENTS);
+    let jobs = pending_trajectories(bench, &cfg.out.completed_trajectories()?);
     if let Some(model) = backend.local_model() {
         checks::largest_judge_prompt_fits(cfg, bench, model, preds, &jobs)?;
     }
@@ -351,7 +346,7 @@ fn score_and_report(
     bench: &Benchmark,
     preds: &PredictionSet,
 ) -> Result<(Metrics, String)> {
-    let judgements: Vec<JudgementLine> = rundir::read_records(&cfg.out.join("judgements.jsonl"))?;
+    let judgements: Vec<JudgementLine> = cfg.out.judgements()?;
     let judged = !matches!(cfg.judge, JudgeChoice::None);
     let (metrics, steps) = crate::score::score_run(&cfg.rules, bench, preds, &judgements, judged);
     crate::report::write_all(&cfg.out, &metrics, &steps)?;

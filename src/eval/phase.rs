@@ -8,9 +8,9 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::progress::Progress;
-use super::rundir::JsonlAppender;
 use crate::backend::{Backend, ChatRequest, ChatResult, Jobs};
 use crate::records::PhaseStats;
+use crate::rundir::JsonlAppender;
 
 /// A phase of an evaluation: `pending()` prompts, each turned into one line of its results file.
 pub trait Phase: Sync {

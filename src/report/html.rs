@@ -3,7 +3,7 @@
 //! script builds from a JSON data block, inserting every string as text.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde_json::{json, Value};
 
@@ -12,14 +12,13 @@ use super::input::ReportInput;
 use super::overlay::{step_json, StepPlace};
 use super::{charts, thumbs, write_atomic, ReportError};
 use crate::action::ActionType;
+use crate::rundir::{self, RunDir};
 use crate::score::Metrics;
 
 /// The page's stylesheet (shared with `compare.html`).
 pub(crate) const STYLE: &str = include_str!("assets/report.css");
 /// The drawing and browsing script (shared with `compare.html`).
 pub(crate) const SCRIPT: &str = include_str!("assets/report.js");
-/// The file name of the report.
-pub const REPORT_FILE: &str = "report.html";
 
 /// A whole page: head with the CSP, the stylesheet, `body`, the JSON data block and the script.
 pub(crate) fn page(title: &str, body: &str, data: &Value) -> String {
@@ -351,49 +350,21 @@ pub fn render(
 }
 
 /// Write `DIR/report.html` and its thumbnails in `DIR/report/`; returns the page's path.
-pub fn write(dir: &Path, input: &ReportInput<'_>) -> Result<PathBuf, ReportError> {
+pub fn write(dir: &RunDir, input: &ReportInput<'_>) -> Result<PathBuf, ReportError> {
     let images = input.steps.iter().map(|s| {
         input.bench.trajectories[s.traj_index].steps[s.step]
             .image
             .as_str()
     });
-    let thumbs = thumbs::make_thumbnails(&input.bench.root, images, dir)?;
-    let path = dir.join(REPORT_FILE);
+    let thumbs = thumbs::make_thumbnails(&input.bench.root, images, dir.root())?;
+    let path = dir.path(rundir::REPORT_HTML);
     write_atomic(&path, render(input, &thumbs).as_bytes())?;
     Ok(path)
 }
 
-/// Rebuild the report of a run folder from its files and write it there (what `eval` calls at its end).
-pub fn write_run(dir: &Path) -> Result<PathBuf, ReportError> {
+/// Rebuild the report of a run folder (or a scored folder) from its files and write it there: what `eval`,
+/// `score` and `merge` call at their end, and what `report` does.
+pub fn write_run(dir: &RunDir) -> Result<PathBuf, ReportError> {
     let run = super::RunData::load(dir, &super::RunOverrides::default())?;
     write(dir, &run.input())
-}
-
-/// Write the report of `score`: no manifest and no judge, the predictions file named in the settings.
-pub fn write_scored(
-    dir: &Path,
-    bench: &crate::dataset::Benchmark,
-    metrics: &Metrics,
-    steps: &[crate::score::StepScore],
-    predictions: &Path,
-) -> Result<PathBuf, ReportError> {
-    let text = std::fs::read_to_string(predictions).map_err(|source| ReportError::Io {
-        path: predictions.to_path_buf(),
-        source,
-    })?;
-    let run = super::RunInfo {
-        title: predictions.display().to_string(),
-        model: None,
-        data: bench.root.display().to_string(),
-        settings: vec![("predictions".into(), predictions.display().to_string())],
-    };
-    let input = ReportInput {
-        bench,
-        steps,
-        metrics,
-        judgements: &std::collections::HashMap::new(),
-        tokens: &super::read_token_counts(&text),
-        run: &run,
-    };
-    write(dir, &input)
 }

@@ -174,14 +174,8 @@ pub fn score_predictions(
     (metrics, scored)
 }
 
-/// Judge every step of `bench` against `preds`.
-pub fn score_benchmark(rules: &RulePreset, bench: &Benchmark, preds: &PredictionSet) -> ScoredRun {
-    let mut steps = Vec::with_capacity(bench.num_steps());
-    for (ti, t) in bench.trajectories.iter().enumerate() {
-        for si in 0..t.steps.len() {
-            steps.push(score_step(rules, t, ti, si, preds.get(&t.id, si)));
-        }
-    }
+/// `(trajectory, step)` of the predictions that match no step of `bench`, sorted.
+pub fn unknown_predictions(bench: &Benchmark, preds: &PredictionSet) -> Vec<(String, usize)> {
     let lengths: HashMap<&str, usize> = bench
         .trajectories
         .iter()
@@ -197,5 +191,17 @@ pub fn score_benchmark(rules: &RulePreset, bench: &Benchmark, preds: &Prediction
         .map(|p| (p.trajectory.clone(), p.step))
         .collect();
     unknown.sort();
+    unknown
+}
+
+/// Judge every step of `bench` against `preds`.
+pub fn score_benchmark(rules: &RulePreset, bench: &Benchmark, preds: &PredictionSet) -> ScoredRun {
+    let mut steps = Vec::with_capacity(bench.num_steps());
+    for (ti, t) in bench.trajectories.iter().enumerate() {
+        for si in 0..t.steps.len() {
+            steps.push(score_step(rules, t, ti, si, preds.get(&t.id, si)));
+        }
+    }
+    let unknown = unknown_predictions(bench, preds);
     ScoredRun { steps, unknown }
 }

@@ -137,7 +137,12 @@ fn metrics_json_top_level_keys_and_extra() {
     let dir = tempfile::tempdir().unwrap();
     let (bench, preds) = small();
     let run = score_benchmark(&RulePreset::mobile_r1(), &bench, &preds);
-    let paths = report::write_all(dir.path(), &m, &run.steps).unwrap();
+    let paths = report::write_all(
+        &mobile_r1_eval::rundir::RunDir::new(dir.path()),
+        &m,
+        &run.steps,
+    )
+    .unwrap();
     let steps = std::fs::read_to_string(paths.steps).unwrap();
     assert_eq!(steps.lines().count(), 7);
     let first: serde_json::Value = serde_json::from_str(steps.lines().next().unwrap()).unwrap();

@@ -215,7 +215,12 @@ fn eval_one_device(out: &Path) -> Output {
 }
 
 /// The configuration `eval --device cpu,cpu --no-judge` builds for `out`.
-fn two_device_config(out: &Path) -> mobile_r1_eval::eval::EvalConfig {
+fn two_device_config(
+    out: &Path,
+) -> (
+    mobile_r1_eval::eval::EvalConfig,
+    mobile_r1_eval::rundir::ClaimedRun,
+) {
     let model = model_dir();
     let mut argv = vec!["mobile-r1-eval", "eval", "--model", model.to_str().unwrap()];
     argv.extend([
@@ -255,7 +260,7 @@ fn multi_device_lost_mid_eval_then_a_resume_equals_the_one_device_run() {
     ok(&eval_one_device(&one));
     let reference = keyed(&one);
 
-    let cfg = two_device_config(&run);
+    let (cfg, claim) = two_device_config(&run);
     let mut devices = mobile_r1_eval::eval::load_devices(&cfg, &cfg.model).unwrap();
     let (lost, log1) = Flaky::new(devices.pop().unwrap(), 3);
     let healthy: Box<dyn DeviceBackend> = Box::new(devices.pop().unwrap());
@@ -268,6 +273,7 @@ fn multi_device_lost_mid_eval_then_a_resume_equals_the_one_device_run() {
     );
     assert_eq!(log1.answered.lock().unwrap().len(), 3);
 
+    drop(claim); // the run stops: its folder is free for the resume
     let partial = keyed(&run);
     assert!(!partial.is_empty() && partial.len() < reference.len());
     for (key, line) in &partial {

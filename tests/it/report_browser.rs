@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use crate::report_support::browser::{base64_decode, chromium, file_url, Browser};
 use crate::report_support::{make_benchmark, make_run, run_ok, HOSTILE};
 use mobile_r1_eval::report::{RunData, RunOverrides};
+use mobile_r1_eval::rundir::RunDir;
 use mobile_r1_eval::score::Outcome;
 use serde_json::{json, Value};
 
@@ -225,7 +226,7 @@ fn report_in_headless_chromium() {
     let run_dir = tmp.path().join("run with spaces ü");
     make_run(&data, &run_dir, 1);
     run_ok(&["report", run_dir.to_str().unwrap()]);
-    let run = RunData::load(&run_dir, &RunOverrides::default()).unwrap();
+    let run = RunData::load(&RunDir::new(&run_dir), &RunOverrides::default()).unwrap();
     let page = run_dir.join("report.html");
     let net_log = tmp.path().join("net-log.json");
     let profile = tmp.path().join("profile");

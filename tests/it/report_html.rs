@@ -5,6 +5,7 @@ use std::process::Command;
 
 use crate::report_support::{make_benchmark, make_run, run_ok, BIN, HOSTILE};
 use mobile_r1_eval::report::{RunData, RunOverrides};
+use mobile_r1_eval::rundir::RunDir;
 use mobile_r1_eval::score::{intervals, paired_intervals};
 use serde_json::Value;
 
@@ -122,7 +123,7 @@ fn bootstrap_is_deterministic_and_a_run_against_itself_has_zero_deltas() {
     let data = make_benchmark(tmp.path(), 1);
     let run = tmp.path().join("run");
     make_run(&data, &run, 1);
-    let r = RunData::load(&run, &RunOverrides::default()).unwrap();
+    let r = RunData::load(&RunDir::new(&run), &RunOverrides::default()).unwrap();
     assert_eq!(intervals(&r.steps, 500, 7), intervals(&r.steps, 500, 7));
     assert_ne!(intervals(&r.steps, 500, 7), intervals(&r.steps, 500, 8));
     // Trajectories 0, 2 and 4 of 5 are judged successful (the fixture's judgements): 60%, with an interval.
@@ -155,8 +156,8 @@ fn compare_reports_deltas_mcnemar_and_flips() {
     let c: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("compare.json")).unwrap()).unwrap();
     let (ra, rb) = (
-        RunData::load(&a, &RunOverrides::default()).unwrap(),
-        RunData::load(&b, &RunOverrides::default()).unwrap(),
+        RunData::load(&RunDir::new(&a), &RunOverrides::default()).unwrap(),
+        RunData::load(&RunDir::new(&b), &RunOverrides::default()).unwrap(),
     );
     let a_only = ra
         .steps
