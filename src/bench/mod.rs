@@ -448,6 +448,9 @@ fn report(cfg: &BenchConfig, device: &str, model: &Qwen25VL, m: &Measured) -> Be
         mfu_vision: ratio(vision_work, m.vision_seconds, peak),
     };
     let measured = against(peak);
+    let peak_device = steps
+        .peak_device_bytes
+        .max(m.judge.as_ref().and_then(|j| j.peak_device_bytes));
     BenchReport {
         schema_version: BENCH_SCHEMA_VERSION,
         config: cfg.config.clone(),
@@ -459,9 +462,9 @@ fn report(cfg: &BenchConfig, device: &str, model: &Qwen25VL, m: &Measured) -> Be
         images_per_second: rate(steps.images, steps.wall_seconds),
         prefill_tokens_per_second: rate(steps.prefill_tokens, steps.prefill_seconds),
         decode_tokens_per_second: rate(steps.decode_tokens, steps.decode_seconds),
-        peak_memory_bytes: memory::peak_device_bytes().or(memory::peak_rss_bytes()),
+        peak_memory_bytes: peak_device.or(memory::peak_rss_bytes()),
         peak_host_rss_bytes: memory::peak_rss_bytes(),
-        peak_device_bytes: memory::peak_device_bytes(),
+        peak_device_bytes: peak_device,
         mfu: measured.mfu,
         mfu_prefill: measured.mfu_prefill,
         mfu_vision: measured.mfu_vision,

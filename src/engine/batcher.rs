@@ -183,7 +183,7 @@ impl<'m> Engine<'m> {
         let out = self.model.prefill(&batch)?;
         // GPU work is asynchronous: wait for it, so the prefill time is the prefill's and not the next step's.
         self.model.device().synchronize()?;
-        memory::note_device_usage(self.model.device());
+        stats.note_device_in_use(memory::device_in_use(self.model.device()));
         for (r, p) in reqs.iter().zip(&prefixes) {
             let cached = p.map_or(0, |c| c.len());
             stats.prefix_cached_tokens += cached;
@@ -279,7 +279,7 @@ impl<'m> Engine<'m> {
                 Err(e) => return Err(e),
             }
         }
-        memory::note_device_usage(self.model.device());
+        stats.note_device_in_use(memory::device_in_use(self.model.device()));
         stats.decode_steps += 1;
         stats.decode_seq_sum += n;
         stats.decode_seconds += t0.elapsed().as_secs_f64();

@@ -290,7 +290,11 @@ fn throughput(
 ) -> Throughput {
     let mut t = Throughput::new(phases, limits);
     t.peak_rss_bytes = memory::peak_rss_bytes();
-    t.peak_device_bytes = memory::peak_device_bytes();
+    t.peak_device_bytes = t
+        .phases
+        .iter()
+        .filter_map(|p| p.stats.peak_device_bytes)
+        .max();
     t.profile = profile;
     t
 }
