@@ -7,10 +7,12 @@ use std::cell::RefCell;
 use anyhow::Result;
 
 use super::{
-    Backend, BackendInfo, ChatRequest, ChatResult, DeviceBackend, Jobs, LoadedModel, MakeRequest,
-    Sink,
+    Backend, BackendInfo, ChatRequest, ChatResult, DeviceBackend, LoadedModel, MakeRequest, Sink,
 };
-use crate::engine::{prefetch, BatchLimits, Engine, Generation, Request};
+use crate::engine::{
+    prefetch, BatchLimits, Engine, Feed, Generation, JobQueue, Next, Request, RequestSource, Taker,
+};
+use crate::interrupt::Cancel;
 use crate::preprocess::{self, ImageProcessorConfig};
 use crate::records::PhaseStats;
 
@@ -20,6 +22,7 @@ pub struct LocalBackend {
     limits: BatchLimits,
     info: BackendInfo,
     stop_tokens: Vec<u32>,
+    cancel: Cancel,
 }
 
 /// A request prepared for the engine, or why it could not be.
@@ -53,7 +56,14 @@ impl LocalBackend {
             limits,
             info,
             stop_tokens,
+            cancel: Cancel::new(),
         }
+    }
+
+    /// Stop admitting requests once `cancel` is set (the running ones finish and are handed over).
+    pub fn with_cancel(mut self, cancel: Cancel) -> Self {
+        self.cancel = cancel;
+        self
     }
 
     /// The loaded checkpoint.
@@ -148,16 +158,68 @@ impl Backend for LocalBackend {
         self.loaded.model.profile_snapshot()
     }
 
-    fn run(&self, jobs: &Jobs, make: &MakeRequest<'_>, sink: &mut Sink<'_>) -> Result<PhaseStats> {
+    fn run(
+        &self,
+        jobs: &JobQueue,
+        make: &MakeRequest<'_>,
+        sink: &mut Sink<'_>,
+    ) -> Result<PhaseStats> {
         let lookahead = self.limits.max_seqs.max(1) * 2;
-        self.run_indices(&mut (0..jobs.count), jobs.count, lookahead, make, sink)
+        self.run_taking(Taker::new(jobs), jobs.count(), lookahead, make, sink)
+    }
+}
+
+/// The engine's source of one device: prepared requests in the order taken; a request that could not be prepared
+/// is handed to the sink at once as that request's outcome.
+struct DeviceSource<'a, 'b, 'c> {
+    rx: std::sync::mpsc::Receiver<Prepared>,
+    feed: &'a Feed<'a>,
+    sizes: &'a RefCell<Vec<Vec<[u32; 2]>>>,
+    sink: &'a RefCell<&'b mut Sink<'c>>,
+    failure: &'a RefCell<Option<anyhow::Error>>,
+    errors: usize,
+    prepare_seconds: f64,
+}
+
+impl RequestSource for DeviceSource<'_, '_, '_> {
+    fn next(&mut self, wait: bool) -> Next<Request> {
+        loop {
+            let received = if wait || self.feed.coming() {
+                self.rx.recv().ok()
+            } else {
+                match self.rx.try_recv() {
+                    Ok(p) => Some(p),
+                    Err(std::sync::mpsc::TryRecvError::Empty) => return Next::Pending,
+                    Err(std::sync::mpsc::TryRecvError::Disconnected) => None,
+                }
+            };
+            let Some(p) = received else {
+                return Next::Done;
+            };
+            self.feed.received();
+            self.prepare_seconds += p.seconds;
+            match p.request {
+                Ok(r) => {
+                    self.sizes.borrow_mut()[p.index] = p.image_sizes;
+                    return Next::Ready(r);
+                }
+                Err(msg) => {
+                    self.errors += 1;
+                    let snapshot = PhaseStats::default();
+                    if let Err(e) = (self.sink.borrow_mut())(p.index, Err(msg), &snapshot) {
+                        *self.failure.borrow_mut() = Some(e);
+                        return Next::Done;
+                    }
+                }
+            }
+        }
     }
 }
 
 impl DeviceBackend for LocalBackend {
-    fn run_indices(
+    fn run_taking(
         &self,
-        indices: &mut (dyn Iterator<Item = usize> + Send),
+        taker: Taker<'_>,
         count: usize,
         chunk: usize,
         make: &MakeRequest<'_>,
@@ -167,39 +229,32 @@ impl DeviceBackend for LocalBackend {
         let sizes = RefCell::new(vec![Vec::new(); count]);
         let failure: RefCell<Option<anyhow::Error>> = RefCell::new(None);
         let sink = RefCell::new(sink);
+        let feed = Feed::new(taker);
         let mut stats = PhaseStats::default();
         std::thread::scope(|scope| -> Result<()> {
-            let rx = prefetch(scope, indices, chunk, lookahead, |&i| self.prepare(i, make));
-            let errors_seen = RefCell::new(0usize);
-            let prep_seconds = RefCell::new(0f64);
-            let requests = rx
-                .into_iter()
-                .inspect(|p| *prep_seconds.borrow_mut() += p.seconds)
-                .map_while(|p| match p.request {
-                    Ok(r) => {
-                        sizes.borrow_mut()[p.index] = p.image_sizes;
-                        Some(Some(r))
-                    }
-                    Err(msg) => {
-                        *errors_seen.borrow_mut() += 1;
-                        let snapshot = PhaseStats::default();
-                        match (sink.borrow_mut())(p.index, Err(msg), &snapshot) {
-                            Ok(()) => Some(None),
-                            Err(e) => {
-                                *failure.borrow_mut() = Some(e);
-                                None
-                            }
-                        }
-                    }
-                });
-            let mut engine = Engine::new(&self.loaded.model, self.limits);
-            engine.run(requests.flatten(), &mut stats, |g, st| {
+            let rx = prefetch(scope, &feed, chunk, lookahead, |&i| self.prepare(i, make));
+            let mut source = DeviceSource {
+                rx,
+                feed: &feed,
+                sizes: &sizes,
+                sink: &sink,
+                failure: &failure,
+                errors: 0,
+                prepare_seconds: 0.0,
+            };
+            let mut engine = Engine::new(&self.loaded.model, self.limits, self.cancel.clone());
+            let mut on_done = |g: Generation, st: &PhaseStats| {
                 let (id, image_sizes) = (g.id, std::mem::take(&mut sizes.borrow_mut()[g.id]));
                 let result = self.result(g, image_sizes)?;
                 (sink.borrow_mut())(id, Ok(result), st)
-            })?;
-            stats.errors += *errors_seen.borrow();
-            stats.prepare_seconds += *prep_seconds.borrow();
+            };
+            let ran = engine.run(&mut source, &mut stats, &mut on_done);
+            // The preparing thread stops waiting for releases, and the scope can end.
+            feed.stop();
+            drop(source.rx);
+            ran?;
+            stats.errors += source.errors;
+            stats.prepare_seconds += source.prepare_seconds;
             failure.borrow_mut().take().map_or(Ok(()), Err)
         })?;
         Ok(stats)

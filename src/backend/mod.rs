@@ -12,13 +12,15 @@ use std::path::PathBuf;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
+pub use crate::engine::{JobQueue, Next, Taker};
 pub use local::LocalBackend;
 pub use model::{fingerprint, open_device, LoadedModel, ModelSpec};
 pub use multi::{DeviceBackend, MultiBackend};
 
+use crate::settings::BatchLimits;
+
 use crate::preprocess::ImageProcessorConfig;
 use crate::records::{FinishReason, OpsRecord, PhaseStats};
-use crate::settings::BatchLimits;
 
 /// One chat prompt.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,27 +84,6 @@ pub type Sink<'a> = dyn FnMut(usize, Result<ChatResult, String>, &PhaseStats) ->
 /// Builds request `i` of a phase (on a worker thread); an error is that request's outcome.
 pub type MakeRequest<'a> = dyn Fn(usize) -> Result<ChatRequest> + Sync + 'a;
 
-/// The requests of one phase: indices `0..count`, in the order a single device should run them, and the same
-/// indices grouped into units of work (e.g. the steps of one trajectory), largest first, for backends that
-/// share them out between devices.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Jobs {
-    /// Number of requests.
-    pub count: usize,
-    /// Every index exactly once, in groups that go to one device together.
-    pub groups: Vec<Vec<usize>>,
-}
-
-impl Jobs {
-    /// `count` requests, each its own group.
-    pub fn ungrouped(count: usize) -> Self {
-        Self {
-            count,
-            groups: (0..count).map(|i| vec![i]).collect(),
-        }
-    }
-}
-
 /// Something that answers chat requests.
 pub trait Backend: Sync {
     /// What it is.
@@ -119,7 +100,13 @@ pub trait Backend: Sync {
     fn profile_snapshot(&self) -> Option<crate::ops::ProfileSnapshot> {
         None
     }
-    /// Answer every request of `jobs` (built by `make`), calling `sink` with each outcome as soon as it is known.
-    /// Returns the phase's counters (wall time excluded).
-    fn run(&self, jobs: &Jobs, make: &MakeRequest<'_>, sink: &mut Sink<'_>) -> Result<PhaseStats>;
+    /// Answer every request of `jobs` as it becomes ready (built by `make`), calling `sink` with each outcome as
+    /// soon as it is known (a sink may release further requests of `jobs`). Returns the phase's counters (wall time
+    /// excluded).
+    fn run(
+        &self,
+        jobs: &JobQueue,
+        make: &MakeRequest<'_>,
+        sink: &mut Sink<'_>,
+    ) -> Result<PhaseStats>;
 }

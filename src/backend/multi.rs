@@ -4,13 +4,11 @@
 //! folder's one writer). A device that fails stops its worker with its error; the others drain the queue, and
 //! the run then ends with an error naming the failed devices, so a resume redoes only what is missing.
 
-use std::collections::VecDeque;
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::Mutex;
 
 use anyhow::{anyhow, bail, Result};
 
-use super::{Backend, BackendInfo, ChatResult, Jobs, LocalBackend, MakeRequest, Sink};
+use super::{Backend, BackendInfo, ChatResult, JobQueue, LocalBackend, MakeRequest, Sink, Taker};
 use crate::preprocess::ImageProcessorConfig;
 use crate::records::{DeviceShare, PhaseStats};
 use crate::settings::BatchLimits;
@@ -18,13 +16,13 @@ use crate::settings::BatchLimits;
 /// One device as a [`MultiBackend`] drives it: a [`Backend`] that can also answer requests pulled from a queue
 /// shared with other devices. [`LocalBackend`] is one; anything that runs on (or stands in for) one device can be.
 pub trait DeviceBackend: Backend {
-    /// Answer the requests whose indices `indices` yields (each below `count`), pulling them `chunk` at a time
-    /// as they are prepared (so a queue shared with other devices is shared fairly), and calling `sink` with
-    /// each outcome as soon as it is known. An error stops this device only: indices it pulled and did not
-    /// answer are left for a resume.
-    fn run_indices(
+    /// Answer the requests `taker` takes from a queue shared with other devices (indices below `count`), taking
+    /// at most `chunk` at a time as they are prepared (so the queue is shared fairly), and calling `sink` with
+    /// each outcome as soon as it is known. An error stops this device only: requests it took and did not answer
+    /// are left for a resume.
+    fn run_taking(
         &self,
-        indices: &mut (dyn Iterator<Item = usize> + Send),
+        taker: Taker<'_>,
         count: usize,
         chunk: usize,
         make: &MakeRequest<'_>,
@@ -37,9 +35,6 @@ pub struct MultiBackend {
     devices: Vec<Box<dyn DeviceBackend>>,
     info: BackendInfo,
 }
-
-/// The groups of requests not yet taken by a device, largest first.
-type Queue = Mutex<VecDeque<Vec<usize>>>;
 
 /// A message from a device's worker to the calling thread: request `index` is done (or failed); `stats` are
 /// the worker's counters so far.
@@ -83,11 +78,10 @@ impl MultiBackend {
     /// Each device's result in order: its counters, or the error that stopped it.
     fn run_workers(
         &self,
-        jobs: &Jobs,
+        jobs: &JobQueue,
         make: &MakeRequest<'_>,
         sink: &mut Sink<'_>,
     ) -> (Vec<Result<PhaseStats>>, Result<()>) {
-        let queue: Queue = Mutex::new(jobs.groups.iter().cloned().collect());
         let (tx, rx) = mpsc::channel::<Outcome>();
         std::thread::scope(|scope| {
             let workers: Vec<_> = self
@@ -95,8 +89,8 @@ impl MultiBackend {
                 .iter()
                 .enumerate()
                 .map(|(k, device)| {
-                    let (tx, queue) = (tx.clone(), &queue);
-                    scope.spawn(move || work(k, device.as_ref(), queue, jobs, make, tx))
+                    let tx = tx.clone();
+                    scope.spawn(move || work(k, device.as_ref(), jobs, make, tx))
                 })
                 .collect();
             drop(tx); // the channel closes when the last worker ends
@@ -144,23 +138,20 @@ impl MultiBackend {
     }
 }
 
-/// Device `k`'s worker: answer groups from `queue` until it is empty (or the device fails), sending each
+/// Device `k`'s worker: answer groups from `jobs` until nothing more comes (or the device fails), sending each
 /// outcome to the calling thread.
 fn work(
     k: usize,
     device: &dyn DeviceBackend,
-    queue: &Queue,
-    jobs: &Jobs,
+    jobs: &JobQueue,
     make: &MakeRequest<'_>,
     tx: Sender<Outcome>,
 ) -> Result<PhaseStats> {
-    let mut current = VecDeque::new();
-    let mut indices = std::iter::from_fn(move || next_index(queue, &mut current));
     // Half a batch at a time: enough to keep the device busy, little enough to share.
     let chunk = (device.limits().max_seqs / 2).max(1);
-    device.run_indices(
-        &mut indices,
-        jobs.count,
+    device.run_taking(
+        Taker::new(jobs),
+        jobs.count(),
         chunk,
         make,
         &mut |index, outcome, st| {
@@ -174,18 +165,6 @@ fn work(
             tx.send(msg).map_err(|_| anyhow!("the run stopped"))
         },
     )
-}
-
-/// The next index from the group being worked on, or the next group of the shared queue.
-fn next_index(queue: &Queue, current: &mut VecDeque<usize>) -> Option<usize> {
-    if current.is_empty() {
-        let group = queue
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop_front()?;
-        current.extend(group);
-    }
-    current.pop_front()
 }
 
 /// Hand every outcome to `sink` as it arrives (this thread is the one writer), with the sum of each device's
@@ -232,7 +211,12 @@ impl Backend for MultiBackend {
         self.devices[0].local_model()
     }
 
-    fn run(&self, jobs: &Jobs, make: &MakeRequest<'_>, sink: &mut Sink<'_>) -> Result<PhaseStats> {
+    fn run(
+        &self,
+        jobs: &JobQueue,
+        make: &MakeRequest<'_>,
+        sink: &mut Sink<'_>,
+    ) -> Result<PhaseStats> {
         let (results, delivered) = self.run_workers(jobs, make, sink);
         delivered?;
         self.conclude(results)

@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 use super::model_spec;
 use crate::cli::EvalArgs;
 use crate::eval::{run_eval, EvalConfig, JudgeChoice};
+use crate::interrupt::Cancel;
 use crate::rundir::{self, ClaimedRun, RunDir};
 use crate::shard::{SchedulerEnv, ShardSpec};
 
@@ -66,6 +67,8 @@ pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<(EvalConfig, ClaimedRun
         system_prompt: a.system_prompt,
         judge,
         shard,
+        cancel: Cancel::on_signals(),
+        command_line: std::env::args().collect(),
     };
     Ok((cfg, claim))
 }

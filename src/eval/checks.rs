@@ -11,7 +11,7 @@ use crate::dataset::Benchmark;
 /// After a Ctrl-C or SIGTERM, stop with [`crate::interrupt::Interrupted`] (what is done, how to resume); `unit` is
 /// `steps` (counted in `predictions.jsonl`) or `judged trajectories` (in `judgements.jsonl`).
 pub fn stop_if_interrupted(cfg: &EvalConfig, unit: &'static str, total: usize) -> Result<()> {
-    if !crate::interrupt::requested() {
+    if !cfg.cancel.is_cancelled() {
         return Ok(());
     }
     let done = if unit == "steps" {
@@ -20,8 +20,14 @@ pub fn stop_if_interrupted(cfg: &EvalConfig, unit: &'static str, total: usize) -
         cfg.out.completed_trajectories()?.len()
     }
     .min(total);
-    crate::interrupt::Interrupted::check(done, total, unit, cfg.out.root())
-        .map_or(Ok(()), |e| Err(e.into()))
+    let at = crate::interrupt::StopPoint {
+        done,
+        total,
+        unit,
+        out: cfg.out.root(),
+        args: &cfg.command_line,
+    };
+    crate::interrupt::Interrupted::check(&cfg.cancel, at).map_or(Ok(()), |e| Err(e.into()))
 }
 
 /// Before the steps phase: with an explicit `--max-batch-tokens`, the longest pending step prompt must

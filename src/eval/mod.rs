@@ -23,6 +23,7 @@ pub use steps::{pending_steps, StepJob, StepPhase};
 use crate::backend::{fingerprint, Backend, LoadedModel, LocalBackend, ModelSpec, MultiBackend};
 use crate::dataset::Benchmark;
 use crate::engine::{memory, BatchLimits};
+use crate::interrupt::Cancel;
 use crate::predictions::PredictionSet;
 use crate::records::{
     JudgeSettings, JudgementLine, Manifest, PhaseSummary, RunSettings, Throughput, Versions,
@@ -68,6 +69,10 @@ pub struct EvalConfig {
     pub judge: JudgeChoice,
     /// `--shard`: evaluate only this shard's trajectories (`out` is then the shard's own folder).
     pub shard: Option<crate::shard::ShardSpec>,
+    /// A stop request (Ctrl-C, SIGTERM): nothing more is admitted, what runs finishes and is saved.
+    pub cancel: Cancel,
+    /// The command line the run was started with (for the command that resumes it).
+    pub command_line: Vec<String>,
 }
 
 /// What a finished `eval` produced.
@@ -114,7 +119,7 @@ pub fn load_devices(cfg: &EvalConfig, spec: &ModelSpec) -> Result<Vec<LocalBacke
                 cfg.max_new_tokens,
                 cfg.max_batch_tokens,
             );
-            Ok(LocalBackend::new(&spec.model, loaded, limits))
+            Ok(LocalBackend::new(&spec.model, loaded, limits).with_cancel(cfg.cancel.clone()))
         })
         .collect()
 }

@@ -32,6 +32,8 @@ pub enum FinishReason {
     Eos,
     /// It reached its token limit.
     Length,
+    /// Its caller ended it (a stop string appeared in its text).
+    Stopped,
 }
 
 /// A trajectory id as written in JSONL files: a string, read from a string or an integer.

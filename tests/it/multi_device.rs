@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use anyhow::{bail, Result};
 use clap::Parser;
 use mobile_r1_eval::backend::{
-    Backend, BackendInfo, DeviceBackend, Jobs, LoadedModel, LocalBackend, MakeRequest, ModelSpec,
-    MultiBackend, Sink,
+    Backend, BackendInfo, DeviceBackend, JobQueue, LoadedModel, LocalBackend, MakeRequest,
+    ModelSpec, MultiBackend, Sink, Taker,
 };
 use mobile_r1_eval::cli::{Cli, Command};
 use mobile_r1_eval::dataset::Benchmark;
@@ -81,21 +81,30 @@ impl Backend for Flaky {
     fn local_model(&self) -> Option<&LoadedModel> {
         self.inner.local_model()
     }
-    fn run(&self, jobs: &Jobs, make: &MakeRequest<'_>, sink: &mut Sink<'_>) -> Result<PhaseStats> {
-        self.run_indices(&mut (0..jobs.count), jobs.count, 1, make, sink)
+    fn run(
+        &self,
+        jobs: &JobQueue,
+        make: &MakeRequest<'_>,
+        sink: &mut Sink<'_>,
+    ) -> Result<PhaseStats> {
+        self.run_taking(Taker::new(jobs), jobs.count(), 1, make, sink)
     }
 }
 
 impl DeviceBackend for Flaky {
-    fn run_indices(
+    fn run_taking(
         &self,
-        indices: &mut (dyn Iterator<Item = usize> + Send),
+        taker: Taker<'_>,
         count: usize,
         chunk: usize,
         make: &MakeRequest<'_>,
         sink: &mut Sink<'_>,
     ) -> Result<PhaseStats> {
-        let mut pulled = indices.inspect(|&i| self.log.pulled.lock().unwrap().push(i));
+        // Every request taken is built once, on preparation.
+        let pulled = |i: usize| {
+            self.log.pulled.lock().unwrap().push(i);
+            make(i)
+        };
         let mut answer = |i, outcome, stats: &PhaseStats| {
             let mut answered = self.log.answered.lock().unwrap();
             if answered.len() == self.fail_after {
@@ -105,7 +114,7 @@ impl DeviceBackend for Flaky {
             sink(i, outcome, stats)
         };
         self.inner
-            .run_indices(&mut pulled, count, chunk, make, &mut answer)
+            .run_taking(taker, count, chunk, &pulled, &mut answer)
     }
 }
 
@@ -147,10 +156,8 @@ fn multi_device_lost_mid_run_the_others_finish_and_nothing_is_lost_or_doubled() 
         image: multi.image_config(),
         max_new_tokens: 10,
     };
-    let jobs = Jobs {
-        count: phase.pending(),
-        groups: phase.groups(),
-    };
+    let groups = phase.groups();
+    let jobs = JobQueue::ready(phase.pending(), groups.clone());
     let mut seen = Vec::new();
     let err = multi
         .run(&jobs, &|i| phase.request(i), &mut |i, outcome, _| {
@@ -177,7 +184,7 @@ fn multi_device_lost_mid_run_the_others_finish_and_nothing_is_lost_or_doubled() 
     let taken: BTreeSet<usize> = log1.pulled.lock().unwrap().iter().copied().collect();
     assert!(taken.len() > 2, "the lost device took part: {taken:?}");
     let done: BTreeSet<usize> = seen.iter().copied().collect();
-    for group in &jobs.groups {
+    for group in &groups {
         if group.iter().all(|i| !taken.contains(i)) {
             assert!(
                 group.iter().all(|i| done.contains(i)),
@@ -186,7 +193,7 @@ fn multi_device_lost_mid_run_the_others_finish_and_nothing_is_lost_or_doubled() 
         }
     }
     assert!(
-        done.len() < jobs.count,
+        done.len() < jobs.count(),
         "what the lost device held is missing"
     );
 }
