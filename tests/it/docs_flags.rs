@@ -28,6 +28,9 @@ use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
 use mobile_r1_eval::cli::Cli;
 
+mod shell;
+use shell::{is_assignment, shell_words, Shell};
+
 /// Placeholder words and the concrete values parsed in their place.
 const PLACEHOLDERS: &[(&str, &str)] = &[
     ("M", "Qwen/Qwen2.5-VL-3B-Instruct"),
@@ -82,15 +85,12 @@ fn doc_files() -> Vec<PathBuf> {
 fn examples(name: &str, text: &str) -> Vec<Example> {
     let mut out = Vec::new();
     let (mut fence, mut logical, mut start) = (false, String::new(), 0);
-    let (mut heading, mut table_kind) = (None::<String>, None::<&str>);
+    let (mut heading, mut table) = (None::<String>, None::<String>);
     for (i, line) in text.lines().enumerate() {
-        let place = format!("{name}:{}", i + 1);
         let t = line.trim();
         if t.starts_with("```") || t.starts_with("~~~") {
             fence = !fence;
-            continue;
-        }
-        if fence {
+        } else if fence {
             if logical.is_empty() {
                 start = i + 1;
             }
@@ -98,49 +98,48 @@ fn examples(name: &str, text: &str) -> Vec<Example> {
                 Some(head) => logical.push_str(&format!("{head} ")),
                 None => {
                     logical.push_str(t);
-                    let place = format!("{name}:{start}");
-                    out.extend(shell_examples(&logical, &place));
+                    out.extend(shell_examples(&logical, &format!("{name}:{start}")));
                     logical.clear();
                 }
             }
-            continue;
-        }
-        if let Some(h) = t.strip_prefix("### `").and_then(|h| h.strip_suffix('`')) {
-            heading = Some(h.to_owned());
-        } else if t.starts_with('#') {
-            heading = None;
-        }
-        if !t.starts_with('|') {
-            table_kind = None;
-            continue;
-        }
-        let cells = table_cells(t);
-        match table_kind {
-            None => {
-                table_kind = Some(if cells[0] == "command" {
-                    "command"
-                } else if cells[0] == "flag" {
-                    "flag"
-                } else {
-                    ""
-                })
+        } else if !t.starts_with('|') {
+            if let Some(h) = t.strip_prefix("### `").and_then(|h| h.strip_suffix('`')) {
+                heading = Some(h.to_owned());
+            } else if t.starts_with('#') {
+                heading = None;
             }
-            Some("command") => out.extend(
-                code_spans(&cells[0])
-                    .into_iter()
-                    .flat_map(|s| synopsis_examples(&s, &place, false)),
-            ),
-            Some("flag") => {
-                if let Some(cmd) = &heading {
-                    for span in code_spans(&cells[0]) {
-                        out.extend(synopsis_examples(&format!("{cmd} {span}"), &place, true));
-                    }
-                }
-            }
-            Some(_) => {}
+            table = None;
+        } else if let Some(kind) = &table {
+            let place = format!("{name}:{}", i + 1);
+            out.extend(row_examples(
+                kind,
+                heading.as_deref(),
+                &table_cells(t)[0],
+                &place,
+            ));
+        } else {
+            // The header row: its first cell says what the table lists.
+            table = Some(table_cells(t).swap_remove(0));
         }
     }
     out
+}
+
+/// The command lines of a table row whose first cell is `cell`, in a table whose first column is headed
+/// `kind`, under the `### \`command\`` heading `heading`.
+fn row_examples(kind: &str, heading: Option<&str>, cell: &str, place: &str) -> Vec<Example> {
+    let spans = code_spans(cell);
+    match (kind, heading) {
+        ("command", _) => spans
+            .iter()
+            .flat_map(|s| synopsis_examples(s, place, false))
+            .collect(),
+        ("flag", Some(cmd)) => spans
+            .iter()
+            .flat_map(|s| synopsis_examples(&format!("{cmd} {s}"), place, true))
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// The cells of a table row, `\|` read as `|`.
@@ -188,78 +187,6 @@ fn concrete(word: &str) -> String {
     out
 }
 
-/// A shell word or an operator that ends a command (`|`, `&&`, `;`, …).
-#[derive(Debug, PartialEq)]
-enum Shell {
-    Word(String),
-    End,
-}
-
-/// Split a shell line into words (quotes, escapes and `$(…)` kept in their word), operators and redirections
-/// (dropped with their target), stopping at a `#` comment.
-fn shell_words(line: &str) -> Vec<Shell> {
-    let (mut out, mut word, mut in_word) = (Vec::new(), String::new(), false);
-    let (mut skip_next, mut chars) = (false, line.chars().peekable());
-    fn finish(word: &mut String, in_word: &mut bool, skip: &mut bool, out: &mut Vec<Shell>) {
-        if *in_word && !std::mem::take(skip) {
-            out.push(Shell::Word(std::mem::take(word)));
-        }
-        word.clear();
-        *in_word = false;
-    }
-    while let Some(c) = chars.next() {
-        match c {
-            '#' if !in_word => break,
-            c if c.is_whitespace() => finish(&mut word, &mut in_word, &mut skip_next, &mut out),
-            '\'' | '"' => {
-                in_word = true;
-                for q in chars.by_ref() {
-                    if q == c {
-                        break;
-                    }
-                    word.push(q);
-                }
-            }
-            '\\' => {
-                in_word = true;
-                word.extend(chars.next());
-            }
-            '$' if chars.peek() == Some(&'(') => {
-                in_word = true;
-                word.push(c);
-                let mut depth = 0;
-                for q in chars.by_ref() {
-                    word.push(q);
-                    depth += (q == '(') as i32 - (q == ')') as i32;
-                    if depth == 0 {
-                        break;
-                    }
-                }
-            }
-            '>' | '<' => {
-                // `2>&1`, `> file`: the fd number, the operator and its target are not arguments.
-                if word.chars().all(|d| d.is_ascii_digit()) {
-                    word.clear();
-                    in_word = false;
-                }
-                finish(&mut word, &mut in_word, &mut skip_next, &mut out);
-                while chars.next_if(|&n| n == '>' || n == '&').is_some() {}
-                skip_next = true;
-            }
-            '|' | ';' | '&' => {
-                finish(&mut word, &mut in_word, &mut skip_next, &mut out);
-                out.push(Shell::End);
-            }
-            c => {
-                in_word = true;
-                word.push(c);
-            }
-        }
-    }
-    finish(&mut word, &mut in_word, &mut skip_next, &mut out);
-    out
-}
-
 /// The `mobile-r1-eval` commands of one shell line of a code block.
 fn shell_examples(line: &str, place: &str) -> Vec<Example> {
     let mut out = Vec::new();
@@ -291,13 +218,6 @@ fn shell_examples(line: &str, place: &str) -> Vec<Example> {
         });
     }
     out
-}
-
-/// `NAME=value`, a shell variable assignment before a command.
-fn is_assignment(word: &str) -> bool {
-    word.split_once('=').is_some_and(|(name, _)| {
-        !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-    })
 }
 
 /// A synopsis: words (each with its alternative values) and bracketed groups (with their alternatives).
