@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::builder::BoolishValueParser;
-use clap::{Args, Parser, Subcommand};
+use clap::{ArgAction, Args, Parser, Subcommand};
 
 use crate::ops::CpuGemm;
 use crate::settings::RuleName;
@@ -102,8 +102,16 @@ pub struct ScoreArgs {
 #[derive(Debug, Args, Clone)]
 pub struct OpsArgs {
     /// `on`: the fused ops (CUDA kernels, fused CPU attention and elementwise passes); `off`: their composed
-    /// candle references (to measure what the fused ops bring).
-    #[arg(long, env = "MOBILE_R1_EVAL_KERNELS", default_value = "on", value_parser = on_off)]
+    /// candle references (to measure what the fused ops bring). Takes a value (`--kernels off`), so the
+    /// flag and its environment variable read the same words.
+    #[arg(
+        long,
+        env = "MOBILE_R1_EVAL_KERNELS",
+        default_value = "on",
+        value_name = "on|off",
+        value_parser = on_off,
+        action = ArgAction::Set
+    )]
     pub kernels: bool,
     /// bf16/f16 varlen attention on CUDA on tensor cores (`varlen_mma_*`) instead of CUDA cores.
     #[arg(long, env = "MOBILE_R1_EVAL_MMA", value_parser = BoolishValueParser::new())]

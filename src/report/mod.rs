@@ -6,6 +6,7 @@
 mod charts;
 pub mod compare;
 mod compare_html;
+mod compare_types;
 mod escape;
 pub mod html;
 mod input;
