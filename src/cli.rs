@@ -8,7 +8,7 @@ use clap::{ArgAction, Args, Parser, Subcommand};
 
 use crate::ops::CpuGemm;
 use crate::settings::RuleName;
-use crate::settings::SystemPrompt;
+use crate::settings::{BenchModel, SystemPrompt};
 use crate::settings::{DTypeSpec, DeviceSpec};
 
 /// Offline evaluator of Qwen2.5-VL mobile GUI agents on the Mobile-R1 benchmark.
@@ -270,9 +270,10 @@ pub struct MergeArgs {
 pub struct BenchArgs {
     /// `tiny`, `small` (Qwen2.5-0.5B text + real 3B vision), `3b`, `7b`, or a config.json / model folder.
     #[arg(long, default_value = "tiny")]
-    pub config: String,
-    /// Build the model with deterministic random weights (the only mode: real checkpoints are measured by `eval`).
-    #[arg(long)]
+    pub config: BenchModel,
+    /// Accepted for older command lines: random weights are `bench`'s only mode (a real checkpoint's throughput
+    /// is in `eval`'s `throughput.json`).
+    #[arg(long, hide = true)]
     pub random_weights: bool,
     /// `auto` (the first GPU of a CUDA or Metal build, else the CPU), `cpu`, `cuda`, `cuda:N` or `metal`; a
     /// comma-separated list (`cuda:0,cuda:1`) runs one copy of the model per device, sharing the prompts as `eval`.

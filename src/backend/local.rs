@@ -71,6 +71,36 @@ impl LocalBackend {
         &self.loaded
     }
 
+    /// The exact token length of a prompt whose pictures have the screen sizes `image_sizes`, without decoding a
+    /// picture: an image's token count depends only on its smart-resized size, so the prompt is built with images
+    /// of that grid and no pixels.
+    fn count_prompt_tokens(
+        &self,
+        messages: &serde_json::Value,
+        image_sizes: &[[u32; 2]],
+    ) -> Result<usize> {
+        let im = &self.loaded.kit.image;
+        let grids = image_sizes
+            .iter()
+            .map(|&[w, h]| {
+                let (rh, rw) = crate::preprocess::smart_resize(
+                    h as usize,
+                    w as usize,
+                    im.factor(),
+                    im.min_pixels,
+                    im.max_pixels,
+                )?;
+                Ok(crate::preprocess::PreparedImage {
+                    patches: Vec::new(),
+                    grid_thw: [1, rh / im.patch_size, rw / im.patch_size],
+                    resized_wh: [rw as u32, rh as u32],
+                    original_wh: [w, h],
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(self.loaded.kit.build(messages, grids)?.input_ids.len())
+    }
+
     /// Build and prepare request `index` (on a worker thread).
     fn prepare(&self, index: usize, make: &MakeRequest<'_>) -> Prepared {
         let t0 = std::time::Instant::now();
@@ -150,8 +180,31 @@ impl Backend for LocalBackend {
         self.limits
     }
 
-    fn local_model(&self) -> Option<&LoadedModel> {
-        Some(&self.loaded)
+    fn prompt_tokens(
+        &self,
+        messages: &serde_json::Value,
+        image_sizes: &[[u32; 2]],
+    ) -> Option<Result<usize>> {
+        Some(self.count_prompt_tokens(messages, image_sizes))
+    }
+
+    fn cpu_facts(&self) -> Result<Option<super::CpuFacts>> {
+        let m = &self.loaded.model;
+        if !m.device().is_cpu() {
+            return Ok(None);
+        }
+        let (vision_params, lm_params) = crate::bench::random::param_counts(m.config());
+        if vision_params + lm_params < crate::cpu_estimate::MIN_PARAMS {
+            return Ok(None);
+        }
+        // A brief measurement (a few 1024³ GEMMs, well under a second).
+        let (rate, _) =
+            crate::bench::matmul_peak(m.device(), candle_core::DType::F32, 1024, m.ops().blas())?;
+        Ok(Some(super::CpuFacts {
+            vision_params,
+            lm_params,
+            flops_per_second: rate,
+        }))
     }
 
     fn profile_snapshot(&self) -> Option<crate::ops::ProfileSnapshot> {

@@ -13,6 +13,19 @@ use crate::preprocess::ImageProcessorConfig;
 use crate::records::{DeviceShare, PhaseStats};
 use crate::settings::BatchLimits;
 
+impl<D: DeviceBackend + ?Sized> DeviceBackend for &D {
+    fn run_taking(
+        &self,
+        taker: Taker<'_>,
+        count: usize,
+        chunk: usize,
+        make: &MakeRequest<'_>,
+        sink: &mut Sink<'_>,
+    ) -> Result<PhaseStats> {
+        (**self).run_taking(taker, count, chunk, make, sink)
+    }
+}
+
 /// One device as a [`MultiBackend`] drives it: a [`Backend`] that can also answer requests pulled from a queue
 /// shared with other devices. [`LocalBackend`] is one; anything that runs on (or stands in for) one device can be.
 pub trait DeviceBackend: Backend {
@@ -31,8 +44,8 @@ pub trait DeviceBackend: Backend {
 }
 
 /// One backend per device, sharing the work.
-pub struct MultiBackend {
-    devices: Vec<Box<dyn DeviceBackend>>,
+pub struct MultiBackend<'d> {
+    devices: Vec<Box<dyn DeviceBackend + 'd>>,
     info: BackendInfo,
 }
 
@@ -45,9 +58,9 @@ struct Outcome {
     stats: PhaseStats,
 }
 
-impl MultiBackend {
+impl<'d> MultiBackend<'d> {
     /// Share the work between `devices` (at least one; all the same checkpoint and settings).
-    pub fn new(devices: Vec<Box<dyn DeviceBackend>>) -> Result<Self> {
+    pub fn new(devices: Vec<Box<dyn DeviceBackend + 'd>>) -> Result<Self> {
         let Some(first) = devices.first() else {
             bail!("no device to run on");
         };
@@ -65,7 +78,7 @@ impl MultiBackend {
         Self::new(
             devices
                 .into_iter()
-                .map(|d| Box::new(d) as Box<dyn DeviceBackend>)
+                .map(|d| Box::new(d) as Box<dyn DeviceBackend + 'd>)
                 .collect(),
         )
     }
@@ -194,7 +207,7 @@ fn sum<'a>(parts: impl IntoIterator<Item = &'a PhaseStats>) -> PhaseStats {
     total
 }
 
-impl Backend for MultiBackend {
+impl Backend for MultiBackend<'_> {
     fn info(&self) -> &BackendInfo {
         &self.info
     }
@@ -207,8 +220,16 @@ impl Backend for MultiBackend {
         self.devices[0].limits()
     }
 
-    fn local_model(&self) -> Option<&super::LoadedModel> {
-        self.devices[0].local_model()
+    fn prompt_tokens(
+        &self,
+        messages: &serde_json::Value,
+        image_sizes: &[[u32; 2]],
+    ) -> Option<Result<usize>> {
+        self.devices[0].prompt_tokens(messages, image_sizes)
+    }
+
+    fn cpu_facts(&self) -> Result<Option<super::CpuFacts>> {
+        self.devices[0].cpu_facts()
     }
 
     fn run(

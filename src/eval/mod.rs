@@ -316,9 +316,7 @@ fn run_steps(
         jobs.len(),
         bench.num_steps() - jobs.len()
     );
-    if let Some(model) = backend.local_model() {
-        checks::first_prompt_checks(cfg, bench, model, &jobs)?;
-    }
+    checks::first_prompt_checks(cfg, bench, backend, &jobs)?;
     let phase = StepPhase {
         bench,
         jobs,
@@ -337,9 +335,7 @@ fn run_judge(
 ) -> Result<crate::records::PhaseStats> {
     let path = cfg.out.path(rundir::JUDGEMENTS);
     let jobs = pending_trajectories(bench, &cfg.out.completed_trajectories()?);
-    if let Some(model) = backend.local_model() {
-        checks::largest_judge_prompt_fits(cfg, bench, model, preds, &jobs)?;
-    }
+    checks::largest_judge_prompt_fits(cfg, bench, backend, preds, &jobs)?;
     let phase = JudgePhase {
         bench,
         preds,

@@ -16,7 +16,9 @@ use serde::Serialize;
 pub use crate::settings::{RuleName, RulePreset, TextRule};
 pub use judge::{score_run, summarize, JudgeSummary};
 pub use matching::{in_box, map_point, match_args, norm_distance, ArgCheck, Direction};
-pub use metrics::{aggregate, ActionStats, GroupStats, Metrics};
+pub use metrics::{
+    aggregate, ActionStats, Confusion, ExtraFigure, Figure, GroupStats, Metrics, Predicted,
+};
 pub use stats::{
     intervals, mcnemar_exact, paired_intervals, percent_interval, Interval, Intervals, McNemar,
     CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED, INTERVAL_METRICS,

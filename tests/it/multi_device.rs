@@ -78,9 +78,6 @@ impl Backend for Flaky {
     fn limits(&self) -> BatchLimits {
         self.inner.limits()
     }
-    fn local_model(&self) -> Option<&LoadedModel> {
-        self.inner.local_model()
-    }
     fn run(
         &self,
         jobs: &JobQueue,

@@ -127,7 +127,7 @@ fn bootstrap_is_deterministic_and_a_run_against_itself_has_zero_deltas() {
     assert_eq!(intervals(&r.steps, 500, 7), intervals(&r.steps, 500, 7));
     assert_ne!(intervals(&r.steps, 500, 7), intervals(&r.steps, 500, 8));
     // Trajectories 0, 2 and 4 of 5 are judged successful (the fixture's judgements): 60%, with an interval.
-    assert_eq!(r.metrics.extra["judge_success"], 60.0);
+    assert_eq!(r.metrics.judge.as_ref().unwrap().judge_success, 60.0);
     let judge = r.metrics.intervals.as_ref().unwrap().metrics["judge_success"];
     assert!(judge.low < 60.0 && judge.high > 60.0, "{judge:?}");
     let same = paired_intervals(&r.steps, &r.steps, 300, 1);
