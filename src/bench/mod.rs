@@ -24,7 +24,7 @@ use crate::chat::{ChatTemplate, PromptBuilder, Tokenizer};
 use crate::engine::{memory, BatchLimits};
 use crate::eval::{pending_steps, run_phase, JudgePhase, StepPhase, SystemPrompt};
 use crate::model::Qwen25VL;
-use crate::ops::blas::Blas;
+use crate::ops::gemm::blas::Blas;
 use crate::predictions::PredictionSet;
 use crate::preprocess::ImageProcessorConfig;
 use crate::records::PhaseStats;
@@ -96,10 +96,10 @@ pub fn matmul_rates(
             .flatten()
             .filter(|i| in_use.is_none_or(|u| u.description != i.description));
         let (av, bv) = (a.flatten_all()?.to_vec1()?, b.flatten_all()?.to_vec1()?);
-        if crate::ops::packed_gemm::supported() {
+        if crate::ops::gemm::packed::supported() {
             let mut c = vec![0f32; n * n];
             let secs = best_seconds(device, || {
-                crate::ops::packed_gemm::sgemm_nt(&av, &bv, (n, n, n), &mut c);
+                crate::ops::gemm::packed::sgemm_nt(&av, &bv, (n, n, n), &mut c);
                 Ok(())
             })?;
             rates.push(MatmulRate {
@@ -107,7 +107,7 @@ pub fn matmul_rates(
                 detail: format!(
                     "the built-in packed AVX2 kernel (the built-in GEMM of segments of {} rows or more on \
                      CPUs without AVX-512)",
-                    crate::ops::packed_gemm::MIN_ROWS
+                    crate::ops::gemm::packed::MIN_ROWS
                 ),
                 flops: flops / secs,
             });

@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use super::blas::{Blas, BlasError};
+use super::gemm::blas::{Blas, BlasError};
 
 /// How the ops run: which fused paths are on, what the CPU's f32 GEMMs run on, whether sections are timed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -43,7 +43,7 @@ impl Default for OpsConfig {
 /// The spelling of [`CpuGemm::GemmCrate`].
 pub const GEMM_CRATE: &str = "gemm-crate";
 
-/// The library behind the CPU's f32 GEMMs ([`super::blas`]).
+/// The library behind the CPU's f32 GEMMs ([`super::gemm::blas`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CpuGemm {
@@ -51,7 +51,7 @@ pub enum CpuGemm {
     /// built-in GEMM (`auto`).
     #[default]
     Auto,
-    /// The built-in GEMM, no library (`off`): [`super::packed_gemm`] for large segments on a CPU with AVX2 and no
+    /// The built-in GEMM, no library (`off`): [`super::gemm::packed`] for large segments on a CPU with AVX2 and no
     /// AVX-512, the `gemm` crate behind candle's matmul otherwise.
     Builtin,
     /// The `gemm` crate behind candle's matmul only (`gemm-crate`), to compare the built-in kernels.
@@ -121,7 +121,7 @@ pub struct OpsManifest {
     pub cpu_f32_gemm: String,
     /// How the CBLAS library was chosen (its corename, the calibration rates, why), on the CPU.
     #[serde(default)]
-    pub cpu_blas_choice: Option<super::blas::BlasChoice>,
+    pub cpu_blas_choice: Option<super::gemm::blas::BlasChoice>,
     /// Rows per `gemm` crate product for independent rows where they take the `gemm` crate
     /// ([`super::ROW_BLOCK`]).
     pub cpu_gemm_row_block: usize,
@@ -131,11 +131,11 @@ pub struct OpsManifest {
     /// Fewest rows of a segment multiplied by the CBLAS library ([`super::BLAS_MIN_ROWS`]).
     pub cpu_gemm_blas_min_rows: usize,
     /// Fewest rows of a segment multiplied by the built-in packed kernel when it is the run's built-in GEMM
-    /// ([`super::packed_gemm::MIN_ROWS`]; fewer go to the `gemm` crate).
+    /// ([`super::gemm::packed::MIN_ROWS`]; fewer go to the `gemm` crate).
     #[serde(default)]
     pub cpu_gemm_packed_min_rows: usize,
     /// Fewest keys of a segment whose f32 CPU attention runs through GEMM tiles rather than the four-row kernel
-    /// ([`super::cpu_attn::TILED_MIN_KEYS`]).
+    /// ([`super::attention::cpu::TILED_MIN_KEYS`]).
     #[serde(default)]
     pub cpu_attention_tiled_min_keys: usize,
     /// Fewest keys of a segment whose attention tiles run on the built-in packed kernel (where it is the run's

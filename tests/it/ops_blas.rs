@@ -1,9 +1,9 @@
-//! The optional CBLAS path of the CPU's f32 GEMMs (`src/ops/blas.rs`): loading by spec, and `sgemm_nt` against
+//! The optional CBLAS path of the CPU's f32 GEMMs (`src/ops/gemm/blas/`): loading by spec, and `sgemm_nt` against
 //! an f64 reference and across thread counts. The numeric tests need OpenBLAS on the machine
 //! (`libopenblas.so.0`, e.g. Debian's `libopenblas0`) and say so when it is absent.
 
 use candle_core::{Device, Tensor};
-use mobile_r1_eval::ops::blas::Blas;
+use mobile_r1_eval::ops::gemm::blas::Blas;
 
 fn openblas() -> Option<Blas> {
     let b = Blas::from_spec("auto").expect("auto never fails");
@@ -231,7 +231,7 @@ fn a_library_by_path_is_checked_at_load() {
 
 #[test]
 fn sizes_beyond_the_lp64_interface_stay_off_cblas() {
-    use mobile_r1_eval::ops::blas::fits_cblas;
+    use mobile_r1_eval::ops::gemm::blas::fits_cblas;
     assert!(fits_cblas(i32::MAX as usize, 1, 1));
     assert!(!fits_cblas(1 << 31, 1, 1));
     assert!(!fits_cblas(1, 1 << 31, 1));
@@ -243,8 +243,8 @@ fn sizes_beyond_the_lp64_interface_stay_off_cblas() {
 /// in a file is measured once and read back.
 #[test]
 fn choose_uses_a_library_only_where_it_fits_and_is_not_slower() {
-    use mobile_r1_eval::ops::blas::{choose, core_misfit, Calibration, CpuSimd};
-    use mobile_r1_eval::ops::packed_gemm::BuiltinGemm;
+    use mobile_r1_eval::ops::gemm::blas::{choose, core_misfit, Calibration, CpuSimd};
+    use mobile_r1_eval::ops::gemm::packed::BuiltinGemm;
     let builtin = BuiltinGemm::for_this_cpu(false);
     let (none, off) = choose("off", None, builtin).unwrap();
     assert!(none.is_none() && !off.used && off.library.is_none());
@@ -315,12 +315,12 @@ fn builtin_and_gemm_crate() -> (mobile_r1_eval::ops::Ops, mobile_r1_eval::ops::O
     (ops(CpuGemm::Builtin), ops(CpuGemm::GemmCrate))
 }
 
-/// The built-in GEMM (`off`) on a CPU with AVX2 and no AVX-512: segments of `packed_gemm::MIN_ROWS` rows or more
+/// The built-in GEMM (`off`) on a CPU with AVX2 and no AVX-512: segments of `packed::MIN_ROWS` rows or more
 /// go through the packed kernel, shorter ones through the `gemm` crate, each segment with the bits it has alone;
 /// `gemm-crate` keeps the `gemm` crate for all. Elsewhere the built-in GEMM is the `gemm` crate for all.
 #[test]
 fn the_built_in_gemm_takes_the_packed_kernel_for_large_segments() {
-    use mobile_r1_eval::ops::packed_gemm::{self, BuiltinGemm, MIN_ROWS};
+    use mobile_r1_eval::ops::gemm::packed::{self, BuiltinGemm, MIN_ROWS};
     use mobile_r1_eval::ops::Rows;
     let (builtin, crate_only) = builtin_and_gemm_crate();
     let packed = BuiltinGemm::for_this_cpu(false) == BuiltinGemm::Packed;
@@ -363,7 +363,7 @@ fn the_built_in_gemm_takes_the_packed_kernel_for_large_segments() {
         );
         if packed && len >= MIN_ROWS {
             let mut c = vec![0f32; len * n];
-            packed_gemm::sgemm_nt(&xv[start * k..(start + len) * k], &wv, (len, k, n), &mut c);
+            packed::sgemm_nt(&xv[start * k..(start + len) * k], &wv, (len, k, n), &mut c);
             assert_eq!(seg, c.as_slice(), "{len} rows: the packed kernel's bits");
         } else {
             assert_eq!(
@@ -377,12 +377,13 @@ fn the_built_in_gemm_takes_the_packed_kernel_for_large_segments() {
 }
 
 /// Independent rows (decode, last positions) under the built-in GEMM: on a CPU with AVX2 and no AVX-512, one dot
-/// product per output (`row_gemm`), a row's bits the same alone or with others; `gemm-crate`, and other CPUs,
+/// product per output (`gemm::row`), a row's bits the same alone or with others; `gemm-crate`, and other CPUs,
 /// keep the `gemm` crate in products of `ROW_BLOCK` rows.
 #[test]
 fn independent_rows_take_the_row_kernel_with_the_packed_built_in_gemm() {
-    use mobile_r1_eval::ops::packed_gemm::BuiltinGemm;
-    use mobile_r1_eval::ops::{row_gemm, Ops, Rows};
+    use mobile_r1_eval::ops::gemm::packed::BuiltinGemm;
+    use mobile_r1_eval::ops::gemm::row;
+    use mobile_r1_eval::ops::{Ops, Rows};
     let (builtin, crate_only) = builtin_and_gemm_crate();
     let packed = BuiltinGemm::for_this_cpu(false) == BuiltinGemm::Packed;
     let rows_manifest = builtin.manifest().cpu_gemm_independent_rows;
@@ -414,7 +415,7 @@ fn independent_rows_take_the_row_kernel_with_the_packed_built_in_gemm() {
     let by_crate = bits(&crate_only, &x);
     if packed {
         let mut c = vec![0f32; m * n];
-        row_gemm::sgemm_nt_rows(&xv, &wv, (m, k, n), &mut c);
+        row::sgemm_nt_rows(&xv, &wv, (m, k, n), &mut c);
         assert_eq!(got, c, "the row kernel's bits");
     } else {
         assert_eq!(got, by_crate, "the gemm crate's bits");

@@ -1,12 +1,16 @@
 //! The attention ops and their selection: packed varlen attention (prefill, vision windows and full attention)
-//! and decode attention, each on the fused CUDA kernel, the fused CPU path, or the composed fallback
-//! ([`super::composed`]), whose masks are built here.
+//! and decode attention, each on the fused CUDA kernel, the fused CPU path ([`cpu`]), or the composed fallback
+//! ([`composed`]); their candle references ([`reference`]).
+
+pub mod composed;
+pub(super) mod cpu;
+pub(super) mod reference;
 
 use candle_core::{DType, Device, Result, Tensor};
 
 #[cfg(feature = "cuda")]
 use super::cuda;
-use super::{composed, cpu_attn, reference, Ops};
+use super::Ops;
 
 /// One layer's KV buffers of one sequence for decode attention: K and V of shape (kv_heads, capacity,
 /// head_dim), contiguous, not shared with any other cache (the new position is written into them), and `len`
@@ -169,7 +173,7 @@ impl Ops {
     /// this head_dim: CUDA with head_dim 64, 80 or 128, or the CPU in f32 with head_dim a multiple of 8.
     pub fn varlen_supported(&self, device: &Device, dtype: DType, head_dim: usize) -> bool {
         (self.on_kernel_path(device, dtype) && matches!(head_dim, 64 | 80 | 128))
-            || (self.config.fused_kernels && cpu_attn::supported(device, dtype, head_dim))
+            || (self.config.fused_kernels && cpu::supported(device, dtype, head_dim))
     }
 
     /// Attention of packed segments: the queries of each segment (its rows of `q`) attend to the segment's keys
@@ -186,7 +190,7 @@ impl Ops {
                 let mma = self.config.tensor_core_attention && q.dtype() != DType::F32;
                 return cuda::varlen_attention(a, mma);
             }
-            return cpu_attn::varlen_attention(a, self.builtin);
+            return cpu::varlen_attention(a, self.builtin);
         }
         composed::varlen(a, self.attention_budget)
     }

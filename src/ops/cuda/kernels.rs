@@ -1,5 +1,6 @@
-//! Launchers of the project's CUDA kernels (`kernels/fused.cu`, compiled by `kernels/build.rs` into a fatbin with
-//! machine code for the build's GPU and PTX for newer ones, and loaded once per CUDA context).
+//! Launching the project's CUDA kernels (`kernels/fused.cu`, compiled by `kernels/build.rs` into a fatbin with
+//! machine code for the build's GPU and PTX for newer ones, and loaded once per CUDA context): the helpers every
+//! launcher uses, and the launchers of the elementwise ops.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -14,22 +15,20 @@ use candle_core::op::BackpropOp;
 use candle_core::{bail, CudaDevice, DType, Result, Shape, Storage, Tensor};
 use half::{bf16, f16};
 
-mod attention;
-
 use super::launch;
-
-pub use attention::{decode_attention, varlen_attention, DecodeCall, DecodeTables};
+use crate::ops::elementwise::swiglu_out_shape;
+use crate::ops::QkvRope;
 
 const FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fused.fatbin"));
 
 /// One of the project's kernels, launched on the stream of the device it was loaded for.
-struct Kernel {
+pub(super) struct Kernel {
     func: CudaFunction,
     stream: Arc<CudaStream>,
 }
 
 impl Kernel {
-    fn builder(&self) -> LaunchArgs<'_> {
+    pub(super) fn builder(&self) -> LaunchArgs<'_> {
         self.stream.launch_builder(&self.func)
     }
 }
@@ -43,7 +42,7 @@ struct Loaded {
 /// Kernel `name` of `kernels/fused.cu` on `dev`. The module is loaded once per CUDA context (the driver picks the
 /// fatbin's machine code when it matches the GPU, with no JIT, else compiles its PTX), and each function is looked
 /// up once: later launches only clone its handle.
-fn kernel(dev: &CudaDevice, name: &str) -> Result<Kernel> {
+pub(super) fn kernel(dev: &CudaDevice, name: &str) -> Result<Kernel> {
     static LOADED: OnceLock<Mutex<HashMap<usize, Loaded>>> = OnceLock::new();
     let stream = dev.cuda_stream();
     let ctx = stream.context();
@@ -70,7 +69,7 @@ fn kernel(dev: &CudaDevice, name: &str) -> Result<Kernel> {
 }
 
 /// The CUDA device of `t`.
-fn cuda_device(t: &Tensor) -> Result<CudaDevice> {
+pub(super) fn cuda_device(t: &Tensor) -> Result<CudaDevice> {
     match t.device() {
         candle_core::Device::Cuda(d) => Ok(d.clone()),
         other => bail!("expected a CUDA tensor, found one on {other:?}"),
@@ -78,7 +77,7 @@ fn cuda_device(t: &Tensor) -> Result<CudaDevice> {
 }
 
 /// Run `f` on the contiguous data of `t` as a typed view.
-fn with_view<T: CudaDType + DeviceRepr, R>(
+pub(super) fn with_view<T: CudaDType + DeviceRepr, R>(
     t: &Tensor,
     f: impl FnOnce(CudaView<'_, T>) -> Result<R>,
 ) -> Result<R> {
@@ -96,7 +95,7 @@ fn with_view<T: CudaDType + DeviceRepr, R>(
 }
 
 /// The launch configuration of a [`launch::Geometry`] (no dynamic shared memory).
-fn config(g: launch::Geometry) -> LaunchConfig {
+pub(super) fn config(g: launch::Geometry) -> LaunchConfig {
     LaunchConfig {
         grid_dim: g.grid,
         block_dim: g.block,
@@ -105,12 +104,12 @@ fn config(g: launch::Geometry) -> LaunchConfig {
 }
 
 /// Wrap a freshly written device buffer as a tensor of `shape`.
-fn tensor_of<T: CudaDType>(out: CudaSlice<T>, dev: &CudaDevice, shape: Shape) -> Tensor {
+pub(super) fn tensor_of<T: CudaDType>(out: CudaSlice<T>, dev: &CudaDevice, shape: Shape) -> Tensor {
     let storage = Storage::Cuda(CudaStorage::wrap_cuda_slice(out, dev.clone()));
     Tensor::from_storage(storage, shape, BackpropOp::none(), false)
 }
 
-/// See [`super::Ops::rms_norm_hf`].
+/// See [`crate::ops::Ops::rms_norm_hf`].
 pub fn rms_norm_hf(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
     match x.dtype() {
         DType::F32 => rms_norm_t::<f32>(x, w, eps),
@@ -155,7 +154,7 @@ fn rows_cols_launch(rows: usize, cols: usize) -> Result<(LaunchConfig, i32, i32)
     ))
 }
 
-/// See [`super::Ops::swiglu_packed`].
+/// See [`crate::ops::Ops::swiglu_packed`].
 pub fn swiglu_packed(gu: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     match gu.dtype() {
         DType::F32 => swiglu_packed_t::<f32>(gu, bias),
@@ -171,7 +170,7 @@ fn swiglu_packed_t<T: CudaDType + DeviceRepr>(
 ) -> Result<Tensor> {
     let dev = cuda_device(gu)?;
     let gu = gu.contiguous()?;
-    let shape = super::swiglu_out_shape(&gu, bias)?;
+    let shape = swiglu_out_shape(&gu, bias)?;
     let cols = *shape.last().expect("rank ≥ 1");
     let rows = gu.elem_count() / (2 * cols).max(1);
     let func = kernel(&dev, &launch::kernel_name("swiglu_packed", gu.dtype())?)?;
@@ -197,7 +196,7 @@ fn swiglu_packed_t<T: CudaDType + DeviceRepr>(
     Ok(tensor_of(out, &dev, Shape::from(shape)))
 }
 
-/// See [`super::Ops::bias_add`] and [`super::Ops::bias_residual`]: `op` is `bias_add` or `bias_residual`; `full` are
+/// See [`crate::ops::Ops::bias_add`] and [`crate::ops::Ops::bias_residual`]: `op` is `bias_add` or `bias_residual`; `full` are
 /// the (rows, cols) operands and `per_col` the (cols) biases, in the kernel's argument order (full operands
 /// first, except `bias_residual`: y, b, r).
 pub fn bias_op(op: &str, full: &[&Tensor], per_col: &[&Tensor]) -> Result<Tensor> {
@@ -264,8 +263,8 @@ fn bias_t<T: CudaDType + DeviceRepr>(
     Ok(tensor_of(out, &dev, shape))
 }
 
-/// See [`super::Ops::qkv_rope`].
-pub fn qkv_rope(a: super::QkvRope<'_>) -> Result<(Tensor, Tensor, Tensor)> {
+/// See [`crate::ops::Ops::qkv_rope`].
+pub fn qkv_rope(a: QkvRope<'_>) -> Result<(Tensor, Tensor, Tensor)> {
     match (a.y.dtype(), a.cos.dtype()) {
         (DType::F32, DType::F32) => qkv_rope_t::<f32, f32>(a),
         (DType::BF16, DType::BF16) => qkv_rope_t::<bf16, bf16>(a),
@@ -277,7 +276,7 @@ pub fn qkv_rope(a: super::QkvRope<'_>) -> Result<(Tensor, Tensor, Tensor)> {
 }
 
 fn qkv_rope_t<T: CudaDType + DeviceRepr, C: CudaDType + DeviceRepr>(
-    a: super::QkvRope<'_>,
+    a: QkvRope<'_>,
 ) -> Result<(Tensor, Tensor, Tensor)> {
     let dev = cuda_device(a.y)?;
     let (n, d) = a.dims()?;

@@ -21,7 +21,7 @@ use super::record::{self, CalibrationKey};
 use super::{Blas, BuiltinGemm};
 
 /// The calibration product's shape (m, k, n): about 2.5 GFLOP, some 25 ms a call at 100 GFLOP/s; enough rows for
-/// the built-in packed kernel ([`super::super::packed_gemm::MIN_ROWS`]).
+/// the built-in packed kernel ([`crate::ops::gemm::packed::MIN_ROWS`]).
 const CALIBRATION: (usize, usize, usize) = (768, 1280, 1280);
 
 /// What the run's CPU f32 GEMMs use and why: the manifest's record of the choice, also logged in one line.
@@ -247,7 +247,7 @@ pub fn calibrate(blas: &Blas, builtin: BuiltinGemm) -> candle_core::Result<(f64,
     let mut via_builtin = || match builtin {
         BuiltinGemm::GemmCrate => x.matmul(&wt).map(drop),
         BuiltinGemm::Packed => {
-            super::super::packed_gemm::sgemm_nt(&a, &w, (m, k, n), &mut c);
+            crate::ops::gemm::packed::sgemm_nt(&a, &w, (m, k, n), &mut c);
             Ok(())
         }
     };

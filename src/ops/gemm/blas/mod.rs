@@ -6,12 +6,12 @@
 //! faster ([`choose`], [`choice`]). Nothing is linked at build time: the library is opened with `dlopen` on first
 //! use, so the binary runs unchanged where it is absent.
 //!
-//! [`super::CpuGemm`] selects it: `auto` tries OpenBLAS under its usual names and uses it only when it fits the
-//! CPU and is at least as fast as the built-in GEMM ([`super::packed_gemm::BuiltinGemm`]) on a calibration
+//! [`crate::ops::CpuGemm`] selects it: `auto` tries OpenBLAS under its usual names and uses it only when it fits the
+//! CPU and is at least as fast as the built-in GEMM ([`BuiltinGemm`]) on a calibration
 //! product ([`choose`]), else the built-in GEMM; `on` requires OpenBLAS; `off` and `gemm-crate` use no library;
 //! a path names a shared library that exports the LP64 (32-bit integer) `cblas_sgemm` (OpenBLAS, MKL's
 //! `libmkl_rt`, BLIS). A library that is required but cannot
-//! be loaded, or that fails a small known product at load, is an error. [`super::Ops::new`] loads it.
+//! be loaded, or that fails a small known product at load, is an error. [`crate::ops::Ops::new`] loads it.
 //!
 //! The library runs single-threaded inside rayon's pool: the output's columns are split across the pool's
 //! threads, so no BLAS thread pool spins beside rayon's.
@@ -19,7 +19,7 @@
 //! Unlike the `gemm` crate, whose sum for a row does not depend on how many rows are multiplied with it (for two
 //! rows or more), OpenBLAS's sums depend on each call's shape: a sequence's logits may change in the last bits
 //! with the batch's size or the thread count, so each segment of rows (one prompt, one image) is its own call
-//! ([`super::rows`]). `gemm-crate` gives the `gemm` crate's bit-for-bit behaviour back.
+//! ([`super::Rows`]). `gemm-crate` gives the `gemm` crate's bit-for-bit behaviour back.
 
 mod choice;
 mod record;
@@ -29,7 +29,7 @@ pub use record::{cpuinfo_field, Calibration, CalibrationKey, CALIBRATION_SCHEMA_
 
 use candle_core::Tensor;
 
-use super::packed_gemm::BuiltinGemm;
+use super::packed::BuiltinGemm;
 
 /// `cblas_sgemm(layout, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)` with 32-bit ints.
 type Sgemm = unsafe extern "C" fn(
@@ -280,7 +280,7 @@ pub fn choose(
 fn is_off(spec: &str) -> bool {
     matches!(
         spec,
-        "off" | "0" | "false" | "no" | super::config::GEMM_CRATE
+        "off" | "0" | "false" | "no" | crate::ops::config::GEMM_CRATE
     )
 }
 
@@ -297,7 +297,7 @@ pub type Product<'a> = &'a (dyn Fn(&[f32], &[f32], (usize, usize, usize), &mut [
 
 /// `x · wᵀ` for f32 CPU tensors x (rows, k) and w (n, k), with x's rows in consecutive segments of `lens` rows
 /// (adding up to all rows), one product per segment, so that a row's result depends only on its own segment (see
-/// [`super::rows`]): through `large` for a segment of at least `min_rows` rows, else through `small(rows, count)`
+/// [`super::Rows`]): through `large` for a segment of at least `min_rows` rows, else through `small(rows, count)`
 /// (count rows of k values in, of n out).
 pub fn matmul_nt_segments(
     large: Product<'_>,
@@ -318,7 +318,7 @@ pub fn matmul_nt_segments(
     if lens.iter().sum::<usize>() != m {
         candle_core::bail!("matmul_nt: segments {lens:?} do not add up to {m} rows");
     }
-    use super::cpu_elementwise::with_f32;
+    use crate::ops::cpu_data::with_f32;
     let c = with_f32(x, |a| {
         with_f32(w, |b| {
             let mut c = vec![0f32; m * n];
