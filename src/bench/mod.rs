@@ -91,7 +91,7 @@ pub fn matmul_rates(
         flops: flops / best_seconds(device, || a.matmul(&b).map(drop))?,
     }];
     if device.is_cpu() && dtype == DType::F32 {
-        let installed = Blas::from_spec("auto")
+        let installed = Blas::load(&crate::ops::CpuGemm::Auto)
             .ok()
             .flatten()
             .filter(|i| in_use.is_none_or(|u| u.description != i.description));

@@ -6,8 +6,6 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use super::gemm::blas::{Blas, BlasError};
-
 /// How the ops run: which fused paths are on, what the CPU's f32 GEMMs run on, whether sections are timed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OpsConfig {
@@ -41,7 +39,7 @@ impl Default for OpsConfig {
 }
 
 /// The spelling of [`CpuGemm::GemmCrate`].
-pub const GEMM_CRATE: &str = "gemm-crate";
+const GEMM_CRATE: &str = "gemm-crate";
 
 /// The library behind the CPU's f32 GEMMs ([`super::gemm::blas`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -87,21 +85,6 @@ impl std::fmt::Display for CpuGemm {
             Self::GemmCrate => f.write_str(GEMM_CRATE),
             Self::Blas => f.write_str("on"),
             Self::Library(p) => write!(f, "{}", p.display()),
-        }
-    }
-}
-
-impl CpuGemm {
-    /// Load the library asked for: `None` for the `gemm` crate (asked for, or `auto` without OpenBLAS).
-    pub fn load(&self) -> Result<Option<Blas>, BlasError> {
-        match self {
-            Self::Library(path) => {
-                let spec = path.display().to_string();
-                Blas::open(&spec)
-                    .map(Some)
-                    .map_err(|reason| BlasError { spec, reason })
-            }
-            other => Blas::from_spec(&other.to_string()),
         }
     }
 }
@@ -187,16 +170,5 @@ mod tests {
         };
         let json = serde_json::to_string(&c).unwrap();
         assert_eq!(serde_json::from_str::<OpsConfig>(&json).unwrap(), c);
-    }
-
-    #[test]
-    fn a_missing_library_is_an_error_naming_it() {
-        let e = CpuGemm::Library("/nonexistent/libcblas.so".into())
-            .load()
-            .err()
-            .expect("no such library");
-        assert_eq!(e.spec, "/nonexistent/libcblas.so");
-        assert!(CpuGemm::Builtin.load().unwrap().is_none());
-        assert!(CpuGemm::GemmCrate.load().unwrap().is_none());
     }
 }

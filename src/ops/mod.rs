@@ -96,7 +96,7 @@ impl Ops {
         let builtin = BuiltinGemm::for_this_cpu(config.cpu_gemm == CpuGemm::GemmCrate);
         let (blas, gemm_note, blas_choice) = if device.is_cpu() {
             let calibration = config.cpu_gemm_calibration.as_deref();
-            let (blas, choice) = blas::choose(&config.cpu_gemm.to_string(), calibration, builtin)?;
+            let (blas, choice) = blas::choose(&config.cpu_gemm, calibration, builtin)?;
             log_blas_choice(&choice, builtin);
             match blas {
                 Some(b) => (Some(Arc::new(b)), String::new(), Some(choice)),

@@ -1,12 +1,13 @@
-//! The optional CBLAS path of the CPU's f32 GEMMs (`src/ops/gemm/blas/`): loading by spec, and `sgemm_nt` against
+//! The optional CBLAS path of the CPU's f32 GEMMs (`src/ops/gemm/blas/`): loading what `--cpu-gemm` asks for, and `sgemm_nt` against
 //! an f64 reference and across thread counts. The numeric tests need OpenBLAS on the machine
 //! (`libopenblas.so.0`, e.g. Debian's `libopenblas0`) and say so when it is absent.
 
 use candle_core::{Device, Tensor};
 use mobile_r1_eval::ops::gemm::blas::Blas;
+use mobile_r1_eval::ops::CpuGemm;
 
 fn openblas() -> Option<Blas> {
-    let b = Blas::from_spec("auto").expect("auto never fails");
+    let b = Blas::load(&CpuGemm::Auto).expect("auto never fails");
     if b.is_none() {
         eprintln!("skipped: no OpenBLAS on this machine");
     }
@@ -33,11 +34,11 @@ fn reference(a: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f64> {
 }
 
 #[test]
-fn specs_off_auto_and_bad_paths() {
-    assert!(Blas::from_spec("off").unwrap().is_none());
-    let auto = Blas::from_spec("auto").unwrap();
+fn off_auto_on_and_bad_paths() {
+    assert!(Blas::load(&CpuGemm::Builtin).unwrap().is_none());
+    let auto = Blas::load(&CpuGemm::Auto).unwrap();
     // `on` is `auto` that insists.
-    match Blas::from_spec("on") {
+    match Blas::load(&CpuGemm::Blas) {
         Ok(b) => assert_eq!(b.unwrap().description, auto.unwrap().description),
         Err(e) => {
             assert!(auto.is_none());
@@ -53,7 +54,10 @@ fn specs_off_auto_and_bad_paths() {
     let not_a_library = dir.path().join("libcblas.so");
     std::fs::write(&not_a_library, b"not an ELF file").unwrap();
     for path in [not_a_library.to_str().unwrap(), "/nonexistent/libcblas.so"] {
-        let err = Blas::from_spec(path).err().expect("must fail").to_string();
+        let err = Blas::load(&CpuGemm::Library(path.into()))
+            .err()
+            .expect("must fail")
+            .to_string();
         assert!(
             err.starts_with(&format!("CPU GEMM library `{path}`: cannot load {path}")),
             "{err}"
@@ -123,7 +127,7 @@ fn sgemm_nt_repeats_exactly_and_agrees_across_thread_counts() {
 /// `gemm` crate alone (`off`).
 #[test]
 fn matmul_nt_on_tensors_agrees_with_candle_and_is_batch_invariant() {
-    use mobile_r1_eval::ops::{CpuGemm, Ops, OpsConfig, Rows};
+    use mobile_r1_eval::ops::{Ops, OpsConfig, Rows};
     for cpu_gemm in [CpuGemm::Auto, CpuGemm::Builtin, CpuGemm::GemmCrate] {
         let config = OpsConfig {
             cpu_gemm,
@@ -214,7 +218,9 @@ fn a_library_by_path_is_checked_at_load() {
         eprintln!("skipped: no C compiler");
         return;
     };
-    let blas = Blas::from_spec(&good).unwrap().unwrap();
+    let blas = Blas::load(&CpuGemm::Library(good.clone().into()))
+        .unwrap()
+        .unwrap();
     assert_eq!(
         blas.description, good,
         "no OpenBLAS config string: the path"
@@ -225,7 +231,10 @@ fn a_library_by_path_is_checked_at_load() {
         assert!((*x as f64 - y).abs() < 1e-5);
     }
     let bad = build("wrong", "c[i * ldc + j] = alpha * s + 1.0f;").unwrap();
-    let err = Blas::from_spec(&bad).err().expect("refused").to_string();
+    let err = Blas::load(&CpuGemm::Library(bad.into()))
+        .err()
+        .expect("refused")
+        .to_string();
     assert!(err.contains("cblas_sgemm gave wrong results"), "{err}");
 }
 
@@ -246,12 +255,12 @@ fn choose_uses_a_library_only_where_it_fits_and_is_not_slower() {
     use mobile_r1_eval::ops::gemm::blas::{choose, core_misfit, Calibration, CpuSimd};
     use mobile_r1_eval::ops::gemm::packed::BuiltinGemm;
     let builtin = BuiltinGemm::for_this_cpu(false);
-    let (none, off) = choose("off", None, builtin).unwrap();
+    let (none, off) = choose(&CpuGemm::Builtin, None, builtin).unwrap();
     assert!(none.is_none() && !off.used && off.library.is_none());
     assert!(off.reason.contains("off"), "{}", off.reason);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("cpu-gemm.json");
-    let (lib, auto) = choose("auto", Some(&file), builtin).unwrap();
+    let (lib, auto) = choose(&CpuGemm::Auto, Some(&file), builtin).unwrap();
     eprintln!("auto: {auto:?}");
     let Some(found) = auto.library.as_deref() else {
         assert!(lib.is_none() && !auto.used);
@@ -270,7 +279,7 @@ fn choose_uses_a_library_only_where_it_fits_and_is_not_slower() {
     let kept: Calibration = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     assert_eq!((kept.blas_gflops, kept.builtin_gflops), (b, g));
     // A later start reads the kept rates and decides the same.
-    let (_, again) = choose("auto", Some(&file), builtin).unwrap();
+    let (_, again) = choose(&CpuGemm::Auto, Some(&file), builtin).unwrap();
     assert_eq!(
         (again.used, again.blas_gflops),
         (auto.used, auto.blas_gflops)
@@ -285,7 +294,7 @@ fn choose_uses_a_library_only_where_it_fits_and_is_not_slower() {
                 ..kept.clone()
             };
             std::fs::write(&file, serde_json::to_string(&kept).unwrap()).unwrap();
-            let (lib, c) = choose("auto", Some(&file), builtin).unwrap();
+            let (lib, c) = choose(&CpuGemm::Auto, Some(&file), builtin).unwrap();
             assert_eq!((lib.is_some(), c.used), (used, used), "{c:?}");
             assert_eq!(
                 c.reason.contains("slower than the built-in"),
@@ -295,7 +304,7 @@ fn choose_uses_a_library_only_where_it_fits_and_is_not_slower() {
         }
     }
     // Asked for by name, the library is used whatever it measures.
-    let (lib, on) = choose("on", None, builtin).unwrap();
+    let (lib, on) = choose(&CpuGemm::Blas, None, builtin).unwrap();
     assert!(
         lib.is_some() && on.used && on.reason.contains("asked for"),
         "{on:?}"
@@ -304,7 +313,7 @@ fn choose_uses_a_library_only_where_it_fits_and_is_not_slower() {
 
 /// The CPU ops with the built-in GEMM (`off`) and with the `gemm` crate for all (`gemm-crate`).
 fn builtin_and_gemm_crate() -> (mobile_r1_eval::ops::Ops, mobile_r1_eval::ops::Ops) {
-    use mobile_r1_eval::ops::{CpuGemm, Ops, OpsConfig};
+    use mobile_r1_eval::ops::{Ops, OpsConfig};
     let ops = |cpu_gemm| {
         let config = OpsConfig {
             cpu_gemm,

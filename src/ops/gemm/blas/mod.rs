@@ -30,6 +30,7 @@ pub use record::{cpuinfo_field, Calibration, CalibrationKey, CALIBRATION_SCHEMA_
 use candle_core::Tensor;
 
 use super::packed::BuiltinGemm;
+use crate::ops::CpuGemm;
 
 /// `cblas_sgemm(layout, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)` with 32-bit ints.
 type Sgemm = unsafe extern "C" fn(
@@ -183,21 +184,23 @@ impl Blas {
         )
     }
 
-    /// Load what `spec` (`auto`, `on`, `off` or a path) asks for: `None` for `off`, or for `auto` when no
-    /// OpenBLAS is installed; `on` requires OpenBLAS.
-    pub fn from_spec(spec: &str) -> Result<Option<Self>, BlasError> {
+    /// Load the library `gemm` asks for: `None` for the built-in GEMM (`off`, `gemm-crate`), or for `auto` when
+    /// no OpenBLAS is installed; `on` requires OpenBLAS, a path that library.
+    pub fn load(gemm: &CpuGemm) -> Result<Option<Self>, BlasError> {
         let auto = || AUTO_NAMES.iter().find_map(|n| Self::open(n).ok());
-        match spec.trim() {
-            off if is_off(off) => Ok(None),
-            "" | "auto" => Ok(auto()),
-            "on" | "1" | "true" | "yes" => auto().map(Some).ok_or_else(|| BlasError {
-                spec: spec.trim().to_string(),
+        match gemm {
+            CpuGemm::Builtin | CpuGemm::GemmCrate => Ok(None),
+            CpuGemm::Auto => Ok(auto()),
+            CpuGemm::Blas => auto().map(Some).ok_or_else(|| BlasError {
+                spec: gemm.to_string(),
                 reason: format!("no OpenBLAS found (tried {})", AUTO_NAMES.join(", ")),
             }),
-            path => Self::open(path).map(Some).map_err(|reason| BlasError {
-                spec: path.to_string(),
-                reason,
-            }),
+            CpuGemm::Library(path) => {
+                let spec = path.display().to_string();
+                Self::open(&spec)
+                    .map(Some)
+                    .map_err(|reason| BlasError { spec, reason })
+            }
         }
     }
 
@@ -251,37 +254,31 @@ struct SendPtr(*mut f32);
 unsafe impl Send for SendPtr {}
 unsafe impl Sync for SendPtr {}
 
-/// Load and judge what `spec` (the value of `MOBILE_R1_EVAL_BLAS`) asks for: the library to use, if any, and
+/// Load and judge what `gemm` (`--cpu-gemm`, `MOBILE_R1_EVAL_BLAS`) asks for: the library to use, if any, and
 /// the record of the choice (see [`choice`](self::choice) for the rules), its calibration kept in the file
-/// `calibration` when given. An error only where a library required by `spec` cannot be loaded.
+/// `calibration` when given. An error only where a library required by `gemm` cannot be loaded.
 pub fn choose(
-    spec: &str,
+    gemm: &CpuGemm,
     calibration: Option<&std::path::Path>,
     builtin: BuiltinGemm,
 ) -> Result<(Option<Blas>, BlasChoice), BlasError> {
-    let spec = spec.trim();
-    let loaded = Blas::from_spec(spec)?;
+    let spec = gemm.to_string();
+    let loaded = Blas::load(gemm)?;
+    let required = matches!(gemm, CpuGemm::Blas | CpuGemm::Library(_));
     Ok(match loaded {
-        None if is_off(spec) => (
+        None if matches!(gemm, CpuGemm::Builtin | CpuGemm::GemmCrate) => (
             None,
             choice::none(
-                spec,
+                &spec,
                 &format!("MOBILE_R1_EVAL_BLAS={spec}: the built-in GEMM"),
             ),
         ),
         None => (
             None,
-            choice::none(spec, "no OpenBLAS installed: the built-in GEMM"),
+            choice::none(&spec, "no OpenBLAS installed: the built-in GEMM"),
         ),
-        Some(b) => choice::decide(b, spec, !matches!(spec, "" | "auto"), calibration, builtin),
+        Some(b) => choice::decide(b, &spec, required, calibration, builtin),
     })
-}
-
-fn is_off(spec: &str) -> bool {
-    matches!(
-        spec,
-        "off" | "0" | "false" | "no" | crate::ops::config::GEMM_CRATE
-    )
 }
 
 /// Whether an m×k by n×k product fits the LP64 interface (every size and leading dimension an `i32`).
@@ -337,4 +334,19 @@ pub fn matmul_nt_segments(
         })
     })?;
     Tensor::from_vec(c, (m, n), x.device())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_library_is_an_error_naming_it_and_the_built_in_gemm_loads_none() {
+        let e = Blas::load(&CpuGemm::Library("/nonexistent/libcblas.so".into()))
+            .err()
+            .expect("no such library");
+        assert_eq!(e.spec, "/nonexistent/libcblas.so");
+        assert!(Blas::load(&CpuGemm::Builtin).unwrap().is_none());
+        assert!(Blas::load(&CpuGemm::GemmCrate).unwrap().is_none());
+    }
 }

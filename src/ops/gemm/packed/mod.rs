@@ -535,7 +535,7 @@ pub(super) mod timing {
         if check::skip_without_avx2() {
             return;
         }
-        let blas = crate::ops::gemm::blas::Blas::from_spec("auto").unwrap();
+        let blas = crate::ops::gemm::blas::Blas::load(&crate::ops::CpuGemm::Auto).unwrap();
         let shapes = [
             (5088, 1280, 3840),
             (5088, 1280, 1280),
