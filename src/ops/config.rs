@@ -17,9 +17,9 @@ pub struct OpsConfig {
     /// What the CPU's f32 GEMMs run on.
     pub cpu_gemm: CpuGemm,
     /// Where the calibration of a CBLAS library against the built-in GEMM is kept, so that it is measured once
-    /// per machine (`None`: measured once per process).
+    /// per machine.
     #[serde(default)]
-    pub cpu_gemm_calibration: Option<std::path::PathBuf>,
+    pub cpu_gemm_calibration: GemmCalibration,
     /// Time the model's sections, waiting for the device before and after each (slower; see
     /// [`super::profile`]).
     pub profile: bool,
@@ -32,7 +32,7 @@ impl Default for OpsConfig {
             fused_kernels: true,
             tensor_core_attention: false,
             cpu_gemm: CpuGemm::Auto,
-            cpu_gemm_calibration: None,
+            cpu_gemm_calibration: GemmCalibration::EachStart,
             profile: false,
         }
     }
@@ -85,6 +85,47 @@ impl std::fmt::Display for CpuGemm {
             Self::GemmCrate => f.write_str(GEMM_CRATE),
             Self::Blas => f.write_str("on"),
             Self::Library(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+/// Where the calibration deciding `--cpu-gemm auto` (a CBLAS library's rate against the built-in GEMM's) is kept
+/// (`--cpu-gemm-calibration FILE|none`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GemmCalibration {
+    /// In this file: measured once per machine, then read by every later start, so that every run, resume and
+    /// shard on the machine makes the same choice.
+    File(PathBuf),
+    /// No file (`none`): measured at each start, once per process.
+    #[default]
+    EachStart,
+}
+
+/// The spelling of [`GemmCalibration::EachStart`].
+const NO_CALIBRATION_FILE: &str = "none";
+
+impl FromStr for GemmCalibration {
+    type Err = String;
+
+    /// `none`, else the file's path; an empty value is refused.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "" => Err(format!(
+                "an empty value: give a file or `{NO_CALIBRATION_FILE}`"
+            )),
+            NO_CALIBRATION_FILE => Ok(Self::EachStart),
+            path => Ok(Self::File(PathBuf::from(path))),
+        }
+    }
+}
+
+impl std::fmt::Display for GemmCalibration {
+    /// The spelling [`GemmCalibration::from_str`] reads back.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::File(p) => write!(f, "{}", p.display()),
+            Self::EachStart => f.write_str(NO_CALIBRATION_FILE),
         }
     }
 }
@@ -159,12 +200,27 @@ mod tests {
     }
 
     #[test]
+    fn the_calibration_reads_none_and_a_file_and_refuses_an_empty_value() {
+        assert_eq!("none".parse(), Ok(GemmCalibration::EachStart));
+        let file = GemmCalibration::File("/tmp/cpu-gemm.json".into());
+        assert_eq!(" /tmp/cpu-gemm.json ".parse(), Ok(file.clone()));
+        for c in [GemmCalibration::EachStart, file] {
+            assert_eq!(c.to_string().parse(), Ok(c));
+        }
+        assert!(" "
+            .parse::<GemmCalibration>()
+            .unwrap_err()
+            .contains("empty"));
+    }
+
+    #[test]
     fn config_round_trips_through_json_and_defaults_as_documented() {
         let d = OpsConfig::default();
         assert!(d.fused_kernels && !d.tensor_core_attention && !d.profile);
         assert_eq!(d.cpu_gemm, CpuGemm::Auto);
         let c = OpsConfig {
             cpu_gemm: CpuGemm::Library("/x/libmkl_rt.so".into()),
+            cpu_gemm_calibration: GemmCalibration::File("/x/cpu-gemm.json".into()),
             profile: true,
             ..d
         };

@@ -42,7 +42,7 @@ use candle_core::{DType, Device};
 pub use attention::{
     composed, DecodeAttention, DecodeKv, DecodePlan, DecodeStep, Varlen, VarlenSeg,
 };
-pub use config::{kernels_sha256, CpuGemm, OpsConfig, OpsManifest};
+pub use config::{kernels_sha256, CpuGemm, GemmCalibration, OpsConfig, OpsManifest};
 pub use elementwise::QkvRope;
 pub use gemm::{Rows, BLAS_MIN_ROWS, ROW_BLOCK};
 pub use profile::{ProfileSnapshot, Profiler, SectionTime};
@@ -95,7 +95,7 @@ impl Ops {
     pub fn new(config: &OpsConfig, device: &Device) -> std::result::Result<Self, blas::BlasError> {
         let builtin = BuiltinGemm::for_this_cpu(config.cpu_gemm == CpuGemm::GemmCrate);
         let (blas, gemm_note, blas_choice) = if device.is_cpu() {
-            let calibration = config.cpu_gemm_calibration.as_deref();
+            let calibration = &config.cpu_gemm_calibration;
             let (blas, choice) = blas::choose(&config.cpu_gemm, calibration, builtin)?;
             log_blas_choice(&choice, builtin);
             match blas {

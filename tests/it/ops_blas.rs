@@ -4,7 +4,7 @@
 
 use candle_core::{Device, Tensor};
 use mobile_r1_eval::ops::gemm::blas::Blas;
-use mobile_r1_eval::ops::CpuGemm;
+use mobile_r1_eval::ops::{CpuGemm, GemmCalibration};
 
 fn openblas() -> Option<Blas> {
     let b = Blas::load(&CpuGemm::Auto).expect("auto never fails");
@@ -255,12 +255,13 @@ fn choose_uses_a_library_only_where_it_fits_and_is_not_slower() {
     use mobile_r1_eval::ops::gemm::blas::{choose, core_misfit, Calibration, CpuSimd};
     use mobile_r1_eval::ops::gemm::packed::BuiltinGemm;
     let builtin = BuiltinGemm::for_this_cpu(false);
-    let (none, off) = choose(&CpuGemm::Builtin, None, builtin).unwrap();
+    let (none, off) = choose(&CpuGemm::Builtin, &GemmCalibration::EachStart, builtin).unwrap();
     assert!(none.is_none() && !off.used && off.library.is_none());
     assert!(off.reason.contains("off"), "{}", off.reason);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("cpu-gemm.json");
-    let (lib, auto) = choose(&CpuGemm::Auto, Some(&file), builtin).unwrap();
+    let kept_in = GemmCalibration::File(file.clone());
+    let (lib, auto) = choose(&CpuGemm::Auto, &kept_in, builtin).unwrap();
     eprintln!("auto: {auto:?}");
     let Some(found) = auto.library.as_deref() else {
         assert!(lib.is_none() && !auto.used);
@@ -279,7 +280,7 @@ fn choose_uses_a_library_only_where_it_fits_and_is_not_slower() {
     let kept: Calibration = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     assert_eq!((kept.blas_gflops, kept.builtin_gflops), (b, g));
     // A later start reads the kept rates and decides the same.
-    let (_, again) = choose(&CpuGemm::Auto, Some(&file), builtin).unwrap();
+    let (_, again) = choose(&CpuGemm::Auto, &kept_in, builtin).unwrap();
     assert_eq!(
         (again.used, again.blas_gflops),
         (auto.used, auto.blas_gflops)
@@ -294,7 +295,7 @@ fn choose_uses_a_library_only_where_it_fits_and_is_not_slower() {
                 ..kept.clone()
             };
             std::fs::write(&file, serde_json::to_string(&kept).unwrap()).unwrap();
-            let (lib, c) = choose(&CpuGemm::Auto, Some(&file), builtin).unwrap();
+            let (lib, c) = choose(&CpuGemm::Auto, &kept_in, builtin).unwrap();
             assert_eq!((lib.is_some(), c.used), (used, used), "{c:?}");
             assert_eq!(
                 c.reason.contains("slower than the built-in"),
@@ -304,7 +305,7 @@ fn choose_uses_a_library_only_where_it_fits_and_is_not_slower() {
         }
     }
     // Asked for by name, the library is used whatever it measures.
-    let (lib, on) = choose(&CpuGemm::Blas, None, builtin).unwrap();
+    let (lib, on) = choose(&CpuGemm::Blas, &GemmCalibration::EachStart, builtin).unwrap();
     assert!(
         lib.is_some() && on.used && on.reason.contains("asked for"),
         "{on:?}"

@@ -10,7 +10,6 @@
 //! measured once per machine and kept ([`super::record`]), and within one process once per library. A library
 //! asked for by name (`on`, a path) is used whatever it measures, with a warning when it is the slower one.
 
-use std::path::Path;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -19,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::record::{self, CalibrationKey};
 use super::{Blas, BuiltinGemm};
+use crate::ops::GemmCalibration;
 
 /// The calibration product's shape (m, k, n): about 2.5 GFLOP, some 25 ms a call at 100 GFLOP/s; enough rows for
 /// the built-in packed kernel ([`crate::ops::gemm::packed::MIN_ROWS`]).
@@ -129,13 +129,13 @@ pub fn core_misfit(corename: &str, cpu: CpuSimd) -> Option<String> {
 }
 
 /// Decide about a loaded library against the run's `builtin` GEMM: `required` when the spec named it (`on`, a
-/// path), else `auto`. The rates come from the calibration file `calibration` when it holds this machine's and
-/// library's ([`record::rates`]).
+/// path), else `auto`. The rates come from the file `calibration` names when it holds this machine's and library's
+/// ([`record::rates`]).
 pub fn decide(
     blas: Blas,
     spec: &str,
     required: bool,
-    calibration: Option<&Path>,
+    calibration: &GemmCalibration,
     builtin: BuiltinGemm,
 ) -> (Option<Blas>, BlasChoice) {
     let misfit = blas
@@ -192,13 +192,13 @@ pub fn decide(
 /// measurement of the same library (a measurement, not a setting: kept so that two model loads in one process
 /// agree), else measured now.
 fn measured(
-    calibration: Option<&Path>,
+    calibration: &GemmCalibration,
     key: &CalibrationKey,
     blas: &Blas,
     builtin: BuiltinGemm,
 ) -> candle_core::Result<((f64, f64), String)> {
     static IN_PROCESS: Mutex<Vec<(CalibrationKey, (f64, f64))>> = Mutex::new(Vec::new());
-    if let Some(path) = calibration {
+    if let GemmCalibration::File(path) = calibration {
         return record::rates(path, key, || calibrate(blas, builtin));
     }
     let mut seen = IN_PROCESS.lock().unwrap_or_else(|p| p.into_inner());

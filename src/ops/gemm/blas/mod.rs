@@ -30,7 +30,7 @@ pub use record::{cpuinfo_field, Calibration, CalibrationKey, CALIBRATION_SCHEMA_
 use candle_core::Tensor;
 
 use super::packed::BuiltinGemm;
-use crate::ops::CpuGemm;
+use crate::ops::{CpuGemm, GemmCalibration};
 
 /// `cblas_sgemm(layout, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)` with 32-bit ints.
 type Sgemm = unsafe extern "C" fn(
@@ -255,11 +255,11 @@ unsafe impl Send for SendPtr {}
 unsafe impl Sync for SendPtr {}
 
 /// Load and judge what `gemm` (`--cpu-gemm`, `MOBILE_R1_EVAL_BLAS`) asks for: the library to use, if any, and
-/// the record of the choice (see [`choice`](self::choice) for the rules), its calibration kept in the file
-/// `calibration` when given. An error only where a library required by `gemm` cannot be loaded.
+/// the record of the choice (see [`choice`](self::choice) for the rules), its calibration kept where
+/// `calibration` says. An error only where a library required by `gemm` cannot be loaded.
 pub fn choose(
     gemm: &CpuGemm,
-    calibration: Option<&std::path::Path>,
+    calibration: &GemmCalibration,
     builtin: BuiltinGemm,
 ) -> Result<(Option<Blas>, BlasChoice), BlasError> {
     let spec = gemm.to_string();
