@@ -1,5 +1,5 @@
 //! The ops' settings as one value ([`OpsConfig`], chosen by the command line), the runtime context built from it
-//! at load ([`super::Ops`]), and what the run manifest records about them ([`OpsManifest`]).
+//! at load ([`super::Ops`]), whose record in the run manifest is [`crate::records::OpsManifest`].
 
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -128,44 +128,6 @@ impl std::fmt::Display for GemmCalibration {
             Self::EachStart => f.write_str(NO_CALIBRATION_FILE),
         }
     }
-}
-
-/// What the run manifest records about the ops.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct OpsManifest {
-    /// Whether the fused ops are on ([`OpsConfig::fused_kernels`]).
-    pub fused: bool,
-    /// Whether this build has the CUDA kernels (the `cuda` feature).
-    pub cuda_kernels: bool,
-    /// Whether bf16/f16 varlen attention on CUDA runs on tensor cores.
-    pub tensor_core_attention: bool,
-    /// SHA-256 of `kernels/fused.cu` as compiled into this build.
-    pub kernels_sha256: String,
-    /// What the CPU's f32 GEMMs run on (`cblas: …`, the built-in GEMM, or why none is loaded).
-    pub cpu_f32_gemm: String,
-    /// How the CBLAS library was chosen (its corename, the calibration rates, why), on the CPU.
-    #[serde(default)]
-    pub cpu_blas_choice: Option<super::gemm::blas::BlasChoice>,
-    /// Rows per `gemm` crate product for independent rows where they take the `gemm` crate
-    /// ([`super::ROW_BLOCK`]).
-    pub cpu_gemm_row_block: usize,
-    /// What independent rows (decode, the logits of last positions) are multiplied by in f32 on the CPU.
-    #[serde(default)]
-    pub cpu_gemm_independent_rows: String,
-    /// Fewest rows of a segment multiplied by the CBLAS library ([`super::BLAS_MIN_ROWS`]).
-    pub cpu_gemm_blas_min_rows: usize,
-    /// Fewest rows of a segment multiplied by the built-in packed kernel when it is the run's built-in GEMM
-    /// ([`super::gemm::packed::MIN_ROWS`]; fewer go to the `gemm` crate).
-    #[serde(default)]
-    pub cpu_gemm_packed_min_rows: usize,
-    /// Fewest keys of a segment whose f32 CPU attention runs through GEMM tiles rather than the four-row kernel
-    /// ([`super::attention::cpu::TILED_MIN_KEYS`]).
-    #[serde(default)]
-    pub cpu_attention_tiled_min_keys: usize,
-    /// Fewest keys of a segment whose attention tiles run on the built-in packed kernel (where it is the run's
-    /// built-in GEMM; `None` elsewhere: the `gemm` crate's tiles).
-    #[serde(default)]
-    pub cpu_attention_packed_min_keys: Option<usize>,
 }
 
 /// SHA-256 (hex) of `kernels/fused.cu` as compiled into this build.

@@ -39,13 +39,14 @@ use std::sync::Arc;
 
 use candle_core::{DType, Device};
 
+pub use crate::records::{OpsManifest, ProfileSnapshot, SectionTime};
 pub use attention::{
     composed, DecodeAttention, DecodeKv, DecodePlan, DecodeStep, Varlen, VarlenSeg,
 };
-pub use config::{kernels_sha256, CpuGemm, GemmCalibration, OpsConfig, OpsManifest};
+pub use config::{kernels_sha256, CpuGemm, GemmCalibration, OpsConfig};
 pub use elementwise::QkvRope;
 pub use gemm::{Rows, BLAS_MIN_ROWS, ROW_BLOCK};
-pub use profile::{ProfileSnapshot, Profiler, SectionTime};
+pub use profile::Profiler;
 
 use gemm::blas;
 use gemm::packed::BuiltinGemm;
@@ -82,7 +83,7 @@ fn log_blas_choice(c: &blas::BlasChoice, builtin: BuiltinGemm) {
         (Some(lib), true) => format!("CBLAS {lib}"),
         _ => format!("the {}", builtin.describe()),
     };
-    if c.needs_attention() {
+    if blas::needs_attention(c) {
         tracing::warn!("CPU f32 GEMMs: {what}: {}", c.reason);
     } else {
         tracing::info!("CPU f32 GEMMs: {what}: {}", c.reason);

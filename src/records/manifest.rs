@@ -5,9 +5,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::PhaseSummary;
+use super::{OpsManifest, PhaseSummary, ProfileSnapshot};
 use crate::fingerprint::WeightsFingerprint;
-use crate::ops::{OpsManifest, ProfileSnapshot};
 use crate::preprocess::ImageProcessorConfig;
 use crate::settings::{BatchLimits, RulePreset, SystemPrompt};
 use crate::shard::ShardManifestEntry;

@@ -1,11 +1,12 @@
 //! The files a run writes, as serde types shared by their writer and reader: prediction and judgement lines
 //! (`predictions.jsonl`, `judgements.jsonl`), the run manifest (`manifest.json`) and the throughput record
-//! (`throughput.json`). Pure: no candle, no I/O.
+//! (`throughput.json`), with what they say about the ops. Pure: no candle, no I/O.
 //!
 //! JSON files carry their `schema_version`; the two JSONL files are versioned by the manifest of their run
 //! (`Manifest::line_schema_version`), so every line stays a plain record that any JSONL tool can write.
 
 mod manifest;
+mod ops;
 mod phase;
 
 use serde::{Deserialize, Deserializer, Serialize};
@@ -14,6 +15,7 @@ pub use manifest::{
     JudgeSettings, Manifest, ManifestHeader, OpsRecord, RunSettings, Throughput, Versions,
     MANIFEST_SCHEMA_VERSION, THROUGHPUT_SCHEMA_VERSION,
 };
+pub use ops::{BlasChoice, OpsManifest, ProfileSnapshot, SectionTime};
 pub use phase::{DeviceShare, PhaseStats, PhaseSummary};
 
 /// Version of the prediction and judgement line formats (bumped when a field changes meaning).

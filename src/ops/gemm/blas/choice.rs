@@ -14,48 +14,25 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use candle_core::{Device, Tensor};
-use serde::{Deserialize, Serialize};
 
 use super::record::{self, CalibrationKey};
 use super::{Blas, BuiltinGemm};
 use crate::ops::GemmCalibration;
+use crate::records::BlasChoice;
 
 /// The calibration product's shape (m, k, n): about 2.5 GFLOP, some 25 ms a call at 100 GFLOP/s; enough rows for
 /// the built-in packed kernel ([`crate::ops::gemm::packed::MIN_ROWS`]).
 const CALIBRATION: (usize, usize, usize) = (768, 1280, 1280);
 
-/// What the run's CPU f32 GEMMs use and why: the manifest's record of the choice, also logged in one line.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct BlasChoice {
-    /// `MOBILE_R1_EVAL_BLAS` as given (empty when unset).
-    pub spec: String,
-    /// The library found (its description), if any.
-    pub library: Option<String>,
-    /// The kernels OpenBLAS picked for this CPU (`openblas_get_corename`), when the library says.
-    pub corename: Option<String>,
-    /// Whether the GEMMs of declared row segments run on the library (else on the built-in GEMM).
-    pub used: bool,
-    /// GFLOP/s of the calibration product through the library.
-    pub blas_gflops: Option<f64>,
-    /// GFLOP/s of the calibration product through the built-in path.
-    pub builtin_gflops: Option<f64>,
-    /// Where the rates come from: measured at this load, or once on this machine and kept in a file.
-    #[serde(default)]
-    pub calibration: Option<String>,
-    /// Why, in one sentence.
-    pub reason: String,
-}
-
-impl BlasChoice {
-    /// Whether the log line is a warning: the library misdetects the CPU, or it was required and is the slower.
-    pub fn needs_attention(&self) -> bool {
-        let misfit = self
-            .corename
-            .as_deref()
-            .is_some_and(|c| core_misfit(c, CpuSimd::detect()).is_some());
-        let slower = matches!((self.blas_gflops, self.builtin_gflops), (Some(b), Some(g)) if b < g);
-        misfit || (self.used && slower)
-    }
+/// Whether the log line of a choice is a warning: the library misdetects the CPU, or it was required and is the
+/// slower.
+pub fn needs_attention(c: &BlasChoice) -> bool {
+    let misfit = c
+        .corename
+        .as_deref()
+        .is_some_and(|name| core_misfit(name, CpuSimd::detect()).is_some());
+    let slower = matches!((c.blas_gflops, c.builtin_gflops), (Some(b), Some(g)) if b < g);
+    misfit || (c.used && slower)
 }
 
 /// OpenBLAS core names whose kernels predate AVX2/FMA: on a CPU with AVX2 they mean that the library did not

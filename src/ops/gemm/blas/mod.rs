@@ -24,7 +24,8 @@
 mod choice;
 mod record;
 
-pub use choice::{calibrate, core_misfit, BlasChoice, CpuSimd};
+pub use crate::records::BlasChoice;
+pub use choice::{calibrate, core_misfit, needs_attention, CpuSimd};
 pub use record::{cpuinfo_field, Calibration, CalibrationKey, CALIBRATION_SCHEMA_VERSION};
 
 use candle_core::Tensor;
