@@ -122,7 +122,7 @@ impl LocalBackend {
 fn ops_record(model: &crate::model::Qwen25VL) -> crate::records::OpsRecord {
     crate::records::OpsRecord {
         ops: model.ops_manifest(),
-        decode_attention: format!("{:?}", model.decode_attention()),
+        decode_attention: model.decode_attention(),
         profiled: model.ops().config().profile,
     }
 }

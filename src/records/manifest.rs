@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::{OpsManifest, PhaseSummary, ProfileSnapshot};
+use super::{DecodeAttention, OpsManifest, PhaseSummary, ProfileSnapshot};
 use crate::fingerprint::WeightsFingerprint;
 use crate::preprocess::ImageProcessorConfig;
 use crate::settings::{BatchLimits, RulePreset, SystemPrompt};
@@ -150,7 +150,7 @@ pub struct OpsRecord {
     #[serde(flatten)]
     pub ops: OpsManifest,
     /// How decode attention ran (`PerSequence`, `Padded`, `Fused`).
-    pub decode_attention: String,
+    pub decode_attention: DecodeAttention,
     /// Whether the model's sections were timed (a slower run).
     pub profiled: bool,
 }

@@ -1,6 +1,6 @@
 //! What the run manifest and the throughput record say about the ops: the fused paths and GEMM library a model
-//! ran with ([`OpsManifest`], with the choice of the CBLAS library in [`BlasChoice`]), the decode attention mode,
-//! and the optional section timings ([`ProfileSnapshot`]). Plain data: `ops` fills them in.
+//! ran with ([`OpsManifest`], with the choice of the CBLAS library in [`BlasChoice`]), the decode attention mode
+//! ([`DecodeAttention`]) and the optional section timings ([`ProfileSnapshot`]). Plain data: `ops` fills them in.
 
 use std::collections::BTreeMap;
 
@@ -66,6 +66,20 @@ pub struct BlasChoice {
     pub reason: String,
 }
 
+/// How decode attention runs over sequences of different lengths; the manifest's `ops.decode_attention` records
+/// it by its variant's name (`PerSequence`, `Padded`, `Fused`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DecodeAttention {
+    /// One small composed attention per sequence over its exact cache (no copies; the CPU's choice).
+    PerSequence,
+    /// One composed attention over caches padded to the longest, with a length mask (fewer kernel launches;
+    /// the choice on GPUs without a fused kernel for the head shape).
+    Padded,
+    /// One launch per layer of the project's CUDA kernel: it writes every new K/V and attends over each
+    /// sequence's own cache, no padding and no copies (the choice on CUDA where the kernel covers the shape).
+    Fused,
+}
+
 /// Calls and total seconds of one section.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct SectionTime {
@@ -103,5 +117,23 @@ mod tests {
         let p: ProfileSnapshot = serde_json::from_str(profile).unwrap();
         assert_eq!(p.0["text.mlp"].calls, 2);
         assert_eq!(serde_json::to_string(&p).unwrap(), profile);
+    }
+
+    /// The decode attention mode is written as its name, as manifests have always had it.
+    #[test]
+    fn decode_attention_is_recorded_by_name() {
+        for (mode, name) in [
+            (DecodeAttention::PerSequence, "PerSequence"),
+            (DecodeAttention::Padded, "Padded"),
+            (DecodeAttention::Fused, "Fused"),
+        ] {
+            let json = serde_json::to_string(&mode).unwrap();
+            assert_eq!(json, format!("\"{name}\""));
+            assert_eq!(json, format!("\"{mode:?}\""));
+            assert_eq!(
+                serde_json::from_str::<DecodeAttention>(&json).unwrap(),
+                mode
+            );
+        }
     }
 }

@@ -10,6 +10,8 @@ use candle_core::{DType, Device, Result, Tensor};
 
 #[cfg(feature = "cuda")]
 use super::cuda;
+pub use crate::records::DecodeAttention;
+
 use super::Ops;
 
 /// One layer's KV buffers of one sequence for decode attention: K and V of shape (kv_heads, capacity,
@@ -23,19 +25,6 @@ pub struct DecodeKv<'a> {
     pub v: &'a Tensor,
     /// Valid positions before this step.
     pub len: usize,
-}
-
-/// How decode attention runs over sequences of different lengths.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DecodeAttention {
-    /// One small composed attention per sequence over its exact cache (no copies; the CPU's choice).
-    PerSequence,
-    /// One composed attention over caches padded to the longest, with a length mask (fewer kernel launches;
-    /// the choice on GPUs without a fused kernel for the head shape).
-    Padded,
-    /// One launch per layer of the project's CUDA kernel: it writes every new K/V and attends over each
-    /// sequence's own cache, no padding and no copies (the choice on CUDA where the kernel covers the shape).
-    Fused,
 }
 
 /// The fused decode attention of one step over all layers: the buffer tables are checked and uploaded once per
