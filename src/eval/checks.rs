@@ -33,7 +33,7 @@ pub fn first_prompt_checks(
     model: &LoadedModel,
     jobs: &[(usize, usize)],
 ) -> Result<()> {
-    let (vision_params, lm_params) = crate::bench::random::param_counts(model.model.config());
+    let (vision_params, lm_params) = crate::model::flops::param_counts(model.model.config());
     let estimate = model.model.device().is_cpu()
         && vision_params + lm_params >= crate::cpu_estimate::MIN_PARAMS;
     if cfg.max_batch_tokens.is_none() && !estimate {
@@ -63,7 +63,7 @@ fn warn_cpu_time(
     model: &LoadedModel,
     lens: &[((usize, usize), usize)],
 ) -> Result<()> {
-    let (vision_params, lm_params) = crate::bench::random::param_counts(model.model.config());
+    let (vision_params, lm_params) = crate::model::flops::param_counts(model.model.config());
     let image_tokens: u64 = lens
         .iter()
         .map(|&((ti, _), _)| image_tokens(model, &bench.trajectories[ti]))
@@ -87,7 +87,7 @@ fn warn_cpu_time(
     // A brief measurement (a few 1024³ GEMMs, well under a second).
     let m = &model.model;
     let (rate, _) =
-        crate::bench::matmul_peak(m.device(), candle_core::DType::F32, 1024, m.ops().blas())?;
+        crate::ops::matmul_peak(m.device(), candle_core::DType::F32, 1024, m.ops().blas())?;
     if let Some(w) = crate::cpu_estimate::cpu_warning(&work, prompts, rate) {
         tracing::warn!("{w}");
     }
@@ -173,8 +173,9 @@ pub fn largest_judge_prompt_fits(
 
 #[cfg(test)]
 mod tests {
-    use crate::bench::random::{load_config, param_counts};
+    use crate::bench::random::load_config;
     use crate::cpu_estimate::MIN_PARAMS;
+    use crate::model::flops::param_counts;
 
     #[test]
     fn real_checkpoints_get_the_cpu_estimate_and_the_test_ones_do_not() {

@@ -45,6 +45,7 @@ pub use attention::{
 };
 pub use config::{kernels_sha256, CpuGemm, GemmCalibration, OpsConfig};
 pub use elementwise::QkvRope;
+pub use gemm::peak::matmul_peak;
 pub use gemm::{Rows, BLAS_MIN_ROWS, ROW_BLOCK};
 pub use profile::Profiler;
 

@@ -15,7 +15,7 @@ pub use manifest::{
     JudgeSettings, Manifest, ManifestHeader, OpsRecord, RunSettings, Throughput, Versions,
     MANIFEST_SCHEMA_VERSION, THROUGHPUT_SCHEMA_VERSION,
 };
-pub use ops::{BlasChoice, DecodeAttention, OpsManifest, ProfileSnapshot, SectionTime};
+pub use ops::{BlasChoice, DecodeAttention, MatmulRate, OpsManifest, ProfileSnapshot, SectionTime};
 pub use phase::{DeviceShare, PhaseStats, PhaseSummary};
 
 /// Version of the prediction and judgement line formats (bumped when a field changes meaning).

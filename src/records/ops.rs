@@ -1,6 +1,7 @@
 //! What the run manifest and the throughput record say about the ops: the fused paths and GEMM library a model
 //! ran with ([`OpsManifest`], with the choice of the CBLAS library in [`BlasChoice`]), the decode attention mode
-//! ([`DecodeAttention`]) and the optional section timings ([`ProfileSnapshot`]). Plain data: `ops` fills them in.
+//! ([`DecodeAttention`]), the optional section timings ([`ProfileSnapshot`]) and the matmul rates `bench` reports
+//! ([`MatmulRate`]). Plain data: `ops` fills them in.
 
 use std::collections::BTreeMap;
 
@@ -78,6 +79,17 @@ pub enum DecodeAttention {
     /// One launch per layer of the project's CUDA kernel: it writes every new K/V and attends over each
     /// sequence's own cache, no padding and no copies (the choice on CUDA where the kernel covers the shape).
     Fused,
+}
+
+/// One GEMM path's measured rate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MatmulRate {
+    /// `candle` (the device's default matmul) or `cblas: <library>`.
+    pub path: String,
+    /// What runs behind it (the `gemm` crate's kernels on the CPU).
+    pub detail: String,
+    /// FLOP/s.
+    pub flops: f64,
 }
 
 /// Calls and total seconds of one section.

@@ -1,10 +1,11 @@
 //! The linear layers' GEMM on the CPU, `x · wᵀ` ([`Ops::matmul_nt`]), with every row's bits independent of the
 //! batch around it: which rows belong together ([`Rows`]), the built-in packed AVX2 kernel for long segments
-//! ([`packed`]), the row kernel for independent rows ([`row`]) and the optional CBLAS library with its choice and
-//! calibration ([`blas`]).
+//! ([`packed`]), the row kernel for independent rows ([`row`]), the optional CBLAS library with its choice and
+//! calibration ([`blas`]), and the matmul rates a machine reaches ([`peak`]).
 
 pub mod blas;
 pub mod packed;
+pub mod peak;
 pub mod row;
 mod rows;
 
