@@ -39,18 +39,16 @@ use std::sync::Arc;
 
 use candle_core::{DType, Device};
 
-pub use crate::records::{OpsManifest, ProfileSnapshot, SectionTime};
-pub use attention::{
-    composed, DecodeAttention, DecodeKv, DecodePlan, DecodeStep, Varlen, VarlenSeg,
-};
+pub use crate::records::{OpsManifest, ProfileSnapshot};
+pub use attention::{composed, DecodeAttention, DecodeKv, DecodeStep, Varlen, VarlenSeg};
 pub use config::{kernels_sha256, CpuGemm, GemmCalibration, OpsConfig};
 pub use elementwise::QkvRope;
 pub use gemm::peak::matmul_peak;
 pub use gemm::{Rows, BLAS_MIN_ROWS, ROW_BLOCK};
-pub use profile::Profiler;
 
 use gemm::blas;
 use gemm::packed::BuiltinGemm;
+use profile::Profiler;
 
 /// The ops' runtime context: the settings, the CBLAS library they loaded and the section profiler. Cheap to
 /// clone (the library and the profiler's table are shared).
@@ -128,11 +126,6 @@ impl Ops {
         self.blas.as_deref()
     }
 
-    /// The section profiler.
-    pub fn profiler(&self) -> &Profiler {
-        &self.profiler
-    }
-
     /// [`Profiler::section`] of this context's profiler.
     pub fn section<T, E: From<candle_core::Error>>(
         &self,
@@ -148,12 +141,8 @@ impl Ops {
         self.profiler.snapshot()
     }
 
-    /// Cap on attention scores the composed attention materialises at once (elements).
-    pub fn attention_budget(&self) -> usize {
-        self.attention_budget
-    }
-
-    /// Lower (or raise) [`Self::attention_budget`] to trade speed for memory; at least 1.
+    /// Lower (or raise) the cap on attention scores the composed attention materialises at once (elements) to
+    /// trade speed for memory; at least 1.
     pub fn set_attention_budget(&mut self, max_score_elems: usize) {
         self.attention_budget = max_score_elems.max(1);
     }

@@ -26,11 +26,6 @@ impl Profiler {
         }
     }
 
-    /// Whether sections are timed.
-    pub fn enabled(&self) -> bool {
-        self.on
-    }
-
     /// Run `f`, adding its (device-synchronised) time to section `name` when profiling is on.
     pub fn section<T, E: From<candle_core::Error>>(
         &self,

@@ -6,11 +6,7 @@ use candle_core::{Result, Tensor};
 use super::composed::{self, attention, DEFAULT_MAX_SCORE_ELEMS};
 
 /// Decode attention of one sequence, composed: K/V `(kv_heads, L, d)` (the new position included), query
-/// `(heads, d)`; softmax in f32. Returns `(heads, d)`. The reference of the fused decode kernel.
-pub fn decode_attention_one(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<Tensor> {
-    decode_one(q, k, v, scale, DEFAULT_MAX_SCORE_ELEMS)
-}
-
+/// `(heads, d)`; softmax in f32, at most `budget` scores at a time. Returns `(heads, d)`.
 fn decode_one(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64, budget: usize) -> Result<Tensor> {
     let (h, d) = q.dims2()?;
     let o = attention(
@@ -25,7 +21,7 @@ fn decode_one(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64, budget: usize) -> 
 }
 
 /// [`crate::ops::Ops::decode_attention`] composed: `slice_set` of each new K/V at position `len`, then
-/// [`decode_attention_one`] per sequence.
+/// the attention of each sequence over its buffers.
 pub fn decode_attention(
     q: &Tensor,
     k_new: &Tensor,
@@ -67,12 +63,12 @@ mod tests {
     use candle_core::Device;
 
     #[test]
-    fn decode_attention_one_is_softmax_weighted_values() {
+    fn decode_attention_of_one_sequence_is_softmax_weighted_values() {
         // One head, two positions: weights softmax(q·k·scale).
         let q = Tensor::from_slice(&[1.0f32, 0.0], (1, 2), &Device::Cpu).unwrap();
         let k = Tensor::from_slice(&[1.0f32, 0.0, 0.0, 1.0], (1, 2, 2), &Device::Cpu).unwrap();
         let v = Tensor::from_slice(&[10.0f32, 0.0, 0.0, 20.0], (1, 2, 2), &Device::Cpu).unwrap();
-        let o = decode_attention_one(&q, &k, &v, 2.0)
+        let o = decode_one(&q, &k, &v, 2.0, DEFAULT_MAX_SCORE_ELEMS)
             .unwrap()
             .to_vec2::<f32>()
             .unwrap();

@@ -25,8 +25,9 @@ mod choice;
 mod record;
 
 pub use crate::records::BlasChoice;
-pub use choice::{calibrate, core_misfit, needs_attention, CpuSimd};
-pub use record::{cpuinfo_field, Calibration, CalibrationKey, CALIBRATION_SCHEMA_VERSION};
+pub(crate) use choice::needs_attention;
+pub use choice::{core_misfit, CpuSimd};
+pub use record::{cpuinfo_field, Calibration};
 
 use candle_core::Tensor;
 
