@@ -5,7 +5,7 @@
 
 pub mod blas;
 pub mod packed;
-pub mod peak;
+pub(crate) mod peak;
 pub mod row;
 mod rows;
 
