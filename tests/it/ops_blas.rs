@@ -1,5 +1,5 @@
-//! The optional CBLAS path of the CPU's f32 GEMMs (`src/ops/gemm/blas/`): loading what `--cpu-gemm` asks for, and `sgemm_nt` against
-//! an f64 reference and across thread counts. The numeric tests need OpenBLAS on the machine
+//! The optional CBLAS path of the CPU's f32 GEMMs (`src/ops/gemm/blas/`): loading what `--cpu-gemm` asks for, and
+//! `sgemm_nt` against an f64 reference and across thread counts. The numeric tests need OpenBLAS on the machine
 //! (`libopenblas.so.0`, e.g. Debian's `libopenblas0`) and say so when it is absent.
 
 use candle_core::{Device, Tensor};

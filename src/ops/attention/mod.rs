@@ -88,7 +88,7 @@ enum StepPath {
     PerSequence,
     /// Longest length after this step and the (B, 1, lmax) additive mask hiding each sequence's tail.
     Padded(usize, Tensor),
-    Fused(DecodePlan),
+    Fused(Box<DecodePlan>),
 }
 
 impl DecodeStep<'_> {
@@ -233,7 +233,7 @@ impl Ops {
             None => auto,
         };
         let how = match path {
-            DecodeAttention::Fused => StepPath::Fused(DecodePlan::new(dtype, &layers)?),
+            DecodeAttention::Fused => StepPath::Fused(Box::new(DecodePlan::new(dtype, &layers)?)),
             DecodeAttention::PerSequence => StepPath::PerSequence,
             DecodeAttention::Padded => {
                 let lens: Vec<usize> = layers

@@ -196,9 +196,9 @@ fn swiglu_packed_t<T: CudaDType + DeviceRepr>(
     Ok(tensor_of(out, &dev, Shape::from(shape)))
 }
 
-/// See [`crate::ops::Ops::bias_add`] and [`crate::ops::Ops::bias_residual`]: `op` is `bias_add` or `bias_residual`; `full` are
-/// the (rows, cols) operands and `per_col` the (cols) biases, in the kernel's argument order (full operands
-/// first, except `bias_residual`: y, b, r).
+/// See [`crate::ops::Ops::bias_add`] and [`crate::ops::Ops::bias_residual`]: `op` is `bias_add` or
+/// `bias_residual`; `full` are the (rows, cols) operands and `per_col` the (cols) biases, in the kernel's argument
+/// order (full operands first, except `bias_residual`: y, b, r).
 pub fn bias_op(op: &str, full: &[&Tensor], per_col: &[&Tensor]) -> Result<Tensor> {
     match full[0].dtype() {
         DType::F32 => bias_t::<f32>(op, full, per_col),

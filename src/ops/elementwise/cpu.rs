@@ -1,8 +1,8 @@
 //! Fused elementwise ops on the CPU in f32, each one parallel pass over the rows without the composed reference's
 //! intermediate tensors: the packed q/k/v bias + rotary (the reference's arithmetic in its order, so the same bits)
 //! and SwiGLU of a packed `[gate | up]` projection (with AVX2 or AVX-512, `exp` is the vectorised Cephes scheme of
-//! [`crate::ops::simd`], within about an ulp of libm's, so the result may differ from the reference's in the last bit;
-//! the AVX2 and AVX-512 paths give the same bits).
+//! [`crate::ops::simd`], within about an ulp of libm's, so the result may differ from the reference's in the last
+//! bit; the AVX2 and AVX-512 paths give the same bits).
 
 use candle_core::{DType, Result, Tensor};
 use rayon::prelude::*;
