@@ -1,8 +1,9 @@
 //! The ops behind the model code, and the context they run in.
 //!
-//! Each fused op has a reference made of candle ops (the transformers order, used on Metal and whenever the fused
-//! ops are off), a fused CPU path where one exists and, with the `cuda` feature, one of the project's own CUDA
-//! kernels (`kernels/fused.cu`). `mobile-r1-eval self-test` compares them on a device ([`selftest`]).
+//! Each fused op has a reference made of candle ops (the transformers order, used wherever no fused path runs
+//! and whenever the fused ops are off), a fused CPU path where one exists and, with the `cuda` feature, one of the
+//! project's own CUDA kernels (`kernels/fused.cu`). `mobile-r1-eval self-test` compares them on a device
+//! ([`selftest`]).
 //!
 //! The ops run through an [`Ops`] value built from the run's [`OpsConfig`] at load: it says which paths are on,
 //! holds the loaded CBLAS library and the section profiler, and chooses each op's implementation. The folders:
