@@ -6,7 +6,7 @@
 
 use crate::action::Point;
 use crate::dataset::BBox;
-use crate::settings::{BoxChoice, BoxGrowth, DistanceMetric, PointSpace, RulePreset};
+use crate::settings::{BoxChoice, BoxGrowth, DistanceMetric, PointSpace, Precision, RulePreset};
 
 /// A rule applied to one step: the preset and the frames of the gold (screen) and predicted (image) points.
 pub(crate) struct Geo<'a> {
@@ -30,13 +30,22 @@ impl<'a> Geo<'a> {
         }
     }
 
+    /// A value as the rule's arithmetic holds it: rounded to a 32-bit float under [`Precision::Single`]. Each
+    /// operation is done in 64 bits and rounded, which gives the correctly rounded 32-bit result.
+    pub fn q(&self, x: f64) -> f64 {
+        match self.rules.precision {
+            Precision::Double => x,
+            Precision::Single => x as f32 as f64,
+        }
+    }
+
     fn grid(&self) -> bool {
         self.rules.points == PointSpace::Thousandths
     }
 
     /// A gold point in the rule's space.
     pub fn gold(&self, p: Point) -> Point {
-        let n = [p[0] / self.screen[0], p[1] / self.screen[1]];
+        let n = [self.q(p[0] / self.screen[0]), self.q(p[1] / self.screen[1])];
         if self.grid() {
             [n[0] * 1000.0, n[1] * 1000.0]
         } else {
@@ -47,7 +56,7 @@ impl<'a> Geo<'a> {
     /// A predicted point as the reference would write it before any truncation (also where swipe directions are
     /// measured).
     pub fn pred_raw(&self, p: Point) -> Point {
-        let n = [p[0] / self.image[0], p[1] / self.image[1]];
+        let n = [self.q(p[0] / self.image[0]), self.q(p[1] / self.image[1])];
         match self.rules.points {
             PointSpace::Normalised | PointSpace::ScreenPixels => n,
             _ => [n[0] * 1000.0, n[1] * 1000.0],
@@ -91,10 +100,11 @@ impl<'a> Geo<'a> {
                 let (top, left, bh, bw) =
                     (b[1] / h, b[0] / w, (b[3] - b[1]) / h, (b[2] - b[0]) / w);
                 let (dh, dw) = ((scale - 1.0) * bh, (scale - 1.0) * bw);
-                let top = (top - dh / 2.0).max(0.0);
-                let left = (left - dw / 2.0).max(0.0);
-                let (bh, bw) = ((bh + dh).min(1.0), (bw + dw).min(1.0));
-                let r = [left, top, left + bw, top + bh];
+                // AITW grows the boxes in NumPy (64 bits) and clips them in JAX (32 bits).
+                let top = self.q((top - dh / 2.0).max(0.0));
+                let left = self.q((left - dw / 2.0).max(0.0));
+                let (bh, bw) = (self.q((bh + dh).min(1.0)), self.q((bw + dw).min(1.0)));
+                let r = [left, top, self.q(left + bw), self.q(top + bh)];
                 (r, [left + bw / 2.0, top + bh / 2.0])
             }
             BoxGrowth::AsGiven => {
@@ -120,6 +130,7 @@ impl<'a> Geo<'a> {
         let rects = boxes.iter().map(|b| self.rect(b)).enumerate();
         match self.rules.box_choice {
             BoxChoice::Any => rects.map(|(i, (r, _))| (i, r)).collect(),
+            BoxChoice::First => rects.take(1).map(|(i, (r, _))| (i, r)).collect(),
             BoxChoice::ContainingGold => rects
                 .filter(|(_, (r, _))| self.inside(gold, r))
                 .map(|(i, (r, _))| (i, r))
@@ -151,9 +162,9 @@ impl<'a> Geo<'a> {
                 } else {
                     (gold, pred)
                 };
-                let (dx, dy) = (g[0] - p[0], g[1] - p[1]);
-                let d = (dx * dx + dy * dy).sqrt();
-                (d, d <= t + self.rules.tolerance)
+                let (dx, dy) = (self.q(g[0] - p[0]), self.q(g[1] - p[1]));
+                let d = self.q(self.q(self.q(dy * dy) + self.q(dx * dx)).sqrt());
+                (d, d <= self.q(t) + self.rules.tolerance)
             }
             DistanceMetric::ImageMaxSide => {
                 let [w, h] = self.image;
@@ -165,10 +176,20 @@ impl<'a> Geo<'a> {
         }
     }
 
-    /// The normalised length of a swipe given in `frame` pixels (AITW's tap test).
-    pub fn length(from: Point, to: Point, frame: [f64; 2]) -> f64 {
-        let dy = from[1] / frame[1] - to[1] / frame[1];
-        let dx = from[0] / frame[0] - to[0] / frame[0];
-        (dy * dy + dx * dx).sqrt()
+    /// Whether a swipe given in `frame` pixels is no longer than `limit`, normalised (AITW's tap test).
+    pub fn is_short(&self, from: Point, to: Point, frame: [f64; 2], limit: f64) -> bool {
+        let n = |v: f64, side: f64| self.q(v / side);
+        let dy = self.q(n(from[1], frame[1]) - n(to[1], frame[1]));
+        let dx = self.q(n(from[0], frame[0]) - n(to[0], frame[0]));
+        let d = self.q(self.q(self.q(dy * dy) + self.q(dx * dx)).sqrt());
+        d <= self.q(limit)
+    }
+
+    /// The main axis of a move between two points of the rule's space: 0 (vertical) when `|dy| >= |dx|`, else 1
+    /// (AITW `np.argmax` over `|(dy, dx)|`, the first on a tie).
+    pub fn main_axis(&self, from: Point, to: Point) -> u8 {
+        let dx = self.q(to[0] - from[0]).abs();
+        let dy = self.q(to[1] - from[1]).abs();
+        u8::from(dx > dy)
     }
 }

@@ -354,31 +354,24 @@ fn swipe_args(
     }
     let ok = match rules.swipe {
         SwipeRule::TypeOnly => true,
-        SwipeRule::Axis => main_axis(g) == main_axis(p),
+        SwipeRule::Axis => geo.main_axis(g[0], g[1]) == geo.main_axis(p[0], p[1]),
         SwipeRule::Direction { .. } => gold_dir == pred_dir,
     };
     (ok, check)
 }
 
-/// AITW's main axis of a move: 0 (vertical) when `|dy| >= |dx|`, else 1.
-fn main_axis(s: [Point; 2]) -> u8 {
-    let (dx, dy) = ((s[1][0] - s[0][0]).abs(), (s[1][1] - s[0][1]).abs());
-    u8::from(dx > dy)
-}
-
 /// A swipe no longer than the preset's tap length becomes a click at its start (AITW `is_tap_action`).
-fn as_tap(rules: &RulePreset, a: &Action, frame: [u32; 2]) -> Option<Action> {
-    let limit = rules.short_swipe_is_tap?;
+fn as_tap(geo: &Geo<'_>, a: &Action, frame: [f64; 2]) -> Option<Action> {
+    let limit = geo.rules.short_swipe_is_tap?;
     match a {
         Action::Swipe {
             coordinate,
             coordinate2,
-        } => {
-            let fr = [frame[0].max(1) as f64, frame[1].max(1) as f64];
-            (Geo::length(*coordinate, *coordinate2, fr) <= limit).then_some(Action::Click {
+        } => geo
+            .is_short(*coordinate, *coordinate2, frame, limit)
+            .then_some(Action::Click {
                 coordinate: *coordinate,
-            })
-        }
+            }),
         _ => None,
     }
 }
@@ -395,11 +388,9 @@ pub fn match_args(
     image_size: Option<[u32; 2]>,
 ) -> Option<(bool, ArgCheck)> {
     let f = Frames { screen, image_size };
-    let image = image_size
-        .filter(|s| s[0] > 0 && s[1] > 0)
-        .unwrap_or(screen);
-    let gold_tap = as_tap(rules, gold, screen);
-    let pred_tap = as_tap(rules, pred, image);
+    let geo = Geo::new(rules, screen, image_size);
+    let gold_tap = as_tap(&geo, gold, geo.screen);
+    let pred_tap = as_tap(&geo, pred, geo.image);
     let gold = gold_tap.as_ref().unwrap_or(gold);
     let pred = pred_tap.as_ref().unwrap_or(pred);
     let text = |rule: TextRule, g: &str, p: &str| (rule.matches(g, p), ArgCheck::Text { rule });
@@ -411,7 +402,6 @@ pub fn match_args(
         (Action::Open { .. }, Action::Click { coordinate: p })
             if rules.open_by_click && !boxes.is_empty() =>
         {
-            let geo = Geo::new(rules, screen, image_size);
             open_by_click(&geo, boxes, *p, map_point(*p, screen, image_size))
         }
         (

@@ -15,8 +15,8 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 pub use crate::settings::{
-    BoxChoice, BoxGrowth, DirectionSpace, DistanceMetric, PointSpace, RuleName, RulePreset,
-    SwipeRule, TextRule, ZeroMove,
+    BoxChoice, BoxGrowth, DirectionSpace, DistanceMetric, PointSpace, Precision, RuleName,
+    RulePreset, SwipeRule, TextRule, ZeroMove,
 };
 pub use judge::{score_run, summarize, JudgeSummary};
 pub use matching::{in_box, map_point, match_args, norm_distance, ArgCheck, Direction};

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 pub use rules::{
     levenshtein, py_strip, BoxChoice, BoxGrowth, DirectionSpace, DistanceMetric, PointSpace,
-    RuleName, RulePreset, SwipeRule, TextRule, ZeroMove,
+    Precision, RuleName, RulePreset, SwipeRule, TextRule, ZeroMove,
 };
 
 /// Where a model runs (`--device`).

@@ -61,6 +61,8 @@ pub enum BoxChoice {
     Any,
     /// Only boxes that contain the gold point (AITW: "both taps in the same box"; AgentCPM-GUI `obtain_gt_bbox`).
     ContainingGold,
+    /// The first gold box only (GUI-Odyssey has one SAM2 box per step).
+    First,
     /// The `count` boxes whose centres are nearest the gold point (AgentCPM-GUI's AndroidControl mode).
     NearestToGold {
         /// How many boxes are kept.
@@ -79,6 +81,18 @@ pub enum DistanceMetric {
     /// InfiGUI-R1's port: the normalised offsets scaled back to pixels of the image the model saw,
     /// `sqrt((dx·w)² + (dy·h)²) ≤ t·max(w, h)`.
     ImageMaxSide,
+}
+
+/// The floating-point precision of the point, box and distance arithmetic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Precision {
+    /// 64-bit floats (Python and NumPy).
+    #[default]
+    Double,
+    /// 32-bit floats: AITW's matcher runs in JAX, whose arrays default to 32 bits, so every normalised coordinate,
+    /// box edge, difference and distance is rounded to a 32-bit float, as are its thresholds.
+    Single,
 }
 
 /// Where a swipe's direction is measured.
@@ -176,6 +190,9 @@ pub struct RulePreset {
     /// How the point distance is measured.
     #[serde(default)]
     pub distance: DistanceMetric,
+    /// Precision of the arithmetic.
+    #[serde(default)]
+    pub precision: Precision,
     /// Slack of the box and distance comparisons (0: exact floating-point comparisons, as the references make).
     #[serde(default = "legacy_tolerance")]
     pub tolerance: f64,

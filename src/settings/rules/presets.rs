@@ -2,8 +2,8 @@
 //! `metrics.json`) and in `docs/rules.md`, which also lists every place a preset departs from its reference.
 
 use super::{
-    BoxChoice, BoxGrowth, DirectionSpace, DistanceMetric, PointSpace, RulePreset, SwipeRule,
-    TextRule, ZeroMove,
+    BoxChoice, BoxGrowth, DirectionSpace, DistanceMetric, PointSpace, Precision, RulePreset,
+    SwipeRule, TextRule, ZeroMove,
 };
 
 const QWEN_SWIPE: SwipeRule = SwipeRule::Direction {
@@ -33,6 +33,7 @@ impl RulePreset {
             box_growth: BoxGrowth::AboutCentre,
             box_choice: BoxChoice::Any,
             distance: DistanceMetric::Normalised,
+            precision: Precision::Double,
             tolerance: 1e-9,
             swipe: SwipeRule::default(),
             open_by_click: false,
@@ -71,6 +72,7 @@ impl RulePreset {
             box_growth: BoxGrowth::AboutCentre,
             box_choice: BoxChoice::Any,
             distance: DistanceMetric::ImageMaxSide,
+            precision: Precision::Double,
             tolerance: 0.0,
             swipe: QWEN_SWIPE,
             open_by_click: true,
@@ -122,11 +124,9 @@ impl RulePreset {
             box_growth: BoxGrowth::Clipped,
             box_choice: BoxChoice::ContainingGold,
             distance: DistanceMetric::Normalised,
+            precision: Precision::Double,
             tolerance: 0.0,
-            swipe: SwipeRule::Direction {
-                space: DirectionSpace::Points,
-                zero: ZeroMove::NoDirection,
-            },
+            swipe: QWEN_SWIPE,
             open_by_click: false,
             terminate_status: false,
             wait_is_terminate: true,
@@ -167,7 +167,6 @@ impl RulePreset {
                 "OpenBMB/AgentCPM-GUI eval/run_predict_qwen2_5VL.py + eval/utils/evaluator.py".into(),
             ),
             points: PointSpace::PredThousandthsTruncated,
-            swipe: QWEN_SWIPE,
             ..RulePreset::androidcontrol()
         }
     }
@@ -182,7 +181,7 @@ impl RulePreset {
                           (ANNOTATION_*_AUGMENT_FRACTION, clipped to the screen) or within normalised distance 0.14 \
                           (_TAP_DISTANCE_THRESHOLD); a swipe of length <= 0.04 is a tap \
                           (_SWIPE_DISTANCE_THRESHOLD); swipes match on the main axis only; other actions on type \
-                          (texts not compared)"
+                          (texts not compared); 32-bit arithmetic, as its JAX arrays"
                 .into(),
             source: Some(
                 "google-research/google-research android_in_the_wild/action_matching.py".into(),
@@ -197,6 +196,7 @@ impl RulePreset {
             box_growth: BoxGrowth::Clipped,
             box_choice: BoxChoice::ContainingGold,
             distance: DistanceMetric::Normalised,
+            precision: Precision::Single,
             tolerance: 0.0,
             swipe: SwipeRule::Axis,
             open_by_click: false,
@@ -212,7 +212,7 @@ impl RulePreset {
             name: "gui-odyssey".into(),
             version: 1,
             description: "GUI-Odyssey action matching (OpenGVLab/GUI-Odyssey src/eval_mm/GUIOdyssey_action_matching.py) \
-                          on its 0-1000 grid: point inside the SAM2 box as given, else normalised distance <= 0.14 \
+                          on its 0-1000 grid: point inside the SAM2 box as given (the first gold box), else normalised distance <= 0.14 \
                           (CLICK_COORD_THRESHOLD); scroll direction as data/format_converter.py decode_action names it \
                           (a still swipe is 'down'); text containment or ANLS >= 0.5 (TEXT_ANLS_THRESHOLD), case kept"
                 .into(),
@@ -227,8 +227,9 @@ impl RulePreset {
             key: TextRule::SubstringOrAnls { threshold: 0.5 },
             points: PointSpace::Thousandths,
             box_growth: BoxGrowth::AsGiven,
-            box_choice: BoxChoice::Any,
+            box_choice: BoxChoice::First,
             distance: DistanceMetric::Normalised,
+            precision: Precision::Double,
             tolerance: 0.0,
             swipe: SwipeRule::Direction {
                 space: DirectionSpace::Points,
