@@ -591,6 +591,11 @@ def cpm_pred(step, refs, exact):
             action = {"ACTION": actions, "ARGS": params, "STATUS": data.get("STATUS", "continue")}
         else:
             action = {"ACTION": None, "ARGS": None, "STATUS": None}
+    else:
+        with contextlib.redirect_stdout(io.StringIO()):
+            pred = refs.cpm["extract_and_validate_json"](answer)
+            actions, params, status = refs.cpm_convert.parse_action(pred)
+        action = {"ACTION": actions, "ARGS": params, "STATUS": status}
     return {"action_predict": {"COA": {"txt": action}}}
 
 
