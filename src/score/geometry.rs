@@ -193,3 +193,74 @@ impl<'a> Geo<'a> {
         u8::from(dx > dy)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clipped_growth_moves_a_box_at_the_corner() {
+        let r = RulePreset::androidcontrol();
+        let g = Geo::new(&r, [1000, 1000], None);
+        // [0, 0, 100, 100] grows by 0.2 of its size: top and left stay at 0, the box reaches 120.
+        let (rect, _) = g.rect(&[0.0, 0.0, 100.0, 100.0]);
+        assert_eq!(rect[0], 0.0);
+        assert!((rect[2] - 0.12).abs() < 1e-12);
+        let centred = RulePreset::qwen_ac_infigui();
+        let (rect, _) = Geo::new(&centred, [1000, 1000], None).rect(&[0.0, 0.0, 100.0, 100.0]);
+        assert!((rect[0] + 0.01).abs() < 1e-12 && (rect[2] - 0.11).abs() < 1e-12);
+    }
+
+    #[test]
+    fn truncated_grid_refuses_points_off_the_image() {
+        let r = RulePreset::cagui();
+        let g = Geo::new(&r, [1000, 2000], Some([500, 1000]));
+        assert_eq!(g.pred([250.9, 500.0]), Some([0.501, 0.5]));
+        assert_eq!(g.pred([-0.4, 500.0]), Some([0.0, 0.5]), "int(-0.8) is 0");
+        assert_eq!(g.pred([-0.6, 500.0]), None);
+        assert_eq!(g.pred([500.9, 500.0]), None);
+    }
+
+    #[test]
+    fn single_precision_rounds_like_32_bit_floats() {
+        let r = RulePreset::aitw();
+        let g = Geo::new(&r, [1080, 2400], None);
+        assert_eq!(g.q(0.1), 0.1f32 as f64);
+        // 151.2 px is 0.14 of 1080 plus 1e-7 relative: over 0.14 in 64 bits, not in 32.
+        let (d, ok) = g.distance(
+            g.gold([399.6, 1464.0]),
+            g.pred([550.80001512, 1464.0]).unwrap(),
+        );
+        assert!(ok, "{d}");
+        let double = RulePreset {
+            precision: crate::settings::Precision::Double,
+            ..r.clone()
+        };
+        let g = Geo::new(&double, [1080, 2400], None);
+        assert!(
+            !g.distance(
+                g.gold([399.6, 1464.0]),
+                g.pred([550.80001512, 1464.0]).unwrap()
+            )
+            .1
+        );
+    }
+
+    #[test]
+    fn nearest_boxes_keep_the_closest_centres() {
+        let r = RulePreset::androidcontrol_strict();
+        let g = Geo::new(&r, [1000, 1000], None);
+        let boxes: Vec<BBox> = (0..8)
+            .map(|i| {
+                let o = 100.0 * i as f64;
+                [o, o, o + 50.0, o + 50.0]
+            })
+            .collect();
+        let kept: Vec<usize> = g
+            .candidates(&boxes, g.gold([25.0, 25.0]))
+            .iter()
+            .map(|c| c.0)
+            .collect();
+        assert_eq!(kept, vec![0, 1, 2, 3, 4]);
+    }
+}
