@@ -204,10 +204,10 @@ pub struct ModelArgs {
     #[arg(long)]
     pub dtype: Option<DTypeSpec>,
     /// Override the checkpoint's `min_pixels`.
-    #[arg(long)]
+    #[arg(long, value_parser = whole::<u64>, allow_negative_numbers = true)]
     pub min_pixels: Option<u64>,
     /// Override the checkpoint's `max_pixels`.
-    #[arg(long)]
+    #[arg(long, value_parser = whole::<u64>, allow_negative_numbers = true)]
     pub max_pixels: Option<u64>,
     /// How the ops run.
     #[command(flatten)]
@@ -227,7 +227,7 @@ pub struct GenerateArgs {
     #[arg(long)]
     pub prompt: String,
     /// Maximum number of generated tokens.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub max_new_tokens: usize,
     /// Do not stop at the end-of-sequence tokens (generate exactly `--max-new-tokens`).
     #[arg(long)]
@@ -250,13 +250,13 @@ pub struct EvalArgs {
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Most sequences decoded together.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub batch_size: usize,
     /// Token budget of one batch (prompt + generated tokens); automatic from free memory when absent.
-    #[arg(long)]
+    #[arg(long, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub max_batch_tokens: Option<usize>,
     /// Maximum generated tokens per prompt.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub max_new_tokens: usize,
     /// Matching-rule preset used for the metrics.
     #[arg(long, default_value = "mobile-r1")]
@@ -311,22 +311,22 @@ pub struct BenchArgs {
     #[arg(long)]
     pub dtype: Option<DTypeSpec>,
     /// Number of step prompts (rounded up to whole 4-step trajectories).
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub steps: usize,
     /// Most sequences decoded together.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub batch_size: usize,
     /// Token budget of one batch; automatic from free memory when absent.
-    #[arg(long)]
+    #[arg(long, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub max_batch_tokens: Option<usize>,
     /// New tokens per prompt.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub max_new_tokens: usize,
     /// Smallest image area in pixels.
-    #[arg(long, default_value_t = 3136)]
+    #[arg(long, default_value_t = 3136, value_parser = whole::<u64>, allow_negative_numbers = true)]
     pub min_pixels: u64,
     /// Largest image area in pixels (default 1280·28²).
-    #[arg(long, default_value_t = 1_003_520)]
+    #[arg(long, default_value_t = 1_003_520, value_parser = whole::<u64>, allow_negative_numbers = true)]
     pub max_pixels: u64,
     /// Folder with a Qwen2.5-VL tokenizer.json and chat template (default: a copy built into the binary).
     #[arg(long)]
@@ -335,7 +335,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub no_judge: bool,
     /// Seed of the random weights.
-    #[arg(long, default_value_t = 1234)]
+    #[arg(long, default_value_t = 1234, value_parser = whole::<u64>, allow_negative_numbers = true)]
     pub seed: u64,
     /// How the ops run.
     #[command(flatten)]
@@ -375,4 +375,12 @@ mod tests {
             CalibrationFlag::Set(GemmCalibration::File("/x/cpu-gemm.json".into()))
         );
     }
+}
+
+/// A whole number (`--max-new-tokens 32`); a negative or fractional value is refused with what is expected, rather
+/// than taken for a flag.
+fn whole<T: std::str::FromStr>(s: &str) -> Result<T, String> {
+    s.trim()
+        .parse()
+        .map_err(|_| format!("expected a whole number (0, 1, 2, …), found {s:?}"))
 }

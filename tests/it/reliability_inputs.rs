@@ -170,7 +170,7 @@ fn bad_values_are_refused_before_any_work_naming_the_flag() {
     }
     // `bench` checks the same values.
     let o = Command::new(BIN)
-        .args(["bench", "--random-weights", "--max-pixels", "10"])
+        .args(["bench", "--max-pixels", "10"])
         .output()
         .unwrap();
     assert!(!o.status.success());
@@ -352,15 +352,7 @@ fn bench_default_tokenizer_is_not_a_build_time_path() {
     let cwd = tempfile::tempdir().unwrap();
     let o = Command::new(BIN)
         .current_dir(cwd.path())
-        .args([
-            "bench",
-            "--config",
-            "tiny",
-            "--random-weights",
-            "--steps",
-            "4",
-            "--no-judge",
-        ])
+        .args(["bench", "--config", "tiny", "--steps", "4", "--no-judge"])
         .args(["--max-new-tokens", "2", "--max-pixels", "50176", "--json"])
         .output()
         .unwrap();
