@@ -275,6 +275,10 @@ pub struct EvalArgs {
     /// Needs `--out RUN`; the shard writes into `RUN/shards/I-of-N/`, and `merge RUN` joins the shards.
     #[arg(long)]
     pub shard: Option<crate::shard::ShardArg>,
+    /// Exit 0 even when some steps could not be prepared (an unreadable screenshot): they are recorded with an
+    /// `error` and redone on resume either way. Without it such a run ends with exit status 1 and a summary line.
+    #[arg(long)]
+    pub allow_step_errors: bool,
 }
 
 /// Arguments of `merge`.

@@ -39,7 +39,7 @@ pub struct LoadedModel {
     pub device: DeviceSpec,
     /// SHA-256 over the checkpoint's config and weight index (see [`fingerprint`]).
     pub fingerprint: String,
-    /// Content fingerprint of every weight file (issue 18: checked on resume).
+    /// Content fingerprint of every weight file (checked on resume).
     pub weights: crate::fingerprint::FilesFingerprint,
 }
 
@@ -67,7 +67,7 @@ impl LoadedModel {
             )
         })?;
         if spec.min_pixels.is_some() || spec.max_pixels.is_some() {
-            // Issue 18: the bounds combined with the checkpoint's must still make a usable image size.
+            // The bounds combined with the checkpoint's must still make a usable image size.
             let (min, max) = crate::validate::effective_pixel_bounds(
                 (spec.min_pixels, spec.max_pixels),
                 (kit.image.min_pixels, kit.image.max_pixels),

@@ -29,6 +29,7 @@ mod preprocess_cases;
 mod preprocess_goldens;
 mod reliability;
 mod reliability_inputs;
+mod reliability_starts;
 mod report_browser;
 mod report_html;
 mod rules_reference;
