@@ -18,6 +18,7 @@ mod foundation_parse;
 mod foundation_rules;
 mod generate_cli;
 mod hub_download;
+mod layers;
 mod kernels_emulated;
 mod model_golden_a;
 mod model_golden_b;
