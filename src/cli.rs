@@ -349,6 +349,14 @@ pub struct BenchArgs {
     pub json: bool,
 }
 
+/// A whole number (`--max-new-tokens 32`); a negative or fractional value is refused with what is expected, rather
+/// than taken for a flag.
+fn whole<T: std::str::FromStr>(s: &str) -> Result<T, String> {
+    s.trim()
+        .parse()
+        .map_err(|_| format!("expected a whole number (0, 1, 2, …), found {s:?}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -379,12 +387,4 @@ mod tests {
             CalibrationFlag::Set(GemmCalibration::File("/x/cpu-gemm.json".into()))
         );
     }
-}
-
-/// A whole number (`--max-new-tokens 32`); a negative or fractional value is refused with what is expected, rather
-/// than taken for a flag.
-fn whole<T: std::str::FromStr>(s: &str) -> Result<T, String> {
-    s.trim()
-        .parse()
-        .map_err(|_| format!("expected a whole number (0, 1, 2, …), found {s:?}"))
 }

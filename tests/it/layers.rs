@@ -34,7 +34,9 @@ const LAYERS: &[&[&str]] = &[
 ];
 
 /// The layers that hold tensors; everything else is plain Rust.
-const CANDLE: &[&str] = &["ops", "model", "engine", "backend", "eval", "bench", "commands"];
+const CANDLE: &[&str] = &[
+    "ops", "model", "engine", "backend", "eval", "bench", "commands",
+];
 
 fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
@@ -80,7 +82,12 @@ fn modules() -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(src())
         .unwrap()
         .flatten()
-        .map(|e| e.file_name().to_string_lossy().trim_end_matches(".rs").to_string())
+        .map(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .trim_end_matches(".rs")
+                .to_string()
+        })
         .filter(|n| n != "lib" && n != "main")
         .collect();
     names.sort();
@@ -98,7 +105,9 @@ fn modules_import_only_lower_layers_and_pure_modules_never_candle() {
     let mut problems = Vec::new();
     for m in modules() {
         let Some(&own) = rank.get(m.as_str()) else {
-            problems.push(format!("{m}: not in LAYERS (place it in tests/it/layers.rs)"));
+            problems.push(format!(
+                "{m}: not in LAYERS (place it in tests/it/layers.rs)"
+            ));
             continue;
         };
         for file in files_of(&m) {
@@ -117,7 +126,10 @@ fn modules_import_only_lower_layers_and_pure_modules_never_candle() {
                 }
             }
             if !CANDLE.contains(&m.as_str()) && code.contains("candle_") {
-                problems.push(format!("{}: pure module `{m}` names candle", file.display()));
+                problems.push(format!(
+                    "{}: pure module `{m}` names candle",
+                    file.display()
+                ));
             }
         }
     }
