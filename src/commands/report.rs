@@ -6,9 +6,18 @@ use crate::report::{self, RunData, RunOverrides};
 
 /// Entry point.
 pub fn run(args: ReportArgs) -> anyhow::Result<()> {
+    let rules = match (args.rules, &args.data, &args.run) {
+        (Some(r), _, _) => Some(r.preset()),
+        // A run folder without a manifest scored against --data: the benchmark's suggested preset. (A run's
+        // manifest records the preset its eval used, which RunData reads.)
+        (None, Some(data), Some(run)) if !run.join("manifest.json").is_file() => {
+            Some(super::rules_for(None, data)?)
+        }
+        _ => None,
+    };
     let overrides = RunOverrides {
         data: args.data,
-        rules: args.rules.map(|r| r.preset()),
+        rules,
     };
     if let Some(runs) = args.compare {
         let out = args.out.context("--compare needs --out DIR")?;

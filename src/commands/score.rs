@@ -89,9 +89,9 @@ fn benchmark_for(data: Option<&Path>, run: Option<&RunFolder>) -> anyhow::Result
 
 /// Entry point.
 pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
-    let rules = args.rules.preset();
     let run = run_folder_of(&args.predictions)?;
     let data = benchmark_for(args.data.as_deref(), run.as_ref())?;
+    let rules = super::rules_for(args.rules, &data)?;
     let bench =
         Benchmark::load(&data).with_context(|| format!("loading benchmark {}", data.display()))?;
     let preds = PredictionSet::read(&args.predictions)?;
