@@ -95,7 +95,7 @@ pub struct ImportArgs {
     #[arg(long)]
     pub strict: bool,
     /// `androidcontrol-mobile-use`: the folder holding the screenshots, found by file name (default: the JSONL's
-    /// folder).
+    /// folder, then its `images/`).
     #[arg(long)]
     pub images: Option<PathBuf>,
 }

@@ -285,6 +285,15 @@ impl Sink {
     }
 }
 
+/// A pixel value as JSON: integral values without a fraction.
+fn num(x: f64) -> Value {
+    if x.fract() == 0.0 && x.abs() < 1e15 {
+        Value::from(x as i64)
+    } else {
+        Value::from(x)
+    }
+}
+
 fn step_json(s: &StepDraft, image: String) -> Value {
     let mut m = Map::new();
     m.insert("image".into(), image.into());
@@ -298,7 +307,8 @@ fn step_json(s: &StepDraft, image: String) -> Value {
     m.insert("action".into(), s.action.to_tool_call());
     m.insert("response".into(), "".into());
     if !s.bboxes.is_empty() {
-        m.insert("bbox".into(), json!(s.bboxes));
+        let boxes: Vec<Vec<Value>> = s.bboxes.iter().map(|b| b.map(num).to_vec()).collect();
+        m.insert("bbox".into(), json!(boxes));
     }
     if let Some(i) = &s.instruction {
         m.insert("instruction".into(), i.as_str().into());

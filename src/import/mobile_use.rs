@@ -4,7 +4,7 @@
 //! "screenshot", "step_instruction"?, "check_options"?}]}`. Coordinates are screen pixels; gold boxes are
 //! `check_options.candidate_bbox` (evaluation file) or `action_content.bbox` (training file). The screenshots are
 //! not part of the file: each `screenshot` path is used where it exists, else its file name is looked up in
-//! `--images` (default: the JSONL file's folder).
+//! `--images` (default: the JSONL file's folder, then its `images/` subfolder).
 
 use std::path::{Path, PathBuf};
 
@@ -15,8 +15,9 @@ use super::{io_err, ImportError, ImportOptions, Level};
 use crate::action::Action;
 use crate::dataset::BBox;
 
-/// The screenshot of a step: the path itself when it exists, else its file name under `images`.
-fn resolve(screenshot: &str, base: &Path, images: &Path) -> PathBuf {
+/// The screenshot of a step: the path itself (relative to the JSONL's folder) when it exists, else the first of
+/// the `images` folders holding its file name (else the last candidate, which is then reported missing).
+fn resolve(screenshot: &str, base: &Path, images: &[PathBuf]) -> PathBuf {
     let p = Path::new(screenshot);
     let direct = if p.is_absolute() {
         p.to_path_buf()
@@ -26,10 +27,16 @@ fn resolve(screenshot: &str, base: &Path, images: &Path) -> PathBuf {
     if direct.is_file() {
         return direct;
     }
-    match p.file_name() {
-        Some(name) => images.join(name),
-        None => direct,
-    }
+    let Some(name) = p.file_name() else {
+        return direct;
+    };
+    let candidates: Vec<PathBuf> = images.iter().map(|d| d.join(name)).collect();
+    candidates
+        .iter()
+        .find(|c| c.is_file())
+        .or(candidates.last())
+        .cloned()
+        .unwrap_or(direct)
 }
 
 /// Import every line of the JSONL file.
@@ -43,7 +50,10 @@ pub(super) fn import(opts: &ImportOptions, sink: &mut Sink) -> Result<(), Import
     }
     let text = std::fs::read_to_string(file).map_err(io_err(file))?;
     let base = file.parent().unwrap_or(Path::new(".")).to_path_buf();
-    let images = opts.images.clone().unwrap_or_else(|| base.clone());
+    let images = match &opts.images {
+        Some(d) => vec![d.clone()],
+        None => vec![base.clone(), base.join("images")],
+    };
     for (i, line) in crate::safe_io::strip_bom(&text).lines().enumerate() {
         if sink.full() {
             break;
@@ -74,7 +84,7 @@ pub(super) fn import(opts: &ImportOptions, sink: &mut Sink) -> Result<(), Import
 
 struct Ctx<'a> {
     base: &'a Path,
-    images: &'a Path,
+    images: &'a [PathBuf],
     level: Level,
     at: &'a str,
 }
@@ -253,10 +263,11 @@ mod tests {
     fn screenshots_are_found_by_name_under_images() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("8193_0.png"), b"x").unwrap();
+        let images = [dir.path().join("none"), dir.path().to_path_buf()];
         let got = resolve(
             "/datasets/AndroidControl/images/8193_0.png",
             Path::new("/nowhere"),
-            dir.path(),
+            &images,
         );
         assert_eq!(got, dir.path().join("8193_0.png"));
     }
