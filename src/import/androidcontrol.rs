@@ -130,6 +130,15 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// The per-observation lists of a record.
+struct Lists<'a> {
+    shots: &'a [Vec<u8>],
+    instructions: &'a [Vec<u8>],
+    trees: &'a [Vec<u8>],
+    widths: &'a [i64],
+    heights: &'a [i64],
+}
+
 /// One episode's steps; `None` when the record lacks what every step needs (counted).
 fn episode(
     ex: &Example,
@@ -153,64 +162,19 @@ fn episode(
         sink.skip_episode("episode with no actions", format!("{at}: episode {id}"))?;
         return Ok(None);
     }
-    let instructions = ex.bytes("step_instructions").unwrap_or_default();
-    let trees = ex.bytes("accessibility_trees").unwrap_or_default();
-    let (widths, heights) = (
-        ex.ints("screenshot_widths").unwrap_or_default(),
-        ex.ints("screenshot_heights").unwrap_or_default(),
-    );
+    let lists = Lists {
+        shots,
+        instructions: ex.bytes("step_instructions").unwrap_or_default(),
+        trees: ex.bytes("accessibility_trees").unwrap_or_default(),
+        widths: ex.ints("screenshot_widths").unwrap_or_default(),
+        heights: ex.ints("screenshot_heights").unwrap_or_default(),
+    };
     let mut steps = Vec::new();
     for (k, action) in actions.iter().enumerate() {
-        let where_ = || format!("{at}: episode {id} step {k}");
-        let Some(shot) = shots.get(k) else {
-            sink.skip_step("missing screenshot", where_())?;
-            continue;
-        };
-        let Some(screen) = screen_size(shot, widths.get(k), heights.get(k)) else {
-            sink.skip_step("unreadable screenshot", where_())?;
-            continue;
-        };
-        let step_instruction = instructions.get(k).map(|b| text(b));
-        if level == Level::Low && step_instruction.is_none() {
-            sink.skip_step("no step instruction for --level low", where_())?;
-            continue;
+        match step(&lists, k, action, level, sink) {
+            Ok(d) => steps.push(d),
+            Err(kind) => sink.skip_step(&kind, format!("{at}: episode {id} step {k}"))?,
         }
-        let mapped = match map_action(action, screen) {
-            Ok(m) => m,
-            Err(kind) => {
-                sink.skip_step(&kind, where_())?;
-                continue;
-            }
-        };
-        if let Some(note) = mapped.note {
-            sink.adjusted(note);
-        }
-        let bboxes = match (mapped.action.point(), &mapped.action) {
-            (Some(p), Action::Click { .. } | Action::LongPress { .. }) => {
-                match trees.get(k).map(|t| a11y::decode(t)) {
-                    Some(Some(forest)) => a11y::element_box(&forest, p)
-                        .and_then(|b| clip_box(b, screen))
-                        .into_iter()
-                        .collect(),
-                    Some(None) => {
-                        sink.adjusted("undecodable accessibility tree: no gold box");
-                        vec![]
-                    }
-                    None => vec![],
-                }
-            }
-            _ => vec![],
-        };
-        steps.push(StepDraft {
-            source_index: k,
-            image: ImageData::Bytes(shot.clone(), image_ext(shot)),
-            screen,
-            action: mapped.action,
-            bboxes,
-            thought: String::new(),
-            subtask: step_instruction.clone().unwrap_or_default(),
-            instruction: (level == Level::Low).then_some(step_instruction).flatten(),
-        });
     }
     Ok(Some(Episode {
         id,
@@ -218,6 +182,53 @@ fn episode(
         instruction: text(goal),
         steps,
     }))
+}
+
+/// Step `k` (action `raw` on screenshot `k`), or the kind of problem that keeps it out.
+fn step(
+    l: &Lists,
+    k: usize,
+    raw: &[u8],
+    level: Level,
+    sink: &mut Sink,
+) -> Result<StepDraft, String> {
+    let shot = l.shots.get(k).ok_or("missing screenshot")?;
+    let screen =
+        screen_size(shot, l.widths.get(k), l.heights.get(k)).ok_or("unreadable screenshot")?;
+    let step_instruction = l.instructions.get(k).map(|b| text(b));
+    if level == Level::Low && step_instruction.is_none() {
+        return Err("no step instruction for --level low".into());
+    }
+    let mapped = map_action(raw, screen)?;
+    if let Some(note) = mapped.note {
+        sink.adjusted(note);
+    }
+    let bboxes = match (mapped.action.point(), &mapped.action) {
+        (Some(p), Action::Click { .. } | Action::LongPress { .. }) => {
+            match l.trees.get(k).map(|t| a11y::decode(t)) {
+                Some(Some(forest)) => a11y::element_box(&forest, p)
+                    .and_then(|b| clip_box(b, screen))
+                    .into_iter()
+                    .collect(),
+                Some(None) => {
+                    sink.adjusted("undecodable accessibility tree: no gold box");
+                    vec![]
+                }
+                None => vec![],
+            }
+        }
+        _ => vec![],
+    };
+    Ok(StepDraft {
+        source_index: k,
+        image: ImageData::Bytes(shot.clone(), image_ext(shot)),
+        screen,
+        action: mapped.action,
+        bboxes,
+        thought: String::new(),
+        subtask: step_instruction.clone().unwrap_or_default(),
+        instruction: (level == Level::Low).then_some(step_instruction).flatten(),
+    })
 }
 
 /// The screenshot's size from the record's lists, else from the image header.

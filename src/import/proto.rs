@@ -37,13 +37,13 @@ pub(super) struct Feature {
 pub(super) enum Kind {
     /// `bytes_list = 1`.
     #[prost(message, tag = "1")]
-    BytesList(BytesList),
+    Bytes(BytesList),
     /// `float_list = 2`.
     #[prost(message, tag = "2")]
-    FloatList(FloatList),
+    Float(FloatList),
     /// `int64_list = 3`.
     #[prost(message, tag = "3")]
-    Int64List(Int64List),
+    Int64(Int64List),
 }
 
 /// `tf.train.BytesList { repeated bytes value = 1; }`.
@@ -78,7 +78,7 @@ impl Example {
     /// The byte strings of feature `key` (`None` when absent or of another kind).
     pub fn bytes(&self, key: &str) -> Option<&[Vec<u8>]> {
         match self.kind(key)? {
-            Kind::BytesList(b) => Some(&b.value),
+            Kind::Bytes(b) => Some(&b.value),
             _ => None,
         }
     }
@@ -86,7 +86,7 @@ impl Example {
     /// The integers of feature `key` (`None` when absent or of another kind).
     pub fn ints(&self, key: &str) -> Option<&[i64]> {
         match self.kind(key)? {
-            Kind::Int64List(l) => Some(&l.value),
+            Kind::Int64(l) => Some(&l.value),
             _ => None,
         }
     }
