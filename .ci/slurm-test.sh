@@ -22,7 +22,12 @@ fi
 [[ $(id -u) -eq 0 ]] || skip "slurmd must run as root"
 
 cargo build --locked --quiet
-BIN=$PWD/target/debug/mobile-r1-eval
+# The build's target folder: CARGO_TARGET_DIR when set (relative to the repository root, like cargo), else
+# target/. The Slurm jobs run the binary from elsewhere, so its path is made absolute.
+TARGET_DIR=${CARGO_TARGET_DIR:-target}
+[[ $TARGET_DIR == /* ]] || TARGET_DIR=$PWD/$TARGET_DIR
+BIN=$TARGET_DIR/debug/mobile-r1-eval
+[[ -x $BIN ]] || { echo "slurm-test: no binary at $BIN after the build" >&2; exit 1; }
 MODEL=$PWD/tests/fixtures/models/tiny-b
 # SLURM_TEST_EVAL_ARGS replaces the eval arguments (e.g. a longer run for timing).
 read -r -a EVAL_ARGS <<< "${SLURM_TEST_EVAL_ARGS:---max-pixels 200704 --max-new-tokens 4}"

@@ -102,7 +102,7 @@ fn image_input(model: &Qwen25VL, w: u32, h: u32, text_tokens: usize) -> ModelInp
 fn model_paths(c: &mut Criterion) {
     let dev = Device::Cpu;
     let model = random_model(
-        load_config("tiny").unwrap(),
+        load_config(&"tiny".parse().unwrap()).unwrap(),
         1,
         &dev,
         DType::F32,
@@ -132,7 +132,7 @@ fn model_paths(c: &mut Criterion) {
     }
     if std::env::var_os("MOBILE_R1_BENCH_BIG").is_some() {
         let big = random_model(
-            load_config("small").unwrap(),
+            load_config(&"small".parse().unwrap()).unwrap(),
             1,
             &dev,
             DType::F32,
@@ -155,7 +155,7 @@ fn engine_end_to_end(c: &mut Criterion) {
     let tokenizer =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tokenizer");
     let cfg = mobile_r1_eval::bench::BenchConfig {
-        config: "tiny".into(),
+        config: "tiny".parse().unwrap(),
         devices: vec![mobile_r1_eval::settings::DeviceSpec::Cpu],
         dtype: None,
         steps: 8,

@@ -4,11 +4,11 @@
 use std::path::PathBuf;
 
 use clap::builder::BoolishValueParser;
-use clap::{Args, Parser, Subcommand};
+use clap::{ArgAction, Args, Parser, Subcommand};
 
 use crate::ops::CpuGemm;
 use crate::settings::RuleName;
-use crate::settings::SystemPrompt;
+use crate::settings::{BenchModel, SystemPrompt};
 use crate::settings::{DTypeSpec, DeviceSpec};
 
 /// Offline evaluator of Qwen2.5-VL mobile GUI agents on the Mobile-R1 benchmark.
@@ -128,7 +128,8 @@ pub struct ScoreArgs {
     /// Output folder for `metrics.json`, `steps.jsonl` and `summary.md` (default: beside the predictions).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Matching-rule preset (default: the one the benchmark's `benchmark.json` suggests, else mobile-r1).
+    /// Matching-rule preset (default: the run's own for a run's predictions, else the one the benchmark's
+    /// `benchmark.json` suggests, else mobile-r1).
     #[arg(long)]
     pub rules: Option<RuleName>,
 }
@@ -137,8 +138,16 @@ pub struct ScoreArgs {
 #[derive(Debug, Args, Clone)]
 pub struct OpsArgs {
     /// `on`: the fused ops (CUDA kernels, fused CPU attention and elementwise passes); `off`: their composed
-    /// candle references (to measure what the fused ops bring).
-    #[arg(long, env = "MOBILE_R1_EVAL_KERNELS", default_value = "on", value_parser = on_off)]
+    /// candle references (to measure what the fused ops bring). Takes a value (`--kernels off`), so the
+    /// flag and its environment variable read the same words.
+    #[arg(
+        long,
+        env = "MOBILE_R1_EVAL_KERNELS",
+        default_value = "on",
+        value_name = "on|off",
+        value_parser = on_off,
+        action = ArgAction::Set
+    )]
     pub kernels: bool,
     /// bf16/f16 varlen attention on CUDA on tensor cores (`varlen_mma_*`) instead of CUDA cores.
     #[arg(long, env = "MOBILE_R1_EVAL_MMA", value_parser = BoolishValueParser::new())]
@@ -299,9 +308,10 @@ pub struct MergeArgs {
 pub struct BenchArgs {
     /// `tiny`, `small` (Qwen2.5-0.5B text + real 3B vision), `3b`, `7b`, or a config.json / model folder.
     #[arg(long, default_value = "tiny")]
-    pub config: String,
-    /// Build the model with deterministic random weights (the only mode: real checkpoints are measured by `eval`).
-    #[arg(long)]
+    pub config: BenchModel,
+    /// Accepted for older command lines: random weights are `bench`'s only mode (a real checkpoint's throughput
+    /// is in `eval`'s `throughput.json`).
+    #[arg(long, hide = true)]
     pub random_weights: bool,
     /// `auto` (the first GPU of a CUDA or Metal build, else the CPU), `cpu`, `cuda`, `cuda:N` or `metal`; a
     /// comma-separated list (`cuda:0,cuda:1`) runs one copy of the model per device, sharing the prompts as `eval`.

@@ -46,15 +46,20 @@ impl Cancel {
     pub fn is_cancelled(&self) -> bool {
         self.flag.load(Ordering::Relaxed) || (self.signals && requested())
     }
+
+    /// The signal that asked the stop, for a token that follows the signals.
+    pub fn signal(&self) -> Option<i32> {
+        self.signals.then(signal).flatten()
+    }
 }
 
 /// Whether a stop was requested (the first Ctrl-C or SIGTERM arrived).
-pub fn requested() -> bool {
+fn requested() -> bool {
     SIGNAL.load(Ordering::Relaxed) != 0
 }
 
 /// The signal that requested the stop, if any.
-pub fn signal() -> Option<i32> {
+fn signal() -> Option<i32> {
     match SIGNAL.load(Ordering::Relaxed) {
         0 => None,
         s => Some(s),
@@ -82,21 +87,31 @@ pub struct Interrupted {
     pub resume: String,
 }
 
+/// Where a stopped run is and how it was started, for [`Interrupted`].
+#[derive(Debug, Clone, Copy)]
+pub struct StopPoint<'a> {
+    /// Units (steps, trajectories) finished so far in the phase that was stopped.
+    pub done: usize,
+    /// Units of that phase in all.
+    pub total: usize,
+    /// `steps` or `judged trajectories`.
+    pub unit: &'static str,
+    /// The run folder.
+    pub out: &'a std::path::Path,
+    /// The command line the run was started with.
+    pub args: &'a [String],
+}
+
 impl Interrupted {
-    /// The stop error for the current signal, or `None` when no stop was requested.
-    pub fn check(
-        done: usize,
-        total: usize,
-        unit: &'static str,
-        out: &std::path::Path,
-    ) -> Option<Self> {
-        signal().map(|signal| Self {
+    /// The stop error when `cancel` was set by a signal, or `None`.
+    pub fn check(cancel: &Cancel, at: StopPoint<'_>) -> Option<Self> {
+        cancel.signal().map(|signal| Self {
             signal,
-            done,
-            total,
-            unit,
-            out: out.to_path_buf(),
-            resume: resume_command(std::env::args().collect(), out),
+            done: at.done,
+            total: at.total,
+            unit: at.unit,
+            out: at.out.to_path_buf(),
+            resume: resume_command(at.args.to_vec(), at.out),
         })
     }
 

@@ -31,7 +31,7 @@ pub mod predictions;
 pub mod preprocess;
 pub mod records;
 pub mod report;
-pub mod runlock;
+pub mod rundir;
 pub mod safe_io;
 pub mod sample;
 pub mod score;

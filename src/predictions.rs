@@ -39,19 +39,7 @@ impl Prediction {
 }
 
 /// A line that could not be read.
-#[derive(Debug, Clone, PartialEq)]
-pub struct MalformedLine {
-    /// 1-based line number.
-    pub line: usize,
-    /// What is wrong.
-    pub message: String,
-}
-
-impl std::fmt::Display for MalformedLine {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "line {}: {}", self.line, self.message)
-    }
-}
+pub type MalformedLine = crate::records::BadLine;
 
 /// Errors of reading a predictions file (I/O only).
 #[derive(Debug, thiserror::Error)]
@@ -81,22 +69,14 @@ pub struct PredictionSet {
 impl PredictionSet {
     /// Parse JSONL text (blank lines are skipped).
     pub fn parse(text: &str) -> PredictionSet {
-        let mut set = PredictionSet::default();
-        let text = crate::safe_io::strip_bom(text); // a leading UTF-8 BOM (Windows editors) is not data
-        for (i, line) in text.lines().enumerate() {
-            if line.trim().is_empty() {
-                continue;
-            }
-            match parse_line(line) {
-                Ok(p) => {
-                    set.errors += usize::from(p.error.is_some());
-                    set.insert(Prediction::from_line(p));
-                }
-                Err(message) => set.malformed.push(MalformedLine {
-                    line: i + 1,
-                    message,
-                }),
-            }
+        let lines = crate::records::parse_lines::<PredictionLine>(text);
+        let mut set = PredictionSet {
+            malformed: lines.bad,
+            ..PredictionSet::default()
+        };
+        for p in lines.records {
+            set.errors += usize::from(p.error.is_some());
+            set.insert(Prediction::from_line(p));
         }
         set
     }
@@ -150,17 +130,6 @@ impl PredictionSet {
     pub fn iter(&self) -> impl Iterator<Item = &Prediction> {
         self.by_traj.values().flat_map(HashMap::values)
     }
-}
-
-fn parse_line(line: &str) -> Result<PredictionLine, String> {
-    serde_json::from_str(line).map_err(|e| {
-        // Tell a line that is not JSON (or not an object) from a JSON object with a bad field.
-        match serde_json::from_str::<serde_json::Value>(line) {
-            Err(e) => format!("malformed JSON: {e}"),
-            Ok(v) if !v.is_object() => "not a JSON object".into(),
-            Ok(_) => e.to_string(),
-        }
-    })
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CPU measurements of docs/performance-cpu-avx512.md in one command, on whatever x86 machine runs it: the CPU's
+# The CPU measurements of docs/performance.md in one command, on whatever x86 machine runs it: the CPU's
 # model and vector flags, the kernels' alternated timing tests (GEMM paths, the row kernel, the attention paths,
 # the fused ops at each vector level), then compare.py `small` at max_pixels 1,003,520 on real screenshots twice,
 # one run straight after the other: as the machine is set up (a CBLAS library if one is installed and chosen at

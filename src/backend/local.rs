@@ -7,10 +7,12 @@ use std::cell::RefCell;
 use anyhow::Result;
 
 use super::{
-    Backend, BackendInfo, ChatRequest, ChatResult, DeviceBackend, Jobs, LoadedModel, MakeRequest,
-    Sink,
+    Backend, BackendInfo, ChatRequest, ChatResult, DeviceBackend, LoadedModel, MakeRequest, Sink,
 };
-use crate::engine::{prefetch, BatchLimits, Engine, Generation, Request};
+use crate::engine::{
+    prefetch, BatchLimits, Engine, Feed, Generation, JobQueue, Next, Request, RequestSource, Taker,
+};
+use crate::interrupt::Cancel;
 use crate::preprocess::{self, ImageProcessorConfig};
 use crate::records::PhaseStats;
 
@@ -20,6 +22,7 @@ pub struct LocalBackend {
     limits: BatchLimits,
     info: BackendInfo,
     stop_tokens: Vec<u32>,
+    cancel: Cancel,
 }
 
 /// A request prepared for the engine, or why it could not be.
@@ -53,12 +56,49 @@ impl LocalBackend {
             limits,
             info,
             stop_tokens,
+            cancel: Cancel::new(),
         }
+    }
+
+    /// Stop admitting requests once `cancel` is set (the running ones finish and are handed over).
+    pub fn with_cancel(mut self, cancel: Cancel) -> Self {
+        self.cancel = cancel;
+        self
     }
 
     /// The loaded checkpoint.
     pub fn loaded(&self) -> &LoadedModel {
         &self.loaded
+    }
+
+    /// The exact token length of a prompt whose pictures have the screen sizes `image_sizes`, without decoding a
+    /// picture: an image's token count depends only on its smart-resized size, so the prompt is built with images
+    /// of that grid and no pixels.
+    fn count_prompt_tokens(
+        &self,
+        messages: &serde_json::Value,
+        image_sizes: &[[u32; 2]],
+    ) -> Result<usize> {
+        let im = &self.loaded.kit.image;
+        let grids = image_sizes
+            .iter()
+            .map(|&[w, h]| {
+                let (rh, rw) = crate::preprocess::smart_resize(
+                    h as usize,
+                    w as usize,
+                    im.factor(),
+                    im.min_pixels,
+                    im.max_pixels,
+                )?;
+                Ok(crate::preprocess::PreparedImage {
+                    patches: Vec::new(),
+                    grid_thw: [1, rh / im.patch_size, rw / im.patch_size],
+                    resized_wh: [rw as u32, rh as u32],
+                    original_wh: [w, h],
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(self.loaded.kit.build(messages, grids)?.input_ids.len())
     }
 
     /// Build and prepare request `index` (on a worker thread).
@@ -140,24 +180,99 @@ impl Backend for LocalBackend {
         self.limits
     }
 
-    fn local_model(&self) -> Option<&LoadedModel> {
-        Some(&self.loaded)
+    fn prompt_tokens(
+        &self,
+        messages: &serde_json::Value,
+        image_sizes: &[[u32; 2]],
+    ) -> Option<Result<usize>> {
+        Some(self.count_prompt_tokens(messages, image_sizes))
+    }
+
+    fn cpu_facts(&self) -> Result<Option<super::CpuFacts>> {
+        let m = &self.loaded.model;
+        if !m.device().is_cpu() {
+            return Ok(None);
+        }
+        let (vision_params, lm_params) = crate::bench::random::param_counts(m.config());
+        if vision_params + lm_params < crate::cpu_estimate::MIN_PARAMS {
+            return Ok(None);
+        }
+        // A brief measurement (a few 1024³ GEMMs, well under a second).
+        let (rate, _) =
+            crate::bench::matmul_peak(m.device(), candle_core::DType::F32, 1024, m.ops().blas())?;
+        Ok(Some(super::CpuFacts {
+            vision_params,
+            lm_params,
+            flops_per_second: rate,
+        }))
     }
 
     fn profile_snapshot(&self) -> Option<crate::ops::ProfileSnapshot> {
         self.loaded.model.profile_snapshot()
     }
 
-    fn run(&self, jobs: &Jobs, make: &MakeRequest<'_>, sink: &mut Sink<'_>) -> Result<PhaseStats> {
+    fn run(
+        &self,
+        jobs: &JobQueue,
+        make: &MakeRequest<'_>,
+        sink: &mut Sink<'_>,
+    ) -> Result<PhaseStats> {
         let lookahead = self.limits.max_seqs.max(1) * 2;
-        self.run_indices(&mut (0..jobs.count), jobs.count, lookahead, make, sink)
+        self.run_taking(Taker::new(jobs), jobs.count(), lookahead, make, sink)
+    }
+}
+
+/// The engine's source of one device: prepared requests in the order taken; a request that could not be prepared
+/// is handed to the sink at once as that request's outcome.
+struct DeviceSource<'a, 'b, 'c> {
+    rx: std::sync::mpsc::Receiver<Prepared>,
+    feed: &'a Feed<'a>,
+    sizes: &'a RefCell<Vec<Vec<[u32; 2]>>>,
+    sink: &'a RefCell<&'b mut Sink<'c>>,
+    failure: &'a RefCell<Option<anyhow::Error>>,
+    errors: usize,
+    prepare_seconds: f64,
+}
+
+impl RequestSource for DeviceSource<'_, '_, '_> {
+    fn next(&mut self, wait: bool) -> Next<Request> {
+        loop {
+            let received = if wait || self.feed.coming() {
+                self.rx.recv().ok()
+            } else {
+                match self.rx.try_recv() {
+                    Ok(p) => Some(p),
+                    Err(std::sync::mpsc::TryRecvError::Empty) => return Next::Pending,
+                    Err(std::sync::mpsc::TryRecvError::Disconnected) => None,
+                }
+            };
+            let Some(p) = received else {
+                return Next::Done;
+            };
+            self.feed.received();
+            self.prepare_seconds += p.seconds;
+            match p.request {
+                Ok(r) => {
+                    self.sizes.borrow_mut()[p.index] = p.image_sizes;
+                    return Next::Ready(r);
+                }
+                Err(msg) => {
+                    self.errors += 1;
+                    let snapshot = PhaseStats::default();
+                    if let Err(e) = (self.sink.borrow_mut())(p.index, Err(msg), &snapshot) {
+                        *self.failure.borrow_mut() = Some(e);
+                        return Next::Done;
+                    }
+                }
+            }
+        }
     }
 }
 
 impl DeviceBackend for LocalBackend {
-    fn run_indices(
+    fn run_taking(
         &self,
-        indices: &mut (dyn Iterator<Item = usize> + Send),
+        taker: Taker<'_>,
         count: usize,
         chunk: usize,
         make: &MakeRequest<'_>,
@@ -167,39 +282,32 @@ impl DeviceBackend for LocalBackend {
         let sizes = RefCell::new(vec![Vec::new(); count]);
         let failure: RefCell<Option<anyhow::Error>> = RefCell::new(None);
         let sink = RefCell::new(sink);
+        let feed = Feed::new(taker);
         let mut stats = PhaseStats::default();
         std::thread::scope(|scope| -> Result<()> {
-            let rx = prefetch(scope, indices, chunk, lookahead, |&i| self.prepare(i, make));
-            let errors_seen = RefCell::new(0usize);
-            let prep_seconds = RefCell::new(0f64);
-            let requests = rx
-                .into_iter()
-                .inspect(|p| *prep_seconds.borrow_mut() += p.seconds)
-                .map_while(|p| match p.request {
-                    Ok(r) => {
-                        sizes.borrow_mut()[p.index] = p.image_sizes;
-                        Some(Some(r))
-                    }
-                    Err(msg) => {
-                        *errors_seen.borrow_mut() += 1;
-                        let snapshot = PhaseStats::default();
-                        match (sink.borrow_mut())(p.index, Err(msg), &snapshot) {
-                            Ok(()) => Some(None),
-                            Err(e) => {
-                                *failure.borrow_mut() = Some(e);
-                                None
-                            }
-                        }
-                    }
-                });
-            let mut engine = Engine::new(&self.loaded.model, self.limits);
-            engine.run(requests.flatten(), &mut stats, |g, st| {
+            let rx = prefetch(scope, &feed, chunk, lookahead, |&i| self.prepare(i, make));
+            let mut source = DeviceSource {
+                rx,
+                feed: &feed,
+                sizes: &sizes,
+                sink: &sink,
+                failure: &failure,
+                errors: 0,
+                prepare_seconds: 0.0,
+            };
+            let mut engine = Engine::new(&self.loaded.model, self.limits, self.cancel.clone());
+            let mut on_done = |g: Generation, st: &PhaseStats| {
                 let (id, image_sizes) = (g.id, std::mem::take(&mut sizes.borrow_mut()[g.id]));
                 let result = self.result(g, image_sizes)?;
                 (sink.borrow_mut())(id, Ok(result), st)
-            })?;
-            stats.errors += *errors_seen.borrow();
-            stats.prepare_seconds += *prep_seconds.borrow();
+            };
+            let ran = engine.run(&mut source, &mut stats, &mut on_done);
+            // The preparing thread stops waiting for releases, and the scope can end.
+            feed.stop();
+            drop(source.rx);
+            ran?;
+            stats.errors += source.errors;
+            stats.prepare_seconds += source.prepare_seconds;
             failure.borrow_mut().take().map_or(Ok(()), Err)
         })?;
         Ok(stats)

@@ -12,13 +12,15 @@ use std::path::PathBuf;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
+pub use crate::engine::{JobQueue, Next, Taker};
 pub use local::LocalBackend;
 pub use model::{fingerprint, open_device, LoadedModel, ModelSpec};
 pub use multi::{DeviceBackend, MultiBackend};
 
+use crate::settings::BatchLimits;
+
 use crate::preprocess::ImageProcessorConfig;
 use crate::records::{FinishReason, OpsRecord, PhaseStats};
-use crate::settings::BatchLimits;
 
 /// One chat prompt.
 #[derive(Debug, Clone, PartialEq)]
@@ -75,6 +77,17 @@ pub struct BackendInfo {
     pub ops: OpsRecord,
 }
 
+/// A model on this machine's CPU, for the estimate of a run's time ([`Backend::cpu_facts`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CpuFacts {
+    /// Parameters of the vision tower.
+    pub vision_params: u64,
+    /// Parameters of the language model.
+    pub lm_params: u64,
+    /// f32 matmul rate measured on this CPU (FLOP/s).
+    pub flops_per_second: f64,
+}
+
 /// Receives each request's outcome: its index, the answer or why the request could not run (an unreadable
 /// screenshot, say: recorded, not fatal), and the phase's counters so far.
 pub type Sink<'a> = dyn FnMut(usize, Result<ChatResult, String>, &PhaseStats) -> Result<()> + 'a;
@@ -82,28 +95,10 @@ pub type Sink<'a> = dyn FnMut(usize, Result<ChatResult, String>, &PhaseStats) ->
 /// Builds request `i` of a phase (on a worker thread); an error is that request's outcome.
 pub type MakeRequest<'a> = dyn Fn(usize) -> Result<ChatRequest> + Sync + 'a;
 
-/// The requests of one phase: indices `0..count`, in the order a single device should run them, and the same
-/// indices grouped into units of work (e.g. the steps of one trajectory), largest first, for backends that
-/// share them out between devices.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Jobs {
-    /// Number of requests.
-    pub count: usize,
-    /// Every index exactly once, in groups that go to one device together.
-    pub groups: Vec<Vec<usize>>,
-}
-
-impl Jobs {
-    /// `count` requests, each its own group.
-    pub fn ungrouped(count: usize) -> Self {
-        Self {
-            count,
-            groups: (0..count).map(|i| vec![i]).collect(),
-        }
-    }
-}
-
 /// Something that answers chat requests.
+///
+/// A shared reference to a backend is a backend too, so a caller can lend its backends (e.g. to a
+/// [`MultiBackend`]) and keep them.
 pub trait Backend: Sync {
     /// What it is.
     fn info(&self) -> &BackendInfo;
@@ -111,15 +106,69 @@ pub trait Backend: Sync {
     fn image_config(&self) -> &ImageProcessorConfig;
     /// The batch limits it runs under.
     fn limits(&self) -> BatchLimits;
-    /// The checkpoint on this machine, when the backend runs one (for checks that tokenize prompts).
-    fn local_model(&self) -> Option<&LoadedModel> {
+    /// The token length of a prompt of `messages` whose pictures have the screen sizes `image_sizes` (`[w, h]`),
+    /// counted without reading a picture (each is resized as the backend would resize it): for the checks before
+    /// a phase. `None` when the backend cannot count (a served model: the server refuses a prompt too long, and
+    /// that refusal is the prompt's recorded error).
+    fn prompt_tokens(
+        &self,
+        messages: &serde_json::Value,
+        image_sizes: &[[u32; 2]],
+    ) -> Option<Result<usize>> {
+        let _ = (messages, image_sizes);
         None
+    }
+
+    /// The size of a model that runs on this machine's CPU and an f32 matmul rate measured now (a brief
+    /// measurement), for the estimate of a run's time; `None` elsewhere, and for models too small to need it
+    /// (below [`crate::cpu_estimate::MIN_PARAMS`]).
+    fn cpu_facts(&self) -> Result<Option<CpuFacts>> {
+        Ok(None)
     }
     /// The model sections' timings so far, when profiling is on.
     fn profile_snapshot(&self) -> Option<crate::ops::ProfileSnapshot> {
         None
     }
-    /// Answer every request of `jobs` (built by `make`), calling `sink` with each outcome as soon as it is known.
-    /// Returns the phase's counters (wall time excluded).
-    fn run(&self, jobs: &Jobs, make: &MakeRequest<'_>, sink: &mut Sink<'_>) -> Result<PhaseStats>;
+    /// Answer every request of `jobs` as it becomes ready (built by `make`), calling `sink` with each outcome as
+    /// soon as it is known (a sink may release further requests of `jobs`). Returns the phase's counters (wall time
+    /// excluded).
+    fn run(
+        &self,
+        jobs: &JobQueue,
+        make: &MakeRequest<'_>,
+        sink: &mut Sink<'_>,
+    ) -> Result<PhaseStats>;
+}
+
+impl<B: Backend + ?Sized> Backend for &B {
+    fn info(&self) -> &BackendInfo {
+        (**self).info()
+    }
+    fn image_config(&self) -> &ImageProcessorConfig {
+        (**self).image_config()
+    }
+    fn limits(&self) -> BatchLimits {
+        (**self).limits()
+    }
+    fn prompt_tokens(
+        &self,
+        messages: &serde_json::Value,
+        image_sizes: &[[u32; 2]],
+    ) -> Option<Result<usize>> {
+        (**self).prompt_tokens(messages, image_sizes)
+    }
+    fn cpu_facts(&self) -> Result<Option<CpuFacts>> {
+        (**self).cpu_facts()
+    }
+    fn profile_snapshot(&self) -> Option<crate::ops::ProfileSnapshot> {
+        (**self).profile_snapshot()
+    }
+    fn run(
+        &self,
+        jobs: &JobQueue,
+        make: &MakeRequest<'_>,
+        sink: &mut Sink<'_>,
+    ) -> Result<PhaseStats> {
+        (**self).run(jobs, make, sink)
+    }
 }

@@ -4,27 +4,38 @@
 //! folder's one writer). A device that fails stops its worker with its error; the others drain the queue, and
 //! the run then ends with an error naming the failed devices, so a resume redoes only what is missing.
 
-use std::collections::VecDeque;
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::Mutex;
 
 use anyhow::{anyhow, bail, Result};
 
-use super::{Backend, BackendInfo, ChatResult, Jobs, LocalBackend, MakeRequest, Sink};
+use super::{Backend, BackendInfo, ChatResult, JobQueue, LocalBackend, MakeRequest, Sink, Taker};
 use crate::preprocess::ImageProcessorConfig;
 use crate::records::{DeviceShare, PhaseStats};
 use crate::settings::BatchLimits;
 
+impl<D: DeviceBackend + ?Sized> DeviceBackend for &D {
+    fn run_taking(
+        &self,
+        taker: Taker<'_>,
+        count: usize,
+        chunk: usize,
+        make: &MakeRequest<'_>,
+        sink: &mut Sink<'_>,
+    ) -> Result<PhaseStats> {
+        (**self).run_taking(taker, count, chunk, make, sink)
+    }
+}
+
 /// One device as a [`MultiBackend`] drives it: a [`Backend`] that can also answer requests pulled from a queue
 /// shared with other devices. [`LocalBackend`] is one; anything that runs on (or stands in for) one device can be.
 pub trait DeviceBackend: Backend {
-    /// Answer the requests whose indices `indices` yields (each below `count`), pulling them `chunk` at a time
-    /// as they are prepared (so a queue shared with other devices is shared fairly), and calling `sink` with
-    /// each outcome as soon as it is known. An error stops this device only: indices it pulled and did not
-    /// answer are left for a resume.
-    fn run_indices(
+    /// Answer the requests `taker` takes from a queue shared with other devices (indices below `count`), taking
+    /// at most `chunk` at a time as they are prepared (so the queue is shared fairly), and calling `sink` with
+    /// each outcome as soon as it is known. An error stops this device only: requests it took and did not answer
+    /// are left for a resume.
+    fn run_taking(
         &self,
-        indices: &mut (dyn Iterator<Item = usize> + Send),
+        taker: Taker<'_>,
         count: usize,
         chunk: usize,
         make: &MakeRequest<'_>,
@@ -33,13 +44,10 @@ pub trait DeviceBackend: Backend {
 }
 
 /// One backend per device, sharing the work.
-pub struct MultiBackend {
-    devices: Vec<Box<dyn DeviceBackend>>,
+pub struct MultiBackend<'d> {
+    devices: Vec<Box<dyn DeviceBackend + 'd>>,
     info: BackendInfo,
 }
-
-/// The groups of requests not yet taken by a device, largest first.
-type Queue = Mutex<VecDeque<Vec<usize>>>;
 
 /// A message from a device's worker to the calling thread: request `index` is done (or failed); `stats` are
 /// the worker's counters so far.
@@ -50,9 +58,9 @@ struct Outcome {
     stats: PhaseStats,
 }
 
-impl MultiBackend {
+impl<'d> MultiBackend<'d> {
     /// Share the work between `devices` (at least one; all the same checkpoint and settings).
-    pub fn new(devices: Vec<Box<dyn DeviceBackend>>) -> Result<Self> {
+    pub fn new(devices: Vec<Box<dyn DeviceBackend + 'd>>) -> Result<Self> {
         let Some(first) = devices.first() else {
             bail!("no device to run on");
         };
@@ -70,7 +78,7 @@ impl MultiBackend {
         Self::new(
             devices
                 .into_iter()
-                .map(|d| Box::new(d) as Box<dyn DeviceBackend>)
+                .map(|d| Box::new(d) as Box<dyn DeviceBackend + 'd>)
                 .collect(),
         )
     }
@@ -83,11 +91,10 @@ impl MultiBackend {
     /// Each device's result in order: its counters, or the error that stopped it.
     fn run_workers(
         &self,
-        jobs: &Jobs,
+        jobs: &JobQueue,
         make: &MakeRequest<'_>,
         sink: &mut Sink<'_>,
     ) -> (Vec<Result<PhaseStats>>, Result<()>) {
-        let queue: Queue = Mutex::new(jobs.groups.iter().cloned().collect());
         let (tx, rx) = mpsc::channel::<Outcome>();
         std::thread::scope(|scope| {
             let workers: Vec<_> = self
@@ -95,8 +102,8 @@ impl MultiBackend {
                 .iter()
                 .enumerate()
                 .map(|(k, device)| {
-                    let (tx, queue) = (tx.clone(), &queue);
-                    scope.spawn(move || work(k, device.as_ref(), queue, jobs, make, tx))
+                    let tx = tx.clone();
+                    scope.spawn(move || work(k, device.as_ref(), jobs, make, tx))
                 })
                 .collect();
             drop(tx); // the channel closes when the last worker ends
@@ -144,23 +151,20 @@ impl MultiBackend {
     }
 }
 
-/// Device `k`'s worker: answer groups from `queue` until it is empty (or the device fails), sending each
+/// Device `k`'s worker: answer groups from `jobs` until nothing more comes (or the device fails), sending each
 /// outcome to the calling thread.
 fn work(
     k: usize,
     device: &dyn DeviceBackend,
-    queue: &Queue,
-    jobs: &Jobs,
+    jobs: &JobQueue,
     make: &MakeRequest<'_>,
     tx: Sender<Outcome>,
 ) -> Result<PhaseStats> {
-    let mut current = VecDeque::new();
-    let mut indices = std::iter::from_fn(move || next_index(queue, &mut current));
     // Half a batch at a time: enough to keep the device busy, little enough to share.
     let chunk = (device.limits().max_seqs / 2).max(1);
-    device.run_indices(
-        &mut indices,
-        jobs.count,
+    device.run_taking(
+        Taker::new(jobs),
+        jobs.count(),
         chunk,
         make,
         &mut |index, outcome, st| {
@@ -174,18 +178,6 @@ fn work(
             tx.send(msg).map_err(|_| anyhow!("the run stopped"))
         },
     )
-}
-
-/// The next index from the group being worked on, or the next group of the shared queue.
-fn next_index(queue: &Queue, current: &mut VecDeque<usize>) -> Option<usize> {
-    if current.is_empty() {
-        let group = queue
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop_front()?;
-        current.extend(group);
-    }
-    current.pop_front()
 }
 
 /// Hand every outcome to `sink` as it arrives (this thread is the one writer), with the sum of each device's
@@ -215,7 +207,7 @@ fn sum<'a>(parts: impl IntoIterator<Item = &'a PhaseStats>) -> PhaseStats {
     total
 }
 
-impl Backend for MultiBackend {
+impl Backend for MultiBackend<'_> {
     fn info(&self) -> &BackendInfo {
         &self.info
     }
@@ -228,11 +220,24 @@ impl Backend for MultiBackend {
         self.devices[0].limits()
     }
 
-    fn local_model(&self) -> Option<&super::LoadedModel> {
-        self.devices[0].local_model()
+    fn prompt_tokens(
+        &self,
+        messages: &serde_json::Value,
+        image_sizes: &[[u32; 2]],
+    ) -> Option<Result<usize>> {
+        self.devices[0].prompt_tokens(messages, image_sizes)
     }
 
-    fn run(&self, jobs: &Jobs, make: &MakeRequest<'_>, sink: &mut Sink<'_>) -> Result<PhaseStats> {
+    fn cpu_facts(&self) -> Result<Option<super::CpuFacts>> {
+        self.devices[0].cpu_facts()
+    }
+
+    fn run(
+        &self,
+        jobs: &JobQueue,
+        make: &MakeRequest<'_>,
+        sink: &mut Sink<'_>,
+    ) -> Result<PhaseStats> {
         let (results, delivered) = self.run_workers(jobs, make, sink);
         delivered?;
         self.conclude(results)

@@ -28,13 +28,14 @@ use crate::ops::blas::Blas;
 use crate::predictions::PredictionSet;
 use crate::preprocess::ImageProcessorConfig;
 use crate::records::PhaseStats;
+use crate::settings::BenchModel;
 use crate::settings::{DTypeSpec, DeviceSpec};
 
 /// Settings of one benchmark run.
 #[derive(Debug, Clone)]
 pub struct BenchConfig {
     /// Preset (`tiny`, `small`, `3b`, `7b`) or a `config.json` path / model folder.
-    pub config: String,
+    pub config: BenchModel,
     /// The devices: one copy of the model per device, sharing the prompts as `eval` does.
     pub devices: Vec<DeviceSpec>,
     /// Dtype (the device's default when `None`).
@@ -235,30 +236,40 @@ fn device_backend(
         },
     };
     Ok((
-        LocalBackend::new(&cfg.config, loaded, limits),
+        LocalBackend::new(&cfg.config.to_string(), loaded, limits),
         build_seconds,
     ))
 }
 
 /// The benchmark's backend: the random model on each of `cfg.devices` (the same weights on every device),
 /// several sharing the work through a [`MultiBackend`] as in `eval`; and the seconds the models took to build.
-fn backend(
+fn devices(
     cfg: &BenchConfig,
     model_cfg: &crate::model::ModelConfig,
-) -> Result<(Box<dyn Backend>, f64)> {
+) -> Result<(Vec<LocalBackend>, f64)> {
     let built = cfg
         .devices
         .iter()
         .map(|&d| device_backend(cfg, d, model_cfg))
         .collect::<Result<Vec<_>>>()?;
     let build_seconds = built.iter().map(|(_, s)| s).sum();
-    let mut devices: Vec<LocalBackend> = built.into_iter().map(|(b, _)| b).collect();
-    let backend: Box<dyn Backend> = match devices.len() {
-        0 => anyhow::bail!("--device: no device given"),
-        1 => Box::new(devices.remove(0)),
-        _ => Box::new(MultiBackend::local(devices)?),
-    };
-    Ok((backend, build_seconds))
+    let devices: Vec<LocalBackend> = built.into_iter().map(|(b, _)| b).collect();
+    if devices.is_empty() {
+        anyhow::bail!("--device: no device given");
+    }
+    Ok((devices, build_seconds))
+}
+
+/// The backend of `devices`: the one device, or all of them sharing the work (lent, so they stay the caller's).
+fn backend(devices: &[LocalBackend]) -> Result<Box<dyn Backend + '_>> {
+    Ok(match devices {
+        [one] => Box::new(one),
+        many => Box::new(MultiBackend::new(
+            many.iter()
+                .map(|d| Box::new(d) as Box<dyn crate::backend::DeviceBackend + '_>)
+                .collect(),
+        )?),
+    })
 }
 
 /// Run the step phase (and, when asked, the judge phase) of `bench` through `backend` in the folder `dir`.
@@ -295,14 +306,13 @@ fn run_phases(
 pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport> {
     let model_cfg = random::load_config(&cfg.config)?;
     let params = random::param_counts(&model_cfg);
-    let (backend, build_seconds) = backend(cfg, &model_cfg)?;
+    let (devices, build_seconds) = devices(cfg, &model_cfg)?;
+    let backend = backend(&devices)?;
     let tmp = tempfile::tempdir()?;
     let bench = workload::write(tmp.path(), cfg.steps)?;
     let (steps, judge) = run_phases(cfg, backend.as_ref(), &bench, tmp.path())?;
     // The separate vision pass, the GEMM rates and the profile are the first device's.
-    let loaded = backend
-        .local_model()
-        .context("the bench backend runs a local model")?;
+    let loaded = devices[0].loaded();
     let model = &loaded.model;
     let (device, dtype) = (model.device(), model.dtype());
     let (vision_seconds, vision_attention_flops) = time_vision(model, &loaded.kit, &bench)?;
@@ -448,9 +458,12 @@ fn report(cfg: &BenchConfig, device: &str, model: &Qwen25VL, m: &Measured) -> Be
         mfu_vision: ratio(vision_work, m.vision_seconds, peak),
     };
     let measured = against(peak);
+    let peak_device = steps
+        .peak_device_bytes
+        .max(m.judge.as_ref().and_then(|j| j.peak_device_bytes));
     BenchReport {
         schema_version: BENCH_SCHEMA_VERSION,
-        config: cfg.config.clone(),
+        config: cfg.config.to_string(),
         device: device.to_string(),
         devices: steps.devices.clone(),
         dtype: format!("{:?}", model.dtype()).to_lowercase(),
@@ -459,9 +472,9 @@ fn report(cfg: &BenchConfig, device: &str, model: &Qwen25VL, m: &Measured) -> Be
         images_per_second: rate(steps.images, steps.wall_seconds),
         prefill_tokens_per_second: rate(steps.prefill_tokens, steps.prefill_seconds),
         decode_tokens_per_second: rate(steps.decode_tokens, steps.decode_seconds),
-        peak_memory_bytes: memory::peak_device_bytes().or(memory::peak_rss_bytes()),
+        peak_memory_bytes: peak_device.or(memory::peak_rss_bytes()),
         peak_host_rss_bytes: memory::peak_rss_bytes(),
-        peak_device_bytes: memory::peak_device_bytes(),
+        peak_device_bytes: peak_device,
         mfu: measured.mfu,
         mfu_prefill: measured.mfu_prefill,
         mfu_vision: measured.mfu_vision,

@@ -1,19 +1,18 @@
 //! Random-weight models for benchmarking without a checkpoint: the real architecture (presets with the real
 //! Qwen2.5-VL dimensions, or any `config.json`) with deterministic pseudo-random weights generated on demand.
 
-use std::path::Path;
-
 use candle_core::{DType, Device, Shape, Tensor};
 use candle_nn::var_builder::SimpleBackend;
 use candle_nn::VarBuilder;
 
 use crate::model::{ModelConfig, Qwen25VL};
+use crate::settings::{BenchModel, ShapePreset};
 
 /// Flat Hub-layout `config.json` text of a preset: `tiny` (the test checkpoint's sizes), `small` (Qwen2.5-0.5B
 /// text dimensions with the real 3B vision tower), `3b` and `7b` (the real configurations).
-pub fn preset_config(name: &str) -> Option<String> {
+pub fn preset_config(name: ShapePreset) -> String {
     let p = match name {
-        "tiny" => Preset {
+        ShapePreset::Tiny => Preset {
             h: 16,
             i: 48,
             l: 2,
@@ -28,7 +27,7 @@ pub fn preset_config(name: &str) -> Option<String> {
             mrope: "[2,3,3]",
             vocab: 151936,
         },
-        "small" => Preset {
+        ShapePreset::Small => Preset {
             h: 896,
             i: 4864,
             l: 24,
@@ -38,7 +37,7 @@ pub fn preset_config(name: &str) -> Option<String> {
             mrope: "[8,12,12]",
             ..REAL_VISION
         },
-        "3b" => Preset {
+        ShapePreset::Qwen3B => Preset {
             h: 2048,
             i: 11008,
             l: 36,
@@ -47,7 +46,7 @@ pub fn preset_config(name: &str) -> Option<String> {
             tied: true,
             ..REAL_VISION
         },
-        "7b" => Preset {
+        ShapePreset::Qwen7B => Preset {
             h: 3584,
             i: 18944,
             l: 28,
@@ -57,7 +56,6 @@ pub fn preset_config(name: &str) -> Option<String> {
             vocab: 152064,
             ..REAL_VISION
         },
-        _ => return None,
     };
     let Preset {
         h,
@@ -74,7 +72,7 @@ pub fn preset_config(name: &str) -> Option<String> {
         mrope,
         vocab,
     } = p;
-    Some(format!(
+    format!(
         r#"{{"architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl",
   "hidden_size": {h}, "intermediate_size": {i}, "num_hidden_layers": {l}, "num_attention_heads": {nh},
   "num_key_value_heads": {kv}, "vocab_size": {vocab}, "tie_word_embeddings": {tied}, "rms_norm_eps": 1e-06,
@@ -86,7 +84,7 @@ pub fn preset_config(name: &str) -> Option<String> {
     "hidden_act": "silu", "out_hidden_size": {h}, "patch_size": 14, "spatial_patch_size": 14,
     "temporal_patch_size": 2, "spatial_merge_size": 2, "window_size": 112, "in_chans": 3,
     "fullatt_block_indexes": {full}, "tokens_per_second": 2}}}}"#
-    ))
+    )
 }
 
 /// The dimensions a preset varies: text (hidden, intermediate, layers, heads, kv heads, tied, vocab, M-RoPE
@@ -124,19 +122,23 @@ const REAL_VISION: Preset = Preset {
     vocab: 151936,
 };
 
-/// The config of a preset name, or of a `config.json` file or model folder.
-pub fn load_config(spec: &str) -> anyhow::Result<ModelConfig> {
-    let text = match preset_config(spec) {
-        Some(t) => t,
-        None => {
-            let p = Path::new(spec);
-            let p = if p.is_dir() {
-                p.join("config.json")
+/// The config of a preset, or of a `config.json` file or model folder.
+pub fn load_config(model: &BenchModel) -> anyhow::Result<ModelConfig> {
+    let text = match model {
+        BenchModel::Preset(p) => preset_config(*p),
+        BenchModel::Config(path) => {
+            let p = if path.is_dir() {
+                path.join("config.json")
             } else {
-                p.to_path_buf()
+                path.clone()
             };
             std::fs::read_to_string(&p).map_err(|e| {
-                anyhow::anyhow!("--config {spec}: not a preset (tiny, small, 3b, 7b) nor a readable config ({}: {e})", p.display())
+                anyhow::anyhow!(
+                    "--config {}: not a preset ({}) nor a readable config ({}: {e})",
+                    path.display(),
+                    ShapePreset::NAMES.join(", "),
+                    p.display()
+                )
             })?
         }
     };
@@ -256,7 +258,7 @@ mod tests {
 
     #[test]
     fn presets_parse_with_their_real_dimensions() {
-        let c = load_config("3b").unwrap();
+        let c = load_config(&"3b".parse().unwrap()).unwrap();
         assert_eq!(
             (
                 c.text.hidden_size,
@@ -266,11 +268,11 @@ mod tests {
             (2048, 36, 128)
         );
         assert!(c.tie_word_embeddings);
-        let c = load_config("7b").unwrap();
+        let c = load_config(&"7b".parse().unwrap()).unwrap();
         assert_eq!((c.text.vocab_size, c.tie_word_embeddings), (152064, false));
-        let c = load_config("small").unwrap();
+        let c = load_config(&"small".parse().unwrap()).unwrap();
         assert_eq!((c.text.head_dim, c.vision.hidden_size), (64, 1280));
-        let (v, l) = param_counts(&load_config("3b").unwrap());
+        let (v, l) = param_counts(&load_config(&"3b".parse().unwrap()).unwrap());
         assert!((600_000_000..750_000_000).contains(&v), "vision params {v}");
         assert!((2_900_000_000..3_300_000_000).contains(&l), "lm params {l}");
     }
@@ -281,7 +283,7 @@ mod tests {
         assert_eq!(a, fill(8, name_seed(1, "x.weight"), 0.0, 1.0));
         assert_ne!(a, fill(8, name_seed(2, "x.weight"), 0.0, 1.0));
         let m = random_model(
-            load_config("tiny").unwrap(),
+            load_config(&"tiny".parse().unwrap()).unwrap(),
             7,
             &Device::Cpu,
             DType::F32,
@@ -293,7 +295,9 @@ mod tests {
 
     #[test]
     fn unknown_config_is_a_clear_error() {
-        let e = load_config("13b").unwrap_err().to_string();
+        let e = load_config(&"13b".parse().unwrap())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not a preset"), "{e}");
     }
 }

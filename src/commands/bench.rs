@@ -1,16 +1,13 @@
 //! `bench`: throughput with random weights (see `crate::bench`).
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 
 use crate::bench::{run_bench, BenchConfig};
 use crate::cli::BenchArgs;
 
 /// Entry point of `bench`.
 pub fn run(a: BenchArgs) -> Result<()> {
-    if !a.random_weights {
-        bail!("bench needs --random-weights (a real checkpoint's throughput is in `eval`'s throughput.json)");
-    }
-    // Issue 18: the same value checks as `eval`, before any work.
+    // The same value checks as `eval`, before any work.
     crate::validate::counts(a.max_new_tokens, a.batch_size, a.max_batch_tokens)?;
     crate::validate::pixel_bounds(
         Some(a.min_pixels),

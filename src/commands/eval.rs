@@ -7,6 +7,8 @@ use anyhow::{Context, Result};
 use super::model_spec;
 use crate::cli::EvalArgs;
 use crate::eval::{run_eval, EvalConfig, JudgeChoice};
+use crate::interrupt::Cancel;
+use crate::rundir::{self, ClaimedRun, RunDir};
 use crate::shard::{SchedulerEnv, ShardSpec};
 
 /// Every value checked before any work, each error naming its flag.
@@ -21,26 +23,25 @@ fn check_values(a: &EvalArgs) -> Result<()> {
     Ok(())
 }
 
-/// With `--shard`, `--out RUN` is the run folder all shards share; this shard writes only into
-/// `RUN/shards/I-of-N/`, so shards never write the same file.
-fn out_dir(out: Option<PathBuf>, model: &str, shard: Option<ShardSpec>) -> Result<PathBuf> {
-    match (out, shard) {
-        (Some(run), Some(s)) => Ok(run.join(crate::merge::SHARDS_DIR).join(s.dir_name())),
+/// Take the run folder: `--out`, or a fresh folder under `runs/`. With `--shard`, `--out RUN` is the run folder
+/// all shards share; this shard writes only into `RUN/shards/I-of-N/`, so shards never write the same file.
+fn claim_out(out: Option<PathBuf>, model: &str, shard: Option<ShardSpec>) -> Result<ClaimedRun> {
+    let claim = match (out, shard) {
+        (Some(run), Some(s)) => RunDir::new(run).shard(s).claim(),
         (None, Some(s)) => anyhow::bail!(
             "--shard {s} needs --out RUN: the run folder all shards share (then `merge RUN`)"
         ),
-        (Some(out), None) => Ok(out),
+        (Some(out), None) => RunDir::new(out).claim(),
         // A fresh folder two runs cannot share (millisecond time + random suffix, create_dir).
-        (None, None) => Ok(crate::runlock::create_fresh_run_dir(
-            Path::new("runs"),
-            model,
-        )?),
-    }
+        (None, None) => RunDir::claim_fresh(Path::new("runs"), model),
+    };
+    claim.context("--out")
 }
 
-/// Build the engine configuration from the command line; `env` holds the scheduler variables `--shard auto`
-/// reads (taken from the process environment once, by the caller).
-pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<EvalConfig> {
+/// Build the evaluation's configuration from the command line and take its run folder (held, locked, until the
+/// claim is dropped); `env` holds the scheduler variables `--shard auto` reads (taken from the process
+/// environment once, by the caller).
+pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<(EvalConfig, ClaimedRun)> {
     let shard = a.shard.map(|s| s.resolve(env)).transpose()?;
     let data = match a.data {
         Some(d) => d,
@@ -54,8 +55,9 @@ pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<EvalConfig> {
         (false, Some(m)) => JudgeChoice::Other(m),
         (false, None) => JudgeChoice::SameModel,
     };
-    Ok(EvalConfig {
-        out: out_dir(a.out, &a.model.model, shard)?,
+    let claim = claim_out(a.out, &a.model.model, shard)?;
+    let cfg = EvalConfig {
+        out: claim.dir().clone(),
         model: model_spec(&a.model),
         devices: a.model.device.clone(),
         data,
@@ -66,34 +68,39 @@ pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<EvalConfig> {
         system_prompt: a.system_prompt,
         judge,
         shard,
-    })
+        cancel: Cancel::on_signals(),
+        command_line: std::env::args().collect(),
+    };
+    Ok((cfg, claim))
 }
 
 /// Entry point of `eval`.
 pub fn run(args: EvalArgs, env: &SchedulerEnv) -> Result<()> {
     check_values(&args)?;
     crate::interrupt::install(); // Ctrl-C/SIGTERM stop after saving what is finished
-    let cfg = config(args, env)?;
-    // One process per run folder, held until this function returns (or the process dies).
-    let _lock = crate::runlock::RunLock::acquire(&cfg.out)?;
-    eprintln!("run folder: {}", cfg.out.display());
+                                 // One process per run folder, held until this function returns (or the process dies).
+    let (cfg, _claim) = config(args, env)?;
+    let out = cfg.out.root();
+    eprintln!("run folder: {}", out.display());
     if let Some(s) = cfg.shard {
-        tracing::info!("shard {s}: writing into {}", cfg.out.display());
+        tracing::info!("shard {s}: writing into {}", out.display());
     }
     let outcome = run_eval(&cfg)?;
     println!("{}", outcome.summary);
-    println!("Results written to {}:", outcome.out.display());
+    println!("Results written to {}:", out.display());
     for f in [
-        "metrics.json",
-        "steps.jsonl",
-        "summary.md",
-        "predictions.jsonl",
-        "judgements.jsonl",
-        "throughput.json",
-        "manifest.json",
+        rundir::METRICS,
+        rundir::STEPS,
+        rundir::SUMMARY,
+        rundir::REPORT_HTML,
+        rundir::PREDICTIONS,
+        rundir::JUDGEMENTS,
+        rundir::THROUGHPUT,
+        rundir::MANIFEST,
     ] {
-        if outcome.out.join(f).exists() {
-            println!("  {}", outcome.out.join(f).display());
+        let path = cfg.out.path(f);
+        if path.exists() {
+            println!("  {}", path.display());
         }
     }
     Ok(())

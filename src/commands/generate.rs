@@ -4,10 +4,9 @@
 use anyhow::{Context, Result};
 use serde_json::json;
 
-use crate::backend::{Backend, ChatRequest, ChatResult, Jobs, LoadedModel, LocalBackend};
+use crate::backend::{Backend, ChatRequest, ChatResult, JobQueue, LoadedModel, LocalBackend};
 use crate::chat::user_turn_messages;
 use crate::cli::GenerateArgs;
-use crate::records::FinishReason;
 use crate::settings::BatchLimits;
 
 /// Number of `[token_id, logprob]` pairs reported per generated position with `--json`.
@@ -38,7 +37,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     };
     let mut answer: Option<Result<ChatResult, String>> = None;
     backend.run(
-        &Jobs::ungrouped(1),
+        &JobQueue::ungrouped(1),
         &|_| Ok(request.clone()),
         &mut |_, outcome, _| {
             answer = Some(outcome);
@@ -75,7 +74,7 @@ fn json_report(gen: &ChatResult) -> serde_json::Value {
         "text": gen.text,
         "token_ids": ids,
         "prompt_tokens": gen.prompt_tokens,
-        "finish_reason": match gen.finish { FinishReason::Eos => "eos", FinishReason::Length => "length" },
+        "finish_reason": gen.finish,
         "top_logprobs": top,
     })
 }

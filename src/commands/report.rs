@@ -3,17 +3,13 @@ use anyhow::Context;
 
 use crate::cli::ReportArgs;
 use crate::report::{self, RunData, RunOverrides};
+use crate::rundir::RunDir;
 
 /// Entry point.
 pub fn run(args: ReportArgs) -> anyhow::Result<()> {
-    let rules = match (args.rules, &args.data, &args.run) {
-        (Some(r), _, _) => Some(r.preset()),
-        // A run folder without a manifest scored against --data: the benchmark's suggested preset. (A run's
-        // manifest records the preset its eval used, which RunData reads.)
-        (None, Some(data), Some(run)) if !run.join("manifest.json").is_file() => {
-            Some(super::rules_for(None, data)?)
-        }
-        _ => None,
+    let rules = match args.rules {
+        Some(r) => Some(r.preset()),
+        None => suggested_rules(&args)?,
     };
     let overrides = RunOverrides {
         data: args.data,
@@ -21,14 +17,14 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
     };
     if let Some(runs) = args.compare {
         let out = args.out.context("--compare needs --out DIR")?;
-        let a = RunData::load(&runs[0], &overrides)
+        let a = RunData::load(&RunDir::new(&runs[0]), &overrides)
             .with_context(|| format!("loading run {}", runs[0].display()))?;
         // Both runs are judged by the same rules: those of run A unless --rules says otherwise.
         let b_overrides = RunOverrides {
             rules: Some(a.metrics.rules.clone()),
             ..overrides
         };
-        let b = RunData::load(&runs[1], &b_overrides)
+        let b = RunData::load(&RunDir::new(&runs[1]), &b_overrides)
             .with_context(|| format!("loading run {}", runs[1].display()))?;
         let written = report::compare::write(&out, &a, &b)?;
         print!("{}", written.summary);
@@ -48,9 +44,22 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
     let dir = args
         .run
         .context("give a run folder, or --compare RUN_A RUN_B")?;
+    let dir = RunDir::new(dir);
     let run = RunData::load(&dir, &overrides)
-        .with_context(|| format!("loading run {}", dir.display()))?;
+        .with_context(|| format!("loading run {}", dir.root().display()))?;
     let path = report::html::write(&dir, &run.input())?;
     println!("Wrote {}", path.display());
     Ok(())
+}
+
+/// A folder that records its rules (a run's manifest, a scored folder's `scored.json`) keeps them; one that does
+/// not, reported against `--data`, takes the benchmark's suggested preset (its `benchmark.json`).
+fn suggested_rules(args: &ReportArgs) -> anyhow::Result<Option<crate::settings::RulePreset>> {
+    let (Some(run), Some(data)) = (&args.run, &args.data) else {
+        return Ok(None);
+    };
+    if !matches!(RunDir::new(run).origin(), Ok(None)) {
+        return Ok(None);
+    }
+    Ok(Some(super::rules_for(None, data)?))
 }

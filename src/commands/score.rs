@@ -1,14 +1,24 @@
-//! `score`: judge a predictions file against a benchmark and write `metrics.json`, `steps.jsonl`, `summary.md`.
+//! `score`: judge a predictions file against a benchmark and write `metrics.json`, `steps.jsonl`, `summary.md`
+//! and `report.html`.
+//!
+//! The predictions of a run (`RUN/predictions.jsonl`, its manifest beside it) are scored into the run, keeping its
+//! judge results, against the run's own benchmark. Any other output folder becomes a scored folder: a copy of the
+//! predictions and `scored.json` (what was scored against what) beside the scores, so that `report` and
+//! `report --compare` read it exactly as written.
+
 use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 
 use crate::cli::ScoreArgs;
 use crate::dataset::Benchmark;
+use crate::fingerprint::sha256_hex;
 use crate::predictions::PredictionSet;
-use crate::records::ManifestHeader;
+use crate::records::{ScoreRecord, Versions, SCORED_SCHEMA_VERSION};
 use crate::report;
-use crate::score::score_predictions;
+use crate::rundir::{self, find_benchmark, FoundBenchmark, Origin, RunDir};
+use crate::score::score_run;
 
 /// Load `--data`, or the embedded sample when absent.
 pub fn load_benchmark(data: Option<&Path>) -> anyhow::Result<Benchmark> {
@@ -21,82 +31,48 @@ pub fn load_benchmark(data: Option<&Path>) -> anyhow::Result<Benchmark> {
     Benchmark::load(&dir).with_context(|| format!("loading benchmark {}", dir.display()))
 }
 
-/// The run that made a predictions file: its folder's `manifest.json` (a run, shard or merged run folder), if any.
-struct RunFolder {
-    dir: PathBuf,
-    manifest: PathBuf,
-    /// What the run recorded (the benchmark folder and the SHA-256 of its `data.jsonl` among them), or why the
-    /// file is not a run manifest this version reads.
-    header: Result<ManifestHeader, String>,
-}
-
-impl RunFolder {
-    fn header(&self) -> Option<&ManifestHeader> {
-        self.header.as_ref().ok()
+/// The folder a predictions file lies in.
+fn folder_of(predictions: &Path) -> RunDir {
+    match predictions.parent() {
+        Some(p) if !p.as_os_str().is_empty() => RunDir::new(p),
+        _ => RunDir::new("."),
     }
 }
 
-fn run_folder_of(predictions: &Path) -> anyhow::Result<Option<RunFolder>> {
-    let dir = match predictions.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let manifest = dir.join("manifest.json");
-    let text = match std::fs::read_to_string(&manifest) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e).with_context(|| format!("reading {}", manifest.display())),
-    };
-    let header = serde_json::from_str(&text).map_err(|e| e.to_string());
-    Ok(Some(RunFolder {
-        dir,
-        manifest,
-        header,
-    }))
-}
-
-/// The benchmark folder to score against — `--data`, else the run's own benchmark, else the sample —
-/// and, for a run's predictions, the check that it is the benchmark the run predicted.
-fn benchmark_for(data: Option<&Path>, run: Option<&RunFolder>) -> anyhow::Result<PathBuf> {
-    let header = run.and_then(RunFolder::header);
-    let dir = match (data, header.map(|h| &h.data)) {
-        (Some(d), _) => d.to_path_buf(),
-        (None, Some(d)) if d.join("data.jsonl").is_file() => d.clone(),
-        (None, _) => {
-            crate::sample::materialize_default().context("writing the embedded sample benchmark")?
+/// What made the predictions: the origin of their folder (a run's manifest, a scored folder's record). An
+/// unreadable record is an error unless `--out` sends the scores elsewhere.
+fn origin_of(source: &RunDir, out_given: bool) -> anyhow::Result<Option<Origin>> {
+    match source.origin() {
+        Ok(o) => Ok(o),
+        Err(e) if out_given => {
+            tracing::warn!("{e}; the benchmark is not checked against it");
+            Ok(None)
         }
-    };
-    if let Some(h) = header {
-        let want = &h.settings.data_hash;
-        let file = dir.join("data.jsonl");
-        let bytes = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
-        let have = crate::fingerprint::sha256_hex(&bytes);
-        if &have != want {
-            let r = run.expect("a header comes from a run");
-            anyhow::bail!(
-                "{} was made on another benchmark (data.jsonl sha256 {}…) than {} (sha256 {}…); scoring its \
-                 predictions against it would be meaningless. Pass --data with the run's benchmark ({})",
-                r.manifest.display(),
-                &want[..want.len().min(12)],
-                file.display(),
-                &have[..12],
-                h.data.display()
-            );
-        }
+        Err(e) => Err(e).context(
+            "scoring cannot tell whether the benchmark matches and would write beside it; pass --out to \
+             write the scores elsewhere",
+        ),
     }
-    Ok(dir)
 }
 
 /// Entry point.
 pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
-    let run = run_folder_of(&args.predictions)?;
-    let data = benchmark_for(args.data.as_deref(), run.as_ref())?;
-    let rules = super::rules_for(args.rules, &data)?;
-    let bench =
-        Benchmark::load(&data).with_context(|| format!("loading benchmark {}", data.display()))?;
+    let source = folder_of(&args.predictions);
+    let origin = origin_of(&source, args.out.is_some())?;
+    let named_by = match &origin {
+        Some(Origin::Scored(_)) => source.path(rundir::SCORED),
+        _ => source.path(rundir::MANIFEST),
+    };
+    let found = find_benchmark(args.data.as_deref(), origin.as_ref(), &named_by, true)?;
     let preds = PredictionSet::read(&args.predictions)?;
     for m in &preds.malformed {
         eprintln!("warning: {}: {m}", args.predictions.display());
+    }
+    if preds.is_empty() {
+        anyhow::bail!(
+            "{} holds no prediction (expected one JSON line per step: trajectory, step, response)",
+            args.predictions.display()
+        );
     }
     if preds.duplicates > 0 {
         eprintln!(
@@ -104,32 +80,42 @@ pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
             preds.duplicates
         );
     }
-    let (metrics, scored) = score_predictions(&rules, &bench, &preds);
-    warn_unknown(&scored.unknown, preds.len(), &data);
-    // A run folder (its manifest matched above) keeps eval's judge results; any other folder is written as before.
-    let out = match (args.out.clone(), &run) {
-        (Some(out), _) => out,
-        (None, Some(RunFolder { dir, header: Ok(_), .. })) => dir.clone(),
-        (None, Some(RunFolder { manifest, header: Err(e), .. })) => anyhow::bail!(
-            "{} is not a run manifest ({e}), so scoring cannot tell whether its benchmark matches and would \
-             write beside it; pass --out to write the scores elsewhere",
-            manifest.display()
-        ),
-        (None, None) => default_out(&args.predictions),
+    warn_unknown(&found.bench, &preds);
+    let out = args.out.clone().map_or_else(|| source.clone(), RunDir::new);
+    let into_run = matches!(origin, Some(Origin::Run(_))) && out == source;
+    // A run folder keeps eval's rules unless --rules says otherwise; other scores take the benchmark's
+    // suggested preset (its benchmark.json), else the default.
+    let rules = match (args.rules, &origin) {
+        (Some(r), _) => r.preset(),
+        (None, Some(o)) if into_run => o.rules().clone(),
+        (None, _) => super::rules_for(None, &found.bench.root)?,
     };
-    let into_run = run.as_ref().is_some_and(|r| out == r.dir);
+    let _claim = if into_run {
+        None
+    } else {
+        Some(prepare_scored_folder(&out, &args.predictions)?)
+    };
     let _lock = into_run
-        .then(|| crate::runlock::RunLock::acquire(&out))
+        .then(|| rundir::RunLock::acquire(out.root()))
         .transpose()?;
     // A run folder keeps eval's judge results: its predictions are scored exactly as eval scores them.
-    let (metrics, steps) = if into_run {
-        let judgements = crate::eval::rundir::read_records(&out.join("judgements.jsonl"))?;
-        crate::score::score_run(&rules, &bench, &preds, &judgements, !judgements.is_empty())
+    let judgements = if into_run {
+        out.judgements()?
     } else {
-        (metrics, scored.steps)
+        Vec::new()
     };
+    let (metrics, steps) = score_run(
+        &rules,
+        &found.bench,
+        &preds,
+        &judgements,
+        !judgements.is_empty(),
+    );
+    if !into_run {
+        write_score_record(&out, &args.predictions, &found, &rules)?;
+    }
     let paths = report::write_all(&out, &metrics, &steps)?;
-    let page = report::html::write_scored(&out, &bench, &metrics, &steps, &args.predictions)?;
+    let page = report::html::write_run(&out)?;
     print!("{}", report::render_summary(&metrics));
     println!(
         "\nWrote {}, {}, {} and {}",
@@ -141,11 +127,74 @@ pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Take `out` for a scored folder: never another run's folder, never a folder holding predictions that are not
+/// the ones scored (unless it is an earlier scored folder); the predictions are copied in.
+fn prepare_scored_folder(out: &RunDir, predictions: &Path) -> anyhow::Result<rundir::ClaimedRun> {
+    if out.path(rundir::MANIFEST).exists() {
+        anyhow::bail!(
+            "--out {} is a run folder (it has a manifest.json): scoring other predictions into it would \
+             overwrite that run's results; choose another --out",
+            out.root().display()
+        );
+    }
+    let copy = out.path(rundir::PREDICTIONS);
+    let same_file = same_file(&copy, predictions);
+    if copy.exists() && !same_file && !out.path(rundir::SCORED).exists() {
+        anyhow::bail!(
+            "--out {} already holds a predictions.jsonl that is not {}; choose another --out",
+            out.root().display(),
+            predictions.display()
+        );
+    }
+    let claim = out.claim().context("--out")?;
+    if !same_file {
+        let tmp: PathBuf = out.path(".predictions.jsonl.tmp");
+        let bytes = std::fs::read(predictions)
+            .with_context(|| format!("reading {}", predictions.display()))?;
+        crate::safe_io::replace_atomic(&copy, &tmp, &bytes)
+            .with_context(|| format!("writing {}", copy.display()))?;
+    }
+    Ok(claim)
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+fn write_score_record(
+    out: &RunDir,
+    predictions: &Path,
+    found: &FoundBenchmark,
+    rules: &crate::settings::RulePreset,
+) -> anyhow::Result<()> {
+    let copy = out.path(rundir::PREDICTIONS);
+    let bytes = std::fs::read(&copy).with_context(|| format!("reading {}", copy.display()))?;
+    let record = ScoreRecord {
+        schema_version: SCORED_SCHEMA_VERSION,
+        predictions: predictions.to_path_buf(),
+        predictions_sha256: sha256_hex(&bytes),
+        data: found.bench.root.clone(),
+        data_hash: found.hash.clone(),
+        rules: rules.clone(),
+        scored_at_unix: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        versions: Versions::current(),
+    };
+    out.write_json(rundir::SCORED, &record)?;
+    Ok(())
+}
+
 /// One line about predictions that match no benchmark step; a hint about `--data` when they are most of them.
-fn warn_unknown(unknown: &[(String, usize)], total: usize, data: &Path) {
+fn warn_unknown(bench: &Benchmark, preds: &PredictionSet) {
+    let unknown = crate::score::unknown_predictions(bench, preds);
     if unknown.is_empty() {
         return;
     }
+    let total = preds.len();
     let shown: Vec<String> = unknown
         .iter()
         .take(10)
@@ -155,7 +204,7 @@ fn warn_unknown(unknown: &[(String, usize)], total: usize, data: &Path) {
     let hint = if 2 * unknown.len() > total {
         format!(
             "; most predictions are for another benchmark than {} (pass the right --data)",
-            data.display()
+            bench.root.display()
         )
     } else {
         String::new()
@@ -165,11 +214,4 @@ fn warn_unknown(unknown: &[(String, usize)], total: usize, data: &Path) {
         unknown.len(),
         shown.join(" "),
     );
-}
-
-fn default_out(predictions: &Path) -> PathBuf {
-    match predictions.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    }
 }

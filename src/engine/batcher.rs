@@ -13,7 +13,8 @@ use candle_core::{Tensor, D};
 
 use super::memory;
 use super::scheduler::{admit_count, prefill_chunks, BatchLimits, Occupancy};
-use super::{FinishReason, Generation, Request};
+use super::{EngineSink, FinishReason, Generation, Next, Request, RequestSource};
+use crate::interrupt::Cancel;
 use crate::model::flops::{decode_attention_flops, prefill_attention_flops, PromptShape};
 use crate::model::{PrefillRequest, Qwen25VL, SeqCache};
 use crate::records::PhaseStats;
@@ -29,6 +30,8 @@ struct Running {
     generated: Vec<u32>,
     top_logprobs: Vec<Vec<(u32, f32)>>,
     cost: usize,
+    /// Ended by the caller ([`EngineSink::token`] returned `false`).
+    stopped: bool,
 }
 
 /// Cap on prompt tokens prefilled in one model call (bounds prefill activations).
@@ -45,14 +48,17 @@ pub struct Engine<'m> {
     waiting: VecDeque<Request>,
     /// Most sequences per decode call (halved on out-of-memory errors).
     decode_group: usize,
+    /// Once cancelled, nothing more is admitted; the running sequences finish.
+    cancel: Cancel,
     /// Test hook: how many multi-sequence prefill and decode calls fail with an injected out-of-memory error.
     #[cfg(test)]
     inject_oom: (usize, usize),
 }
 
 impl<'m> Engine<'m> {
-    /// An engine for `model` under `limits`.
-    pub fn new(model: &'m Qwen25VL, limits: BatchLimits) -> Self {
+    /// An engine for `model` under `limits`; once `cancel` is set it admits no more requests and returns when
+    /// the running sequences have finished.
+    pub fn new(model: &'m Qwen25VL, limits: BatchLimits, cancel: Cancel) -> Self {
         Self {
             model,
             limits,
@@ -60,40 +66,47 @@ impl<'m> Engine<'m> {
             running: Vec::new(),
             waiting: VecDeque::new(),
             decode_group: usize::MAX,
+            cancel,
             #[cfg(test)]
             inject_oom: (0, 0),
         }
     }
 
-    /// Generate for every request of `requests` (pulled lazily, so preparation overlaps compute), calling
-    /// `done` with each result as soon as it is complete.
+    /// Generate for every request of `requests` (pulled as room frees up, so preparation overlaps compute, and
+    /// without waiting while sequences run, so requests may arrive at any time), telling `sink` each token and each
+    /// result as soon as it is complete.
     pub fn run(
         &mut self,
-        mut requests: impl Iterator<Item = Request>,
+        requests: &mut dyn RequestSource,
         stats: &mut PhaseStats,
-        mut done: impl FnMut(Generation, &PhaseStats) -> Result<()>,
+        sink: &mut dyn EngineSink,
     ) -> Result<()> {
         let mut exhausted = false;
         loop {
             let t_wait = Instant::now();
-            if crate::interrupt::requested() {
-                // Issue 18: after Ctrl-C/SIGTERM admit nothing more; the running sequences finish and are saved.
+            if self.cancel.is_cancelled() {
+                // After a stop request admit nothing more; the running sequences finish and are handed over.
                 self.waiting.clear();
                 exhausted = true;
             }
             while !exhausted && self.waiting.len() < self.limits.max_seqs.max(1) {
-                match requests.next() {
-                    Some(r) => self.waiting.push_back(r),
-                    None => exhausted = true,
+                let idle = self.waiting.is_empty() && self.running.is_empty();
+                match requests.next(idle) {
+                    Next::Ready(r) => self.waiting.push_back(r),
+                    Next::Pending => break,
+                    Next::Done => exhausted = true,
                 }
             }
             stats.wait_seconds += t_wait.elapsed().as_secs_f64();
             if self.waiting.is_empty() && self.running.is_empty() {
-                return Ok(());
+                if exhausted {
+                    return Ok(());
+                }
+                continue;
             }
-            self.admit(stats, &mut done)?;
+            self.admit(stats, sink)?;
             if !self.running.is_empty() {
-                self.decode_step(stats, &mut done)?;
+                self.decode_step(stats, sink)?;
             }
         }
     }
@@ -105,11 +118,7 @@ impl<'m> Engine<'m> {
         }
     }
 
-    fn admit(
-        &mut self,
-        stats: &mut PhaseStats,
-        done: &mut impl FnMut(Generation, &PhaseStats) -> Result<()>,
-    ) -> Result<()> {
+    fn admit(&mut self, stats: &mut PhaseStats, sink: &mut dyn EngineSink) -> Result<()> {
         let lens: Vec<usize> = self
             .waiting
             .iter()
@@ -121,7 +130,7 @@ impl<'m> Engine<'m> {
         }
         let batch: Vec<Request> = self.waiting.drain(..n).collect();
         for range in prefill_chunks(&lens[..n], MAX_PREFILL_TOKENS) {
-            self.prefill_with_retry(&batch[range], stats, done)?;
+            self.prefill_with_retry(&batch[range], stats, sink)?;
         }
         Ok(())
     }
@@ -131,10 +140,10 @@ impl<'m> Engine<'m> {
         &mut self,
         reqs: &[Request],
         stats: &mut PhaseStats,
-        done: &mut impl FnMut(Generation, &PhaseStats) -> Result<()>,
+        sink: &mut dyn EngineSink,
     ) -> Result<()> {
         match self.prefill(reqs, stats) {
-            Ok(logits) => self.start_sequences(reqs, logits, stats, done),
+            Ok(logits) => self.start_sequences(reqs, logits, stats, sink),
             Err(e) if reqs.len() > 1 && is_oom(&e) => {
                 tracing::warn!(
                     "out of memory prefilling {} prompts; retrying in halves",
@@ -142,8 +151,8 @@ impl<'m> Engine<'m> {
                 );
                 stats.oom_retries += 1;
                 let (a, b) = reqs.split_at(reqs.len() / 2);
-                self.prefill_with_retry(a, stats, done)?;
-                self.prefill_with_retry(b, stats, done)
+                self.prefill_with_retry(a, stats, sink)?;
+                self.prefill_with_retry(b, stats, sink)
             }
             Err(e) => Err(e),
         }
@@ -183,7 +192,7 @@ impl<'m> Engine<'m> {
         let out = self.model.prefill(&batch)?;
         // GPU work is asynchronous: wait for it, so the prefill time is the prefill's and not the next step's.
         self.model.device().synchronize()?;
-        memory::note_device_usage(self.model.device());
+        stats.note_device_in_use(memory::device_in_use(self.model.device()));
         for (r, p) in reqs.iter().zip(&prefixes) {
             let cached = p.map_or(0, |c| c.len());
             stats.prefix_cached_tokens += cached;
@@ -225,7 +234,7 @@ impl<'m> Engine<'m> {
         reqs: &[Request],
         (caches, logits): (Vec<SeqCache>, Tensor),
         stats: &mut PhaseStats,
-        done: &mut impl FnMut(Generation, &PhaseStats) -> Result<()>,
+        sink: &mut dyn EngineSink,
     ) -> Result<()> {
         let first = self.running.len();
         for (r, cache) in reqs.iter().zip(caches) {
@@ -240,20 +249,17 @@ impl<'m> Engine<'m> {
                 generated: Vec::new(),
                 top_logprobs: Vec::new(),
                 cost,
+                stopped: false,
             });
         }
-        self.push_tokens(first, &logits, stats)?;
-        self.retire(stats, done)
+        self.push_tokens(first, &logits, stats, sink)?;
+        self.retire(stats, sink)
     }
 
     /// One decode step for every running sequence, in groups of at most `decode_group` sequences; an
     /// out-of-memory error halves the group size for the rest of the run and retries (a failed call leaves the
     /// caches unchanged, so no sequence advances twice).
-    fn decode_step(
-        &mut self,
-        stats: &mut PhaseStats,
-        done: &mut impl FnMut(Generation, &PhaseStats) -> Result<()>,
-    ) -> Result<()> {
+    fn decode_step(&mut self, stats: &mut PhaseStats, sink: &mut dyn EngineSink) -> Result<()> {
         let t0 = Instant::now();
         let n = self.running.len();
         let mut done_rows = 0;
@@ -264,7 +270,7 @@ impl<'m> Engine<'m> {
             match self.decode_range(start, end) {
                 Ok(logits) => {
                     stats.decode_attention_flops += attention_flops;
-                    self.push_tokens(start, &logits, stats)?;
+                    self.push_tokens(start, &logits, stats, sink)?;
                     done_rows = end;
                 }
                 Err(e) if end - start > 1 && is_oom(&e) => {
@@ -279,11 +285,11 @@ impl<'m> Engine<'m> {
                 Err(e) => return Err(e),
             }
         }
-        memory::note_device_usage(self.model.device());
+        stats.note_device_in_use(memory::device_in_use(self.model.device()));
         stats.decode_steps += 1;
         stats.decode_seq_sum += n;
         stats.decode_seconds += t0.elapsed().as_secs_f64();
-        self.retire(stats, done)
+        self.retire(stats, sink)
     }
 
     /// Logits (end − start, vocab) of one decode step of running sequences `start..end`.
@@ -303,8 +309,14 @@ impl<'m> Engine<'m> {
     }
 
     /// Append each row's greedy token (and its top log-probabilities when asked) to running sequences
-    /// `first..first + rows`.
-    fn push_tokens(&mut self, first: usize, logits: &Tensor, stats: &mut PhaseStats) -> Result<()> {
+    /// `first..first + rows`, telling the sink.
+    fn push_tokens(
+        &mut self,
+        first: usize,
+        logits: &Tensor,
+        stats: &mut PhaseStats,
+        sink: &mut dyn EngineSink,
+    ) -> Result<()> {
         let next = argmax_rows(logits)?;
         let k = self.running[first..first + next.len()]
             .iter()
@@ -319,6 +331,7 @@ impl<'m> Engine<'m> {
         for (row, tok) in next.into_iter().enumerate() {
             let r = &mut self.running[first + row];
             r.generated.push(tok);
+            r.stopped = !sink.token(r.id, tok);
             if let Some(t) = &tops {
                 r.top_logprobs
                     .push(t[row][..r.top_k.min(t[row].len())].to_vec());
@@ -329,17 +342,15 @@ impl<'m> Engine<'m> {
     }
 
     /// Hand over and drop every sequence that hit a stop token or its length limit.
-    fn retire(
-        &mut self,
-        stats: &mut PhaseStats,
-        done: &mut impl FnMut(Generation, &PhaseStats) -> Result<()>,
-    ) -> Result<()> {
+    fn retire(&mut self, stats: &mut PhaseStats, sink: &mut dyn EngineSink) -> Result<()> {
         let mut i = 0;
         while i < self.running.len() {
             let r = &self.running[i];
             let last = *r.generated.last().expect("a token was pushed");
             let finish = if r.stop_tokens.contains(&last) {
                 FinishReason::Eos
+            } else if r.stopped {
+                FinishReason::Stopped
             } else if r.generated.len() >= r.max_new_tokens {
                 FinishReason::Length
             } else {
@@ -349,7 +360,7 @@ impl<'m> Engine<'m> {
             let mut r = self.running.swap_remove(i);
             let stop_token = match finish {
                 FinishReason::Eos => r.generated.pop(),
-                FinishReason::Length => None,
+                FinishReason::Length | FinishReason::Stopped => None,
             };
             stats.prompts += 1;
             let generation = Generation {
@@ -360,7 +371,7 @@ impl<'m> Engine<'m> {
                 finish,
                 top_logprobs: r.top_logprobs,
             };
-            done(generation, stats)?;
+            sink.done(generation, stats)?;
         }
         Ok(())
     }
@@ -454,15 +465,16 @@ mod tests {
             max_batch_tokens: 100_000,
             max_new_tokens: 6,
         };
-        let mut b = Engine::new(model, limits);
+        let mut b = Engine::new(model, limits, Cancel::new());
         b.inject_oom = inject;
         let mut stats = PhaseStats::default();
         let mut out = Vec::new();
-        b.run(requests(model).into_iter(), &mut stats, |r, _| {
+        let mut source = super::super::Requests(requests(model).into_iter());
+        let mut sink = |r: Generation, _: &PhaseStats| {
             out.push((r.id, r.token_ids));
             Ok(())
-        })
-        .unwrap();
+        };
+        b.run(&mut source, &mut stats, &mut sink).unwrap();
         out.sort();
         (out, stats)
     }

@@ -22,29 +22,18 @@ pub fn free_bytes(device: &Device) -> Option<u64> {
     host_available_bytes()
 }
 
-/// Highest device memory in use seen by [`note_device_usage`] (bytes), 0 until a GPU reading was taken.
-static DEVICE_PEAK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// Record the device memory in use now (total − free, so the CUDA context, the allocator's pool and any other
-/// process on the card count too). A no-op on CPU and Metal, whose memory is the host's (see [`peak_rss_bytes`]).
-pub fn note_device_usage(device: &Device) {
+/// The device memory in use now (total − free, so the CUDA context, the allocator's pool and any other process
+/// on the card count too); `None` on CPU and Metal, whose memory is the host's (see [`peak_rss_bytes`]).
+pub fn device_in_use(device: &Device) -> Option<u64> {
     #[cfg(feature = "cuda")]
     if let Device::Cuda(_) = device {
         if let Ok((free, total)) = candle_core::cuda_backend::cudarc::driver::result::mem_get_info()
         {
-            let used = total.saturating_sub(free) as u64;
-            DEVICE_PEAK.fetch_max(used, std::sync::atomic::Ordering::Relaxed);
+            return Some(total.saturating_sub(free) as u64);
         }
     }
     let _ = device;
-}
-
-/// Peak device memory in use over the run (see [`note_device_usage`]); `None` on CPU and Metal.
-pub fn peak_device_bytes() -> Option<u64> {
-    match DEVICE_PEAK.load(std::sync::atomic::Ordering::Relaxed) {
-        0 => None,
-        b => Some(b),
-    }
+    None
 }
 
 /// `MemAvailable` from `/proc/meminfo`.

@@ -6,12 +6,14 @@
 //! [`Request`]s, and [`crate::eval`] drives the phases of an evaluation.
 
 mod batcher;
+mod jobs;
 pub mod memory;
 mod prefetch;
 mod scheduler;
 
 pub use batcher::{argmax_rows, is_oom, top_k_logprobs, Engine, MAX_PREFILL_TOKENS};
-pub use prefetch::prefetch;
+pub use jobs::{JobQueue, Next, Taker, WAIT_SLICE};
+pub use prefetch::{prefetch, Feed};
 pub use scheduler::{admit_count, prefill_chunks, BatchLimits, Occupancy, MIN_AUTO_BATCH_TOKENS};
 
 use crate::preprocess::ModelInput;
@@ -33,6 +35,67 @@ pub struct Request {
     pub stop_tokens: Vec<u32>,
     /// Record this many most likely (token, log-probability) pairs per generated position (0 = none).
     pub top_logprobs: usize,
+}
+
+/// Where the engine takes its requests from: [`RequestSource::next`] is asked without waiting while sequences
+/// are running (so decoding goes on), and with `wait` when the engine has nothing else to do.
+pub trait RequestSource {
+    /// The next request, [`Next::Pending`] when none is ready yet (never with `wait`), or [`Next::Done`].
+    fn next(&mut self, wait: bool) -> Next<Request>;
+}
+
+/// A source of requests that are all known: an iterator.
+pub struct Requests<I>(pub I);
+
+impl<I: Iterator<Item = Request>> RequestSource for Requests<I> {
+    fn next(&mut self, _wait: bool) -> Next<Request> {
+        self.0.next().map_or(Next::Done, Next::Ready)
+    }
+}
+
+impl RequestSource for std::sync::mpsc::Receiver<Request> {
+    fn next(&mut self, wait: bool) -> Next<Request> {
+        use std::sync::mpsc::TryRecvError;
+        if wait {
+            return self.recv().map_or(Next::Done, Next::Ready);
+        }
+        match self.try_recv() {
+            Ok(r) => Next::Ready(r),
+            Err(TryRecvError::Empty) => Next::Pending,
+            Err(TryRecvError::Disconnected) => Next::Done,
+        }
+    }
+}
+
+/// What the engine tells its caller about each sequence.
+pub trait EngineSink {
+    /// Sequence `id` generated `token` (a stop token included, before the length check). Returning `false` ends
+    /// the sequence now, with [`FinishReason::Stopped`] (e.g. a stop string appeared in its text).
+    fn token(&mut self, id: usize, token: u32) -> bool {
+        let _ = (id, token);
+        true
+    }
+
+    /// Sequence `id` finished; `stats` are the phase's counters so far.
+    fn done(
+        &mut self,
+        generation: Generation,
+        stats: &crate::records::PhaseStats,
+    ) -> anyhow::Result<()>;
+}
+
+/// Any closure taking each finished generation is a sink that never stops a sequence early.
+impl<F> EngineSink for F
+where
+    F: FnMut(Generation, &crate::records::PhaseStats) -> anyhow::Result<()>,
+{
+    fn done(
+        &mut self,
+        generation: Generation,
+        stats: &crate::records::PhaseStats,
+    ) -> anyhow::Result<()> {
+        self(generation, stats)
+    }
 }
 
 /// One finished prompt.

@@ -1,57 +1,69 @@
 //! Checks around `eval`'s phases: the largest prompt must fit an explicit `--max-batch-tokens`, a real checkpoint
 //! on the CPU gets a time estimate, and after Ctrl-C/SIGTERM the run stops between phases with what is saved and
-//! how to resume.
+//! how to resume. Prompt lengths are counted through the backend ([`Backend::prompt_tokens`]) from the
+//! benchmark's declared screen sizes, without decoding a screenshot; a backend that cannot count (a served model)
+//! leaves the check to its server, which refuses a prompt too long as that prompt's error.
 
 use anyhow::Result;
 
-use super::{rundir, EvalConfig, JudgeChoice};
-use crate::backend::LoadedModel;
-use crate::dataset::Benchmark;
+use super::{EvalConfig, JudgeChoice};
+use crate::backend::Backend;
+use crate::dataset::{Benchmark, Trajectory};
 
 /// After a Ctrl-C or SIGTERM, stop with [`crate::interrupt::Interrupted`] (what is done, how to resume); `unit` is
 /// `steps` (counted in `predictions.jsonl`) or `judged trajectories` (in `judgements.jsonl`).
 pub fn stop_if_interrupted(cfg: &EvalConfig, unit: &'static str, total: usize) -> Result<()> {
-    if !crate::interrupt::requested() {
+    if !cfg.cancel.is_cancelled() {
         return Ok(());
     }
     let done = if unit == "steps" {
-        rundir::completed_steps(&cfg.out.join("predictions.jsonl"))?.len()
+        cfg.out.completed_steps()?.len()
     } else {
-        rundir::completed_trajectories(&cfg.out.join("judgements.jsonl"))?.len()
+        cfg.out.completed_trajectories()?.len()
     }
     .min(total);
-    crate::interrupt::Interrupted::check(done, total, unit, &cfg.out)
-        .map_or(Ok(()), |e| Err(e.into()))
+    let at = crate::interrupt::StopPoint {
+        done,
+        total,
+        unit,
+        out: cfg.out.root(),
+        args: &cfg.command_line,
+    };
+    crate::interrupt::Interrupted::check(&cfg.cancel, at).map_or(Ok(()), |e| Err(e.into()))
 }
 
-/// Before the steps phase: with an explicit `--max-batch-tokens`, the longest pending step prompt must
-/// fit with `--max-new-tokens` (the error names it); and a real checkpoint on the CPU gets an estimate of the run's
-/// time. Both use exact prompt lengths computed without decoding a screenshot (see [`step_prompt_tokens`]).
+/// Before the steps phase: with an explicit `--max-batch-tokens`, the longest pending step prompt must fit with
+/// `--max-new-tokens` (the error names it); and a real checkpoint on the CPU gets an estimate of the run's time.
 pub fn first_prompt_checks(
     cfg: &EvalConfig,
     bench: &Benchmark,
-    model: &LoadedModel,
+    backend: &dyn Backend,
     jobs: &[(usize, usize)],
 ) -> Result<()> {
-    let (vision_params, lm_params) = crate::bench::random::param_counts(model.model.config());
-    let estimate = model.model.device().is_cpu()
-        && vision_params + lm_params >= crate::cpu_estimate::MIN_PARAMS;
-    if cfg.max_batch_tokens.is_none() && !estimate {
+    let cpu = backend.cpu_facts()?;
+    if cfg.max_batch_tokens.is_none() && cpu.is_none() {
         return Ok(());
     }
-    // Steps whose prompt cannot be built are recorded as errors by the phase itself.
-    let lens: Vec<((usize, usize), usize)> = jobs
-        .iter()
-        .filter_map(|&j| step_prompt_tokens(cfg, bench, model, j).map(|n| (j, n)))
-        .collect();
+    let mut lens: Vec<((usize, usize), usize)> = Vec::with_capacity(jobs.len());
+    for &j in jobs {
+        match step_prompt_tokens(cfg, bench, backend, j) {
+            Some(Ok(n)) => lens.push((j, n)),
+            // Steps whose prompt cannot be built are recorded as errors by the phase itself.
+            Some(Err(_)) => {}
+            None => {
+                tracing::info!("prompt lengths are not counted here: the server checks them");
+                return Ok(());
+            }
+        }
+    }
     if let (Some(limit), Some(&((ti, si), n))) =
         (cfg.max_batch_tokens, lens.iter().max_by_key(|(_, n)| *n))
     {
         let what = format!("trajectory {} step {si}", bench.trajectories[ti].id);
         crate::validate::prompt_fits(&what, n, cfg.max_new_tokens, limit)?;
     }
-    if estimate && !lens.is_empty() {
-        warn_cpu_time(cfg, bench, model, &lens)?;
+    if let (Some(cpu), false) = (cpu, lens.is_empty()) {
+        warn_cpu_time(cfg, bench, backend, cpu, &lens);
     }
     Ok(())
 }
@@ -60,13 +72,13 @@ pub fn first_prompt_checks(
 fn warn_cpu_time(
     cfg: &EvalConfig,
     bench: &Benchmark,
-    model: &LoadedModel,
+    backend: &dyn Backend,
+    cpu: crate::backend::CpuFacts,
     lens: &[((usize, usize), usize)],
-) -> Result<()> {
-    let (vision_params, lm_params) = crate::bench::random::param_counts(model.model.config());
+) {
     let image_tokens: u64 = lens
         .iter()
-        .map(|&((ti, _), _)| image_tokens(model, &bench.trajectories[ti]))
+        .map(|&((ti, _), _)| image_tokens(backend, &bench.trajectories[ti]))
         .sum();
     let step_tokens: u64 = lens.iter().map(|&(_, n)| n as u64).sum();
     // Judge prompts (one per trajectory) are counted as average step prompts.
@@ -78,41 +90,20 @@ fn warn_cpu_time(
     let scale = (lens.len() + judged) as f64 / lens.len() as f64;
     let prompts = lens.len() + judged;
     let work = crate::cpu_estimate::Workload {
-        vision_params,
-        lm_params,
+        vision_params: cpu.vision_params,
+        lm_params: cpu.lm_params,
         vision_patches: (4.0 * image_tokens as f64 * scale) as u64,
         prompt_tokens: (step_tokens as f64 * scale) as u64,
         new_tokens: (cfg.max_new_tokens * prompts) as u64,
     };
-    // A brief measurement (a few 1024³ GEMMs, well under a second).
-    let m = &model.model;
-    let (rate, _) =
-        crate::bench::matmul_peak(m.device(), candle_core::DType::F32, 1024, m.ops().blas())?;
-    if let Some(w) = crate::cpu_estimate::cpu_warning(&work, prompts, rate) {
+    if let Some(w) = crate::cpu_estimate::cpu_warning(&work, prompts, cpu.flops_per_second) {
         tracing::warn!("{w}");
     }
-    Ok(())
 }
 
-/// Merged image tokens of a trajectory's screenshots at the run's pixel bounds (from the declared image size).
-fn image_tokens(model: &LoadedModel, t: &crate::dataset::Trajectory) -> u64 {
-    let im = &model.kit.image;
-    let (w, h) = (t.image_width as usize, t.image_height as usize);
-    crate::preprocess::smart_resize(h, w, im.factor(), im.min_pixels, im.max_pixels)
-        .map_or(0, |(h, w)| (h * w / (im.factor() * im.factor())) as u64)
-}
-
-/// The exact token length of a step's prompt, without decoding its screenshot: the image's token count depends
-/// only on its smart-resized size, computed from the benchmark's declared `image_width`/`image_height`, so the
-/// prompt is built with an image of that grid and no pixels.
-pub fn step_prompt_tokens(
-    cfg: &EvalConfig,
-    bench: &Benchmark,
-    model: &LoadedModel,
-    (ti, si): (usize, usize),
-) -> Option<usize> {
-    let t = &bench.trajectories[ti];
-    let im = &model.kit.image;
+/// The smart-resized `[w, h]` of a trajectory's screen at the backend's pixel bounds.
+fn resized(backend: &dyn Backend, t: &Trajectory) -> Option<[u32; 2]> {
+    let im = backend.image_config();
     let (h, w) = crate::preprocess::smart_resize(
         t.image_height as usize,
         t.image_width as usize,
@@ -121,24 +112,39 @@ pub fn step_prompt_tokens(
         im.max_pixels,
     )
     .ok()?;
-    let grid_only = crate::preprocess::PreparedImage {
-        patches: Vec::new(),
-        grid_thw: [1, h / im.patch_size, w / im.patch_size],
-        resized_wh: [w as u32, h as u32],
-        original_wh: [t.image_width, t.image_height],
-    };
-    let messages =
-        super::prompts::step_messages(t, si, grid_only.resized_wh, cfg.system_prompt).ok()?;
-    let input = model.kit.build(&messages, vec![grid_only]).ok()?;
-    Some(input.input_ids.len())
+    Some([w as u32, h as u32])
 }
 
-/// Before the judge phase: with an explicit `--max-batch-tokens`, the judge prompt of the pending
-/// trajectory with the largest last screenshot and the most steps must fit with `--max-new-tokens`.
+/// Merged image tokens of a trajectory's screenshots at the run's pixel bounds (from the declared image size).
+fn image_tokens(backend: &dyn Backend, t: &Trajectory) -> u64 {
+    let f = backend.image_config().factor() as u64;
+    resized(backend, t).map_or(0, |[w, h]| w as u64 * h as u64 / (f * f))
+}
+
+/// The token length of a step's prompt, from the benchmark's declared screen size; `None` when the backend
+/// cannot count.
+fn step_prompt_tokens(
+    cfg: &EvalConfig,
+    bench: &Benchmark,
+    backend: &dyn Backend,
+    (ti, si): (usize, usize),
+) -> Option<Result<usize>> {
+    let t = &bench.trajectories[ti];
+    let Some(size) = resized(backend, t) else {
+        return Some(Err(anyhow::anyhow!("the screen size cannot be resized")));
+    };
+    match super::prompts::step_messages(t, si, size, cfg.system_prompt) {
+        Ok(messages) => backend.prompt_tokens(&messages, &[[t.image_width, t.image_height]]),
+        Err(e) => Some(Err(e.into())),
+    }
+}
+
+/// Before the judge phase: with an explicit `--max-batch-tokens`, the judge prompt of the pending trajectory with
+/// the largest screen and the most steps must fit with `--max-new-tokens`.
 pub fn largest_judge_prompt_fits(
     cfg: &EvalConfig,
     bench: &Benchmark,
-    judge: &LoadedModel,
+    judge: &dyn Backend,
     preds: &crate::predictions::PredictionSet,
     jobs: &[usize],
 ) -> Result<()> {
@@ -149,25 +155,19 @@ pub fn largest_judge_prompt_fits(
         let t = &bench.trajectories[ti];
         (t.image_width as u64 * t.image_height as u64, t.steps.len())
     });
-    let Some(ti) = largest else {
-        return Ok(());
-    };
-    let t = &bench.trajectories[ti];
-    let Some(last) = t.steps.last() else {
-        return Ok(());
-    };
-    let kit = &judge.kit;
-    // A prompt that cannot be prepared is recorded as an error by the phase itself.
-    let Ok(image) = crate::preprocess::load_and_prepare(&bench.root.join(&last.image), &kit.image)
-    else {
+    let Some(t) = largest.map(|ti| &bench.trajectories[ti]) else {
         return Ok(());
     };
     let empty = crate::parse::parse_response("");
     let steps = super::judge::predicted_steps(t, preds, &empty);
     let messages = super::prompts::judge_messages(t, &steps)?;
-    let (input, _) = kit.build_with_prefix(&messages, vec![image])?;
-    let what = format!("the judge prompt of trajectory {}", t.id);
-    crate::validate::prompt_fits(&what, input.input_ids.len(), cfg.max_new_tokens, limit)?;
+    match judge.prompt_tokens(&messages, &[[t.image_width, t.image_height]]) {
+        Some(n) => {
+            let what = format!("the judge prompt of trajectory {}", t.id);
+            crate::validate::prompt_fits(&what, n?, cfg.max_new_tokens, limit)?;
+        }
+        None => tracing::info!("judge prompt lengths are not counted here: the server checks them"),
+    }
     Ok(())
 }
 
@@ -179,11 +179,11 @@ mod tests {
     #[test]
     fn real_checkpoints_get_the_cpu_estimate_and_the_test_ones_do_not() {
         for real in ["3b", "7b", "small"] {
-            let (v, l) = param_counts(&load_config(real).unwrap());
+            let (v, l) = param_counts(&load_config(&real.parse().unwrap()).unwrap());
             assert!(v + l >= MIN_PARAMS, "{real}: {}", v + l);
         }
         let tiny = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/models/tiny-b");
-        let (v, l) = param_counts(&load_config(tiny).unwrap());
+        let (v, l) = param_counts(&load_config(&tiny.parse().unwrap()).unwrap());
         assert!(v + l < MIN_PARAMS / 10, "tiny-b: {}", v + l);
     }
 }

@@ -7,10 +7,10 @@ mod judge;
 mod phase;
 pub mod progress;
 pub mod prompts;
-pub mod rundir;
 mod steps;
 
 use std::path::PathBuf;
+
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
@@ -23,11 +23,13 @@ pub use steps::{pending_steps, StepJob, StepPhase};
 use crate::backend::{fingerprint, Backend, LoadedModel, LocalBackend, ModelSpec, MultiBackend};
 use crate::dataset::Benchmark;
 use crate::engine::{memory, BatchLimits};
+use crate::interrupt::Cancel;
 use crate::predictions::PredictionSet;
 use crate::records::{
     JudgeSettings, JudgementLine, Manifest, PhaseSummary, RunSettings, Throughput, Versions,
     LINE_SCHEMA_VERSION, MANIFEST_SCHEMA_VERSION,
 };
+use crate::rundir::{self, RunDir};
 use crate::score::{Metrics, RulePreset};
 use crate::settings::DeviceSpec;
 
@@ -51,8 +53,8 @@ pub struct EvalConfig {
     pub devices: Vec<DeviceSpec>,
     /// Benchmark folder (already resolved: the sample benchmark when the user gave none).
     pub data: PathBuf,
-    /// Run folder.
-    pub out: PathBuf,
+    /// Run folder (taken by the caller, who holds its lock).
+    pub out: RunDir,
     /// `--batch-size`.
     pub batch_size: usize,
     /// `--max-batch-tokens`; automatic when `None`.
@@ -67,13 +69,15 @@ pub struct EvalConfig {
     pub judge: JudgeChoice,
     /// `--shard`: evaluate only this shard's trajectories (`out` is then the shard's own folder).
     pub shard: Option<crate::shard::ShardSpec>,
+    /// A stop request (Ctrl-C, SIGTERM): nothing more is admitted, what runs finishes and is saved.
+    pub cancel: Cancel,
+    /// The command line the run was started with (for the command that resumes it).
+    pub command_line: Vec<String>,
 }
 
 /// What a finished `eval` produced.
 #[derive(Debug)]
 pub struct EvalOutcome {
-    /// The run folder.
-    pub out: PathBuf,
     /// `metrics.json` as written.
     pub metrics: Metrics,
     /// The readable summary table.
@@ -115,7 +119,7 @@ pub fn load_devices(cfg: &EvalConfig, spec: &ModelSpec) -> Result<Vec<LocalBacke
                 cfg.max_new_tokens,
                 cfg.max_batch_tokens,
             );
-            Ok(LocalBackend::new(&spec.model, loaded, limits))
+            Ok(LocalBackend::new(&spec.model, loaded, limits).with_cancel(cfg.cancel.clone()))
         })
         .collect()
 }
@@ -229,7 +233,7 @@ fn run_loaded(
     checks::stop_if_interrupted(cfg, "steps", bench.num_steps())?;
     // The step model's section table (a separately loaded judge keeps its own).
     let profile = backend.profile_snapshot();
-    let preds = PredictionSet::read_optional(cfg.out.join("predictions.jsonl"))?;
+    let preds = PredictionSet::read_optional(cfg.out.path(rundir::PREDICTIONS))?;
     if let Some(spec) = judge_spec(cfg) {
         let judge = if cfg.judge == JudgeChoice::SameModel {
             backend
@@ -243,17 +247,13 @@ fn run_loaded(
     }
 
     let (metrics, summary) = score_and_report(cfg, &bench, &preds)?;
-    rundir::write_json_atomic(
-        &cfg.out.join("throughput.json"),
+    cfg.out.write_json(
+        rundir::THROUGHPUT,
         &throughput(phases, manifest.batch_limits, profile),
     )?;
     manifest.finished_at_unix = Some(now_secs());
-    rundir::write_json_atomic(&cfg.out.join("manifest.json"), &manifest)?;
-    Ok(EvalOutcome {
-        out: cfg.out.clone(),
-        metrics,
-        summary,
-    })
+    cfg.out.write_json(rundir::MANIFEST, &manifest)?;
+    Ok(EvalOutcome { metrics, summary })
 }
 
 /// Open (or create) the run folder for `bench`, refusing other settings, and write its manifest: returns the
@@ -272,16 +272,16 @@ fn open_run(
         }
         None => bench,
     };
-    let previous = rundir::open_or_create(&cfg.out, &settings)?;
+    let previous = cfg.out.check_resume(&settings)?;
     let mut manifest = manifest(cfg, backend, settings, previous);
     manifest.shard = cfg.shard.map(|s| {
         let ids = bench.trajectories.iter().map(|t| t.id.clone()).collect();
         crate::shard::ShardManifestEntry::new(s, ids)
     });
-    rundir::write_json_atomic(&cfg.out.join("manifest.json"), &manifest)?;
+    cfg.out.write_json(rundir::MANIFEST, &manifest)?;
     tracing::info!(
         "run folder {}; batch limits {:?}",
-        cfg.out.display(),
+        cfg.out.root().display(),
         backend.limits()
     );
     Ok((bench, manifest))
@@ -295,7 +295,11 @@ fn throughput(
 ) -> Throughput {
     let mut t = Throughput::new(phases, limits);
     t.peak_rss_bytes = memory::peak_rss_bytes();
-    t.peak_device_bytes = memory::peak_device_bytes();
+    t.peak_device_bytes = t
+        .phases
+        .iter()
+        .filter_map(|p| p.stats.peak_device_bytes)
+        .max();
     t.profile = profile;
     t
 }
@@ -305,16 +309,14 @@ fn run_steps(
     bench: &Benchmark,
     backend: &dyn Backend,
 ) -> Result<crate::records::PhaseStats> {
-    let path = cfg.out.join("predictions.jsonl");
-    let jobs = pending_steps(bench, &rundir::completed_steps(&path)?);
+    let path = cfg.out.path(rundir::PREDICTIONS);
+    let jobs = pending_steps(bench, &cfg.out.completed_steps()?);
     tracing::info!(
         "steps: {} to predict, {} already done",
         jobs.len(),
         bench.num_steps() - jobs.len()
     );
-    if let Some(model) = backend.local_model() {
-        checks::first_prompt_checks(cfg, bench, model, &jobs)?;
-    }
+    checks::first_prompt_checks(cfg, bench, backend, &jobs)?;
     let phase = StepPhase {
         bench,
         jobs,
@@ -331,11 +333,9 @@ fn run_judge(
     backend: &dyn Backend,
     preds: &PredictionSet,
 ) -> Result<crate::records::PhaseStats> {
-    let path = cfg.out.join("judgements.jsonl");
-    let jobs = pending_trajectories(bench, &rundir::completed_trajectories(&path)?);
-    if let Some(model) = backend.local_model() {
-        checks::largest_judge_prompt_fits(cfg, bench, model, preds, &jobs)?;
-    }
+    let path = cfg.out.path(rundir::JUDGEMENTS);
+    let jobs = pending_trajectories(bench, &cfg.out.completed_trajectories()?);
+    checks::largest_judge_prompt_fits(cfg, bench, backend, preds, &jobs)?;
     let phase = JudgePhase {
         bench,
         preds,
@@ -351,7 +351,7 @@ fn score_and_report(
     bench: &Benchmark,
     preds: &PredictionSet,
 ) -> Result<(Metrics, String)> {
-    let judgements: Vec<JudgementLine> = rundir::read_records(&cfg.out.join("judgements.jsonl"))?;
+    let judgements: Vec<JudgementLine> = cfg.out.judgements()?;
     let judged = !matches!(cfg.judge, JudgeChoice::None);
     let (metrics, steps) = crate::score::score_run(&cfg.rules, bench, preds, &judgements, judged);
     crate::report::write_all(&cfg.out, &metrics, &steps)?;

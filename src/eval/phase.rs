@@ -8,9 +8,9 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::progress::Progress;
-use super::rundir::JsonlAppender;
-use crate::backend::{Backend, ChatRequest, ChatResult, Jobs};
+use crate::backend::{Backend, ChatRequest, ChatResult, JobQueue};
 use crate::records::PhaseStats;
+use crate::rundir::JsonlAppender;
 
 /// A phase of an evaluation: `pending()` prompts, each turned into one line of its results file.
 pub trait Phase: Sync {
@@ -40,10 +40,7 @@ pub fn run_phase<P: Phase>(backend: &dyn Backend, phase: &P, path: &Path) -> Res
     let mut progress = Progress::new(phase.name(), total as u64, (total - pending) as u64);
     let t0 = std::time::Instant::now();
     let make = |i: usize| phase.request(i);
-    let jobs = Jobs {
-        count: pending,
-        groups: phase.groups(),
-    };
+    let jobs = JobQueue::ready(pending, phase.groups());
     let mut stats = backend.run(&jobs, &make, &mut |i, outcome, st| {
         out.append(&phase.record(i, outcome))?;
         progress.advance(1, st);

@@ -7,11 +7,11 @@ use anyhow::Result;
 
 use super::phase::Phase;
 use super::prompts::{step_messages, SystemPrompt};
-use super::rundir::step_key;
 use crate::backend::{ChatRequest, ChatResult};
 use crate::dataset::Benchmark;
 use crate::preprocess::{image_dimensions, ImageProcessorConfig};
 use crate::records::PredictionLine;
+use crate::rundir::step_key;
 
 /// A step still to predict: (trajectory index, step index).
 pub type StepJob = (usize, usize);

@@ -7,16 +7,6 @@ use serde::{Deserialize, Serialize};
 use crate::dataset::Benchmark;
 use crate::records::{LineKey, PhaseStats, Throughput};
 
-/// The whole, newline-terminated lines of a JSONL text: a torn last line (a shard killed mid-write, or still
-/// running under `--allow-partial`) is left out, as the shard itself would cut it off on resume.
-pub fn whole_lines(text: &str) -> Vec<&str> {
-    let complete = match text.rfind('\n') {
-        Some(end) => &text[..=end],
-        None => "",
-    };
-    complete.lines().filter(|l| !l.trim().is_empty()).collect()
-}
-
 /// Concatenate the shards' lines (`per_shard[i]` holds shard `i`'s lines, in file order) sorted by benchmark
 /// position (trajectory order in `bench`, then step); lines of one step keep their shard and file order, so a
 /// later line still replaces an earlier one. Lines that name no benchmark step (unparseable, unknown ids) come
@@ -144,12 +134,6 @@ pub fn merge_throughput(
 mod tests {
     use super::*;
     use serde_json::{json, Value};
-
-    #[test]
-    fn torn_last_line_is_left_out() {
-        assert_eq!(whole_lines("{\"a\":1}\n\n{\"b\""), vec!["{\"a\":1}"]);
-        assert!(whole_lines("{\"a\"").is_empty());
-    }
 
     #[test]
     fn lines_follow_benchmark_order_not_completion_order() {

@@ -11,17 +11,15 @@ mod shards;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use crate::fingerprint::sha256_hex;
 use serde::{Deserialize, Serialize};
 
-pub use files::{
-    merge_lines, merge_throughput, whole_lines, MergedPhase, MergedThroughput, ShardThroughput,
-};
-pub use shards::{discover, settings_differences, ShardManifestEntry, ShardState, SHARDS_DIR};
+pub use files::{merge_lines, merge_throughput, MergedPhase, MergedThroughput, ShardThroughput};
+pub use shards::{discover, settings_differences, ShardState};
 
-use crate::dataset::{Benchmark, DATA_FILE};
+use crate::dataset::Benchmark;
 use crate::predictions::PredictionSet;
-use crate::records::{Manifest, RunSettings, Throughput};
+use crate::records::{whole_lines, JudgementLine, RunSettings, Throughput};
+use crate::rundir::{self, find_benchmark, Origin, RunDir};
 use crate::score::{Metrics, RulePreset};
 
 /// Why a run could not be merged.
@@ -37,7 +35,7 @@ pub enum MergeError {
     },
     /// The run folder has no `shards/I-of-N/` folder.
     #[error("{}: no shards to merge ({reason}); expected {}/I-of-N/ folders written by `eval --shard I/N --out {}`",
-            run.display(), SHARDS_DIR, run.display())]
+            run.display(), rundir::SHARDS, run.display())]
     NoShards {
         /// The run folder.
         run: PathBuf,
@@ -79,6 +77,9 @@ pub enum MergeError {
     /// Writing the reports failed.
     #[error(transparent)]
     Report(#[from] crate::report::ReportError),
+    /// Reading or writing the run folder failed.
+    #[error(transparent)]
+    RunDir(#[from] crate::rundir::RunDirError),
 }
 
 /// What to merge.
@@ -151,6 +152,18 @@ fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), MergeError> {
     crate::safe_io::replace_atomic(path, &tmp, contents).map_err(io_err(path))
 }
 
+/// The shards' benchmark: `--data`, else the folder their manifests name, else the embedded sample when it is
+/// theirs; always the one whose hash their manifests record.
+fn load_benchmark(data: Option<&Path>, first: &ShardState) -> Result<Benchmark, MergeError> {
+    let manifest = first
+        .manifest
+        .as_ref()
+        .expect("the first shard with a manifest");
+    let origin = Origin::Run(manifest.header());
+    let named_by = RunDir::new(&first.dir).path(rundir::MANIFEST);
+    Ok(find_benchmark(data, Some(&origin), &named_by, false)?.bench)
+}
+
 /// Merge the shards of `opts.run` into `opts.run` (see the module documentation).
 pub fn merge_run(opts: &MergeOptions) -> Result<MergeOutcome, MergeError> {
     let shards = discover(&opts.run)?;
@@ -163,21 +176,28 @@ pub fn merge_run(opts: &MergeOptions) -> Result<MergeOutcome, MergeError> {
     }
     let first = shards
         .iter()
-        .find_map(|s| s.manifest.as_ref())
+        .find(|s| s.manifest.is_some())
         .ok_or_else(|| MergeError::Data("no shard has a manifest.json: nothing to merge".into()))?;
-    let mut settings = first.settings.clone();
+    let mut settings = first.common_settings().expect("a shard with a manifest");
     settings.shard = None;
     let bench = load_benchmark(opts.data.as_deref(), first)?;
     check_coverage(&bench, &shards)?;
-    let rules = opts.rules.clone().unwrap_or_else(|| first.rules.clone());
-    let predictions =
-        merged_jsonl(&opts.run, &bench, &shards, "predictions.jsonl")?.unwrap_or_default();
-    let judgements = merged_jsonl(&opts.run, &bench, &shards, "judgements.jsonl")?;
+    let rules = opts.rules.clone().unwrap_or_else(|| {
+        let m = first.manifest.as_ref().expect("a shard with a manifest");
+        m.rules.clone()
+    });
+    let run = RunDir::new(&opts.run);
+    let predictions = merged_jsonl(&run, &bench, &shards, rundir::PREDICTIONS)?.unwrap_or_default();
+    let judgements = merged_jsonl(&run, &bench, &shards, rundir::JUDGEMENTS)?;
     let judged = settings.judge.is_some();
     let (metrics, steps) = score(&rules, &bench, &predictions, judgements.as_deref(), judged);
-    crate::report::write_all(&opts.run, &metrics, &steps)?;
-    write_throughput(&opts.run, &shards)?;
-    write_manifest(opts, &shards, &bench, rules, settings)?;
+    crate::report::write_all(&run, &metrics, &steps)?;
+    write_throughput(&run, &shards)?;
+    write_manifest(&run, &shards, &bench, rules, settings)?;
+    // The HTML report is a view of the files above: failing to write it must not fail the merge.
+    if let Err(e) = crate::report::html::write_run(&run) {
+        tracing::warn!("report.html not written: {e}");
+    }
     Ok(MergeOutcome {
         summary: crate::report::render_summary(&metrics),
         metrics,
@@ -204,35 +224,6 @@ fn check_complete(shards: &[ShardState], allow_partial: bool) -> Result<(), Merg
         count: shards.len(),
         list: bad.join("\n"),
     })
-}
-
-/// The benchmark the shards evaluated: `--data`, else the folder in their manifest, else the embedded sample
-/// when its hash is the shards' (the sample lives in a temporary folder that another machine may not have).
-fn load_benchmark(data: Option<&Path>, manifest: &Manifest) -> Result<Benchmark, MergeError> {
-    let want = &manifest.settings.data_hash;
-    let mut dir = data.unwrap_or(&manifest.data).to_path_buf();
-    if data.is_none() && !dir.join(DATA_FILE).is_file() {
-        let sample =
-            crate::sample::materialize_default().map_err(|e| MergeError::Data(e.to_string()))?;
-        let text = std::fs::read(sample.join(DATA_FILE)).map_err(io_err(&sample))?;
-        if &sha256_hex(&text) != want {
-            return Err(MergeError::Data(format!(
-                "the shards' benchmark {} is not here; give its folder with --data",
-                dir.display()
-            )));
-        }
-        dir = sample;
-    }
-    let file = dir.join(DATA_FILE);
-    let bytes = std::fs::read(&file).map_err(io_err(&file))?;
-    if &sha256_hex(&bytes) != want {
-        return Err(MergeError::Data(format!(
-            "{} is not the benchmark the shards evaluated (its SHA-256 differs from the manifests' data_hash {want})",
-            file.display()
-        )));
-    }
-    let text = String::from_utf8_lossy(&bytes);
-    Benchmark::from_jsonl(&text, &dir, &file).map_err(|e| MergeError::Data(e.to_string()))
 }
 
 /// Every listed trajectory is in the benchmark and in one shard only; complete shards together cover it all.
@@ -267,7 +258,7 @@ fn check_coverage(bench: &Benchmark, shards: &[ShardState]) -> Result<(), MergeE
 
 /// Merge one JSONL file of every shard into `RUN/name`; `None` (nothing written) when no shard has the file.
 fn merged_jsonl(
-    run: &Path,
+    run: &RunDir,
     bench: &Benchmark,
     shards: &[ShardState],
     name: &str,
@@ -289,7 +280,7 @@ fn merged_jsonl(
         .map(|t| t.as_deref().map(whole_lines).unwrap_or_default())
         .collect();
     let merged = merge_lines(bench, &per_shard);
-    write_atomic(&run.join(name), merged.as_bytes())?;
+    write_atomic(&run.path(name), merged.as_bytes())?;
     Ok(Some(merged))
 }
 
@@ -303,11 +294,8 @@ pub fn score(
     judged: bool,
 ) -> (Metrics, Vec<crate::score::StepScore>) {
     let preds = PredictionSet::parse(predictions);
-    let judgements: Vec<crate::records::JudgementLine> = judgements
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
+    let judgements =
+        crate::records::parse_lines::<JudgementLine>(judgements.unwrap_or_default()).records;
     crate::score::score_run(rules, bench, &preds, &judgements, judged)
 }
 
@@ -332,23 +320,20 @@ fn read_throughput(path: &Path) -> Option<Throughput> {
         .ok()
 }
 
-fn write_throughput(run: &Path, shards: &[ShardState]) -> Result<(), MergeError> {
+fn write_throughput(run: &RunDir, shards: &[ShardState]) -> Result<(), MergeError> {
     let files = shards
         .iter()
         .map(|s| {
-            (
-                s.spec.to_string(),
-                read_throughput(&s.dir.join("throughput.json")),
-            )
+            let path = RunDir::new(&s.dir).path(rundir::THROUGHPUT);
+            (s.spec.to_string(), read_throughput(&path))
         })
         .collect();
     let merged = merge_throughput(files, span(shards));
-    let text = serde_json::to_string_pretty(&merged).expect("serialising a JSON value cannot fail");
-    write_atomic(&run.join("throughput.json"), (text + "\n").as_bytes())
+    Ok(run.write_json(rundir::THROUGHPUT, &merged)?)
 }
 
 fn write_manifest(
-    opts: &MergeOptions,
+    run: &RunDir,
     shards: &[ShardState],
     bench: &Benchmark,
     rules: RulePreset,
@@ -361,7 +346,7 @@ fn write_manifest(
             .iter()
             .map(|s| MergedShard {
                 shard: s.spec.to_string(),
-                dir: format!("{SHARDS_DIR}/{}", s.spec.dir_name()),
+                dir: format!("{}/{}", rundir::SHARDS, s.spec.dir_name()),
                 problem: s.problem.clone(),
                 trajectories: shards::listed_trajectories(s).len(),
             })
@@ -373,7 +358,5 @@ fn write_manifest(
         started_at_unix,
         finished_at_unix,
     };
-    let text =
-        serde_json::to_string_pretty(&manifest).expect("serialising a JSON value cannot fail");
-    write_atomic(&opts.run.join("manifest.json"), (text + "\n").as_bytes())
+    Ok(run.write_json(rundir::MANIFEST, &manifest)?)
 }

@@ -5,11 +5,8 @@ use std::path::{Path, PathBuf};
 
 use super::MergeError;
 use crate::records::{Manifest, RunSettings};
-pub use crate::shard::ShardManifestEntry;
+use crate::rundir::{self, RunDir};
 use crate::shard::ShardSpec;
-
-/// The folder that holds the shard folders inside a run folder.
-pub const SHARDS_DIR: &str = "shards";
 
 /// One expected shard and what was found of it.
 #[derive(Debug, Clone)]
@@ -40,7 +37,7 @@ impl ShardState {
 
 /// The shard counts found in `RUN/shards/` (folder names `I-of-N`), sorted.
 fn counts_found(run: &Path) -> Result<Vec<usize>, MergeError> {
-    let dir = run.join(SHARDS_DIR);
+    let dir = run.join(rundir::SHARDS);
     let entries = std::fs::read_dir(&dir).map_err(|source| MergeError::NoShards {
         run: run.to_path_buf(),
         reason: source.to_string(),
@@ -94,8 +91,8 @@ pub fn discover(run: &Path) -> Result<Vec<ShardState>, MergeError> {
 }
 
 fn state(run: &Path, spec: ShardSpec) -> ShardState {
-    let dir = run.join(SHARDS_DIR).join(spec.dir_name());
-    let path = dir.join("manifest.json");
+    let dir = RunDir::new(run).shard(spec).root().to_path_buf();
+    let path = dir.join(rundir::MANIFEST);
     let (manifest, problem) = match std::fs::read_to_string(&path) {
         Err(_) if !dir.is_dir() => (None, Some("missing (no folder)".to_string())),
         Err(e) => (None, Some(format!("no readable manifest.json ({e})"))),
@@ -142,27 +139,26 @@ pub fn listed_trajectories(s: &ShardState) -> &[String] {
         .map_or(&[], |e| e.trajectories.as_slice())
 }
 
-/// Lines `shard I-of-N: key: a → b` for every setting in which a shard with a manifest differs from the first.
+/// Lines `shard I-of-N vs 0-of-N: key: a → b` for every setting in which a shard with a manifest differs from
+/// the first.
 pub fn settings_differences(shards: &[ShardState]) -> Vec<String> {
-    let with: Vec<&ShardState> = shards.iter().filter(|s| s.manifest.is_some()).collect();
-    let Some(first) = with.first() else {
+    let with: Vec<(&ShardState, RunSettings)> = shards
+        .iter()
+        .filter_map(|s| Some((s, s.common_settings()?)))
+        .collect();
+    let Some((first, base)) = with.first() else {
         return Vec::new();
     };
-    let as_value = |s: &ShardState| serde_json::to_value(s.common_settings()).unwrap_or_default();
-    let base = as_value(first);
     with.iter()
         .skip(1)
-        .flat_map(|s| {
-            crate::eval::rundir::diff_settings(&base, &as_value(s))
-                .into_iter()
-                .map(move |d| {
-                    format!(
-                        "shard {} vs {}: {}",
-                        s.spec.dir_name(),
-                        first.spec.dir_name(),
-                        d.trim_start()
-                    )
-                })
+        .flat_map(|(s, settings)| {
+            base.differences(settings).into_iter().map(move |d| {
+                format!(
+                    "shard {} vs {}: {d}",
+                    s.spec.dir_name(),
+                    first.spec.dir_name()
+                )
+            })
         })
         .collect()
 }

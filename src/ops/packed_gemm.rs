@@ -1,7 +1,7 @@
 //! The built-in f32 GEMM for CPUs with AVX2 and FMA but no AVX-512: `c = a · wᵀ` for a row-major `a` (m × k)
 //! and a linear layer's weight `w` (n × k), blocked for the caches with packed panels and a 6 × 16 register tile
 //! (the layout of BLIS and OpenBLAS). On a Zen 3 it runs the vision tower's products 13–29% faster than the
-//! `gemm` crate's AVX2 kernels, the text model's within 10% (docs/performance-cpu-avx512.md has the figures).
+//! `gemm` crate's AVX2 kernels, the text model's within 10% (docs/performance.md has the figures).
 //!
 //! Every output is `Σ` over `k` in a fixed order: one FMA chain per block of [`KC`] values from zero, the blocks
 //! added to the output in order. Nothing depends on `m`, on the row's place, on `n` or on the thread count

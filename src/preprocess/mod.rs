@@ -3,7 +3,7 @@
 //!
 //! The types below are the contract between preprocessing and the model (`crate::model`).
 //!
-//! Parity with transformers (see the integration tests `tests/preprocess_*.rs`): without a resize the patches are
+//! Parity with transformers (see the integration tests `tests/it/preprocess_*.rs`): without a resize the patches are
 //! bit-identical to either backend; with a resize they are bit-identical to the backend selected by
 //! [`ProcessorBackend`] (torchvision by default, as transformers uses), and the two backends differ from each
 //! other by at most one uint8 level (≤ 0.0146 in normalised units, the largest step `1/(255·min std)`).

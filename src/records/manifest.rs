@@ -53,6 +53,73 @@ pub struct RunSettings {
     pub shard: Option<String>,
 }
 
+/// One setting in which two runs differ, for messages (`name: old → new`, each value as JSON).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettingDiff {
+    /// The field of [`RunSettings`].
+    pub name: &'static str,
+    /// Its value in the first settings.
+    pub old: String,
+    /// Its value in the second.
+    pub new: String,
+}
+
+impl std::fmt::Display for SettingDiff {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {} → {}", self.name, self.old, self.new)
+    }
+}
+
+impl RunSettings {
+    /// Every field in which `new` differs from `self`, in field order (compared as typed values; shown as JSON).
+    pub fn differences(&self, new: &RunSettings) -> Vec<SettingDiff> {
+        fn show(v: &impl Serialize) -> String {
+            serde_json::to_string(v).unwrap_or_else(|e| format!("({e})"))
+        }
+        let mut out = Vec::new();
+        let mut field = |name: &'static str, differ: bool, old: String, new: String| {
+            if differ {
+                out.push(SettingDiff { name, old, new });
+            }
+        };
+        // Destructured so that a new field cannot be left out of the comparison.
+        let RunSettings {
+            model,
+            model_hash,
+            weights,
+            dtype,
+            data_hash,
+            prompt_hashes,
+            system_prompt,
+            image_processor,
+            max_new_tokens,
+            judge,
+            version,
+            shard,
+        } = self;
+        macro_rules! compare {
+            ($($f:ident),*) => {
+                $(field(stringify!($f), *$f != new.$f, show($f), show(&new.$f));)*
+            };
+        }
+        compare!(
+            model,
+            model_hash,
+            weights,
+            dtype,
+            data_hash,
+            prompt_hashes,
+            system_prompt,
+            image_processor,
+            max_new_tokens,
+            judge,
+            version,
+            shard
+        );
+        out
+    }
+}
+
 /// The judge model of a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JudgeSettings {
@@ -142,6 +209,19 @@ pub struct ManifestHeader {
     /// When the run last finished, if ever.
     #[serde(default)]
     pub finished_at_unix: Option<u64>,
+}
+
+impl Manifest {
+    /// The fields every manifest kind starts with.
+    pub fn header(&self) -> ManifestHeader {
+        ManifestHeader {
+            schema_version: self.schema_version,
+            settings: self.settings.clone(),
+            data: self.data.clone(),
+            rules: self.rules.clone(),
+            finished_at_unix: self.finished_at_unix,
+        }
+    }
 }
 
 /// The ops a model ran with: the ops' own record, the decode attention path, and whether sections were timed.

@@ -1,20 +1,25 @@
 //! The files a run writes, as serde types shared by their writer and reader: prediction and judgement lines
 //! (`predictions.jsonl`, `judgements.jsonl`), the run manifest (`manifest.json`) and the throughput record
-//! (`throughput.json`). Pure: no candle, no I/O.
+//! (`throughput.json`), and the one policy by which their JSONL lines are read. Pure: no candle; the only I/O is
+//! reading a file whole.
 //!
 //! JSON files carry their `schema_version`; the two JSONL files are versioned by the manifest of their run
 //! (`Manifest::line_schema_version`), so every line stays a plain record that any JSONL tool can write.
 
+mod jsonl;
 mod manifest;
 mod phase;
+mod scored;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+pub use jsonl::{parse_lines, read_lines, whole_lines, BadLine, JsonLines};
 pub use manifest::{
-    JudgeSettings, Manifest, ManifestHeader, OpsRecord, RunSettings, Throughput, Versions,
-    MANIFEST_SCHEMA_VERSION, THROUGHPUT_SCHEMA_VERSION,
+    JudgeSettings, Manifest, ManifestHeader, OpsRecord, RunSettings, SettingDiff, Throughput,
+    Versions, MANIFEST_SCHEMA_VERSION, THROUGHPUT_SCHEMA_VERSION,
 };
 pub use phase::{DeviceShare, PhaseStats, PhaseSummary};
+pub use scored::{ScoreRecord, SCORED_SCHEMA_VERSION};
 
 /// Version of the prediction and judgement line formats (bumped when a field changes meaning).
 pub const LINE_SCHEMA_VERSION: u32 = 1;
@@ -27,6 +32,8 @@ pub enum FinishReason {
     Eos,
     /// It reached its token limit.
     Length,
+    /// Its caller ended it (a stop string appeared in its text).
+    Stopped,
 }
 
 /// A trajectory id as written in JSONL files: a string, read from a string or an integer.

@@ -45,6 +45,9 @@ pub struct PhaseStats {
     pub wall_seconds: f64,
     /// Batches that hit an out-of-memory error and were retried smaller.
     pub oom_retries: usize,
+    /// Peak device memory in use (bytes), sampled after each prefill and decode step, on CUDA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_device_bytes: Option<u64>,
     /// Each device's share, when several devices ran the phase.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<DeviceShare>,
@@ -123,6 +126,12 @@ impl PhaseStats {
         self.decode_seconds += o.decode_seconds;
         self.wait_seconds += o.wait_seconds;
         self.oom_retries += o.oom_retries;
+        self.note_device_in_use(o.peak_device_bytes);
+    }
+
+    /// Keep the highest device memory in use seen (a reading of `None` changes nothing).
+    pub fn note_device_in_use(&mut self, bytes: Option<u64>) {
+        self.peak_device_bytes = self.peak_device_bytes.max(bytes);
     }
 
     /// The summary with derived rates.

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use super::compare::{Comparison, GroupDelta};
+use super::compare_types::{Comparison, GroupDelta};
 use super::escape::html;
 use super::html::page;
 use super::input::RunData;

@@ -3,7 +3,7 @@
 //! script builds from a JSON data block, inserting every string as text.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde_json::{json, Value};
 
@@ -12,14 +12,13 @@ use super::input::ReportInput;
 use super::overlay::{step_json, StepPlace};
 use super::{charts, thumbs, write_atomic, ReportError};
 use crate::action::ActionType;
-use crate::score::Metrics;
+use crate::rundir::{self, RunDir};
+use crate::score::{Figure, Metrics, Predicted};
 
 /// The page's stylesheet (shared with `compare.html`).
 pub(crate) const STYLE: &str = include_str!("assets/report.css");
 /// The drawing and browsing script (shared with `compare.html`).
 pub(crate) const SCRIPT: &str = include_str!("assets/report.js");
-/// The file name of the report.
-pub const REPORT_FILE: &str = "report.html";
 
 /// A whole page: head with the CSP, the stylesheet, `body`, the JSON data block and the script.
 pub(crate) fn page(title: &str, body: &str, data: &Value) -> String {
@@ -101,23 +100,29 @@ fn count_rows(m: &Metrics) -> String {
             "<tr><td>{label}</td><td class=\"num\">{v}</td><td></td></tr>"
         );
     }
-    for (k, v) in &m.extra {
-        let label = if k == "judge_success" {
+    for f in m.extra_figures() {
+        let label = if f.key == "judge_success" {
             "judge success %"
         } else {
-            k.as_str()
+            f.key
         };
-        // Only keys with an interval (judge success) get an interval cell; the judge's counts do not.
-        let ci = match interval_cell(m, k, 2) {
-            c if c.is_empty() => "<td></td>".to_string(),
-            c => format!("<td class=\"ci\">{c}</td>"),
+        // Only a percentage gets an interval cell (judge success, when a verdict was read); counts do not.
+        let (value, ci) = match f.value {
+            Figure::Percent(Some(p)) => (format!("{p:.2}"), interval_cell(m, f.key, 2)),
+            Figure::Percent(None) => ("n/a".to_string(), String::new()),
+            Figure::Count(n) => (n.to_string(), String::new()),
+        };
+        let ci = if ci.is_empty() {
+            "<td></td>".to_string()
+        } else {
+            format!("<td class=\"ci\">{ci}</td>")
         };
         let _ = writeln!(
             s,
             "<tr data-metric=\"{}\"><td>{}</td><td class=\"num\">{}</td>{ci}</tr>",
-            html(k),
+            html(f.key),
             html(label),
-            html(&display_value(v)),
+            html(&value),
         );
     }
     s
@@ -144,14 +149,6 @@ fn headline(input: &ReportInput<'_>) -> String {
     }
     s.push_str("</section>\n");
     s
-}
-
-fn display_value(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Number(n) if n.is_f64() => format!("{:.2}", n.as_f64().unwrap_or_default()),
-        other => other.to_string(),
-    }
 }
 
 fn run_section(input: &ReportInput<'_>) -> String {
@@ -194,17 +191,20 @@ fn run_section(input: &ReportInput<'_>) -> String {
 
 /// The type confusion as a matrix over the gold types present × all types and `none`.
 fn confusion_chart(m: &Metrics) -> String {
-    let rows: Vec<String> = m.confusion.keys().cloned().collect();
-    let cols: Vec<String> = ActionType::ALL
+    let rows: Vec<String> = m.confusion.keys().map(|t| t.as_str().to_owned()).collect();
+    let predicted: Vec<Predicted> = ActionType::ALL
         .iter()
-        .map(|t| t.as_str().to_owned())
-        .chain(["none".to_owned()])
+        .map(|&t| Predicted::Type(t))
+        .chain([Predicted::None])
         .collect();
-    let cells: Vec<Vec<usize>> = rows
-        .iter()
-        .map(|r| {
-            cols.iter()
-                .map(|c| m.confusion[r].get(c).and_then(Value::as_u64).unwrap_or(0) as usize)
+    let cols: Vec<String> = predicted.iter().map(|p| p.as_str().to_owned()).collect();
+    let cells: Vec<Vec<usize>> = m
+        .confusion
+        .values()
+        .map(|row| {
+            predicted
+                .iter()
+                .map(|p| row.get(p).copied().unwrap_or(0))
                 .collect()
         })
         .collect();
@@ -351,49 +351,21 @@ pub fn render(
 }
 
 /// Write `DIR/report.html` and its thumbnails in `DIR/report/`; returns the page's path.
-pub fn write(dir: &Path, input: &ReportInput<'_>) -> Result<PathBuf, ReportError> {
+pub fn write(dir: &RunDir, input: &ReportInput<'_>) -> Result<PathBuf, ReportError> {
     let images = input.steps.iter().map(|s| {
         input.bench.trajectories[s.traj_index].steps[s.step]
             .image
             .as_str()
     });
-    let thumbs = thumbs::make_thumbnails(&input.bench.root, images, dir)?;
-    let path = dir.join(REPORT_FILE);
+    let thumbs = thumbs::make_thumbnails(&input.bench.root, images, dir.root())?;
+    let path = dir.path(rundir::REPORT_HTML);
     write_atomic(&path, render(input, &thumbs).as_bytes())?;
     Ok(path)
 }
 
-/// Rebuild the report of a run folder from its files and write it there (what `eval` calls at its end).
-pub fn write_run(dir: &Path) -> Result<PathBuf, ReportError> {
+/// Rebuild the report of a run folder (or a scored folder) from its files and write it there: what `eval`,
+/// `score` and `merge` call at their end, and what `report` does.
+pub fn write_run(dir: &RunDir) -> Result<PathBuf, ReportError> {
     let run = super::RunData::load(dir, &super::RunOverrides::default())?;
     write(dir, &run.input())
-}
-
-/// Write the report of `score`: no manifest and no judge, the predictions file named in the settings.
-pub fn write_scored(
-    dir: &Path,
-    bench: &crate::dataset::Benchmark,
-    metrics: &Metrics,
-    steps: &[crate::score::StepScore],
-    predictions: &Path,
-) -> Result<PathBuf, ReportError> {
-    let text = std::fs::read_to_string(predictions).map_err(|source| ReportError::Io {
-        path: predictions.to_path_buf(),
-        source,
-    })?;
-    let run = super::RunInfo {
-        title: predictions.display().to_string(),
-        model: None,
-        data: bench.root.display().to_string(),
-        settings: vec![("predictions".into(), predictions.display().to_string())],
-    };
-    let input = ReportInput {
-        bench,
-        steps,
-        metrics,
-        judgements: &std::collections::HashMap::new(),
-        tokens: &super::read_token_counts(&text),
-        run: &run,
-    };
-    write(dir, &input)
 }

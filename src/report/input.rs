@@ -1,18 +1,19 @@
 //! What an HTML report shows ([`ReportInput`]), and rebuilding it from a run folder ([`RunData::load`]).
 //!
-//! A run folder's `manifest.json` (a run's, a shard's or a merged run's) is read as a [`ManifestHeader`]: the
-//! benchmark folder, the rule preset and the settings to display. The predictions are scored again with that
-//! preset, exactly as `eval`, `merge` and `score` write `metrics.json`.
+//! A folder's origin ([`Origin`]: a run's manifest, or a scored folder's record) gives the benchmark folder, the
+//! rule preset and the settings to display. The predictions are scored again with that preset, exactly as
+//! `eval`, `merge` and `score` write `metrics.json`.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde_json::Value;
 
 use super::ReportError;
-use crate::dataset::{Benchmark, DATA_FILE};
+use crate::dataset::Benchmark;
 use crate::predictions::PredictionSet;
-use crate::records::{JudgementLine, ManifestHeader, PredictionLine};
+use crate::records::{JudgementLine, PredictionLine};
+use crate::rundir::{self, find_benchmark, Origin, RunDir};
 use crate::score::{score_run, Metrics, RulePreset, StepScore};
 
 /// A run's description for the report's header.
@@ -95,25 +96,6 @@ pub struct RunData {
     pub run: RunInfo,
 }
 
-fn run_error(path: &Path, message: impl Into<String>) -> ReportError {
-    ReportError::Run {
-        path: path.to_path_buf(),
-        message: message.into(),
-    }
-}
-
-/// A file's text, or `None` when it does not exist.
-fn read_optional(path: &Path) -> Result<Option<String>, ReportError> {
-    match std::fs::read_to_string(path) {
-        Ok(s) => Ok(Some(s)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(ReportError::Io {
-            path: path.to_path_buf(),
-            source,
-        }),
-    }
-}
-
 /// Flatten a JSON value into `dotted.key` → display text (arrays of scalars stay on one line).
 pub fn flatten_settings(prefix: &str, v: &Value, out: &mut Vec<(String, String)>) {
     match v {
@@ -130,6 +112,44 @@ pub fn flatten_settings(prefix: &str, v: &Value, out: &mut Vec<(String, String)>
         Value::String(s) => out.push((prefix.to_owned(), s.clone())),
         Value::Null => {}
         other => out.push((prefix.to_owned(), other.to_string())),
+    }
+}
+
+fn no_predictions(dir: &RunDir, what: &str) -> ReportError {
+    ReportError::Run {
+        path: dir.root().to_path_buf(),
+        message: format!(
+            "{what}: nothing to report. Give a folder written by `eval` (a run, with at least one step done), \
+             `merge` or `score --out`"
+        ),
+    }
+}
+
+/// The header of a folder's report: its name, and the model and settings of the run, or the inputs of a scored
+/// folder.
+fn run_info(dir: &RunDir, origin: Option<&Origin>, bench: &Benchmark) -> RunInfo {
+    let root = dir.root();
+    let mut settings = Vec::new();
+    match origin {
+        Some(Origin::Run(h)) => {
+            let value = serde_json::to_value(&h.settings).unwrap_or(Value::Null);
+            flatten_settings("", &value, &mut settings);
+        }
+        Some(Origin::Scored(s)) => {
+            settings.push(("predictions".into(), s.predictions.display().to_string()));
+            settings.push(("predictions_sha256".into(), s.predictions_sha256.clone()));
+            settings.push(("data_hash".into(), s.data_hash.clone()));
+        }
+        None => {}
+    }
+    RunInfo {
+        title: root.file_name().map_or_else(
+            || root.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        ),
+        model: origin.and_then(Origin::settings).map(|s| s.model.clone()),
+        data: bench.root.display().to_string(),
+        settings,
     }
 }
 
@@ -163,70 +183,60 @@ pub fn verdicts(lines: &[JudgementLine]) -> HashMap<String, Judgement> {
         .collect()
 }
 
-/// sha256 (hex) of a benchmark's `data.jsonl`.
-pub fn benchmark_hash(bench: &Benchmark) -> Result<String, ReportError> {
-    let path = bench.root.join(DATA_FILE);
-    let bytes = std::fs::read(&path).map_err(|source| ReportError::Io { path, source })?;
-    Ok(crate::fingerprint::sha256_hex(&bytes))
-}
-
 impl RunData {
-    /// Load a run folder: its manifest (for the benchmark, the rules and the settings), predictions (absent:
-    /// none yet) and judgements, and score the predictions.
-    pub fn load(dir: &Path, overrides: &RunOverrides) -> Result<RunData, ReportError> {
-        let manifest_path = dir.join("manifest.json");
-        let manifest: Option<ManifestHeader> = match read_optional(&manifest_path)? {
-            Some(text) => Some(
-                serde_json::from_str(&text)
-                    .map_err(|e| run_error(&manifest_path, format!("not a run manifest: {e}")))?,
-            ),
-            None => None,
+    /// Load a folder that `eval`, `merge` or `score --out` wrote: what it was made with (for the benchmark, the
+    /// rules and the settings), its predictions and judgements, and score the predictions exactly as those
+    /// commands wrote `metrics.json`. A folder without predictions is refused, and so is a benchmark other than
+    /// the one the folder records.
+    pub fn load(dir: &RunDir, overrides: &RunOverrides) -> Result<RunData, ReportError> {
+        let origin = dir.origin()?;
+        let preds_path = dir.path(rundir::PREDICTIONS);
+        let preds_text = match std::fs::read_to_string(&preds_path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(no_predictions(dir, "has no predictions.jsonl"))
+            }
+            Err(source) => {
+                return Err(ReportError::Io {
+                    path: preds_path,
+                    source,
+                })
+            }
         };
-        let data = match (&overrides.data, &manifest) {
-            (Some(d), _) => d.clone(),
-            (None, Some(m)) => m.data.clone(),
-            (None, None) => return Err(run_error(&manifest_path, "not found (or pass --data)")),
-        };
-        let rules = match (&overrides.rules, &manifest) {
-            (Some(r), _) => r.clone(),
-            (None, Some(m)) => m.rules.clone(),
-            (None, None) => RulePreset::default(),
-        };
-        let bench = Benchmark::load(&data)?;
-        let preds_text = read_optional(&dir.join("predictions.jsonl"))?.unwrap_or_default();
         let preds = PredictionSet::parse(&preds_text);
-        let tokens = read_token_counts(&preds_text);
-        let lines: Vec<JudgementLine> = read_optional(&dir.join("judgements.jsonl"))?
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect();
-        let judgements = verdicts(&lines);
-        // Scored exactly as `eval`, `merge` and `score` write metrics.json.
-        let (metrics, steps) = score_run(&rules, &bench, &preds, &lines, !lines.is_empty());
-        let mut settings = Vec::new();
-        if let Some(m) = &manifest {
-            let value = serde_json::to_value(&m.settings).unwrap_or(Value::Null);
-            flatten_settings("", &value, &mut settings);
+        if preds.is_empty() {
+            return Err(no_predictions(
+                dir,
+                "has no prediction in predictions.jsonl",
+            ));
         }
-        let run = RunInfo {
-            title: dir.file_name().map_or_else(
-                || dir.display().to_string(),
-                |n| n.to_string_lossy().into_owned(),
-            ),
-            model: manifest.as_ref().map(|m| m.settings.model.clone()),
-            data: data.display().to_string(),
-            settings,
+        let named_by = match &origin {
+            Some(Origin::Scored(_)) => dir.path(rundir::SCORED),
+            _ => dir.path(rundir::MANIFEST),
         };
+        let found = find_benchmark(overrides.data.as_deref(), origin.as_ref(), &named_by, false)?;
+        let rules = overrides
+            .rules
+            .clone()
+            .or_else(|| origin.as_ref().map(|o| o.rules().clone()))
+            .unwrap_or_default();
+        let lines = dir.judgements()?;
+        let judged = !lines.is_empty()
+            || origin
+                .as_ref()
+                .and_then(Origin::settings)
+                .is_some_and(|s| s.judge.is_some());
+        // Scored exactly as `eval`, `merge` and `score` write metrics.json.
+        let (metrics, steps) = score_run(&rules, &found.bench, &preds, &lines, judged);
         Ok(RunData {
-            dir: dir.to_path_buf(),
-            bench_hash: benchmark_hash(&bench)?,
-            bench,
+            run: run_info(dir, origin.as_ref(), &found.bench),
+            dir: dir.root().to_path_buf(),
+            bench_hash: found.hash,
+            bench: found.bench,
             steps,
             metrics,
-            judgements,
-            tokens,
-            run,
+            judgements: verdicts(&lines),
+            tokens: read_token_counts(&preds_text),
         })
     }
 

@@ -6,6 +6,7 @@
 mod charts;
 pub mod compare;
 mod compare_html;
+mod compare_types;
 mod escape;
 pub mod html;
 mod input;
@@ -15,11 +16,12 @@ mod thumbs;
 
 use std::path::{Path, PathBuf};
 
+use crate::rundir::{self, RunDir};
 use crate::score::{Metrics, StepScore};
 
 pub use input::{
-    benchmark_hash, flatten_settings, read_token_counts, verdicts, Judgement, ReportInput, RunData,
-    RunInfo, RunOverrides, TokenCounts,
+    flatten_settings, read_token_counts, verdicts, Judgement, ReportInput, RunData, RunInfo,
+    RunOverrides, TokenCounts,
 };
 pub use summary::render_summary;
 
@@ -45,6 +47,9 @@ pub enum ReportError {
     /// The run's benchmark could not be loaded.
     #[error("loading the run's benchmark: {0}")]
     Dataset(#[from] crate::dataset::DatasetError),
+    /// The run folder could not be read, or its benchmark found.
+    #[error(transparent)]
+    RunDir(#[from] crate::rundir::RunDirError),
     /// The run's predictions could not be read.
     #[error("reading the run's predictions: {0}")]
     Predictions(#[from] crate::predictions::PredictionsError),
@@ -102,8 +107,8 @@ pub(crate) fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), ReportErr
 }
 
 /// Write `DIR/metrics.json` (pretty-printed).
-pub fn write_metrics(dir: &Path, metrics: &Metrics) -> Result<PathBuf, ReportError> {
-    let path = dir.join("metrics.json");
+pub fn write_metrics(dir: &RunDir, metrics: &Metrics) -> Result<PathBuf, ReportError> {
+    let path = dir.path(rundir::METRICS);
     let mut text = serde_json::to_string_pretty(metrics).map_err(|source| ReportError::Json {
         what: "metrics",
         source,
@@ -114,8 +119,8 @@ pub fn write_metrics(dir: &Path, metrics: &Metrics) -> Result<PathBuf, ReportErr
 }
 
 /// Write `DIR/steps.jsonl`, one [`StepScore`] per line.
-pub fn write_steps(dir: &Path, steps: &[StepScore]) -> Result<PathBuf, ReportError> {
-    let path = dir.join("steps.jsonl");
+pub fn write_steps(dir: &RunDir, steps: &[StepScore]) -> Result<PathBuf, ReportError> {
+    let path = dir.path(rundir::STEPS);
     let mut text = String::with_capacity(steps.len() * 512);
     for s in steps {
         let line = serde_json::to_string(s).map_err(|source| ReportError::Json {
@@ -130,15 +135,15 @@ pub fn write_steps(dir: &Path, steps: &[StepScore]) -> Result<PathBuf, ReportErr
 }
 
 /// Write `DIR/summary.md` (the rendered summary).
-pub fn write_summary(dir: &Path, metrics: &Metrics) -> Result<PathBuf, ReportError> {
-    let path = dir.join("summary.md");
+pub fn write_summary(dir: &RunDir, metrics: &Metrics) -> Result<PathBuf, ReportError> {
+    let path = dir.path(rundir::SUMMARY);
     write_atomic(&path, render_summary(metrics).as_bytes())?;
     Ok(path)
 }
 
 /// Write all three files into `dir` (created when absent).
 pub fn write_all(
-    dir: &Path,
+    dir: &RunDir,
     metrics: &Metrics,
     steps: &[StepScore],
 ) -> Result<ReportPaths, ReportError> {

@@ -2,13 +2,13 @@
 
 use std::fmt::Write as _;
 
-use crate::score::{Interval, Metrics};
+use crate::score::{Figure, Interval, Metrics};
 
-fn extra_value(v: &serde_json::Value) -> String {
-    match v {
-        serde_json::Value::Number(n) => n.as_f64().map_or_else(|| n.to_string(), fmt_num),
-        serde_json::Value::String(s) => s.clone(),
-        other => other.to_string(),
+fn figure_text(f: Figure) -> String {
+    match f {
+        Figure::Percent(Some(p)) => fmt_num(p),
+        Figure::Percent(None) => "n/a".into(),
+        Figure::Count(n) => n.to_string(),
     }
 }
 
@@ -40,8 +40,13 @@ pub fn render_summary(m: &Metrics) -> String {
     for (k, v) in rows {
         let _ = writeln!(s, "| {k} | {v} |");
     }
-    for (k, v) in &m.extra {
-        let _ = writeln!(s, "| {k} | {}{} |", extra_value(v), interval_text(m, k, 2));
+    for f in m.extra_figures() {
+        // A count needs no interval, and a percentage of nothing has none.
+        let ci = match f.value {
+            Figure::Percent(Some(_)) => interval_text(m, f.key, 2),
+            _ => String::new(),
+        };
+        let _ = writeln!(s, "| {} | {}{ci} |", f.key, figure_text(f.value));
     }
     s.push_str(&group_tables(m));
     if let Some(iv) = &m.intervals {

@@ -16,7 +16,7 @@ pub const THUMB_WIDTH: u32 = 400;
 /// JPEG quality of the thumbnails.
 const QUALITY: u8 = 75;
 /// The folder of the thumbnails, beside the page.
-pub const THUMB_DIR: &str = "report";
+pub const THUMB_DIR: &str = crate::rundir::REPORT_ASSETS;
 
 /// The thumbnail file name of a screenshot path.
 fn thumb_name(image: &str) -> String {

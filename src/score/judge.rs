@@ -63,15 +63,10 @@ pub fn score_run(
 ) -> (Metrics, Vec<StepScore>) {
     let (mut metrics, scored) = score_predictions(rules, bench, preds);
     if judged || !judgements.is_empty() {
-        if let Ok(serde_json::Value::Object(j)) = serde_json::to_value(summarize(bench, judgements))
-        {
-            metrics.extra.extend(j);
-        }
+        metrics.judge = Some(summarize(bench, judgements));
         add_judge_interval(&mut metrics, bench, judgements);
     }
-    metrics
-        .extra
-        .insert("prediction_errors".into(), preds.errors.into());
+    metrics.prediction_errors = Some(preds.errors);
     (metrics, scored.steps)
 }
 

@@ -1,12 +1,58 @@
 //! Aggregation of step scores into benchmark metrics.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
-use serde::Serialize;
-use serde_json::{Map, Value};
+use serde::{Serialize, Serializer};
 
-use super::{Intervals, Outcome, RulePreset, StepScore};
+use super::{Intervals, JudgeSummary, Outcome, RulePreset, StepScore};
 use crate::action::ActionType;
+
+/// A predicted type in the confusion table: an action type, or `none` (no valid action); `none` sorts last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Predicted {
+    /// A valid action of this type.
+    Type(ActionType),
+    /// No valid action.
+    None,
+}
+
+impl Predicted {
+    /// The column name (`none` for no valid action).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Predicted::Type(t) => t.as_str(),
+            Predicted::None => "none",
+        }
+    }
+}
+
+impl Serialize for Predicted {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// Gold type → predicted type → count, non-zero cells only, in action-type order.
+pub type Confusion = BTreeMap<ActionType, BTreeMap<Predicted, usize>>;
+
+/// A figure beyond the headline ones, for the summary and the report: the judge's, and the prediction lines that
+/// carry an error.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ExtraFigure {
+    /// Its key in `metrics.json`.
+    pub key: &'static str,
+    /// Its value.
+    pub value: Figure,
+}
+
+/// The value of an [`ExtraFigure`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Figure {
+    /// A percentage; `None` when there is nothing to count it over (no verdict could be read).
+    Percent(Option<f64>),
+    /// A count.
+    Count(usize),
+}
 
 /// The benchmark metrics (`metrics.json`). Percentages are numbers in 0–100.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -52,7 +98,7 @@ pub struct Metrics {
     /// Per gold action type.
     pub per_action: Vec<ActionStats>,
     /// Gold type → predicted type (`none` for format errors) → count; non-zero cells only.
-    pub confusion: Map<String, Value>,
+    pub confusion: Confusion,
     /// Per app.
     pub per_app: Vec<GroupStats>,
     /// Per 0-based step index.
@@ -62,9 +108,39 @@ pub struct Metrics {
     /// 95% bootstrap intervals of the headline metrics (filled by [`super::score_predictions`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub intervals: Option<Intervals>,
-    /// Keys added by callers (e.g. `judge_success`), written at the top level.
+    /// The judge's figures, when the run had a judge phase (written at the top level).
     #[serde(flatten)]
-    pub extra: Map<String, Value>,
+    pub judge: Option<JudgeSummary>,
+    /// Prediction lines that carry an error (steps that could not be prepared), when counted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prediction_errors: Option<usize>,
+}
+
+impl Metrics {
+    /// The judge's figures and the prediction errors, in `metrics.json` order, for tables.
+    pub fn extra_figures(&self) -> Vec<ExtraFigure> {
+        let mut out = Vec::new();
+        if let Some(j) = &self.judge {
+            let read = j.judge_judged.saturating_sub(j.judge_unparseable);
+            let figure = |key, value| ExtraFigure { key, value };
+            out.extend([
+                figure(
+                    "judge_success",
+                    Figure::Percent((read > 0).then_some(j.judge_success)),
+                ),
+                figure("judge_unparseable", Figure::Count(j.judge_unparseable)),
+                figure("judge_missing", Figure::Count(j.judge_missing)),
+                figure("judge_judged", Figure::Count(j.judge_judged)),
+            ]);
+        }
+        if let Some(n) = self.prediction_errors {
+            out.push(ExtraFigure {
+                key: "prediction_errors",
+                value: Figure::Count(n),
+            });
+        }
+        out
+    }
 }
 
 /// Statistics of one gold action type.
@@ -157,22 +233,14 @@ struct TrajFlags<'a> {
     last_correct: bool,
 }
 
-fn confusion(steps: &[StepScore]) -> Map<String, Value> {
-    let mut counts: HashMap<(ActionType, Option<ActionType>), usize> = HashMap::new();
+fn confusion(steps: &[StepScore]) -> Confusion {
+    let mut out = Confusion::new();
     for s in steps {
-        *counts.entry((s.gold_type, s.predicted_type)).or_default() += 1;
-    }
-    let mut out = Map::new();
-    for &g in ActionType::ALL {
-        let mut row = Map::new();
-        for p in ActionType::ALL.iter().map(|&p| Some(p)).chain([None]) {
-            if let Some(&n) = counts.get(&(g, p)) {
-                row.insert(p.map_or("none", ActionType::as_str).to_owned(), n.into());
-            }
-        }
-        if !row.is_empty() {
-            out.insert(g.as_str().to_owned(), Value::Object(row));
-        }
+        let predicted = s.predicted_type.map_or(Predicted::None, Predicted::Type);
+        *out.entry(s.gold_type)
+            .or_default()
+            .entry(predicted)
+            .or_default() += 1;
     }
     out
 }
@@ -293,6 +361,7 @@ pub fn aggregate(steps: &[StepScore], rules: &RulePreset) -> Metrics {
             .collect(),
         rules: rules.clone(),
         intervals: None,
-        extra: Map::new(),
+        judge: None,
+        prediction_errors: None,
     }
 }

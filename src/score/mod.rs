@@ -16,7 +16,9 @@ use serde::Serialize;
 pub use crate::settings::{RuleName, RulePreset, TextRule};
 pub use judge::{score_run, summarize, JudgeSummary};
 pub use matching::{in_box, map_point, match_args, norm_distance, ArgCheck, Direction};
-pub use metrics::{aggregate, ActionStats, GroupStats, Metrics};
+pub use metrics::{
+    aggregate, ActionStats, Confusion, ExtraFigure, Figure, GroupStats, Metrics, Predicted,
+};
 pub use stats::{
     intervals, mcnemar_exact, paired_intervals, percent_interval, Interval, Intervals, McNemar,
     CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED, INTERVAL_METRICS,
@@ -174,14 +176,8 @@ pub fn score_predictions(
     (metrics, scored)
 }
 
-/// Judge every step of `bench` against `preds`.
-pub fn score_benchmark(rules: &RulePreset, bench: &Benchmark, preds: &PredictionSet) -> ScoredRun {
-    let mut steps = Vec::with_capacity(bench.num_steps());
-    for (ti, t) in bench.trajectories.iter().enumerate() {
-        for si in 0..t.steps.len() {
-            steps.push(score_step(rules, t, ti, si, preds.get(&t.id, si)));
-        }
-    }
+/// `(trajectory, step)` of the predictions that match no step of `bench`, sorted.
+pub fn unknown_predictions(bench: &Benchmark, preds: &PredictionSet) -> Vec<(String, usize)> {
     let lengths: HashMap<&str, usize> = bench
         .trajectories
         .iter()
@@ -197,5 +193,17 @@ pub fn score_benchmark(rules: &RulePreset, bench: &Benchmark, preds: &Prediction
         .map(|p| (p.trajectory.clone(), p.step))
         .collect();
     unknown.sort();
+    unknown
+}
+
+/// Judge every step of `bench` against `preds`.
+pub fn score_benchmark(rules: &RulePreset, bench: &Benchmark, preds: &PredictionSet) -> ScoredRun {
+    let mut steps = Vec::with_capacity(bench.num_steps());
+    for (ti, t) in bench.trajectories.iter().enumerate() {
+        for si in 0..t.steps.len() {
+            steps.push(score_step(rules, t, ti, si, preds.get(&t.id, si)));
+        }
+    }
+    let unknown = unknown_predictions(bench, preds);
     ScoredRun { steps, unknown }
 }

@@ -119,6 +119,67 @@ pub struct BatchLimits {
     pub max_new_tokens: usize,
 }
 
+/// A preset of the shapes `bench` builds with random weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShapePreset {
+    /// The tiny test shapes.
+    Tiny,
+    /// Qwen2.5-0.5B text dimensions with the real 3B vision tower.
+    Small,
+    /// Qwen2.5-VL-3B.
+    Qwen3B,
+    /// Qwen2.5-VL-7B.
+    Qwen7B,
+}
+
+impl ShapePreset {
+    /// The presets' names.
+    pub const NAMES: [&'static str; 4] = ["tiny", "small", "3b", "7b"];
+
+    /// Its name (`tiny`, `small`, `3b`, `7b`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Tiny => "tiny",
+            Self::Small => "small",
+            Self::Qwen3B => "3b",
+            Self::Qwen7B => "7b",
+        }
+    }
+}
+
+/// The model `bench` builds with random weights (`--config`): a preset, or a `config.json` (or a model folder
+/// holding one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BenchModel {
+    /// A preset of real shapes.
+    Preset(ShapePreset),
+    /// A `config.json`, or a folder with one.
+    Config(std::path::PathBuf),
+}
+
+impl std::str::FromStr for BenchModel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let preset = match s.trim().to_ascii_lowercase().as_str() {
+            "tiny" => ShapePreset::Tiny,
+            "small" => ShapePreset::Small,
+            "3b" => ShapePreset::Qwen3B,
+            "7b" => ShapePreset::Qwen7B,
+            _ => return Ok(Self::Config(s.into())),
+        };
+        Ok(Self::Preset(preset))
+    }
+}
+
+impl std::fmt::Display for BenchModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Preset(p) => f.write_str(p.name()),
+            Self::Config(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -171,10 +171,15 @@ fn score_without_data_uses_embedded_sample() {
 
 #[test]
 fn validate_real_standin_screenshots() {
-    // Real 1080x2400 Chinese-app screenshots from the shared stand-ins; skipped when /work/shared is absent.
-    let src = Path::new("/work/shared/data/standins/standin_cn_mai-ui_139mail_trajectory");
+    // Real 1080x2400 Chinese-app screenshots from the shared stand-ins (`../shared` beside the repository);
+    // skipped when that folder is absent.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/data/standins/standin_cn_mai-ui_139mail_trajectory");
     if !src.is_dir() {
-        eprintln!("skipped: {} not present", src.display());
+        eprintln!(
+            "skipped: {} not present (the shared stand-in data beside the repository)",
+            src.display()
+        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -79,8 +79,9 @@ fn mobile_r1_hand_computed() {
     assert_eq!(m.missing_predictions, 1);
     assert_eq!(m.full_format, 2);
     assert_eq!(m.format_error_kinds.get("missing"), Some(&1));
-    assert_eq!(m.confusion["system_button"]["click"], 1);
-    assert_eq!(m.confusion["long_press"]["none"], 1);
+    let confusion = serde_json::to_value(&m.confusion).unwrap();
+    assert_eq!(confusion["system_button"]["click"], 1);
+    assert_eq!(confusion["long_press"]["none"], 1);
     let taobao = m.per_app.iter().find(|g| g.key == "淘宝").unwrap();
     assert_eq!(
         (taobao.trajectories, taobao.steps, taobao.correct),
@@ -112,7 +113,12 @@ fn qwen_ac_hand_computed() {
 #[test]
 fn metrics_json_top_level_keys_and_extra() {
     let (mut m, _) = metrics(&RulePreset::mobile_r1());
-    m.extra.insert("judge_success".into(), 12.5.into());
+    m.judge = Some(mobile_r1_eval::score::JudgeSummary {
+        judge_success: 12.5,
+        judge_unparseable: 0,
+        judge_missing: 0,
+        judge_judged: 8,
+    });
     let v = serde_json::to_value(&m).unwrap();
     for k in [
         "steps",
@@ -137,7 +143,12 @@ fn metrics_json_top_level_keys_and_extra() {
     let dir = tempfile::tempdir().unwrap();
     let (bench, preds) = small();
     let run = score_benchmark(&RulePreset::mobile_r1(), &bench, &preds);
-    let paths = report::write_all(dir.path(), &m, &run.steps).unwrap();
+    let paths = report::write_all(
+        &mobile_r1_eval::rundir::RunDir::new(dir.path()),
+        &m,
+        &run.steps,
+    )
+    .unwrap();
     let steps = std::fs::read_to_string(paths.steps).unwrap();
     assert_eq!(steps.lines().count(), 7);
     let first: serde_json::Value = serde_json::from_str(steps.lines().next().unwrap()).unwrap();

@@ -246,7 +246,7 @@ fn padded_decode_equals_per_sequence_decode() {
 /// text prefix computed once and shared from the prefix cache.
 #[test]
 fn continuous_batcher_matches_golden_greedy_ids() {
-    use mobile_r1_eval::engine::{BatchLimits, Engine, Request};
+    use mobile_r1_eval::engine::{BatchLimits, Engine, Generation, Request, Requests};
     use mobile_r1_eval::records::PhaseStats;
     let gold = goldens("tiny-b");
     let model = load_model("tiny-b");
@@ -300,13 +300,17 @@ fn continuous_batcher_matches_golden_greedy_ids() {
     // Each decode step's new token sees its prompt, the tokens generated before it and itself: after the first
     // token (from the prefill), the j-th decode step of a prompt of p tokens sees p + j keys.
     let mut decode_keys = Vec::new();
-    Engine::new(&model, limits)
-        .run(requests, &mut stats, |r, _| {
-            let generated = r.token_ids.len() + usize::from(r.stop_token.is_some());
-            decode_keys.extend((1..generated).map(|j| r.prompt_tokens + j));
-            got[r.id] = Some(r.token_ids);
-            Ok(())
-        })
+    Engine::new(&model, limits, Default::default())
+        .run(
+            &mut Requests(requests),
+            &mut stats,
+            &mut |r: Generation, _: &_| {
+                let generated = r.token_ids.len() + usize::from(r.stop_token.is_some());
+                decode_keys.extend((1..generated).map(|j| r.prompt_tokens + j));
+                got[r.id] = Some(r.token_ids);
+                Ok(())
+            },
+        )
         .unwrap();
     assert_eq!(stats.prefix_cached_tokens, shared * CASES.len());
     let close = |counted: f64, want: f64| (counted - want).abs() <= 1e-9 * want && counted > 0.0;

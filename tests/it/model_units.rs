@@ -239,7 +239,7 @@ fn bf16_cpu_forward_runs_and_stays_close() {
 }
 
 /// Slow (seconds to minutes): a real 1080×2400-size vision forward (13,416 patches) with tiny-a's weights.
-/// Run by hand: `cargo test --test model_units -- --ignored screenshot_vision_forward`.
+/// Run by hand: `cargo test --test it model_units::screenshot_vision_forward -- --ignored`.
 #[test]
 #[ignore]
 fn screenshot_vision_forward() {

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use anyhow::{bail, Result};
 use clap::Parser;
 use mobile_r1_eval::backend::{
-    Backend, BackendInfo, DeviceBackend, Jobs, LoadedModel, LocalBackend, MakeRequest, ModelSpec,
-    MultiBackend, Sink,
+    Backend, BackendInfo, DeviceBackend, JobQueue, LoadedModel, LocalBackend, MakeRequest,
+    ModelSpec, MultiBackend, Sink, Taker,
 };
 use mobile_r1_eval::cli::{Cli, Command};
 use mobile_r1_eval::dataset::Benchmark;
@@ -78,24 +78,30 @@ impl Backend for Flaky {
     fn limits(&self) -> BatchLimits {
         self.inner.limits()
     }
-    fn local_model(&self) -> Option<&LoadedModel> {
-        self.inner.local_model()
-    }
-    fn run(&self, jobs: &Jobs, make: &MakeRequest<'_>, sink: &mut Sink<'_>) -> Result<PhaseStats> {
-        self.run_indices(&mut (0..jobs.count), jobs.count, 1, make, sink)
+    fn run(
+        &self,
+        jobs: &JobQueue,
+        make: &MakeRequest<'_>,
+        sink: &mut Sink<'_>,
+    ) -> Result<PhaseStats> {
+        self.run_taking(Taker::new(jobs), jobs.count(), 1, make, sink)
     }
 }
 
 impl DeviceBackend for Flaky {
-    fn run_indices(
+    fn run_taking(
         &self,
-        indices: &mut (dyn Iterator<Item = usize> + Send),
+        taker: Taker<'_>,
         count: usize,
         chunk: usize,
         make: &MakeRequest<'_>,
         sink: &mut Sink<'_>,
     ) -> Result<PhaseStats> {
-        let mut pulled = indices.inspect(|&i| self.log.pulled.lock().unwrap().push(i));
+        // Every request taken is built once, on preparation.
+        let pulled = |i: usize| {
+            self.log.pulled.lock().unwrap().push(i);
+            make(i)
+        };
         let mut answer = |i, outcome, stats: &PhaseStats| {
             let mut answered = self.log.answered.lock().unwrap();
             if answered.len() == self.fail_after {
@@ -105,7 +111,7 @@ impl DeviceBackend for Flaky {
             sink(i, outcome, stats)
         };
         self.inner
-            .run_indices(&mut pulled, count, chunk, make, &mut answer)
+            .run_taking(taker, count, chunk, &pulled, &mut answer)
     }
 }
 
@@ -147,10 +153,8 @@ fn multi_device_lost_mid_run_the_others_finish_and_nothing_is_lost_or_doubled() 
         image: multi.image_config(),
         max_new_tokens: 10,
     };
-    let jobs = Jobs {
-        count: phase.pending(),
-        groups: phase.groups(),
-    };
+    let groups = phase.groups();
+    let jobs = JobQueue::ready(phase.pending(), groups.clone());
     let mut seen = Vec::new();
     let err = multi
         .run(&jobs, &|i| phase.request(i), &mut |i, outcome, _| {
@@ -177,7 +181,7 @@ fn multi_device_lost_mid_run_the_others_finish_and_nothing_is_lost_or_doubled() 
     let taken: BTreeSet<usize> = log1.pulled.lock().unwrap().iter().copied().collect();
     assert!(taken.len() > 2, "the lost device took part: {taken:?}");
     let done: BTreeSet<usize> = seen.iter().copied().collect();
-    for group in &jobs.groups {
+    for group in &groups {
         if group.iter().all(|i| !taken.contains(i)) {
             assert!(
                 group.iter().all(|i| done.contains(i)),
@@ -186,7 +190,7 @@ fn multi_device_lost_mid_run_the_others_finish_and_nothing_is_lost_or_doubled() 
         }
     }
     assert!(
-        done.len() < jobs.count,
+        done.len() < jobs.count(),
         "what the lost device held is missing"
     );
 }
@@ -215,7 +219,12 @@ fn eval_one_device(out: &Path) -> Output {
 }
 
 /// The configuration `eval --device cpu,cpu --no-judge` builds for `out`.
-fn two_device_config(out: &Path) -> mobile_r1_eval::eval::EvalConfig {
+fn two_device_config(
+    out: &Path,
+) -> (
+    mobile_r1_eval::eval::EvalConfig,
+    mobile_r1_eval::rundir::ClaimedRun,
+) {
     let model = model_dir();
     let mut argv = vec!["mobile-r1-eval", "eval", "--model", model.to_str().unwrap()];
     argv.extend([
@@ -255,7 +264,7 @@ fn multi_device_lost_mid_eval_then_a_resume_equals_the_one_device_run() {
     ok(&eval_one_device(&one));
     let reference = keyed(&one);
 
-    let cfg = two_device_config(&run);
+    let (cfg, claim) = two_device_config(&run);
     let mut devices = mobile_r1_eval::eval::load_devices(&cfg, &cfg.model).unwrap();
     let (lost, log1) = Flaky::new(devices.pop().unwrap(), 3);
     let healthy: Box<dyn DeviceBackend> = Box::new(devices.pop().unwrap());
@@ -268,6 +277,7 @@ fn multi_device_lost_mid_eval_then_a_resume_equals_the_one_device_run() {
     );
     assert_eq!(log1.answered.lock().unwrap().len(), 3);
 
+    drop(claim); // the run stops: its folder is free for the resume
     let partial = keyed(&run);
     assert!(!partial.is_empty() && partial.len() < reference.len());
     for (key, line) in &partial {

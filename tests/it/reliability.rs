@@ -1,11 +1,12 @@
-//! Regression tests of issue 18 (reliability and the first run) about run folders, through the binary: one test
-//! per reported problem, named after it. Every eval runs the tiny-b checkpoint on a copy of the embedded sample
-//! (30 steps, 5 trajectories; about 5 s on two cores). Value checks, `score` and the smaller items are in
-//! `reliability_inputs.rs`.
+//! Run folders under kills, signals, concurrent runs and replaced weights, through the binary: one test per
+//! behaviour, named after it. Every eval runs the tiny-b checkpoint on a copy of the embedded sample (30 steps,
+//! 5 trajectories). Where an outcome hinges on a run still going, the test waits for a state it observes (a
+//! lock file, a first saved step) and freezes the run there (SIGSTOP) while it acts, so a fast machine cannot
+//! finish first. Value checks, `score` and the smaller items are in `reliability_inputs.rs`.
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::reliability_support::*;
 use serde_json::Value;
@@ -55,34 +56,40 @@ fn two_evals_on_one_folder_second_exits_at_once_naming_the_holder() {
     let dir = tempfile::tempdir().unwrap();
     let data = sample(dir.path());
     let run = dir.path().join("run");
-    // Two at a time, so that the first run is still going when `score` tries the folder below.
-    let mut first = spawn(eval_cmd(&tiny_b(), &data, &run, &["--batch-size", "2"]));
+    let first = spawn(eval_cmd(&tiny_b(), &data, &run, &["--batch-size", "2"]));
     let pid = first.id();
-    wait_for("the first run's lock", Duration::from_secs(60), || {
-        std::fs::read_to_string(run.join(".lock"))
-            .is_ok_and(|t| t.contains(&format!("\"pid\":{pid},")))
-    });
-    let t0 = Instant::now();
-    let second = eval_cmd(&tiny_b(), &data, &run, &[]).output().unwrap();
-    let second_took = t0.elapsed();
-    // `score` writing into the run folder waits its turn too.
     let preds = run.join("predictions.jsonl");
-    wait_for("a first saved step", Duration::from_secs(60), || {
-        std::fs::read_to_string(&preds).is_ok_and(|t| !t.is_empty())
-    });
-    let score = Command::new(BIN)
-        .args(["score", "--predictions"])
-        .arg(&preds)
-        .output()
-        .unwrap();
-    let first_status = first.wait().unwrap();
+    wait_for(
+        "the first run's lock and a first saved step",
+        Duration::from_secs(60),
+        || {
+            std::fs::read_to_string(run.join(".lock"))
+                .is_ok_and(|t| t.contains(&format!("\"pid\":{pid},")))
+                && not_empty(&preds)
+        },
+    );
+    // The first run, stopped, holds the lock for as long as the others take: they must give up on their own,
+    // not wait for it (a waiting one never exits and fails the bound).
+    let (second, score) = {
+        let _frozen = Frozen::new(&first);
+        let second = spawn(eval_cmd(&tiny_b(), &data, &run, &[]));
+        let second = output_within(second, "the second eval", Duration::from_secs(60));
+        // `score` writing into the run folder is refused too.
+        let mut score = Command::new(BIN);
+        score.args(["score", "--predictions"]).arg(&preds);
+        (
+            second,
+            output_within(spawn(score), "score", Duration::from_secs(60)),
+        )
+    };
+    let first = output_within(first, "the first eval", Duration::from_secs(300));
+    assert!(first.status.success(), "{}", text(&first));
     assert!(!score.status.success(), "score wrote into a running run");
     assert!(
         text(&score).contains("in use by another run"),
         "{}",
         text(&score)
     );
-    assert!(first_status.success());
     assert!(
         !second.status.success(),
         "the second run must refuse the folder"
@@ -90,10 +97,6 @@ fn two_evals_on_one_folder_second_exits_at_once_naming_the_holder() {
     let err = String::from_utf8_lossy(&second.stderr);
     assert!(err.contains(&format!("pid {pid} on host ")), "{err}");
     assert!(err.contains("in use by another run"), "{err}");
-    assert!(
-        second_took < Duration::from_secs(3),
-        "took {second_took:?}: {err}"
-    );
     let steps = key_counts(&run.join("predictions.jsonl"), step_key);
     assert_eq!(steps.len(), 30);
     assert!(steps.values().all(|&n| n == 1), "{steps:?}");
@@ -191,7 +194,7 @@ fn replaced_weights_are_refused_on_resume() {
 fn ctrl_c_and_sigterm_save_finished_steps_and_print_the_resume_command() {
     let dir = tempfile::tempdir().unwrap();
     let data = sample(dir.path());
-    for (sig, code) in [("-INT", 130), ("-TERM", 143)] {
+    for (sig, code) in [(libc::SIGINT, 130), (libc::SIGTERM, 143)] {
         let run = dir.path().join(format!("run{code}"));
         let o = interrupted_run(&run, &data, &[sig]);
         assert_eq!(o.status.code(), Some(code), "{}", text(&o));
@@ -218,13 +221,16 @@ fn ctrl_c_and_sigterm_save_finished_steps_and_print_the_resume_command() {
     }
 }
 
+/// A second signal while the first one's stop is under way quits at once. Both are queued while the run is
+/// frozen (two Ctrl-C would merge into one pending signal there), so the second always finds the first's stop
+/// still going; the exit status is 128 + whichever the handler saw second.
 #[test]
-fn a_second_ctrl_c_exits_at_once() {
+fn a_second_signal_exits_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let data = sample(dir.path());
     let run = dir.path().join("run");
-    let o = interrupted_run(&run, &data, &["-INT", "-INT"]);
-    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    let o = interrupted_run(&run, &data, &[libc::SIGINT, libc::SIGTERM]);
+    assert!(matches!(o.status.code(), Some(130 | 143)), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("quitting at once"), "{err}");
     assert!(!err.contains("Resume with"), "{err}");

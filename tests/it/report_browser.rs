@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use crate::report_support::browser::{base64_decode, chromium, file_url, Browser};
 use crate::report_support::{make_benchmark, make_run, run_ok, HOSTILE};
 use mobile_r1_eval::report::{RunData, RunOverrides};
+use mobile_r1_eval::rundir::RunDir;
 use mobile_r1_eval::score::Outcome;
 use serde_json::{json, Value};
 
@@ -117,7 +118,7 @@ fn check_images(b: &mut Browser, s: &str) {
     let expr = "new Promise(done => { const imgs = Array.from(document.querySelectorAll('.shot img')); \
         const pick = [imgs[0], imgs[imgs.length - 1]]; pick.forEach(i => { i.loading = 'eager'; }); \
         const t0 = Date.now(); (function wait() { if (pick.every(i => i.complete)) done(pick.map(i => i.naturalWidth)); \
-        else if (Date.now() - t0 > 20000) done([]); else setTimeout(wait, 50); })(); })";
+        else if (Date.now() - t0 > 60000) done([]); else setTimeout(wait, 50); })(); })";
     assert_eq!(b.eval(s, expr), json!([400, 400]));
     let outside = b.eval(s, "performance.getEntriesByType('resource').map(e => e.name).filter(n => !n.startsWith('file:'))");
     assert_eq!(outside, json!([]), "only file: resources");
@@ -225,7 +226,7 @@ fn report_in_headless_chromium() {
     let run_dir = tmp.path().join("run with spaces ü");
     make_run(&data, &run_dir, 1);
     run_ok(&["report", run_dir.to_str().unwrap()]);
-    let run = RunData::load(&run_dir, &RunOverrides::default()).unwrap();
+    let run = RunData::load(&RunDir::new(&run_dir), &RunOverrides::default()).unwrap();
     let page = run_dir.join("report.html");
     let net_log = tmp.path().join("net-log.json");
     let profile = tmp.path().join("profile");
@@ -241,15 +242,15 @@ fn report_in_headless_chromium() {
     // A control page without a policy makes one request: it proves the net log shows the pages' requests.
     let control = tmp.path().join("control.html");
     std::fs::write(&control, format!("<img src=\"{CONTROL}\">")).unwrap();
-    let c = b
-        .call(
-            None,
-            "Target.createTarget",
-            json!({"url": file_url(&control)}),
-        )
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
-    drop(c);
+    let c = b.open_tab(&file_url(&control));
+    // The image has failed (the port refuses at once) once the page has loaded and the image is complete with
+    // no pixels: its request is then in the net log, which the browser writes when it closes.
+    let failed = "document.readyState === 'complete' && document.images.length === 1 \
+        && document.images[0].complete && document.images[0].naturalWidth === 0";
+    assert!(
+        b.wait_until(&c, failed, Duration::from_secs(60)),
+        "the control page's image request did not end within 60 s"
+    );
     b.close();
     let page_requests = page_requests(&net_log);
     assert_eq!(

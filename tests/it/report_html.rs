@@ -5,6 +5,7 @@ use std::process::Command;
 
 use crate::report_support::{make_benchmark, make_run, run_ok, BIN, HOSTILE};
 use mobile_r1_eval::report::{RunData, RunOverrides};
+use mobile_r1_eval::rundir::RunDir;
 use mobile_r1_eval::score::{intervals, paired_intervals};
 use serde_json::Value;
 
@@ -122,11 +123,11 @@ fn bootstrap_is_deterministic_and_a_run_against_itself_has_zero_deltas() {
     let data = make_benchmark(tmp.path(), 1);
     let run = tmp.path().join("run");
     make_run(&data, &run, 1);
-    let r = RunData::load(&run, &RunOverrides::default()).unwrap();
+    let r = RunData::load(&RunDir::new(&run), &RunOverrides::default()).unwrap();
     assert_eq!(intervals(&r.steps, 500, 7), intervals(&r.steps, 500, 7));
     assert_ne!(intervals(&r.steps, 500, 7), intervals(&r.steps, 500, 8));
     // Trajectories 0, 2 and 4 of 5 are judged successful (the fixture's judgements): 60%, with an interval.
-    assert_eq!(r.metrics.extra["judge_success"], 60.0);
+    assert_eq!(r.metrics.judge.as_ref().unwrap().judge_success, 60.0);
     let judge = r.metrics.intervals.as_ref().unwrap().metrics["judge_success"];
     assert!(judge.low < 60.0 && judge.high > 60.0, "{judge:?}");
     let same = paired_intervals(&r.steps, &r.steps, 300, 1);
@@ -155,8 +156,8 @@ fn compare_reports_deltas_mcnemar_and_flips() {
     let c: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("compare.json")).unwrap()).unwrap();
     let (ra, rb) = (
-        RunData::load(&a, &RunOverrides::default()).unwrap(),
-        RunData::load(&b, &RunOverrides::default()).unwrap(),
+        RunData::load(&RunDir::new(&a), &RunOverrides::default()).unwrap(),
+        RunData::load(&RunDir::new(&b), &RunOverrides::default()).unwrap(),
     );
     let a_only = ra
         .steps
@@ -249,42 +250,154 @@ fn a_manifest_that_is_not_a_run_manifest_is_named_with_its_missing_field() {
     );
 }
 
+fn report_err(args: &[&str]) -> String {
+    let o = Command::new(BIN).args(args).output().unwrap();
+    assert!(!o.status.success(), "{args:?} succeeded");
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
 #[test]
-fn report_of_a_folder_without_manifest_asks_for_data() {
+fn a_folder_without_predictions_is_refused_not_scored_as_all_missing() {
     let tmp = tempfile::tempdir().unwrap();
-    let o = Command::new(BIN)
-        .args(["report"])
-        .arg(tmp.path())
-        .output()
-        .unwrap();
-    assert!(!o.status.success());
-    let err = String::from_utf8_lossy(&o.stderr);
+    let data = make_benchmark(tmp.path(), 1);
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let err = report_err(&["report", empty.to_str().unwrap()]);
+    assert!(err.contains("has no predictions.jsonl"), "{err}");
+    let err = report_err(&[
+        "report",
+        empty.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+    ]);
+    assert!(err.contains("has no predictions.jsonl"), "{err}");
+    assert!(!empty.join("report.html").exists());
+    // Predictions without a manifest: the benchmark must be named.
+    let loose = tmp.path().join("loose");
+    make_run(&data, &loose, 0);
+    std::fs::remove_file(loose.join("manifest.json")).unwrap();
+    let err = report_err(&["report", loose.to_str().unwrap()]);
     assert!(
         err.contains("manifest.json") && err.contains("--data"),
         "{err}"
     );
-    let data = make_benchmark(tmp.path(), 1);
-    let run = tmp.path().join("half");
-    std::fs::create_dir_all(&run).unwrap();
-    // A run without any prediction yet still gets a report (every step a missing prediction).
     run_ok(&[
         "report",
-        run.to_str().unwrap(),
+        loose.to_str().unwrap(),
         "--data",
         data.to_str().unwrap(),
     ]);
-    let page = std::fs::read_to_string(run.join("report.html")).unwrap();
-    assert!(Path::new(&run.join("report")).is_dir());
-    let o = Command::new(BIN)
-        .args(["report", run.to_str().unwrap(), "--out", "elsewhere"])
-        .output()
-        .unwrap();
-    assert!(
-        !o.status.success()
-            && String::from_utf8_lossy(&o.stderr).contains("--out elsewhere is for --compare")
-    );
+    let page = std::fs::read_to_string(loose.join("report.html")).unwrap();
+    assert!(Path::new(&loose.join("report")).is_dir());
+    let err = report_err(&["report", loose.to_str().unwrap(), "--out", "elsewhere"]);
+    assert!(err.contains("--out elsewhere is for --compare"), "{err}");
     assert_eq!(
         data_block(&page)["trajectories"].as_array().unwrap().len(),
         5
     );
+}
+
+#[test]
+fn report_refuses_a_benchmark_other_than_the_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = make_benchmark(&tmp.path().join("a"), 1);
+    let other = make_benchmark(&tmp.path().join("b"), 2);
+    let run = tmp.path().join("run");
+    make_run(&data, &run, 0);
+    run_ok(&["report", run.to_str().unwrap()]);
+    let before = std::fs::read(run.join("report.html")).unwrap();
+    let err = report_err(&[
+        "report",
+        run.to_str().unwrap(),
+        "--data",
+        other.to_str().unwrap(),
+    ]);
+    assert!(err.contains("another benchmark"), "{err}");
+    assert_eq!(std::fs::read(run.join("report.html")).unwrap(), before);
+}
+
+/// `metrics.json`'s headline numbers.
+fn headline(dir: &Path) -> Vec<f64> {
+    let m: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("metrics.json")).unwrap()).unwrap();
+    ["accuracy", "task_success", "tail_success", "args_errors"]
+        .iter()
+        .map(|k| m[*k].as_f64().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_scored_folder_reads_back_as_score_wrote_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = make_benchmark(tmp.path(), 1);
+    let (run_a, run_b) = (tmp.path().join("a"), tmp.path().join("b"));
+    make_run(&data, &run_a, 0);
+    make_run(&data, &run_b, 1);
+    // Predictions moved away from their runs: score writes scored folders.
+    let loose = tmp.path().join("loose");
+    std::fs::create_dir_all(&loose).unwrap();
+    let (pa, pb) = (loose.join("a.jsonl"), loose.join("b.jsonl"));
+    std::fs::rename(run_a.join("predictions.jsonl"), &pa).unwrap();
+    std::fs::rename(run_b.join("predictions.jsonl"), &pb).unwrap();
+    let (sa, sb) = (tmp.path().join("sa"), tmp.path().join("sb"));
+    for (p, out) in [(&pa, &sa), (&pb, &sb)] {
+        run_ok(&[
+            "score",
+            "--predictions",
+            p.to_str().unwrap(),
+            "--data",
+            data.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(out.join("scored.json").is_file() && out.join("predictions.jsonl").is_file());
+    }
+    let written = headline(&sa);
+    std::fs::remove_file(&pa).unwrap(); // the folder holds its own copy
+    run_ok(&["report", sa.to_str().unwrap()]);
+    assert_eq!(
+        headline(&sa),
+        written,
+        "report does not rewrite metrics.json"
+    );
+    let r = RunData::load(&RunDir::new(&sa), &RunOverrides::default()).unwrap();
+    assert_eq!(
+        vec![
+            r.metrics.accuracy,
+            r.metrics.task_success,
+            r.metrics.tail_success,
+            r.metrics.args_errors as f64
+        ],
+        written
+    );
+    let cmp = tmp.path().join("cmp");
+    run_ok(&[
+        "report",
+        "--compare",
+        sa.to_str().unwrap(),
+        sb.to_str().unwrap(),
+        "--out",
+        cmp.to_str().unwrap(),
+    ]);
+    let c: Value =
+        serde_json::from_str(&std::fs::read_to_string(cmp.join("compare.json")).unwrap()).unwrap();
+    let acc = c["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["metric"] == "accuracy")
+        .unwrap();
+    assert_eq!(acc["a"].as_f64().unwrap(), written[0]);
+    assert_eq!(acc["b"].as_f64().unwrap(), headline(&sb)[0]);
+    // Scoring other predictions into a run folder is refused.
+    let err = report_err(&[
+        "score",
+        "--predictions",
+        pb.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+        "--out",
+        run_a.to_str().unwrap(),
+    ]);
+    assert!(err.contains("is a run folder"), "{err}");
 }

@@ -204,7 +204,7 @@ pub fn greedy(
     max_new_tokens: usize,
     top_logprobs: usize,
 ) -> Vec<mobile_r1_eval::engine::Generation> {
-    use mobile_r1_eval::engine::{BatchLimits, Engine, Request};
+    use mobile_r1_eval::engine::{BatchLimits, Engine, Generation, Request, Requests};
     let limits = BatchLimits {
         max_seqs: inputs.len(),
         max_batch_tokens: usize::MAX,
@@ -220,12 +220,16 @@ pub fn greedy(
     });
     let mut out = vec![None; inputs.len()];
     let mut stats = Default::default();
-    Engine::new(model, limits)
-        .run(requests, &mut stats, |g, _| {
-            let id = g.id;
-            out[id] = Some(g);
-            Ok(())
-        })
+    Engine::new(model, limits, Default::default())
+        .run(
+            &mut Requests(requests),
+            &mut stats,
+            &mut |g: Generation, _: &_| {
+                let id = g.id;
+                out[id] = Some(g);
+                Ok(())
+            },
+        )
         .expect("generation");
     out.into_iter()
         .map(|g| g.expect("every input answered"))

@@ -1,5 +1,6 @@
-//! Helpers of the issue-18 regression tests (`tests/reliability*.rs`): the binary, a copy of the sample,
-//! the brief's `eval` command, bounded waits and signals.
+//! Helpers of the run-folder reliability tests (`reliability*.rs`): the binary, a copy of the sample, the
+//! `eval` command they run, bounded waits, and signals sent at states the test has observed (a run frozen with
+//! SIGSTOP while they are queued), so that no outcome depends on how fast the machine is.
 #![allow(dead_code)] // each test binary uses a part
 
 use std::collections::HashMap;
@@ -29,7 +30,7 @@ pub fn sample(dir: &Path) -> PathBuf {
     data
 }
 
-/// `eval` of `model` on `data` into `out` (the brief's command), plus `extra`.
+/// `eval` of `model` on `data` into `out` (small screenshots, 8 new tokens), plus `extra`.
 pub fn eval_cmd(model: &Path, data: &Path, out: &Path, extra: &[&str]) -> Command {
     let mut c = Command::new(BIN);
     c.arg("eval")
@@ -81,12 +82,87 @@ pub fn step_key(v: &Value) -> String {
     format!("{}#{}", v["trajectory"], v["step"])
 }
 
-/// Wait (bounded) until `cond` holds.
+/// Wait (bounded) until `cond` holds, checking every 5 ms.
 pub fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
     let t0 = Instant::now();
     while !cond() {
         assert!(t0.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Whether `path` exists and holds at least one byte (a first saved line).
+pub fn not_empty(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.len() > 0)
+}
+
+/// The output of `child` once it exits, waiting at most `limit` (then it is killed and the test fails). Its
+/// pipes are read meanwhile, so a chatty child never blocks on a full pipe.
+pub fn output_within(mut child: Child, what: &str, limit: Duration) -> Output {
+    fn drain(
+        pipe: Option<impl std::io::Read + Send + 'static>,
+    ) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    }
+    let (out, err) = (drain(child.stdout.take()), drain(child.stderr.take()));
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
         std::thread::sleep(Duration::from_millis(20));
+    };
+    let o = Output {
+        status: status.unwrap_or_else(|| child.wait().unwrap()),
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    };
+    assert!(
+        status.is_some(),
+        "{what} did not exit within {limit:?}: {}",
+        text(&o)
+    );
+    o
+}
+
+/// Send `sig` to `child`.
+pub fn send(child: &Child, sig: libc::c_int) {
+    // SAFETY: kill(2) on the pid of a child this test started and has not reaped yet.
+    let rc = unsafe { libc::kill(child.id() as libc::pid_t, sig) };
+    assert_eq!(rc, 0, "kill({sig}): {}", std::io::Error::last_os_error());
+}
+
+/// A child stopped with SIGSTOP until this is dropped (SIGCONT), even when an assertion fails meanwhile.
+pub struct Frozen<'a>(&'a Child);
+
+impl<'a> Frozen<'a> {
+    /// Stop `child` and wait until it has stopped (or exited, which the caller's later checks then show).
+    pub fn new(child: &'a Child) -> Self {
+        send(child, libc::SIGSTOP);
+        // SAFETY: waitid(2) on our own child; WNOWAIT leaves its state to be collected by `Child::wait`.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let flags = libc::WSTOPPED | libc::WEXITED | libc::WNOWAIT;
+            libc::waitid(libc::P_PID, child.id() as libc::id_t, &mut info, flags);
+        }
+        Frozen(child)
+    }
+}
+
+impl Drop for Frozen<'_> {
+    fn drop(&mut self) {
+        send(self.0, libc::SIGCONT);
     }
 }
 
@@ -100,26 +176,22 @@ pub fn random_fraction(round: u64) -> f64 {
     (x >> 11) as f64 / (1u64 << 53) as f64
 }
 
-/// Send `sig` (`-INT`, `-TERM`) to `child` with kill(1).
-pub fn send_signal(child: &Child, sig: &str) {
-    let ok = Command::new("kill")
-        .args([sig, &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(ok.success());
-}
-
-/// Start a run, wait until some steps are saved, send `signals` 100 ms apart, and return its output.
-pub fn interrupted_run(run: &Path, data: &Path, signals: &[&str]) -> Output {
-    // Four at a time, so that most steps are still waiting when the signal arrives.
+/// Start a run on `data` into `run`, stop it (SIGSTOP) the moment its first step is saved, queue `signals`
+/// while it is stopped, then let it go on, and return its output. Queued signals are delivered as soon as it
+/// continues, so they land with at most the steps finished during one 5 ms check and the batch in flight
+/// saved, on a fast machine as on a slow one.
+pub fn interrupted_run(run: &Path, data: &Path, signals: &[libc::c_int]) -> Output {
+    // Four at a time: at most 4 steps in flight when the signal lands, 30 in all.
     let child = spawn(eval_cmd(&tiny_b(), data, run, &["--batch-size", "4"]));
     let preds = run.join("predictions.jsonl");
     wait_for("a first saved step", Duration::from_secs(60), || {
-        std::fs::read_to_string(&preds).is_ok_and(|t| !t.is_empty())
+        not_empty(&preds)
     });
-    for s in signals {
-        send_signal(&child, s);
-        std::thread::sleep(Duration::from_millis(100));
+    {
+        let _frozen = Frozen::new(&child);
+        for &s in signals {
+            send(&child, s);
+        }
     }
-    child.wait_with_output().unwrap()
+    output_within(child, "the interrupted run", Duration::from_secs(120))
 }

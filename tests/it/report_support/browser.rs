@@ -121,7 +121,7 @@ impl Browser {
         }
     }
 
-    /// Send a command and wait (at most 30 s) for its answer; `Err` carries the protocol's error.
+    /// Send a command and wait (at most 90 s) for its answer; `Err` carries the protocol's error.
     pub fn call(
         &mut self,
         session: Option<&str>,
@@ -139,7 +139,7 @@ impl Browser {
         self.to_browser
             .write_all(&bytes)
             .expect("write to chromium");
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + Duration::from_secs(90);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let v = self
@@ -168,38 +168,50 @@ impl Browser {
         r["result"]["value"].clone()
     }
 
-    /// Open `url` in a new tab and wait until the page's script has built the browser.
-    pub fn open(&mut self, url: &str) -> String {
+    /// Open `url` in a new tab and return the session attached to it, without waiting for the page.
+    pub fn open_tab(&mut self, url: &str) -> String {
         let target = self
             .call(None, "Target.createTarget", json!({"url": url}))
             .unwrap()["targetId"]
             .clone();
-        let session = self
-            .call(
-                None,
-                "Target.attachToTarget",
-                json!({"targetId": target, "flatten": true}),
-            )
-            .unwrap()["sessionId"]
+        self.call(
+            None,
+            "Target.attachToTarget",
+            json!({"targetId": target, "flatten": true}),
+        )
+        .unwrap()["sessionId"]
             .as_str()
             .unwrap()
-            .to_owned();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let ready = "document.location.protocol === 'file:' && document.body && document.body.dataset.ready === 'yes'";
+            .to_owned()
+    }
+
+    /// Wait until `expr` is true in the page (checked every 50 ms, at most `limit`); `false` when it never was.
+    pub fn wait_until(&mut self, session: &str, expr: &str, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
         while Instant::now() < deadline {
             let r = self.call(
-                Some(&session),
+                Some(session),
                 "Runtime.evaluate",
-                json!({"expression": ready, "returnByValue": true}),
+                json!({"expression": expr, "returnByValue": true}),
             );
             if r.is_ok_and(|v| v["result"]["value"] == true) {
-                return session;
+                return true;
             }
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    /// Open `url` in a new tab and wait (at most 60 s) until the page's script has built the browser.
+    pub fn open(&mut self, url: &str) -> String {
+        let session = self.open_tab(url);
+        let ready = "document.location.protocol === 'file:' && document.body && document.body.dataset.ready === 'yes'";
+        if self.wait_until(&session, ready, Duration::from_secs(60)) {
+            return session;
         }
         let state = self.call(Some(&session), "Runtime.evaluate",
             json!({"expression": "[location.href, document.readyState, document.body && document.body.dataset.ready]", "returnByValue": true}));
-        panic!("the report did not finish building within 30 s: {state:?}");
+        panic!("the report did not finish building within 60 s: {state:?}");
     }
 
     /// Close the browser (so it writes its net log) and wait for it, at most 20 s.

@@ -128,14 +128,29 @@ impl Drop for RunLock {
     }
 }
 
-/// This machine's host name (`/proc/sys/kernel/hostname`, `$HOSTNAME`, else `unknown`).
+/// This machine's host name (`gethostname(2)` on Unix, else `unknown`).
 pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|s| s.trim().to_string())
+    system_host_name()
         .filter(|s| !s.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok().filter(|s| !s.is_empty()))
         .unwrap_or_else(|| "unknown".into())
+}
+
+#[cfg(unix)]
+fn system_host_name() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is writable for its whole length, which is passed; the result is NUL-terminated or
+    // truncated, and only the bytes before the first NUL are read.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    Some(String::from_utf8_lossy(&buf[..end]).trim().to_string())
+}
+
+#[cfg(not(unix))]
+fn system_host_name() -> Option<String> {
+    None
 }
 
 /// Create a fresh run folder `PARENT/<UTC yyyymmddThhmmss.mmmZ>-<4 hex>-<model name>` and return it.

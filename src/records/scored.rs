@@ -1,0 +1,34 @@
+//! `scored.json`: what a folder written by `score --out` was scored from, so that `report` and `report --compare`
+//! read it exactly as `score` wrote it.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::Versions;
+use crate::settings::RulePreset;
+
+/// Version of the scored-folder record.
+pub const SCORED_SCHEMA_VERSION: u32 = 1;
+
+/// `scored.json`: the inputs of a scored folder. The folder also holds a copy of the predictions
+/// (`predictions.jsonl`), so it stays readable when the original file moves.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScoreRecord {
+    /// Version of this format.
+    pub schema_version: u32,
+    /// The predictions file as given to `score --predictions`.
+    pub predictions: PathBuf,
+    /// SHA-256 of the predictions as scored (the folder's `predictions.jsonl`).
+    pub predictions_sha256: String,
+    /// The benchmark folder.
+    pub data: PathBuf,
+    /// SHA-256 of its `data.jsonl`.
+    pub data_hash: String,
+    /// The matching-rule preset of the metrics.
+    pub rules: RulePreset,
+    /// When it was scored (Unix seconds).
+    pub scored_at_unix: u64,
+    /// The program that scored it.
+    pub versions: Versions,
+}
