@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Args, Parser, Subcommand};
 
-use crate::ops::CpuGemm;
+use crate::ops::{CpuGemm, GemmCalibration};
 use crate::settings::RuleName;
 use crate::settings::{BenchModel, SystemPrompt};
 use crate::settings::{DTypeSpec, DeviceSpec};
@@ -161,12 +161,40 @@ pub struct OpsArgs {
     /// The file that keeps the calibration deciding `--cpu-gemm auto` (the library against the built-in GEMM,
     /// measured once per machine so that every run on it makes the same choice); `none`: measured at each start.
     /// Default: `mobile-r1-eval/cpu-gemm.json` under `$XDG_CACHE_HOME` (else `~/.cache`).
-    #[arg(long, env = "MOBILE_R1_EVAL_CPU_GEMM_CALIBRATION")]
-    pub cpu_gemm_calibration: Option<String>,
+    #[arg(
+        long,
+        env = "MOBILE_R1_EVAL_CPU_GEMM_CALIBRATION",
+        value_name = "FILE|none",
+        default_value = "",
+        hide_default_value = true
+    )]
+    pub cpu_gemm_calibration: CalibrationFlag,
     /// Time each model section, waiting for the device around each (slower; the table goes into
     /// `throughput.json` / `bench --json` under `profile`).
     #[arg(long, env = "MOBILE_R1_EVAL_PROFILE", value_parser = BoolishValueParser::new())]
     pub profile: bool,
+}
+
+/// `--cpu-gemm-calibration` as read: unset (or empty), or a value for the ops.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CalibrationFlag {
+    /// Unset or empty: the default file under the user's cache folder, which the command layer finds.
+    CacheDefault,
+    /// A file, or `none`.
+    Set(GemmCalibration),
+}
+
+impl std::str::FromStr for CalibrationFlag {
+    type Err = String;
+
+    /// Empty: [`CalibrationFlag::CacheDefault`]; else `none` or a file ([`GemmCalibration`]).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.trim().is_empty() {
+            Ok(Self::CacheDefault)
+        } else {
+            s.parse().map(Self::Set)
+        }
+    }
 }
 
 /// `on`/`off` (also `1`/`0`, `true`/`false`, `yes`/`no`), case-insensitive.
@@ -353,4 +381,36 @@ pub struct BenchArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn calibration(flag: &[&str]) -> CalibrationFlag {
+        let argv = ["mobile-r1-eval", "self-test"].iter().chain(flag);
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::SelfTest(a) => a.ops.cpu_gemm_calibration,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_calibration_flag_is_read_once_into_a_typed_value() {
+        if std::env::var_os("MOBILE_R1_EVAL_CPU_GEMM_CALIBRATION").is_some() {
+            eprintln!("skipped: MOBILE_R1_EVAL_CPU_GEMM_CALIBRATION is set");
+            return;
+        }
+        let flag = "--cpu-gemm-calibration";
+        assert_eq!(calibration(&[]), CalibrationFlag::CacheDefault);
+        assert_eq!(calibration(&[flag, ""]), CalibrationFlag::CacheDefault);
+        assert_eq!(
+            calibration(&[flag, "none"]),
+            CalibrationFlag::Set(GemmCalibration::EachStart)
+        );
+        assert_eq!(
+            calibration(&[flag, "/x/cpu-gemm.json"]),
+            CalibrationFlag::Set(GemmCalibration::File("/x/cpu-gemm.json".into()))
+        );
+    }
 }

@@ -173,8 +173,9 @@ pub fn largest_judge_prompt_fits(
 
 #[cfg(test)]
 mod tests {
-    use crate::bench::random::{load_config, param_counts};
+    use crate::bench::random::load_config;
     use crate::cpu_estimate::MIN_PARAMS;
+    use crate::model::flops::param_counts;
 
     #[test]
     fn real_checkpoints_get_the_cpu_estimate_and_the_test_ones_do_not() {

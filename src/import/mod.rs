@@ -316,3 +316,26 @@ pub fn run(opts: &ImportOptions) -> Result<ImportReport, ImportError> {
         replaced,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_parse_by_name_and_suggest_known_presets() {
+        for f in ImportFormat::ALL {
+            assert_eq!(f.as_str().parse::<ImportFormat>(), Ok(*f));
+            let preset = f.suggested_rules().parse::<crate::settings::RuleName>();
+            assert_eq!(
+                preset.map(|r| r.preset().name),
+                Ok(f.suggested_rules().to_string())
+            );
+        }
+        assert_eq!("GUI_Odyssey".parse(), Ok(ImportFormat::GuiOdyssey));
+        assert!("aitw"
+            .parse::<ImportFormat>()
+            .unwrap_err()
+            .contains("known: androidcontrol"));
+        assert_eq!("LOW".parse(), Ok(Level::Low));
+    }
+}

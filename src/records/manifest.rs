@@ -5,9 +5,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::PhaseSummary;
+use super::{DecodeAttention, OpsManifest, PhaseSummary, ProfileSnapshot};
 use crate::fingerprint::WeightsFingerprint;
-use crate::ops::{OpsManifest, ProfileSnapshot};
 use crate::preprocess::ImageProcessorConfig;
 use crate::settings::{BatchLimits, RulePreset, SystemPrompt};
 use crate::shard::ShardManifestEntry;
@@ -231,7 +230,7 @@ pub struct OpsRecord {
     #[serde(flatten)]
     pub ops: OpsManifest,
     /// How decode attention ran (`PerSequence`, `Padded`, `Fused`).
-    pub decode_attention: String,
+    pub decode_attention: DecodeAttention,
     /// Whether the model's sections were timed (a slower run).
     pub profiled: bool,
 }

@@ -315,7 +315,7 @@ fn the_cpu_blas_switch_is_recorded_and_a_bad_library_is_refused() {
     ok(&o);
     let ops = &json_file(&off.join("manifest.json"))["ops"];
     // The built-in GEMM: the packed AVX2 kernel for large segments on a CPU without AVX-512, else the gemm crate.
-    let builtin = mobile_r1_eval::ops::packed_gemm::BuiltinGemm::for_this_cpu(false);
+    let builtin = mobile_r1_eval::ops::gemm::packed::BuiltinGemm::for_this_cpu(false);
     assert_eq!(ops["cpu_f32_gemm"], builtin.describe().as_str());
     let choice = &ops["cpu_blas_choice"];
     assert_eq!(
@@ -331,7 +331,7 @@ fn the_cpu_blas_switch_is_recorded_and_a_bad_library_is_refused() {
         "{choice}"
     );
     assert_eq!(ops["cpu_gemm_row_block"], mobile_r1_eval::ops::ROW_BLOCK);
-    let builtin = mobile_r1_eval::ops::packed_gemm::BuiltinGemm::for_this_cpu(false);
+    let builtin = mobile_r1_eval::ops::gemm::packed::BuiltinGemm::for_this_cpu(false);
     assert_eq!(ops["cpu_gemm_independent_rows"], builtin.independent_rows());
     assert_eq!(
         ops["cpu_gemm_blas_min_rows"],

@@ -32,4 +32,5 @@ mod reliability;
 mod reliability_inputs;
 mod report_browser;
 mod report_html;
+mod rules_reference;
 mod scale_out;

@@ -1,12 +1,19 @@
 //! The rule preset a benchmark folder suggests (`benchmark.json`, written by `data import`): the default of
 //! `score`, `report` and `eval`, overridden by `--rules`, recorded in the run's manifest; an unknown name is an
-//! error naming the file. Tested with an existing preset (`qwen-ac`) written into the folder.
+//! error naming the file. Tested with a preset name written into a folder by hand (`qwen-ac`) and with the one an
+//! import writes (`cagui`).
 
 use std::path::{Path, PathBuf};
 
+use mobile_r1_eval::settings::{RuleName, RulePreset};
 use serde_json::Value;
 
 use super::{import, run, samples, text};
+
+/// The preset a name on the command line or in `benchmark.json` stands for.
+fn preset(name: &str) -> RulePreset {
+    name.parse::<RuleName>().unwrap().preset()
+}
 
 /// A copy of `tests/data/small` with `benchmark.json` suggesting `rules`.
 fn small_with_rules(dir: &Path, rules: &str) -> PathBuf {
@@ -44,7 +51,8 @@ fn the_suggested_preset_is_scores_and_reports_default_and_rules_overrides_it() {
         out.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", text(&o));
-    assert_eq!(metrics_rules(&out), "qwen-ac");
+    let qwen = preset("qwen-ac");
+    assert_eq!(metrics_rules(&out), qwen.name.as_str());
     let o = run(&[
         "score",
         "--data",
@@ -69,10 +77,8 @@ fn the_suggested_preset_is_scores_and_reports_default_and_rules_overrides_it() {
     let o = run(&["report", run_dir.to_str().unwrap(), "--data", d]);
     assert!(o.status.success(), "{}", text(&o));
     let html = std::fs::read_to_string(run_dir.join("report.html")).unwrap();
-    assert!(
-        html.contains("qwen-ac v1"),
-        "report.html does not name qwen-ac"
-    );
+    let named = format!("{} v{}", qwen.name, qwen.version);
+    assert!(html.contains(&named), "report.html does not name {named}");
     // An unknown suggested preset is an error naming the file and the known presets.
     let bad = small_with_rules(&tmp.path().join("bad"), "nope");
     let o = run(&[
@@ -93,7 +99,10 @@ fn the_suggested_preset_is_scores_and_reports_default_and_rules_overrides_it() {
         )),
         "{t}"
     );
-    assert!(t.contains("known: mobile-r1, qwen-ac"), "{t}");
+    assert!(
+        t.contains(&format!("known: {}", RulePreset::NAMES.join(", "))),
+        "{t}"
+    );
 }
 
 #[test]
@@ -101,11 +110,6 @@ fn eval_uses_and_records_the_suggested_preset() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("cagui");
     import("cagui", &samples().join("cagui"), &data, &["--limit", "1"]);
-    std::fs::write(
-        data.join("benchmark.json"),
-        "{\"schema_version\": 1, \"rules\": \"qwen-ac\"}\n",
-    )
-    .unwrap();
     let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny-b");
     let run_dir = tmp.path().join("run");
     let o = run(&[
@@ -126,6 +130,27 @@ fn eval_uses_and_records_the_suggested_preset() {
     let manifest: Value =
         serde_json::from_str(&std::fs::read_to_string(run_dir.join("manifest.json")).unwrap())
             .unwrap();
-    assert_eq!(manifest["rules"]["name"], "qwen-ac");
-    assert_eq!(metrics_rules(&run_dir), "qwen-ac");
+    let cagui = preset("cagui");
+    assert_eq!(manifest["rules"]["name"], cagui.name.as_str());
+    assert_eq!(metrics_rules(&run_dir), cagui.name.as_str());
+    // --rules wins over the folder's suggestion.
+    let other = tmp.path().join("run-mobile-r1");
+    let o = run(&[
+        "eval",
+        "--model",
+        model.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+        "--out",
+        other.to_str().unwrap(),
+        "--no-judge",
+        "--max-pixels",
+        "40000",
+        "--max-new-tokens",
+        "4",
+        "--rules",
+        "mobile-r1",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(metrics_rules(&other), "mobile-r1");
 }

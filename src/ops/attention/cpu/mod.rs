@@ -9,10 +9,10 @@
 use candle_core::{DType, Result, Tensor};
 use rayon::prelude::*;
 
-use super::cpu_elementwise::with_f32;
-use super::packed_gemm::BuiltinGemm;
-use super::simd::Level;
 use super::VarlenSeg;
+use crate::ops::cpu_data::with_f32;
+use crate::ops::gemm::packed::BuiltinGemm;
+use crate::ops::simd::Level;
 
 /// Query rows processed together against each key row.
 const ROWS: usize = 4;
@@ -354,7 +354,7 @@ mod tests {
 /// 1080×2400 screenshot at `max_pixels` 1,003,520 (5,088 rows, 16 heads of 80) as windows of 64 rows and as one
 /// full-attention segment, a full-attention segment of 1,272 rows (`max_pixels` 250,880), and causal prompts of
 /// 1,306 and 4,096 tokens (14 heads of 64 over 2 KV heads):
-/// `cargo test --release --lib ops::cpu_attn::timing -- --ignored --nocapture`.
+/// `cargo test --release --lib ops::attention::cpu::timing -- --ignored --nocapture`.
 #[cfg(test)]
 mod timing {
     use super::*;

@@ -6,12 +6,12 @@
 //! faster ([`choose`], [`choice`]). Nothing is linked at build time: the library is opened with `dlopen` on first
 //! use, so the binary runs unchanged where it is absent.
 //!
-//! [`super::CpuGemm`] selects it: `auto` tries OpenBLAS under its usual names and uses it only when it fits the
-//! CPU and is at least as fast as the built-in GEMM ([`super::packed_gemm::BuiltinGemm`]) on a calibration
+//! [`crate::ops::CpuGemm`] selects it: `auto` tries OpenBLAS under its usual names and uses it only when it fits the
+//! CPU and is at least as fast as the built-in GEMM ([`BuiltinGemm`]) on a calibration
 //! product ([`choose`]), else the built-in GEMM; `on` requires OpenBLAS; `off` and `gemm-crate` use no library;
 //! a path names a shared library that exports the LP64 (32-bit integer) `cblas_sgemm` (OpenBLAS, MKL's
 //! `libmkl_rt`, BLIS). A library that is required but cannot
-//! be loaded, or that fails a small known product at load, is an error. [`super::Ops::new`] loads it.
+//! be loaded, or that fails a small known product at load, is an error. [`crate::ops::Ops::new`] loads it.
 //!
 //! The library runs single-threaded inside rayon's pool: the output's columns are split across the pool's
 //! threads, so no BLAS thread pool spins beside rayon's.
@@ -19,17 +19,20 @@
 //! Unlike the `gemm` crate, whose sum for a row does not depend on how many rows are multiplied with it (for two
 //! rows or more), OpenBLAS's sums depend on each call's shape: a sequence's logits may change in the last bits
 //! with the batch's size or the thread count, so each segment of rows (one prompt, one image) is its own call
-//! ([`super::rows`]). `gemm-crate` gives the `gemm` crate's bit-for-bit behaviour back.
+//! ([`super::Rows`]). `gemm-crate` gives the `gemm` crate's bit-for-bit behaviour back.
 
 mod choice;
 mod record;
 
-pub use choice::{calibrate, core_misfit, BlasChoice, CpuSimd};
-pub use record::{cpuinfo_field, Calibration, CalibrationKey, CALIBRATION_SCHEMA_VERSION};
+pub use crate::records::BlasChoice;
+pub(crate) use choice::needs_attention;
+pub use choice::{core_misfit, CpuSimd};
+pub use record::{cpuinfo_field, Calibration};
 
 use candle_core::Tensor;
 
-use super::packed_gemm::BuiltinGemm;
+use super::packed::BuiltinGemm;
+use crate::ops::{CpuGemm, GemmCalibration};
 
 /// `cblas_sgemm(layout, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)` with 32-bit ints.
 type Sgemm = unsafe extern "C" fn(
@@ -183,21 +186,23 @@ impl Blas {
         )
     }
 
-    /// Load what `spec` (`auto`, `on`, `off` or a path) asks for: `None` for `off`, or for `auto` when no
-    /// OpenBLAS is installed; `on` requires OpenBLAS.
-    pub fn from_spec(spec: &str) -> Result<Option<Self>, BlasError> {
+    /// Load the library `gemm` asks for: `None` for the built-in GEMM (`off`, `gemm-crate`), or for `auto` when
+    /// no OpenBLAS is installed; `on` requires OpenBLAS, a path that library.
+    pub fn load(gemm: &CpuGemm) -> Result<Option<Self>, BlasError> {
         let auto = || AUTO_NAMES.iter().find_map(|n| Self::open(n).ok());
-        match spec.trim() {
-            off if is_off(off) => Ok(None),
-            "" | "auto" => Ok(auto()),
-            "on" | "1" | "true" | "yes" => auto().map(Some).ok_or_else(|| BlasError {
-                spec: spec.trim().to_string(),
+        match gemm {
+            CpuGemm::Builtin | CpuGemm::GemmCrate => Ok(None),
+            CpuGemm::Auto => Ok(auto()),
+            CpuGemm::Blas => auto().map(Some).ok_or_else(|| BlasError {
+                spec: gemm.to_string(),
                 reason: format!("no OpenBLAS found (tried {})", AUTO_NAMES.join(", ")),
             }),
-            path => Self::open(path).map(Some).map_err(|reason| BlasError {
-                spec: path.to_string(),
-                reason,
-            }),
+            CpuGemm::Library(path) => {
+                let spec = path.display().to_string();
+                Self::open(&spec)
+                    .map(Some)
+                    .map_err(|reason| BlasError { spec, reason })
+            }
         }
     }
 
@@ -251,37 +256,31 @@ struct SendPtr(*mut f32);
 unsafe impl Send for SendPtr {}
 unsafe impl Sync for SendPtr {}
 
-/// Load and judge what `spec` (the value of `MOBILE_R1_EVAL_BLAS`) asks for: the library to use, if any, and
-/// the record of the choice (see [`choice`](self::choice) for the rules), its calibration kept in the file
-/// `calibration` when given. An error only where a library required by `spec` cannot be loaded.
+/// Load and judge what `gemm` (`--cpu-gemm`, `MOBILE_R1_EVAL_BLAS`) asks for: the library to use, if any, and
+/// the record of the choice (see [`choice`](self::choice) for the rules), its calibration kept where
+/// `calibration` says. An error only where a library required by `gemm` cannot be loaded.
 pub fn choose(
-    spec: &str,
-    calibration: Option<&std::path::Path>,
+    gemm: &CpuGemm,
+    calibration: &GemmCalibration,
     builtin: BuiltinGemm,
 ) -> Result<(Option<Blas>, BlasChoice), BlasError> {
-    let spec = spec.trim();
-    let loaded = Blas::from_spec(spec)?;
+    let spec = gemm.to_string();
+    let loaded = Blas::load(gemm)?;
+    let required = matches!(gemm, CpuGemm::Blas | CpuGemm::Library(_));
     Ok(match loaded {
-        None if is_off(spec) => (
+        None if matches!(gemm, CpuGemm::Builtin | CpuGemm::GemmCrate) => (
             None,
             choice::none(
-                spec,
+                &spec,
                 &format!("MOBILE_R1_EVAL_BLAS={spec}: the built-in GEMM"),
             ),
         ),
         None => (
             None,
-            choice::none(spec, "no OpenBLAS installed: the built-in GEMM"),
+            choice::none(&spec, "no OpenBLAS installed: the built-in GEMM"),
         ),
-        Some(b) => choice::decide(b, spec, !matches!(spec, "" | "auto"), calibration, builtin),
+        Some(b) => choice::decide(b, &spec, required, calibration, builtin),
     })
-}
-
-fn is_off(spec: &str) -> bool {
-    matches!(
-        spec,
-        "off" | "0" | "false" | "no" | super::config::GEMM_CRATE
-    )
 }
 
 /// Whether an m×k by n×k product fits the LP64 interface (every size and leading dimension an `i32`).
@@ -297,7 +296,7 @@ pub type Product<'a> = &'a (dyn Fn(&[f32], &[f32], (usize, usize, usize), &mut [
 
 /// `x · wᵀ` for f32 CPU tensors x (rows, k) and w (n, k), with x's rows in consecutive segments of `lens` rows
 /// (adding up to all rows), one product per segment, so that a row's result depends only on its own segment (see
-/// [`super::rows`]): through `large` for a segment of at least `min_rows` rows, else through `small(rows, count)`
+/// [`super::Rows`]): through `large` for a segment of at least `min_rows` rows, else through `small(rows, count)`
 /// (count rows of k values in, of n out).
 pub fn matmul_nt_segments(
     large: Product<'_>,
@@ -318,7 +317,7 @@ pub fn matmul_nt_segments(
     if lens.iter().sum::<usize>() != m {
         candle_core::bail!("matmul_nt: segments {lens:?} do not add up to {m} rows");
     }
-    use super::cpu_elementwise::with_f32;
+    use crate::ops::cpu_data::with_f32;
     let c = with_f32(x, |a| {
         with_f32(w, |b| {
             let mut c = vec![0f32; m * n];
@@ -337,4 +336,19 @@ pub fn matmul_nt_segments(
         })
     })?;
     Tensor::from_vec(c, (m, n), x.device())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_library_is_an_error_naming_it_and_the_built_in_gemm_loads_none() {
+        let e = Blas::load(&CpuGemm::Library("/nonexistent/libcblas.so".into()))
+            .err()
+            .expect("no such library");
+        assert_eq!(e.spec, "/nonexistent/libcblas.so");
+        assert!(Blas::load(&CpuGemm::Builtin).unwrap().is_none());
+        assert!(Blas::load(&CpuGemm::GemmCrate).unwrap().is_none());
+    }
 }

@@ -9,7 +9,7 @@
 
 use rayon::prelude::*;
 
-use super::packed_gemm::{supported, SharedOut};
+use super::packed::{supported, SharedOut};
 
 /// Rows of `a` per register tile.
 const TR: usize = 4;
@@ -149,7 +149,7 @@ unsafe fn lanes_sum(v: std::arch::x86_64::__m256) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::packed_gemm::check::{self, matches_reference, rows_stand_alone};
+    use crate::ops::gemm::packed::check::{self, matches_reference, rows_stand_alone};
 
     #[test]
     fn matches_a_float64_reference_on_partial_tiles_and_tails() {
@@ -183,14 +183,14 @@ mod tests {
     }
 }
 
-/// `cargo test --release --lib row_gemm::timing -- --ignored --nocapture`: the `small` checkpoint's decode
+/// `cargo test --release --lib gemm::row::timing -- --ignored --nocapture`: the `small` checkpoint's decode
 /// products (1, 4, 16 and 64 rows) through the `gemm` crate in products of 16 rows, as independent rows ran
 /// without this kernel, and through this kernel, alternated, best of seven each.
 #[cfg(test)]
 mod timing {
     use super::*;
-    use crate::ops::packed_gemm::check;
-    use crate::ops::packed_gemm::timing::gemm_crate;
+    use crate::ops::gemm::packed::check;
+    use crate::ops::gemm::packed::timing::gemm_crate;
 
     #[test]
     #[ignore = "a timing run: use --release --ignored --nocapture"]

@@ -1,9 +1,7 @@
-//! The references of the fused ops, made of candle ops in transformers' order: what runs on the CPU, and what
-//! the CUDA kernels are compared with.
+//! The references of the elementwise ops, made of candle ops in transformers' order: what runs where no fused
+//! path does, and what the fused CPU loops and the CUDA kernels are compared with.
 
 use candle_core::{DType, Result, Tensor, D};
-
-use super::composed::{attention, DEFAULT_MAX_SCORE_ELEMS};
 
 /// RMSNorm over the last dimension: `x·rsqrt(mean(x²) + eps)` in f32, rounded to `x`'s dtype, times `w`.
 pub fn rms_norm_hf(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
@@ -27,7 +25,7 @@ pub fn bias_add(y: &Tensor, b: &Tensor) -> Result<Tensor> {
     y.broadcast_add(b)
 }
 
-/// [`super::Ops::swiglu_packed`] composed: bias, split, [`swiglu`].
+/// [`crate::ops::Ops::swiglu_packed`] composed: bias, split, [`swiglu`].
 pub fn swiglu_packed(gu: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     let gu = match bias {
         Some(b) => gu.broadcast_add(b)?,
@@ -43,7 +41,7 @@ pub fn bias_residual(y: &Tensor, b: &Tensor, r: &Tensor) -> Result<Tensor> {
     r + y.broadcast_add(b)?
 }
 
-/// [`super::Ops::qkv_rope`] composed: bias, split, candle's `rope_thd` on q and k in the tables' dtype.
+/// [`crate::ops::Ops::qkv_rope`] composed: bias, split, candle's `rope_thd` on q and k in the tables' dtype.
 pub fn qkv_rope(a: super::QkvRope<'_>) -> Result<(Tensor, Tensor, Tensor)> {
     let (n, d) = a.dims()?;
     let (heads, kv_heads) = (a.heads, a.kv_heads);
@@ -64,62 +62,6 @@ pub fn qkv_rope(a: super::QkvRope<'_>) -> Result<(Tensor, Tensor, Tensor)> {
         rope(part(heads, kv_heads)?)?,
         part(heads + kv_heads, kv_heads)?,
     ))
-}
-
-/// Decode attention of one sequence, composed: K/V `(kv_heads, L, d)` (the new position included), query
-/// `(heads, d)`; softmax in f32. Returns `(heads, d)`. The reference of the fused decode kernel.
-pub fn decode_attention_one(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<Tensor> {
-    decode_one(q, k, v, scale, DEFAULT_MAX_SCORE_ELEMS)
-}
-
-fn decode_one(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64, budget: usize) -> Result<Tensor> {
-    let (h, d) = q.dims2()?;
-    let o = attention(
-        &q.reshape((1, h, 1, d))?,
-        &k.unsqueeze(0)?,
-        &v.unsqueeze(0)?,
-        None,
-        scale,
-        budget,
-    )?;
-    o.reshape((h, d))
-}
-
-/// [`super::Ops::decode_attention`] composed: `slice_set` of each new K/V at position `len`, then
-/// [`decode_attention_one`] per sequence.
-pub fn decode_attention(
-    q: &Tensor,
-    k_new: &Tensor,
-    v_new: &Tensor,
-    kv: &[super::DecodeKv<'_>],
-    scale: f32,
-) -> Result<Tensor> {
-    decode_attention_budget(q, k_new, v_new, kv, scale, DEFAULT_MAX_SCORE_ELEMS)
-}
-
-/// [`decode_attention`] with at most `budget` attention scores at a time.
-pub fn decode_attention_budget(
-    q: &Tensor,
-    k_new: &Tensor,
-    v_new: &Tensor,
-    kv: &[super::DecodeKv<'_>],
-    scale: f32,
-    budget: usize,
-) -> Result<Tensor> {
-    let mut outs = Vec::with_capacity(kv.len());
-    for (i, c) in kv.iter().enumerate() {
-        c.k.slice_set(&k_new.get(i)?.unsqueeze(1)?.contiguous()?, 1, c.len)?;
-        c.v.slice_set(&v_new.get(i)?.unsqueeze(1)?.contiguous()?, 1, c.len)?;
-        let (k, v) = (c.k.narrow(1, 0, c.len + 1)?, c.v.narrow(1, 0, c.len + 1)?);
-        outs.push(decode_one(&q.get(i)?, &k, &v, scale as f64, budget)?);
-    }
-    Tensor::stack(&outs, 0)
-}
-
-/// [`super::Ops::varlen_attention`] composed: per segment, the prefix K/V concatenated with its rows, then
-/// [`attention`] with a causal mask when asked ([`super::composed::varlen_per_segment`]).
-pub fn varlen_attention(a: super::Varlen<'_>) -> Result<Tensor> {
-    super::composed::varlen_per_segment(a, DEFAULT_MAX_SCORE_ELEMS)
 }
 
 #[cfg(test)]
@@ -195,20 +137,5 @@ mod tests {
                 out[0][i]
             );
         }
-    }
-
-    #[test]
-    fn decode_attention_one_is_softmax_weighted_values() {
-        // One head, two positions: weights softmax(q·k·scale).
-        let q = t(&[1.0, 0.0], (1, 2));
-        let k = Tensor::from_slice(&[1.0f32, 0.0, 0.0, 1.0], (1, 2, 2), &Device::Cpu).unwrap();
-        let v = Tensor::from_slice(&[10.0f32, 0.0, 0.0, 20.0], (1, 2, 2), &Device::Cpu).unwrap();
-        let o = decode_attention_one(&q, &k, &v, 2.0)
-            .unwrap()
-            .to_vec2::<f32>()
-            .unwrap();
-        let (e0, e1) = (2.0f32.exp(), 1.0f32);
-        assert!((o[0][0] - 10.0 * e0 / (e0 + e1)).abs() < 1e-4);
-        assert!((o[0][1] - 20.0 * e1 / (e0 + e1)).abs() < 1e-4);
     }
 }

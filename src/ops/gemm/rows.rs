@@ -3,11 +3,11 @@
 //!
 //! A prefill packs the new tokens of several prompts (and the vision tower the patches of several screenshots)
 //! into one activation. OpenBLAS's sums for a row depend on the shape of the call and on the row's place in it,
-//! so [`super::Ops::matmul_nt`] multiplies each segment (one prompt, one image) by its own call: a row's result
+//! so [`crate::ops::Ops::matmul_nt`] multiplies each segment (one prompt, one image) by its own call: a row's result
 //! then depends only on its own segment, and on its length where that picks the product (the library from 4
-//! rows, the built-in packed kernel from 768, [`super::packed_gemm`]). Independent rows (decode, the logits of
+//! rows, the built-in packed kernel from 768, [`super::packed`]). Independent rows (decode, the logits of
 //! last positions) are separate sequences: in f32 on a CPU whose built-in GEMM is the packed kernel each output
-//! is one dot product in a fixed order ([`super::row_gemm`]); elsewhere they run on the `gemm` crate in products
+//! is one dot product in a fixed order ([`super::row`]); elsewhere they run on the `gemm` crate in products
 //! of a fixed number of rows ([`super::ROW_BLOCK`]), whose sums for a row do not depend on the other rows of the
 //! product. Together this makes greedy outputs on the CPU independent of the batch's size and composition, bit
 //! for bit.

@@ -10,52 +10,29 @@
 //! measured once per machine and kept ([`super::record`]), and within one process once per library. A library
 //! asked for by name (`on`, a path) is used whatever it measures, with a warning when it is the slower one.
 
-use std::path::Path;
 use std::sync::Mutex;
 use std::time::Instant;
 
 use candle_core::{Device, Tensor};
-use serde::{Deserialize, Serialize};
 
 use super::record::{self, CalibrationKey};
 use super::{Blas, BuiltinGemm};
+use crate::ops::GemmCalibration;
+use crate::records::BlasChoice;
 
 /// The calibration product's shape (m, k, n): about 2.5 GFLOP, some 25 ms a call at 100 GFLOP/s; enough rows for
-/// the built-in packed kernel ([`super::super::packed_gemm::MIN_ROWS`]).
+/// the built-in packed kernel ([`crate::ops::gemm::packed::MIN_ROWS`]).
 const CALIBRATION: (usize, usize, usize) = (768, 1280, 1280);
 
-/// What the run's CPU f32 GEMMs use and why: the manifest's record of the choice, also logged in one line.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct BlasChoice {
-    /// `MOBILE_R1_EVAL_BLAS` as given (empty when unset).
-    pub spec: String,
-    /// The library found (its description), if any.
-    pub library: Option<String>,
-    /// The kernels OpenBLAS picked for this CPU (`openblas_get_corename`), when the library says.
-    pub corename: Option<String>,
-    /// Whether the GEMMs of declared row segments run on the library (else on the built-in GEMM).
-    pub used: bool,
-    /// GFLOP/s of the calibration product through the library.
-    pub blas_gflops: Option<f64>,
-    /// GFLOP/s of the calibration product through the built-in path.
-    pub builtin_gflops: Option<f64>,
-    /// Where the rates come from: measured at this load, or once on this machine and kept in a file.
-    #[serde(default)]
-    pub calibration: Option<String>,
-    /// Why, in one sentence.
-    pub reason: String,
-}
-
-impl BlasChoice {
-    /// Whether the log line is a warning: the library misdetects the CPU, or it was required and is the slower.
-    pub fn needs_attention(&self) -> bool {
-        let misfit = self
-            .corename
-            .as_deref()
-            .is_some_and(|c| core_misfit(c, CpuSimd::detect()).is_some());
-        let slower = matches!((self.blas_gflops, self.builtin_gflops), (Some(b), Some(g)) if b < g);
-        misfit || (self.used && slower)
-    }
+/// Whether the log line of a choice is a warning: the library misdetects the CPU, or it was required and is the
+/// slower.
+pub fn needs_attention(c: &BlasChoice) -> bool {
+    let misfit = c
+        .corename
+        .as_deref()
+        .is_some_and(|name| core_misfit(name, CpuSimd::detect()).is_some());
+    let slower = matches!((c.blas_gflops, c.builtin_gflops), (Some(b), Some(g)) if b < g);
+    misfit || (c.used && slower)
 }
 
 /// OpenBLAS core names whose kernels predate AVX2/FMA: on a CPU with AVX2 they mean that the library did not
@@ -129,13 +106,13 @@ pub fn core_misfit(corename: &str, cpu: CpuSimd) -> Option<String> {
 }
 
 /// Decide about a loaded library against the run's `builtin` GEMM: `required` when the spec named it (`on`, a
-/// path), else `auto`. The rates come from the calibration file `calibration` when it holds this machine's and
-/// library's ([`record::rates`]).
+/// path), else `auto`. The rates come from the file `calibration` names when it holds this machine's and library's
+/// ([`record::rates`]).
 pub fn decide(
     blas: Blas,
     spec: &str,
     required: bool,
-    calibration: Option<&Path>,
+    calibration: &GemmCalibration,
     builtin: BuiltinGemm,
 ) -> (Option<Blas>, BlasChoice) {
     let misfit = blas
@@ -192,13 +169,13 @@ pub fn decide(
 /// measurement of the same library (a measurement, not a setting: kept so that two model loads in one process
 /// agree), else measured now.
 fn measured(
-    calibration: Option<&Path>,
+    calibration: &GemmCalibration,
     key: &CalibrationKey,
     blas: &Blas,
     builtin: BuiltinGemm,
 ) -> candle_core::Result<((f64, f64), String)> {
     static IN_PROCESS: Mutex<Vec<(CalibrationKey, (f64, f64))>> = Mutex::new(Vec::new());
-    if let Some(path) = calibration {
+    if let GemmCalibration::File(path) = calibration {
         return record::rates(path, key, || calibrate(blas, builtin));
     }
     let mut seen = IN_PROCESS.lock().unwrap_or_else(|p| p.into_inner());
@@ -247,7 +224,7 @@ pub fn calibrate(blas: &Blas, builtin: BuiltinGemm) -> candle_core::Result<(f64,
     let mut via_builtin = || match builtin {
         BuiltinGemm::GemmCrate => x.matmul(&wt).map(drop),
         BuiltinGemm::Packed => {
-            super::super::packed_gemm::sgemm_nt(&a, &w, (m, k, n), &mut c);
+            crate::ops::gemm::packed::sgemm_nt(&a, &w, (m, k, n), &mut c);
             Ok(())
         }
     };

@@ -5,7 +5,7 @@
 //! crate blocks them for the caches, which the four-row fused kernel cannot do once a segment's keys outgrow
 //! them (a full-attention layer of the vision tower sees 5,088 keys per 1080×2400 screenshot).
 //!
-//! Where the packed AVX2 kernel is the built-in GEMM ([`crate::ops::packed_gemm`]), segments of at least
+//! Where the packed AVX2 kernel is the built-in GEMM ([`crate::ops::gemm::packed`]), segments of at least
 //! [`PACKED_MIN_KEYS`] keys run on it instead: each KV head's keys and values are packed once per segment, blocks
 //! of query rows sized so that their scores stay in L2 take their scores from the packed keys, and each output row
 //! is divided by its sum of exponentials at the end.
@@ -17,15 +17,16 @@ use gemm::{gemm, Parallelism};
 use rayon::prelude::*;
 
 use super::{kernels, Dims, Prefix};
-use crate::ops::packed_gemm::{gemm_nt_packed, PackedW};
+use crate::ops::gemm::packed::{gemm_nt_packed, PackedW};
 use crate::ops::VarlenSeg;
 
 /// Query rows per product.
 pub const TILE: usize = 128;
 /// Scores of one block on the packed kernel (512 KiB, an L2's worth): 24 query rows of 5,088 keys.
 const PACKED_SCORES: usize = 128 * 1024;
-/// Fewest keys of a segment attended on the packed kernel where it is the built-in GEMM (`ops::cpu_attn::timing`
-/// on a Zen 3: 1.1–1.4× the `gemm` crate's tiles from 2,304 keys, even at 1,272, 0.6× for a window's 64).
+/// Fewest keys of a segment attended on the packed kernel where it is the built-in GEMM
+/// (`ops::attention::cpu::timing` on a Zen 3: 1.1–1.4× the `gemm` crate's tiles from 2,304 keys, even at 1,272,
+/// 0.6× for a window's 64).
 pub const PACKED_MIN_KEYS: usize = 2048;
 
 /// A row-major f32 matrix view: `rows` × `cols` at `data[at + r·rs + c·cs]`.

@@ -1,39 +1,20 @@
 //! Fused elementwise ops on the CPU in f32, each one parallel pass over the rows without the composed reference's
 //! intermediate tensors: the packed q/k/v bias + rotary (the reference's arithmetic in its order, so the same bits)
 //! and SwiGLU of a packed `[gate | up]` projection (with AVX2 or AVX-512, `exp` is the vectorised Cephes scheme of
-//! [`super::simd`], within about an ulp of libm's, so the result may differ from the reference's in the last bit;
-//! the AVX2 and AVX-512 paths give the same bits).
+//! [`crate::ops::simd`], within about an ulp of libm's, so the result may differ from the reference's in the last
+//! bit; the AVX2 and AVX-512 paths give the same bits).
 
-use candle_core::{DType, Result, Storage, Tensor};
+use candle_core::{DType, Result, Tensor};
 use rayon::prelude::*;
 
-use super::simd::Level;
+use crate::ops::cpu_data::cpu_slice;
+use crate::ops::simd::{self, Level};
 
 /// Whether this path serves `tensors`: all f32 and on the CPU.
 pub fn supported(tensors: &[&Tensor]) -> bool {
     tensors
         .iter()
         .all(|t| t.device().is_cpu() && t.dtype() == DType::F32)
-}
-
-/// The `n` f32 values of a contiguous CPU tensor's storage, from its layout's start.
-pub(super) fn cpu_slice<'a>(
-    storage: &'a Storage,
-    layout: &candle_core::Layout,
-    n: usize,
-) -> Result<&'a [f32]> {
-    let Storage::Cpu(cs) = storage else {
-        candle_core::bail!("fused CPU op: expected a CPU tensor");
-    };
-    let start = layout.start_offset();
-    Ok(&cs.as_slice::<f32>()?[start..start + n])
-}
-
-/// Run `f` on the f32 data of a CPU tensor (made contiguous).
-pub(super) fn with_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<R>) -> Result<R> {
-    let t = t.contiguous()?;
-    let (storage, layout) = t.storage_and_layout();
-    f(cpu_slice(&storage, layout, t.elem_count())?)
 }
 
 /// Copy the f32 data of a CPU tensor (made contiguous) into a `Vec`.
@@ -52,15 +33,15 @@ fn vector_swiglu(
     #[cfg(target_arch = "x86_64")]
     match level {
         // SAFETY (both arms): the CPU supports `level`; u, out and the biases are as long as g (one row's halves).
-        Level::Avx512 => return unsafe { super::simd::avx512::swiglu_row(g, u, bias, out) },
-        Level::Avx2 => return unsafe { super::simd::avx2::swiglu_row(g, u, bias, out) },
+        Level::Avx512 => return unsafe { simd::avx512::swiglu_row(g, u, bias, out) },
+        Level::Avx2 => return unsafe { simd::avx2::swiglu_row(g, u, bias, out) },
         Level::Portable => {}
     }
     let _ = (g, u, bias, out, level);
     0
 }
 
-/// See [`super::swiglu_packed`].
+/// See [`crate::ops::Ops::swiglu_packed`].
 pub fn swiglu_packed(gu: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     swiglu_packed_at(gu, bias, Level::detect())
 }
@@ -94,7 +75,7 @@ fn swiglu_packed_at(gu: &Tensor, bias: Option<&Tensor>, level: Level) -> Result<
     Tensor::from_vec(out, shape, gu.device())
 }
 
-/// See [`super::qkv_rope`] (f32 projection, bias and tables): rows in parallel; per rotated head and j < d/2,
+/// See [`crate::ops::Ops::qkv_rope`] (f32 projection, bias and tables): rows in parallel; per rotated head and j < d/2,
 /// x = y + b, then `x[j]·cos − x[j+d/2]·sin` and `x[j]·sin + x[j+d/2]·cos` as candle's `rope_thd` computes them.
 pub fn qkv_rope(a: super::QkvRope<'_>) -> Result<(Tensor, Tensor, Tensor)> {
     qkv_rope_at(a, Level::detect())
@@ -282,7 +263,7 @@ mod tests {
 }
 
 /// Times of SwiGLU and q/k/v + rotary at each vector path this CPU supports (the `small` vision tower's shapes
-/// for one screenshot): `cargo test --release --lib ops::cpu_elementwise::timing -- --ignored --nocapture`.
+/// for one screenshot): `cargo test --release --lib ops::elementwise::cpu::timing -- --ignored --nocapture`.
 #[cfg(test)]
 mod timing {
     use super::tests::bits;

@@ -1,4 +1,4 @@
-//! AVX2/FMA and AVX-512 building blocks of the fused CPU ops (`cpu_attn`, `cpu_elementwise`); callers pick a
+//! AVX2/FMA and AVX-512 building blocks of the fused CPU ops (`attention::cpu`, `elementwise::cpu`); callers pick a
 //! [`Level`] at run time ([`Level::detect`]) and call only the functions of a level the CPU supports.
 //!
 //! The AVX-512 functions compute every lane with the same operations in the same order as the AVX2 ones (and

@@ -1,12 +1,18 @@
 //! The attention ops and their selection: packed varlen attention (prefill, vision windows and full attention)
-//! and decode attention, each on the fused CUDA kernel, the fused CPU path, or the composed fallback
-//! ([`super::composed`]), whose masks are built here.
+//! and decode attention, each on the fused CUDA kernel, the fused CPU path ([`cpu`]), or the composed fallback
+//! ([`composed`]); their candle references ([`reference`]).
+
+pub mod composed;
+pub(super) mod cpu;
+pub(super) mod reference;
 
 use candle_core::{DType, Device, Result, Tensor};
 
 #[cfg(feature = "cuda")]
 use super::cuda;
-use super::{composed, cpu_attn, reference, Ops};
+pub use crate::records::DecodeAttention;
+
+use super::Ops;
 
 /// One layer's KV buffers of one sequence for decode attention: K and V of shape (kv_heads, capacity,
 /// head_dim), contiguous, not shared with any other cache (the new position is written into them), and `len`
@@ -19,19 +25,6 @@ pub struct DecodeKv<'a> {
     pub v: &'a Tensor,
     /// Valid positions before this step.
     pub len: usize,
-}
-
-/// How decode attention runs over sequences of different lengths.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DecodeAttention {
-    /// One small composed attention per sequence over its exact cache (no copies; the CPU's choice).
-    PerSequence,
-    /// One composed attention over caches padded to the longest, with a length mask (fewer kernel launches;
-    /// the choice on GPUs without a fused kernel for the head shape).
-    Padded,
-    /// One launch per layer of the project's CUDA kernel: it writes every new K/V and attends over each
-    /// sequence's own cache, no padding and no copies (the choice on CUDA where the kernel covers the shape).
-    Fused,
 }
 
 /// The fused decode attention of one step over all layers: the buffer tables are checked and uploaded once per
@@ -95,7 +88,7 @@ enum StepPath {
     PerSequence,
     /// Longest length after this step and the (B, 1, lmax) additive mask hiding each sequence's tail.
     Padded(usize, Tensor),
-    Fused(DecodePlan),
+    Fused(Box<DecodePlan>),
 }
 
 impl DecodeStep<'_> {
@@ -169,7 +162,7 @@ impl Ops {
     /// this head_dim: CUDA with head_dim 64, 80 or 128, or the CPU in f32 with head_dim a multiple of 8.
     pub fn varlen_supported(&self, device: &Device, dtype: DType, head_dim: usize) -> bool {
         (self.on_kernel_path(device, dtype) && matches!(head_dim, 64 | 80 | 128))
-            || (self.config.fused_kernels && cpu_attn::supported(device, dtype, head_dim))
+            || (self.config.fused_kernels && cpu::supported(device, dtype, head_dim))
     }
 
     /// Attention of packed segments: the queries of each segment (its rows of `q`) attend to the segment's keys
@@ -186,7 +179,7 @@ impl Ops {
                 let mma = self.config.tensor_core_attention && q.dtype() != DType::F32;
                 return cuda::varlen_attention(a, mma);
             }
-            return cpu_attn::varlen_attention(a, self.builtin);
+            return cpu::varlen_attention(a, self.builtin);
         }
         composed::varlen(a, self.attention_budget)
     }
@@ -240,7 +233,7 @@ impl Ops {
             None => auto,
         };
         let how = match path {
-            DecodeAttention::Fused => StepPath::Fused(DecodePlan::new(dtype, &layers)?),
+            DecodeAttention::Fused => StepPath::Fused(Box::new(DecodePlan::new(dtype, &layers)?)),
             DecodeAttention::PerSequence => StepPath::PerSequence,
             DecodeAttention::Padded => {
                 let lens: Vec<usize> = layers

@@ -463,7 +463,7 @@ mod tests {
     }
 }
 
-/// `cargo test --release --lib packed_gemm::timing -- --ignored --nocapture`: the register tile alone on panels
+/// `cargo test --release --lib gemm::packed::timing -- --ignored --nocapture`: the register tile alone on panels
 /// that stay in L1 (its ceiling), and the f32 products of the `small` checkpoint at `max_pixels` 1,003,520 (one
 /// screenshot's 5,088 patches, the merger's 1,272 rows, a 1,306-token prompt), 2048³ and two shorter segments,
 /// through the `gemm` crate as candle calls it, this kernel and OpenBLAS where installed, alternated, best of
@@ -535,7 +535,7 @@ pub(super) mod timing {
         if check::skip_without_avx2() {
             return;
         }
-        let blas = crate::ops::blas::Blas::from_spec("auto").unwrap();
+        let blas = crate::ops::gemm::blas::Blas::load(&crate::ops::CpuGemm::Auto).unwrap();
         let shapes = [
             (5088, 1280, 3840),
             (5088, 1280, 1280),
