@@ -9,7 +9,7 @@ pub mod random;
 mod report;
 
 pub use report::{
-    BenchReport, BenchmarkEstimate, MfuTriple, Params, TimeSplit, BENCH_SCHEMA_VERSION,
+    BenchReport, BenchmarkEstimate, HistoryCost, MfuTriple, Params, TimeSplit, BENCH_SCHEMA_VERSION,
 };
 pub mod workload;
 
@@ -22,7 +22,10 @@ use candle_core::{DType, Device, Tensor};
 use crate::backend::{open_device, Backend, LoadedModel, LocalBackend, MultiBackend};
 use crate::chat::{ChatTemplate, PromptBuilder, Tokenizer};
 use crate::engine::{memory, BatchLimits};
-use crate::eval::{pending_steps, run_phase, JudgePhase, StepPhase, SystemPrompt};
+use crate::eval::{
+    pending_steps, run_phase, Decide, JudgePhase, SemiOnlineConfig, SemiOnlinePhase, StepPhase,
+    SystemPrompt,
+};
 use crate::model::Qwen25VL;
 use crate::ops::blas::Blas;
 use crate::predictions::PredictionSet;
@@ -60,6 +63,9 @@ pub struct BenchConfig {
     pub seed: u64,
     /// How the ops run.
     pub ops: crate::ops::OpsConfig,
+    /// `--history predicted`: also run the steps as semi-online chains under this procedure (every step counted
+    /// right, so each chain runs to its end) and compare with the gold history on the same prompts.
+    pub semi_online: Option<crate::records::Procedure>,
 }
 
 /// One GEMM path's measured rate.
@@ -272,13 +278,25 @@ fn backend(devices: &[LocalBackend]) -> Result<Box<dyn Backend + '_>> {
     })
 }
 
-/// Run the step phase (and, when asked, the judge phase) of `bench` through `backend` in the folder `dir`.
+/// What the step phases of a benchmark run measured.
+struct StepRuns {
+    /// The step phase the report's figures describe (the semi-online one with `--history predicted`).
+    steps: PhaseStats,
+    /// The judge phase, when run.
+    judge: Option<PhaseStats>,
+    /// With `--history predicted`: the same steps with the gold history, then as semi-online chains.
+    history: Option<HistoryCost>,
+}
+
+/// Run the step phase (and, when asked, the judge phase) of `bench` through `backend` in the folder `dir`; with
+/// `--history predicted`, the gold-history step phase first and then the semi-online one on the same
+/// trajectories.
 fn run_phases(
     cfg: &BenchConfig,
     backend: &dyn Backend,
     bench: &crate::dataset::Benchmark,
     dir: &std::path::Path,
-) -> Result<(PhaseStats, Option<PhaseStats>)> {
+) -> Result<StepRuns> {
     let steps_phase = StepPhase {
         bench,
         jobs: pending_steps(bench, &Default::default()),
@@ -288,8 +306,27 @@ fn run_phases(
     };
     let mut steps = run_phase(backend, &steps_phase, &dir.join("predictions.jsonl"))?;
     steps.phase = "bench".into();
+    let mut history = None;
+    if let Some(procedure) = cfg.semi_online {
+        let semi = SemiOnlineConfig {
+            procedure,
+            decide: Decide::AlwaysRight,
+            system: SystemPrompt::Default,
+            image: backend.image_config(),
+            max_new_tokens: cfg.max_new_tokens,
+        };
+        let phase = SemiOnlinePhase::new(bench, &[], semi);
+        let mut chained = run_phase(backend, &phase, &dir.join("predictions-semi-online.jsonl"))?;
+        chained.phase = format!("bench ({procedure} history)");
+        history = Some(HistoryCost::of(procedure, &steps, &chained));
+        steps = chained;
+    }
     if !cfg.judge {
-        return Ok((steps, None));
+        return Ok(StepRuns {
+            steps,
+            judge: None,
+            history,
+        });
     }
     let preds = PredictionSet::read(dir.join("predictions.jsonl"))?;
     let phase = JudgePhase {
@@ -297,9 +334,14 @@ fn run_phases(
         preds: &preds,
         jobs: (0..bench.trajectories.len()).collect(),
         max_new_tokens: cfg.max_new_tokens,
+        reached_only: false,
     };
     let judge = run_phase(backend, &phase, &dir.join("judgements.jsonl"))?;
-    Ok((steps, Some(judge)))
+    Ok(StepRuns {
+        steps,
+        judge: Some(judge),
+        history,
+    })
 }
 
 /// Run the benchmark and return its report (what `bench --json` prints).
@@ -310,7 +352,11 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport> {
     let backend = backend(&devices)?;
     let tmp = tempfile::tempdir()?;
     let bench = workload::write(tmp.path(), cfg.steps)?;
-    let (steps, judge) = run_phases(cfg, backend.as_ref(), &bench, tmp.path())?;
+    let StepRuns {
+        steps,
+        judge,
+        history,
+    } = run_phases(cfg, backend.as_ref(), &bench, tmp.path())?;
     // The separate vision pass, the GEMM rates and the profile are the first device's.
     let loaded = devices[0].loaded();
     let model = &loaded.model;
@@ -337,7 +383,9 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport> {
         build_seconds,
         profile: model.profile_snapshot(),
     };
-    Ok(report(cfg, &backend.info().device, model, &measured))
+    let mut r = report(cfg, &backend.info().device, model, &measured);
+    r.history = history;
+    Ok(r)
 }
 
 /// What one benchmark run measured.
@@ -507,6 +555,7 @@ fn report(cfg: &BenchConfig, device: &str, model: &Qwen25VL, m: &Measured) -> Be
             .collect(),
         benchmark_estimate: benchmark_estimate(steps, m.judge.as_ref()),
         profile: m.profile.clone(),
+        history: None,
     }
 }
 

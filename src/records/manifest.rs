@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::PhaseSummary;
+use super::{History, PhaseSummary};
 use crate::fingerprint::WeightsFingerprint;
 use crate::ops::{OpsManifest, ProfileSnapshot};
 use crate::preprocess::ImageProcessorConfig;
@@ -51,6 +51,9 @@ pub struct RunSettings {
     /// `I/N` when the run is one shard of a sharded run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<String>,
+    /// The history the step prompts show; absent (the gold history) in runs that do not set it.
+    #[serde(default, skip_serializing_if = "History::is_gold")]
+    pub history: History,
 }
 
 /// One setting in which two runs differ, for messages (`name: old → new`, each value as JSON).
@@ -96,6 +99,7 @@ impl RunSettings {
             judge,
             version,
             shard,
+            history,
         } = self;
         macro_rules! compare {
             ($($f:ident),*) => {
@@ -114,7 +118,8 @@ impl RunSettings {
             max_new_tokens,
             judge,
             version,
-            shard
+            shard,
+            history
         );
         out
     }
