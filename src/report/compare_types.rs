@@ -90,4 +90,8 @@ pub struct Comparison {
     pub per_app: Vec<GroupDelta>,
     /// Per gold action type.
     pub per_action: Vec<GroupDelta>,
+    /// The history of A and B (`gold`, `uis1-sop`, `guievalkit`), when either run showed the model its own
+    /// (`average_progress` is then among the metrics).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<[String; 2]>,
 }

@@ -32,3 +32,4 @@ mod reliability_inputs;
 mod report_browser;
 mod report_html;
 mod scale_out;
+mod semi_online;
