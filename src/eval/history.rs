@@ -85,8 +85,8 @@ fn conversation(
             content.push(json!({"type": "image"}));
         }
         messages.push(json!({"role": "user", "content": content}));
-        if k < step {
-            messages.push(json!({"role": "assistant", "content": own[k].response}));
+        if let Some(reply) = own.get(k).filter(|_| k < step) {
+            messages.push(json!({"role": "assistant", "content": reply.response}));
         }
     }
     Ok(Value::Array(messages))

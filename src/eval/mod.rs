@@ -91,7 +91,7 @@ impl EvalConfig {
     pub fn history(&self) -> History {
         match self.semi_online {
             None => History::Gold,
-            Some(p) => History::Predicted(SemiOnlineSettings::new(p, self.rules.clone())),
+            Some(p) => History::Predicted(Box::new(SemiOnlineSettings::new(p, self.rules.clone()))),
         }
     }
 }

@@ -137,8 +137,8 @@ pub enum History {
     /// The gold history.
     #[default]
     Gold,
-    /// The model's own earlier outputs.
-    Predicted(SemiOnlineSettings),
+    /// The model's own earlier outputs (boxed: a manifest's settings stay small in the common, gold case).
+    Predicted(Box<SemiOnlineSettings>),
 }
 
 impl History {
@@ -151,7 +151,7 @@ impl History {
     pub fn semi_online(&self) -> Option<&SemiOnlineSettings> {
         match self {
             History::Gold => None,
-            History::Predicted(s) => Some(s),
+            History::Predicted(s) => Some(s.as_ref()),
         }
     }
 
@@ -167,10 +167,10 @@ mod tests {
 
     #[test]
     fn history_reads_and_writes_as_the_manifest_shows_it() {
-        let h = History::Predicted(SemiOnlineSettings::new(
+        let h = History::Predicted(Box::new(SemiOnlineSettings::new(
             Procedure::Uis1Sop,
             RulePreset::default(),
-        ));
+        )));
         let v = serde_json::to_value(&h).unwrap();
         assert_eq!(v["source"], "predicted");
         assert_eq!(v["procedure"], "uis1-sop");

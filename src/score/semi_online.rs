@@ -311,7 +311,7 @@ mod tests {
     }
 
     fn history(p: Procedure) -> History {
-        History::Predicted(SemiOnlineSettings::new(p, RulePreset::default()))
+        History::Predicted(Box::new(SemiOnlineSettings::new(p, RulePreset::default())))
     }
 
     fn close(a: f64, b: f64) -> bool {

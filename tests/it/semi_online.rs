@@ -553,3 +553,39 @@ fn guievalkit_keeps_the_models_right_tool_calls() {
     );
     assert!(text.contains(&gold), "{gold} not in {text}");
 }
+
+/// `bench --history predicted`: the same synthetic trajectories with the gold history, then as `uis1-sop`
+/// chains (every step counted right, so each runs to its end), both reported.
+#[test]
+fn bench_reports_the_cost_of_the_predicted_history_against_gold() {
+    let o = run(&[
+        "bench",
+        "--config",
+        "tiny",
+        "--steps",
+        "8",
+        "--batch-size",
+        "4",
+        "--max-new-tokens",
+        "6",
+        "--max-pixels",
+        "100352",
+        "--no-judge",
+        "--history",
+        "predicted",
+        "--json",
+    ]);
+    ok(&o);
+    let r: mobile_r1_eval::bench::BenchReport = serde_json::from_slice(&o.stdout).unwrap();
+    let h = r.history.expect("the history comparison");
+    assert_eq!(h.procedure, "uis1-sop");
+    assert_eq!((h.gold.stats.prompts, h.predicted.stats.prompts), (8, 8));
+    assert_eq!(r.steps, 8, "the figures are the chained phase's");
+    // Two screenshots per prompt after the first step: the chained prompts are longer.
+    assert!(h.prompt_tokens_ratio > 1.0, "{}", h.prompt_tokens_ratio);
+    assert!(h.wall_ratio > 0.0);
+    assert!(
+        h.predicted.stats.prefix_cached_tokens > 0,
+        "the system turn is reused"
+    );
+}
