@@ -5,6 +5,7 @@
 //! peak of the cores used, with the CPU's model and features.
 
 pub mod cpu;
+mod phases;
 pub mod random;
 mod report;
 
@@ -22,17 +23,13 @@ use candle_core::{DType, Device, Tensor};
 use crate::backend::{open_device, Backend, LoadedModel, LocalBackend, MultiBackend};
 use crate::chat::{ChatTemplate, PromptBuilder, Tokenizer};
 use crate::engine::{memory, BatchLimits};
-use crate::eval::{
-    pending_steps, run_phase, Decide, JudgePhase, SemiOnlineConfig, SemiOnlinePhase, StepPhase,
-    SystemPrompt,
-};
 use crate::model::Qwen25VL;
 use crate::ops::blas::Blas;
-use crate::predictions::PredictionSet;
 use crate::preprocess::ImageProcessorConfig;
 use crate::records::PhaseStats;
 use crate::settings::BenchModel;
 use crate::settings::{DTypeSpec, DeviceSpec};
+use phases::{run_phases, StepRuns};
 
 /// Settings of one benchmark run.
 #[derive(Debug, Clone)]
@@ -275,72 +272,6 @@ fn backend(devices: &[LocalBackend]) -> Result<Box<dyn Backend + '_>> {
                 .map(|d| Box::new(d) as Box<dyn crate::backend::DeviceBackend + '_>)
                 .collect(),
         )?),
-    })
-}
-
-/// What the step phases of a benchmark run measured.
-struct StepRuns {
-    /// The step phase the report's figures describe (the semi-online one with `--history predicted`).
-    steps: PhaseStats,
-    /// The judge phase, when run.
-    judge: Option<PhaseStats>,
-    /// With `--history predicted`: the same steps with the gold history, then as semi-online chains.
-    history: Option<HistoryCost>,
-}
-
-/// Run the step phase (and, when asked, the judge phase) of `bench` through `backend` in the folder `dir`; with
-/// `--history predicted`, the gold-history step phase first and then the semi-online one on the same
-/// trajectories.
-fn run_phases(
-    cfg: &BenchConfig,
-    backend: &dyn Backend,
-    bench: &crate::dataset::Benchmark,
-    dir: &std::path::Path,
-) -> Result<StepRuns> {
-    let steps_phase = StepPhase {
-        bench,
-        jobs: pending_steps(bench, &Default::default()),
-        system: SystemPrompt::Default,
-        image: backend.image_config(),
-        max_new_tokens: cfg.max_new_tokens,
-    };
-    let mut steps = run_phase(backend, &steps_phase, &dir.join("predictions.jsonl"))?;
-    steps.phase = "bench".into();
-    let mut history = None;
-    if let Some(procedure) = cfg.semi_online {
-        let semi = SemiOnlineConfig {
-            procedure,
-            decide: Decide::AlwaysRight,
-            system: SystemPrompt::Default,
-            image: backend.image_config(),
-            max_new_tokens: cfg.max_new_tokens,
-        };
-        let phase = SemiOnlinePhase::new(bench, &[], semi);
-        let mut chained = run_phase(backend, &phase, &dir.join("predictions-semi-online.jsonl"))?;
-        chained.phase = format!("bench ({procedure} history)");
-        history = Some(HistoryCost::of(procedure, &steps, &chained));
-        steps = chained;
-    }
-    if !cfg.judge {
-        return Ok(StepRuns {
-            steps,
-            judge: None,
-            history,
-        });
-    }
-    let preds = PredictionSet::read(dir.join("predictions.jsonl"))?;
-    let phase = JudgePhase {
-        bench,
-        preds: &preds,
-        jobs: (0..bench.trajectories.len()).collect(),
-        max_new_tokens: cfg.max_new_tokens,
-        reached_only: false,
-    };
-    let judge = run_phase(backend, &phase, &dir.join("judgements.jsonl"))?;
-    Ok(StepRuns {
-        steps,
-        judge: Some(judge),
-        history,
     })
 }
 
