@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Args, Parser, Subcommand};
 
-use crate::ops::CpuGemm;
+use crate::ops::{CpuGemm, GemmCalibration};
 use crate::records::{HistorySource, Procedure};
 use crate::settings::RuleName;
 use crate::settings::{BenchModel, SystemPrompt};
@@ -126,12 +126,40 @@ pub struct OpsArgs {
     /// The file that keeps the calibration deciding `--cpu-gemm auto` (the library against the built-in GEMM,
     /// measured once per machine so that every run on it makes the same choice); `none`: measured at each start.
     /// Default: `mobile-r1-eval/cpu-gemm.json` under `$XDG_CACHE_HOME` (else `~/.cache`).
-    #[arg(long, env = "MOBILE_R1_EVAL_CPU_GEMM_CALIBRATION")]
-    pub cpu_gemm_calibration: Option<String>,
+    #[arg(
+        long,
+        env = "MOBILE_R1_EVAL_CPU_GEMM_CALIBRATION",
+        value_name = "FILE|none",
+        default_value = "",
+        hide_default_value = true
+    )]
+    pub cpu_gemm_calibration: CalibrationFlag,
     /// Time each model section, waiting for the device around each (slower; the table goes into
     /// `throughput.json` / `bench --json` under `profile`).
     #[arg(long, env = "MOBILE_R1_EVAL_PROFILE", value_parser = BoolishValueParser::new())]
     pub profile: bool,
+}
+
+/// `--cpu-gemm-calibration` as read: unset (or empty), or a value for the ops.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CalibrationFlag {
+    /// Unset or empty: the default file under the user's cache folder, which the command layer finds.
+    CacheDefault,
+    /// A file, or `none`.
+    Set(GemmCalibration),
+}
+
+impl std::str::FromStr for CalibrationFlag {
+    type Err = String;
+
+    /// Empty: [`CalibrationFlag::CacheDefault`]; else `none` or a file ([`GemmCalibration`]).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.trim().is_empty() {
+            Ok(Self::CacheDefault)
+        } else {
+            s.parse().map(Self::Set)
+        }
+    }
 }
 
 /// `on`/`off` (also `1`/`0`, `true`/`false`, `yes`/`no`), case-insensitive.
@@ -177,10 +205,10 @@ pub struct ModelArgs {
     #[arg(long)]
     pub dtype: Option<DTypeSpec>,
     /// Override the checkpoint's `min_pixels`.
-    #[arg(long)]
+    #[arg(long, value_parser = whole::<u64>, allow_negative_numbers = true)]
     pub min_pixels: Option<u64>,
     /// Override the checkpoint's `max_pixels`.
-    #[arg(long)]
+    #[arg(long, value_parser = whole::<u64>, allow_negative_numbers = true)]
     pub max_pixels: Option<u64>,
     /// How the ops run.
     #[command(flatten)]
@@ -200,7 +228,7 @@ pub struct GenerateArgs {
     #[arg(long)]
     pub prompt: String,
     /// Maximum number of generated tokens.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub max_new_tokens: usize,
     /// Do not stop at the end-of-sequence tokens (generate exactly `--max-new-tokens`).
     #[arg(long)]
@@ -223,13 +251,13 @@ pub struct EvalArgs {
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Most sequences decoded together.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub batch_size: usize,
     /// Token budget of one batch (prompt + generated tokens); automatic from free memory when absent.
-    #[arg(long)]
+    #[arg(long, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub max_batch_tokens: Option<usize>,
     /// Maximum generated tokens per prompt.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub max_new_tokens: usize,
     /// Matching-rule preset used for the metrics.
     #[arg(long, default_value = "mobile-r1")]
@@ -248,6 +276,10 @@ pub struct EvalArgs {
     /// Needs `--out RUN`; the shard writes into `RUN/shards/I-of-N/`, and `merge RUN` joins the shards.
     #[arg(long)]
     pub shard: Option<crate::shard::ShardArg>,
+    /// Exit 0 even when some steps could not be prepared (an unreadable screenshot): they are recorded with an
+    /// `error` and redone on resume either way. Without it such a run ends with exit status 1 and a summary line.
+    #[arg(long)]
+    pub allow_step_errors: bool,
     /// Whose actions fill a step prompt's history: `gold` (the benchmark's sub-goals; every step independent)
     /// or `predicted` (the model's own earlier outputs: semi-online evaluation, see `--semi-online`).
     #[arg(long, default_value = "gold")]
@@ -297,22 +329,22 @@ pub struct BenchArgs {
     #[arg(long)]
     pub dtype: Option<DTypeSpec>,
     /// Number of step prompts (rounded up to whole 4-step trajectories).
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub steps: usize,
     /// Most sequences decoded together.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub batch_size: usize,
     /// Token budget of one batch; automatic from free memory when absent.
-    #[arg(long)]
+    #[arg(long, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub max_batch_tokens: Option<usize>,
     /// New tokens per prompt.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub max_new_tokens: usize,
     /// Smallest image area in pixels.
-    #[arg(long, default_value_t = 3136)]
+    #[arg(long, default_value_t = 3136, value_parser = whole::<u64>, allow_negative_numbers = true)]
     pub min_pixels: u64,
     /// Largest image area in pixels (default 1280·28²).
-    #[arg(long, default_value_t = 1_003_520)]
+    #[arg(long, default_value_t = 1_003_520, value_parser = whole::<u64>, allow_negative_numbers = true)]
     pub max_pixels: u64,
     /// Folder with a Qwen2.5-VL tokenizer.json and chat template (default: a copy built into the binary).
     #[arg(long)]
@@ -321,7 +353,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub no_judge: bool,
     /// Seed of the random weights.
-    #[arg(long, default_value_t = 1234)]
+    #[arg(long, default_value_t = 1234, value_parser = whole::<u64>, allow_negative_numbers = true)]
     pub seed: u64,
     /// `predicted`: run the same trajectories with the gold history, then with the model's own (each step
     /// chained to the previous one's answer) and report both (`history` in the JSON).
@@ -336,4 +368,44 @@ pub struct BenchArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// A whole number (`--max-new-tokens 32`); a negative or fractional value is refused with what is expected, rather
+/// than taken for a flag.
+fn whole<T: std::str::FromStr>(s: &str) -> Result<T, String> {
+    s.trim()
+        .parse()
+        .map_err(|_| format!("expected a whole number (0, 1, 2, …), found {s:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn calibration(flag: &[&str]) -> CalibrationFlag {
+        let argv = ["mobile-r1-eval", "self-test"].iter().chain(flag);
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::SelfTest(a) => a.ops.cpu_gemm_calibration,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_calibration_flag_is_read_once_into_a_typed_value() {
+        if std::env::var_os("MOBILE_R1_EVAL_CPU_GEMM_CALIBRATION").is_some() {
+            eprintln!("skipped: MOBILE_R1_EVAL_CPU_GEMM_CALIBRATION is set");
+            return;
+        }
+        let flag = "--cpu-gemm-calibration";
+        assert_eq!(calibration(&[]), CalibrationFlag::CacheDefault);
+        assert_eq!(calibration(&[flag, ""]), CalibrationFlag::CacheDefault);
+        assert_eq!(
+            calibration(&[flag, "none"]),
+            CalibrationFlag::Set(GemmCalibration::EachStart)
+        );
+        assert_eq!(
+            calibration(&[flag, "/x/cpu-gemm.json"]),
+            CalibrationFlag::Set(GemmCalibration::File("/x/cpu-gemm.json".into()))
+        );
+    }
 }

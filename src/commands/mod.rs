@@ -94,24 +94,22 @@ pub fn ops_config(a: &crate::cli::OpsArgs) -> crate::ops::OpsConfig {
         fused_kernels: a.kernels,
         tensor_core_attention: a.tensor_core_attention,
         cpu_gemm: a.cpu_gemm.clone(),
-        cpu_gemm_calibration: calibration_file(a.cpu_gemm_calibration.as_deref()),
+        cpu_gemm_calibration: calibration(&a.cpu_gemm_calibration),
         profile: a.profile,
     }
 }
 
-/// `--cpu-gemm-calibration`: `none`, a file, or the default under the user's cache folder (none without one).
-fn calibration_file(flag: Option<&str>) -> Option<std::path::PathBuf> {
-    match flag.map(str::trim) {
-        Some("none") => None,
-        Some(path) if !path.is_empty() => Some(path.into()),
-        _ => {
-            let cache = std::env::var_os("XDG_CACHE_HOME")
-                .filter(|v| !v.is_empty())
-                .map(std::path::PathBuf::from)
-                .or_else(|| {
-                    std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cache"))
-                })?;
-            Some(cache.join("mobile-r1-eval").join("cpu-gemm.json"))
-        }
+/// `--cpu-gemm-calibration`: `none`, a file, or the default under the user's cache folder (no file without one).
+fn calibration(flag: &crate::cli::CalibrationFlag) -> crate::ops::GemmCalibration {
+    use crate::ops::GemmCalibration;
+    match flag {
+        crate::cli::CalibrationFlag::Set(c) => c.clone(),
+        crate::cli::CalibrationFlag::CacheDefault => std::env::var_os("XDG_CACHE_HOME")
+            .filter(|v| !v.is_empty())
+            .map(std::path::PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cache")))
+            .map_or(GemmCalibration::EachStart, |cache| {
+                GemmCalibration::File(cache.join("mobile-r1-eval").join("cpu-gemm.json"))
+            }),
     }
 }

@@ -57,6 +57,17 @@ pub enum DatasetError {
         /// The file.
         file: PathBuf,
     },
+    /// A file was given where the benchmark folder was expected.
+    #[error(
+        "{} is a file; a benchmark is the folder holding data.jsonl and the screenshots (here: {})",
+        path.display(), folder.display()
+    )]
+    NotAFolder {
+        /// The file given.
+        path: PathBuf,
+        /// The folder it lies in.
+        folder: PathBuf,
+    },
 }
 
 impl DatasetError {
@@ -128,6 +139,13 @@ impl Benchmark {
     /// Load `DIR/data.jsonl` (no image is opened).
     pub fn load(dir: impl AsRef<Path>) -> Result<Benchmark, DatasetError> {
         let root = dir.as_ref().to_path_buf();
+        if root.is_file() {
+            let folder = match root.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+                _ => PathBuf::from("."),
+            };
+            return Err(DatasetError::NotAFolder { path: root, folder });
+        }
         let file = root.join(DATA_FILE);
         let text = std::fs::read_to_string(&file).map_err(|source| DatasetError::Io {
             path: file.clone(),

@@ -5,9 +5,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::{History, PhaseSummary};
-use crate::fingerprint::WeightsFingerprint;
-use crate::ops::{OpsManifest, ProfileSnapshot};
+use super::{DecodeAttention, History, OpsManifest, PhaseSummary, ProfileSnapshot};
+use crate::fingerprint::FilesFingerprint;
 use crate::preprocess::ImageProcessorConfig;
 use crate::settings::{BatchLimits, RulePreset, SystemPrompt};
 use crate::shard::ShardManifestEntry;
@@ -31,7 +30,7 @@ pub struct RunSettings {
     /// Content fingerprint of every weight file (a replaced file is refused on resume; empty in manifests that
     /// predate it, which therefore do not resume).
     #[serde(default)]
-    pub weights: WeightsFingerprint,
+    pub weights: FilesFingerprint,
     /// Activation and weight dtype (`f32`, `bf16`, `f16`).
     pub dtype: String,
     /// SHA-256 of the benchmark's `data.jsonl`.
@@ -133,7 +132,7 @@ pub struct JudgeSettings {
     /// Its fingerprint.
     pub hash: String,
     /// Content fingerprint of its weight files.
-    pub weights: WeightsFingerprint,
+    pub weights: FilesFingerprint,
 }
 
 /// Versions of the program and its engine.
@@ -195,6 +194,10 @@ pub struct Manifest {
     /// The shard this run folder holds, for a sharded run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<ShardManifestEntry>,
+    /// Fingerprint of every screenshot of the benchmark (a changed one with saved answers is refused on resume;
+    /// empty in manifests that predate it, which resume unchecked).
+    #[serde(default)]
+    pub screenshots: FilesFingerprint,
 }
 
 /// The part of `manifest.json` that every run folder's manifest has — a run's or a shard's ([`Manifest`]) and a
@@ -236,7 +239,7 @@ pub struct OpsRecord {
     #[serde(flatten)]
     pub ops: OpsManifest,
     /// How decode attention ran (`PerSequence`, `Padded`, `Fused`).
-    pub decode_attention: String,
+    pub decode_attention: DecodeAttention,
     /// Whether the model's sections were timed (a slower run).
     pub profiled: bool,
 }

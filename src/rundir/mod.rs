@@ -187,7 +187,8 @@ impl RunDir {
     }
 
     /// Check that an existing run in this folder was made with the same `settings` (everything that changes the
-    /// predictions: model hash, dtype, prompts, pixel bounds, …). Returns its manifest when resuming.
+    /// predictions: model hash, dtype, prompts, pixel bounds, …), but for a judge phase added to a run made
+    /// without one. Returns its manifest when resuming.
     pub fn check_resume(&self, settings: &RunSettings) -> Result<Option<Manifest>, RunDirError> {
         let path = self.path(MANIFEST);
         let Some(old) = read_json::<Manifest>(&path, "run manifest")? else {
@@ -195,7 +196,15 @@ impl RunDir {
         };
         // A replaced weight file gets its own message, before the settings diff.
         crate::fingerprint::check_unchanged(&path, &old.settings.weights, &settings.weights)?;
-        let diffs = old.settings.differences(settings);
+        // A run made without the judge phase may take it on: the judge does not change any step's answer.
+        let adds_judge =
+            |d: &crate::records::SettingDiff| d.name == "judge" && old.settings.judge.is_none();
+        let diffs: Vec<_> = old
+            .settings
+            .differences(settings)
+            .into_iter()
+            .filter(|d| !adds_judge(d))
+            .collect();
         if diffs.is_empty() {
             return Ok(Some(old));
         }

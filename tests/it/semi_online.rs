@@ -129,7 +129,7 @@ fn uis1_sop_stops_at_the_first_wrong_step() {
         "--history",
         "predicted",
         "--rules",
-        "qwen-ac",
+        "qwen-ac-uis1",
         "--system-prompt",
         "data",
     ];
@@ -164,7 +164,10 @@ fn uis1_sop_stops_at_the_first_wrong_step() {
     assert!(m["intervals"]["metrics"]["average_progress"].is_object());
     assert_eq!(m["judge_judged"], 5, "one verdict per trajectory");
     let manifest = json_file(&sop.join("manifest.json"));
-    assert_eq!(manifest["settings"]["history"]["rules"]["name"], "qwen-ac");
+    assert_eq!(
+        manifest["settings"]["history"]["rules"]["name"],
+        "qwen-ac-uis1"
+    );
     assert!(manifest["settings"]["prompt_hashes"]["step_turn.jinja"].is_string());
     let html = std::fs::read_to_string(sop.join("report.html")).unwrap();
     assert!(html.contains("data-metric=\"semi_online.average_progress\""));
@@ -181,7 +184,7 @@ fn uis1_sop_stops_at_the_first_wrong_step() {
         &[
             "--no-judge",
             "--rules",
-            "qwen-ac",
+            "qwen-ac-uis1",
             "--system-prompt",
             "data",
         ],
@@ -202,7 +205,7 @@ fn uis1_sop_stops_at_the_first_wrong_step() {
         &[
             "--no-judge",
             "--rules",
-            "qwen-ac",
+            "qwen-ac-uis1",
             "--system-prompt",
             "data",
             "--history",
