@@ -64,6 +64,41 @@ pub struct SelfTestArgs {
 pub enum DataCommand {
     /// Check a benchmark folder completely (images included) and print a summary.
     Validate(ValidateArgs),
+    /// Turn another mobile-agent benchmark (AndroidControl, AITZ, GUI-Odyssey, CAGUI) into a benchmark folder.
+    Import(ImportArgs),
+}
+
+/// Arguments of `data import`.
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// `androidcontrol`, `androidcontrol-mobile-use`, `aitz`, `gui-odyssey` or `cagui`.
+    #[arg(long)]
+    pub format: crate::import::ImportFormat,
+    /// The source as published: AndroidControl's TFRecord folder (or one file), the mobile_use JSONL file, the AITZ
+    /// or CAGUI folder the episodes' `image_path` values are relative to, the GUI-Odyssey folder.
+    #[arg(long)]
+    pub source: PathBuf,
+    /// The benchmark folder to write: new, empty, or an earlier import of the same source (replaced).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// AndroidControl: a key of `splits.json` (`train`, `validation`, `test`) or `test_subsplits.json`;
+    /// GUI-Odyssey: a split file, `NAME[:train|test]` (e.g. `random`, test part by default).
+    #[arg(long)]
+    pub split: Option<String>,
+    /// `high` (the goal only, default) or `low` (the goal and each step's instruction), where the source has
+    /// step instructions.
+    #[arg(long)]
+    pub level: Option<crate::import::Level>,
+    /// Import at most N episodes.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Fail on the first source step or episode that cannot be imported (default: count it in the summary).
+    #[arg(long)]
+    pub strict: bool,
+    /// `androidcontrol-mobile-use`: the folder holding the screenshots, found by file name (default: the JSONL's
+    /// folder, then its `images/`).
+    #[arg(long)]
+    pub images: Option<PathBuf>,
 }
 
 /// Arguments of `data validate`.
@@ -94,7 +129,8 @@ pub struct ScoreArgs {
     /// Output folder for `metrics.json`, `steps.jsonl` and `summary.md` (default: beside the predictions).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Matching-rule preset (default: the run's own for a run's predictions, else mobile-r1).
+    /// Matching-rule preset (default: the run's own for a run's predictions, else the one the benchmark's
+    /// `benchmark.json` suggests, else mobile-r1).
     #[arg(long)]
     pub rules: Option<RuleName>,
 }
@@ -186,7 +222,8 @@ pub struct ReportArgs {
     /// Benchmark folder (default: `data` in the run's `manifest.json`).
     #[arg(long)]
     pub data: Option<PathBuf>,
-    /// Matching-rule preset (default: `rules` in the run's `manifest.json`, else mobile-r1).
+    /// Matching-rule preset (default: `rules` in the run's `manifest.json`, else the one the benchmark's
+    /// `benchmark.json` suggests, else mobile-r1).
     #[arg(long)]
     pub rules: Option<RuleName>,
 }
@@ -259,9 +296,10 @@ pub struct EvalArgs {
     /// Maximum generated tokens per prompt.
     #[arg(long, default_value_t = 256, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub max_new_tokens: usize,
-    /// Matching-rule preset used for the metrics.
-    #[arg(long, default_value = "mobile-r1")]
-    pub rules: RuleName,
+    /// Matching-rule preset used for the metrics (default: the one the benchmark's `benchmark.json` suggests, else
+    /// mobile-r1).
+    #[arg(long)]
+    pub rules: Option<RuleName>,
     /// `default` (the Qwen2.5-VL mobile_use prompt from `prompts/`) or `data` (each trajectory's `system`).
     #[arg(long, default_value = "default")]
     pub system_prompt: SystemPrompt,

@@ -65,6 +65,7 @@ pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<(EvalConfig, ClaimedRun
             crate::sample::materialize_default().context("writing the embedded sample benchmark")?
         }
     };
+    let rules = super::rules_for(a.rules, &data)?;
     let judge = match (a.no_judge, a.judge_model) {
         (true, _) => JudgeChoice::None,
         (false, Some(m)) => JudgeChoice::Other(m),
@@ -80,7 +81,7 @@ pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<(EvalConfig, ClaimedRun
         batch_size: a.batch_size,
         max_batch_tokens: a.max_batch_tokens,
         max_new_tokens: a.max_new_tokens,
-        rules: a.rules.preset(),
+        rules,
         system_prompt: a.system_prompt,
         judge,
         shard,

@@ -178,6 +178,9 @@ fn parse_step(v: &Value, prefix: &str, screen: [f64; 2], ctx: &Line) -> Result<S
         action,
         response: ctx.opt_string(obj, prefix, "response")?.unwrap_or_default(),
         bboxes,
+        instruction: ctx
+            .opt_string(obj, prefix, "instruction")?
+            .filter(|s| !s.trim().is_empty()),
     })
 }
 

@@ -57,7 +57,7 @@ pub fn semi_online_messages(
                 .map(|(o, gold)| history_entry(o, gold, traj, resized_wh))
                 .collect();
             let refs: Vec<&str> = entries.iter().map(String::as_str).collect();
-            let messages = super::prompts::step_messages_with(traj, &refs, resized_wh, mode)?;
+            let messages = super::prompts::step_messages_with(traj, step, &refs, resized_wh, mode)?;
             Ok((messages, vec![step]))
         }
     }
@@ -73,13 +73,17 @@ fn conversation(
     mode: SystemPrompt,
     images: usize,
 ) -> Result<Value, ChatError> {
-    let first_text = step_user_text(traj, &[])?;
-    let later_text = chat::render_str(STEP_TURN_TEMPLATE, &json!({}))?;
     let first_image = (step + 1).saturating_sub(images);
     let mut messages =
         vec![json!({"role": "system", "content": system_text(traj, resized_wh, mode)?})];
     for k in 0..=step {
-        let text = if k == 0 { &first_text } else { &later_text };
+        let text = if k == 0 {
+            step_user_text(traj, 0, &[])?
+        } else {
+            // A step's own (low-level) instruction, when the benchmark has one, as the step prompt shows it.
+            let own = traj.steps[k].instruction.as_deref();
+            chat::render_str(STEP_TURN_TEMPLATE, &json!({"step_instruction": own}))?
+        };
         let mut content = vec![json!({"type": "text", "text": text})];
         if k >= first_image {
             content.push(json!({"type": "image"}));
@@ -216,6 +220,7 @@ mod tests {
             action,
             response: String::new(),
             bboxes: Vec::new(),
+            instruction: None,
         };
         Trajectory {
             id: "7".into(),
@@ -301,6 +306,23 @@ mod tests {
             .contains("搜索耳机"));
         assert_eq!(m[3]["content"][1]["type"], "image");
         assert_eq!(m[5]["content"][1]["type"], "image");
+        // A step's own instruction, when the benchmark has one, is in its turn.
+        let mut low = trajectory();
+        low.steps[1].instruction = Some("点击搜索框".into());
+        let (m, _) = semi_online_messages(
+            Procedure::Uis1Sop,
+            &low,
+            1,
+            &history[..1],
+            [500, 1000],
+            SystemPrompt::Default,
+        )
+        .unwrap();
+        let turn = m[3]["content"][0]["text"].as_str().unwrap();
+        assert!(
+            turn.ends_with(" \nCurrent step query: 点击搜索框"),
+            "{turn:?}"
+        );
         // Step 0 is the gold-history prompt of step 0.
         let (first, images) = semi_online_messages(
             Procedure::Uis1Sop,

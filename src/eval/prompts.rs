@@ -26,7 +26,7 @@ pub const JUDGE_TEMPLATE: &str = include_str!("../../prompts/judge.jinja");
 pub use crate::settings::SystemPrompt;
 
 /// The user turn of each later step of a `uis1-sop` conversation (the first step's is [`STEP_TEMPLATE`] with no
-/// history). No variables.
+/// history). Variables: `step_instruction` (the step's own instruction, when the benchmark has one).
 pub const STEP_TURN_TEMPLATE: &str = include_str!("../../prompts/step_turn.jinja");
 
 /// SHA-256 (hex) of every embedded template, by file name, for the manifest.
@@ -65,7 +65,7 @@ pub fn step_messages(
         .iter()
         .map(|s| s.subtask.as_str())
         .collect();
-    step_messages_with(traj, &history, resized_wh, mode)
+    step_messages_with(traj, step, &history, resized_wh, mode)
 }
 
 /// The system message of `traj`'s step prompts: the trajectory's own (`--system-prompt data`, when it has one)
@@ -84,23 +84,35 @@ pub fn system_text(
     }
 }
 
-/// The first user turn's text: the instruction and `history`, one entry per earlier step.
-pub fn step_user_text(traj: &Trajectory, history: &[&str]) -> Result<String, chat::ChatError> {
+/// The step user turn's text of step `step`: the instruction (with the step's own, when it has one) and
+/// `history`, one entry per earlier step.
+pub fn step_user_text(
+    traj: &Trajectory,
+    step: usize,
+    history: &[&str],
+) -> Result<String, chat::ChatError> {
+    // A step's own (low-level) instruction follows the trajectory's, as GUIEvalKit's Qwen2.5-VL prompt for
+    // AndroidControl-low does (xiaomi-research/guievalkit guieval/models/qwen2_5_vl.py, "Current step query").
+    let instruction = match &traj.steps[step].instruction {
+        Some(own) => format!("{} \nCurrent step query: {own}", traj.instruction),
+        None => traj.instruction.clone(),
+    };
     chat::render_str(
         STEP_TEMPLATE,
-        &json!({"instruction": traj.instruction, "history": history}),
+        &json!({"instruction": instruction, "history": history}),
     )
 }
 
 /// [`step_messages`] with the given `history` entries in place of the gold `subtask` sentences.
 pub fn step_messages_with(
     traj: &Trajectory,
+    step: usize,
     history: &[&str],
     resized_wh: [u32; 2],
     mode: SystemPrompt,
 ) -> Result<Value, chat::ChatError> {
     let system = system_text(traj, resized_wh, mode)?;
-    let user = step_user_text(traj, history)?;
+    let user = step_user_text(traj, step, history)?;
     Ok(json!([
         {"role": "system", "content": system},
         {"role": "user", "content": [{"type": "text", "text": user}, {"type": "image"}]},
@@ -204,6 +216,7 @@ mod tests {
             action: crate::action::Action::Wait { time: None },
             response: String::new(),
             bboxes: Vec::new(),
+            instruction: None,
         };
         Trajectory {
             id: "7".into(),
@@ -232,6 +245,12 @@ mod tests {
              Step 1: 打开淘宝; Step 2: 点击搜索框; "
         );
         assert_eq!(m[1]["content"][1]["type"], "image");
+        let mut low = trajectory(None);
+        low.steps[2].instruction = Some("输入耳机".into());
+        let m = step_messages(&low, 2, [644, 1428], SystemPrompt::Default).unwrap();
+        assert!(m[1]["content"][0]["text"].as_str().unwrap().starts_with(
+            "The user query:  搜索耳机 \nCurrent step query: 输入耳机 \nTask progress"
+        ));
         let first =
             step_messages(&trajectory(None), 0, [644, 1428], SystemPrompt::Default).unwrap();
         assert!(first[1]["content"][0]["text"]

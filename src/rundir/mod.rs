@@ -120,9 +120,9 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> RunDirError + '_ {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Origin {
     /// `manifest.json` of a run, a shard or a merged run.
-    Run(ManifestHeader),
+    Run(Box<ManifestHeader>),
     /// `scored.json` of a folder written by `score --out`.
-    Scored(ScoreRecord),
+    Scored(Box<ScoreRecord>),
 }
 
 impl Origin {
@@ -219,10 +219,10 @@ impl RunDir {
     /// `scored.json`; `None` when it has neither.
     pub fn origin(&self) -> Result<Option<Origin>, RunDirError> {
         if let Some(h) = read_json::<ManifestHeader>(&self.path(MANIFEST), "run manifest")? {
-            return Ok(Some(Origin::Run(h)));
+            return Ok(Some(Origin::Run(Box::new(h))));
         }
         let scored = read_json::<ScoreRecord>(&self.path(SCORED), "scored-folder record")?;
-        Ok(scored.map(Origin::Scored))
+        Ok(scored.map(|s| Origin::Scored(Box::new(s))))
     }
 
     /// The keys (`"<trajectory>#<step>"`) of the steps of `predictions.jsonl` that ran (no `error`).

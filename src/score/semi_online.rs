@@ -245,6 +245,7 @@ mod tests {
             action,
             response: String::new(),
             bboxes: Vec::new(),
+            instruction: None,
         }
     }
 
@@ -278,6 +279,7 @@ mod tests {
         };
         Benchmark {
             root: "/nonexistent".into(),
+            info: None,
             trajectories: vec![
                 traj(
                     "A",

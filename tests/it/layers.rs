@@ -19,7 +19,7 @@ const LAYERS: &[&[&str]] = &[
         "validate",
     ],
     &["chat", "dataset", "parse"],
-    &["shard"],
+    &["import", "shard"],
     &["records"],
     &["ops", "predictions"],
     &["model", "score"],

@@ -10,6 +10,7 @@ mod util;
 
 mod bench_cli;
 mod chat_goldens;
+mod data_import;
 mod docs_flags;
 mod eval_e2e;
 mod foundation_cli;
