@@ -7,6 +7,7 @@ use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Args, Parser, Subcommand};
 
 use crate::ops::{CpuGemm, GemmCalibration};
+use crate::records::{HistorySource, Procedure};
 use crate::settings::RuleName;
 use crate::settings::{BenchModel, SystemPrompt};
 use crate::settings::{DTypeSpec, DeviceSpec};
@@ -317,6 +318,19 @@ pub struct EvalArgs {
     /// `error` and redone on resume either way. Without it such a run ends with exit status 1 and a summary line.
     #[arg(long)]
     pub allow_step_errors: bool,
+    /// Whose actions fill a step prompt's history: `gold` (the benchmark's sub-goals; every step independent)
+    /// or `predicted` (the model's own earlier outputs: semi-online evaluation, see `--semi-online`).
+    #[arg(long, default_value = "gold")]
+    pub history: HistorySource,
+    /// The semi-online procedure of `--history predicted`: `uis1-sop` (UI-S1: a conversation with the model's
+    /// replies, stop at the first wrong step; the default) or `guievalkit` (the gold action after a wrong step,
+    /// every step scored).
+    #[arg(long)]
+    pub semi_online: Option<Procedure>,
+    /// Write every step prompt built (its trajectory, step, chat messages and screenshots) into FILE, one JSON
+    /// line each.
+    #[arg(long, value_name = "FILE")]
+    pub dump_prompts: Option<PathBuf>,
 }
 
 /// Arguments of `merge`.
@@ -379,6 +393,13 @@ pub struct BenchArgs {
     /// Seed of the random weights.
     #[arg(long, default_value_t = 1234, value_parser = whole::<u64>, allow_negative_numbers = true)]
     pub seed: u64,
+    /// `predicted`: run the same trajectories with the gold history, then with the model's own (each step
+    /// chained to the previous one's answer) and report both (`history` in the JSON).
+    #[arg(long, default_value = "gold")]
+    pub history: HistorySource,
+    /// The procedure of `--history predicted` (`uis1-sop` or `guievalkit`; default `uis1-sop`).
+    #[arg(long)]
+    pub semi_online: Option<Procedure>,
     /// How the ops run.
     #[command(flatten)]
     pub ops: OpsArgs,

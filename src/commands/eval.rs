@@ -8,6 +8,7 @@ use super::model_spec;
 use crate::cli::EvalArgs;
 use crate::eval::{run_eval, EvalConfig, JudgeChoice};
 use crate::interrupt::Cancel;
+use crate::records::{HistorySource, Procedure};
 use crate::rundir::{self, ClaimedRun, RunDir};
 use crate::shard::{SchedulerEnv, ShardSpec};
 
@@ -38,6 +39,21 @@ fn claim_out(out: Option<PathBuf>, model: &str, shard: Option<ShardSpec>) -> Res
     claim.context("--out")
 }
 
+/// The semi-online procedure of `--history` and `--semi-online` (`None`: the gold history); `--semi-online`
+/// without `--history predicted` is refused rather than ignored.
+pub fn semi_online(
+    history: HistorySource,
+    procedure: Option<Procedure>,
+) -> Result<Option<Procedure>> {
+    match (history, procedure) {
+        (HistorySource::Gold, None) => Ok(None),
+        (HistorySource::Gold, Some(p)) => anyhow::bail!(
+            "--semi-online {p} needs --history predicted (with the gold history every step is independent)"
+        ),
+        (HistorySource::Predicted, p) => Ok(Some(p.unwrap_or(Procedure::Uis1Sop))),
+    }
+}
+
 /// Build the evaluation's configuration from the command line and take its run folder (held, locked, until the
 /// claim is dropped); `env` holds the scheduler variables `--shard auto` reads (taken from the process
 /// environment once, by the caller).
@@ -55,6 +71,7 @@ pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<(EvalConfig, ClaimedRun
         (false, Some(m)) => JudgeChoice::Other(m),
         (false, None) => JudgeChoice::SameModel,
     };
+    let semi_online = semi_online(a.history, a.semi_online)?;
     let claim = claim_out(a.out, &a.model.model, shard)?;
     let cfg = EvalConfig {
         out: claim.dir().clone(),
@@ -70,6 +87,8 @@ pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<(EvalConfig, ClaimedRun
         shard,
         cancel: Cancel::on_signals(),
         command_line: std::env::args().collect(),
+        semi_online,
+        dump_prompts: a.dump_prompts,
     };
     Ok((cfg, claim))
 }

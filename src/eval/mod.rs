@@ -3,11 +3,14 @@
 //! each result as it finishes, so a killed run resumes without losing or duplicating a step.
 
 mod checks;
+mod dump;
+pub mod history;
 mod judge;
 mod phase;
 pub mod progress;
 pub mod prompts;
 mod screens;
+mod semi_online;
 mod steps;
 
 use std::path::PathBuf;
@@ -16,10 +19,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 
+pub use dump::PromptDump;
 pub use judge::{pending_trajectories, JudgePhase};
-pub use phase::{run_phase, Phase};
+pub use phase::{run_phase, run_phase_dumping, Phase};
 pub use prompts::SystemPrompt;
-pub use steps::{pending_steps, StepJob, StepPhase};
+pub use semi_online::{Decide, SemiOnlineConfig, SemiOnlinePhase};
+pub use steps::{pending_steps, prediction_line, StepJob, StepPhase};
 
 use crate::backend::{fingerprint, Backend, LoadedModel, LocalBackend, ModelSpec, MultiBackend};
 use crate::dataset::Benchmark;
@@ -27,8 +32,9 @@ use crate::engine::{memory, BatchLimits};
 use crate::interrupt::Cancel;
 use crate::predictions::PredictionSet;
 use crate::records::{
-    JudgeSettings, JudgementLine, Manifest, PhaseSummary, RunSettings, Throughput, Versions,
-    LINE_SCHEMA_VERSION, MANIFEST_SCHEMA_VERSION,
+    History, JudgeSettings, JudgementLine, Manifest, PhaseSummary, PredictionLine, Procedure,
+    RunSettings, SemiOnlineSettings, Throughput, Versions, LINE_SCHEMA_VERSION,
+    MANIFEST_SCHEMA_VERSION,
 };
 use crate::rundir::{self, RunDir};
 use crate::score::{Metrics, RulePreset};
@@ -74,6 +80,21 @@ pub struct EvalConfig {
     pub cancel: Cancel,
     /// The command line the run was started with (for the command that resumes it).
     pub command_line: Vec<String>,
+    /// `--history predicted --semi-online P`: the step prompts show the model's own earlier outputs under this
+    /// procedure; `None`: the gold history.
+    pub semi_online: Option<Procedure>,
+    /// `--dump-prompts`: write every step prompt built into this file.
+    pub dump_prompts: Option<PathBuf>,
+}
+
+impl EvalConfig {
+    /// The history of the run's step prompts, as its manifest records it.
+    pub fn history(&self) -> History {
+        match self.semi_online {
+            None => History::Gold,
+            Some(p) => History::Predicted(Box::new(SemiOnlineSettings::new(p, self.rules.clone()))),
+        }
+    }
 }
 
 /// What a finished `eval` produced.
@@ -166,6 +187,11 @@ fn settings(cfg: &EvalConfig, backend: &dyn Backend) -> Result<RunSettings> {
         data_hash: crate::fingerprint::sha256_hex(&bytes),
         prompt_hashes: prompts::template_hashes()
             .into_iter()
+            .chain(
+                cfg.semi_online
+                    .map(prompts::procedure_template_hashes)
+                    .unwrap_or_default(),
+            )
             .map(|(k, v)| (k.to_string(), v))
             .collect(),
         system_prompt: cfg.system_prompt,
@@ -174,6 +200,7 @@ fn settings(cfg: &EvalConfig, backend: &dyn Backend) -> Result<RunSettings> {
         judge,
         version: env!("CARGO_PKG_VERSION").into(),
         shard: None,
+        history: cfg.history(),
     })
 }
 
@@ -317,6 +344,14 @@ fn run_steps(
     bench: &Benchmark,
     backend: &dyn Backend,
 ) -> Result<crate::records::PhaseStats> {
+    let dump = cfg
+        .dump_prompts
+        .as_deref()
+        .map(PromptDump::create)
+        .transpose()?;
+    if let Some(procedure) = cfg.semi_online {
+        return run_semi_online(cfg, bench, backend, procedure, dump.as_ref());
+    }
     let path = cfg.out.path(rundir::PREDICTIONS);
     let jobs = pending_steps(bench, &cfg.out.completed_steps()?);
     tracing::info!(
@@ -332,7 +367,36 @@ fn run_steps(
         image: backend.image_config(),
         max_new_tokens: cfg.max_new_tokens,
     };
-    run_phase(backend, &phase, &path)
+    run_phase_dumping(backend, &phase, &path, dump.as_ref())
+}
+
+/// The step phase of a semi-online run: each trajectory's steps as a chain, resumed from the saved lines.
+fn run_semi_online(
+    cfg: &EvalConfig,
+    bench: &Benchmark,
+    backend: &dyn Backend,
+    procedure: Procedure,
+    dump: Option<&PromptDump>,
+) -> Result<crate::records::PhaseStats> {
+    let path = cfg.out.path(rundir::PREDICTIONS);
+    let saved: Vec<PredictionLine> = cfg.out.read_lines(rundir::PREDICTIONS)?;
+    let semi = SemiOnlineConfig {
+        procedure,
+        decide: Decide::Rules(&cfg.rules),
+        system: cfg.system_prompt,
+        image: backend.image_config(),
+        max_new_tokens: cfg.max_new_tokens,
+    };
+    let phase = SemiOnlinePhase::new(bench, &saved, semi);
+    tracing::info!(
+        "steps ({procedure} history): {} chains to run, {} steps at most, {} done or not to be reached",
+        phase.first_steps().len(),
+        phase.pending(),
+        bench.num_steps() - phase.pending()
+    );
+    // Later prompts grow with the answers; the checks see each chain's first prompt (a longer one runs alone).
+    checks::first_prompt_checks(cfg, bench, backend, &phase.first_steps())?;
+    run_phase_dumping(backend, &phase, &path, dump)
 }
 
 fn run_judge(
@@ -349,6 +413,7 @@ fn run_judge(
         preds,
         jobs,
         max_new_tokens: cfg.max_new_tokens,
+        reached_only: cfg.semi_online.is_some(),
     };
     run_phase(backend, &phase, &path)
 }
@@ -361,7 +426,9 @@ fn score_and_report(
 ) -> Result<(Metrics, String)> {
     let judgements: Vec<JudgementLine> = cfg.out.judgements()?;
     let judged = !matches!(cfg.judge, JudgeChoice::None);
-    let (metrics, steps) = crate::score::score_run(&cfg.rules, bench, preds, &judgements, judged);
+    let history = cfg.history();
+    let (metrics, steps) =
+        crate::score::score_run(&cfg.rules, bench, preds, &judgements, judged, &history);
     crate::report::write_all(&cfg.out, &metrics, &steps)?;
     // The HTML report is a view of the files above: failing to write it must not fail the run.
     if let Err(e) = crate::report::html::write_run(&cfg.out) {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::{DecodeAttention, OpsManifest, PhaseSummary, ProfileSnapshot};
+use super::{DecodeAttention, History, OpsManifest, PhaseSummary, ProfileSnapshot};
 use crate::fingerprint::FilesFingerprint;
 use crate::preprocess::ImageProcessorConfig;
 use crate::settings::{BatchLimits, RulePreset, SystemPrompt};
@@ -50,6 +50,9 @@ pub struct RunSettings {
     /// `I/N` when the run is one shard of a sharded run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<String>,
+    /// The history the step prompts show; absent (the gold history) in runs that do not set it.
+    #[serde(default, skip_serializing_if = "History::is_gold")]
+    pub history: History,
 }
 
 /// One setting in which two runs differ, for messages (`name: old → new`, each value as JSON).
@@ -95,6 +98,7 @@ impl RunSettings {
             judge,
             version,
             shard,
+            history,
         } = self;
         macro_rules! compare {
             ($($f:ident),*) => {
@@ -113,7 +117,8 @@ impl RunSettings {
             max_new_tokens,
             judge,
             version,
-            shard
+            shard,
+            history
         );
         out
     }

@@ -6,6 +6,7 @@
 //! JSON files carry their `schema_version`; the two JSONL files are versioned by the manifest of their run
 //! (`Manifest::line_schema_version`), so every line stays a plain record that any JSONL tool can write.
 
+mod history;
 mod jsonl;
 mod manifest;
 mod ops;
@@ -14,6 +15,7 @@ mod scored;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+pub use history::{History, HistoryFormat, HistorySource, Procedure, SemiOnlineSettings};
 pub use jsonl::{parse_lines, read_lines, whole_lines, BadLine, JsonLines};
 pub use manifest::{
     JudgeSettings, Manifest, ManifestHeader, OpsRecord, RunSettings, SettingDiff, Throughput,

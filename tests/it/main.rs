@@ -5,6 +5,7 @@ mod model_support;
 mod reliability_support;
 mod report_support;
 mod scale_support;
+mod semi_online_support;
 mod util;
 
 mod bench_cli;
@@ -36,3 +37,5 @@ mod report_browser;
 mod report_html;
 mod rules_reference;
 mod scale_out;
+mod semi_online;
+mod semi_online_scripted;
