@@ -85,25 +85,11 @@ impl RunSettings {
             }
         };
         // Destructured so that a new field cannot be left out of the comparison.
-        let RunSettings {
-            model,
-            model_hash,
-            weights,
-            dtype,
-            data_hash,
-            prompt_hashes,
-            system_prompt,
-            image_processor,
-            max_new_tokens,
-            judge,
-            version,
-            shard,
-            history,
-        } = self;
         macro_rules! compare {
-            ($($f:ident),*) => {
+            ($($f:ident),*) => {{
+                let RunSettings { $($f),* } = self;
                 $(field(stringify!($f), *$f != new.$f, show($f), show(&new.$f));)*
-            };
+            }};
         }
         compare!(
             model,
