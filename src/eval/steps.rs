@@ -108,7 +108,7 @@ impl Phase for StepPhase<'_> {
                 response: r.text,
                 image_size: r.image_sizes.first().copied(),
                 prompt_tokens: Some(r.prompt_tokens),
-                generated_tokens: Some(r.token_ids.len()),
+                generated_tokens: Some(r.generated_tokens),
                 finish: Some(r.finish),
                 error: None,
             },
