@@ -80,9 +80,14 @@ pub fn router(app: Arc<App>) -> Router {
 /// The key check (all but `/health`), and the count of every answer by path and status.
 async fn guard(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
     let path = req.uri().path().to_string();
+    let limit = app.limits.max_body_bytes;
     let response = match &app.api_key {
         Some(key) if path != "/health" && !authorized(req.headers(), key) => {
             error_response(&ApiError::unauthorized())
+        }
+        // A body announced over the limit is refused before a byte of it is read.
+        _ if declared_length(req.headers()).is_some_and(|n| n > limit as u64) => {
+            error_response(&too_large(limit))
         }
         _ => next.run(req).await,
     };
@@ -161,15 +166,28 @@ async fn chat(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) 
     }
 }
 
+/// The `Content-Length` a request announces.
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn too_large(limit: usize) -> ApiError {
+    ApiError::too_large(
+        None,
+        format!("the request body is over this server's limit of {limit} bytes (--max-body-bytes)"),
+    )
+}
+
 /// A body the server cannot read: over the size limit (413), or not read whole.
 fn unreadable(r: BytesRejection, limit: usize) -> ApiError {
     if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        ApiError::too_large(
-            None,
-            format!(
-                "the request body is over this server's limit of {limit} bytes (--max-body-bytes)"
-            ),
-        )
+        too_large(limit)
     } else {
         ApiError::invalid(
             "body",
