@@ -357,7 +357,7 @@ async fn collect(
                             role: "assistant".into(),
                             content: Some(f.text),
                         },
-                        logprobs: req.logprobs.then(|| ChoiceLogprobs {
+                        logprobs: req.logprobs.then_some(ChoiceLogprobs {
                             content: f.logprobs,
                         }),
                         finish_reason: Some(f.finish.as_str().into()),
