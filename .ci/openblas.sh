@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install OpenBLAS (the optional run-time CBLAS of the CPU's f32 GEMMs, src/ops/blas.rs) where Debian's apt is at
+# Install OpenBLAS (the optional run-time CBLAS of the CPU's f32 GEMMs, src/ops/gemm/blas/) where Debian's apt is at
 # hand, so that CI tests both GEMM paths. Never fails: without it, the BLAS tests say they skipped.
 set -uo pipefail
 if ldconfig -p 2>/dev/null | grep -q 'libopenblas\.so\.0'; then

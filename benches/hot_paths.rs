@@ -232,7 +232,7 @@ fn gemm(c: &mut Criterion) {
         g.bench_function(format!("{rows}x{k}x{n}_gemm_crate"), |b| {
             b.iter(|| x.matmul(&w.t().unwrap()).unwrap())
         });
-        if mobile_r1_eval::ops::packed_gemm::supported() {
+        if mobile_r1_eval::ops::gemm::packed::supported() {
             let (xv, wv) = (
                 x.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
                 w.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
@@ -240,7 +240,7 @@ fn gemm(c: &mut Criterion) {
             let mut c = vec![0f32; rows * n];
             g.bench_function(format!("{rows}x{k}x{n}_packed"), |b| {
                 b.iter(|| {
-                    mobile_r1_eval::ops::packed_gemm::sgemm_nt(&xv, &wv, (rows, k, n), &mut c)
+                    mobile_r1_eval::ops::gemm::packed::sgemm_nt(&xv, &wv, (rows, k, n), &mut c)
                 })
             });
         }

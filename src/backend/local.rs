@@ -164,7 +164,7 @@ impl LocalBackend {
 fn ops_record(model: &crate::model::Qwen25VL) -> crate::records::OpsRecord {
     crate::records::OpsRecord {
         ops: model.ops_manifest(),
-        decode_attention: format!("{:?}", model.decode_attention()),
+        decode_attention: model.decode_attention(),
         profiled: model.ops().config().profile,
     }
 }
@@ -195,13 +195,13 @@ impl Backend for LocalBackend {
         if !m.device().is_cpu() {
             return Ok(None);
         }
-        let (vision_params, lm_params) = crate::bench::random::param_counts(m.config());
+        let (vision_params, lm_params) = crate::model::flops::param_counts(m.config());
         if vision_params + lm_params < crate::cpu_estimate::MIN_PARAMS {
             return Ok(None);
         }
         // A brief measurement (a few 1024³ GEMMs, well under a second).
         let (rate, _) =
-            crate::bench::matmul_peak(m.device(), candle_core::DType::F32, 1024, m.ops().blas())?;
+            crate::ops::matmul_peak(m.device(), candle_core::DType::F32, 1024, m.ops().blas())?;
         Ok(Some(super::CpuFacts {
             vision_params,
             lm_params,

@@ -41,7 +41,7 @@ impl CpuInfo {
     /// Read this machine's.
     pub fn detect() -> Self {
         let text = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        let field = |name: &str| crate::ops::blas::cpuinfo_field(&text, name);
+        let field = |name: &str| crate::ops::gemm::blas::cpuinfo_field(&text, name);
         Self {
             model: field("model name").unwrap_or_default(),
             vendor: field("vendor_id").unwrap_or_default(),

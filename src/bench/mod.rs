@@ -17,17 +17,17 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device};
 
 use crate::backend::{open_device, Backend, LoadedModel, LocalBackend, MultiBackend};
 use crate::chat::{ChatTemplate, PromptBuilder, Tokenizer};
 use crate::engine::{memory, BatchLimits};
 use crate::eval::{pending_steps, run_phase, JudgePhase, StepPhase, SystemPrompt};
 use crate::model::Qwen25VL;
-use crate::ops::blas::Blas;
+use crate::ops::gemm::peak::{best_rate, matmul_rates};
 use crate::predictions::PredictionSet;
 use crate::preprocess::ImageProcessorConfig;
-use crate::records::PhaseStats;
+use crate::records::{MatmulRate, PhaseStats};
 use crate::settings::BenchModel;
 use crate::settings::{DTypeSpec, DeviceSpec};
 
@@ -60,133 +60,6 @@ pub struct BenchConfig {
     pub seed: u64,
     /// How the ops run.
     pub ops: crate::ops::OpsConfig,
-}
-
-/// One GEMM path's measured rate.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct MatmulRate {
-    /// `candle` (the device's default matmul) or `cblas: <library>`.
-    pub path: String,
-    /// What runs behind it (the `gemm` crate's kernels on the CPU).
-    pub detail: String,
-    /// FLOP/s.
-    pub flops: f64,
-}
-
-/// Measured matmul throughput of `device` in `dtype` of every path available (FLOP/s): the best of a few square
-/// GEMMs of size `n` through candle's matmul and, for f32 on the CPU, through the built-in packed AVX2 kernel
-/// where the CPU runs it, the run's CBLAS library and OpenBLAS where it is installed (each whether or not this
-/// run uses it), so that the MFU is against the best GEMM the machine has.
-pub fn matmul_rates(
-    device: &Device,
-    dtype: DType,
-    n: usize,
-    in_use: Option<&Blas>,
-) -> Result<Vec<MatmulRate>> {
-    let a = Tensor::randn(0f32, 1.0, (n, n), device)?.to_dtype(dtype)?;
-    let b = Tensor::randn(0f32, 1.0, (n, n), device)?.to_dtype(dtype)?;
-    let flops = 2.0 * (n as f64).powi(3);
-    let mut rates = vec![MatmulRate {
-        path: "candle".to_string(),
-        detail: candle_detail(device),
-        flops: flops / best_seconds(device, || a.matmul(&b).map(drop))?,
-    }];
-    if device.is_cpu() && dtype == DType::F32 {
-        let installed = Blas::from_spec("auto")
-            .ok()
-            .flatten()
-            .filter(|i| in_use.is_none_or(|u| u.description != i.description));
-        let (av, bv) = (a.flatten_all()?.to_vec1()?, b.flatten_all()?.to_vec1()?);
-        if crate::ops::packed_gemm::supported() {
-            let mut c = vec![0f32; n * n];
-            let secs = best_seconds(device, || {
-                crate::ops::packed_gemm::sgemm_nt(&av, &bv, (n, n, n), &mut c);
-                Ok(())
-            })?;
-            rates.push(MatmulRate {
-                path: "packed".to_string(),
-                detail: format!(
-                    "the built-in packed AVX2 kernel (the built-in GEMM of segments of {} rows or more on \
-                     CPUs without AVX-512)",
-                    crate::ops::packed_gemm::MIN_ROWS
-                ),
-                flops: flops / secs,
-            });
-        }
-        for (blas, used) in in_use
-            .map(|b| (b, true))
-            .into_iter()
-            .chain(installed.as_ref().map(|b| (b, false)))
-        {
-            let secs = best_seconds(device, || {
-                drop(blas.sgemm_nt(&av, &bv, n, n, n));
-                Ok(())
-            })?;
-            rates.push(MatmulRate {
-                path: format!("cblas: {}", blas.description),
-                detail: format!(
-                    "corename {}, {}",
-                    blas.corename.as_deref().unwrap_or("unknown"),
-                    if used {
-                        "used by this run"
-                    } else {
-                        "installed, not used by this run"
-                    }
-                ),
-                flops: flops / secs,
-            });
-        }
-    }
-    Ok(rates)
-}
-
-/// The best of [`matmul_rates`]: (FLOP/s, path).
-pub fn matmul_peak(
-    device: &Device,
-    dtype: DType,
-    n: usize,
-    in_use: Option<&Blas>,
-) -> Result<(f64, String)> {
-    let rates = matmul_rates(device, dtype, n, in_use)?;
-    Ok(best_rate(&rates))
-}
-
-fn best_rate(rates: &[MatmulRate]) -> (f64, String) {
-    rates
-        .iter()
-        .max_by(|a, b| a.flops.total_cmp(&b.flops))
-        .map_or((0.0, String::new()), |r| (r.flops, r.path.clone()))
-}
-
-/// Which kernels candle's matmul runs on `device`: on the CPU the `gemm` crate's widest for this CPU.
-fn candle_detail(device: &Device) -> String {
-    if !device.is_cpu() {
-        return format!("{device:?}");
-    }
-    #[cfg(target_arch = "x86_64")]
-    {
-        if is_x86_feature_detected!("avx512f") {
-            return "gemm crate, x86-v4 AVX-512 kernels".to_string();
-        }
-        if is_x86_feature_detected!("fma") {
-            return "gemm crate, AVX2/FMA kernels".to_string();
-        }
-    }
-    "gemm crate".to_string()
-}
-
-/// The shortest of three timed calls of `f`, after one warm-up call.
-fn best_seconds(device: &Device, mut f: impl FnMut() -> candle_core::Result<()>) -> Result<f64> {
-    f()?;
-    device.synchronize()?;
-    let mut best = f64::INFINITY;
-    for _ in 0..3 {
-        let t = Instant::now();
-        f()?;
-        device.synchronize()?;
-        best = best.min(t.elapsed().as_secs_f64());
-    }
-    Ok(best)
 }
 
 /// The dtype `spec` names, or the device's default (f32 on the CPU, bf16 on a GPU).
@@ -229,7 +102,7 @@ fn device_backend(
         dir: PathBuf::new(),
         device: device_spec,
         fingerprint: format!("random weights, seed {}", cfg.seed),
-        weights: crate::fingerprint::WeightsFingerprint {
+        weights: crate::fingerprint::FilesFingerprint {
             schema_version: 1,
             scheme: crate::fingerprint::SCHEME.into(),
             files: Vec::new(),
@@ -305,7 +178,7 @@ fn run_phases(
 /// Run the benchmark and return its report (what `bench --json` prints).
 pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport> {
     let model_cfg = random::load_config(&cfg.config)?;
-    let params = random::param_counts(&model_cfg);
+    let params = crate::model::flops::param_counts(&model_cfg);
     let (devices, build_seconds) = devices(cfg, &model_cfg)?;
     let backend = backend(&devices)?;
     let tmp = tempfile::tempdir()?;

@@ -234,27 +234,10 @@ pub fn random_model(
     Ok(Qwen25VL::from_var_builder(cfg, vb, ops)?)
 }
 
-/// Parameter counts `(vision, language model)` of a config, for FLOP estimates.
-pub fn param_counts(cfg: &ModelConfig) -> (u64, u64) {
-    let v = &cfg.vision;
-    let (vh, vi) = (v.hidden_size as u64, v.intermediate_size as u64);
-    let block = 4 * vh * vh + 3 * vh * vi;
-    let merge = vh * 4;
-    let vision = v.depth as u64 * block
-        + merge * merge
-        + merge * cfg.text.hidden_size as u64
-        + vh * v.patch_dim() as u64;
-    let t = &cfg.text;
-    let (h, hd) = (t.hidden_size as u64, t.head_dim as u64);
-    let attn = h * hd * (t.num_attention_heads as u64 * 2 + t.num_key_value_heads as u64 * 2);
-    let mlp = 3 * h * t.intermediate_size as u64;
-    let lm = t.num_hidden_layers as u64 * (attn + mlp) + t.vocab_size as u64 * h;
-    (vision, lm)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::flops::param_counts;
 
     #[test]
     fn presets_parse_with_their_real_dimensions() {
@@ -291,6 +274,19 @@ mod tests {
         )
         .unwrap();
         assert_eq!(m.config().text.hidden_size, 16);
+    }
+
+    #[test]
+    fn real_checkpoints_get_the_cpu_estimate_and_the_test_ones_do_not() {
+        use crate::cpu_estimate::MIN_PARAMS;
+        use crate::model::flops::param_counts;
+        for real in ["3b", "7b", "small"] {
+            let (v, l) = param_counts(&load_config(&real.parse().unwrap()).unwrap());
+            assert!(v + l >= MIN_PARAMS, "{real}: {}", v + l);
+        }
+        let tiny = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/models/tiny-b");
+        let (v, l) = param_counts(&load_config(&tiny.parse().unwrap()).unwrap());
+        assert!(v + l < MIN_PARAMS / 10, "tiny-b: {}", v + l);
     }
 
     #[test]

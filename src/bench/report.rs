@@ -4,8 +4,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::cpu::{CpuInfo, IsaPeak};
-use super::MatmulRate;
 use crate::ops::ProfileSnapshot;
+use crate::records::MatmulRate;
 use crate::records::{DeviceShare, PhaseSummary};
 
 /// Version of the report format.

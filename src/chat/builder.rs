@@ -6,7 +6,7 @@ use std::path::Path;
 use serde_json::{json, Value};
 
 use super::{ChatError, ChatTemplate, Tokenizer};
-use crate::preprocess::{self, ImageProcessorConfig, ModelInput, PreparedImage};
+use crate::preprocess::{ImageProcessorConfig, ModelInput, PreparedImage};
 
 /// Messages for one user turn: the images (one `{"type": "image"}` part each) followed by the text — the
 /// `generate` command's prompt.
@@ -86,18 +86,5 @@ impl PromptBuilder {
         text: &str,
     ) -> Result<ModelInput, ChatError> {
         self.build(&user_turn_messages(images.len(), text), images)
-    }
-
-    /// One user turn from image files: decode and prepare each with this builder's image settings, then `text`.
-    pub fn build_user_turn_from_files(
-        &self,
-        paths: &[&Path],
-        text: &str,
-    ) -> Result<ModelInput, ChatError> {
-        let images = paths
-            .iter()
-            .map(|p| preprocess::load_and_prepare(p, &self.image))
-            .collect::<Result<Vec<_>, _>>()?;
-        self.build_user_turn(images, text)
     }
 }

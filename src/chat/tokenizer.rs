@@ -28,7 +28,6 @@ pub struct Tokenizer {
     image_pad: u32,
     vision_start: u32,
     vision_end: u32,
-    im_start: u32,
     im_end: u32,
     endoftext: Option<u32>,
 }
@@ -55,11 +54,12 @@ impl Tokenizer {
     /// Wraps a loaded tokenizer; fails if a Qwen2-VL special token the prompt needs is missing.
     pub fn from_tokenizer(inner: tokenizers::Tokenizer) -> Result<Self, ChatError> {
         let id = |t: &'static str| inner.token_to_id(t).ok_or(ChatError::MissingToken(t));
+        // Every turn starts with it, though no code needs its id.
+        id(IM_START)?;
         Ok(Self {
             image_pad: id(IMAGE_PAD)?,
             vision_start: id(VISION_START)?,
             vision_end: id(VISION_END)?,
-            im_start: id(IM_START)?,
             im_end: id(IM_END)?,
             endoftext: inner.token_to_id(ENDOFTEXT),
             inner,
@@ -89,11 +89,6 @@ impl Tokenizer {
     /// Id of `<|vision_end|>` (151653).
     pub fn vision_end_id(&self) -> u32 {
         self.vision_end
-    }
-
-    /// Id of `<|im_start|>` (151644).
-    pub fn im_start_id(&self) -> u32 {
-        self.im_start
     }
 
     /// Id of `<|im_end|>` (151645), the end-of-turn / EOS token.

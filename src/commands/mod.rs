@@ -44,6 +44,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Report(a) => report::run(a),
         Command::Score(a) => score::run(a),
         Command::Data(DataCommand::Validate(a)) => data::validate(a),
+        Command::Data(DataCommand::Import(a)) => data::import(a),
         Command::Sample(a) => sample::run(a),
         Command::Generate(a) => generate::run(a),
         Command::Bench(a) => bench::run(a),
@@ -78,6 +79,30 @@ fn init_tracing() {
         .try_init();
 }
 
+/// The rule preset for a benchmark folder: `--rules` when given, else the preset its `benchmark.json` suggests
+/// (an unknown name is an error naming the file), else the default (`mobile-r1`).
+pub fn rules_for(
+    flag: Option<crate::settings::RuleName>,
+    data: &std::path::Path,
+) -> anyhow::Result<crate::settings::RulePreset> {
+    use crate::settings::{RuleName, RulePreset};
+    if let Some(r) = flag {
+        return Ok(r.preset());
+    }
+    let info = crate::dataset::BenchmarkInfo::read(data)?;
+    let Some(name) = info.and_then(|i| i.rules) else {
+        return Ok(RulePreset::default());
+    };
+    match name.parse::<RuleName>() {
+        Ok(r) => Ok(r.preset()),
+        Err(_) => anyhow::bail!(
+            "{}: suggested rule preset {name:?} is not one this program knows (known: {}); pass --rules",
+            data.join(crate::dataset::INFO_FILE).display(),
+            RulePreset::NAMES.join(", ")
+        ),
+    }
+}
+
 /// The model-loading arguments as a model spec (on the first device of `--device`).
 pub fn model_spec(a: &ModelArgs) -> ModelSpec {
     ModelSpec {
@@ -96,24 +121,22 @@ pub fn ops_config(a: &crate::cli::OpsArgs) -> crate::ops::OpsConfig {
         fused_kernels: a.kernels,
         tensor_core_attention: a.tensor_core_attention,
         cpu_gemm: a.cpu_gemm.clone(),
-        cpu_gemm_calibration: calibration_file(a.cpu_gemm_calibration.as_deref()),
+        cpu_gemm_calibration: calibration(&a.cpu_gemm_calibration),
         profile: a.profile,
     }
 }
 
-/// `--cpu-gemm-calibration`: `none`, a file, or the default under the user's cache folder (none without one).
-fn calibration_file(flag: Option<&str>) -> Option<std::path::PathBuf> {
-    match flag.map(str::trim) {
-        Some("none") => None,
-        Some(path) if !path.is_empty() => Some(path.into()),
-        _ => {
-            let cache = std::env::var_os("XDG_CACHE_HOME")
-                .filter(|v| !v.is_empty())
-                .map(std::path::PathBuf::from)
-                .or_else(|| {
-                    std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cache"))
-                })?;
-            Some(cache.join("mobile-r1-eval").join("cpu-gemm.json"))
-        }
+/// `--cpu-gemm-calibration`: `none`, a file, or the default under the user's cache folder (no file without one).
+fn calibration(flag: &crate::cli::CalibrationFlag) -> crate::ops::GemmCalibration {
+    use crate::ops::GemmCalibration;
+    match flag {
+        crate::cli::CalibrationFlag::Set(c) => c.clone(),
+        crate::cli::CalibrationFlag::CacheDefault => std::env::var_os("XDG_CACHE_HOME")
+            .filter(|v| !v.is_empty())
+            .map(std::path::PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cache")))
+            .map_or(GemmCalibration::EachStart, |cache| {
+                GemmCalibration::File(cache.join("mobile-r1-eval").join("cpu-gemm.json"))
+            }),
     }
 }

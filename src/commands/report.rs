@@ -7,9 +7,13 @@ use crate::rundir::RunDir;
 
 /// Entry point.
 pub fn run(args: ReportArgs) -> anyhow::Result<()> {
+    let rules = match args.rules {
+        Some(r) => Some(r.preset()),
+        None => suggested_rules(&args)?,
+    };
     let overrides = RunOverrides {
         data: args.data,
-        rules: args.rules.map(|r| r.preset()),
+        rules,
     };
     if let Some(runs) = args.compare {
         let out = args.out.context("--compare needs --out DIR")?;
@@ -46,4 +50,16 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
     let path = report::html::write(&dir, &run.input())?;
     println!("Wrote {}", path.display());
     Ok(())
+}
+
+/// A folder that records its rules (a run's manifest, a scored folder's `scored.json`) keeps them; one that does
+/// not, reported against `--data`, takes the benchmark's suggested preset (its `benchmark.json`).
+fn suggested_rules(args: &ReportArgs) -> anyhow::Result<Option<crate::settings::RulePreset>> {
+    let (Some(run), Some(data)) = (&args.run, &args.data) else {
+        return Ok(None);
+    };
+    if !matches!(RunDir::new(run).origin(), Ok(None)) {
+        return Ok(None);
+    }
+    Ok(Some(super::rules_for(None, data)?))
 }

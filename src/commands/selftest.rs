@@ -4,7 +4,7 @@ use anyhow::{bail, Result};
 use serde_json::json;
 
 use crate::cli::SelfTestArgs;
-use crate::ops::check;
+use crate::ops::selftest as check;
 
 /// Run every comparison, print them, and fail when one is out of tolerance.
 pub fn run(a: SelfTestArgs) -> Result<()> {

@@ -63,15 +63,6 @@ impl SeqCache {
         &self.tokens
     }
 
-    /// Bytes allocated for K and V.
-    pub fn allocated_bytes(&self) -> usize {
-        self.k
-            .iter()
-            .chain(&self.v)
-            .map(|t| t.elem_count() * t.dtype().size_in_bytes())
-            .sum()
-    }
-
     /// Valid K and V of `layer`, (kv_heads, len, head_dim) views.
     pub(crate) fn kv(&self, layer: usize) -> Result<(Tensor, Tensor)> {
         Ok((

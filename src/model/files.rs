@@ -178,7 +178,7 @@ impl ModelFiles {
     }
 }
 
-/// Next steps printed when the hub cannot be reached at all (issue 18).
+/// Next steps printed when the hub cannot be reached at all.
 const NO_NETWORK_HINT: &str = "\n  The Hugging Face hub could not be reached. Next steps: pass a local model folder \
      (--model path/to/Qwen2.5-VL-3B-Instruct, e.g. downloaded elsewhere and copied here); or, if the model is \
      already in the local cache ($HF_HOME/hub), set HF_HUB_OFFLINE=1; or set HF_ENDPOINT to a reachable hub mirror.";

@@ -1,6 +1,7 @@
-//! FLOPs of the attention itself (scores and weighted sums; the projections are the linear layers') that prefills
-//! and decode steps run, for throughput and MFU figures that count all of the work: each query row and layer costs
-//! `4 · keys it sees · heads · head_dim`.
+//! What the model's work counts, for throughput and MFU figures and the CPU time estimate: its parameters (two
+//! FLOPs per parameter and token through the linear layers, [`param_counts`]) and the FLOPs of the attention itself
+//! (scores and weighted sums; the projections are the linear layers') that prefills and decode steps run: each
+//! query row and layer costs `4 · keys it sees · heads · head_dim`.
 
 use super::config::ModelConfig;
 use super::window::window_index;
@@ -52,6 +53,24 @@ pub fn decode_attention_flops(cfg: &ModelConfig, keys: impl IntoIterator<Item = 
 fn text_flops_per_key(cfg: &ModelConfig) -> f64 {
     let t = &cfg.text;
     4.0 * (t.num_attention_heads * t.head_dim * t.num_hidden_layers) as f64
+}
+
+/// Parameter counts `(vision, language model)` of a config, for FLOP estimates.
+pub fn param_counts(cfg: &ModelConfig) -> (u64, u64) {
+    let v = &cfg.vision;
+    let (vh, vi) = (v.hidden_size as u64, v.intermediate_size as u64);
+    let block = 4 * vh * vh + 3 * vh * vi;
+    let merge = vh * 4;
+    let vision = v.depth as u64 * block
+        + merge * merge
+        + merge * cfg.text.hidden_size as u64
+        + vh * v.patch_dim() as u64;
+    let t = &cfg.text;
+    let (h, hd) = (t.hidden_size as u64, t.head_dim as u64);
+    let attn = h * hd * (t.num_attention_heads as u64 * 2 + t.num_key_value_heads as u64 * 2);
+    let mlp = 3 * h * t.intermediate_size as u64;
+    let lm = t.num_hidden_layers as u64 * (attn + mlp) + t.vocab_size as u64 * h;
+    (vision, lm)
 }
 
 #[cfg(test)]

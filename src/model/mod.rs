@@ -274,16 +274,6 @@ impl Qwen25VL {
         let v = &self.cfg.vision;
         (8 * v.hidden_size + 3 * v.intermediate_size + v.patch_dim()) * self.dtype.size_in_bytes()
     }
-
-    /// The language model (embedding, layers, head), e.g. for tests.
-    pub fn text_model(&self) -> &text::TextModel {
-        &self.text
-    }
-
-    /// The vision tower, e.g. for tests.
-    pub fn vision_model(&self) -> &vision::VisionModel {
-        &self.vision
-    }
 }
 
 /// Hand the heap's free pages back to the OS. Loading leaves freed buffers behind (the parts of each packed

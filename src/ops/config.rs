@@ -1,12 +1,10 @@
 //! The ops' settings as one value ([`OpsConfig`], chosen by the command line), the runtime context built from it
-//! at load ([`super::Ops`]), and what the run manifest records about them ([`OpsManifest`]).
+//! at load ([`super::Ops`]), whose record in the run manifest is [`crate::records::OpsManifest`].
 
 use std::path::PathBuf;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
-
-use super::blas::{Blas, BlasError};
 
 /// How the ops run: which fused paths are on, what the CPU's f32 GEMMs run on, whether sections are timed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -19,9 +17,9 @@ pub struct OpsConfig {
     /// What the CPU's f32 GEMMs run on.
     pub cpu_gemm: CpuGemm,
     /// Where the calibration of a CBLAS library against the built-in GEMM is kept, so that it is measured once
-    /// per machine (`None`: measured once per process).
+    /// per machine.
     #[serde(default)]
-    pub cpu_gemm_calibration: Option<std::path::PathBuf>,
+    pub cpu_gemm_calibration: GemmCalibration,
     /// Time the model's sections, waiting for the device before and after each (slower; see
     /// [`super::profile`]).
     pub profile: bool,
@@ -34,16 +32,16 @@ impl Default for OpsConfig {
             fused_kernels: true,
             tensor_core_attention: false,
             cpu_gemm: CpuGemm::Auto,
-            cpu_gemm_calibration: None,
+            cpu_gemm_calibration: GemmCalibration::EachStart,
             profile: false,
         }
     }
 }
 
 /// The spelling of [`CpuGemm::GemmCrate`].
-pub const GEMM_CRATE: &str = "gemm-crate";
+const GEMM_CRATE: &str = "gemm-crate";
 
-/// The library behind the CPU's f32 GEMMs ([`super::blas`]).
+/// The library behind the CPU's f32 GEMMs ([`super::gemm::blas`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CpuGemm {
@@ -51,7 +49,7 @@ pub enum CpuGemm {
     /// built-in GEMM (`auto`).
     #[default]
     Auto,
-    /// The built-in GEMM, no library (`off`): [`super::packed_gemm`] for large segments on a CPU with AVX2 and no
+    /// The built-in GEMM, no library (`off`): [`super::gemm::packed`] for large segments on a CPU with AVX2 and no
     /// AVX-512, the `gemm` crate behind candle's matmul otherwise.
     Builtin,
     /// The `gemm` crate behind candle's matmul only (`gemm-crate`), to compare the built-in kernels.
@@ -91,57 +89,45 @@ impl std::fmt::Display for CpuGemm {
     }
 }
 
-impl CpuGemm {
-    /// Load the library asked for: `None` for the `gemm` crate (asked for, or `auto` without OpenBLAS).
-    pub fn load(&self) -> Result<Option<Blas>, BlasError> {
-        match self {
-            Self::Library(path) => {
-                let spec = path.display().to_string();
-                Blas::open(&spec)
-                    .map(Some)
-                    .map_err(|reason| BlasError { spec, reason })
-            }
-            other => Blas::from_spec(&other.to_string()),
+/// Where the calibration deciding `--cpu-gemm auto` (a CBLAS library's rate against the built-in GEMM's) is kept
+/// (`--cpu-gemm-calibration FILE|none`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GemmCalibration {
+    /// In this file: measured once per machine, then read by every later start, so that every run, resume and
+    /// shard on the machine makes the same choice.
+    File(PathBuf),
+    /// No file (`none`): measured at each start, once per process.
+    #[default]
+    EachStart,
+}
+
+/// The spelling of [`GemmCalibration::EachStart`].
+const NO_CALIBRATION_FILE: &str = "none";
+
+impl FromStr for GemmCalibration {
+    type Err = String;
+
+    /// `none`, else the file's path; an empty value is refused.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "" => Err(format!(
+                "an empty value: give a file or `{NO_CALIBRATION_FILE}`"
+            )),
+            NO_CALIBRATION_FILE => Ok(Self::EachStart),
+            path => Ok(Self::File(PathBuf::from(path))),
         }
     }
 }
 
-/// What the run manifest records about the ops.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct OpsManifest {
-    /// Whether the fused ops are on ([`OpsConfig::fused_kernels`]).
-    pub fused: bool,
-    /// Whether this build has the CUDA kernels (the `cuda` feature).
-    pub cuda_kernels: bool,
-    /// Whether bf16/f16 varlen attention on CUDA runs on tensor cores.
-    pub tensor_core_attention: bool,
-    /// SHA-256 of `kernels/fused.cu` as compiled into this build.
-    pub kernels_sha256: String,
-    /// What the CPU's f32 GEMMs run on (`cblas: …`, the built-in GEMM, or why none is loaded).
-    pub cpu_f32_gemm: String,
-    /// How the CBLAS library was chosen (its corename, the calibration rates, why), on the CPU.
-    #[serde(default)]
-    pub cpu_blas_choice: Option<super::blas::BlasChoice>,
-    /// Rows per `gemm` crate product for independent rows where they take the `gemm` crate
-    /// ([`super::ROW_BLOCK`]).
-    pub cpu_gemm_row_block: usize,
-    /// What independent rows (decode, the logits of last positions) are multiplied by in f32 on the CPU.
-    #[serde(default)]
-    pub cpu_gemm_independent_rows: String,
-    /// Fewest rows of a segment multiplied by the CBLAS library ([`super::BLAS_MIN_ROWS`]).
-    pub cpu_gemm_blas_min_rows: usize,
-    /// Fewest rows of a segment multiplied by the built-in packed kernel when it is the run's built-in GEMM
-    /// ([`super::packed_gemm::MIN_ROWS`]; fewer go to the `gemm` crate).
-    #[serde(default)]
-    pub cpu_gemm_packed_min_rows: usize,
-    /// Fewest keys of a segment whose f32 CPU attention runs through GEMM tiles rather than the four-row kernel
-    /// ([`super::cpu_attn::TILED_MIN_KEYS`]).
-    #[serde(default)]
-    pub cpu_attention_tiled_min_keys: usize,
-    /// Fewest keys of a segment whose attention tiles run on the built-in packed kernel (where it is the run's
-    /// built-in GEMM; `None` elsewhere: the `gemm` crate's tiles).
-    #[serde(default)]
-    pub cpu_attention_packed_min_keys: Option<usize>,
+impl std::fmt::Display for GemmCalibration {
+    /// The spelling [`GemmCalibration::from_str`] reads back.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::File(p) => write!(f, "{}", p.display()),
+            Self::EachStart => f.write_str(NO_CALIBRATION_FILE),
+        }
+    }
 }
 
 /// SHA-256 (hex) of `kernels/fused.cu` as compiled into this build.
@@ -176,27 +162,31 @@ mod tests {
     }
 
     #[test]
+    fn the_calibration_reads_none_and_a_file_and_refuses_an_empty_value() {
+        assert_eq!("none".parse(), Ok(GemmCalibration::EachStart));
+        let file = GemmCalibration::File("/tmp/cpu-gemm.json".into());
+        assert_eq!(" /tmp/cpu-gemm.json ".parse(), Ok(file.clone()));
+        for c in [GemmCalibration::EachStart, file] {
+            assert_eq!(c.to_string().parse(), Ok(c));
+        }
+        assert!(" "
+            .parse::<GemmCalibration>()
+            .unwrap_err()
+            .contains("empty"));
+    }
+
+    #[test]
     fn config_round_trips_through_json_and_defaults_as_documented() {
         let d = OpsConfig::default();
         assert!(d.fused_kernels && !d.tensor_core_attention && !d.profile);
         assert_eq!(d.cpu_gemm, CpuGemm::Auto);
         let c = OpsConfig {
             cpu_gemm: CpuGemm::Library("/x/libmkl_rt.so".into()),
+            cpu_gemm_calibration: GemmCalibration::File("/x/cpu-gemm.json".into()),
             profile: true,
             ..d
         };
         let json = serde_json::to_string(&c).unwrap();
         assert_eq!(serde_json::from_str::<OpsConfig>(&json).unwrap(), c);
-    }
-
-    #[test]
-    fn a_missing_library_is_an_error_naming_it() {
-        let e = CpuGemm::Library("/nonexistent/libcblas.so".into())
-            .load()
-            .err()
-            .expect("no such library");
-        assert_eq!(e.spec, "/nonexistent/libcblas.so");
-        assert!(CpuGemm::Builtin.load().unwrap().is_none());
-        assert!(CpuGemm::GemmCrate.load().unwrap().is_none());
     }
 }

@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use candle_core::Device;
-use serde::{Deserialize, Serialize};
+
+use crate::records::{ProfileSnapshot, SectionTime};
 
 /// The section table of one loaded model; clones share it.
 #[derive(Debug, Clone, Default)]
@@ -16,21 +17,6 @@ pub struct Profiler {
     table: Arc<Mutex<BTreeMap<&'static str, (u64, f64)>>>,
 }
 
-/// Calls and total seconds of one section.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct SectionTime {
-    /// Times the section ran.
-    pub calls: u64,
-    /// Total device-synchronised seconds.
-    pub seconds: f64,
-}
-
-/// The sections so far: name → calls and seconds. Nested sections are counted in their parents too. Serialised
-/// as `{section: {"calls", "seconds"}}`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct ProfileSnapshot(pub BTreeMap<String, SectionTime>);
-
 impl Profiler {
     /// A profiler that records when `on`, else does nothing.
     pub fn new(on: bool) -> Self {
@@ -38,11 +24,6 @@ impl Profiler {
             on,
             table: Arc::default(),
         }
-    }
-
-    /// Whether sections are timed.
-    pub fn enabled(&self) -> bool {
-        self.on
     }
 
     /// Run `f`, adding its (device-synchronised) time to section `name` when profiling is on.

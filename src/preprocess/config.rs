@@ -100,21 +100,6 @@ struct RawSize {
 }
 
 impl ImageProcessorConfig {
-    /// Parses the text of a `preprocessor_config.json`.
-    ///
-    /// Top-level `min_pixels`/`max_pixels` win over `size.shortest_edge`/`size.longest_edge` (as in
-    /// transformers, where they are the backward-compatible override); absent keys take the class defaults.
-    pub fn from_json_str(text: &str) -> Result<Self, PreprocessError> {
-        let raw: RawConfig = serde_json::from_str(text).map_err(|e| PreprocessError::Config {
-            path: "<string>".into(),
-            reason: e.to_string(),
-        })?;
-        Self::from_raw(raw).map_err(|reason| PreprocessError::Config {
-            path: "<string>".into(),
-            reason,
-        })
-    }
-
     /// Reads `preprocessor_config.json` from a file path.
     pub fn from_file(path: &Path) -> Result<Self, PreprocessError> {
         let err = |reason: String| PreprocessError::Config {

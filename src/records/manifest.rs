@@ -5,9 +5,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::PhaseSummary;
-use crate::fingerprint::WeightsFingerprint;
-use crate::ops::{OpsManifest, ProfileSnapshot};
+use super::{DecodeAttention, OpsManifest, PhaseSummary, ProfileSnapshot};
+use crate::fingerprint::FilesFingerprint;
 use crate::preprocess::ImageProcessorConfig;
 use crate::settings::{BatchLimits, RulePreset, SystemPrompt};
 use crate::shard::ShardManifestEntry;
@@ -31,7 +30,7 @@ pub struct RunSettings {
     /// Content fingerprint of every weight file (a replaced file is refused on resume; empty in manifests that
     /// predate it, which therefore do not resume).
     #[serde(default)]
-    pub weights: WeightsFingerprint,
+    pub weights: FilesFingerprint,
     /// Activation and weight dtype (`f32`, `bf16`, `f16`).
     pub dtype: String,
     /// SHA-256 of the benchmark's `data.jsonl`.
@@ -128,7 +127,7 @@ pub struct JudgeSettings {
     /// Its fingerprint.
     pub hash: String,
     /// Content fingerprint of its weight files.
-    pub weights: WeightsFingerprint,
+    pub weights: FilesFingerprint,
 }
 
 /// Versions of the program and its engine.
@@ -190,6 +189,10 @@ pub struct Manifest {
     /// The shard this run folder holds, for a sharded run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<ShardManifestEntry>,
+    /// Fingerprint of every screenshot of the benchmark (a changed one with saved answers is refused on resume;
+    /// empty in manifests that predate it, which resume unchecked).
+    #[serde(default)]
+    pub screenshots: FilesFingerprint,
     /// The servers that answered the prompts, for a run through an OpenAI-compatible API.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub served: Option<ServedRecord>,
@@ -258,7 +261,7 @@ pub struct OpsRecord {
     #[serde(flatten)]
     pub ops: OpsManifest,
     /// How decode attention ran (`PerSequence`, `Padded`, `Fused`).
-    pub decode_attention: String,
+    pub decode_attention: DecodeAttention,
     /// Whether the model's sections were timed (a slower run).
     pub profiled: bool,
 }

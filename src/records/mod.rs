@@ -1,13 +1,14 @@
 //! The files a run writes, as serde types shared by their writer and reader: prediction and judgement lines
 //! (`predictions.jsonl`, `judgements.jsonl`), the run manifest (`manifest.json`) and the throughput record
-//! (`throughput.json`), and the one policy by which their JSONL lines are read. Pure: no candle; the only I/O is
-//! reading a file whole.
+//! (`throughput.json`), with what they say about the ops, and the one policy by which their JSONL lines are read.
+//! Pure: no candle; the only I/O is reading a file whole.
 //!
 //! JSON files carry their `schema_version`; the two JSONL files are versioned by the manifest of their run
 //! (`Manifest::line_schema_version`), so every line stays a plain record that any JSONL tool can write.
 
 mod jsonl;
 mod manifest;
+mod ops;
 mod phase;
 mod scored;
 
@@ -18,6 +19,7 @@ pub use manifest::{
     JudgeSettings, Manifest, ManifestHeader, OpsRecord, RunSettings, ServedRecord, SettingDiff,
     Throughput, Versions, MANIFEST_SCHEMA_VERSION, THROUGHPUT_SCHEMA_VERSION,
 };
+pub use ops::{BlasChoice, DecodeAttention, MatmulRate, OpsManifest, ProfileSnapshot, SectionTime};
 pub use phase::{DeviceShare, LatencySummary, PhaseStats, PhaseSummary, RequestStats};
 pub use scored::{ScoreRecord, SCORED_SCHEMA_VERSION};
 

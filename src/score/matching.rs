@@ -2,9 +2,10 @@
 
 use serde::Serialize;
 
+use super::geometry::Geo;
 use crate::action::{Action, Point};
 use crate::dataset::BBox;
-use crate::settings::{RulePreset, TextRule};
+use crate::settings::{DirectionSpace, PointSpace, RulePreset, SwipeRule, TextRule, ZeroMove};
 
 /// A swipe direction: the way the finger moves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -21,6 +22,28 @@ pub enum Direction {
 }
 
 impl Direction {
+    /// The dominant axis of `to - from` and its sign, ties to the vertical axis; a zero move as `zero` says.
+    pub fn dominant(from: Point, to: Point, zero: ZeroMove) -> Option<Direction> {
+        let (dx, dy) = (to[0] - from[0], to[1] - from[1]);
+        if dx.abs() > dy.abs() {
+            Some(if dx > 0.0 {
+                Direction::Right
+            } else {
+                Direction::Left
+            })
+        } else if dy > 0.0 {
+            Some(Direction::Down)
+        } else if dy < 0.0 {
+            Some(Direction::Up)
+        } else {
+            match zero {
+                ZeroMove::NoDirection => None,
+                ZeroMove::Up => Some(Direction::Up),
+                ZeroMove::Down => Some(Direction::Down),
+            }
+        }
+    }
+
     /// The dominant axis of `to - from` and its sign; `None` for a zero move. Ties go to the vertical axis.
     pub fn of(from: Point, to: Point) -> Option<Direction> {
         let (dx, dy) = (to[0] - from[0], to[1] - from[1]);
@@ -142,7 +165,7 @@ fn point_match(
     if boxes.is_empty() {
         let distance = norm_distance(pred, gold, screen);
         return (
-            distance <= threshold + EPS,
+            distance <= threshold + rules.tolerance,
             ArgCheck::Distance {
                 point: pred,
                 gold,
@@ -176,14 +199,186 @@ fn point_match(
             *distance = Some(d);
             *t = Some(threshold);
         }
-        return (d <= threshold + EPS, check);
+        return (d <= threshold + rules.tolerance, check);
     }
     (false, check)
 }
 
-/// Compare the arguments of `pred` with `gold`; `None` when the types differ.
+/// Where a step is judged: the screen (gold pixels) and the image the model saw.
+#[derive(Debug, Clone, Copy)]
+struct Frames {
+    screen: [u32; 2],
+    image_size: Option<[u32; 2]>,
+}
+
+fn reference_point_match(
+    geo: &Geo<'_>,
+    gold: Point,
+    boxes: &[BBox],
+    pred: Point,
+    shown: Point,
+) -> (bool, ArgCheck) {
+    let g = geo.gold(gold);
+    let threshold = geo.rules.distance_threshold;
+    let Some(p) = geo.pred(pred) else {
+        // Refused by the reference's action schema: it matches nothing.
+        let check = ArgCheck::Distance {
+            point: shown,
+            gold,
+            distance: f64::INFINITY,
+            threshold,
+        };
+        return (false, check);
+    };
+    if boxes.is_empty() {
+        let (distance, ok) = geo.distance(g, p);
+        let check = ArgCheck::Distance {
+            point: shown,
+            gold,
+            distance,
+            threshold,
+        };
+        return (ok, check);
+    }
+    let inside = geo
+        .candidates(boxes, g)
+        .into_iter()
+        .find(|(_, r)| geo.inside(p, r))
+        .map(|(i, _)| i);
+    let mut check = ArgCheck::Box {
+        point: shown,
+        boxes: boxes.len(),
+        scale: geo.rules.bbox_scale,
+        inside,
+        distance: None,
+        threshold: None,
+    };
+    if inside.is_some() || !geo.rules.distance_fallback_with_boxes {
+        return (inside.is_some(), check);
+    }
+    let (d, ok) = geo.distance(g, p);
+    if let ArgCheck::Box {
+        distance,
+        threshold: t,
+        ..
+    } = &mut check
+    {
+        *distance = Some(d);
+        *t = Some(threshold);
+    }
+    (ok, check)
+}
+
+/// A click answering a gold `open` (the Qwen ports): inside one of the enlarged icon boxes, or within the distance
+/// of the first box's centre.
+fn open_by_click(geo: &Geo<'_>, boxes: &[BBox], pred: Point, shown: Point) -> (bool, ArgCheck) {
+    let (_, centre) = geo.rect(&boxes[0]);
+    let mut check = ArgCheck::Box {
+        point: shown,
+        boxes: boxes.len(),
+        scale: geo.rules.bbox_scale,
+        inside: None,
+        distance: None,
+        threshold: None,
+    };
+    let Some(p) = geo.pred(pred) else {
+        return (false, check);
+    };
+    let inside = boxes.iter().position(|b| geo.inside(p, &geo.rect(b).0));
+    if inside.is_some() {
+        if let ArgCheck::Box { inside: i, .. } = &mut check {
+            *i = inside;
+        }
+        return (true, check);
+    }
+    let (d, ok) = geo.distance(centre, p);
+    if let ArgCheck::Box {
+        distance,
+        threshold,
+        ..
+    } = &mut check
+    {
+        *distance = Some(d);
+        *threshold = Some(geo.rules.distance_threshold);
+    }
+    (ok, check)
+}
+
+fn point_args(
+    rules: &RulePreset,
+    gold: Point,
+    boxes: &[BBox],
+    pred: Point,
+    f: Frames,
+) -> (bool, ArgCheck) {
+    let shown = map_point(pred, f.screen, f.image_size);
+    if rules.points == PointSpace::ScreenPixels {
+        point_match(rules, gold, boxes, shown, f.screen)
+    } else {
+        let geo = Geo::new(rules, f.screen, f.image_size);
+        reference_point_match(&geo, gold, boxes, pred, shown)
+    }
+}
+
+fn swipe_args(
+    rules: &RulePreset,
+    gold: [Point; 2],
+    pred: [Point; 2],
+    f: Frames,
+) -> (bool, ArgCheck) {
+    let geo = Geo::new(rules, f.screen, f.image_size);
+    let m = |p: Point| map_point(p, f.screen, f.image_size);
+    let (zero, points) = match rules.swipe {
+        SwipeRule::Direction { space, zero } => (zero, space == DirectionSpace::Points),
+        _ => (
+            ZeroMove::NoDirection,
+            rules.points != PointSpace::ScreenPixels,
+        ),
+    };
+    let (g, p) = if points {
+        (
+            [geo.gold_raw(gold[0]), geo.gold_raw(gold[1])],
+            [geo.pred_raw(pred[0]), geo.pred_raw(pred[1])],
+        )
+    } else {
+        (gold, [m(pred[0]), m(pred[1])])
+    };
+    let gold_dir = Direction::dominant(g[0], g[1], zero);
+    let pred_dir = Direction::dominant(p[0], p[1], zero);
+    let check = ArgCheck::Direction {
+        gold: gold_dir,
+        predicted: pred_dir,
+    };
+    if rules.points != PointSpace::ScreenPixels && geo.pred(pred[0]).is_none() {
+        return (false, check);
+    }
+    let ok = match rules.swipe {
+        SwipeRule::TypeOnly => true,
+        SwipeRule::Axis => geo.main_axis(g[0], g[1]) == geo.main_axis(p[0], p[1]),
+        SwipeRule::Direction { .. } => gold_dir == pred_dir,
+    };
+    (ok, check)
+}
+
+/// A swipe no longer than the preset's tap length becomes a click at its start (AITW `is_tap_action`).
+fn as_tap(geo: &Geo<'_>, a: &Action, frame: [f64; 2]) -> Option<Action> {
+    let limit = geo.rules.short_swipe_is_tap?;
+    match a {
+        Action::Swipe {
+            coordinate,
+            coordinate2,
+        } => geo
+            .is_short(*coordinate, *coordinate2, frame, limit)
+            .then_some(Action::Click {
+                coordinate: *coordinate,
+            }),
+        _ => None,
+    }
+}
+
+/// Compare the arguments of `pred` with `gold`; `None` when the types differ under the preset.
 ///
-/// `screen` is the device screen (gold pixels); predicted points are mapped through `image_size`.
+/// `screen` is the device screen (gold pixels); predicted points are pixels of an `image_size` image.
 pub fn match_args(
     rules: &RulePreset,
     gold: &Action,
@@ -192,12 +387,22 @@ pub fn match_args(
     screen: [u32; 2],
     image_size: Option<[u32; 2]>,
 ) -> Option<(bool, ArgCheck)> {
-    let m = |p: &Point| map_point(*p, screen, image_size);
+    let f = Frames { screen, image_size };
+    let geo = Geo::new(rules, screen, image_size);
+    let gold_tap = as_tap(&geo, gold, geo.screen);
+    let pred_tap = as_tap(&geo, pred, geo.image);
+    let gold = gold_tap.as_ref().unwrap_or(gold);
+    let pred = pred_tap.as_ref().unwrap_or(pred);
     let text = |rule: TextRule, g: &str, p: &str| (rule.matches(g, p), ArgCheck::Text { rule });
     Some(match (gold, pred) {
         (Action::Click { coordinate: g }, Action::Click { coordinate: p })
         | (Action::LongPress { coordinate: g, .. }, Action::LongPress { coordinate: p, .. }) => {
-            point_match(rules, *g, boxes, m(p), screen)
+            point_args(rules, *g, boxes, *p, f)
+        }
+        (Action::Open { .. }, Action::Click { coordinate: p })
+            if rules.open_by_click && !boxes.is_empty() =>
+        {
+            open_by_click(&geo, boxes, *p, map_point(*p, screen, image_size))
         }
         (
             Action::Swipe {
@@ -208,11 +413,7 @@ pub fn match_args(
                 coordinate: p1,
                 coordinate2: p2,
             },
-        ) => {
-            let gold = Direction::of(*g1, *g2);
-            let predicted = Direction::of(m(p1), m(p2));
-            (gold == predicted, ArgCheck::Direction { gold, predicted })
-        }
+        ) => swipe_args(rules, [*g1, *g2], [*p1, *p2], f),
         (Action::Type { text: g }, Action::Type { text: p })
         | (Action::Open { text: g }, Action::Open { text: p }) => text(rules.text, g, p),
         (Action::Key { text: g }, Action::Key { text: p }) => text(rules.key, g, p),
@@ -220,9 +421,19 @@ pub fn match_args(
             (g == p, ArgCheck::Equal)
         }
         (Action::Terminate { status: g }, Action::Terminate { status: p }) => {
-            (g == p, ArgCheck::Equal)
+            if rules.terminate_status {
+                (g == p, ArgCheck::Equal)
+            } else {
+                (true, ArgCheck::TypeOnly)
+            }
         }
         (Action::Wait { .. }, Action::Wait { .. }) => (true, ArgCheck::TypeOnly),
+        (Action::Wait { .. }, Action::Terminate { .. })
+        | (Action::Terminate { .. }, Action::Wait { .. })
+            if rules.wait_is_terminate =>
+        {
+            (true, ArgCheck::TypeOnly)
+        }
         _ => return None,
     })
 }

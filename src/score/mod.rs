@@ -4,6 +4,7 @@
 //! otherwise it is an **args error** (right type), a **type error** (valid action, wrong type) or a
 //! **format error** (no valid action, a missing prediction included).
 
+mod geometry;
 mod judge;
 mod matching;
 mod metrics;
@@ -13,7 +14,10 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-pub use crate::settings::{RuleName, RulePreset, TextRule};
+pub use crate::settings::{
+    BoxChoice, BoxGrowth, DirectionSpace, DistanceMetric, PointSpace, Precision, RuleName,
+    RulePreset, SwipeRule, TextRule, ZeroMove,
+};
 pub use judge::{score_run, summarize, JudgeSummary};
 pub use matching::{in_box, map_point, match_args, norm_distance, ArgCheck, Direction};
 pub use metrics::{

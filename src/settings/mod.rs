@@ -7,7 +7,10 @@ mod rules;
 
 use serde::{Deserialize, Serialize};
 
-pub use rules::{RuleName, RulePreset, TextRule};
+pub use rules::{
+    levenshtein, py_strip, BoxChoice, BoxGrowth, DirectionSpace, DistanceMetric, PointSpace,
+    Precision, RuleName, RulePreset, SwipeRule, TextRule, ZeroMove,
+};
 
 /// Where a model runs (`--device`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -107,7 +107,7 @@ fn qwen_ac_hand_computed() {
     );
     assert!(close(m.accuracy, 300.0 / 7.0));
     assert!(close(m.avg_args_errors, 2.0 / 3.0));
-    assert_eq!(m.rules.name, "qwen-ac");
+    assert_eq!(m.rules.name, "qwen-ac-infigui");
 }
 
 #[test]

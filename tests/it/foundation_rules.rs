@@ -1,4 +1,4 @@
-//! Each matching rule of the `mobile-r1` and `qwen-ac` presets.
+//! Each matching rule of the `mobile-r1` and `qwen-ac` presets (`qwen-ac` is `qwen-ac-infigui`).
 use mobile_r1_eval::action::{Action, Button, Status};
 use mobile_r1_eval::score::{match_args, ArgCheck, Direction, RulePreset};
 
@@ -94,17 +94,46 @@ fn image_size_maps_points_to_screen() {
 
 #[test]
 fn qwen_ac_enlarged_boxes_then_distance() {
+    // `qwen-ac` is InfiGUI-R1's port: the distance is 0.04 of the longer side of the image the model saw.
     let r = RulePreset::qwen_ac();
+    assert_eq!(r.name, "qwen-ac-infigui");
     let g = click(500.0, 1000.0);
     let b = [[400.0, 900.0, 600.0, 1100.0]];
     // ×1.2 about the centre: x in [380, 620].
     assert!(ok(&r, &g, &b, &click(620.0, 1000.0), None));
     assert!(!ok(&r, &g, &b, &click(621.0, 1000.0), None));
-    // Outside every box but within 0.04 of the gold point.
+    // Outside every box but within 0.04 × 2000 px of the gold point.
     let small = [[495.0, 995.0, 505.0, 1005.0]];
-    assert!(ok(&r, &g, &small, &click(530.0, 1000.0), None));
-    assert!(!ok(&r, &g, &small, &click(541.0, 1000.0), None));
-    assert!(ok(&r, &g, &[], &click(540.0, 1000.0), None));
+    assert!(ok(&r, &g, &small, &click(579.0, 1000.0), None));
+    assert!(!ok(&r, &g, &small, &click(581.0, 1000.0), None));
+    // On a 500×1000 image the limit is 40 image pixels, 80 screen pixels on either axis.
+    assert!(ok(&r, &g, &[], &click(289.0, 500.0), Some([500, 1000])));
+    assert!(!ok(&r, &g, &[], &click(291.0, 500.0), Some([500, 1000])));
+    // UI-S1's port normalises each axis instead: 0.04 of the width on x (exact float comparisons: 0.54 − 0.5 > 0.04).
+    let u = RulePreset::qwen_ac_uis1();
+    assert!(ok(&u, &g, &small, &click(539.0, 1000.0), None));
+    assert!(!ok(&u, &g, &small, &click(541.0, 1000.0), None));
+}
+
+#[test]
+fn a_recorded_first_version_qwen_ac_scores_as_it_did() {
+    // A manifest written before the reference presets holds `qwen-ac` version 1 without the later fields; it
+    // re-scores with its own rule: normalised distance, pixel-space swipes, containment with empty = empty.
+    let old: RulePreset = serde_json::from_str(
+        r#"{"name":"qwen-ac","version":1,"description":"Qwen2.5-VL AndroidControl rule","bbox_scale":1.2,
+            "distance_threshold":0.04,"distance_fallback_with_boxes":true,"box_edges_inside":true,
+            "text":"contains","key":"contains"}"#,
+    )
+    .unwrap();
+    let g = click(500.0, 1000.0);
+    let small = [[495.0, 995.0, 505.0, 1005.0]];
+    assert!(ok(&old, &g, &small, &click(540.0, 1000.0), None));
+    assert!(!ok(&old, &g, &small, &click(541.0, 1000.0), None));
+    let ty = |s: &str| Action::Type { text: s.into() };
+    assert!(!ok(&old, &ty("蓝牙耳机"), &[], &ty(""), None));
+    let v = serde_json::to_value(&old).unwrap();
+    assert_eq!(v["points"], "screen_pixels");
+    assert_eq!(v["tolerance"], 1e-9);
 }
 
 #[test]
@@ -155,7 +184,8 @@ fn texts_buttons_status_wait() {
     assert!(!ok(&m, &ty("蓝牙耳机"), &[], &ty("蓝牙"), None));
     assert!(ok(&q, &ty("蓝牙耳机"), &[], &ty("蓝牙"), None));
     assert!(ok(&q, &ty("Hello"), &[], &ty("say hello world"), None));
-    assert!(!ok(&q, &ty("蓝牙耳机"), &[], &ty(""), None));
+    // As in the reference (Python's `"" in s`), an empty prediction is contained in every text.
+    assert!(ok(&q, &ty("蓝牙耳机"), &[], &ty(""), None));
     let open = |s: &str| Action::Open { text: s.into() };
     assert!(!ok(&m, &open("淘宝"), &[], &open("手机淘宝"), None));
     assert!(ok(&q, &open("淘宝"), &[], &open("手机淘宝"), None));

@@ -1,7 +1,7 @@
 //! The CUDA kernels of `kernels/fused.cu` run on the CPU: their own source, built with a C++ compiler against
 //! `kernels/emu/cuda_emu.h` (threads, barriers, warp shuffles and `mma.sync` emulated), launched with the real
-//! launch geometry and metadata (`ops::launch`) through every case of `self-test` (`ops::check`), and compared
-//! with the CPU references. This is the kernels' test on machines without a GPU; `self-test --device cuda`
+//! launch geometry and metadata (`ops::cuda::launch`) through every case of `self-test` (`ops::selftest`), and
+//! compared with the CPU references. This is the kernels' test on machines without a GPU; `self-test --device cuda`
 //! remains the test of the hardware. Skipped (with a message) where no C++ compiler is found.
 
 use std::ffi::{c_char, c_void, CString};
@@ -9,8 +9,8 @@ use std::sync::OnceLock;
 
 use candle_core::{DType, Device, Result, Tensor};
 use half::{bf16, f16};
-use mobile_r1_eval::ops::check::{self, DecodeOut, Executor, Ran};
-use mobile_r1_eval::ops::launch::{self, Geometry, SegmentMeta};
+use mobile_r1_eval::ops::cuda::launch::{self, Geometry, SegmentMeta};
+use mobile_r1_eval::ops::selftest::{self as check, DecodeOut, Executor, Ran};
 use mobile_r1_eval::ops::{DecodeKv, QkvRope, Varlen};
 
 type LaunchFn =

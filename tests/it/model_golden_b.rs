@@ -129,7 +129,7 @@ fn batched_prefill_and_ragged_decode_equal_single() {
                 (c.remove(0), l)
             })
             .collect();
-        // Bit for bit, with OpenBLAS or the `gemm` crate (src/ops/rows.rs).
+        // Bit for bit, with OpenBLAS or the `gemm` crate (src/ops/gemm/rows.rs).
         for (i, (_, l)) in singles.iter().enumerate() {
             assert_eq!(max_abs(&bl.narrow(0, i, 1).unwrap(), l), 0.0, "prefill {i}");
         }

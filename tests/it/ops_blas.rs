@@ -1,12 +1,13 @@
-//! The optional CBLAS path of the CPU's f32 GEMMs (`src/ops/blas.rs`): loading by spec, and `sgemm_nt` against
-//! an f64 reference and across thread counts. The numeric tests need OpenBLAS on the machine
+//! The optional CBLAS path of the CPU's f32 GEMMs (`src/ops/gemm/blas/`): loading what `--cpu-gemm` asks for, and
+//! `sgemm_nt` against an f64 reference and across thread counts. The numeric tests need OpenBLAS on the machine
 //! (`libopenblas.so.0`, e.g. Debian's `libopenblas0`) and say so when it is absent.
 
 use candle_core::{Device, Tensor};
-use mobile_r1_eval::ops::blas::Blas;
+use mobile_r1_eval::ops::gemm::blas::Blas;
+use mobile_r1_eval::ops::{CpuGemm, GemmCalibration};
 
 fn openblas() -> Option<Blas> {
-    let b = Blas::from_spec("auto").expect("auto never fails");
+    let b = Blas::load(&CpuGemm::Auto).expect("auto never fails");
     if b.is_none() {
         eprintln!("skipped: no OpenBLAS on this machine");
     }
@@ -33,11 +34,11 @@ fn reference(a: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f64> {
 }
 
 #[test]
-fn specs_off_auto_and_bad_paths() {
-    assert!(Blas::from_spec("off").unwrap().is_none());
-    let auto = Blas::from_spec("auto").unwrap();
+fn off_auto_on_and_bad_paths() {
+    assert!(Blas::load(&CpuGemm::Builtin).unwrap().is_none());
+    let auto = Blas::load(&CpuGemm::Auto).unwrap();
     // `on` is `auto` that insists.
-    match Blas::from_spec("on") {
+    match Blas::load(&CpuGemm::Blas) {
         Ok(b) => assert_eq!(b.unwrap().description, auto.unwrap().description),
         Err(e) => {
             assert!(auto.is_none());
@@ -53,7 +54,10 @@ fn specs_off_auto_and_bad_paths() {
     let not_a_library = dir.path().join("libcblas.so");
     std::fs::write(&not_a_library, b"not an ELF file").unwrap();
     for path in [not_a_library.to_str().unwrap(), "/nonexistent/libcblas.so"] {
-        let err = Blas::from_spec(path).err().expect("must fail").to_string();
+        let err = Blas::load(&CpuGemm::Library(path.into()))
+            .err()
+            .expect("must fail")
+            .to_string();
         assert!(
             err.starts_with(&format!("CPU GEMM library `{path}`: cannot load {path}")),
             "{err}"
@@ -123,7 +127,7 @@ fn sgemm_nt_repeats_exactly_and_agrees_across_thread_counts() {
 /// `gemm` crate alone (`off`).
 #[test]
 fn matmul_nt_on_tensors_agrees_with_candle_and_is_batch_invariant() {
-    use mobile_r1_eval::ops::{CpuGemm, Ops, OpsConfig, Rows};
+    use mobile_r1_eval::ops::{Ops, OpsConfig, Rows};
     for cpu_gemm in [CpuGemm::Auto, CpuGemm::Builtin, CpuGemm::GemmCrate] {
         let config = OpsConfig {
             cpu_gemm,
@@ -214,7 +218,9 @@ fn a_library_by_path_is_checked_at_load() {
         eprintln!("skipped: no C compiler");
         return;
     };
-    let blas = Blas::from_spec(&good).unwrap().unwrap();
+    let blas = Blas::load(&CpuGemm::Library(good.clone().into()))
+        .unwrap()
+        .unwrap();
     assert_eq!(
         blas.description, good,
         "no OpenBLAS config string: the path"
@@ -225,13 +231,16 @@ fn a_library_by_path_is_checked_at_load() {
         assert!((*x as f64 - y).abs() < 1e-5);
     }
     let bad = build("wrong", "c[i * ldc + j] = alpha * s + 1.0f;").unwrap();
-    let err = Blas::from_spec(&bad).err().expect("refused").to_string();
+    let err = Blas::load(&CpuGemm::Library(bad.into()))
+        .err()
+        .expect("refused")
+        .to_string();
     assert!(err.contains("cblas_sgemm gave wrong results"), "{err}");
 }
 
 #[test]
 fn sizes_beyond_the_lp64_interface_stay_off_cblas() {
-    use mobile_r1_eval::ops::blas::fits_cblas;
+    use mobile_r1_eval::ops::gemm::blas::fits_cblas;
     assert!(fits_cblas(i32::MAX as usize, 1, 1));
     assert!(!fits_cblas(1 << 31, 1, 1));
     assert!(!fits_cblas(1, 1 << 31, 1));
@@ -243,15 +252,16 @@ fn sizes_beyond_the_lp64_interface_stay_off_cblas() {
 /// in a file is measured once and read back.
 #[test]
 fn choose_uses_a_library_only_where_it_fits_and_is_not_slower() {
-    use mobile_r1_eval::ops::blas::{choose, core_misfit, Calibration, CpuSimd};
-    use mobile_r1_eval::ops::packed_gemm::BuiltinGemm;
+    use mobile_r1_eval::ops::gemm::blas::{choose, core_misfit, Calibration, CpuSimd};
+    use mobile_r1_eval::ops::gemm::packed::BuiltinGemm;
     let builtin = BuiltinGemm::for_this_cpu(false);
-    let (none, off) = choose("off", None, builtin).unwrap();
+    let (none, off) = choose(&CpuGemm::Builtin, &GemmCalibration::EachStart, builtin).unwrap();
     assert!(none.is_none() && !off.used && off.library.is_none());
     assert!(off.reason.contains("off"), "{}", off.reason);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("cpu-gemm.json");
-    let (lib, auto) = choose("auto", Some(&file), builtin).unwrap();
+    let kept_in = GemmCalibration::File(file.clone());
+    let (lib, auto) = choose(&CpuGemm::Auto, &kept_in, builtin).unwrap();
     eprintln!("auto: {auto:?}");
     let Some(found) = auto.library.as_deref() else {
         assert!(lib.is_none() && !auto.used);
@@ -270,7 +280,7 @@ fn choose_uses_a_library_only_where_it_fits_and_is_not_slower() {
     let kept: Calibration = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     assert_eq!((kept.blas_gflops, kept.builtin_gflops), (b, g));
     // A later start reads the kept rates and decides the same.
-    let (_, again) = choose("auto", Some(&file), builtin).unwrap();
+    let (_, again) = choose(&CpuGemm::Auto, &kept_in, builtin).unwrap();
     assert_eq!(
         (again.used, again.blas_gflops),
         (auto.used, auto.blas_gflops)
@@ -285,7 +295,7 @@ fn choose_uses_a_library_only_where_it_fits_and_is_not_slower() {
                 ..kept.clone()
             };
             std::fs::write(&file, serde_json::to_string(&kept).unwrap()).unwrap();
-            let (lib, c) = choose("auto", Some(&file), builtin).unwrap();
+            let (lib, c) = choose(&CpuGemm::Auto, &kept_in, builtin).unwrap();
             assert_eq!((lib.is_some(), c.used), (used, used), "{c:?}");
             assert_eq!(
                 c.reason.contains("slower than the built-in"),
@@ -295,7 +305,7 @@ fn choose_uses_a_library_only_where_it_fits_and_is_not_slower() {
         }
     }
     // Asked for by name, the library is used whatever it measures.
-    let (lib, on) = choose("on", None, builtin).unwrap();
+    let (lib, on) = choose(&CpuGemm::Blas, &GemmCalibration::EachStart, builtin).unwrap();
     assert!(
         lib.is_some() && on.used && on.reason.contains("asked for"),
         "{on:?}"
@@ -304,7 +314,7 @@ fn choose_uses_a_library_only_where_it_fits_and_is_not_slower() {
 
 /// The CPU ops with the built-in GEMM (`off`) and with the `gemm` crate for all (`gemm-crate`).
 fn builtin_and_gemm_crate() -> (mobile_r1_eval::ops::Ops, mobile_r1_eval::ops::Ops) {
-    use mobile_r1_eval::ops::{CpuGemm, Ops, OpsConfig};
+    use mobile_r1_eval::ops::{Ops, OpsConfig};
     let ops = |cpu_gemm| {
         let config = OpsConfig {
             cpu_gemm,
@@ -315,12 +325,12 @@ fn builtin_and_gemm_crate() -> (mobile_r1_eval::ops::Ops, mobile_r1_eval::ops::O
     (ops(CpuGemm::Builtin), ops(CpuGemm::GemmCrate))
 }
 
-/// The built-in GEMM (`off`) on a CPU with AVX2 and no AVX-512: segments of `packed_gemm::MIN_ROWS` rows or more
+/// The built-in GEMM (`off`) on a CPU with AVX2 and no AVX-512: segments of `packed::MIN_ROWS` rows or more
 /// go through the packed kernel, shorter ones through the `gemm` crate, each segment with the bits it has alone;
 /// `gemm-crate` keeps the `gemm` crate for all. Elsewhere the built-in GEMM is the `gemm` crate for all.
 #[test]
 fn the_built_in_gemm_takes_the_packed_kernel_for_large_segments() {
-    use mobile_r1_eval::ops::packed_gemm::{self, BuiltinGemm, MIN_ROWS};
+    use mobile_r1_eval::ops::gemm::packed::{self, BuiltinGemm, MIN_ROWS};
     use mobile_r1_eval::ops::Rows;
     let (builtin, crate_only) = builtin_and_gemm_crate();
     let packed = BuiltinGemm::for_this_cpu(false) == BuiltinGemm::Packed;
@@ -363,7 +373,7 @@ fn the_built_in_gemm_takes_the_packed_kernel_for_large_segments() {
         );
         if packed && len >= MIN_ROWS {
             let mut c = vec![0f32; len * n];
-            packed_gemm::sgemm_nt(&xv[start * k..(start + len) * k], &wv, (len, k, n), &mut c);
+            packed::sgemm_nt(&xv[start * k..(start + len) * k], &wv, (len, k, n), &mut c);
             assert_eq!(seg, c.as_slice(), "{len} rows: the packed kernel's bits");
         } else {
             assert_eq!(
@@ -377,12 +387,13 @@ fn the_built_in_gemm_takes_the_packed_kernel_for_large_segments() {
 }
 
 /// Independent rows (decode, last positions) under the built-in GEMM: on a CPU with AVX2 and no AVX-512, one dot
-/// product per output (`row_gemm`), a row's bits the same alone or with others; `gemm-crate`, and other CPUs,
+/// product per output (`gemm::row`), a row's bits the same alone or with others; `gemm-crate`, and other CPUs,
 /// keep the `gemm` crate in products of `ROW_BLOCK` rows.
 #[test]
 fn independent_rows_take_the_row_kernel_with_the_packed_built_in_gemm() {
-    use mobile_r1_eval::ops::packed_gemm::BuiltinGemm;
-    use mobile_r1_eval::ops::{row_gemm, Ops, Rows};
+    use mobile_r1_eval::ops::gemm::packed::BuiltinGemm;
+    use mobile_r1_eval::ops::gemm::row;
+    use mobile_r1_eval::ops::{Ops, Rows};
     let (builtin, crate_only) = builtin_and_gemm_crate();
     let packed = BuiltinGemm::for_this_cpu(false) == BuiltinGemm::Packed;
     let rows_manifest = builtin.manifest().cpu_gemm_independent_rows;
@@ -414,7 +425,7 @@ fn independent_rows_take_the_row_kernel_with_the_packed_built_in_gemm() {
     let by_crate = bits(&crate_only, &x);
     if packed {
         let mut c = vec![0f32; m * n];
-        row_gemm::sgemm_nt_rows(&xv, &wv, (m, k, n), &mut c);
+        row::sgemm_nt_rows(&xv, &wv, (m, k, n), &mut c);
         assert_eq!(got, c, "the row kernel's bits");
     } else {
         assert_eq!(got, by_crate, "the gemm crate's bits");

@@ -6,7 +6,8 @@ use candle_core::cuda_backend::{CudaDType, WrapErr};
 use candle_core::{bail, CudaDevice, DType, Result, Storage, Tensor};
 use half::{bf16, f16};
 
-use super::{config, cuda_device, kernel, launch, tensor_of, with_view};
+use super::kernels::{config, cuda_device, kernel, tensor_of, with_view};
+use super::launch;
 use crate::ops::{DecodeKv, Varlen};
 
 /// The per-step tables of the fused decode attention, uploaded once per decode step for all layers: each

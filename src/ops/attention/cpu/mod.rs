@@ -1,0 +1,431 @@
+//! Varlen attention on the CPU in f32, fused: for each (segment, KV head) the segment's keys are gathered once,
+//! transposed, and its values into contiguous rows; then the query rows of that head group take their scores,
+//! softmax and weighted sum four rows at a time, so each key/value load serves four queries.
+//! No score matrix is materialised, no mask tensor is built, and windows need no padding. Work items run on
+//! rayon; the inner products use AVX-512 or AVX2/FMA when the CPU has them (checked at run time), both giving the
+//! same bits. Segments of at least [`TILED_MIN_KEYS`] keys, whose keys outgrow the caches, go through GEMM tiles
+//! instead ([`tiled`]).
+
+use candle_core::{DType, Result, Tensor};
+use rayon::prelude::*;
+
+use super::VarlenSeg;
+use crate::ops::cpu_data::with_f32;
+use crate::ops::gemm::packed::BuiltinGemm;
+use crate::ops::simd::Level;
+
+/// Query rows processed together against each key row.
+const ROWS: usize = 4;
+/// Keys scored together (two AVX registers); the transposed keys are padded to a multiple of it.
+const KEY_BLOCK: usize = 16;
+/// Fewest keys (prefix included) of a segment attended through GEMM tiles rather than the four-row kernel.
+pub const TILED_MIN_KEYS: usize = 64;
+
+/// Whether the fused CPU path covers tensors of `dtype` on `device`: CPU, f32, head_dim a multiple of 8.
+pub fn supported(device: &candle_core::Device, dtype: DType, head_dim: usize) -> bool {
+    device.is_cpu() && dtype == DType::F32 && head_dim.is_multiple_of(8) && head_dim > 0
+}
+
+/// A cached prefix copied out of its buffers: K and V (kv_heads, cap, d) data, cap, valid positions.
+type Prefix = (Vec<f32>, Vec<f32>, usize, usize);
+
+/// Shapes of one call.
+#[derive(Clone, Copy)]
+struct Dims {
+    heads: usize,
+    kv_heads: usize,
+    d: usize,
+    /// The vector path of the inner loops.
+    level: Level,
+}
+
+/// See [`super::varlen_attention`]; `q` (N, H, d), `k`/`v` (N, KV, d), all f32 on the CPU. The GEMM tiles run on
+/// the packed kernel where it is the run's built-in GEMM (`builtin`), else on the `gemm` crate.
+pub fn varlen_attention(a: super::Varlen<'_>, builtin: BuiltinGemm) -> Result<Tensor> {
+    varlen_attention_at(
+        a,
+        Level::detect(),
+        (TILED_MIN_KEYS, packed_min_keys(builtin)),
+    )
+}
+
+/// Fewest keys of a segment whose tiles run on the packed kernel with the built-in GEMM `builtin`; `None` where it
+/// is not the packed kernel.
+pub fn packed_min_keys(builtin: BuiltinGemm) -> Option<usize> {
+    (builtin == BuiltinGemm::Packed).then_some(tiled::PACKED_MIN_KEYS)
+}
+
+/// [`varlen_attention`] on the vector path `level`, which must be one the CPU supports (at most [`Level::detect`]),
+/// with segments of at least `tiled` keys through GEMM tiles, and of at least `packed` keys (where given) through
+/// tiles on the packed kernel, which needs AVX2/FMA.
+fn varlen_attention_at(
+    a: super::Varlen<'_>,
+    level: Level,
+    (tiled_min_keys, packed): (usize, Option<usize>),
+) -> Result<Tensor> {
+    let (q, k, v, segs, causal, scale) = (a.q, a.k, a.v, a.segs, a.causal, a.scale);
+    let (n, heads, d) = q.dims3()?;
+    let (_, kv_heads, _) = k.dims3()?;
+    let dims = Dims {
+        heads,
+        kv_heads,
+        d,
+        level,
+    };
+    let prefixes: Vec<Option<Prefix>> = segs
+        .iter()
+        .map(|s| {
+            s.prefix
+                .map(|(pk, pv, p)| {
+                    let cap = pk.dim(1)?;
+                    let kv = with_f32(pk, |x| Ok(x.to_vec()))?;
+                    let vv = with_f32(pv, |x| Ok(x.to_vec()))?;
+                    Ok::<_, candle_core::Error>((kv, vv, cap, p))
+                })
+                .transpose()
+        })
+        .collect::<Result<_>>()?;
+    let mut out = vec![0f32; n * heads * d];
+    with_f32(q, |qs| {
+        with_f32(k, |ks| {
+            with_f32(v, |vs| {
+                let keys = |s: usize| segs[s].len + prefixes[s].as_ref().map_or(0, |x| x.3);
+                let (long, short): (Vec<usize>, Vec<usize>) =
+                    (0..segs.len()).partition(|&s| keys(s) >= tiled_min_keys);
+                let inputs = tiled::Inputs {
+                    qs,
+                    ks,
+                    vs,
+                    segs,
+                    prefixes: &prefixes,
+                    causal,
+                    scale,
+                    packed_min_keys: packed,
+                };
+                tiled::attend(&inputs, &long, dims, &mut out);
+                let items: Vec<(usize, usize)> = short
+                    .iter()
+                    .flat_map(|&s| (0..kv_heads).map(move |h| (s, h)))
+                    .collect();
+                let blocks: Vec<(usize, usize, Vec<f32>)> = items
+                    .par_iter()
+                    .map(|&(si, kh)| {
+                        let seg = &segs[si];
+                        let (kt, vc) = gather(ks, vs, seg, prefixes[si].as_ref(), kh, dims);
+                        let p = prefixes[si].as_ref().map_or(0, |x| x.3);
+                        let o = attend_group(qs, &kt, &vc, seg, p, kh, dims, causal, scale);
+                        (si, kh, o)
+                    })
+                    .collect();
+                scatter(&mut out, &blocks, segs, dims);
+                Ok(())
+            })
+        })
+    })?;
+    Tensor::from_vec(out, (n, heads, d), q.device())
+}
+
+/// Keys and values of one segment for KV head `kh`: keys transposed to (d, lpad) with lpad the key count
+/// (prefix first) rounded up to [`KEY_BLOCK`] and zero columns after it, values as (P + len, d) rows.
+fn gather(
+    ks: &[f32],
+    vs: &[f32],
+    seg: &VarlenSeg<'_>,
+    prefix: Option<&Prefix>,
+    kh: usize,
+    dims: Dims,
+) -> (Vec<f32>, Vec<f32>) {
+    let d = dims.d;
+    let p = prefix.map_or(0, |x| x.3);
+    let total = p + seg.len;
+    let lpad = total.div_ceil(KEY_BLOCK) * KEY_BLOCK;
+    let mut kt = vec![0f32; d * lpad];
+    let mut vc = Vec::with_capacity(total * d);
+    let mut put_key = |j: usize, row: &[f32]| {
+        for (c, x) in row.iter().enumerate() {
+            kt[c * lpad + j] = *x;
+        }
+    };
+    if let Some((pk, pv, cap, _)) = prefix {
+        for j in 0..p {
+            put_key(j, &pk[(kh * cap + j) * d..][..d]);
+        }
+        vc.extend_from_slice(&pv[kh * cap * d..(kh * cap + p) * d]);
+    }
+    for (j, r) in (seg.start..seg.start + seg.len).enumerate() {
+        let at = (r * dims.kv_heads + kh) * d;
+        put_key(p + j, &ks[at..at + d]);
+        vc.extend_from_slice(&vs[at..at + d]);
+    }
+    (kt, vc)
+}
+
+/// Attention of every query head served by KV head `kh` over one segment; returns (len, group, d).
+#[allow(clippy::too_many_arguments)]
+fn attend_group(
+    qs: &[f32],
+    kt: &[f32],
+    vc: &[f32],
+    seg: &VarlenSeg<'_>,
+    p: usize,
+    kh: usize,
+    dims: Dims,
+    causal: bool,
+    scale: f32,
+) -> Vec<f32> {
+    let (d, group) = (dims.d, dims.heads / dims.kv_heads);
+    let total = p + seg.len;
+    let lpad = total.div_ceil(KEY_BLOCK) * KEY_BLOCK;
+    let mut out = vec![0f32; seg.len * group * d];
+    let mut q_rows = vec![0f32; ROWS * d];
+    let mut scores = vec![0f32; ROWS * lpad];
+    let mut o = vec![0f32; ROWS * d];
+    for g in 0..group {
+        let head = kh * group + g;
+        for r0 in (0..seg.len).step_by(ROWS) {
+            let rows = ROWS.min(seg.len - r0);
+            q_rows.fill(0.0);
+            for i in 0..rows {
+                let at = ((seg.start + r0 + i) * dims.heads + head) * d;
+                for (dst, src) in q_rows[i * d..(i + 1) * d].iter_mut().zip(&qs[at..at + d]) {
+                    *dst = src * scale;
+                }
+            }
+            let visible: [usize; ROWS] = std::array::from_fn(|i| match (i < rows, causal) {
+                (false, _) => 0,
+                (true, true) => (p + r0 + i + 1).min(total),
+                (true, false) => total,
+            });
+            let blk = kernels::Block {
+                q: &q_rows,
+                kt,
+                lpad,
+                v: vc,
+                d,
+                visible,
+            };
+            kernels::run(&blk, &mut scores, &mut o, dims.level);
+            for i in 0..rows {
+                let at = ((r0 + i) * group + g) * d;
+                out[at..at + d].copy_from_slice(&o[i * d..(i + 1) * d]);
+            }
+        }
+    }
+    out
+}
+
+/// Copy each (segment, KV head) result into the (N, H, d) output.
+fn scatter(
+    out: &mut [f32],
+    blocks: &[(usize, usize, Vec<f32>)],
+    segs: &[VarlenSeg<'_>],
+    dims: Dims,
+) {
+    let (d, group) = (dims.d, dims.heads / dims.kv_heads);
+    for (si, kh, o) in blocks {
+        let seg = &segs[*si];
+        for r in 0..seg.len {
+            for g in 0..group {
+                let src = &o[(r * group + g) * d..][..d];
+                let at = ((seg.start + r) * dims.heads + kh * group + g) * d;
+                out[at..at + d].copy_from_slice(src);
+            }
+        }
+    }
+}
+
+mod kernels;
+mod tiled;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::{reference, Varlen, VarlenSeg};
+    use candle_core::Device;
+
+    #[test]
+    fn vector_exp_matches_libm() {
+        #[cfg(target_arch = "x86_64")]
+        for level in Level::supported() {
+            if level == Level::Portable {
+                continue;
+            }
+            eprintln!("exp_sum at {level:?}");
+            let xs: Vec<f32> = (0..20_003).map(|i| -80.0 + i as f32 * 0.0041).collect();
+            let mut got = xs.clone();
+            // SAFETY: the CPU supports `level` (Level::supported).
+            let sum = unsafe { kernels::exp_sum_for_test(&mut got, level) };
+            let m = xs.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+            let mut want_sum = 0f64;
+            for (g, x) in got.iter().zip(&xs) {
+                let want = ((*x - m) as f64).exp();
+                want_sum += want;
+                assert!(
+                    ((*g as f64) - want).abs() <= 3e-7 * want + 1e-38,
+                    "exp({}) = {g} vs {want}",
+                    x - m
+                );
+            }
+            assert!(((sum as f64) - want_sum).abs() <= 1e-5 * want_sum);
+        }
+    }
+
+    /// The four-row kernel, GEMM tiles on the `gemm` crate, and where it is the built-in GEMM tiles on the packed
+    /// kernel, each for every segment: `(tiled, packed)` fewest keys.
+    fn paths() -> Vec<(usize, Option<usize>)> {
+        let mut p = vec![(usize::MAX, None), (1, None)];
+        if BuiltinGemm::for_this_cpu(false) == BuiltinGemm::Packed {
+            p.push((1, Some(1)));
+        }
+        p
+    }
+
+    /// Every vector path this CPU supports, through the four-row kernel and through GEMM tiles (on the `gemm`
+    /// crate and, where it is the built-in GEMM, on the packed kernel), against the
+    /// composed reference, on window-like segments (one with a cached prefix), a segment of several tiles,
+    /// causal and not, and head dims 80 (16·5: the AVX-512 32/16-dim steps and no 8-dim tail) and 72 (an 8-dim
+    /// tail); the AVX2 and AVX-512 paths give the same bits.
+    #[test]
+    fn every_supported_path_matches_the_reference() {
+        let dev = Device::Cpu;
+        for d in [80usize, 72] {
+            let (n, heads, kv) = (53 + 2 * tiled::TILE + 9, 4usize, 2usize);
+            let r = |shape: (usize, usize, usize)| Tensor::rand(-1f32, 1f32, shape, &dev).unwrap();
+            let (q, k, v) = (r((n, heads, d)), r((n, kv, d)), r((n, kv, d)));
+            let (pk, pv) = (r((kv, 40, d)), r((kv, 40, d)));
+            let segs = [
+                VarlenSeg {
+                    start: 0,
+                    len: 37,
+                    prefix: None,
+                },
+                VarlenSeg {
+                    start: 37,
+                    len: 16,
+                    prefix: Some((&pk, &pv, 33)),
+                },
+                VarlenSeg {
+                    start: 53,
+                    len: n - 53,
+                    prefix: None,
+                },
+            ];
+            for causal in [false, true] {
+                let a = Varlen {
+                    q: &q,
+                    k: &k,
+                    v: &v,
+                    segs: &segs,
+                    causal,
+                    scale: 0.11,
+                };
+                let want = reference::varlen_attention(a).unwrap();
+                let mut bits = Vec::new();
+                for (level, path) in Level::supported()
+                    .into_iter()
+                    .flat_map(|l| paths().into_iter().map(move |p| (l, p)))
+                {
+                    eprintln!("varlen attention d={d} causal={causal} at {level:?}, {path:?}");
+                    let got = varlen_attention_at(a, level, path).unwrap();
+                    let diff = (&got - &want).unwrap().abs().unwrap().max_all().unwrap();
+                    let diff = diff.to_scalar::<f32>().unwrap();
+                    assert!(
+                        diff < 2e-6,
+                        "{level:?} {path:?} d={d} causal={causal}: {diff}"
+                    );
+                    if level != Level::Portable {
+                        bits.push((path, got.flatten_all().unwrap().to_vec1::<f32>().unwrap()));
+                    }
+                }
+                for path in paths() {
+                    let same: Vec<_> = bits.iter().filter(|b| b.0 == path).collect();
+                    assert!(
+                        same.windows(2).all(|w| w[0].1 == w[1].1),
+                        "AVX2 and AVX-512 bits differ ({path:?})"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Times of the CPU attention at each vector path this CPU supports, through the four-row kernel, GEMM tiles on
+/// the `gemm` crate and (where it is the built-in GEMM) tiles on the packed kernel, alternated, best of three: one
+/// 1080×2400 screenshot at `max_pixels` 1,003,520 (5,088 rows, 16 heads of 80) as windows of 64 rows and as one
+/// full-attention segment, a full-attention segment of 1,272 rows (`max_pixels` 250,880), and causal prompts of
+/// 1,306 and 4,096 tokens (14 heads of 64 over 2 KV heads):
+/// `cargo test --release --lib ops::attention::cpu::timing -- --ignored --nocapture`.
+#[cfg(test)]
+mod timing {
+    use super::*;
+    use crate::ops::{Varlen, VarlenSeg};
+    use candle_core::Device;
+
+    #[test]
+    #[ignore = "a timing run: use --release --ignored --nocapture"]
+    fn levels_and_paths() {
+        let seg = |start, len| VarlenSeg {
+            start,
+            len,
+            prefix: None,
+        };
+        let windows: Vec<VarlenSeg<'_>> = (0..5088 / 64).map(|i| seg(64 * i, 64)).collect();
+        let cases = [
+            ("windows", (16, 16, 80), &windows[..], false),
+            ("full", (16, 16, 80), &[seg(0, 5088)][..], false),
+            ("full 1272", (16, 16, 80), &[seg(0, 1272)][..], false),
+            ("full 2304", (16, 16, 80), &[seg(0, 2304)][..], false),
+            ("prompt 1306", (14, 2, 64), &[seg(0, 1306)][..], true),
+            ("prompt 4096", (14, 2, 64), &[seg(0, 4096)][..], true),
+        ];
+        let mut paths = vec![("kernel", (usize::MAX, None)), ("tiled", (1, None))];
+        if BuiltinGemm::for_this_cpu(false) == BuiltinGemm::Packed {
+            paths.push(("tiled packed", (1, Some(1))));
+        }
+        for (name, (h, kv, d), segs, causal) in cases {
+            let n: usize = segs.iter().map(|s| s.len).sum();
+            let t = |heads| Tensor::randn(0f32, 1.0, (n, heads, d), &Device::Cpu).unwrap();
+            let (q, k, v) = (t(h), t(kv), t(kv));
+            let a = Varlen {
+                q: &q,
+                k: &k,
+                v: &v,
+                segs,
+                causal,
+                scale: 0.11,
+            };
+            let keys: usize = segs
+                .iter()
+                .map(|s| {
+                    if causal {
+                        s.len * (s.len + 1) / 2
+                    } else {
+                        s.len * s.len
+                    }
+                })
+                .sum();
+            let flop = 4.0 * (keys * h * d) as f64;
+            for level in Level::supported()
+                .into_iter()
+                .filter(|l| *l != Level::Portable)
+            {
+                let mut best = vec![f64::INFINITY; paths.len()];
+                for _ in 0..3 {
+                    for (i, (_, path)) in paths.iter().enumerate() {
+                        let t0 = std::time::Instant::now();
+                        varlen_attention_at(a, level, *path).unwrap();
+                        best[i] = best[i].min(t0.elapsed().as_secs_f64());
+                    }
+                }
+                let times: Vec<String> = paths
+                    .iter()
+                    .zip(&best)
+                    .map(|((p, _), s)| {
+                        format!("{p} {:.1} ms ({:.1} GFLOP/s)", s * 1e3, flop / s / 1e9)
+                    })
+                    .collect();
+                eprintln!("{name} at {level:?}: {}", times.join(", "));
+            }
+        }
+    }
+}

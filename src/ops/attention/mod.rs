@@ -1,0 +1,281 @@
+//! The attention ops and their selection: packed varlen attention (prefill, vision windows and full attention)
+//! and decode attention, each on the fused CUDA kernel, the fused CPU path ([`cpu`]), or the composed fallback
+//! ([`composed`]); their candle references ([`reference`]).
+
+pub mod composed;
+pub(super) mod cpu;
+pub(super) mod reference;
+
+use candle_core::{DType, Device, Result, Tensor};
+
+#[cfg(feature = "cuda")]
+use super::cuda;
+pub use crate::records::DecodeAttention;
+
+use super::Ops;
+
+/// One layer's KV buffers of one sequence for decode attention: K and V of shape (kv_heads, capacity,
+/// head_dim), contiguous, not shared with any other cache (the new position is written into them), and `len`
+/// valid positions before this step (`len < capacity`).
+#[derive(Clone, Copy, Debug)]
+pub struct DecodeKv<'a> {
+    /// K buffer.
+    pub k: &'a Tensor,
+    /// V buffer.
+    pub v: &'a Tensor,
+    /// Valid positions before this step.
+    pub len: usize,
+}
+
+/// The fused decode attention of one step over all layers: the buffer tables are checked and uploaded once per
+/// step instead of once per layer. CUDA only (where [`Ops::fused_decode_supported`] holds).
+pub struct DecodePlan {
+    #[cfg(feature = "cuda")]
+    tables: cuda::DecodeTables,
+}
+
+impl DecodePlan {
+    /// `layers[l][b]`: the buffers of sequence b in layer l, reserved for this step.
+    pub fn new(dtype: DType, layers: &[Vec<DecodeKv<'_>>]) -> Result<Self> {
+        #[cfg(feature = "cuda")]
+        return Ok(Self {
+            tables: cuda::DecodeTables::new(dtype, layers)?,
+        });
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = (dtype, layers);
+            candle_core::bail!("the fused decode attention needs the `cuda` feature")
+        }
+    }
+
+    /// The fused decode attention for layer `layer` of the plan.
+    pub fn attend(
+        &self,
+        q: &Tensor,
+        k_new: &Tensor,
+        v_new: &Tensor,
+        layer: usize,
+        scale: f32,
+    ) -> Result<Tensor> {
+        #[cfg(feature = "cuda")]
+        return cuda::decode_attention(
+            &self.tables,
+            cuda::DecodeCall {
+                q,
+                k_new,
+                v_new,
+                layer,
+                scale,
+            },
+        );
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = (q, k_new, v_new, layer, scale);
+            candle_core::bail!("the fused decode attention needs the `cuda` feature")
+        }
+    }
+}
+
+/// The decode attention of one step over all layers ([`Ops::decode_step`]): for each layer, writes every
+/// sequence's new K/V into its buffers and attends over them, on the implementation chosen for the step.
+pub struct DecodeStep<'a> {
+    layers: Vec<Vec<DecodeKv<'a>>>,
+    how: StepPath,
+    budget: usize,
+}
+
+enum StepPath {
+    PerSequence,
+    /// Longest length after this step and the (B, 1, lmax) additive mask hiding each sequence's tail.
+    Padded(usize, Tensor),
+    Fused(Box<DecodePlan>),
+}
+
+impl DecodeStep<'_> {
+    /// Which implementation the step runs.
+    pub fn path(&self) -> DecodeAttention {
+        match self.how {
+            StepPath::PerSequence => DecodeAttention::PerSequence,
+            StepPath::Padded(..) => DecodeAttention::Padded,
+            StepPath::Fused(_) => DecodeAttention::Fused,
+        }
+    }
+
+    /// Layer `layer`: queries `q` (B, heads, d), new K/V `k_new`/`v_new` (B, kv_heads, d), row i for sequence i.
+    /// Returns (B, heads, d).
+    pub fn attend(
+        &self,
+        layer: usize,
+        q: &Tensor,
+        k_new: &Tensor,
+        v_new: &Tensor,
+        scale: f32,
+    ) -> Result<Tensor> {
+        let kv = self
+            .layers
+            .get(layer)
+            .ok_or_else(|| candle_core::Error::Msg(format!("decode step: no layer {layer}")))?;
+        match &self.how {
+            StepPath::Fused(plan) => plan.attend(q, k_new, v_new, layer, scale),
+            StepPath::PerSequence => {
+                reference::decode_attention_budget(q, k_new, v_new, kv, scale, self.budget)
+            }
+            StepPath::Padded(lmax, mask) => {
+                composed::decode_padded(q, k_new, v_new, kv, (*lmax, mask), scale, self.budget)
+            }
+        }
+    }
+}
+
+/// One segment of a packed varlen attention: rows `start..start+len` of q/k/v, optionally continuing a cached
+/// prefix whose K/V buffers are (kv_heads, capacity ≥ prefix_len, head_dim).
+#[derive(Clone, Copy, Debug)]
+pub struct VarlenSeg<'a> {
+    /// First packed row.
+    pub start: usize,
+    /// Number of rows.
+    pub len: usize,
+    /// `(K buffer, V buffer, prefix_len)` of a cached prefix the segment's queries also attend to.
+    pub prefix: Option<(&'a Tensor, &'a Tensor, usize)>,
+}
+
+/// One packed varlen attention call: queries `q` (N, heads, d), keys/values `k`/`v` (N, kv_heads, d), the
+/// segments (in order, covering every row), causal or not, and the score scale.
+#[derive(Clone, Copy, Debug)]
+pub struct Varlen<'a> {
+    /// Queries (N, heads, d).
+    pub q: &'a Tensor,
+    /// Keys (N, kv_heads, d).
+    pub k: &'a Tensor,
+    /// Values (N, kv_heads, d).
+    pub v: &'a Tensor,
+    /// The segments, in order.
+    pub segs: &'a [VarlenSeg<'a>],
+    /// Whether each query sees only the keys up to its own position.
+    pub causal: bool,
+    /// Score scale (1/√d).
+    pub scale: f32,
+}
+
+impl Ops {
+    /// Whether [`Self::varlen_attention`] runs a fused implementation for tensors of `dtype` on `device` with
+    /// this head_dim: CUDA with head_dim 64, 80 or 128, or the CPU in f32 with head_dim a multiple of 8.
+    pub fn varlen_supported(&self, device: &Device, dtype: DType, head_dim: usize) -> bool {
+        (self.on_kernel_path(device, dtype) && matches!(head_dim, 64 | 80 | 128))
+            || (self.config.fused_kernels && cpu::supported(device, dtype, head_dim))
+    }
+
+    /// Attention of packed segments: the queries of each segment (its rows of `q`) attend to the segment's keys
+    /// (its prefix, then its rows of `k`/`v`), causally or not. Returns (N, heads, d). One launch on CUDA and
+    /// the fused f32 path on the CPU where [`Self::varlen_supported`] holds, else [`composed::varlen`] within
+    /// the attention budget.
+    pub fn varlen_attention(&self, a: Varlen<'_>) -> Result<Tensor> {
+        let q = a.q;
+        // Empty inputs take the composed path: the kernels would launch an empty grid.
+        if self.varlen_supported(q.device(), q.dtype(), q.dim(2)?) && q.elem_count() > 0 {
+            #[cfg(feature = "cuda")]
+            if q.device().is_cuda() {
+                // The tensor-core kernel covers bf16/f16 only.
+                let mma = self.config.tensor_core_attention && q.dtype() != DType::F32;
+                return cuda::varlen_attention(a, mma);
+            }
+            return cpu::varlen_attention(a, self.builtin);
+        }
+        composed::varlen(a, self.attention_budget)
+    }
+
+    /// Whether decode attention has a fused kernel for these shapes on this device: CUDA, fused ops on,
+    /// head_dim 32, 64 or 128, at most 8 query heads per KV head.
+    pub fn fused_decode_supported(
+        &self,
+        device: &Device,
+        dtype: DType,
+        head_dim: usize,
+        group: usize,
+    ) -> bool {
+        self.on_kernel_path(device, dtype)
+            && matches!(head_dim, 32 | 64 | 128)
+            && (1..=8).contains(&group)
+    }
+
+    /// The decode attention chosen for this device and shape: the fused kernel where it covers them, else one
+    /// attention per sequence on the CPU and a padded batch elsewhere.
+    pub fn decode_attention_path(
+        &self,
+        device: &Device,
+        dtype: DType,
+        head_dim: usize,
+        group: usize,
+    ) -> DecodeAttention {
+        if self.fused_decode_supported(device, dtype, head_dim, group) {
+            DecodeAttention::Fused
+        } else if device.is_cpu() {
+            DecodeAttention::PerSequence
+        } else {
+            DecodeAttention::Padded
+        }
+    }
+
+    /// Prepare one decode step: `layers[l][b]` are the buffers of sequence b in layer l, reserved for this step,
+    /// on `device` in `dtype` with this head shape; `path` overrides the choice of
+    /// [`Self::decode_attention_path`] (a fused path where the kernel does not cover the call is not taken).
+    pub fn decode_step<'a>(
+        &self,
+        layers: Vec<Vec<DecodeKv<'a>>>,
+        (device, dtype): (&Device, DType),
+        (head_dim, group): (usize, usize),
+        path: Option<DecodeAttention>,
+    ) -> Result<DecodeStep<'a>> {
+        let auto = self.decode_attention_path(device, dtype, head_dim, group);
+        let path = match path {
+            Some(DecodeAttention::Fused) if auto != DecodeAttention::Fused => auto,
+            Some(p) => p,
+            None => auto,
+        };
+        let how = match path {
+            DecodeAttention::Fused => StepPath::Fused(Box::new(DecodePlan::new(dtype, &layers)?)),
+            DecodeAttention::PerSequence => StepPath::PerSequence,
+            DecodeAttention::Padded => {
+                let lens: Vec<usize> = layers
+                    .first()
+                    .map_or(Vec::new(), |l| l.iter().map(|c| c.len).collect());
+                let (lmax, mask) = composed::length_mask(&lens, device)?;
+                StepPath::Padded(lmax, mask)
+            }
+        };
+        Ok(DecodeStep {
+            layers,
+            how,
+            budget: self.attention_budget,
+        })
+    }
+
+    /// One decode step of attention for B sequences with separate KV buffers (one layer): writes each
+    /// sequence's new K/V (`k_new`, `v_new`: (B, kv_heads, head_dim)) at position `len` of its buffers, then
+    /// attends its queries `q` (B, kv_heads·group, head_dim) over positions `0..=len`. Returns
+    /// (B, heads, head_dim). One launch where [`Self::fused_decode_supported`] holds.
+    pub fn decode_attention(
+        &self,
+        q: &Tensor,
+        k_new: &Tensor,
+        v_new: &Tensor,
+        kv: &[DecodeKv<'_>],
+        scale: f32,
+    ) -> Result<Tensor> {
+        let group = q.dim(1)? / k_new.dim(1)?.max(1);
+        let step = self.decode_step(
+            vec![kv.to_vec()],
+            (q.device(), q.dtype()),
+            (q.dim(2)?, group),
+            None,
+        )?;
+        step.attend(0, q, k_new, v_new, scale)
+    }
+
+    /// [`Self::varlen_attention`] on CUDA with the kernel chosen by the caller (`mma`: tensor cores, bf16/f16
+    /// only), for `self-test` to check both kernels whatever the settings say.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn varlen_attention_cuda(a: Varlen<'_>, mma: bool) -> Result<Tensor> {
+        cuda::varlen_attention(a, mma)
+    }
+}

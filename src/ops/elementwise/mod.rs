@@ -1,0 +1,136 @@
+//! The elementwise ops of the model: Qwen2's RMSNorm, the bias epilogues of the linear layers, SwiGLU of a packed
+//! `[gate | up]` projection and the q/k/v split with its bias and rotary. [`Ops`] picks each call's path: the CUDA
+//! kernel, the fused CPU loop ([`cpu`]) or the candle reference ([`reference`]).
+
+mod cpu;
+pub(super) mod reference;
+
+use candle_core::{Result, Tensor};
+
+#[cfg(feature = "cuda")]
+use super::cuda;
+use super::Ops;
+
+impl Ops {
+    /// Qwen2 RMSNorm in transformers' order over the last dimension of `x`: normalise in f32, round to `x`'s
+    /// dtype, multiply by `w` (same dtype as `x`).
+    pub fn rms_norm_hf(&self, x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
+        #[cfg(feature = "cuda")]
+        if self.kernel_for(x) && w.dtype() == x.dtype() {
+            return cuda::rms_norm_hf(x, w, eps);
+        }
+        reference::rms_norm_hf(x, w, eps)
+    }
+
+    /// `y + b` over the last dimension (a Linear layer's bias), rounded to the dtype.
+    pub fn bias_add(&self, y: &Tensor, b: &Tensor) -> Result<Tensor> {
+        #[cfg(feature = "cuda")]
+        if self.kernel_for(y) && b.dtype() == y.dtype() {
+            return cuda::bias_op("bias_add", &[y], &[b]);
+        }
+        reference::bias_add(y, b)
+    }
+
+    /// `silu(g) · u` with transformers' roundings, for a packed projection `gu` (rows, 2·I) = [gate | up] whose
+    /// bias (2·I), if any, is added first (the vision MLP has one, the text MLP not). Returns (rows, I).
+    pub fn swiglu_packed(&self, gu: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        #[cfg(feature = "cuda")]
+        if self.kernel_for(gu) && bias.is_none_or(|b| b.dtype() == gu.dtype()) {
+            return cuda::swiglu_packed(gu, bias);
+        }
+        if self.config.fused_kernels
+            && cpu::supported(&[gu])
+            && bias.is_none_or(|b| b.dtype() == gu.dtype())
+        {
+            return cpu::swiglu_packed(gu, bias);
+        }
+        reference::swiglu_packed(gu, bias)
+    }
+
+    /// `r + (y + b)`, each op rounded to the dtype: a biased projection closing a residual branch.
+    pub fn bias_residual(&self, y: &Tensor, b: &Tensor, r: &Tensor) -> Result<Tensor> {
+        #[cfg(feature = "cuda")]
+        if self.kernel_for(y) && b.dtype() == y.dtype() && r.dtype() == y.dtype() {
+            return cuda::bias_op("bias_residual", &[y, r], &[b]);
+        }
+        reference::bias_residual(y, b, r)
+    }
+
+    /// q (N, heads, d), k and v (N, kv_heads, d) from a packed projection ([`QkvRope`]): bias added, q and k
+    /// rotated as transformers does (`x·cos + rotate_half(x)·sin`). The rotary runs in the tables' dtype: the
+    /// activation dtype for the text model (each op rounded to it), f32 for the vision tower (rounded once at the
+    /// end).
+    pub fn qkv_rope(&self, a: QkvRope<'_>) -> Result<(Tensor, Tensor, Tensor)> {
+        #[cfg(feature = "cuda")]
+        if self.kernel_for(a.y)
+            && a.bias.dtype() == a.y.dtype()
+            && a.sin.dtype() == a.cos.dtype()
+            && (a.cos.dtype() == a.y.dtype() || a.cos.dtype() == candle_core::DType::F32)
+        {
+            return cuda::qkv_rope(a);
+        }
+        if self.config.fused_kernels && cpu::supported(&[a.y, a.bias, a.cos, a.sin]) {
+            return cpu::qkv_rope(a);
+        }
+        reference::qkv_rope(a)
+    }
+}
+
+/// The output shape of [`Ops::swiglu_packed`] (the last dimension halved), after checking the shapes.
+pub(super) fn swiglu_out_shape(gu: &Tensor, bias: Option<&Tensor>) -> Result<Vec<usize>> {
+    let width = gu.dim(candle_core::D::Minus1)?;
+    if !width.is_multiple_of(2) || bias.is_some_and(|b| b.dims() != [width]) {
+        candle_core::bail!(
+            "swiglu_packed: projection {:?} with bias {:?}",
+            gu.dims(),
+            bias.map(|b| b.dims())
+        );
+    }
+    let mut shape = gu.dims().to_vec();
+    *shape.last_mut().expect("rank ≥ 1") = width / 2;
+    Ok(shape)
+}
+
+/// The inputs of [`Ops::qkv_rope`]: a packed attention projection `y` (N, (heads + 2·kv_heads)·d) without its
+/// `bias`, and the rotary cos/sin half-tables (N, d/2).
+#[derive(Clone, Copy)]
+pub struct QkvRope<'a> {
+    /// The projection's output, bias not added.
+    pub y: &'a Tensor,
+    /// The projection's bias ((heads + 2·kv_heads)·d).
+    pub bias: &'a Tensor,
+    /// Cosine half-table (N, d/2).
+    pub cos: &'a Tensor,
+    /// Sine half-table (N, d/2).
+    pub sin: &'a Tensor,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+}
+
+impl QkvRope<'_> {
+    /// Check the shapes; returns (rows, head_dim).
+    pub(super) fn dims(&self) -> Result<(usize, usize)> {
+        let (n, width) = self.y.dims2()?;
+        let rows = self.heads + 2 * self.kv_heads;
+        let d = width / rows.max(1);
+        if !d.is_multiple_of(2)
+            || width != rows * d
+            || self.bias.dims() != [width]
+            || self.cos.dims() != [n, d / 2]
+            || self.sin.dims() != [n, d / 2]
+        {
+            candle_core::bail!(
+                "qkv_rope: y {:?}, bias {:?}, cos {:?}, sin {:?} for {}/{} heads",
+                self.y.dims(),
+                self.bias.dims(),
+                self.cos.dims(),
+                self.sin.dims(),
+                self.heads,
+                self.kv_heads
+            );
+        }
+        Ok((n, d))
+    }
+}

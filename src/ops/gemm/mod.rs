@@ -1,0 +1,143 @@
+//! The linear layers' GEMM on the CPU, `x · wᵀ` ([`Ops::matmul_nt`]), with every row's bits independent of the
+//! batch around it: which rows belong together ([`Rows`]), the built-in packed AVX2 kernel for long segments
+//! ([`packed`]), the row kernel for independent rows ([`row`]), the optional CBLAS library with its choice and
+//! calibration ([`blas`]), and the matmul rates a machine reaches ([`peak`]).
+
+pub mod blas;
+pub mod packed;
+pub(crate) mod peak;
+pub mod row;
+mod rows;
+
+pub use rows::Rows;
+
+use candle_core::{DType, Device, Result, Tensor};
+
+use super::cpu_data::with_f32;
+use super::Ops;
+use packed::BuiltinGemm;
+
+/// Fewest rows of a segment for which [`Ops::matmul_nt`] uses the CBLAS library: below it the product is a
+/// matrix-vector one, where the `gemm` crate is faster here (1 row: 2× faster; 2–3 rows: 10–20%; 4 rows and more:
+/// OpenBLAS is).
+pub const BLAS_MIN_ROWS: usize = 4;
+
+/// Independent rows (decode, the logits of last positions) that take the `gemm` crate (where [`row`] does
+/// not run) are multiplied in products of exactly this many rows (the last one zero-padded): the `gemm` crate's
+/// result for a row depends on the number of rows of the product but not on the row's place in it or on the
+/// other rows, so a fixed count makes it batch-invariant.
+pub const ROW_BLOCK: usize = 16;
+
+impl Ops {
+    /// `x · wᵀ` for x (…, in) and w (out, in): the linear layers' GEMM. On the CPU every row gets the same bits
+    /// whatever else is in the batch ([`Rows`]): rows in `rows`' segments are multiplied one segment at a time
+    /// (in f32 with a CBLAS library loaded, [`OpsConfig::cpu_gemm`], for segments of at least [`BLAS_MIN_ROWS`]
+    /// rows; else, where it is the built-in GEMM, by [`packed`] for segments of at least
+    /// [`packed::MIN_ROWS`] rows; otherwise by candle's matmul, the `gemm` crate), independent f32 rows by
+    /// [`row`] where the packed kernel is the built-in GEMM, else in `gemm` crate products of
+    /// [`ROW_BLOCK`] rows. Elsewhere it is candle's matmul.
+    pub fn matmul_nt(&self, x: &Tensor, w: &Tensor, rows: Rows<'_>) -> Result<Tensor> {
+        if !x.device().is_cpu() {
+            return candle_matmul_nt(x, w);
+        }
+        let (n, k) = w.dims2()?;
+        let mut dims = x.dims().to_vec();
+        match dims.last_mut() {
+            Some(last) if *last == k => *last = n,
+            _ => candle_core::bail!(
+                "matmul_nt: x {:?} does not end in w's input size {k}",
+                x.dims()
+            ),
+        }
+        let count = x.elem_count() / k.max(1);
+        let lens = rows.lens(count)?;
+        if count == 0 {
+            return candle_matmul_nt(x, w);
+        }
+        let x2 = x.reshape((count, k))?;
+        let f32s = x.dtype() == DType::F32 && w.dtype() == DType::F32;
+        let y = match (
+            lens,
+            self.segment_gemm(f32s && blas::fits_cblas(count, k, n)),
+        ) {
+            (Some(lens), Some((large, min_rows))) => {
+                let large: blas::Product<'_> = &*large;
+                let small = |a: &[f32], len: usize| {
+                    let xs = Tensor::from_slice(a, (len, k), &Device::Cpu)?;
+                    xs.matmul(&w.t()?)?.flatten_all()?.to_vec1::<f32>()
+                };
+                blas::matmul_nt_segments(large, &x2, w, &lens, min_rows, &small)?
+            }
+            (Some(lens), None) => per_block(&x2, w, &lens)?,
+            (None, _) if f32s && self.builtin == BuiltinGemm::Packed => independent_rows(&x2, w)?,
+            (None, _) => in_row_blocks(&x2, w)?,
+        };
+        y.reshape(dims)
+    }
+
+    /// The product of f32 segments that take something other than the `gemm` crate, with the fewest rows it
+    /// takes: the CBLAS library, else the packed kernel where it is the built-in GEMM; `None` otherwise or
+    /// unless `eligible`.
+    fn segment_gemm(&self, eligible: bool) -> Option<(Box<SegmentProduct<'_>>, usize)> {
+        if !eligible {
+            return None;
+        }
+        match (self.blas(), self.builtin) {
+            (Some(b), _) => Some((
+                Box::new(move |a, w, dims, c| b.sgemm_nt_into(a, w, dims, c)),
+                BLAS_MIN_ROWS,
+            )),
+            (None, BuiltinGemm::Packed) => Some((Box::new(packed::sgemm_nt), packed::MIN_ROWS)),
+            (None, BuiltinGemm::GemmCrate) => None,
+        }
+    }
+}
+
+/// A product of f32 slices `c = a · wᵀ` ([`blas::Product`]).
+type SegmentProduct<'a> = dyn Fn(&[f32], &[f32], (usize, usize, usize), &mut [f32]) + Sync + 'a;
+
+/// `x · wᵀ` for independent f32 rows x (rows, in) by [`row`]: one dot product per output.
+fn independent_rows(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let ((m, k), (n, _)) = (x.dims2()?, w.dims2()?);
+    let c = with_f32(x, |a| {
+        with_f32(w, |b| {
+            let mut c = vec![0f32; m * n];
+            row::sgemm_nt_rows(a, b, (m, k, n), &mut c);
+            Ok(c)
+        })
+    })?;
+    Tensor::from_vec(c, (m, n), x.device())
+}
+
+/// `x · wᵀ` for independent rows x (rows, in): products of exactly [`ROW_BLOCK`] rows, the last zero-padded.
+fn in_row_blocks(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let (rows, k) = x.dims2()?;
+    let blocks = rows.div_ceil(ROW_BLOCK);
+    let x = match blocks * ROW_BLOCK - rows {
+        0 => x.clone(),
+        pad => Tensor::cat(&[x, &Tensor::zeros((pad, k), x.dtype(), x.device())?], 0)?,
+    };
+    per_block(&x, w, &vec![ROW_BLOCK; blocks])?.narrow(0, 0, rows)
+}
+
+/// candle's `x · wᵀ` for x (rows, in) as one product per block of consecutive rows (`lens` rows each).
+fn per_block(x: &Tensor, w: &Tensor, lens: &[usize]) -> Result<Tensor> {
+    let wt = w.t()?;
+    if lens.len() == 1 {
+        return x.matmul(&wt);
+    }
+    let mut r0 = 0;
+    let mut outs = Vec::with_capacity(lens.len());
+    for &len in lens {
+        outs.push(x.narrow(0, r0, len)?.matmul(&wt)?);
+        r0 += len;
+    }
+    Tensor::cat(&outs, 0)
+}
+
+fn candle_matmul_nt(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    match x.rank() {
+        2 => x.matmul(&w.t()?),
+        _ => x.broadcast_matmul(&w.t()?),
+    }
+}
