@@ -164,7 +164,7 @@ impl LocalBackend {
 fn ops_record(model: &crate::model::Qwen25VL) -> crate::records::OpsRecord {
     crate::records::OpsRecord {
         ops: model.ops_manifest(),
-        decode_attention: model.decode_attention(),
+        decode_attention: Some(model.decode_attention()),
         profiled: model.ops().config().profile,
     }
 }

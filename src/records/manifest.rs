@@ -260,8 +260,10 @@ pub struct OpsRecord {
     /// Fused ops, CUDA kernels, GEMM library and blocking.
     #[serde(flatten)]
     pub ops: OpsManifest,
-    /// How decode attention ran (`PerSequence`, `Padded`, `Fused`).
-    pub decode_attention: DecodeAttention,
+    /// How decode attention ran (`PerSequence`, `Padded`, `Fused`); null for a served model, whose server does
+    /// not say.
+    #[serde(default)]
+    pub decode_attention: Option<DecodeAttention>,
     /// Whether the model's sections were timed (a slower run).
     pub profiled: bool,
 }

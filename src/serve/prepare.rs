@@ -207,7 +207,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.png");
         std::fs::write(&path, &bytes).unwrap();
-        let local = kit.build_user_turn_from_files(&[&path], "hi").unwrap();
+        let image = crate::preprocess::load_and_prepare(&path, &kit.image).unwrap();
+        let local = kit.build_user_turn(vec![image], "hi").unwrap();
         assert_eq!(got.input, local);
         assert_eq!(got.max_new_tokens, 5);
     }

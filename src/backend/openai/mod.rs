@@ -185,7 +185,7 @@ fn served_ops() -> OpsRecord {
             cpu_attention_tiled_min_keys: 0,
             cpu_attention_packed_min_keys: None,
         },
-        decode_attention: "served".into(),
+        decode_attention: None,
         profiled: false,
     }
 }
