@@ -229,6 +229,7 @@ fn a_server_killed_mid_run_leaves_errors_that_a_resume_completes() {
     let first = Server::start(&["--served-model-name", "tiny"], &[]);
     let flags = [
         "--no-judge",
+        "--allow-step-errors",
         "--concurrency",
         "4",
         "--max-retries",
@@ -323,6 +324,7 @@ fn a_slow_server_times_out_into_recorded_errors() {
     let out = tmp.path().join("run");
     let flags = [
         "--no-judge",
+        "--allow-step-errors",
         "--concurrency",
         "8",
         "--request-timeout",
@@ -371,7 +373,7 @@ fn a_prompt_the_server_refuses_is_recorded_without_retries() {
         "tiny",
         &out,
         Some(&data),
-        &["--no-judge"],
+        &["--no-judge", "--allow-step-errors"],
     )));
     let preds = lines(&out.join("predictions.jsonl"));
     assert!(!preds.is_empty());

@@ -169,8 +169,9 @@ impl Client {
                     Err(Failure::Final(message))
                 }
             }
+            // The transport error names the URL itself.
             Err(ureq::Error::Transport(t)) => Err(Failure::Retry {
-                message: format!("{url}: {t}"),
+                message: t.to_string(),
                 after: None,
             }),
         }
