@@ -285,6 +285,28 @@ fn refusals_come_in_openai_error_shape_and_the_server_keeps_serving() {
     let a = post(&url, with_picture(&small_url).to_string().as_bytes(), &[]);
     assert_eq!(a.status, 200, "{}", a.body);
     assert_eq!(a.json()["choices"][0]["message"]["role"], "assistant");
+
+    // A stop string ends the answer, which is cut before it.
+    let ask = |extra: Value| post(&url, text(extra).to_string().as_bytes(), &[]).json();
+    let whole = ask(json!({"max_tokens": 16, "ignore_eos": true}));
+    let full = whole["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let chars: Vec<char> = full.chars().collect();
+    assert!(chars.len() >= 4, "too short to cut: {full:?}");
+    let stop: String = chars[2..4].iter().collect();
+    let cut = ask(json!({"max_tokens": 16, "ignore_eos": true, "stop": [stop.clone()]}));
+    let at = full.find(&stop).unwrap();
+    assert_eq!(
+        cut["choices"][0]["message"]["content"],
+        &full[..at],
+        "stop {stop:?} in {full:?}"
+    );
+    assert_eq!(cut["choices"][0]["finish_reason"], "stop");
+    assert!(
+        cut["usage"]["completion_tokens"].as_u64() < whole["usage"]["completion_tokens"].as_u64()
+    );
 }
 
 #[test]
