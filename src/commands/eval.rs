@@ -5,9 +5,12 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use super::model_spec;
-use crate::cli::EvalArgs;
-use crate::eval::{run_eval, EvalConfig, JudgeChoice};
+use crate::backend::openai::normalize_endpoint;
+use crate::backend::OpenAiSettings;
+use crate::cli::{BackendKind, EvalArgs};
+use crate::eval::{run_eval, EvalConfig, JudgeChoice, ServedConfig};
 use crate::interrupt::Cancel;
+use crate::preprocess::ImageProcessorConfig;
 use crate::records::{HistorySource, Procedure};
 use crate::rundir::{self, ClaimedRun, RunDir};
 use crate::shard::{SchedulerEnv, ShardSpec};
@@ -17,7 +20,43 @@ fn check_values(a: &EvalArgs) -> Result<()> {
     use crate::validate;
     validate::counts(a.max_new_tokens, a.batch_size, a.max_batch_tokens)?;
     validate::pixel_bounds(a.model.min_pixels, a.model.max_pixels, validate::PATCH_SIDE)?;
-    validate::model_location("--model", &a.model.model)?;
+    let s = &a.served;
+    match s.backend {
+        BackendKind::Local => {
+            if a.model.model.is_empty() {
+                anyhow::bail!(
+                    "--model is required (a checkpoint folder or hub id), unless the prompts go to a server: \
+                     --backend openai --endpoint URL --api-model NAME"
+                );
+            }
+            validate::model_location("--model", &a.model.model)?;
+            if s.endpoint.is_some()
+                || s.api_model.is_some()
+                || s.judge_endpoint.is_some()
+                || s.judge_api_model.is_some()
+            {
+                anyhow::bail!("--endpoint, --api-model, --judge-endpoint and --judge-api-model need --backend openai");
+            }
+        }
+        BackendKind::Openai => {
+            if s.endpoint.is_none() || s.api_model.is_none() {
+                anyhow::bail!("--backend openai needs --endpoint URL and --api-model NAME");
+            }
+            if s.concurrency == 0 {
+                anyhow::bail!("--concurrency 0: must be at least 1");
+            }
+            if !(s.request_timeout > 0.0 && s.request_timeout.is_finite()) {
+                anyhow::bail!(
+                    "--request-timeout {}: must be a positive number of seconds",
+                    s.request_timeout
+                );
+            }
+            let served_judge = s.judge_endpoint.is_some() || s.judge_api_model.is_some();
+            if served_judge && (a.no_judge || a.judge_model.is_some()) {
+                anyhow::bail!("--judge-endpoint and --judge-api-model conflict with --no-judge and --judge-model");
+            }
+        }
+    }
     if let Some(j) = a.judge_model.as_deref() {
         validate::model_location("--judge-model", j)?;
     }
@@ -59,6 +98,8 @@ pub fn semi_online(
 /// environment once, by the caller).
 pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<(EvalConfig, ClaimedRun)> {
     let shard = a.shard.map(|s| s.resolve(env)).transpose()?;
+    let served = served_config(&a)?;
+    let moved_judge = served_judge(&a);
     let data = match a.data {
         Some(d) => d,
         None => {
@@ -69,13 +110,25 @@ pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<(EvalConfig, ClaimedRun
     let judge = match (a.no_judge, a.judge_model) {
         (true, _) => JudgeChoice::None,
         (false, Some(m)) => JudgeChoice::Other(m),
-        (false, None) => JudgeChoice::SameModel,
+        (false, None) => match (&served, moved_judge) {
+            (Some(s), Some((endpoint, model))) => JudgeChoice::Served(OpenAiSettings {
+                endpoint,
+                api_model: model,
+                ..s.steps.clone()
+            }),
+            _ => JudgeChoice::SameModel,
+        },
     };
     let semi_online = semi_online(a.history, a.semi_online)?;
-    let claim = claim_out(a.out, &a.model.model, shard)?;
+    let name = match &served {
+        Some(s) => s.steps.api_model.clone(),
+        None => a.model.model.clone(),
+    };
+    let claim = claim_out(a.out, &name, shard)?;
     let cfg = EvalConfig {
         out: claim.dir().clone(),
         model: model_spec(&a.model),
+        served,
         devices: a.model.device.clone(),
         data,
         batch_size: a.batch_size,
@@ -91,6 +144,77 @@ pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<(EvalConfig, ClaimedRun
         dump_prompts: a.dump_prompts,
     };
     Ok((cfg, claim))
+}
+
+/// The server settings of `--backend openai` (`None` for a local run).
+fn served_config(a: &EvalArgs) -> Result<Option<ServedConfig>> {
+    let s = &a.served;
+    let (Some(endpoint), Some(api_model), BackendKind::Openai) =
+        (&s.endpoint, &s.api_model, s.backend)
+    else {
+        return Ok(None);
+    };
+    let (image, pixel_bounds_from) = served_image_config(a)?;
+    let steps = OpenAiSettings {
+        endpoint: normalize_endpoint(endpoint)?,
+        api_model: api_model.clone(),
+        api_key: super::serve::api_key("--api-key-env", s.api_key_env.as_deref())?,
+        concurrency: s.concurrency,
+        request_timeout: std::time::Duration::from_secs_f64(s.request_timeout),
+        max_retries: s.max_retries,
+        image,
+    };
+    Ok(Some(ServedConfig {
+        steps,
+        pixel_bounds_from,
+    }))
+}
+
+/// The judge's server and model when `--judge-endpoint` or `--judge-api-model` moves it (each defaulting to the
+/// step prompts' one).
+fn served_judge(a: &EvalArgs) -> Option<(String, String)> {
+    let s = &a.served;
+    if s.judge_endpoint.is_none() && s.judge_api_model.is_none() {
+        return None;
+    }
+    let endpoint = s.judge_endpoint.as_ref().or(s.endpoint.as_ref())?;
+    let model = s.judge_api_model.as_ref().or(s.api_model.as_ref())?;
+    Some((normalize_endpoint(endpoint).ok()?, model.clone()))
+}
+
+/// How the client resizes screenshots for a server: the pixel bounds of `--model DIR`'s
+/// `preprocessor_config.json` when `--model` names a checkpoint folder, else the Qwen2-VL processor's defaults;
+/// `--min-pixels`/`--max-pixels` override either. Returns the settings and where they came from.
+fn served_image_config(a: &EvalArgs) -> Result<(ImageProcessorConfig, String)> {
+    let (base, from) = if a.model.model.is_empty() {
+        let from = "the Qwen2-VL image processor's defaults".to_string();
+        (ImageProcessorConfig::default(), from)
+    } else {
+        let dir = Path::new(&a.model.model);
+        if !dir.is_dir() {
+            anyhow::bail!(
+                "--model {}: with --backend openai, --model names a local checkpoint folder (for its pixel bounds)",
+                a.model.model
+            );
+        }
+        let cfg = ImageProcessorConfig::from_model_dir(dir).context("--model")?;
+        (
+            cfg,
+            format!("{}", dir.join("preprocessor_config.json").display()),
+        )
+    };
+    let (min, max) = crate::validate::effective_pixel_bounds(
+        (a.model.min_pixels, a.model.max_pixels),
+        (base.min_pixels, base.max_pixels),
+        base.factor() as u64,
+    )?;
+    let overridden = a.model.min_pixels.is_some() || a.model.max_pixels.is_some();
+    let from = if overridden {
+        format!("{from}, with --min-pixels/--max-pixels")
+    } else {
+        from
+    };
+    Ok((base.with_pixel_bounds(min, max), from))
 }
 
 /// Entry point of `eval`.

@@ -10,6 +10,7 @@ pub mod report;
 pub mod sample;
 pub mod score;
 pub mod selftest;
+pub mod serve;
 
 use std::process::ExitCode;
 
@@ -48,6 +49,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Generate(a) => generate::run(a),
         Command::Bench(a) => bench::run(a),
         Command::SelfTest(a) => selftest::run(a),
+        Command::Serve(a) => serve::run(a),
     }
 }
 

@@ -94,7 +94,7 @@ impl Phase for JudgePhase<'_> {
                     success: v.success,
                     reason: v.reason,
                     prompt_tokens: Some(r.prompt_tokens),
-                    generated_tokens: Some(r.token_ids.len()),
+                    generated_tokens: Some(r.generated_tokens),
                     response: r.text,
                     error: None,
                 }

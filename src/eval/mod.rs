@@ -26,7 +26,10 @@ pub use prompts::SystemPrompt;
 pub use semi_online::{Decide, SemiOnlineConfig, SemiOnlinePhase};
 pub use steps::{pending_steps, prediction_line, StepJob, StepPhase};
 
-use crate::backend::{fingerprint, Backend, LoadedModel, LocalBackend, ModelSpec, MultiBackend};
+use crate::backend::{
+    fingerprint, Backend, LoadedModel, LocalBackend, ModelSpec, MultiBackend, OpenAiBackend,
+    OpenAiSettings,
+};
 use crate::dataset::Benchmark;
 use crate::engine::{memory, BatchLimits};
 use crate::interrupt::Cancel;
@@ -49,13 +52,26 @@ pub enum JudgeChoice {
     Other(String),
     /// No aggregation phase.
     None,
+    /// A model on an OpenAI-compatible server (`--judge-endpoint`, `--judge-api-model`).
+    Served(OpenAiSettings),
+}
+
+/// The server that answers a run's prompts instead of a local checkpoint (`eval --backend openai`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServedConfig {
+    /// The step prompts' server (and the judge's, unless [`JudgeChoice::Served`] names another).
+    pub steps: OpenAiSettings,
+    /// Where the pixel bounds came from, for the manifest.
+    pub pixel_bounds_from: String,
 }
 
 /// Everything `eval` needs, validated by the CLI.
 #[derive(Debug, Clone)]
 pub struct EvalConfig {
-    /// The evaluated model and how to load it.
+    /// The evaluated model and how to load it (with `served`, only its pixel bounds count).
     pub model: ModelSpec,
+    /// An OpenAI-compatible server that answers the prompts instead of `model`.
+    pub served: Option<ServedConfig>,
     /// The devices to run it on: one copy of the model per device (`model.device` is ignored).
     pub devices: Vec<DeviceSpec>,
     /// Benchmark folder (already resolved: the sample benchmark when the user gave none).
@@ -120,8 +136,43 @@ fn judge_spec(cfg: &EvalConfig) -> Option<ModelSpec> {
             model: m.clone(),
             ..cfg.model.clone()
         }),
-        JudgeChoice::None => None,
+        JudgeChoice::None | JudgeChoice::Served(_) => None,
     }
+}
+
+/// The backend of the step prompts: the server of `--backend openai`, else the checkpoint on the run's devices.
+fn step_backend(cfg: &EvalConfig) -> Result<Box<dyn Backend>> {
+    match &cfg.served {
+        Some(s) => Ok(Box::new(connect(cfg, &s.steps)?)),
+        None => load_backend(cfg, &cfg.model),
+    }
+}
+
+/// A server's backend for this run.
+fn connect(cfg: &EvalConfig, s: &OpenAiSettings) -> Result<OpenAiBackend> {
+    OpenAiBackend::connect(s.clone(), cfg.max_new_tokens, cfg.cancel.clone())
+        .with_context(|| format!("connecting to {}", s.endpoint))
+}
+
+/// The judge phase's backend (`None` without a judge phase): the step backend itself, or another model loaded or
+/// reached once the step backend is dropped (one model in memory at a time).
+fn judge_backend(cfg: &EvalConfig, steps: Box<dyn Backend>) -> Result<Option<Box<dyn Backend>>> {
+    Ok(match &cfg.judge {
+        JudgeChoice::None => None,
+        JudgeChoice::SameModel => Some(steps),
+        JudgeChoice::Other(m) => {
+            drop(steps);
+            let spec = ModelSpec {
+                model: m.clone(),
+                ..cfg.model.clone()
+            };
+            Some(load_backend(cfg, &spec)?)
+        }
+        JudgeChoice::Served(s) => {
+            drop(steps);
+            Some(Box::new(connect(cfg, s)?))
+        }
+    })
 }
 
 /// Load a checkpoint of `spec` on each of the run's devices, each under its own batch limits (budget from its own
@@ -162,11 +213,21 @@ fn settings(cfg: &EvalConfig, backend: &dyn Backend) -> Result<RunSettings> {
     let data = cfg.data.join("data.jsonl");
     let bytes = std::fs::read(&data).with_context(|| format!("reading {}", data.display()))?;
     let info = backend.info();
+    // A served model is named by its id on the server; a checkpoint as `--model` gave it.
+    let model = match &cfg.served {
+        Some(_) => info.model.clone(),
+        None => cfg.model.model.clone(),
+    };
     let judge = match (&cfg.judge, judge_spec(cfg)) {
         (JudgeChoice::SameModel, _) => Some(JudgeSettings {
-            model: cfg.model.model.clone(),
+            model: model.clone(),
             hash: info.fingerprint.clone(),
             weights: info.weights.clone(),
+        }),
+        (JudgeChoice::Served(s), _) => Some(JudgeSettings {
+            model: s.api_model.clone(),
+            hash: connect(cfg, s)?.info().fingerprint.clone(),
+            weights: Default::default(),
         }),
         (_, Some(spec)) => {
             let files = crate::model::ModelFiles::resolve(&spec.model)
@@ -180,7 +241,7 @@ fn settings(cfg: &EvalConfig, backend: &dyn Backend) -> Result<RunSettings> {
         (_, None) => None,
     };
     Ok(RunSettings {
-        model: cfg.model.model.clone(),
+        model,
         model_hash: info.fingerprint.clone(),
         weights: info.weights.clone(),
         dtype: info.dtype.clone(),
@@ -230,13 +291,32 @@ fn manifest(
         finished_at_unix: None,
         shard: None,
         screenshots: Default::default(),
+        served: cfg.served.as_ref().map(|s| served_record(cfg, s)),
+    }
+}
+
+/// The manifest's record of the servers (never the key).
+fn served_record(cfg: &EvalConfig, s: &ServedConfig) -> crate::records::ServedRecord {
+    let judge = match &cfg.judge {
+        JudgeChoice::Served(j) => Some(j),
+        _ => None,
+    };
+    crate::records::ServedRecord {
+        endpoint: s.steps.endpoint.clone(),
+        model: s.steps.api_model.clone(),
+        judge_endpoint: judge.map(|j| j.endpoint.clone()),
+        judge_model: judge.map(|j| j.api_model.clone()),
+        concurrency: s.steps.concurrency,
+        request_timeout_seconds: s.steps.request_timeout.as_secs_f64(),
+        max_retries: s.steps.max_retries,
+        pixel_bounds_from: s.pixel_bounds_from.clone(),
     }
 }
 
 /// Run (or resume) an evaluation.
 pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
     let bench = load_benchmark(cfg)?;
-    let backend = load_backend(cfg, &cfg.model)?;
+    let backend = step_backend(cfg)?;
     run_loaded(cfg, bench, backend)
 }
 
@@ -263,13 +343,7 @@ fn run_loaded(
     // The step model's section table (a separately loaded judge keeps its own).
     let profile = backend.profile_snapshot();
     let preds = PredictionSet::read_optional(cfg.out.path(rundir::PREDICTIONS))?;
-    if let Some(spec) = judge_spec(cfg) {
-        let judge = if cfg.judge == JudgeChoice::SameModel {
-            backend
-        } else {
-            drop(backend); // one model in memory at a time
-            load_backend(cfg, &spec)?
-        };
+    if let Some(judge) = judge_backend(cfg, backend)? {
         phases.push(run_judge(cfg, &bench, judge.as_ref(), &preds)?.summary());
         let total = bench.trajectories.len();
         checks::stop_if_interrupted(cfg, "judged trajectories", total)?;

@@ -123,7 +123,7 @@ pub fn prediction_line(
             response: r.text,
             image_size: r.image_sizes.last().copied(),
             prompt_tokens: Some(r.prompt_tokens),
-            generated_tokens: Some(r.token_ids.len()),
+            generated_tokens: Some(r.generated_tokens),
             finish: Some(r.finish),
             error: None,
         },

@@ -18,11 +18,11 @@ use serde::{Deserialize, Deserializer, Serialize};
 pub use history::{History, HistoryFormat, HistorySource, Procedure, SemiOnlineSettings};
 pub use jsonl::{parse_lines, read_lines, whole_lines, BadLine, JsonLines};
 pub use manifest::{
-    JudgeSettings, Manifest, ManifestHeader, OpsRecord, RunSettings, SettingDiff, Throughput,
-    Versions, MANIFEST_SCHEMA_VERSION, THROUGHPUT_SCHEMA_VERSION,
+    JudgeSettings, Manifest, ManifestHeader, OpsRecord, RunSettings, ServedRecord, SettingDiff,
+    Throughput, Versions, MANIFEST_SCHEMA_VERSION, THROUGHPUT_SCHEMA_VERSION,
 };
 pub use ops::{BlasChoice, DecodeAttention, MatmulRate, OpsManifest, ProfileSnapshot, SectionTime};
-pub use phase::{DeviceShare, PhaseStats, PhaseSummary};
+pub use phase::{DeviceShare, LatencySummary, PhaseStats, PhaseSummary, RequestStats};
 pub use scored::{ScoreRecord, SCORED_SCHEMA_VERSION};
 
 /// Version of the prediction and judgement line formats (bumped when a field changes meaning).

@@ -2,6 +2,7 @@
 //! Shared helpers: `util` (running the binary) and the `*_support` modules of each area.
 
 mod model_support;
+mod openai_support;
 mod reliability_support;
 mod report_support;
 mod scale_support;
@@ -26,6 +27,8 @@ mod model_golden_a;
 mod model_golden_b;
 mod model_units;
 mod multi_device;
+mod openai_client;
+mod openai_eval;
 mod ops_blas;
 mod ops_kernels;
 mod preprocess_cases;
