@@ -105,52 +105,57 @@ fn the_suggested_preset_is_scores_and_reports_default_and_rules_overrides_it() {
     );
 }
 
+/// `eval` on one episode of every imported format (tiny checkpoint) runs, and uses and records the preset the
+/// folder suggests; `--rules` wins over it.
 #[test]
-fn eval_uses_and_records_the_suggested_preset() {
+fn eval_runs_on_every_format_with_its_suggested_preset() {
     let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("cagui");
-    import("cagui", &samples().join("cagui"), &data, &["--limit", "1"]);
     let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny-b");
-    let run_dir = tmp.path().join("run");
-    let o = run(&[
-        "eval",
-        "--model",
-        model.to_str().unwrap(),
-        "--data",
-        data.to_str().unwrap(),
-        "--out",
-        run_dir.to_str().unwrap(),
-        "--no-judge",
-        "--max-pixels",
-        "40000",
-        "--max-new-tokens",
-        "4",
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
-    let manifest: Value =
-        serde_json::from_str(&std::fs::read_to_string(run_dir.join("manifest.json")).unwrap())
-            .unwrap();
-    let cagui = preset("cagui");
-    assert_eq!(manifest["rules"]["name"], cagui.name.as_str());
-    assert_eq!(metrics_rules(&run_dir), cagui.name.as_str());
+    let eval = |data: &Path, out: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "eval",
+            "--model",
+            model.to_str().unwrap(),
+            "--data",
+            data.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--no-judge",
+            "--max-pixels",
+            "40000",
+            "--max-new-tokens",
+            "4",
+        ];
+        args.extend_from_slice(extra);
+        let o = run(&args);
+        assert!(o.status.success(), "{}", text(&o));
+    };
+    let mu = samples()
+        .join("androidcontrol-mobile-use")
+        .join("android_control_evaluation_std.sample.jsonl");
+    let formats: [(&str, PathBuf, &[&str], &str); 5] = [
+        ("androidcontrol", samples().join("androidcontrol"), &["--split", "test"], "androidcontrol"),
+        ("androidcontrol-mobile-use", mu, &[], "androidcontrol"),
+        ("aitz", samples().join("aitz/test"), &[], "aitw"),
+        ("gui-odyssey", samples().join("gui-odyssey"), &["--split", "random"], "gui-odyssey"),
+        ("cagui", samples().join("cagui"), &[], "cagui"),
+    ];
+    for (format, src, extra, suggested) in formats {
+        let data = tmp.path().join(format);
+        let mut args = extra.to_vec();
+        args.extend(["--limit", "1"]);
+        import(format, &src, &data, &args);
+        let run_dir = tmp.path().join(format!("run-{format}"));
+        eval(&data, &run_dir, &[]);
+        let manifest: Value =
+            serde_json::from_str(&std::fs::read_to_string(run_dir.join("manifest.json")).unwrap())
+                .unwrap();
+        let want = preset(suggested);
+        assert_eq!(manifest["rules"]["name"], want.name.as_str(), "{format}");
+        assert_eq!(metrics_rules(&run_dir), want.name.as_str(), "{format}");
+    }
     // --rules wins over the folder's suggestion.
     let other = tmp.path().join("run-mobile-r1");
-    let o = run(&[
-        "eval",
-        "--model",
-        model.to_str().unwrap(),
-        "--data",
-        data.to_str().unwrap(),
-        "--out",
-        other.to_str().unwrap(),
-        "--no-judge",
-        "--max-pixels",
-        "40000",
-        "--max-new-tokens",
-        "4",
-        "--rules",
-        "mobile-r1",
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
+    eval(&tmp.path().join("cagui"), &other, &["--rules", "mobile-r1"]);
     assert_eq!(metrics_rules(&other), "mobile-r1");
 }
