@@ -5,8 +5,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use super::model_spec;
+use crate::backend::ModelSpec;
 use crate::cli::EvalArgs;
-use crate::eval::{run_eval, EvalConfig, JudgeChoice};
+use crate::eval::{load_backend, run_eval_with, EvalConfig, JudgeChoice};
 use crate::interrupt::Cancel;
 use crate::rundir::{self, ClaimedRun, RunDir};
 use crate::shard::{SchedulerEnv, ShardSpec};
@@ -38,26 +39,54 @@ fn claim_out(out: Option<PathBuf>, model: &str, shard: Option<ShardSpec>) -> Res
     claim.context("--out")
 }
 
+/// Fetch the hub checkpoints of the run (the model, a separate judge) into the cache, and check that folders
+/// carried in a bundle are whole.
+fn fetch_models(spec: &ModelSpec, judge: &JudgeChoice, data: &Path) -> Result<()> {
+    let judge = match judge {
+        JudgeChoice::Other(m) => Some(m.as_str()),
+        _ => None,
+    };
+    crate::pack::check_present(data).context("--data")?;
+    for (flag, model) in [("--model", Some(spec.model.as_str())), ("--judge-model", judge)] {
+        let Some(m) = model else { continue };
+        if Path::new(m).is_dir() {
+            crate::pack::check_present(Path::new(m)).with_context(|| format!("{flag} {m}"))?;
+        } else {
+            crate::model::ModelFiles::resolve(m, &spec.hub)
+                .with_context(|| format!("{flag} {m}"))?;
+        }
+    }
+    Ok(())
+}
+
 /// Build the evaluation's configuration from the command line and take its run folder (held, locked, until the
 /// claim is dropped); `env` holds the scheduler variables `--shard auto` reads (taken from the process
-/// environment once, by the caller).
+/// environment once, by the caller). `--data hf:…` and hub checkpoints are fetched first, so a failed or stopped
+/// download leaves no run folder behind.
 pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<(EvalConfig, ClaimedRun)> {
     let shard = a.shard.map(|s| s.resolve(env)).transpose()?;
-    let data = match a.data {
+    let spec = model_spec(&a.model);
+    let (data, mut data_source) = super::hub::resolve_data(a.data, &spec.hub)?;
+    let data = match data {
         Some(d) => d,
         None => {
             crate::sample::materialize_default().context("writing the embedded sample benchmark")?
         }
     };
+    if data_source.is_none() {
+        // A benchmark carried in a bundle keeps the Hub origin `pack` recorded.
+        data_source = crate::pack::data_source_of(&data);
+    }
     let judge = match (a.no_judge, a.judge_model) {
         (true, _) => JudgeChoice::None,
         (false, Some(m)) => JudgeChoice::Other(m),
         (false, None) => JudgeChoice::SameModel,
     };
+    fetch_models(&spec, &judge, &data)?;
     let claim = claim_out(a.out, &a.model.model, shard)?;
     let cfg = EvalConfig {
         out: claim.dir().clone(),
-        model: model_spec(&a.model),
+        model: spec,
         devices: a.model.device.clone(),
         data,
         batch_size: a.batch_size,
@@ -69,6 +98,7 @@ pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<(EvalConfig, ClaimedRun
         shard,
         cancel: Cancel::on_signals(),
         command_line: std::env::args().collect(),
+        data_source,
     };
     Ok((cfg, claim))
 }
@@ -84,7 +114,11 @@ pub fn run(args: EvalArgs, env: &SchedulerEnv) -> Result<()> {
     if let Some(s) = cfg.shard {
         tracing::info!("shard {s}: writing into {}", out.display());
     }
-    let outcome = run_eval(&cfg)?;
+    // Until the first prompt runs there is nothing to save: a stop while the model loads exits at once.
+    let loading = super::hub::ExitOnStop::start(cfg.cancel.clone(), "loading the model");
+    let backend = load_backend(&cfg, &cfg.model)?;
+    drop(loading);
+    let outcome = run_eval_with(&cfg, backend)?;
     println!("{}", outcome.summary);
     println!("Results written to {}:", out.display());
     for f in [

@@ -7,8 +7,10 @@ use crate::rundir::RunDir;
 
 /// Entry point.
 pub fn run(args: ReportArgs) -> anyhow::Result<()> {
+    let hub = super::hub::hub(&args.hub, crate::interrupt::Cancel::new());
+    let (data, _) = super::hub::resolve_data(args.data, &hub)?;
     let overrides = RunOverrides {
-        data: args.data,
+        data,
         rules: args.rules.map(|r| r.preset()),
     };
     if let Some(runs) = args.compare {

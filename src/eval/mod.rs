@@ -73,6 +73,8 @@ pub struct EvalConfig {
     pub cancel: Cancel,
     /// The command line the run was started with (for the command that resumes it).
     pub command_line: Vec<String>,
+    /// The Hub dataset the benchmark was fetched from, for the manifest.
+    pub data_source: Option<crate::records::DataSource>,
 }
 
 /// What a finished `eval` produced.
@@ -126,7 +128,7 @@ pub fn load_devices(cfg: &EvalConfig, spec: &ModelSpec) -> Result<Vec<LocalBacke
 
 /// The run's backend for `spec`: one device's checkpoint, or several sharing the work through a
 /// [`MultiBackend`].
-fn load_backend(cfg: &EvalConfig, spec: &ModelSpec) -> Result<Box<dyn Backend>> {
+pub pub fn load_backend(cfg: &EvalConfig, spec: &ModelSpec) -> Result<Box<dyn Backend>> {
     let mut devices = load_devices(cfg, spec)?;
     if devices.len() == 1 {
         Ok(Box::new(devices.remove(0)))
@@ -147,7 +149,7 @@ fn settings(cfg: &EvalConfig, backend: &dyn Backend) -> Result<RunSettings> {
             weights: info.weights.clone(),
         }),
         (_, Some(spec)) => {
-            let files = crate::model::ModelFiles::resolve(&spec.model)
+            let files = crate::model::ModelFiles::resolve(&spec.model, &spec.hub)
                 .with_context(|| format!("--judge-model {}", spec.model))?;
             Some(JudgeSettings {
                 model: spec.model,
@@ -201,6 +203,7 @@ fn manifest(
         resumed_at_unix: previous.map(|_| now),
         finished_at_unix: None,
         shard: None,
+        data_source: cfg.data_source.clone(),
     }
 }
 

@@ -130,6 +130,18 @@ pub struct JudgeSettings {
     pub weights: WeightsFingerprint,
 }
 
+/// Where a benchmark fetched from the Hub came from (`--data hf:OWNER/NAME[@REVISION]`); its content is
+/// [`RunSettings::data_hash`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataSource {
+    /// The dataset repository, `OWNER/NAME`.
+    pub repo: String,
+    /// The revision asked for (a branch, tag or commit).
+    pub revision: String,
+    /// The commit it resolved to.
+    pub commit: String,
+}
+
 /// Versions of the program and its engine.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Versions {
@@ -189,6 +201,9 @@ pub struct Manifest {
     /// The shard this run folder holds, for a sharded run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<ShardManifestEntry>,
+    /// The Hub dataset the benchmark was fetched from (absent for a local folder, and in older manifests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_source: Option<DataSource>,
 }
 
 /// The part of `manifest.json` that every run folder's manifest has — a run's or a shard's ([`Manifest`]) and a

@@ -1,6 +1,7 @@
 //! The integration tests, one module per area, in one test binary (one link of candle instead of one per file).
 //! Shared helpers: `util` (running the binary) and the `*_support` modules of each area.
 
+mod hub_support;
 mod model_support;
 mod reliability_support;
 mod report_support;
