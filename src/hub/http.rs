@@ -111,10 +111,10 @@ fn transport_reason(t: &ureq::Transport, timeout: Duration) -> String {
                 )
             })
     };
-    if timed_out {
-        format!("no answer within {} s ({text})", timeout.as_secs_f64())
-    } else {
-        text
+    match (timed_out, t.url()) {
+        (true, Some(url)) => format!("no answer within {} s (GET {url})", timeout.as_secs_f64()),
+        (true, None) => format!("no answer within {} s", timeout.as_secs_f64()),
+        (false, _) => text,
     }
 }
 
