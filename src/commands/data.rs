@@ -42,7 +42,10 @@ pub fn validate(args: ValidateArgs) -> anyhow::Result<()> {
     let hub = super::hub::hub(&args.hub, crate::interrupt::Cancel::new());
     let (data, source) = super::hub::resolve_data(args.data, &hub)?;
     if let Some(s) = &source {
-        println!("Hub dataset {} at {} (commit {})", s.repo, s.revision, s.commit);
+        println!(
+            "Hub dataset {} at {} (commit {})",
+            s.repo, s.revision, s.commit
+        );
     }
     let bench = super::score::load_benchmark(data.as_deref())?;
     print!("{}", summary(&bench));

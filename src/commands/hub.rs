@@ -132,7 +132,9 @@ impl ExitOnStop {
             .spawn(move || {
                 while !seen.load(Ordering::Relaxed) {
                     if cancel.is_cancelled() {
-                        eprintln!("stopped while {what}; no prompt had run, so there is nothing to save");
+                        eprintln!(
+                            "stopped while {what}; no prompt had run, so there is nothing to save"
+                        );
                         let signal = crate::interrupt::signal().unwrap_or(libc_sigint());
                         std::process::exit(128 + signal);
                     }
@@ -178,12 +180,27 @@ mod tests {
             }
         };
         let v = vars(&[("HTTPS_PROXY", "http://p:1"), ("http_proxy", "http://q:2")]);
-        assert_eq!(proxy_for("https://huggingface.co", &v).as_deref(), Some("http://p:1"));
-        assert_eq!(proxy_for("http://127.0.0.1:5", &v).as_deref(), Some("http://q:2"));
-        let v = vars(&[("ALL_PROXY", "socks5://s:3"), ("NO_PROXY", "localhost,.hf.co")]);
+        assert_eq!(
+            proxy_for("https://huggingface.co", &v).as_deref(),
+            Some("http://p:1")
+        );
+        assert_eq!(
+            proxy_for("http://127.0.0.1:5", &v).as_deref(),
+            Some("http://q:2")
+        );
+        let v = vars(&[
+            ("ALL_PROXY", "socks5://s:3"),
+            ("NO_PROXY", "localhost,.hf.co"),
+        ]);
         assert_eq!(proxy_for("https://x.hf.co", &v), None);
-        assert_eq!(proxy_for("https://huggingface.co/", &v).as_deref(), Some("socks5://s:3"));
+        assert_eq!(
+            proxy_for("https://huggingface.co/", &v).as_deref(),
+            Some("socks5://s:3")
+        );
         assert_eq!(proxy_for("http://localhost:8", &v), None);
-        assert_eq!(proxy_for("http://h", &vars(&[("NO_PROXY", "*"), ("HTTP_PROXY", "x")])), None);
+        assert_eq!(
+            proxy_for("http://h", &vars(&[("NO_PROXY", "*"), ("HTTP_PROXY", "x")])),
+            None
+        );
     }
 }

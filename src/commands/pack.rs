@@ -52,7 +52,8 @@ pub fn run(a: PackArgs) -> Result<()> {
             .join(" "),
         binary: std::env::current_exe().context("locating this program's binary")?,
     };
-    let m = pack::write(&input, &cancel).with_context(|| format!("packing into {}", out.display()))?;
+    let m =
+        pack::write(&input, &cancel).with_context(|| format!("packing into {}", out.display()))?;
     let bytes: u64 = m.files.iter().map(|f| f.size).sum();
     println!(
         "Packed {} files ({:.1} MB) into {}: model {}{}, benchmark {} ({} trajectories, {} screenshots), the \

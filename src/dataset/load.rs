@@ -141,7 +141,8 @@ fn parse_line(raw: &str, index: usize, ctx: &Line) -> Result<Trajectory, Dataset
     };
     let image_width = ctx.positive(obj, "image_width")?;
     let image_height = ctx.positive(obj, "image_height")?;
-    let steps_v = unquoted(ctx.req(obj, "", "trajectory")?).map_err(|m| ctx.err("trajectory", m))?;
+    let steps_v =
+        unquoted(ctx.req(obj, "", "trajectory")?).map_err(|m| ctx.err("trajectory", m))?;
     let steps_arr = steps_v
         .as_array()
         .ok_or_else(|| ctx.err("trajectory", "must be a list of steps"))?;
@@ -210,7 +211,10 @@ fn step_image(obj: &Map<String, Value>, prefix: &str, ctx: &Line) -> Result<Stri
         Value::String(s) => Ok(s.clone()),
         Value::Object(o) => match o.get("path") {
             Some(Value::String(s)) => Ok(s.clone()),
-            _ => Err(ctx.err(format!("{prefix}image"), "an image record needs a `path` string")),
+            _ => Err(ctx.err(
+                format!("{prefix}image"),
+                "an image record needs a `path` string",
+            )),
         },
         _ => Err(ctx.err(format!("{prefix}image"), "must be a string")),
     }
@@ -328,7 +332,10 @@ mod tests {
             ]).to_string(),
         });
         let t = parse_line(&line.to_string(), 0, &ctx).unwrap();
-        assert_eq!((t.image_width, t.image_height, t.steps.len()), (1080, 2400, 2));
+        assert_eq!(
+            (t.image_width, t.image_height, t.steps.len()),
+            (1080, 2400, 2)
+        );
         assert_eq!(t.steps[1].image, "images/b.png");
         for bad in [
             serde_json::json!("10.5"),

@@ -86,7 +86,10 @@ pub fn fetch(hub: &Hub, repo: &str, revision: &str) -> Result<FetchedData, HubEr
     if listing.contains(BENCHMARK_FILE) {
         r.get_required(BENCHMARK_FILE)?;
     }
-    let dir = data.parent().expect("a snapshot file has a folder").to_path_buf();
+    let dir = data
+        .parent()
+        .expect("a snapshot file has a folder")
+        .to_path_buf();
     let wanted: Vec<Vec<String>> = missing_images(&dir)?
         .into_iter()
         .map(|p| candidates(&p, &listing))

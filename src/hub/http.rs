@@ -151,10 +151,15 @@ fn read_metadata(
     status: u16,
     location: Option<String>,
 ) -> Result<Metadata, Failure> {
-    let header = |n: &str| resp.header(n).map(|v| v.trim().trim_matches('"').to_string());
+    let header = |n: &str| {
+        resp.header(n)
+            .map(|v| v.trim().trim_matches('"').to_string())
+    };
     let commit = header("X-Repo-Commit")
         .filter(|c| super::is_commit(c))
-        .ok_or_else(|| Failure::Bad("the answer has no X-Repo-Commit header (is HF_ENDPOINT a Hub?)".into()))?;
+        .ok_or_else(|| {
+            Failure::Bad("the answer has no X-Repo-Commit header (is HF_ENDPOINT a Hub?)".into())
+        })?;
     let etag = header("X-Linked-Etag")
         .or_else(|| header("ETag"))
         .map(|e| e.trim_start_matches("W/").trim_matches('"').to_string())
@@ -219,7 +224,10 @@ mod tests {
     #[test]
     fn urls_are_encoded() {
         assert_eq!(encode_segment("refs/pr/3"), "refs%2Fpr%2F3");
-        assert_eq!(encode_path("images/截图 1.png"), "images/%E6%88%AA%E5%9B%BE%201.png");
+        assert_eq!(
+            encode_path("images/截图 1.png"),
+            "images/%E6%88%AA%E5%9B%BE%201.png"
+        );
         assert_eq!(
             join_origin("http://127.0.0.1:80/a/resolve/main/x", "/b/resolve/main/x"),
             "http://127.0.0.1:80/b/resolve/main/x"

@@ -144,7 +144,10 @@ pub enum HubError {
         hint: &'static str,
     },
     /// The transfer failed after every retry.
-    #[error("{repo}: cannot fetch {file} from {endpoint} ({attempts} attempts): {reason}{}", NO_NETWORK_HINT)]
+    #[error(
+        "{repo}: cannot fetch {file} from {endpoint} ({attempts} attempts): {reason}{}",
+        NO_NETWORK_HINT
+    )]
     Unreachable {
         /// `org/name`.
         repo: String,
@@ -249,7 +252,9 @@ pub fn check_repo_path(path: &str) -> Result<(), HubError> {
         || path.starts_with('/')
         || path.contains('\\')
         || path.contains('\0')
-        || path.split('/').any(|p| p.is_empty() || p == "." || p == "..");
+        || path
+            .split('/')
+            .any(|p| p.is_empty() || p == "." || p == "..");
     if bad {
         Err(HubError::Invalid(format!(
             "{path:?} is not a file path inside a hub repo"
@@ -286,8 +291,7 @@ impl Hub {
                 "{id}@{revision}: not a revision (a branch, tag or commit)"
             )));
         }
-        let hf_repo =
-            hf_hub::Repo::with_revision(id.to_string(), kind.hf(), revision.to_string());
+        let hf_repo = hf_hub::Repo::with_revision(id.to_string(), kind.hf(), revision.to_string());
         let cache = CacheRepo::new(&self.settings.cache_dir, &hf_repo.folder_name());
         let commit = if is_commit(revision) {
             Some(revision.to_ascii_lowercase())
@@ -390,9 +394,8 @@ impl HubRepo {
         let net = self.net()?;
         let job = transfer::Job::new(self, path);
         let what = (self.id.as_str(), path);
-        match transfer::run_cancellable(&self.hub.cancel, what, move || {
-            transfer::fetch(&net, &job)
-        }) {
+        match transfer::run_cancellable(&self.hub.cancel, what, move || transfer::fetch(&net, &job))
+        {
             Ok(fetched) => {
                 self.learn_commit(&fetched.commit)?;
                 Ok(fetched.path)

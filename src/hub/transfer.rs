@@ -190,8 +190,11 @@ pub fn revision_info(net: &Net, job: &Job) -> Result<(String, HashSet<String>), 
             reason: format!("reading the answer: {e}"),
             wait: None,
         })?;
-        let info: RevisionInfo = serde_json::from_str(&text)
-            .map_err(|e| Failure::Bad(format!("the repo information is not what the Hub sends: {e}")))?;
+        let info: RevisionInfo = serde_json::from_str(&text).map_err(|e| {
+            Failure::Bad(format!(
+                "the repo information is not what the Hub sends: {e}"
+            ))
+        })?;
         if !super::is_commit(&info.sha) {
             return Err(Failure::Bad(format!("{:?} is not a commit id", info.sha)));
         }

@@ -379,7 +379,9 @@ pub fn verify(bundle: &Path) -> Result<VerifyReport, PackError> {
     let sums_path = bundle.join(SUMS_FILE);
     let text = std::fs::read_to_string(&sums_path).map_err(|e| PackError::Incomplete {
         bundle: bundle.to_path_buf(),
-        problems: vec![format!("{SUMS_FILE}: {e} (pack writes it last, so the packing did not finish)")],
+        problems: vec![format!(
+            "{SUMS_FILE}: {e} (pack writes it last, so the packing did not finish)"
+        )],
         hint: repack_hint(bundle),
     })?;
     let (lines, mut problems) = sums::parse(&text);
@@ -457,7 +459,12 @@ pub fn check_present(dir: &Path) -> Result<(), PackError> {
         .filter(|f| f.path.starts_with(&prefix))
         .filter_map(|f| match std::fs::metadata(bundle.join(&f.path)) {
             Ok(md) if md.len() == f.size => None,
-            Ok(md) => Some(format!("{} has {} of its {} bytes", f.path, md.len(), f.size)),
+            Ok(md) => Some(format!(
+                "{} has {} of its {} bytes",
+                f.path,
+                md.len(),
+                f.size
+            )),
             Err(_) => Some(format!("{} is missing", f.path)),
         })
         .collect();

@@ -23,7 +23,9 @@ pub fn check_path(path: &str) -> Result<(), String> {
     let bad = path.is_empty()
         || path.starts_with('/')
         || path.contains(['\\', '\n', '\r', '\0'])
-        || path.split('/').any(|p| p.is_empty() || p == "." || p == "..");
+        || path
+            .split('/')
+            .any(|p| p.is_empty() || p == "." || p == "..");
     if bad {
         Err(format!("{path:?} cannot be a file of a bundle"))
     } else {
@@ -60,7 +62,10 @@ pub fn parse(text: &str) -> (Vec<SumLine>, Vec<String>) {
         });
         match parsed {
             Some(l) => lines.push(l),
-            None => bad.push(format!("SHA256SUMS line {}: not `<sha256>  <path>`: {raw:?}", i + 1)),
+            None => bad.push(format!(
+                "SHA256SUMS line {}: not `<sha256>  <path>`: {raw:?}",
+                i + 1
+            )),
         }
     }
     (lines, bad)

@@ -34,7 +34,11 @@ pub fn release_like_repo() -> HashMap<String, Vec<u8>> {
             v["trajectory_length"] = Value::from(v["trajectory_length"].to_string());
         }
         for step in v["trajectory"].as_array_mut().unwrap() {
-            let bare = step["image"].as_str().unwrap().trim_start_matches("images/").to_string();
+            let bare = step["image"]
+                .as_str()
+                .unwrap()
+                .trim_start_matches("images/")
+                .to_string();
             step["image"] = Value::from(bare);
             if i % 2 == 1 {
                 let action: Value = serde_json::from_str(step["action"].as_str().unwrap()).unwrap();
@@ -62,10 +66,16 @@ pub fn run_hub(args: &[&str], home: &Path, hub: Option<&MockHub>) -> Output {
     hub_env(&mut cmd, home);
     match hub {
         Some(h) => cmd.env("HF_ENDPOINT", &h.url),
-        None => cmd.env("HF_ENDPOINT", &refusing.url).env("HF_HUB_OFFLINE", "1"),
+        None => cmd
+            .env("HF_ENDPOINT", &refusing.url)
+            .env("HF_HUB_OFFLINE", "1"),
     };
     let out = cmd.output().unwrap();
-    assert_eq!(refusing.count(), 0, "an offline run connected to HF_ENDPOINT");
+    assert_eq!(
+        refusing.count(),
+        0,
+        "an offline run connected to HF_ENDPOINT"
+    );
     out
 }
 
@@ -88,12 +98,19 @@ fn snapshot(home: &Path) -> PathBuf {
 fn a_hub_dataset_is_fetched_resumed_and_then_read_offline() {
     let files = release_like_repo();
     let images = files.keys().filter(|k| k.starts_with("images/")).count();
-    let cut = "images/t1_s2.png";
-    let half = files[cut].len() / 2;
+    // A screenshot whose bytes no other one has (identical screens share one blob, and so one download).
+    let mut names: Vec<&String> = files.keys().filter(|k| k.starts_with("images/")).collect();
+    names.sort();
+    let cut = names
+        .iter()
+        .find(|n| files.values().filter(|v| **v == files[**n]).count() == 1)
+        .expect("a screenshot with its own bytes")
+        .to_string();
+    let half = files[&cut].len() / 2;
     let hub = MockHub::start(
         [(REPO.to_string(), files)].into_iter().collect(),
         Faults {
-            cut: vec![cut.into()],
+            cut: vec![cut.clone()],
             ..Faults::default()
         },
     );
@@ -101,21 +118,30 @@ fn a_hub_dataset_is_fetched_resumed_and_then_read_offline() {
     let validate = ["data", "validate", "--data", "hf:test-org/mobile-r1"];
     let out = ok(&run_hub(&validate, home.path(), Some(&hub)));
     assert!(out.contains(&format!("commit {COMMIT}")), "{out}");
-    assert!(out.contains("trajectories: 5") && out.contains("OK"), "{out}");
-    assert!(out.contains(&format!("screenshots checked: 30")), "{out}");
+    assert!(
+        out.contains("trajectories: 5") && out.contains("OK"),
+        "{out}"
+    );
+    assert!(out.contains("screenshots checked: 30"), "{out}");
     let resumed = format!("/{REPO}/resolve/{COMMIT}/{cut} {half}-");
     assert!(hub.requests().contains(&resumed), "{:?}", hub.requests());
     // Only what the benchmark reads: data.jsonl and its screenshots, not the card.
     let got = hub.fetched(REPO);
     assert_eq!(got.len(), images + 1, "{got:?}");
-    let refs = home.path().join("hub/datasets--test-org--mobile-r1/refs/main");
+    let refs = home
+        .path()
+        .join("hub/datasets--test-org--mobile-r1/refs/main");
     assert_eq!(std::fs::read_to_string(refs).unwrap(), COMMIT);
 
     // Offline, the cache serves it (by branch and by commit), without a connection.
     let before = hub.requests().len();
     ok(&run_hub(&validate, home.path(), None));
     let pinned = format!("hf:test-org/mobile-r1@{COMMIT}");
-    ok(&run_hub(&["data", "validate", "--data", &pinned], home.path(), None));
+    ok(&run_hub(
+        &["data", "validate", "--data", &pinned],
+        home.path(),
+        None,
+    ));
     assert_eq!(hub.requests().len(), before, "offline runs made requests");
 
     // Online again, a whole cached snapshot needs no request either.
@@ -127,10 +153,20 @@ fn a_hub_dataset_is_fetched_resumed_and_then_read_offline() {
     let out = run_hub(&validate, home.path(), None);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(err.contains("t0_s3.png") && err.contains("HF_HUB_OFFLINE"), "{err}");
-    let out = run_hub(&["data", "validate", "--data", "hf:test-org/absent"], home.path(), None);
+    assert!(
+        err.contains("t0_s3.png") && err.contains("HF_HUB_OFFLINE"),
+        "{err}"
+    );
+    let out = run_hub(
+        &["data", "validate", "--data", "hf:test-org/absent"],
+        home.path(),
+        None,
+    );
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("test-org/absent: data.jsonl is not in the local"), "{err}");
+    assert!(
+        err.contains("test-org/absent: data.jsonl is not in the local"),
+        "{err}"
+    );
     // Online, the missing screenshot is fetched again.
     ok(&run_hub(&validate, home.path(), Some(&hub)));
 }
@@ -139,7 +175,10 @@ fn a_hub_dataset_is_fetched_resumed_and_then_read_offline() {
 fn eval_records_the_hub_dataset_and_score_and_report_read_it() {
     let files = release_like_repo();
     let data_hash = mobile_r1_eval::fingerprint::sha256_hex(&files["data.jsonl"]);
-    let hub = MockHub::start([(REPO.to_string(), files)].into_iter().collect(), Faults::default());
+    let hub = MockHub::start(
+        [(REPO.to_string(), files)].into_iter().collect(),
+        Faults::default(),
+    );
     let home = tempfile::tempdir().unwrap();
     let run = home.path().join("run");
     let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny-b");
@@ -184,7 +223,12 @@ fn eval_records_the_hub_dataset_and_score_and_report_read_it() {
     ];
     ok(&run_hub(&score, home.path(), None));
     assert!(scored.join("metrics.json").is_file());
-    let report = ["report", run.to_str().unwrap(), "--data", "hf:test-org/mobile-r1"];
+    let report = [
+        "report",
+        run.to_str().unwrap(),
+        "--data",
+        "hf:test-org/mobile-r1",
+    ];
     ok(&run_hub(&report, home.path(), None));
     assert!(run.join("report.html").is_file());
 }

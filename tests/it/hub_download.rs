@@ -63,10 +63,16 @@ fn generate_with(repo: &str, home: &Path, hub: Option<&MockHub>, extra: &[&str])
     let refusing = Refusing::start();
     match hub {
         Some(h) => cmd.env("HF_ENDPOINT", &h.url),
-        None => cmd.env("HF_ENDPOINT", &refusing.url).env("HF_HUB_OFFLINE", "1"),
+        None => cmd
+            .env("HF_ENDPOINT", &refusing.url)
+            .env("HF_HUB_OFFLINE", "1"),
     };
     let out = cmd.output().expect("run binary");
-    assert_eq!(refusing.count(), 0, "an offline run connected to HF_ENDPOINT");
+    assert_eq!(
+        refusing.count(),
+        0,
+        "an offline run connected to HF_ENDPOINT"
+    );
     out
 }
 
@@ -252,7 +258,10 @@ fn a_hub_that_never_answers_times_out_with_the_next_steps() {
     // Two attempts of one second each and a half-second pause.
     assert!(took < Duration::from_secs(20), "took {took:?}");
     assert!(silent.accepted.load(std::sync::atomic::Ordering::SeqCst) >= 2);
-    assert!(!home.path().join("run").exists(), "a failed fetch left a run folder");
+    assert!(
+        !home.path().join("run").exists(),
+        "a failed fetch left a run folder"
+    );
 }
 
 #[cfg(unix)]
@@ -275,7 +284,11 @@ fn a_signal_stops_a_download_that_hangs() {
         let (out, _) = wait_bounded(child, Duration::from_secs(20));
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(code), "{err}");
-        assert!(sent.elapsed() < Duration::from_secs(3), "took {:?}", sent.elapsed());
+        assert!(
+            sent.elapsed() < Duration::from_secs(3),
+            "took {:?}",
+            sent.elapsed()
+        );
         assert!(err.contains("stopped while fetching config.json"), "{err}");
     }
 }

@@ -38,7 +38,10 @@ fn pack_from_hub(home: &Path) -> PathBuf {
     let hub = MockHub::start(
         [
             ("test-org/tiny-a".to_string(), tiny_a_repo()),
-            ("datasets/test-org/mobile-r1".to_string(), release_like_repo()),
+            (
+                "datasets/test-org/mobile-r1".to_string(),
+                release_like_repo(),
+            ),
         ]
         .into_iter()
         .collect(),
@@ -71,14 +74,25 @@ fn far_side(bundle: &Path, args: &[&str], offline: bool) -> Output {
     cmd.args(args);
     hub_env(&mut cmd, home.path());
     cmd.env("HF_ENDPOINT", &endpoint.url);
-    for var in ["HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy"] {
+    for var in [
+        "HTTPS_PROXY",
+        "HTTP_PROXY",
+        "ALL_PROXY",
+        "https_proxy",
+        "http_proxy",
+        "all_proxy",
+    ] {
         cmd.env(var, &proxy.url);
     }
     if offline {
         cmd.env("HF_HUB_OFFLINE", "1");
     }
     let out = cmd.output().unwrap();
-    assert_eq!(endpoint.count() + proxy.count(), 0, "a connection was attempted");
+    assert_eq!(
+        endpoint.count() + proxy.count(),
+        0,
+        "a connection was attempted"
+    );
     out
 }
 
@@ -102,16 +116,27 @@ fn a_bundle_verifies_and_runs_with_no_network_at_all() {
     // Only the files a run reads.
     assert!(!bundle.join("model/config.hub-style.json").exists());
     let manifest: Value =
-        serde_json::from_str(&std::fs::read_to_string(bundle.join("bundle.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(bundle.join("bundle.json")).unwrap())
+            .unwrap();
     assert_eq!(manifest["model"]["commit"], Value::from(COMMIT));
     assert_eq!(manifest["data"]["hub"]["commit"], Value::from(COMMIT));
 
     // GNU sha256sum reads the same file.
-    match Command::new("sha256sum").arg("-c").arg("--quiet").arg("SHA256SUMS").current_dir(&bundle).output() {
+    match Command::new("sha256sum")
+        .arg("-c")
+        .arg("--quiet")
+        .arg("SHA256SUMS")
+        .current_dir(&bundle)
+        .output()
+    {
         Ok(o) => assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout)),
         Err(_) => eprintln!("skipped: sha256sum -c (no sha256sum installed)"),
     }
-    let out = ok(&far_side(&bundle, &["pack", "--verify", bundle.to_str().unwrap()], true));
+    let out = ok(&far_side(
+        &bundle,
+        &["pack", "--verify", bundle.to_str().unwrap()],
+        true,
+    ));
     assert!(out.starts_with("OK:"), "{out}");
 
     let b = |p: &str| bundle.join(p).to_string_lossy().into_owned();
@@ -134,8 +159,14 @@ fn a_bundle_verifies_and_runs_with_no_network_at_all() {
     ok(&far_side(&bundle, &eval, true));
     let run_manifest: Value =
         serde_json::from_str(&std::fs::read_to_string(run.join("manifest.json")).unwrap()).unwrap();
-    assert_eq!(run_manifest["data_source"]["repo"], Value::from("test-org/mobile-r1"));
-    assert_eq!(run_manifest["settings"]["data_hash"], manifest["data"]["data_hash"]);
+    assert_eq!(
+        run_manifest["data_source"]["repo"],
+        Value::from("test-org/mobile-r1")
+    );
+    assert_eq!(
+        run_manifest["settings"]["data_hash"],
+        manifest["data"]["data_hash"]
+    );
     assert!(run.join("judgements.jsonl").is_file());
     // Without HF_HUB_OFFLINE too, local folders never reach for the network.
     let validate = ["data", "validate", "--data", &b("data")];
@@ -147,7 +178,12 @@ fn damage_and_gaps_are_named_with_the_command_that_packed_the_bundle() {
     let home = tempfile::tempdir().unwrap();
     let bundle = home.path().join("b");
     let sample = home.path().join("sample");
-    ok(&crate::util::bin().arg("sample").arg("--out").arg(&sample).output().unwrap());
+    ok(&crate::util::bin()
+        .arg("sample")
+        .arg("--out")
+        .arg(&sample)
+        .output()
+        .unwrap());
     let pack = |out: &Path| {
         let mut cmd = crate::util::bin();
         cmd.arg("pack")
@@ -172,7 +208,11 @@ fn damage_and_gaps_are_named_with_the_command_that_packed_the_bundle() {
     let last = bytes.len() - 1;
     bytes[last] ^= 0xff;
     std::fs::write(&img, bytes).unwrap();
-    let out = far_side(&bundle, &["pack", "--verify", bundle.to_str().unwrap()], true);
+    let out = far_side(
+        &bundle,
+        &["pack", "--verify", bundle.to_str().unwrap()],
+        true,
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     for want in [
@@ -188,7 +228,14 @@ fn damage_and_gaps_are_named_with_the_command_that_packed_the_bundle() {
     // eval on the far side names the missing file and the packing command before loading anything.
     let model = bundle.join("model");
     let run = home.path().join("run");
-    let eval = ["eval", "--model", model.to_str().unwrap(), "--no-judge", "--out", run.to_str().unwrap()];
+    let eval = [
+        "eval",
+        "--model",
+        model.to_str().unwrap(),
+        "--no-judge",
+        "--out",
+        run.to_str().unwrap(),
+    ];
     let out = far_side(&bundle, &eval, true);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
@@ -199,7 +246,11 @@ fn damage_and_gaps_are_named_with_the_command_that_packed_the_bundle() {
     assert!(!run.exists(), "a refused run left a run folder");
 
     std::fs::remove_file(bundle.join("SHA256SUMS")).unwrap();
-    let out = far_side(&bundle, &["pack", "--verify", bundle.to_str().unwrap()], true);
+    let out = far_side(
+        &bundle,
+        &["pack", "--verify", bundle.to_str().unwrap()],
+        true,
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("SHA256SUMS"), "{err}");
 }

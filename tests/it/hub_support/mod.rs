@@ -193,7 +193,10 @@ fn file(served: &Served, path: &str, range: (usize, Option<usize>)) -> Vec<u8> {
         return b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
             .to_vec();
     }
-    let end = range.1.unwrap_or(usize::MAX).min(data.len().saturating_sub(1));
+    let end = range
+        .1
+        .unwrap_or(usize::MAX)
+        .min(data.len().saturating_sub(1));
     let body = &data[range.0.min(end + 1)..=end];
     let etag = faults
         .wrong_sha
@@ -223,7 +226,11 @@ fn percent_decode(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        match (b[i], s.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(h, 16).ok())) {
+        match (
+            b[i],
+            s.get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok()),
+        ) {
             (b'%', Some(v)) => {
                 out.push(v);
                 i += 3;
