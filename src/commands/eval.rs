@@ -47,7 +47,10 @@ fn fetch_models(spec: &ModelSpec, judge: &JudgeChoice, data: &Path) -> Result<()
         _ => None,
     };
     crate::pack::check_present(data).context("--data")?;
-    for (flag, model) in [("--model", Some(spec.model.as_str())), ("--judge-model", judge)] {
+    for (flag, model) in [
+        ("--model", Some(spec.model.as_str())),
+        ("--judge-model", judge),
+    ] {
         let Some(m) = model else { continue };
         if Path::new(m).is_dir() {
             crate::pack::check_present(Path::new(m)).with_context(|| format!("{flag} {m}"))?;

@@ -135,7 +135,7 @@ impl ExitOnStop {
                         eprintln!(
                             "stopped while {what}; no prompt had run, so there is nothing to save"
                         );
-                        let signal = crate::interrupt::signal().unwrap_or(libc_sigint());
+                        let signal = cancel.signal().unwrap_or(libc_sigint());
                         std::process::exit(128 + signal);
                     }
                     std::thread::sleep(Duration::from_millis(50));
@@ -162,7 +162,8 @@ fn libc_sigint() -> i32 {
 
 /// The exit status for a stop request: 128 + the signal (130 for Ctrl-C, 143 for SIGTERM).
 pub fn stop_exit_code() -> u8 {
-    (128 + crate::interrupt::signal().unwrap_or(libc_sigint())).clamp(0, 255) as u8
+    let signal = Cancel::on_signals().signal();
+    (128 + signal.unwrap_or(libc_sigint())).clamp(0, 255) as u8
 }
 
 #[cfg(test)]

@@ -128,7 +128,7 @@ pub fn load_devices(cfg: &EvalConfig, spec: &ModelSpec) -> Result<Vec<LocalBacke
 
 /// The run's backend for `spec`: one device's checkpoint, or several sharing the work through a
 /// [`MultiBackend`].
-pub pub fn load_backend(cfg: &EvalConfig, spec: &ModelSpec) -> Result<Box<dyn Backend>> {
+pub fn load_backend(cfg: &EvalConfig, spec: &ModelSpec) -> Result<Box<dyn Backend>> {
     let mut devices = load_devices(cfg, spec)?;
     if devices.len() == 1 {
         Ok(Box::new(devices.remove(0)))

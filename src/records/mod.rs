@@ -16,13 +16,8 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 pub use jsonl::{parse_lines, read_lines, whole_lines, BadLine, JsonLines};
 pub use manifest::{
-<<<<<<< HEAD
     DataSource, JudgeSettings, Manifest, ManifestHeader, OpsRecord, RunSettings, SettingDiff,
     Throughput, Versions, MANIFEST_SCHEMA_VERSION, THROUGHPUT_SCHEMA_VERSION,
-=======
-    DataSource, JudgeSettings, Manifest, ManifestHeader, OpsRecord, RunSettings, Throughput,
-    Versions, MANIFEST_SCHEMA_VERSION, THROUGHPUT_SCHEMA_VERSION,
->>>>>>> 9cc2cb1 (hub tests: a screenshot with its own bytes is the one cut; fmt, clippy)
 };
 pub use ops::{BlasChoice, DecodeAttention, MatmulRate, OpsManifest, ProfileSnapshot, SectionTime};
 pub use phase::{DeviceShare, PhaseStats, PhaseSummary};
