@@ -118,6 +118,41 @@ pub struct SelfTestArgs {
 pub enum DataCommand {
     /// Check a benchmark folder completely (images included) and print a summary.
     Validate(ValidateArgs),
+    /// Turn another mobile-agent benchmark (AndroidControl, AITZ, GUI-Odyssey, CAGUI) into a benchmark folder.
+    Import(ImportArgs),
+}
+
+/// Arguments of `data import`.
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// `androidcontrol`, `androidcontrol-mobile-use`, `aitz`, `gui-odyssey` or `cagui`.
+    #[arg(long)]
+    pub format: crate::import::ImportFormat,
+    /// The source as published: AndroidControl's TFRecord folder (or one file), the mobile_use JSONL file, the AITZ
+    /// or CAGUI folder the episodes' `image_path` values are relative to, the GUI-Odyssey folder.
+    #[arg(long)]
+    pub source: PathBuf,
+    /// The benchmark folder to write: new, empty, or an earlier import of the same source (replaced).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// AndroidControl: a key of `splits.json` (`train`, `validation`, `test`) or `test_subsplits.json`;
+    /// GUI-Odyssey: a split file, `NAME[:train|test]` (e.g. `random`, test part by default).
+    #[arg(long)]
+    pub split: Option<String>,
+    /// `high` (the goal only, default) or `low` (the goal and each step's instruction), where the source has
+    /// step instructions.
+    #[arg(long)]
+    pub level: Option<crate::import::Level>,
+    /// Import at most N episodes.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Fail on the first source step or episode that cannot be imported (default: count it in the summary).
+    #[arg(long)]
+    pub strict: bool,
+    /// `androidcontrol-mobile-use`: the folder holding the screenshots, found by file name (default: the JSONL's
+    /// folder, then its `images/`).
+    #[arg(long)]
+    pub images: Option<PathBuf>,
 }
 
 /// Arguments of `data validate`.
@@ -155,7 +190,8 @@ pub struct ScoreArgs {
     /// Output folder for `metrics.json`, `steps.jsonl` and `summary.md` (default: beside the predictions).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Matching-rule preset (default: the run's own for a run's predictions, else mobile-r1).
+    /// Matching-rule preset (default: the run's own for a run's predictions, else the one the benchmark's
+    /// `benchmark.json` suggests, else mobile-r1).
     #[arg(long)]
     pub rules: Option<RuleName>,
 }
@@ -247,7 +283,8 @@ pub struct ReportArgs {
     /// Benchmark folder, or `hf:OWNER/NAME[@REVISION]` (default: `data` in the run's `manifest.json`).
     #[arg(long)]
     pub data: Option<DataLocation>,
-    /// Matching-rule preset (default: `rules` in the run's `manifest.json`, else mobile-r1).
+    /// Matching-rule preset (default: `rules` in the run's `manifest.json`, else the one the benchmark's
+    /// `benchmark.json` suggests, else mobile-r1).
     #[arg(long)]
     pub rules: Option<RuleName>,
     /// The Hub, for `hf:` data.
@@ -269,10 +306,10 @@ pub struct ModelArgs {
     #[arg(long)]
     pub dtype: Option<DTypeSpec>,
     /// Override the checkpoint's `min_pixels`.
-    #[arg(long)]
+    #[arg(long, value_parser = whole::<u64>, allow_negative_numbers = true)]
     pub min_pixels: Option<u64>,
     /// Override the checkpoint's `max_pixels`.
-    #[arg(long)]
+    #[arg(long, value_parser = whole::<u64>, allow_negative_numbers = true)]
     pub max_pixels: Option<u64>,
     /// How the ops run.
     #[command(flatten)]
@@ -295,7 +332,7 @@ pub struct GenerateArgs {
     #[arg(long)]
     pub prompt: String,
     /// Maximum number of generated tokens.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub max_new_tokens: usize,
     /// Do not stop at the end-of-sequence tokens (generate exactly `--max-new-tokens`).
     #[arg(long)]
@@ -319,17 +356,18 @@ pub struct EvalArgs {
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Most sequences decoded together.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub batch_size: usize,
     /// Token budget of one batch (prompt + generated tokens); automatic from free memory when absent.
-    #[arg(long)]
+    #[arg(long, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub max_batch_tokens: Option<usize>,
     /// Maximum generated tokens per prompt.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub max_new_tokens: usize,
-    /// Matching-rule preset used for the metrics.
-    #[arg(long, default_value = "mobile-r1")]
-    pub rules: RuleName,
+    /// Matching-rule preset used for the metrics (default: the one the benchmark's `benchmark.json` suggests, else
+    /// mobile-r1).
+    #[arg(long)]
+    pub rules: Option<RuleName>,
     /// `default` (the Qwen2.5-VL mobile_use prompt from `prompts/`) or `data` (each trajectory's `system`).
     #[arg(long, default_value = "default")]
     pub system_prompt: SystemPrompt,
@@ -344,6 +382,10 @@ pub struct EvalArgs {
     /// Needs `--out RUN`; the shard writes into `RUN/shards/I-of-N/`, and `merge RUN` joins the shards.
     #[arg(long)]
     pub shard: Option<crate::shard::ShardArg>,
+    /// Exit 0 even when some steps could not be prepared (an unreadable screenshot): they are recorded with an
+    /// `error` and redone on resume either way. Without it such a run ends with exit status 1 and a summary line.
+    #[arg(long)]
+    pub allow_step_errors: bool,
 }
 
 /// Arguments of `merge`.
@@ -380,22 +422,22 @@ pub struct BenchArgs {
     #[arg(long)]
     pub dtype: Option<DTypeSpec>,
     /// Number of step prompts (rounded up to whole 4-step trajectories).
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub steps: usize,
     /// Most sequences decoded together.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub batch_size: usize,
     /// Token budget of one batch; automatic from free memory when absent.
-    #[arg(long)]
+    #[arg(long, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub max_batch_tokens: Option<usize>,
     /// New tokens per prompt.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub max_new_tokens: usize,
     /// Smallest image area in pixels.
-    #[arg(long, default_value_t = 3136)]
+    #[arg(long, default_value_t = 3136, value_parser = whole::<u64>, allow_negative_numbers = true)]
     pub min_pixels: u64,
     /// Largest image area in pixels (default 1280·28²).
-    #[arg(long, default_value_t = 1_003_520)]
+    #[arg(long, default_value_t = 1_003_520, value_parser = whole::<u64>, allow_negative_numbers = true)]
     pub max_pixels: u64,
     /// Folder with a Qwen2.5-VL tokenizer.json and chat template (default: a copy built into the binary).
     #[arg(long)]
@@ -404,7 +446,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub no_judge: bool,
     /// Seed of the random weights.
-    #[arg(long, default_value_t = 1234)]
+    #[arg(long, default_value_t = 1234, value_parser = whole::<u64>, allow_negative_numbers = true)]
     pub seed: u64,
     /// How the ops run.
     #[command(flatten)]
@@ -412,6 +454,14 @@ pub struct BenchArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// A whole number (`--max-new-tokens 32`); a negative or fractional value is refused with what is expected, rather
+/// than taken for a flag.
+fn whole<T: std::str::FromStr>(s: &str) -> Result<T, String> {
+    s.trim()
+        .parse()
+        .map_err(|_| format!("expected a whole number (0, 1, 2, …), found {s:?}"))
 }
 
 #[cfg(test)]

@@ -68,9 +68,10 @@ pub struct FileFingerprint {
     pub sampled_sha256: String,
 }
 
-/// The fingerprint of a checkpoint's weight files, as stored in the manifest (`settings.weights`).
+/// The fingerprint of a set of files: a checkpoint's weight files (`settings.weights`), a benchmark's screenshots
+/// (`screenshots`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WeightsFingerprint {
+pub struct FilesFingerprint {
     /// Version of this record's layout.
     pub schema_version: u32,
     /// How the hashes were computed ([`SCHEME`]).
@@ -91,12 +92,12 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// Fingerprint the weight files `paths` (safetensors).
-pub fn of_files(paths: &[PathBuf]) -> Result<WeightsFingerprint, FingerprintError> {
+pub fn of_files(paths: &[PathBuf]) -> Result<FilesFingerprint, FingerprintError> {
     let files = paths
         .iter()
         .map(|p| of_file(p))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(WeightsFingerprint {
+    Ok(FilesFingerprint {
         schema_version: 1,
         scheme: SCHEME.into(),
         files,
@@ -184,13 +185,75 @@ fn sample_offsets(a: u64, b: u64) -> Vec<u64> {
     v
 }
 
+/// The scheme of [`of_plain_file`]: the size and the first, middle and last 4 KiB of the whole file.
+pub const PLAIN_SCHEME: &str = "file-sampled-v1";
+
+/// Fingerprint any file (a screenshot) by its size and its first, middle and last 4 KiB; `name` is how the
+/// record names it. A missing file has size 0 and the hash `missing`.
+pub fn of_plain_file(path: &Path, name: &str) -> Result<FileFingerprint, FingerprintError> {
+    let io = |source| FingerprintError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut f = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(FileFingerprint {
+                file: name.into(),
+                size: 0,
+                sampled_sha256: "missing".into(),
+            })
+        }
+        Err(e) => return Err(io(e)),
+    };
+    let size = f.metadata().map_err(io)?.len();
+    let mut h = Sha256::new();
+    h.update(size.to_le_bytes());
+    let mut buf = vec![0u8; BLOCK as usize];
+    for at in sample_offsets(0, size) {
+        let n = BLOCK.min(size - at) as usize;
+        f.seek(SeekFrom::Start(at)).map_err(io)?;
+        f.read_exact(&mut buf[..n]).map_err(io)?;
+        h.update(&buf[..n]);
+    }
+    Ok(FileFingerprint {
+        file: name.into(),
+        size,
+        sampled_sha256: hex(&h.finalize()),
+    })
+}
+
+/// The files whose fingerprint differs between `old` and `new` (changed, gone or new), by name.
+pub fn changed_files(old: &FilesFingerprint, new: &FilesFingerprint) -> Vec<String> {
+    let key = |f: &FileFingerprint| (f.size, f.sampled_sha256.clone());
+    let old_map: std::collections::HashMap<&str, _> = old
+        .files
+        .iter()
+        .map(|f| (f.file.as_str(), key(f)))
+        .collect();
+    let new_map: std::collections::HashMap<&str, _> = new
+        .files
+        .iter()
+        .map(|f| (f.file.as_str(), key(f)))
+        .collect();
+    let mut out: Vec<String> = old_map
+        .keys()
+        .chain(new_map.keys())
+        .filter(|n| old_map.get(*n) != new_map.get(*n))
+        .map(|n| n.to_string())
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// Check that the weights of a resumed run (`now`) are those recorded in its manifest (`old`, read from
 /// `manifest`). A manifest without a fingerprint of this scheme (written by an older version) passes here; the
 /// settings comparison reports it.
 pub fn check_unchanged(
     manifest: &Path,
-    old: &WeightsFingerprint,
-    now: &WeightsFingerprint,
+    old: &FilesFingerprint,
+    now: &FilesFingerprint,
 ) -> Result<(), FingerprintError> {
     if old.scheme != now.scheme {
         return Ok(());
@@ -207,7 +270,7 @@ pub fn check_unchanged(
 }
 
 /// One line per weight file that differs between `old` and `new`.
-fn describe_changes(old: &WeightsFingerprint, new: &WeightsFingerprint) -> Vec<String> {
+fn describe_changes(old: &FilesFingerprint, new: &FilesFingerprint) -> Vec<String> {
     let mut out = Vec::new();
     for n in &new.files {
         match old.files.iter().find(|o| o.file == n.file) {

@@ -1,9 +1,9 @@
 //! mobile-r1-eval: offline evaluation of Qwen2.5-VL GUI agents on the Mobile-R1 benchmark.
 //!
 //! Layers, from the bottom:
-//! * pure Rust (no candle): `dataset`, `action`, `parse`, `score`, `report`, `predictions`, `records` (the serde
-//!   types of every file a run writes), `settings`, `sample`; `preprocess` and `chat` turn screenshots and prompts
-//!   into plain vectors;
+//! * pure Rust (no candle): `dataset`, `import` (other benchmarks into a benchmark folder), `action`, `parse`,
+//!   `score`, `report`, `predictions`, `records` (the serde types of every file a run writes), `settings`,
+//!   `sample`; `preprocess` and `chat` turn screenshots and prompts into plain vectors;
 //! * `ops`, `model`: the fused ops and Qwen2.5-VL on candle;
 //! * `engine`: token-level requests in, greedy generations out, with continuous batching;
 //! * `backend`: chat requests answered by a checkpoint (the engine), behind the `Backend` trait;
@@ -22,6 +22,7 @@ pub mod engine;
 pub mod eval;
 pub mod fingerprint;
 pub mod hub;
+pub mod import;
 pub mod interrupt;
 pub mod merge;
 pub mod model;

@@ -23,6 +23,8 @@ pub struct Prediction {
     pub image_size: Option<[u32; 2]>,
     /// The response, parsed.
     pub parsed: ParsedOutput,
+    /// The step could not be run (its line has an `error`).
+    pub failed: bool,
 }
 
 impl Prediction {
@@ -34,6 +36,7 @@ impl Prediction {
             step: line.step,
             response: line.response,
             image_size: line.image_size,
+            failed: line.error.is_some(),
         }
     }
 }
@@ -62,7 +65,7 @@ pub struct PredictionSet {
     pub malformed: Vec<MalformedLine>,
     /// Lines replaced by a later line for the same step.
     pub duplicates: usize,
-    /// Lines with an `error` (steps that could not be run).
+    /// Steps whose latest line has an `error` (they could not be run).
     pub errors: usize,
 }
 
@@ -75,9 +78,9 @@ impl PredictionSet {
             ..PredictionSet::default()
         };
         for p in lines.records {
-            set.errors += usize::from(p.error.is_some());
             set.insert(Prediction::from_line(p));
         }
+        set.errors = set.iter().filter(|p| p.failed).count();
         set
     }
 
@@ -135,6 +138,14 @@ impl PredictionSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_step_redone_after_an_error_is_not_an_error() {
+        let text = r#"{"trajectory": 0, "step": 0, "response": "", "error": "bad png"}
+{"trajectory": 0, "step": 1, "response": "", "error": "bad png"}
+{"trajectory": 0, "step": 0, "response": "ok"}"#;
+        assert_eq!(PredictionSet::parse(text).errors, 1);
+    }
 
     #[test]
     fn later_wins_and_malformed_reported() {

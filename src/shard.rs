@@ -366,6 +366,7 @@ pub fn select(bench: &Benchmark, image: &ImageProcessorConfig, shard: ShardSpec)
             .into_iter()
             .map(|i| bench.trajectories[i].clone())
             .collect(),
+        info: bench.info.clone(),
     }
 }
 

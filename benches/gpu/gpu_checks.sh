@@ -11,7 +11,7 @@
 # 1. correctness: the embedded sample benchmark through the tiny test checkpoint on CPU and on CUDA (f32 at batch
 #    sizes 1, 3 and 8; bf16 at 1 and 8), predictions compared token for token (benches/gpu/compare_runs.py);
 # 2. the project's CUDA kernels against their CPU references (`mobile-r1-eval self-test --device cuda`);
-# 3. `bench --config 3b --random-weights --device cuda` (bf16): steps/s, MFU, memory, judge phase;
+# 3. `bench --config 3b --device cuda` (bf16): steps/s, MFU, memory, judge phase;
 # 4. benches/compare/compare.py on the GPU, `3b` in bf16 against transformers (steps/s, peak GPU memory);
 # 5. the bench again with MOBILE_R1_EVAL_KERNELS=off (candle's ops only), to measure what the kernels bring;
 # 6. compare.py with `small` in f32 (identical tokens required);
@@ -58,7 +58,7 @@ stage() {  # stage NAME SECONDS CMD...: run (functions too) with a limit, log to
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 ldd "$BIN" | grep -i "not found"
 
-bench3b() { "$BIN" bench --config 3b --random-weights --device cuda --dtype bf16 --steps "$1" --batch-size 64 \
+bench3b() { "$BIN" bench --config 3b --device cuda --dtype bf16 --steps "$1" --batch-size 64 \
   --tokenizer tests/fixtures/tokenizer --json "${@:2}"; }
 export M=tests/fixtures/models/tiny-a
 run_eval() {  # run_eval NAME DEVICE DTYPE BATCH
@@ -81,7 +81,7 @@ if [ "$MODE" = mma ]; then
   stage compare_3b_bf16_mma 180 env MOBILE_R1_EVAL_MMA=1 python3 benches/compare/compare.py --preset 3b \
     --device cuda --dtype bf16 --steps 64 --batch 32 --max-pixels 1003520 --binary "$BIN" --work "$WORK/cmp-3b" \
     --json-out "$LOGS/compare_3b_mma.json"
-  stage bench_small_f32_profile 100 env MOBILE_R1_EVAL_PROFILE=1 "$BIN" bench --config small --random-weights \
+  stage bench_small_f32_profile 100 env MOBILE_R1_EVAL_PROFILE=1 "$BIN" bench --config small \
     --device cuda --dtype f32 --steps 8 --batch-size 8 --no-judge --tokenizer tests/fixtures/tokenizer --json
   exit 0
 fi

@@ -66,7 +66,7 @@ pub struct BackendInfo {
     /// Fingerprint of its config and safetensors headers.
     pub fingerprint: String,
     /// Content fingerprint of its weight files.
-    pub weights: crate::fingerprint::WeightsFingerprint,
+    pub weights: crate::fingerprint::FilesFingerprint,
     /// Activation dtype.
     pub dtype: String,
     /// The device it runs on.

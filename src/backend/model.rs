@@ -41,8 +41,8 @@ pub struct LoadedModel {
     pub device: DeviceSpec,
     /// SHA-256 over the checkpoint's config and weight index (see [`fingerprint`]).
     pub fingerprint: String,
-    /// Content fingerprint of every weight file (issue 18: checked on resume).
-    pub weights: crate::fingerprint::WeightsFingerprint,
+    /// Content fingerprint of every weight file (checked on resume).
+    pub weights: crate::fingerprint::FilesFingerprint,
 }
 
 impl LoadedModel {
@@ -69,7 +69,7 @@ impl LoadedModel {
             )
         })?;
         if spec.min_pixels.is_some() || spec.max_pixels.is_some() {
-            // Issue 18: the bounds combined with the checkpoint's must still make a usable image size.
+            // The bounds combined with the checkpoint's must still make a usable image size.
             let (min, max) = crate::validate::effective_pixel_bounds(
                 (spec.min_pixels, spec.max_pixels),
                 (kit.image.min_pixels, kit.image.max_pixels),
@@ -93,11 +93,25 @@ impl LoadedModel {
     }
 }
 
+/// What to do when `spec` names a GPU this build has no support for.
+fn build_hint(spec: DeviceSpec) -> &'static str {
+    match spec {
+        DeviceSpec::Cuda(_) if !cfg!(feature = "cuda") => {
+            " (this build has no CUDA support: build with `cargo build --release --features cuda`, see the README)"
+        }
+        DeviceSpec::Metal if !cfg!(feature = "metal") => {
+            " (this build has no Metal support: build with `cargo build --release --features metal` on macOS)"
+        }
+        _ => "",
+    }
+}
+
 /// Open the device `spec` names; `auto` takes the first CUDA GPU in a CUDA build, Metal in a Metal build, else
 /// the CPU, and logs the choice. Returns the device and its resolved spec (for the manifest).
 pub fn open_device(spec: DeviceSpec) -> Result<(Device, DeviceSpec)> {
     let open = |s: DeviceSpec| {
-        model::parse_device(&s.to_string()).with_context(|| format!("--device {s}"))
+        model::parse_device(&s.to_string())
+            .with_context(|| format!("--device {s}{}", build_hint(s)))
     };
     if spec != DeviceSpec::Auto {
         return Ok((open(spec)?, spec));

@@ -102,7 +102,7 @@ fn device_backend(
         dir: PathBuf::new(),
         device: device_spec,
         fingerprint: format!("random weights, seed {}", cfg.seed),
-        weights: crate::fingerprint::WeightsFingerprint {
+        weights: crate::fingerprint::FilesFingerprint {
             schema_version: 1,
             scheme: crate::fingerprint::SCHEME.into(),
             files: Vec::new(),

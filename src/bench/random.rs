@@ -277,6 +277,19 @@ mod tests {
     }
 
     #[test]
+    fn real_checkpoints_get_the_cpu_estimate_and_the_test_ones_do_not() {
+        use crate::cpu_estimate::MIN_PARAMS;
+        use crate::model::flops::param_counts;
+        for real in ["3b", "7b", "small"] {
+            let (v, l) = param_counts(&load_config(&real.parse().unwrap()).unwrap());
+            assert!(v + l >= MIN_PARAMS, "{real}: {}", v + l);
+        }
+        let tiny = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/models/tiny-b");
+        let (v, l) = param_counts(&load_config(&tiny.parse().unwrap()).unwrap());
+        assert!(v + l < MIN_PARAMS / 10, "tiny-b: {}", v + l);
+    }
+
+    #[test]
     fn unknown_config_is_a_clear_error() {
         let e = load_config(&"13b".parse().unwrap())
             .unwrap_err()

@@ -91,6 +91,7 @@ fn step(image: String, i: usize, w: u32, h: u32) -> Step {
         action,
         response: String::new(),
         bboxes: Vec::new(),
+        instruction: None,
     }
 }
 
@@ -123,5 +124,6 @@ pub fn write(dir: &Path, n_steps: usize) -> Result<Benchmark> {
     Ok(Benchmark {
         root: dir.to_path_buf(),
         trajectories,
+        info: None,
     })
 }

@@ -1,8 +1,9 @@
-//! `data validate`: check a benchmark folder completely (images included) and print a summary.
+//! `data validate`: check a benchmark folder completely (images included) and print a summary; `data import`: turn
+//! another benchmark into a benchmark folder.
 use std::collections::BTreeMap;
 
 use crate::action::ActionType;
-use crate::cli::ValidateArgs;
+use crate::cli::{ImportArgs, ValidateArgs};
 use crate::dataset::Benchmark;
 
 /// Render the summary of a benchmark: trajectories, steps, apps, action-type counts, boxes.
@@ -34,7 +35,45 @@ pub fn summary(bench: &Benchmark) -> String {
     for (ty, n) in &types {
         out.push_str(&format!("    {ty}: {n}\n"));
     }
+    if let Some(info) = &bench.info {
+        if let Some(src) = &info.source {
+            out.push_str(&format!(
+                "  imported from: {} {}\n",
+                src.format,
+                src.path.display()
+            ));
+        }
+        if let Some(r) = &info.rules {
+            let known = r.parse::<crate::settings::RuleName>().is_ok();
+            out.push_str(&format!(
+                "  suggested rule preset: {r}{}\n",
+                if known {
+                    ""
+                } else {
+                    " (not a preset this program knows: pass --rules to eval, score and report)"
+                }
+            ));
+        }
+    }
     out
+}
+
+/// Entry point of `data import`.
+pub fn import(args: ImportArgs) -> anyhow::Result<()> {
+    let opts = crate::import::ImportOptions {
+        format: args.format,
+        source: args.source,
+        out: args.out,
+        split: args.split,
+        level: args.level,
+        limit: args.limit,
+        strict: args.strict,
+        images: args.images,
+        program_version: env!("CARGO_PKG_VERSION").to_string(),
+    };
+    let report = crate::import::run(&opts)?;
+    print!("{}", report.render());
+    Ok(())
 }
 
 /// Entry point.

@@ -80,6 +80,7 @@ pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<(EvalConfig, ClaimedRun
         // A benchmark carried in a bundle keeps the Hub origin `pack` recorded.
         data_source = crate::pack::data_source_of(&data);
     }
+    let rules = super::rules_for(a.rules, &data)?;
     let judge = match (a.no_judge, a.judge_model) {
         (true, _) => JudgeChoice::None,
         (false, Some(m)) => JudgeChoice::Other(m),
@@ -95,7 +96,7 @@ pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<(EvalConfig, ClaimedRun
         batch_size: a.batch_size,
         max_batch_tokens: a.max_batch_tokens,
         max_new_tokens: a.max_new_tokens,
-        rules: a.rules.preset(),
+        rules,
         system_prompt: a.system_prompt,
         judge,
         shard,
@@ -109,6 +110,7 @@ pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<(EvalConfig, ClaimedRun
 /// Entry point of `eval`.
 pub fn run(args: EvalArgs, env: &SchedulerEnv) -> Result<()> {
     check_values(&args)?;
+    let allow_step_errors = args.allow_step_errors;
     crate::interrupt::install(); // Ctrl-C/SIGTERM stop after saving what is finished
                                  // One process per run folder, held until this function returns (or the process dies).
     let (cfg, _claim) = config(args, env)?;
@@ -138,6 +140,16 @@ pub fn run(args: EvalArgs, env: &SchedulerEnv) -> Result<()> {
         if path.exists() {
             println!("  {}", path.display());
         }
+    }
+    let failed = outcome.metrics.prediction_errors.unwrap_or(0);
+    if failed > 0 && !allow_step_errors {
+        anyhow::bail!(
+            "{failed} of {} steps could not be prepared (their lines in {} carry an `error`, and the log says why); \
+             they count as missing predictions. Fix their inputs and run the same command again to redo only \
+             them, or pass --allow-step-errors to accept the run as it is",
+            outcome.metrics.steps,
+            cfg.out.path(rundir::PREDICTIONS).display()
+        );
     }
     Ok(())
 }

@@ -58,6 +58,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Report(a) => report::run(a),
         Command::Score(a) => score::run(a),
         Command::Data(DataCommand::Validate(a)) => data::validate(a),
+        Command::Data(DataCommand::Import(a)) => data::import(a),
         Command::Sample(a) => sample::run(a),
         Command::Generate(a) => generate::run(a),
         Command::Bench(a) => bench::run(a),
@@ -90,6 +91,30 @@ fn init_tracing() {
         // No colour codes in redirected logs.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
+}
+
+/// The rule preset for a benchmark folder: `--rules` when given, else the preset its `benchmark.json` suggests
+/// (an unknown name is an error naming the file), else the default (`mobile-r1`).
+pub fn rules_for(
+    flag: Option<crate::settings::RuleName>,
+    data: &std::path::Path,
+) -> anyhow::Result<crate::settings::RulePreset> {
+    use crate::settings::{RuleName, RulePreset};
+    if let Some(r) = flag {
+        return Ok(r.preset());
+    }
+    let info = crate::dataset::BenchmarkInfo::read(data)?;
+    let Some(name) = info.and_then(|i| i.rules) else {
+        return Ok(RulePreset::default());
+    };
+    match name.parse::<RuleName>() {
+        Ok(r) => Ok(r.preset()),
+        Err(_) => anyhow::bail!(
+            "{}: suggested rule preset {name:?} is not one this program knows (known: {}); pass --rules",
+            data.join(crate::dataset::INFO_FILE).display(),
+            RulePreset::NAMES.join(", ")
+        ),
+    }
 }
 
 /// The model-loading arguments as a model spec (on the first device of `--device`).

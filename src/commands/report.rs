@@ -8,11 +8,12 @@ use crate::rundir::RunDir;
 /// Entry point.
 pub fn run(args: ReportArgs) -> anyhow::Result<()> {
     let hub = super::hub::hub(&args.hub, crate::interrupt::Cancel::new());
-    let (data, _) = super::hub::resolve_data(args.data, &hub)?;
-    let overrides = RunOverrides {
-        data,
-        rules: args.rules.map(|r| r.preset()),
+    let (data, _) = super::hub::resolve_data(args.data.clone(), &hub)?;
+    let rules = match args.rules {
+        Some(r) => Some(r.preset()),
+        None => suggested_rules(args.run.as_deref(), data.as_deref())?,
     };
+    let overrides = RunOverrides { data, rules };
     if let Some(runs) = args.compare {
         let out = args.out.context("--compare needs --out DIR")?;
         let a = RunData::load(&RunDir::new(&runs[0]), &overrides)
@@ -48,4 +49,19 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
     let path = report::html::write(&dir, &run.input())?;
     println!("Wrote {}", path.display());
     Ok(())
+}
+
+/// A folder that records its rules (a run's manifest, a scored folder's `scored.json`) keeps them; one that does
+/// not, reported against `--data`, takes the benchmark's suggested preset (its `benchmark.json`).
+fn suggested_rules(
+    run: Option<&std::path::Path>,
+    data: Option<&std::path::Path>,
+) -> anyhow::Result<Option<crate::settings::RulePreset>> {
+    let (Some(run), Some(data)) = (run, data) else {
+        return Ok(None);
+    };
+    if !matches!(RunDir::new(run).origin(), Ok(None)) {
+        return Ok(None);
+    }
+    Ok(Some(super::rules_for(None, data)?))
 }

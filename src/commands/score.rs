@@ -85,11 +85,12 @@ pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
     warn_unknown(&found.bench, &preds);
     let out = args.out.clone().map_or_else(|| source.clone(), RunDir::new);
     let into_run = matches!(origin, Some(Origin::Run(_))) && out == source;
-    // A run folder keeps eval's rules unless --rules says otherwise.
+    // A run folder keeps eval's rules unless --rules says otherwise; other scores take the benchmark's
+    // suggested preset (its benchmark.json), else the default.
     let rules = match (args.rules, &origin) {
         (Some(r), _) => r.preset(),
         (None, Some(o)) if into_run => o.rules().clone(),
-        (None, _) => crate::settings::RulePreset::default(),
+        (None, _) => super::rules_for(None, &found.bench.root)?,
     };
     let _claim = if into_run {
         None

@@ -185,7 +185,9 @@ fn parse_step(v: &Value, prefix: &str, screen: [f64; 2], ctx: &Line) -> Result<S
     let image = step_image(obj, prefix, ctx)?;
     check_image_path(&image).map_err(|m| ctx.err(format!("{prefix}image"), m))?;
     let action_v = ctx.req(obj, prefix, "action")?;
-    let action = parse_gold_action(action_v).map_err(|m| ctx.err(format!("{prefix}action"), m))?;
+    let action = parse_gold_action(action_v)
+        .and_then(|a| check_on_screen(&a, screen).map(|()| a))
+        .map_err(|m| ctx.err(format!("{prefix}action"), m))?;
     let bbox_key = if obj.contains_key("bbox") {
         "bbox"
     } else {
@@ -202,6 +204,9 @@ fn parse_step(v: &Value, prefix: &str, screen: [f64; 2], ctx: &Line) -> Result<S
         action,
         response: ctx.opt_string(obj, prefix, "response")?.unwrap_or_default(),
         bboxes,
+        instruction: ctx
+            .opt_string(obj, prefix, "instruction")?
+            .filter(|s| !s.trim().is_empty()),
     })
 }
 
@@ -217,6 +222,27 @@ fn step_image(obj: &Map<String, Value>, prefix: &str, ctx: &Line) -> Result<Stri
             )),
         },
         _ => Err(ctx.err(format!("{prefix}image"), "must be a string")),
+    }
+}
+
+/// A gold point must lie on the screen (edges included): one outside it cannot be scored against.
+fn check_on_screen(action: &Action, [w, h]: [f64; 2]) -> Result<(), String> {
+    let points: Vec<&crate::action::Point> = match action {
+        Action::Click { coordinate } | Action::LongPress { coordinate, .. } => vec![coordinate],
+        Action::Swipe {
+            coordinate,
+            coordinate2,
+        } => vec![coordinate, coordinate2],
+        _ => Vec::new(),
+    };
+    match points
+        .into_iter()
+        .find(|[x, y]| !(0.0..=w).contains(x) || !(0.0..=h).contains(y))
+    {
+        Some([x, y]) => Err(format!(
+            "point [{x}, {y}] is off the {w}×{h} screen (image_width × image_height)"
+        )),
+        None => Ok(()),
     }
 }
 
@@ -306,6 +332,17 @@ fn parse_boxes(v: &Value, screen: [f64; 2]) -> Result<Vec<BBox>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gold_points_must_be_on_the_screen() {
+        let click = |x: f64, y: f64| Action::Click { coordinate: [x, y] };
+        assert!(check_on_screen(&click(0.0, 200.0), [100.0, 200.0]).is_ok());
+        let err = check_on_screen(&click(-50.0, 99999.0), [100.0, 200.0]).unwrap_err();
+        assert!(
+            err.contains("[-50, 99999]") && err.contains("100×200"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn image_paths() {

@@ -4,11 +4,13 @@
 //! commands that need pixels. Every error names the file, the 1-based line and the field.
 
 mod images;
+mod info;
 mod load;
 
 use std::path::{Path, PathBuf};
 
 pub use images::{ImageProblem, ImageReport};
+pub use info::{BenchmarkInfo, ImportCounts, SourceInfo, INFO_FILE, INFO_SCHEMA_VERSION};
 
 use crate::action::Action;
 
@@ -60,6 +62,25 @@ pub enum DatasetError {
         /// The file.
         file: PathBuf,
     },
+    /// A file was given where the benchmark folder was expected.
+    #[error(
+        "{} is a file; a benchmark is the folder holding data.jsonl and the screenshots (here: {})",
+        path.display(), folder.display()
+    )]
+    NotAFolder {
+        /// The file given.
+        path: PathBuf,
+        /// The folder it lies in.
+        folder: PathBuf,
+    },
+    /// `benchmark.json` is malformed or of a newer layout.
+    #[error("{}: {message}", file.display())]
+    Info {
+        /// The file.
+        file: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
 }
 
 impl DatasetError {
@@ -95,6 +116,9 @@ pub struct Step {
     pub response: String,
     /// Gold element boxes in screen pixels (empty when none).
     pub bboxes: Vec<BBox>,
+    /// This step's own instruction (the low-level instruction of AndroidControl-style data), shown after the
+    /// trajectory's instruction; `None` for most benchmarks.
+    pub instruction: Option<String>,
 }
 
 /// One trajectory (one line of `data.jsonl`).
@@ -125,6 +149,8 @@ pub struct Benchmark {
     pub root: PathBuf,
     /// The trajectories in file order.
     pub trajectories: Vec<Trajectory>,
+    /// `benchmark.json`, when the folder has one.
+    pub info: Option<BenchmarkInfo>,
 }
 
 /// A step's screenshot given as a bare name that the folder keeps under `images/` (as the Mobile-R1 release
@@ -141,9 +167,17 @@ fn find_bare_images(root: &Path, trajectories: &mut [Trajectory]) {
 }
 
 impl Benchmark {
-    /// Load `DIR/data.jsonl` (no image is opened; a bare screenshot name is looked up under `images/`).
+    /// Load `DIR/data.jsonl` and, when present, `DIR/benchmark.json` (no image is opened; a bare screenshot
+    /// name is looked up under `images/`).
     pub fn load(dir: impl AsRef<Path>) -> Result<Benchmark, DatasetError> {
         let root = dir.as_ref().to_path_buf();
+        if root.is_file() {
+            let folder = match root.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+                _ => PathBuf::from("."),
+            };
+            return Err(DatasetError::NotAFolder { path: root, folder });
+        }
         let file = root.join(DATA_FILE);
         let text = std::fs::read_to_string(&file).map_err(|source| DatasetError::Io {
             path: file.clone(),
@@ -151,10 +185,16 @@ impl Benchmark {
         })?;
         let mut trajectories = load::parse_jsonl(&text, &file)?;
         find_bare_images(&root, &mut trajectories);
-        Ok(Benchmark { root, trajectories })
+        let info = BenchmarkInfo::read(&root)?;
+        Ok(Benchmark {
+            root,
+            trajectories,
+            info,
+        })
     }
 
-    /// Parse `data.jsonl` text; `root` is where images are resolved, `file` names the source in errors.
+    /// Parse `data.jsonl` text (`benchmark.json` is not read); `root` is where images are resolved, `file` names
+    /// the source in errors.
     pub fn from_jsonl(
         text: &str,
         root: impl Into<PathBuf>,
@@ -163,6 +203,7 @@ impl Benchmark {
         Ok(Benchmark {
             root: root.into(),
             trajectories: load::parse_jsonl(text, file)?,
+            info: None,
         })
     }
 

@@ -7,6 +7,7 @@ mod judge;
 mod phase;
 pub mod progress;
 pub mod prompts;
+mod screens;
 mod steps;
 
 use std::path::PathBuf;
@@ -203,6 +204,7 @@ fn manifest(
         resumed_at_unix: previous.map(|_| now),
         finished_at_unix: None,
         shard: None,
+        screenshots: Default::default(),
         data_source: cfg.data_source.clone(),
     }
 }
@@ -267,6 +269,8 @@ fn open_run(
     backend: &dyn Backend,
 ) -> Result<(Benchmark, Manifest)> {
     let mut settings = settings(cfg, backend)?;
+    // The whole benchmark's screenshots, so every shard of a run records the same.
+    let screenshots = screens::fingerprint(&bench)?;
     // A shard evaluates its part only; its spec is a setting, so a resume cannot mix two shards' folders.
     let bench = match cfg.shard {
         Some(s) => {
@@ -276,7 +280,11 @@ fn open_run(
         None => bench,
     };
     let previous = cfg.out.check_resume(&settings)?;
+    if let Some(p) = &previous {
+        screens::check_resume(&cfg.out, &bench, p, &screenshots)?;
+    }
     let mut manifest = manifest(cfg, backend, settings, previous);
+    manifest.screenshots = screenshots;
     manifest.shard = cfg.shard.map(|s| {
         let ids = bench.trajectories.iter().map(|t| t.id.clone()).collect();
         crate::shard::ShardManifestEntry::new(s, ids)

@@ -56,9 +56,15 @@ pub fn step_messages(
         .iter()
         .map(|s| s.subtask.as_str())
         .collect();
+    // A step's own (low-level) instruction follows the trajectory's, as GUIEvalKit's Qwen2.5-VL prompt for
+    // AndroidControl-low does (xiaomi-research/guievalkit guieval/models/qwen2_5_vl.py, "Current step query").
+    let instruction = match &traj.steps[step].instruction {
+        Some(own) => format!("{} \nCurrent step query: {own}", traj.instruction),
+        None => traj.instruction.clone(),
+    };
     let user = chat::render_str(
         STEP_TEMPLATE,
-        &json!({"instruction": traj.instruction, "history": history}),
+        &json!({"instruction": instruction, "history": history}),
     )?;
     Ok(json!([
         {"role": "system", "content": system},
@@ -163,6 +169,7 @@ mod tests {
             action: crate::action::Action::Wait { time: None },
             response: String::new(),
             bboxes: Vec::new(),
+            instruction: None,
         };
         Trajectory {
             id: "7".into(),
@@ -191,6 +198,12 @@ mod tests {
              Step 1: 打开淘宝; Step 2: 点击搜索框; "
         );
         assert_eq!(m[1]["content"][1]["type"], "image");
+        let mut low = trajectory(None);
+        low.steps[2].instruction = Some("输入耳机".into());
+        let m = step_messages(&low, 2, [644, 1428], SystemPrompt::Default).unwrap();
+        assert!(m[1]["content"][0]["text"].as_str().unwrap().starts_with(
+            "The user query:  搜索耳机 \nCurrent step query: 输入耳机 \nTask progress"
+        ));
         let first =
             step_messages(&trajectory(None), 0, [644, 1428], SystemPrompt::Default).unwrap();
         assert!(first[1]["content"][0]["text"]

@@ -8,11 +8,8 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use super::{check_repo_id, Hub, HubError, HubRepo, RepoKind};
-use crate::dataset::{Benchmark, DATA_FILE};
+use crate::dataset::{Benchmark, DATA_FILE, INFO_FILE};
 use crate::records::DataSource;
-
-/// The optional description a benchmark folder may carry beside `data.jsonl`.
-pub const BENCHMARK_FILE: &str = "benchmark.json";
 
 /// The prefix of a Hub dataset in `--data`.
 pub const HF_PREFIX: &str = "hf:";
@@ -83,8 +80,8 @@ pub fn fetch(hub: &Hub, repo: &str, revision: &str) -> Result<FetchedData, HubEr
     }
     let listing = r.revision_info()?;
     let data = r.get_required(DATA_FILE)?;
-    if listing.contains(BENCHMARK_FILE) {
-        r.get_required(BENCHMARK_FILE)?;
+    if listing.contains(INFO_FILE) {
+        r.get_required(INFO_FILE)?;
     }
     let dir = data
         .parent()

@@ -159,7 +159,7 @@ fn load_benchmark(data: Option<&Path>, first: &ShardState) -> Result<Benchmark, 
         .manifest
         .as_ref()
         .expect("the first shard with a manifest");
-    let origin = Origin::Run(manifest.header());
+    let origin = Origin::Run(Box::new(manifest.header()));
     let named_by = RunDir::new(&first.dir).path(rundir::MANIFEST);
     Ok(find_benchmark(data, Some(&origin), &named_by, false)?.bench)
 }

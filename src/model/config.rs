@@ -125,11 +125,46 @@ fn id_list(v: Option<&Value>) -> Vec<u32> {
     }
 }
 
+/// The `model_type` of the checkpoints this program runs.
+pub const SUPPORTED_MODEL_TYPES: [&str; 1] = ["qwen2_5_vl"];
+/// Their `architectures` class names (a fine-tune keeps them).
+pub const SUPPORTED_ARCHITECTURES: [&str; 2] =
+    ["Qwen2_5_VLForConditionalGeneration", "Qwen2_5_VLModel"];
+
+/// Refuse a checkpoint of another architecture (Qwen2-VL's `config.json` has the same fields but another
+/// vision tower and positions, so it would load and answer wrongly). A config that names neither field is
+/// accepted, as hand-written test configs do.
+fn check_architecture(root: &Value) -> Result<(), ModelError> {
+    if let Some(t) = root.get("model_type").and_then(Value::as_str) {
+        if !SUPPORTED_MODEL_TYPES.contains(&t) {
+            return Err(cfg_err(format!(
+                "config.json has model_type {t:?}; this program runs {} checkpoints (model_type {}) and their \
+                 fine-tunes",
+                "Qwen2.5-VL",
+                SUPPORTED_MODEL_TYPES.join(", ")
+            )));
+        }
+    }
+    let listed: Vec<&str> = root
+        .get("architectures")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if let Some(other) = listed.iter().find(|a| !SUPPORTED_ARCHITECTURES.contains(a)) {
+        return Err(cfg_err(format!(
+            "config.json has architectures [{other:?}]; supported: {}",
+            SUPPORTED_ARCHITECTURES.join(", ")
+        )));
+    }
+    Ok(())
+}
+
 impl ModelConfig {
     /// Parse `config.json` text and optional `generation_config.json` text.
     pub fn from_json(config: &str, generation: Option<&str>) -> Result<Self, ModelError> {
         let root: Value = serde_json::from_str(config)
             .map_err(|e| cfg_err(format!("config.json is not valid JSON: {e}")))?;
+        check_architecture(&root)?;
         let text = parse_text(&root)?;
         let vis = root
             .get("vision_config")
@@ -273,4 +308,34 @@ fn parse_vision(v: &Value, text_hidden: usize) -> Result<VisionConfig, ModelErro
         ));
     }
     Ok(cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn another_architecture_is_refused_with_the_supported_list() {
+        let tiny = include_str!("../../tests/fixtures/models/tiny-b/config.json");
+        assert!(ModelConfig::from_json(tiny, None).is_ok());
+        let qwen2 = tiny
+            .replace(
+                "Qwen2_5_VLForConditionalGeneration",
+                "Qwen2VLForConditionalGeneration",
+            )
+            .replace("\"qwen2_5_vl\"", "\"qwen2_vl\"");
+        let err = ModelConfig::from_json(&qwen2, None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("qwen2_vl") && err.contains("qwen2_5_vl"),
+            "{err}"
+        );
+        let arch = tiny.replace("Qwen2_5_VLForConditionalGeneration", "LlavaForCausal");
+        let err = ModelConfig::from_json(&arch, None).unwrap_err().to_string();
+        assert!(
+            err.contains("LlavaForCausal") && err.contains("supported"),
+            "{err}"
+        );
+    }
 }

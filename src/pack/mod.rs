@@ -290,11 +290,11 @@ fn data_copies(input: &PackInput) -> Result<(PackedData, Vec<Copy>), PackError> 
         from: file.clone(),
         to: format!("{DATA_DIR}/{DATA_FILE}"),
     }];
-    let extra = dir.join(crate::hub::data::BENCHMARK_FILE);
+    let extra = dir.join(crate::dataset::INFO_FILE);
     if extra.is_file() {
         copies.push(Copy {
             from: extra,
-            to: format!("{DATA_DIR}/{}", crate::hub::data::BENCHMARK_FILE),
+            to: format!("{DATA_DIR}/{}", crate::dataset::INFO_FILE),
         });
     }
     let mut seen = BTreeSet::new();

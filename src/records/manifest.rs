@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::{DecodeAttention, OpsManifest, PhaseSummary, ProfileSnapshot};
-use crate::fingerprint::WeightsFingerprint;
+use crate::fingerprint::FilesFingerprint;
 use crate::preprocess::ImageProcessorConfig;
 use crate::settings::{BatchLimits, RulePreset, SystemPrompt};
 use crate::shard::ShardManifestEntry;
@@ -30,7 +30,7 @@ pub struct RunSettings {
     /// Content fingerprint of every weight file (a replaced file is refused on resume; empty in manifests that
     /// predate it, which therefore do not resume).
     #[serde(default)]
-    pub weights: WeightsFingerprint,
+    pub weights: FilesFingerprint,
     /// Activation and weight dtype (`f32`, `bf16`, `f16`).
     pub dtype: String,
     /// SHA-256 of the benchmark's `data.jsonl`.
@@ -127,7 +127,7 @@ pub struct JudgeSettings {
     /// Its fingerprint.
     pub hash: String,
     /// Content fingerprint of its weight files.
-    pub weights: WeightsFingerprint,
+    pub weights: FilesFingerprint,
 }
 
 /// Where a benchmark fetched from the Hub came from (`--data hf:OWNER/NAME[@REVISION]`); its content is
@@ -201,6 +201,10 @@ pub struct Manifest {
     /// The shard this run folder holds, for a sharded run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<ShardManifestEntry>,
+    /// Fingerprint of every screenshot of the benchmark (a changed one with saved answers is refused on resume;
+    /// empty in manifests that predate it, which resume unchecked).
+    #[serde(default)]
+    pub screenshots: FilesFingerprint,
     /// The Hub dataset the benchmark was fetched from (absent for a local folder, and in older manifests).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_source: Option<DataSource>,

@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-pub use super::compare_types::{Comparison, Flip, GroupDelta, MetricDelta, COMPARE_SCHEMA_VERSION};
+pub use super::compare_types::{
+    Comparison, Flip, GroupDelta, MetricDelta, SettingDelta, COMPARE_SCHEMA_VERSION,
+};
 use super::input::RunData;
 use super::{write_atomic, ReportError};
 use crate::score::{
@@ -132,7 +134,26 @@ pub fn compare(a: &RunData, b: &RunData) -> Result<Comparison, ReportError> {
         flipped,
         per_app: group_deltas(&a.steps, &b.steps, |s| s.app.clone()),
         per_action: group_deltas(&a.steps, &b.steps, |s| s.gold_type.to_string()),
+        settings: setting_deltas(a, b),
     })
+}
+
+/// The displayed settings in which the runs differ, in key order.
+fn setting_deltas(a: &RunData, b: &RunData) -> Vec<SettingDelta> {
+    let map =
+        |r: &RunData| -> BTreeMap<String, String> { r.run.settings.iter().cloned().collect() };
+    let (ma, mb) = (map(a), map(b));
+    let mut keys: Vec<&String> = ma.keys().chain(mb.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter(|k| ma.get(*k) != mb.get(*k))
+        .map(|k| SettingDelta {
+            key: k.clone(),
+            a: ma.get(k).cloned(),
+            b: mb.get(k).cloned(),
+        })
+        .collect()
 }
 
 /// What [`write`] wrote.

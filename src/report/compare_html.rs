@@ -125,6 +125,28 @@ fn flipped_data(a: &RunData, b: &RunData, thumbs: &HashMap<String, Option<String
 }
 
 /// Write `out/compare.html` with thumbnails of the flipped steps in `out/report/`.
+/// The settings in which A and B differ (what the comparison is about), or a line saying there are none.
+fn settings_table(c: &Comparison) -> String {
+    let mut s = String::from("<section id=\"settings\"><h2>Settings that differ</h2>\n");
+    if c.settings.is_empty() {
+        s.push_str("<p>None: both runs were made with the same settings.</p></section>\n");
+        return s;
+    }
+    s.push_str("<table class=\"kv\"><tr><th>setting</th><th>A</th><th>B</th></tr>\n");
+    let cell = |v: &Option<String>| v.as_deref().map_or_else(|| "(absent)".into(), html);
+    for d in &c.settings {
+        let _ = writeln!(
+            s,
+            "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+            html(&d.key),
+            cell(&d.a),
+            cell(&d.b)
+        );
+    }
+    s.push_str("</table></section>\n");
+    s
+}
+
 pub fn write(out: &Path, c: &Comparison, a: &RunData, b: &RunData) -> Result<PathBuf, ReportError> {
     let images = a
         .steps
@@ -139,10 +161,11 @@ pub fn write(out: &Path, c: &Comparison, a: &RunData, b: &RunData) -> Result<Pat
     let thumbs = thumbs::make_thumbnails(&a.bench.root, images, out)?;
     let title = "Mobile-R1 comparison";
     let body = format!(
-        "<header><h1>{title}</h1></header>\n<main>\n{}<section id=\"groups\"><h2>Step accuracy by group</h2>\
+        "<header><h1>{title}</h1></header>\n<main>\n{}{}<section id=\"groups\"><h2>Step accuracy by group</h2>\
          <div class=\"charts\"><div>{}</div><div>{}</div></div></section>\n\
          <section id=\"browser\"><h2>Flipped steps ({})</h2>\n{}<div id=\"trajectories\"></div></section>\n</main>",
         headline(c),
+        settings_table(c),
         group_table("by app", &c.per_app),
         group_table("by gold action", &c.per_action),
         c.flipped.len(),

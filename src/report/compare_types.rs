@@ -90,4 +90,18 @@ pub struct Comparison {
     pub per_app: Vec<GroupDelta>,
     /// Per gold action type.
     pub per_action: Vec<GroupDelta>,
+    /// The settings in which the two runs differ (what was compared), as `dotted.key`.
+    #[serde(default)]
+    pub settings: Vec<SettingDelta>,
+}
+
+/// One setting that differs between the compared runs (absent on one side: `None`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SettingDelta {
+    /// The setting, as `dotted.key` of the manifests' settings.
+    pub key: String,
+    /// Its value in run A.
+    pub a: Option<String>,
+    /// Its value in run B.
+    pub b: Option<String>,
 }

@@ -68,10 +68,15 @@ fn metric_rows(m: &Metrics) -> String {
         ("format errors", "format_errors", m.format_errors as f64, 0),
     ];
     for (label, key, v, d) in rows {
+        // A count (no decimals) needs no interval on the page; `metrics.json` and the comparison keep it.
+        let ci = if d == 0 {
+            String::new()
+        } else {
+            interval_cell(m, key, d)
+        };
         let _ = writeln!(
             s,
-            "<tr data-metric=\"{key}\"><td>{label}</td><td class=\"num\">{v:.d$}</td><td class=\"ci\">{}</td></tr>",
-            interval_cell(m, key, d)
+            "<tr data-metric=\"{key}\"><td>{label}</td><td class=\"num\">{v:.d$}</td><td class=\"ci\">{ci}</td></tr>"
         );
     }
     s

@@ -82,8 +82,7 @@ fn check_text(check: &ArgCheck) -> String {
 fn threshold_radii(rules: &RulePreset, s: &StepScore, boxes: usize, screen: [u32; 2]) -> Value {
     let pointy = matches!(s.gold, Action::Click { .. } | Action::LongPress { .. });
     if pointy && (boxes == 0 || rules.distance_fallback_with_boxes) {
-        let t = rules.distance_threshold;
-        json!([t * screen[0] as f64, t * screen[1] as f64])
+        json!(rules.distance_radii(screen, s.image_size))
     } else {
         Value::Null
     }

@@ -25,9 +25,14 @@ fn thumb_name(image: &str) -> String {
     format!("{hex}.jpg")
 }
 
+/// A thumbnail (a non-empty file) at least as new as its screenshot.
 fn is_fresh(thumb: &Path, source: &Path) -> bool {
-    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    matches!((modified(thumb), modified(source)), (Some(t), Some(s)) if t >= s)
+    let thumb_time = std::fs::metadata(thumb)
+        .ok()
+        .filter(|m| m.is_file() && m.len() > 0)
+        .and_then(|m| m.modified().ok());
+    let source_time = std::fs::metadata(source).and_then(|m| m.modified()).ok();
+    matches!((thumb_time, source_time), (Some(t), Some(s)) if t >= s)
 }
 
 /// Area-averaging taps of a 1-D downscale from `src` to `dst` samples: per output sample, the first input
@@ -96,15 +101,25 @@ fn downscale(img: &image::RgbImage, width: u32) -> image::RgbImage {
     image::RgbImage::from_raw(width, height, out).expect("buffer of the right size")
 }
 
-fn make_one(source: &Path, thumb: &Path) -> Result<(), String> {
+/// Why a thumbnail is missing.
+#[derive(Debug)]
+enum ThumbError {
+    /// The screenshot could not be read or decoded.
+    Read(String),
+    /// The thumbnail could not be encoded or written (a full disk, say).
+    Write(String),
+}
+
+fn make_one(source: &Path, thumb: &Path) -> Result<(), ThumbError> {
     if is_fresh(thumb, source) {
         return Ok(());
     }
+    let read = |e: &dyn std::fmt::Display| ThumbError::Read(format!("{}: {e}", source.display()));
     let img = image::ImageReader::open(source)
         .and_then(|r| r.with_guessed_format())
-        .map_err(|e| e.to_string())?
+        .map_err(|e| read(&e))?
         .decode()
-        .map_err(|e| e.to_string())?
+        .map_err(|e| read(&e))?
         .to_rgb8();
     let small = if img.width() > THUMB_WIDTH {
         downscale(&img, THUMB_WIDTH)
@@ -112,16 +127,39 @@ fn make_one(source: &Path, thumb: &Path) -> Result<(), String> {
         img
     };
     let (w, h) = (
-        u16::try_from(small.width()).map_err(|_| "image too large")?,
-        u16::try_from(small.height()).map_err(|_| "image too tall for a JPEG thumbnail")?,
+        u16::try_from(small.width()).map_err(|_| read(&"image too large"))?,
+        u16::try_from(small.height()).map_err(|_| read(&"image too tall for a JPEG thumbnail"))?,
     );
-    let tmp = thumb.with_extension(format!("tmp-{}", std::process::id()));
-    let mut encoder = jpeg_encoder::Encoder::new_file(&tmp, QUALITY).map_err(|e| e.to_string())?;
+    // Encoded in memory and published by a rename only once written whole, so a failed write (a full disk)
+    // leaves neither a temporary file nor a truncated thumbnail that a later report would reuse.
+    let mut jpeg = Vec::new();
+    let write = |e: &dyn std::fmt::Display| ThumbError::Write(format!("{}: {e}", thumb.display()));
+    let mut encoder = jpeg_encoder::Encoder::new(&mut jpeg, QUALITY);
     encoder.set_sampling_factor(jpeg_encoder::SamplingFactor::F_2_2);
     encoder
         .encode(small.as_raw(), w, h, jpeg_encoder::ColorType::Rgb)
-        .map_err(|e| e.to_string())?;
-    std::fs::rename(&tmp, thumb).map_err(|e| e.to_string())
+        .map_err(|e| write(&e))?;
+    let tmp = thumb.with_extension(format!("{TMP_MARK}{}", std::process::id()));
+    crate::safe_io::replace_atomic(thumb, &tmp, &jpeg).map_err(|e| write(&e))
+}
+
+/// The extension prefix of a thumbnail being written (`<hash>.tmp-<pid>`).
+const TMP_MARK: &str = "tmp-";
+
+/// Remove the temporary files a killed report left in `dir`.
+fn remove_stale_temporaries(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.filter_map(Result::ok) {
+        let name = e.file_name();
+        let is_tmp = Path::new(&name)
+            .extension()
+            .is_some_and(|x| x.to_string_lossy().starts_with(TMP_MARK));
+        if is_tmp {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 /// Thumbnails of `images` (paths relative to `root`) in `out/report/`: image path → URL relative to `out`,
@@ -136,28 +174,46 @@ pub fn make_thumbnails<'a>(
         path: dir.clone(),
         source,
     })?;
+    remove_stale_temporaries(&dir);
     let unique: Vec<&str> = images
         .into_iter()
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    let made: Vec<(&str, Result<String, String>)> = unique
+    let made: Vec<(&str, Result<String, ThumbError>)> = unique
         .par_iter()
         .map(|&image| {
             let name = thumb_name(image);
-            let source = root.join(image);
-            let made = make_one(&source, &dir.join(&name))
-                .map(|()| format!("{THUMB_DIR}/{name}"))
-                .map_err(|e| format!("{}: {e}", source.display()));
+            let made = make_one(&root.join(image), &dir.join(&name))
+                .map(|()| format!("{THUMB_DIR}/{name}"));
             (image, made)
         })
         .collect();
-    // One warning for all unreadable screenshots (a benchmark copied without its images has thousands).
-    let failed: Vec<&String> = made.iter().filter_map(|(_, r)| r.as_ref().err()).collect();
-    if let Some(first) = failed.first() {
+    // One warning per kind of failure for all screenshots (a benchmark copied without its images has thousands).
+    let reads: Vec<&String> = made
+        .iter()
+        .filter_map(|(_, r)| match r {
+            Err(ThumbError::Read(m)) => Some(m),
+            _ => None,
+        })
+        .collect();
+    let writes: Vec<&String> = made
+        .iter()
+        .filter_map(|(_, r)| match r {
+            Err(ThumbError::Write(m)) => Some(m),
+            _ => None,
+        })
+        .collect();
+    if let Some(first) = reads.first() {
         tracing::warn!(
             "report: {} screenshot(s) could not be read, shown without image (first: {first})",
-            failed.len()
+            reads.len()
+        );
+    }
+    if let Some(first) = writes.first() {
+        tracing::warn!(
+            "report: {} thumbnail(s) could not be written, shown without image (first: {first})",
+            writes.len()
         );
     }
     Ok(made
@@ -169,6 +225,36 @@ pub fn make_thumbnails<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_write_leaves_no_file_and_is_named_a_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("s.png");
+        image::RgbImage::from_pixel(40, 80, image::Rgb([9, 9, 9]))
+            .save(&source)
+            .unwrap();
+        // A folder where the thumbnail should go: the rename fails as a full disk's write would.
+        let thumb = dir.path().join("t.jpg");
+        std::fs::create_dir(&thumb).unwrap();
+        std::fs::write(thumb.join("x"), "keeps the folder non-empty").unwrap();
+        assert!(matches!(
+            make_one(&source, &thumb),
+            Err(ThumbError::Write(_))
+        ));
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(
+            left.len(),
+            2,
+            "only the screenshot and the folder: no temporary file"
+        );
+        assert!(matches!(
+            make_one(&dir.path().join("absent.png"), &dir.path().join("u.jpg")),
+            Err(ThumbError::Read(_))
+        ));
+        std::fs::write(dir.path().join("v.tmp-99"), "").unwrap();
+        remove_stale_temporaries(dir.path());
+        assert!(!dir.path().join("v.tmp-99").exists());
+    }
 
     #[test]
     fn downscale_averages_areas_and_keeps_the_aspect_ratio() {

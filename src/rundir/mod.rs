@@ -120,9 +120,9 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> RunDirError + '_ {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Origin {
     /// `manifest.json` of a run, a shard or a merged run.
-    Run(ManifestHeader),
+    Run(Box<ManifestHeader>),
     /// `scored.json` of a folder written by `score --out`.
-    Scored(ScoreRecord),
+    Scored(Box<ScoreRecord>),
 }
 
 impl Origin {
@@ -187,7 +187,8 @@ impl RunDir {
     }
 
     /// Check that an existing run in this folder was made with the same `settings` (everything that changes the
-    /// predictions: model hash, dtype, prompts, pixel bounds, …). Returns its manifest when resuming.
+    /// predictions: model hash, dtype, prompts, pixel bounds, …), but for a judge phase added to a run made
+    /// without one. Returns its manifest when resuming.
     pub fn check_resume(&self, settings: &RunSettings) -> Result<Option<Manifest>, RunDirError> {
         let path = self.path(MANIFEST);
         let Some(old) = read_json::<Manifest>(&path, "run manifest")? else {
@@ -195,7 +196,15 @@ impl RunDir {
         };
         // A replaced weight file gets its own message, before the settings diff.
         crate::fingerprint::check_unchanged(&path, &old.settings.weights, &settings.weights)?;
-        let diffs = old.settings.differences(settings);
+        // A run made without the judge phase may take it on: the judge does not change any step's answer.
+        let adds_judge =
+            |d: &crate::records::SettingDiff| d.name == "judge" && old.settings.judge.is_none();
+        let diffs: Vec<_> = old
+            .settings
+            .differences(settings)
+            .into_iter()
+            .filter(|d| !adds_judge(d))
+            .collect();
         if diffs.is_empty() {
             return Ok(Some(old));
         }
@@ -210,10 +219,10 @@ impl RunDir {
     /// `scored.json`; `None` when it has neither.
     pub fn origin(&self) -> Result<Option<Origin>, RunDirError> {
         if let Some(h) = read_json::<ManifestHeader>(&self.path(MANIFEST), "run manifest")? {
-            return Ok(Some(Origin::Run(h)));
+            return Ok(Some(Origin::Run(Box::new(h))));
         }
         let scored = read_json::<ScoreRecord>(&self.path(SCORED), "scored-folder record")?;
-        Ok(scored.map(Origin::Scored))
+        Ok(scored.map(|s| Origin::Scored(Box::new(s))))
     }
 
     /// The keys (`"<trajectory>#<step>"`) of the steps of `predictions.jsonl` that ran (no `error`).

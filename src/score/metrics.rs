@@ -365,3 +365,24 @@ pub fn aggregate(steps: &[StepScore], rules: &RulePreset) -> Metrics {
         prediction_errors: None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn judge_success_is_not_a_figure_when_no_verdict_was_read() {
+        let mut m = aggregate(&[], &RulePreset::default());
+        m.judge = Some(JudgeSummary {
+            judge_success: 0.0,
+            judge_unparseable: 5,
+            judge_missing: 0,
+            judge_judged: 5,
+        });
+        assert_eq!(m.extra_figures()[0].value, Figure::Percent(None));
+        m.judge.as_mut().unwrap().judge_unparseable = 4;
+        assert_eq!(m.extra_figures()[0].value, Figure::Percent(Some(0.0)));
+        let json = serde_json::to_value(&m).unwrap();
+        assert_eq!(json["judge_success"], 0.0, "metrics.json keeps the number");
+    }
+}

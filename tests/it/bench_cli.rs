@@ -1,4 +1,4 @@
-//! `bench --random-weights --json` through the binary: the same engine as `eval` on synthetic step prompts.
+//! `bench --json` through the binary: the same engine as `eval` on synthetic step prompts.
 
 use serde_json::Value;
 
@@ -9,7 +9,6 @@ fn bench_json_reports_throughput_memory_and_mfu() {
             "bench",
             "--config",
             "tiny",
-            "--random-weights",
             "--steps",
             "8",
             "--batch-size",
@@ -99,14 +98,7 @@ fn bench_json_reports_throughput_memory_and_mfu() {
 #[test]
 fn bench_on_two_devices_reports_each_share() {
     let o = crate::util::bin()
-        .args([
-            "bench",
-            "--config",
-            "tiny",
-            "--random-weights",
-            "--device",
-            "cpu,cpu",
-        ])
+        .args(["bench", "--config", "tiny", "--device", "cpu,cpu"])
         .args([
             "--steps",
             "16",
@@ -140,14 +132,39 @@ fn bench_on_two_devices_reports_each_share() {
     assert!(r.render().contains("cpu#1: "), "{}", r.render());
 }
 
+/// Random weights are `bench`'s only mode: no flag is needed; an unknown `--config` names the presets.
 #[test]
-fn bench_without_random_weights_is_refused() {
+fn bench_needs_no_mode_flag_and_names_its_presets() {
     let o = crate::util::bin()
-        .args(["bench", "--config", "tiny"])
+        .args([
+            "bench",
+            "--config",
+            "tiny",
+            "--steps",
+            "1",
+            "--no-judge",
+            "--json",
+        ])
+        .args([
+            "--max-new-tokens",
+            "2",
+            "--max-pixels",
+            "20000",
+            "--device",
+            "cpu",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["config"], "tiny");
+    let o = crate::util::bin()
+        .args(["bench", "--config", "13b"])
         .output()
         .unwrap();
     assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--random-weights"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("tiny, small, 3b, 7b"), "{err}");
 }
 
 /// `MOBILE_R1_EVAL_PROFILE=1` adds the per-section table; `MOBILE_R1_EVAL_KERNELS=off` (the composed references)
@@ -156,14 +173,7 @@ fn bench_without_random_weights_is_refused() {
 fn profile_sections_and_the_kernel_switch() {
     let run = |env: &[(&str, &str)], dir: &std::path::Path| -> Value {
         let o = crate::util::bin()
-            .args([
-                "bench",
-                "--config",
-                "tiny",
-                "--random-weights",
-                "--steps",
-                "4",
-            ])
+            .args(["bench", "--config", "tiny", "--steps", "4"])
             .args([
                 "--max-new-tokens",
                 "5",

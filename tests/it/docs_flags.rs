@@ -18,9 +18,9 @@
 //! alternative); `…` stands for the command's other arguments (such a line may lack a required one, nothing
 //! else). Upper-case words are placeholders and become concrete values before parsing (see [`PLACEHOLDERS`]):
 //! `M`, `M2` a model, `D` a device and `D[,D…]` a list of them, `T` a dtype, `N` a number, `I/N` a shard, `P` or
-//! `PRESET` a rule preset, `S` a system-prompt source, `G` a GEMM choice, `C` a bench config, `TEXT` a prompt,
-//! `DIR`, `OUT_DIR`, `RUN`, `RUN_DIR`, `RUN_A`, `RUN_B` folders, `FILE` and `PATH` files; also inside a word,
-//! between `/`, `,` and `=` (`auto/N`).
+//! `PRESET` a rule preset, `S` a system-prompt source, `G` a GEMM choice, `C` a bench config, `FORMAT` an import
+//! format, `TEXT` a prompt, `DIR`, `OUT_DIR`, `RUN`, `RUN_DIR`, `RUN_A`, `RUN_B` folders, `FILE` and `PATH` files;
+//! also inside a word, between `/`, `,` and `=` (`auto/N`).
 
 use std::path::{Path, PathBuf};
 
@@ -46,6 +46,7 @@ const PLACEHOLDERS: &[(&str, &str)] = &[
     ("S", "data"),
     ("G", "gemm-crate"),
     ("C", "small"),
+    ("FORMAT", "aitz"),
     ("TEXT", "What is on the screen?"),
     ("DIR", "some/dir"),
     ("OUT_DIR", "some/dir"),

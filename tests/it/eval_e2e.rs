@@ -167,8 +167,11 @@ fn a_run_folder_made_with_other_settings_is_refused() {
     );
 }
 
+/// A screenshot that cannot be read is recorded as that step's error; the run finishes, says so and exits 1
+/// (0 with `--allow-step-errors`); once the screenshot is fixed, a resume redoes only that step. A screenshot
+/// replaced after its answer was saved is refused on resume, naming it.
 #[test]
-fn a_corrupt_screenshot_is_recorded_not_fatal() {
+fn a_corrupt_screenshot_is_recorded_then_fixed_and_a_replaced_one_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
     let o = crate::util::bin()
@@ -187,10 +190,14 @@ fn a_corrupt_screenshot_is_recorded_not_fatal() {
     )
     .unwrap();
     let image = first["trajectory"][0]["image"].as_str().unwrap();
+    let good = std::fs::read(data.join(image)).unwrap();
     std::fs::write(data.join(image), b"not a png").unwrap();
 
     let out = tmp.path().join("run");
-    ok(&eval(&out, Some(&data), &["--no-judge"]));
+    let o = eval(&out, Some(&data), &["--no-judge"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("1 of 30 steps could not be prepared"), "{err}");
     let errors: Vec<Value> = lines(&out.join("predictions.jsonl"))
         .into_iter()
         .filter(|v| v.get("error").is_some())
@@ -200,6 +207,33 @@ fn a_corrupt_screenshot_is_recorded_not_fatal() {
     let metrics: Value = json_file(&out.join("metrics.json"));
     assert_eq!(metrics["prediction_errors"], 1);
     assert!(metrics["format_errors"].as_u64().unwrap() >= 1);
+    ok(&eval(
+        &out,
+        Some(&data),
+        &["--no-judge", "--allow-step-errors"],
+    ));
+
+    // Fixed: the step without an answer is redone; nothing else runs again.
+    std::fs::write(data.join(image), &good).unwrap();
+    let o = eval(&out, Some(&data), &["--no-judge"]);
+    ok(&o);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("steps: 1 to predict, 29 already done"));
+    let metrics: Value = json_file(&out.join("metrics.json"));
+    assert_eq!(metrics["prediction_errors"], 0);
+
+    // Replaced after its answer was saved: refused, named.
+    let second = first["trajectory"][1]["image"].as_str().unwrap();
+    let mut bytes = std::fs::read(data.join(second)).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(data.join(second), &bytes).unwrap();
+    let o = eval(&out, Some(&data), &["--no-judge"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("changed since this run started") && err.contains(second),
+        "{err}"
+    );
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! Regression tests of issue 18 (reliability and the first run) about values, `score` and the smaller items,
-//! through the binary: one test per reported problem, named after it. Run-folder tests are in `reliability.rs`.
+//! Regression tests of bad inputs (values, `score`, smaller items) through the binary: one test per reported
+//! problem, named after it. Run-folder tests are in `reliability.rs`.
 use std::process::Command;
 
 use crate::reliability_support::*;
@@ -127,6 +127,10 @@ fn bad_values_are_refused_before_any_work_naming_the_flag() {
             &["--device", "cuda:abc"],
             "`cuda:abc` is not a device (auto, cpu",
         ),
+        (
+            &["--max-new-tokens", "-1"],
+            "invalid value '-1' for '--max-new-tokens <MAX_NEW_TOKENS>': expected a whole number",
+        ),
     ];
     for (i, (args, want)) in cases.iter().enumerate() {
         let run = dir.path().join(format!("run{i}"));
@@ -163,14 +167,15 @@ fn bad_values_are_refused_before_any_work_naming_the_flag() {
         .unwrap();
         assert!(!o.status.success());
         assert!(
-            text(&o).contains("error: --device cuda:0: "),
+            text(&o).contains("error: --device cuda:0 (this build has no CUDA support")
+                && text(&o).contains("--features cuda"),
             "{}",
             text(&o)
         );
     }
     // `bench` checks the same values.
     let o = Command::new(BIN)
-        .args(["bench", "--random-weights", "--max-pixels", "10"])
+        .args(["bench", "--max-pixels", "10"])
         .output()
         .unwrap();
     assert!(!o.status.success());
@@ -352,15 +357,7 @@ fn bench_default_tokenizer_is_not_a_build_time_path() {
     let cwd = tempfile::tempdir().unwrap();
     let o = Command::new(BIN)
         .current_dir(cwd.path())
-        .args([
-            "bench",
-            "--config",
-            "tiny",
-            "--random-weights",
-            "--steps",
-            "4",
-            "--no-judge",
-        ])
+        .args(["bench", "--config", "tiny", "--steps", "4", "--no-judge"])
         .args(["--max-new-tokens", "2", "--max-pixels", "50176", "--json"])
         .output()
         .unwrap();

@@ -389,6 +389,15 @@ fn a_scored_folder_reads_back_as_score_wrote_it() {
         .unwrap();
     assert_eq!(acc["a"].as_f64().unwrap(), written[0]);
     assert_eq!(acc["b"].as_f64().unwrap(), headline(&sb)[0]);
+    let differ: Vec<&str> = c["settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["key"].as_str().unwrap())
+        .collect();
+    assert!(differ.contains(&"predictions"), "{differ:?}");
+    let page = std::fs::read_to_string(cmp.join("compare.html")).unwrap();
+    assert!(page.contains("Settings that differ"));
     // Scoring other predictions into a run folder is refused.
     let err = report_err(&[
         "score",

@@ -133,6 +133,7 @@ fn shards_then_merge_equal_the_unsharded_run() {
         read(single.join("metrics.json")),
         read(run.join("metrics.json"))
     );
+    assert!(run.join("report.html").is_file(), "merge writes the report");
     for f in ["predictions.jsonl", "judgements.jsonl"] {
         assert_eq!(
             keyed_lines(&single.join(f)),

@@ -1,0 +1,468 @@
+//! The episode every importer produces, and the sink that writes it into the staging folder (`data.jsonl` line by
+//! line, screenshots under `images/`) while counting what was written and what was left out.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Map, Value};
+
+use super::{io_err, ImportError};
+use crate::action::Action;
+use crate::dataset::{BBox, BenchmarkInfo, ImportCounts, DATA_FILE};
+
+/// The folder of the screenshots inside the benchmark folder.
+pub(super) const IMAGES_DIR: &str = "images";
+
+/// Where a step's screenshot comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum ImageData {
+    /// A file of the source (copied).
+    File(PathBuf),
+    /// Encoded image bytes held in the source record, with their file extension.
+    Bytes(Vec<u8>, &'static str),
+}
+
+/// One step as an importer maps it.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct StepDraft {
+    /// The step's index in the source episode (names its screenshot and locates it in messages).
+    pub source_index: usize,
+    /// The screenshot.
+    pub image: ImageData,
+    /// The screen size `[w, h]` the step's pixel coordinates refer to.
+    pub screen: [u32; 2],
+    /// The gold action in screen pixels.
+    pub action: Action,
+    /// Gold element boxes `[x1, y1, x2, y2]` in screen pixels.
+    pub bboxes: Vec<BBox>,
+    /// Annotated reasoning, if the source has it.
+    pub thought: String,
+    /// A one-line description of the step (the golden history text); the action's tool call when empty.
+    pub subtask: String,
+    /// The step's own instruction (`--level low`).
+    pub instruction: Option<String>,
+}
+
+/// One episode as an importer maps it.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Episode {
+    /// The source's episode id.
+    pub id: String,
+    /// The app, where the source names it (else empty).
+    pub app_name: String,
+    /// The goal.
+    pub instruction: String,
+    /// The steps that could be mapped, in order.
+    pub steps: Vec<StepDraft>,
+}
+
+/// A number rounded to 1/100 pixel, written without a fraction when integral.
+pub(super) fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+/// A box clipped to the screen; `None` when nothing of positive area is left.
+pub(super) fn clip_box(b: BBox, screen: [u32; 2]) -> Option<BBox> {
+    let (w, h) = (screen[0] as f64, screen[1] as f64);
+    let c = [
+        round2(b[0].clamp(0.0, w)),
+        round2(b[1].clamp(0.0, h)),
+        round2(b[2].clamp(0.0, w)),
+        round2(b[3].clamp(0.0, h)),
+    ];
+    (c[2] > c[0] && c[3] > c[1]).then_some(c)
+}
+
+/// The pixel size of an image file from its header, or the kind of problem.
+pub(super) fn image_size(path: &Path) -> Result<[u32; 2], &'static str> {
+    if !path.is_file() {
+        return Err("missing screenshot");
+    }
+    image::image_dimensions(path)
+        .map(|(w, h)| [w, h])
+        .map_err(|_| "unreadable screenshot")
+}
+
+/// The sink: receives episodes, writes them, counts.
+pub(super) struct Sink {
+    staging: PathBuf,
+    data: BufWriter<File>,
+    strict: bool,
+    limit: Option<usize>,
+    counts: ImportCounts,
+    examples: BTreeMap<String, String>,
+    ids: HashSet<String>,
+    dirs: HashSet<String>,
+}
+
+impl Sink {
+    /// A sink writing into `staging` (an empty folder).
+    pub fn new(staging: &Path, strict: bool, limit: Option<usize>) -> Result<Sink, ImportError> {
+        let path = staging.join(DATA_FILE);
+        let file = File::create(&path).map_err(io_err(&path))?;
+        Ok(Sink {
+            staging: staging.to_path_buf(),
+            data: BufWriter::new(file),
+            strict,
+            limit,
+            counts: ImportCounts::default(),
+            examples: BTreeMap::new(),
+            ids: HashSet::new(),
+            dirs: HashSet::new(),
+        })
+    }
+
+    /// Whether `--limit` episodes have been written (importers stop reading then).
+    pub fn full(&self) -> bool {
+        self.limit.is_some_and(|l| self.counts.episodes >= l)
+    }
+
+    fn record(&mut self, kind: &str, location: String) -> Result<(), ImportError> {
+        if self.strict {
+            return Err(ImportError::Strict {
+                kind: kind.to_string(),
+                location,
+            });
+        }
+        self.examples.entry(kind.to_string()).or_insert(location);
+        Ok(())
+    }
+
+    /// A source step that cannot be imported (an error under `--strict`).
+    pub fn skip_step(&mut self, kind: &str, location: String) -> Result<(), ImportError> {
+        self.record(kind, location)?;
+        *self
+            .counts
+            .steps_not_imported
+            .entry(kind.to_string())
+            .or_default() += 1;
+        Ok(())
+    }
+
+    /// A source episode that cannot be imported at all (an error under `--strict`).
+    pub fn skip_episode(&mut self, kind: &str, location: String) -> Result<(), ImportError> {
+        self.record(kind, location)?;
+        *self
+            .counts
+            .episodes_not_imported
+            .entry(kind.to_string())
+            .or_default() += 1;
+        Ok(())
+    }
+
+    /// A step imported with a documented change.
+    pub fn adjusted(&mut self, kind: &str) {
+        *self.counts.adjusted.entry(kind.to_string()).or_default() += 1;
+    }
+
+    /// Write one episode: steps whose screenshot is missing or whose screen differs from the first step's are
+    /// left out (counted); an episode left without steps is counted and not written.
+    pub fn episode(&mut self, mut ep: Episode, location: &str) -> Result<(), ImportError> {
+        if self.full() {
+            return Ok(());
+        }
+        if self.ids.contains(&ep.id) {
+            return self.skip_episode(
+                "episode id already imported",
+                format!("{location}: episode {}", ep.id),
+            );
+        }
+        let steps = std::mem::take(&mut ep.steps);
+        let mut kept = Vec::with_capacity(steps.len());
+        for s in steps {
+            let at = || format!("{location}: episode {} step {}", ep.id, s.source_index);
+            if let ImageData::File(p) = &s.image {
+                if !p.is_file() {
+                    self.skip_step("missing screenshot", format!("{} ({})", at(), p.display()))?;
+                    continue;
+                }
+            }
+            let first = kept.first().map_or(s.screen, |f: &StepDraft| f.screen);
+            if s.screen != first {
+                self.skip_step("screen size differs from the episode's first step", at())?;
+                continue;
+            }
+            kept.push(s);
+        }
+        if kept.is_empty() {
+            return self.skip_episode(
+                "episode without an importable step",
+                format!("{location}: episode {}", ep.id),
+            );
+        }
+        ep.steps = kept;
+        let line = self.write_episode(&ep)?;
+        let path = self.staging.join(DATA_FILE);
+        writeln!(self.data, "{line}").map_err(io_err(&path))?;
+        self.ids.insert(ep.id.clone());
+        self.count(&ep);
+        Ok(())
+    }
+
+    fn count(&mut self, ep: &Episode) {
+        let c = &mut self.counts;
+        c.episodes += 1;
+        c.steps += ep.steps.len();
+        for s in &ep.steps {
+            *c.action_types
+                .entry(s.action.action_type().as_str().to_string())
+                .or_default() += 1;
+            c.steps_with_boxes += usize::from(!s.bboxes.is_empty());
+        }
+    }
+
+    /// The episode's screenshot folder name: its id made safe for a file name, unique in the import.
+    fn image_dir(&mut self, id: &str) -> String {
+        let safe: String = id
+            .chars()
+            .map(|c| match c {
+                'a'..='z' | 'A'..='Z' | '0'..='9' | '-' | '_' | '.' => c,
+                _ => '_',
+            })
+            .collect();
+        let safe = safe.trim_start_matches('.').to_string();
+        let base = if safe.is_empty() {
+            "episode".into()
+        } else {
+            safe
+        };
+        let mut name = base.clone();
+        let mut n = 1;
+        while !self.dirs.insert(name.clone()) {
+            n += 1;
+            name = format!("{base}-{n}");
+        }
+        name
+    }
+
+    /// Copy or write the screenshots and render the `data.jsonl` line.
+    fn write_episode(&mut self, ep: &Episode) -> Result<String, ImportError> {
+        let dir = self.image_dir(&ep.id);
+        let abs_dir = self.staging.join(IMAGES_DIR).join(&dir);
+        std::fs::create_dir_all(&abs_dir).map_err(io_err(&abs_dir))?;
+        let mut steps = Vec::with_capacity(ep.steps.len());
+        for s in &ep.steps {
+            let ext = match &s.image {
+                ImageData::File(p) => p
+                    .extension()
+                    .and_then(|e| e.to_str())
+                    .filter(|e| e.chars().all(|c| c.is_ascii_alphanumeric()))
+                    .unwrap_or("png")
+                    .to_ascii_lowercase(),
+                ImageData::Bytes(_, ext) => ext.to_string(),
+            };
+            let name = format!("{}.{ext}", s.source_index);
+            let dest = abs_dir.join(&name);
+            match &s.image {
+                ImageData::File(p) => {
+                    std::fs::copy(p, &dest).map_err(io_err(p))?;
+                }
+                ImageData::Bytes(b, _) => std::fs::write(&dest, b).map_err(io_err(&dest))?,
+            }
+            steps.push(step_json(s, format!("{IMAGES_DIR}/{dir}/{name}")));
+        }
+        let [w, h] = ep.steps[0].screen;
+        let line = json!({
+            "id": ep.id,
+            "app_name": ep.app_name,
+            "instruction": ep.instruction,
+            "image_width": w,
+            "image_height": h,
+            "trajectory_length": steps.len(),
+            "trajectory": steps,
+        });
+        Ok(line.to_string())
+    }
+
+    /// Close `data.jsonl` (flushed and synced) and hand back the counts and one example location per kind.
+    pub fn finish(mut self) -> Result<(ImportCounts, BTreeMap<String, String>), ImportError> {
+        let path = self.staging.join(DATA_FILE);
+        self.data.flush().map_err(io_err(&path))?;
+        self.data.get_ref().sync_all().map_err(io_err(&path))?;
+        Ok((self.counts, self.examples))
+    }
+}
+
+/// A pixel value as JSON: integral values without a fraction.
+fn num(x: f64) -> Value {
+    if x.fract() == 0.0 && x.abs() < 1e15 {
+        Value::from(x as i64)
+    } else {
+        Value::from(x)
+    }
+}
+
+fn step_json(s: &StepDraft, image: String) -> Value {
+    let mut m = Map::new();
+    m.insert("image".into(), image.into());
+    m.insert("thought".into(), s.thought.as_str().into());
+    let subtask = if s.subtask.trim().is_empty() {
+        s.action.to_tool_call().to_string()
+    } else {
+        s.subtask.clone()
+    };
+    m.insert("subtask".into(), subtask.into());
+    m.insert("action".into(), s.action.to_tool_call());
+    m.insert("response".into(), "".into());
+    if !s.bboxes.is_empty() {
+        let boxes: Vec<Vec<Value>> = s.bboxes.iter().map(|b| b.map(num).to_vec()).collect();
+        m.insert("bbox".into(), json!(boxes));
+    }
+    if let Some(i) = &s.instruction {
+        m.insert("instruction".into(), i.as_str().into());
+    }
+    Value::Object(m)
+}
+
+/// What `data import` did, for the summary it prints.
+#[derive(Debug, Clone)]
+pub struct ImportReport {
+    /// The benchmark folder written.
+    pub out: PathBuf,
+    /// `benchmark.json` as written (counts included).
+    pub info: BenchmarkInfo,
+    /// The first source location of each kind of step or episode not imported.
+    pub examples: BTreeMap<String, String>,
+    /// Whether an earlier import of the same source was replaced.
+    pub replaced: bool,
+}
+
+impl ImportReport {
+    /// The summary printed by `data import`.
+    pub fn render(&self) -> String {
+        let c = self.info.counts.clone().unwrap_or_default();
+        let src = self.info.source.as_ref();
+        let mut out = format!(
+            "Imported {} episodes, {} steps ({} with gold boxes) from {} {} into {}{}\n",
+            c.episodes,
+            c.steps,
+            c.steps_with_boxes,
+            src.map_or("?", |s| s.format.as_str()),
+            src.map_or_else(String::new, |s| s.path.display().to_string()),
+            self.out.display(),
+            if self.replaced {
+                " (replacing the earlier import)"
+            } else {
+                ""
+            }
+        );
+        out.push_str("  action types:\n");
+        for (t, n) in &c.action_types {
+            out.push_str(&format!("    {t}: {n}\n"));
+        }
+        let sections = [
+            ("source episodes not imported", &c.episodes_not_imported),
+            ("source steps not imported", &c.steps_not_imported),
+        ];
+        for (title, map) in sections {
+            let total: usize = map.values().sum();
+            out.push_str(&format!("  {title}: {total}\n"));
+            for (kind, n) in map {
+                let e = self.examples.get(kind).map_or("", String::as_str);
+                out.push_str(&format!("    {kind}: {n} (first: {e})\n"));
+            }
+        }
+        if !c.adjusted.is_empty() {
+            out.push_str("  steps imported with a documented change:\n");
+            for (kind, n) in &c.adjusted {
+                out.push_str(&format!("    {kind}: {n}\n"));
+            }
+        }
+        if let Some(r) = &self.info.rules {
+            out.push_str(&format!(
+                "  suggested rule preset: {r} (in {}; --rules overrides it)\n",
+                crate::dataset::INFO_FILE
+            ));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn draft(i: usize, image: ImageData, screen: [u32; 2]) -> StepDraft {
+        StepDraft {
+            source_index: i,
+            image,
+            screen,
+            action: Action::Wait { time: None },
+            bboxes: vec![],
+            thought: String::new(),
+            subtask: String::new(),
+            instruction: None,
+        }
+    }
+
+    #[test]
+    fn boxes_are_clipped_and_degenerate_ones_dropped() {
+        assert_eq!(
+            clip_box([-5.0, 10.0, 50.0, 300.0], [100, 200]),
+            Some([0.0, 10.0, 50.0, 200.0])
+        );
+        assert_eq!(clip_box([120.0, 10.0, 150.0, 30.0], [100, 200]), None);
+        assert_eq!(clip_box([10.0, 10.0, 10.0, 30.0], [100, 200]), None);
+    }
+
+    #[test]
+    fn sink_counts_missing_screenshots_and_screen_changes_and_honours_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let png = dir.path().join("a.png");
+        std::fs::write(&png, b"not really a png").unwrap();
+        let staging = dir.path().join("stage");
+        std::fs::create_dir(&staging).unwrap();
+        let mut sink = Sink::new(&staging, false, Some(1)).unwrap();
+        let ep = Episode {
+            id: "e/1".into(),
+            app_name: String::new(),
+            instruction: "goal".into(),
+            steps: vec![
+                draft(0, ImageData::File(png.clone()), [10, 20]),
+                draft(1, ImageData::File(dir.path().join("gone.png")), [10, 20]),
+                draft(2, ImageData::Bytes(vec![1, 2], "png"), [20, 10]),
+            ],
+        };
+        sink.episode(ep.clone(), "f.json").unwrap();
+        assert!(sink.full());
+        sink.episode(
+            Episode {
+                id: "2".into(),
+                ..ep
+            },
+            "f.json",
+        )
+        .unwrap();
+        let (c, examples) = sink.finish().unwrap();
+        assert_eq!((c.episodes, c.steps), (1, 1));
+        assert_eq!(c.steps_not_imported["missing screenshot"], 1);
+        assert_eq!(
+            c.steps_not_imported["screen size differs from the episode's first step"],
+            1
+        );
+        assert!(examples["missing screenshot"].contains("episode e/1 step 1"));
+        let text = std::fs::read_to_string(staging.join(DATA_FILE)).unwrap();
+        let line: Value = serde_json::from_str(text.trim()).unwrap();
+        assert_eq!(line["trajectory"][0]["image"], "images/e_1/0.png");
+        assert_eq!(
+            line["trajectory"][0]["subtask"],
+            r#"{"name":"mobile_use","arguments":{"action":"wait"}}"#
+        );
+        assert!(staging.join("images/e_1/0.png").is_file());
+    }
+
+    #[test]
+    fn strict_turns_a_skip_into_an_error_naming_the_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sink = Sink::new(dir.path(), true, None).unwrap();
+        let e = sink
+            .skip_step("action type 8 is unused in AITW", "x.json: step 3".into())
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--strict: x.json: step 3: action type 8 is unused in AITW"
+        );
+    }
+}
