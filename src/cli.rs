@@ -55,8 +55,9 @@ pub struct HubArgs {
     /// The Hub (or a mirror) that hub ids and `hf:` data are fetched from.
     #[arg(long, env = "HF_ENDPOINT", default_value = crate::hub::DEFAULT_ENDPOINT)]
     pub hub_endpoint: String,
-    /// Never use the network: hub ids and `hf:` data come from the local cache only (`1`, `true`, `yes`, `on`).
-    #[arg(long, env = "HF_HUB_OFFLINE", value_parser = BoolishValueParser::new())]
+    /// Never use the network: hub ids and `hf:` data come from the local cache only (the variable: `1`, `true`,
+    /// `yes` or `on`, any case; any other value leaves it off, as Hugging Face's tools read it).
+    #[arg(long, env = "HF_HUB_OFFLINE", value_parser = hf_true)]
     pub hub_offline: bool,
     /// Hugging Face's home folder; the cache is its `hub/` (default `~/.cache/huggingface`).
     #[arg(long, env = "HF_HOME")]
@@ -257,6 +258,14 @@ impl std::str::FromStr for CalibrationFlag {
             s.parse().map(Self::Set)
         }
     }
+}
+
+/// A Hugging Face switch: `1`, `true`, `yes` or `on` (any case) is on; anything else, empty included, is off.
+fn hf_true(s: &str) -> Result<bool, String> {
+    Ok(matches!(
+        s.trim().to_ascii_lowercase().as_str(),
+        "1" | "true" | "yes" | "on"
+    ))
 }
 
 /// `on`/`off` (also `1`/`0`, `true`/`false`, `yes`/`no`), case-insensitive.

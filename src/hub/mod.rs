@@ -145,7 +145,8 @@ pub enum HubError {
     },
     /// The transfer failed after every retry.
     #[error(
-        "{repo}: cannot fetch {file} from {endpoint} ({attempts} attempts): {reason}{}",
+        "{repo}: cannot fetch {file} from {endpoint} ({attempts} attempt{}): {reason}{}",
+        if *attempts == 1 { "" } else { "s" },
         NO_NETWORK_HINT
     )]
     Unreachable {
