@@ -168,6 +168,7 @@ fn engine_end_to_end(c: &mut Criterion) {
         judge: false,
         seed: 1,
         ops: Default::default(),
+        semi_online: None,
     };
     g.bench_function("tiny_8_steps", |b| {
         b.iter(|| mobile_r1_eval::bench::run_bench(&cfg).unwrap())

@@ -8,6 +8,7 @@ use clap::{ArgAction, Args, Parser, Subcommand};
 
 use crate::hub::DataLocation;
 use crate::ops::{CpuGemm, GemmCalibration};
+use crate::records::{HistorySource, Procedure};
 use crate::settings::RuleName;
 use crate::settings::{BenchModel, SystemPrompt};
 use crate::settings::{DTypeSpec, DeviceSpec};
@@ -46,6 +47,9 @@ pub enum Command {
     /// Write one folder to carry to a machine without network (model, benchmark, this binary, SHA256SUMS), or
     /// check such a folder (`--verify BUNDLE`).
     Pack(PackArgs),
+    /// Serve a checkpoint over an OpenAI-compatible HTTP API (`POST /v1/chat/completions`), batching concurrent
+    /// requests with the engine `eval` uses.
+    Serve(ServeArgs),
 }
 
 /// How to reach the Hugging Face Hub and where its cache is; each flag defaults to the variable Hugging Face's
@@ -98,6 +102,90 @@ pub struct PackArgs {
     /// The Hub.
     #[command(flatten)]
     pub hub: HubArgs,
+}
+
+/// Arguments of `serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The served checkpoint.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Address to bind. Loopback by default; any other address needs `--api-key-env`.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: std::net::IpAddr,
+    /// Port to listen on (0: any free port; the address is printed on stdout).
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// Most sequences decoded together.
+    #[arg(long, default_value_t = 16)]
+    pub batch_size: usize,
+    /// Token budget of one batch (prompt + generated tokens); automatic from free memory when absent. Also the
+    /// longest prompt plus `max_tokens` a request may ask for.
+    #[arg(long)]
+    pub max_batch_tokens: Option<usize>,
+    /// Most tokens one request may generate, and the `max_tokens` of a request that gives none.
+    #[arg(long, default_value_t = 1024)]
+    pub max_new_tokens: usize,
+    /// Most requests waiting beyond the running batch; more are answered 429 with `Retry-After`.
+    #[arg(long, default_value_t = 64)]
+    pub max_queue: usize,
+    /// Name of the environment variable holding the API key clients must send (`Authorization: Bearer <key>`).
+    #[arg(long, value_name = "VAR")]
+    pub api_key_env: Option<String>,
+    /// The model id of `/v1/models` and of requests (default: `--model` as given).
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+    /// Most bytes of a request body (413 beyond).
+    #[arg(long, default_value_t = 64 << 20)]
+    pub max_body_bytes: usize,
+    /// Most pictures in one request.
+    #[arg(long, default_value_t = 8)]
+    pub max_images: usize,
+    /// Most pixels of one picture as sent (checked from its header before it is decoded).
+    #[arg(long, default_value_t = 40_000_000)]
+    pub max_image_pixels: u64,
+}
+
+/// Where `eval` sends its prompts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum BackendKind {
+    /// The checkpoint of `--model`, run here.
+    #[default]
+    Local,
+    /// An OpenAI-compatible server (`--endpoint`, `--api-model`).
+    Openai,
+}
+
+/// `eval`'s flags for `--backend openai`.
+#[derive(Debug, Args, Clone)]
+pub struct ServedArgs {
+    /// `local` (the checkpoint of `--model`, run here) or `openai` (an OpenAI-compatible server).
+    #[arg(long, value_enum, default_value = "local")]
+    pub backend: BackendKind,
+    /// The server's base URL, e.g. `http://127.0.0.1:8000/v1` (`/v1` is added to a URL without a path).
+    #[arg(long, value_name = "URL")]
+    pub endpoint: Option<String>,
+    /// The model id the server serves (as `GET /v1/models` lists it).
+    #[arg(long, value_name = "NAME")]
+    pub api_model: Option<String>,
+    /// Name of the environment variable holding the server's API key.
+    #[arg(long, value_name = "VAR")]
+    pub api_key_env: Option<String>,
+    /// Most requests in flight at once.
+    #[arg(long, default_value_t = 8)]
+    pub concurrency: usize,
+    /// Seconds one HTTP call may take before it is retried.
+    #[arg(long, value_name = "S", default_value_t = 600.0)]
+    pub request_timeout: f64,
+    /// Retries of a request after a connection error, a timeout, a 429 or a 5xx; then it is recorded as an error.
+    #[arg(long, default_value_t = 5)]
+    pub max_retries: u32,
+    /// The judge prompts' server (default: `--endpoint`).
+    #[arg(long, value_name = "URL")]
+    pub judge_endpoint: Option<String>,
+    /// The judge's model id there (default: `--api-model`).
+    #[arg(long, value_name = "NAME")]
+    pub judge_api_model: Option<String>,
 }
 
 /// Arguments of `self-test`.
@@ -353,10 +441,15 @@ pub struct GenerateArgs {
 
 /// Arguments of `eval`.
 #[derive(Debug, Args)]
+// `--model` is optional here: `--backend openai` needs none (with one, its pixel bounds are used).
+#[command(mut_arg("model", |a| a.required(false).default_value("")))]
 pub struct EvalArgs {
     /// The evaluated model.
     #[command(flatten)]
     pub model: ModelArgs,
+    /// Where the prompts go: this machine, or an OpenAI-compatible server.
+    #[command(flatten)]
+    pub served: ServedArgs,
     /// Benchmark folder holding `data.jsonl`, or `hf:OWNER/NAME[@REVISION]` (a dataset repo on the Hub, e.g.
     /// `hf:PG23/Mobile-R1`); the embedded sample when absent.
     #[arg(long)]
@@ -395,6 +488,19 @@ pub struct EvalArgs {
     /// `error` and redone on resume either way. Without it such a run ends with exit status 1 and a summary line.
     #[arg(long)]
     pub allow_step_errors: bool,
+    /// Whose actions fill a step prompt's history: `gold` (the benchmark's sub-goals; every step independent)
+    /// or `predicted` (the model's own earlier outputs: semi-online evaluation, see `--semi-online`).
+    #[arg(long, default_value = "gold")]
+    pub history: HistorySource,
+    /// The semi-online procedure of `--history predicted`: `uis1-sop` (UI-S1: a conversation with the model's
+    /// replies, stop at the first wrong step; the default) or `guievalkit` (the gold action after a wrong step,
+    /// every step scored).
+    #[arg(long)]
+    pub semi_online: Option<Procedure>,
+    /// Write every step prompt built (its trajectory, step, chat messages and screenshots) into FILE, one JSON
+    /// line each.
+    #[arg(long, value_name = "FILE")]
+    pub dump_prompts: Option<PathBuf>,
 }
 
 /// Arguments of `merge`.
@@ -457,6 +563,13 @@ pub struct BenchArgs {
     /// Seed of the random weights.
     #[arg(long, default_value_t = 1234, value_parser = whole::<u64>, allow_negative_numbers = true)]
     pub seed: u64,
+    /// `predicted`: run the same trajectories with the gold history, then with the model's own (each step
+    /// chained to the previous one's answer) and report both (`history` in the JSON).
+    #[arg(long, default_value = "gold")]
+    pub history: HistorySource,
+    /// The procedure of `--history predicted` (`uis1-sop` or `guievalkit`; default `uis1-sop`).
+    #[arg(long)]
+    pub semi_online: Option<Procedure>,
     /// How the ops run.
     #[command(flatten)]
     pub ops: OpsArgs,

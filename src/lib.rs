@@ -8,6 +8,8 @@
 //! * `engine`: token-level requests in, greedy generations out, with continuous batching;
 //! * `backend`: chat requests answered by a checkpoint (the engine), behind the `Backend` trait;
 //! * `eval`: the evaluation program (phases, run folder, manifest) driving a backend; `bench` measures it;
+//! * `openai` (the OpenAI chat-completions protocol, pure) and `serve` (the HTTP server over the engine); the
+//!   client half is `backend::openai`;
 //! * `cli` (the command line as data, the only module that knows clap) and `commands` (one entry per subcommand).
 
 pub mod action;
@@ -26,6 +28,7 @@ pub mod import;
 pub mod interrupt;
 pub mod merge;
 pub mod model;
+pub mod openai;
 pub mod ops;
 pub mod pack;
 pub mod parse;
@@ -37,6 +40,7 @@ pub mod rundir;
 pub mod safe_io;
 pub mod sample;
 pub mod score;
+pub mod serve;
 pub mod settings;
 pub mod shard;
 pub mod validate;

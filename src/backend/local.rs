@@ -141,12 +141,14 @@ impl LocalBackend {
                 self.stop_tokens.clone()
             },
             top_logprobs: r.top_logprobs,
+            sampling: crate::engine::Sampling::Greedy,
         }
     }
 
     fn result(&self, g: Generation, image_sizes: Vec<[u32; 2]>) -> Result<ChatResult> {
         Ok(ChatResult {
             text: self.loaded.kit.tokenizer.decode(&g.token_ids, true)?,
+            generated_tokens: g.token_ids.len(),
             token_ids: g.token_ids,
             stop_token: g.stop_token,
             prompt_tokens: g.prompt_tokens,
@@ -162,7 +164,7 @@ impl LocalBackend {
 fn ops_record(model: &crate::model::Qwen25VL) -> crate::records::OpsRecord {
     crate::records::OpsRecord {
         ops: model.ops_manifest(),
-        decode_attention: model.decode_attention(),
+        decode_attention: Some(model.decode_attention()),
         profiled: model.ops().config().profile,
     }
 }

@@ -1,11 +1,12 @@
 //! What the evaluation drives: a [`Backend`] answers chat requests (messages with image slots, plus the
 //! screenshots that fill them) and hands each answer to a sink as soon as it is ready. [`LocalBackend`] runs a
-//! checkpoint on this machine through the engine; other backends (several devices, an HTTP server) plug in
-//! behind the same trait.
+//! checkpoint on this machine through the engine, [`MultiBackend`] several devices, [`OpenAiBackend`] an
+//! OpenAI-compatible server over HTTP, all behind the same trait.
 
 mod local;
 mod model;
 mod multi;
+pub mod openai;
 
 use std::path::PathBuf;
 
@@ -16,6 +17,7 @@ pub use crate::engine::{JobQueue, Next, Taker};
 pub use local::LocalBackend;
 pub use model::{fingerprint, open_device, LoadedModel, ModelSpec};
 pub use multi::{DeviceBackend, MultiBackend};
+pub use openai::{OpenAiBackend, OpenAiSettings};
 
 use crate::settings::BatchLimits;
 
@@ -42,8 +44,11 @@ pub struct ChatRequest {
 pub struct ChatResult {
     /// The generated text, special tokens removed.
     pub text: String,
-    /// Generated token ids, the stop token excluded.
+    /// Generated token ids, the stop token excluded (empty from a served model, which reports counts only).
     pub token_ids: Vec<u32>,
+    /// Generated tokens: `token_ids.len()` locally, the server's `completion_tokens` from a served model (which
+    /// counts an end-of-sequence token).
+    pub generated_tokens: usize,
     /// The stop token that ended generation, if one did.
     pub stop_token: Option<u32>,
     /// Prompt length in tokens.

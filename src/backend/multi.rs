@@ -162,7 +162,7 @@ fn work(
 ) -> Result<PhaseStats> {
     // Half a batch at a time: enough to keep the device busy, little enough to share.
     let chunk = (device.limits().max_seqs / 2).max(1);
-    device.run_taking(
+    let result = device.run_taking(
         Taker::new(jobs),
         jobs.count(),
         chunk,
@@ -177,7 +177,12 @@ fn work(
             };
             tx.send(msg).map_err(|_| anyhow!("the run stopped"))
         },
-    )
+    );
+    if result.is_err() {
+        // Requests this device took and did not answer may hold back releases the others wait for.
+        jobs.abandon();
+    }
+    result
 }
 
 /// Hand every outcome to `sink` as it arrives (this thread is the one writer), with the sum of each device's

@@ -5,11 +5,12 @@
 //! peak of the cores used, with the CPU's model and features.
 
 pub mod cpu;
+mod phases;
 pub mod random;
 mod report;
 
 pub use report::{
-    BenchReport, BenchmarkEstimate, MfuTriple, Params, TimeSplit, BENCH_SCHEMA_VERSION,
+    BenchReport, BenchmarkEstimate, HistoryCost, MfuTriple, Params, TimeSplit, BENCH_SCHEMA_VERSION,
 };
 pub mod workload;
 
@@ -22,14 +23,13 @@ use candle_core::{DType, Device};
 use crate::backend::{open_device, Backend, LoadedModel, LocalBackend, MultiBackend};
 use crate::chat::{ChatTemplate, PromptBuilder, Tokenizer};
 use crate::engine::{memory, BatchLimits};
-use crate::eval::{pending_steps, run_phase, JudgePhase, StepPhase, SystemPrompt};
 use crate::model::Qwen25VL;
 use crate::ops::gemm::peak::{best_rate, matmul_rates};
-use crate::predictions::PredictionSet;
 use crate::preprocess::ImageProcessorConfig;
 use crate::records::{MatmulRate, PhaseStats};
 use crate::settings::BenchModel;
 use crate::settings::{DTypeSpec, DeviceSpec};
+use phases::{run_phases, StepRuns};
 
 /// Settings of one benchmark run.
 #[derive(Debug, Clone)]
@@ -60,6 +60,9 @@ pub struct BenchConfig {
     pub seed: u64,
     /// How the ops run.
     pub ops: crate::ops::OpsConfig,
+    /// `--history predicted`: also run the steps as semi-online chains under this procedure (every step counted
+    /// right, so each chain runs to its end) and compare with the gold history on the same prompts.
+    pub semi_online: Option<crate::records::Procedure>,
 }
 
 /// The dtype `spec` names, or the device's default (f32 on the CPU, bf16 on a GPU).
@@ -145,36 +148,6 @@ fn backend(devices: &[LocalBackend]) -> Result<Box<dyn Backend + '_>> {
     })
 }
 
-/// Run the step phase (and, when asked, the judge phase) of `bench` through `backend` in the folder `dir`.
-fn run_phases(
-    cfg: &BenchConfig,
-    backend: &dyn Backend,
-    bench: &crate::dataset::Benchmark,
-    dir: &std::path::Path,
-) -> Result<(PhaseStats, Option<PhaseStats>)> {
-    let steps_phase = StepPhase {
-        bench,
-        jobs: pending_steps(bench, &Default::default()),
-        system: SystemPrompt::Default,
-        image: backend.image_config(),
-        max_new_tokens: cfg.max_new_tokens,
-    };
-    let mut steps = run_phase(backend, &steps_phase, &dir.join("predictions.jsonl"))?;
-    steps.phase = "bench".into();
-    if !cfg.judge {
-        return Ok((steps, None));
-    }
-    let preds = PredictionSet::read(dir.join("predictions.jsonl"))?;
-    let phase = JudgePhase {
-        bench,
-        preds: &preds,
-        jobs: (0..bench.trajectories.len()).collect(),
-        max_new_tokens: cfg.max_new_tokens,
-    };
-    let judge = run_phase(backend, &phase, &dir.join("judgements.jsonl"))?;
-    Ok((steps, Some(judge)))
-}
-
 /// Run the benchmark and return its report (what `bench --json` prints).
 pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport> {
     let model_cfg = random::load_config(&cfg.config)?;
@@ -183,7 +156,11 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport> {
     let backend = backend(&devices)?;
     let tmp = tempfile::tempdir()?;
     let bench = workload::write(tmp.path(), cfg.steps)?;
-    let (steps, judge) = run_phases(cfg, backend.as_ref(), &bench, tmp.path())?;
+    let StepRuns {
+        steps,
+        judge,
+        history,
+    } = run_phases(cfg, backend.as_ref(), &bench, tmp.path())?;
     // The separate vision pass, the GEMM rates and the profile are the first device's.
     let loaded = devices[0].loaded();
     let model = &loaded.model;
@@ -210,7 +187,9 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport> {
         build_seconds,
         profile: model.profile_snapshot(),
     };
-    Ok(report(cfg, &backend.info().device, model, &measured))
+    let mut r = report(cfg, &backend.info().device, model, &measured);
+    r.history = history;
+    Ok(r)
 }
 
 /// What one benchmark run measured.
@@ -380,6 +359,7 @@ fn report(cfg: &BenchConfig, device: &str, model: &Qwen25VL, m: &Measured) -> Be
             .collect(),
         benchmark_estimate: benchmark_estimate(steps, m.judge.as_ref()),
         profile: m.profile.clone(),
+        history: None,
     }
 }
 

@@ -79,6 +79,45 @@ pub struct BenchReport {
     pub benchmark_estimate: BenchmarkEstimate,
     /// Per-section model timings when profiling was on.
     pub profile: Option<ProfileSnapshot>,
+    /// With `--history predicted`: the gold-history and the semi-online step phases on the same trajectories
+    /// (the figures above are the semi-online phase's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<HistoryCost>,
+}
+
+/// The cost of the model's own history against the gold one, on the same trajectories and screenshots.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HistoryCost {
+    /// The semi-online procedure (`uis1-sop`, `guievalkit`).
+    pub procedure: String,
+    /// The step phase with the gold history (every prompt ready at the start).
+    pub gold: PhaseSummary,
+    /// The step phase as semi-online chains (step t+1 ready when step t's answer is known).
+    pub predicted: PhaseSummary,
+    /// Wall time of the semi-online phase / the gold one.
+    pub wall_ratio: f64,
+    /// Prompt tokens of the semi-online phase / the gold one (prefilled plus prefix-cached).
+    pub prompt_tokens_ratio: f64,
+}
+
+impl HistoryCost {
+    /// The comparison of the gold-history phase `gold` with the semi-online phase `predicted`.
+    pub fn of(
+        procedure: crate::records::Procedure,
+        gold: &crate::records::PhaseStats,
+        predicted: &crate::records::PhaseStats,
+    ) -> Self {
+        let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+        let tokens =
+            |s: &crate::records::PhaseStats| (s.prefill_tokens + s.prefix_cached_tokens) as f64;
+        Self {
+            procedure: procedure.to_string(),
+            gold: gold.summary(),
+            predicted: predicted.summary(),
+            wall_ratio: ratio(predicted.wall_seconds, gold.wall_seconds),
+            prompt_tokens_ratio: ratio(tokens(predicted), tokens(gold)),
+        }
+    }
 }
 
 /// MFU of the whole run, the prefill and the vision tower against one denominator.
@@ -174,6 +213,24 @@ impl BenchReport {
             },
             e.seconds,
         ) + &self.render_devices()
+            + &self.render_history()
+    }
+
+    /// The gold against the semi-online history, when both ran (empty otherwise).
+    fn render_history(&self) -> String {
+        self.history.as_ref().map_or_else(String::new, |h| {
+            format!(
+                "\nhistory: gold {:.3} steps/s, {} history {:.3} steps/s (wall ×{:.2}, prompt tokens ×{:.2}, \
+                 mean batch occupancy {:.2} → {:.2})",
+                h.gold.prompts_per_second,
+                h.procedure,
+                h.predicted.prompts_per_second,
+                h.wall_ratio,
+                h.prompt_tokens_ratio,
+                h.gold.mean_batch_occupancy,
+                h.predicted.mean_batch_occupancy,
+            )
+        })
     }
 
     /// One line per device when several shared the step phase (empty otherwise).

@@ -14,6 +14,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         Some(a.max_pixels),
         crate::validate::PATCH_SIDE,
     )?;
+    let semi_online = super::eval::semi_online(a.history, a.semi_online)?;
     // Holds the embedded tokenizer's folder (when used) until the run ends.
     let mut embedded = None;
     let cfg = BenchConfig {
@@ -33,6 +34,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         judge: !a.no_judge,
         seed: a.seed,
         ops: super::ops_config(&a.ops),
+        semi_online,
     };
     let r = run_bench(&cfg)?;
     if a.json {

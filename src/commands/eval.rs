@@ -5,10 +5,14 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use super::model_spec;
+use crate::backend::openai::normalize_endpoint;
 use crate::backend::ModelSpec;
-use crate::cli::EvalArgs;
-use crate::eval::{load_backend, run_eval_with, EvalConfig, JudgeChoice};
+use crate::backend::OpenAiSettings;
+use crate::cli::{BackendKind, EvalArgs};
+use crate::eval::{run_eval_with, step_backend, EvalConfig, JudgeChoice, ServedConfig};
 use crate::interrupt::Cancel;
+use crate::preprocess::ImageProcessorConfig;
+use crate::records::{HistorySource, Procedure};
 use crate::rundir::{self, ClaimedRun, RunDir};
 use crate::shard::{SchedulerEnv, ShardSpec};
 
@@ -17,7 +21,43 @@ fn check_values(a: &EvalArgs) -> Result<()> {
     use crate::validate;
     validate::counts(a.max_new_tokens, a.batch_size, a.max_batch_tokens)?;
     validate::pixel_bounds(a.model.min_pixels, a.model.max_pixels, validate::PATCH_SIDE)?;
-    validate::model_location("--model", &a.model.model)?;
+    let s = &a.served;
+    match s.backend {
+        BackendKind::Local => {
+            if a.model.model.is_empty() {
+                anyhow::bail!(
+                    "--model is required (a checkpoint folder or hub id), unless the prompts go to a server: \
+                     --backend openai --endpoint URL --api-model NAME"
+                );
+            }
+            validate::model_location("--model", &a.model.model)?;
+            if s.endpoint.is_some()
+                || s.api_model.is_some()
+                || s.judge_endpoint.is_some()
+                || s.judge_api_model.is_some()
+            {
+                anyhow::bail!("--endpoint, --api-model, --judge-endpoint and --judge-api-model need --backend openai");
+            }
+        }
+        BackendKind::Openai => {
+            if s.endpoint.is_none() || s.api_model.is_none() {
+                anyhow::bail!("--backend openai needs --endpoint URL and --api-model NAME");
+            }
+            if s.concurrency == 0 {
+                anyhow::bail!("--concurrency 0: must be at least 1");
+            }
+            if !(s.request_timeout > 0.0 && s.request_timeout.is_finite()) {
+                anyhow::bail!(
+                    "--request-timeout {}: must be a positive number of seconds",
+                    s.request_timeout
+                );
+            }
+            let served_judge = s.judge_endpoint.is_some() || s.judge_api_model.is_some();
+            if served_judge && (a.no_judge || a.judge_model.is_some()) {
+                anyhow::bail!("--judge-endpoint and --judge-api-model conflict with --no-judge and --judge-model");
+            }
+        }
+    }
     if let Some(j) = a.judge_model.as_deref() {
         validate::model_location("--judge-model", j)?;
     }
@@ -39,18 +79,31 @@ fn claim_out(out: Option<PathBuf>, model: &str, shard: Option<ShardSpec>) -> Res
     claim.context("--out")
 }
 
-/// Fetch the hub checkpoints of the run (the model, a separate judge) into the cache, and check that folders
-/// carried in a bundle are whole.
-fn fetch_models(spec: &ModelSpec, judge: &JudgeChoice, data: &Path) -> Result<()> {
+/// The semi-online procedure of `--history` and `--semi-online` (`None`: the gold history); `--semi-online`
+/// without `--history predicted` is refused rather than ignored.
+pub fn semi_online(
+    history: HistorySource,
+    procedure: Option<Procedure>,
+) -> Result<Option<Procedure>> {
+    match (history, procedure) {
+        (HistorySource::Gold, None) => Ok(None),
+        (HistorySource::Gold, Some(p)) => anyhow::bail!(
+            "--semi-online {p} needs --history predicted (with the gold history every step is independent)"
+        ),
+        (HistorySource::Predicted, p) => Ok(Some(p.unwrap_or(Procedure::Uis1Sop))),
+    }
+}
+
+/// Fetch the hub checkpoints the run loads (the model unless a server answers the step prompts, a separate
+/// judge) into the cache, and check that folders carried in a bundle are whole.
+fn fetch_models(spec: &ModelSpec, served: bool, judge: &JudgeChoice, data: &Path) -> Result<()> {
     let judge = match judge {
         JudgeChoice::Other(m) => Some(m.as_str()),
         _ => None,
     };
+    let model = Some(spec.model.as_str()).filter(|m| !m.is_empty() && !served);
     crate::pack::check_present(data).context("--data")?;
-    for (flag, model) in [
-        ("--model", Some(spec.model.as_str())),
-        ("--judge-model", judge),
-    ] {
+    for (flag, model) in [("--model", model), ("--judge-model", judge)] {
         let Some(m) = model else { continue };
         if Path::new(m).is_dir() {
             crate::pack::check_present(Path::new(m)).with_context(|| format!("{flag} {m}"))?;
@@ -68,6 +121,8 @@ fn fetch_models(spec: &ModelSpec, judge: &JudgeChoice, data: &Path) -> Result<()
 /// download leaves no run folder behind.
 pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<(EvalConfig, ClaimedRun)> {
     let shard = a.shard.map(|s| s.resolve(env)).transpose()?;
+    let served = served_config(&a)?;
+    let moved_judge = served_judge(&a);
     let spec = model_spec(&a.model);
     let (data, mut data_source) = super::hub::resolve_data(a.data, &spec.hub)?;
     let data = match data {
@@ -84,13 +139,26 @@ pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<(EvalConfig, ClaimedRun
     let judge = match (a.no_judge, a.judge_model) {
         (true, _) => JudgeChoice::None,
         (false, Some(m)) => JudgeChoice::Other(m),
-        (false, None) => JudgeChoice::SameModel,
+        (false, None) => match (&served, moved_judge) {
+            (Some(s), Some((endpoint, model))) => JudgeChoice::Served(OpenAiSettings {
+                endpoint,
+                api_model: model,
+                ..s.steps.clone()
+            }),
+            _ => JudgeChoice::SameModel,
+        },
     };
-    fetch_models(&spec, &judge, &data)?;
-    let claim = claim_out(a.out, &a.model.model, shard)?;
+    let semi_online = semi_online(a.history, a.semi_online)?;
+    let name = match &served {
+        Some(s) => s.steps.api_model.clone(),
+        None => a.model.model.clone(),
+    };
+    fetch_models(&spec, served.is_some(), &judge, &data)?;
+    let claim = claim_out(a.out, &name, shard)?;
     let cfg = EvalConfig {
         out: claim.dir().clone(),
         model: spec,
+        served,
         devices: a.model.device.clone(),
         data,
         batch_size: a.batch_size,
@@ -102,9 +170,82 @@ pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<(EvalConfig, ClaimedRun
         shard,
         cancel: Cancel::on_signals(),
         command_line: std::env::args().collect(),
+        semi_online,
+        dump_prompts: a.dump_prompts,
         data_source,
     };
     Ok((cfg, claim))
+}
+
+/// The server settings of `--backend openai` (`None` for a local run).
+fn served_config(a: &EvalArgs) -> Result<Option<ServedConfig>> {
+    let s = &a.served;
+    let (Some(endpoint), Some(api_model), BackendKind::Openai) =
+        (&s.endpoint, &s.api_model, s.backend)
+    else {
+        return Ok(None);
+    };
+    let (image, pixel_bounds_from) = served_image_config(a)?;
+    let steps = OpenAiSettings {
+        endpoint: normalize_endpoint(endpoint)?,
+        api_model: api_model.clone(),
+        api_key: super::serve::api_key("--api-key-env", s.api_key_env.as_deref())?,
+        concurrency: s.concurrency,
+        request_timeout: std::time::Duration::from_secs_f64(s.request_timeout),
+        max_retries: s.max_retries,
+        image,
+    };
+    Ok(Some(ServedConfig {
+        steps,
+        pixel_bounds_from,
+    }))
+}
+
+/// The judge's server and model when `--judge-endpoint` or `--judge-api-model` moves it (each defaulting to the
+/// step prompts' one).
+fn served_judge(a: &EvalArgs) -> Option<(String, String)> {
+    let s = &a.served;
+    if s.judge_endpoint.is_none() && s.judge_api_model.is_none() {
+        return None;
+    }
+    let endpoint = s.judge_endpoint.as_ref().or(s.endpoint.as_ref())?;
+    let model = s.judge_api_model.as_ref().or(s.api_model.as_ref())?;
+    Some((normalize_endpoint(endpoint).ok()?, model.clone()))
+}
+
+/// How the client resizes screenshots for a server: the pixel bounds of `--model DIR`'s
+/// `preprocessor_config.json` when `--model` names a checkpoint folder, else the Qwen2-VL processor's defaults;
+/// `--min-pixels`/`--max-pixels` override either. Returns the settings and where they came from.
+fn served_image_config(a: &EvalArgs) -> Result<(ImageProcessorConfig, String)> {
+    let (base, from) = if a.model.model.is_empty() {
+        let from = "the Qwen2-VL image processor's defaults".to_string();
+        (ImageProcessorConfig::default(), from)
+    } else {
+        let dir = Path::new(&a.model.model);
+        if !dir.is_dir() {
+            anyhow::bail!(
+                "--model {}: with --backend openai, --model names a local checkpoint folder (for its pixel bounds)",
+                a.model.model
+            );
+        }
+        let cfg = ImageProcessorConfig::from_model_dir(dir).context("--model")?;
+        (
+            cfg,
+            format!("{}", dir.join("preprocessor_config.json").display()),
+        )
+    };
+    let (min, max) = crate::validate::effective_pixel_bounds(
+        (a.model.min_pixels, a.model.max_pixels),
+        (base.min_pixels, base.max_pixels),
+        base.factor() as u64,
+    )?;
+    let overridden = a.model.min_pixels.is_some() || a.model.max_pixels.is_some();
+    let from = if overridden {
+        format!("{from}, with --min-pixels/--max-pixels")
+    } else {
+        from
+    };
+    Ok((base.with_pixel_bounds(min, max), from))
 }
 
 /// Entry point of `eval`.
@@ -121,7 +262,7 @@ pub fn run(args: EvalArgs, env: &SchedulerEnv) -> Result<()> {
     }
     // Until the first prompt runs there is nothing to save: a stop while the model loads exits at once.
     let loading = super::hub::ExitOnStop::start(cfg.cancel.clone(), "loading the model");
-    let backend = load_backend(&cfg, &cfg.model)?;
+    let backend = step_backend(&cfg)?;
     drop(loading);
     let outcome = run_eval_with(&cfg, backend)?;
     println!("{}", outcome.summary);

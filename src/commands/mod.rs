@@ -12,6 +12,7 @@ pub mod report;
 pub mod sample;
 pub mod score;
 pub mod selftest;
+pub mod serve;
 
 use std::process::ExitCode;
 
@@ -64,6 +65,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(a) => bench::run(a),
         Command::SelfTest(a) => selftest::run(a),
         Command::Pack(a) => pack::run(a),
+        Command::Serve(a) => serve::run(a),
     }
 }
 

@@ -106,12 +106,19 @@ pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
     } else {
         Vec::new()
     };
+    // Predictions of a run whose prompts showed the model's own history get that procedure's figures too.
+    let history = origin
+        .as_ref()
+        .and_then(Origin::settings)
+        .map(|s| s.history.clone())
+        .unwrap_or_default();
     let (metrics, steps) = score_run(
         &rules,
         &found.bench,
         &preds,
         &judgements,
         !judgements.is_empty(),
+        &history,
     );
     if !into_run {
         write_score_record(&out, &args.predictions, &found, &rules)?;

@@ -79,6 +79,7 @@ pub struct ImportCounts {
 impl BenchmarkInfo {
     /// Read `DIR/benchmark.json`: `Ok(None)` when the file does not exist.
     pub fn read(dir: &Path) -> Result<Option<BenchmarkInfo>, DatasetError> {
+        super::check_folder(dir)?;
         let file = dir.join(INFO_FILE);
         let text = match std::fs::read_to_string(&file) {
             Ok(t) => t,

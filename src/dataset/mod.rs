@@ -166,18 +166,27 @@ fn find_bare_images(root: &Path, trajectories: &mut [Trajectory]) {
     }
 }
 
+/// A benchmark is a folder: a file given in its place (its `data.jsonl`, say) is named, with its folder.
+fn check_folder(dir: &Path) -> Result<(), DatasetError> {
+    if !dir.is_file() {
+        return Ok(());
+    }
+    let folder = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    Err(DatasetError::NotAFolder {
+        path: dir.to_path_buf(),
+        folder,
+    })
+}
+
 impl Benchmark {
     /// Load `DIR/data.jsonl` and, when present, `DIR/benchmark.json` (no image is opened; a bare screenshot
     /// name is looked up under `images/`).
     pub fn load(dir: impl AsRef<Path>) -> Result<Benchmark, DatasetError> {
         let root = dir.as_ref().to_path_buf();
-        if root.is_file() {
-            let folder = match root.parent() {
-                Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-                _ => PathBuf::from("."),
-            };
-            return Err(DatasetError::NotAFolder { path: root, folder });
-        }
+        check_folder(&root)?;
         let file = root.join(DATA_FILE);
         let text = std::fs::read_to_string(&file).map_err(|source| DatasetError::Io {
             path: file.clone(),

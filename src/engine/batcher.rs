@@ -13,7 +13,7 @@ use candle_core::{Tensor, D};
 
 use super::memory;
 use super::scheduler::{admit_count, prefill_chunks, BatchLimits, Occupancy};
-use super::{EngineSink, FinishReason, Generation, Next, Request, RequestSource};
+use super::{EngineSink, FinishReason, Generation, Next, Request, RequestSource, TokenScores};
 use crate::interrupt::Cancel;
 use crate::model::flops::{decode_attention_flops, prefill_attention_flops, PromptShape};
 use crate::model::{PrefillRequest, Qwen25VL, SeqCache};
@@ -32,6 +32,8 @@ struct Running {
     cost: usize,
     /// Ended by the caller ([`EngineSink::token`] returned `false`).
     stopped: bool,
+    /// The sampler of a non-greedy request.
+    sampler: Option<candle_transformers::generation::LogitsProcessor>,
 }
 
 /// Cap on prompt tokens prefilled in one model call (bounds prefill activations).
@@ -250,6 +252,7 @@ impl<'m> Engine<'m> {
                 top_logprobs: Vec::new(),
                 cost,
                 stopped: false,
+                sampler: r.sampling.processor(),
             });
         }
         self.push_tokens(first, &logits, stats, sink)?;
@@ -308,8 +311,8 @@ impl<'m> Engine<'m> {
         Ok(self.model.decode(&tokens, &mut caches)?)
     }
 
-    /// Append each row's greedy token (and its top log-probabilities when asked) to running sequences
-    /// `first..first + rows`, telling the sink.
+    /// Append each row's token (greedy, or drawn by the row's sampler) and its log-probabilities when asked to
+    /// running sequences `first..first + rows`, telling the sink.
     fn push_tokens(
         &mut self,
         first: usize,
@@ -317,25 +320,36 @@ impl<'m> Engine<'m> {
         stats: &mut PhaseStats,
         sink: &mut dyn EngineSink,
     ) -> Result<()> {
-        let next = argmax_rows(logits)?;
-        let k = self.running[first..first + next.len()]
-            .iter()
-            .map(|r| r.top_k)
-            .max()
-            .unwrap_or(0);
-        let tops = if k > 0 {
-            Some(top_k_logprobs(logits, k)?)
+        let mut next = argmax_rows(logits)?;
+        let running = &mut self.running[first..first + next.len()];
+        for (row, (tok, r)) in next.iter_mut().zip(running.iter_mut()).enumerate() {
+            if let Some(sampler) = r.sampler.as_mut() {
+                *tok = sampler.sample(&logits.get(row)?)?;
+            }
+        }
+        let scored = running.iter().any(|r| r.top_k > 0);
+        let rows = if scored {
+            logprob_rows(logits)?
         } else {
-            None
+            Vec::new()
         };
         for (row, tok) in next.into_iter().enumerate() {
             let r = &mut self.running[first + row];
             r.generated.push(tok);
-            r.stopped = !sink.token(r.id, tok);
-            if let Some(t) = &tops {
-                r.top_logprobs
-                    .push(t[row][..r.top_k.min(t[row].len())].to_vec());
-            }
+            let scores = (r.top_k > 0).then(|| {
+                let top = top_k_of_row(&rows[row], r.top_k);
+                (rows[row][tok as usize], top)
+            });
+            let keep = match scores {
+                Some((logprob, top)) => {
+                    let keep =
+                        sink.token_scored(r.id, tok, Some(TokenScores { logprob, top: &top }));
+                    r.top_logprobs.push(top);
+                    keep
+                }
+                None => sink.token_scored(r.id, tok, None),
+            };
+            r.stopped = !keep;
             stats.decode_tokens += 1;
         }
         Ok(())
@@ -388,22 +402,29 @@ pub fn argmax_rows(logits: &Tensor) -> Result<Vec<u32>> {
 /// The `k` most likely entries of each row of `logits` (B, vocab) as (id, log-probability), best first
 /// (ties: lower id first).
 pub fn top_k_logprobs(logits: &Tensor, k: usize) -> Result<Vec<Vec<(u32, f32)>>> {
-    let rows = crate::ops::composed::log_softmax_f32(logits)?.to_vec2::<f32>()?;
-    Ok(rows
-        .into_iter()
-        .map(|row| {
-            let mut idx: Vec<u32> = (0..row.len() as u32).collect();
-            let k = k.min(row.len());
-            let cmp =
-                |a: &u32, b: &u32| row[*b as usize].total_cmp(&row[*a as usize]).then(a.cmp(b));
-            if k > 0 && k < idx.len() {
-                idx.select_nth_unstable_by(k - 1, cmp);
-            }
-            idx.truncate(k);
-            idx.sort_by(cmp);
-            idx.into_iter().map(|i| (i, row[i as usize])).collect()
-        })
+    Ok(logprob_rows(logits)?
+        .iter()
+        .map(|row| top_k_of_row(row, k))
         .collect())
+}
+
+/// The log-softmax of each row of `logits` (B, vocab), in f32.
+fn logprob_rows(logits: &Tensor) -> Result<Vec<Vec<f32>>> {
+    Ok(crate::ops::composed::log_softmax_f32(logits)?.to_vec2::<f32>()?)
+}
+
+/// The `k` largest entries of `row` as (index, value), best first, ties by lower index: a strict order, so the
+/// top `k` are the first `k` of any larger top.
+fn top_k_of_row(row: &[f32], k: usize) -> Vec<(u32, f32)> {
+    let mut idx: Vec<u32> = (0..row.len() as u32).collect();
+    let k = k.min(row.len());
+    let cmp = |a: &u32, b: &u32| row[*b as usize].total_cmp(&row[*a as usize]).then(a.cmp(b));
+    if k > 0 && k < idx.len() {
+        idx.select_nth_unstable_by(k - 1, cmp);
+    }
+    idx.truncate(k);
+    idx.sort_by(cmp);
+    idx.into_iter().map(|i| (i, row[i as usize])).collect()
 }
 
 /// Whether an error is a device out-of-memory error (CUDA's message, or the host allocator's).
@@ -454,6 +475,7 @@ mod tests {
                     max_new_tokens: 6,
                     stop_tokens: model.config().eos_token_ids.clone(),
                     top_logprobs: 0,
+                    sampling: super::super::Sampling::Greedy,
                 }
             })
             .collect()

@@ -36,6 +36,8 @@ struct State {
 #[derive(Debug)]
 pub struct JobQueue {
     count: usize,
+    /// Some requests wait for a release ([`JobQueue::chained`]).
+    chained: bool,
     state: Mutex<State>,
     released: Condvar,
 }
@@ -66,6 +68,7 @@ impl JobQueue {
     fn with(count: usize, ready: Vec<Vec<usize>>, expected: usize) -> Self {
         Self {
             count,
+            chained: expected > 0,
             state: Mutex::new(State {
                 ready: ready.into(),
                 expected,
@@ -105,6 +108,15 @@ impl JobQueue {
         s.closed = true;
         s.ready.clear();
         self.released.notify_all();
+    }
+
+    /// A taker stopped (its device failed) with requests it took still unanswered. Their releases may never come,
+    /// so a chained queue hands out nothing more (what is missing is redone on resume); a queue of requests that do
+    /// not wait for each other goes on, so the other takers finish it.
+    pub fn abandon(&self) {
+        if self.chained {
+            self.close();
+        }
     }
 
     /// The next ready group. With `wait`, block until a group is released or nothing more can come, but at most
@@ -199,6 +211,16 @@ mod tests {
         assert_eq!(t.next(false), Next::Pending);
         q.forgo(1);
         assert_eq!(t.next(true), Next::Done);
+    }
+
+    #[test]
+    fn an_abandoned_chained_queue_stops_and_a_ready_one_goes_on() {
+        let q = JobQueue::chained(3, vec![0]);
+        q.abandon();
+        assert_eq!(Taker::new(&q).next(true), Next::Done);
+        let q = JobQueue::ungrouped(2);
+        q.abandon();
+        assert_eq!(Taker::new(&q).next(false), Next::Ready(0));
     }
 
     #[test]

@@ -9,17 +9,19 @@ mod batcher;
 mod jobs;
 pub mod memory;
 mod prefetch;
+mod sampling;
 mod scheduler;
 
 pub use batcher::{argmax_rows, is_oom, top_k_logprobs, Engine, MAX_PREFILL_TOKENS};
 pub use jobs::{JobQueue, Next, Taker, WAIT_SLICE};
 pub use prefetch::{prefetch, Feed};
+pub use sampling::Sampling;
 pub use scheduler::{admit_count, prefill_chunks, BatchLimits, Occupancy, MIN_AUTO_BATCH_TOKENS};
 
 use crate::preprocess::ModelInput;
 pub use crate::records::FinishReason;
 
-/// One prompt to generate for (greedy: no sampling, no repetition penalty).
+/// One prompt to generate for (greedy unless `sampling` says otherwise; no repetition penalty).
 #[derive(Debug, Clone)]
 pub struct Request {
     /// Caller's id, returned with the result.
@@ -35,6 +37,8 @@ pub struct Request {
     pub stop_tokens: Vec<u32>,
     /// Record this many most likely (token, log-probability) pairs per generated position (0 = none).
     pub top_logprobs: usize,
+    /// How the next token is chosen ([`Sampling::Greedy`] for evaluation).
+    pub sampling: Sampling,
 }
 
 /// Where the engine takes its requests from: [`RequestSource::next`] is asked without waiting while sequences
@@ -76,12 +80,28 @@ pub trait EngineSink {
         true
     }
 
+    /// [`EngineSink::token`] with the token's log-probabilities when its request asked for them
+    /// (`top_logprobs` > 0); the engine calls this one, and by default it forwards to `token`.
+    fn token_scored(&mut self, id: usize, token: u32, scores: Option<TokenScores<'_>>) -> bool {
+        let _ = scores;
+        self.token(id, token)
+    }
+
     /// Sequence `id` finished; `stats` are the phase's counters so far.
     fn done(
         &mut self,
         generation: Generation,
         stats: &crate::records::PhaseStats,
     ) -> anyhow::Result<()>;
+}
+
+/// A generated token's log-probability and its position's most likely tokens (id, log-probability), best first.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TokenScores<'a> {
+    /// The log-softmax of the chosen token (of the logits before any temperature).
+    pub logprob: f32,
+    /// The request's `top_logprobs` most likely tokens.
+    pub top: &'a [(u32, f32)],
 }
 
 /// Any closure taking each finished generation is a sink that never stops a sequence early.

@@ -41,6 +41,9 @@ pub struct JudgePhase<'a> {
     pub jobs: Vec<usize>,
     /// Most generated tokens.
     pub max_new_tokens: usize,
+    /// Judge the steps up to the first one without a prediction, with that last predicted step's screenshot (a
+    /// semi-online run, whose trajectory stops there); else every step, with the final screenshot.
+    pub reached_only: bool,
 }
 
 impl Phase for JudgePhase<'_> {
@@ -60,12 +63,18 @@ impl Phase for JudgePhase<'_> {
 
     fn request(&self, i: usize) -> Result<ChatRequest> {
         let t = &self.bench.trajectories[self.jobs[i]];
+        let empty = parse_response("");
+        let mut predicted = predicted_steps(t, self.preds, &empty);
+        if self.reached_only {
+            let reached = (0..t.steps.len())
+                .take_while(|&si| self.preds.get(&t.id, si).is_some())
+                .count();
+            predicted.truncate(reached.max(1));
+        }
         let last = t
             .steps
-            .last()
+            .get(predicted.len().saturating_sub(1))
             .ok_or_else(|| anyhow::anyhow!("trajectory {} has no steps", t.id))?;
-        let empty = parse_response("");
-        let predicted = predicted_steps(t, self.preds, &empty);
         Ok(ChatRequest {
             messages: judge_messages(t, &predicted)?,
             images: vec![self.bench.root.join(&last.image)],
@@ -85,7 +94,7 @@ impl Phase for JudgePhase<'_> {
                     success: v.success,
                     reason: v.reason,
                     prompt_tokens: Some(r.prompt_tokens),
-                    generated_tokens: Some(r.token_ids.len()),
+                    generated_tokens: Some(r.generated_tokens),
                     response: r.text,
                     error: None,
                 }

@@ -3,11 +3,14 @@
 //! each result as it finishes, so a killed run resumes without losing or duplicating a step.
 
 mod checks;
+mod dump;
+pub mod history;
 mod judge;
 mod phase;
 pub mod progress;
 pub mod prompts;
 mod screens;
+mod semi_online;
 mod steps;
 
 use std::path::PathBuf;
@@ -16,19 +19,25 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 
+pub use dump::PromptDump;
 pub use judge::{pending_trajectories, JudgePhase};
-pub use phase::{run_phase, Phase};
+pub use phase::{run_phase, run_phase_dumping, Phase};
 pub use prompts::SystemPrompt;
-pub use steps::{pending_steps, StepJob, StepPhase};
+pub use semi_online::{Decide, SemiOnlineConfig, SemiOnlinePhase};
+pub use steps::{pending_steps, prediction_line, StepJob, StepPhase};
 
-use crate::backend::{fingerprint, Backend, LoadedModel, LocalBackend, ModelSpec, MultiBackend};
+use crate::backend::{
+    fingerprint, Backend, LoadedModel, LocalBackend, ModelSpec, MultiBackend, OpenAiBackend,
+    OpenAiSettings,
+};
 use crate::dataset::Benchmark;
 use crate::engine::{memory, BatchLimits};
 use crate::interrupt::Cancel;
 use crate::predictions::PredictionSet;
 use crate::records::{
-    JudgeSettings, JudgementLine, Manifest, PhaseSummary, RunSettings, Throughput, Versions,
-    LINE_SCHEMA_VERSION, MANIFEST_SCHEMA_VERSION,
+    History, JudgeSettings, JudgementLine, Manifest, PhaseSummary, PredictionLine, Procedure,
+    RunSettings, SemiOnlineSettings, Throughput, Versions, LINE_SCHEMA_VERSION,
+    MANIFEST_SCHEMA_VERSION,
 };
 use crate::rundir::{self, RunDir};
 use crate::score::{Metrics, RulePreset};
@@ -43,13 +52,26 @@ pub enum JudgeChoice {
     Other(String),
     /// No aggregation phase.
     None,
+    /// A model on an OpenAI-compatible server (`--judge-endpoint`, `--judge-api-model`).
+    Served(OpenAiSettings),
+}
+
+/// The server that answers a run's prompts instead of a local checkpoint (`eval --backend openai`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServedConfig {
+    /// The step prompts' server (and the judge's, unless [`JudgeChoice::Served`] names another).
+    pub steps: OpenAiSettings,
+    /// Where the pixel bounds came from, for the manifest.
+    pub pixel_bounds_from: String,
 }
 
 /// Everything `eval` needs, validated by the CLI.
 #[derive(Debug, Clone)]
 pub struct EvalConfig {
-    /// The evaluated model and how to load it.
+    /// The evaluated model and how to load it (with `served`, only its pixel bounds count).
     pub model: ModelSpec,
+    /// An OpenAI-compatible server that answers the prompts instead of `model`.
+    pub served: Option<ServedConfig>,
     /// The devices to run it on: one copy of the model per device (`model.device` is ignored).
     pub devices: Vec<DeviceSpec>,
     /// Benchmark folder (already resolved: the sample benchmark when the user gave none).
@@ -76,6 +98,21 @@ pub struct EvalConfig {
     pub command_line: Vec<String>,
     /// The Hub dataset the benchmark was fetched from, for the manifest.
     pub data_source: Option<crate::records::DataSource>,
+    /// `--history predicted --semi-online P`: the step prompts show the model's own earlier outputs under this
+    /// procedure; `None`: the gold history.
+    pub semi_online: Option<Procedure>,
+    /// `--dump-prompts`: write every step prompt built into this file.
+    pub dump_prompts: Option<PathBuf>,
+}
+
+impl EvalConfig {
+    /// The history of the run's step prompts, as its manifest records it.
+    pub fn history(&self) -> History {
+        match self.semi_online {
+            None => History::Gold,
+            Some(p) => History::Predicted(Box::new(SemiOnlineSettings::new(p, self.rules.clone()))),
+        }
+    }
 }
 
 /// What a finished `eval` produced.
@@ -101,8 +138,43 @@ fn judge_spec(cfg: &EvalConfig) -> Option<ModelSpec> {
             model: m.clone(),
             ..cfg.model.clone()
         }),
-        JudgeChoice::None => None,
+        JudgeChoice::None | JudgeChoice::Served(_) => None,
     }
+}
+
+/// The backend of the step prompts: the server of `--backend openai`, else the checkpoint on the run's devices.
+pub fn step_backend(cfg: &EvalConfig) -> Result<Box<dyn Backend>> {
+    match &cfg.served {
+        Some(s) => Ok(Box::new(connect(cfg, &s.steps)?)),
+        None => load_backend(cfg, &cfg.model),
+    }
+}
+
+/// A server's backend for this run.
+fn connect(cfg: &EvalConfig, s: &OpenAiSettings) -> Result<OpenAiBackend> {
+    OpenAiBackend::connect(s.clone(), cfg.max_new_tokens, cfg.cancel.clone())
+        .with_context(|| format!("connecting to {}", s.endpoint))
+}
+
+/// The judge phase's backend (`None` without a judge phase): the step backend itself, or another model loaded or
+/// reached once the step backend is dropped (one model in memory at a time).
+fn judge_backend(cfg: &EvalConfig, steps: Box<dyn Backend>) -> Result<Option<Box<dyn Backend>>> {
+    Ok(match &cfg.judge {
+        JudgeChoice::None => None,
+        JudgeChoice::SameModel => Some(steps),
+        JudgeChoice::Other(m) => {
+            drop(steps);
+            let spec = ModelSpec {
+                model: m.clone(),
+                ..cfg.model.clone()
+            };
+            Some(load_backend(cfg, &spec)?)
+        }
+        JudgeChoice::Served(s) => {
+            drop(steps);
+            Some(Box::new(connect(cfg, s)?))
+        }
+    })
 }
 
 /// Load a checkpoint of `spec` on each of the run's devices, each under its own batch limits (budget from its own
@@ -143,11 +215,21 @@ fn settings(cfg: &EvalConfig, backend: &dyn Backend) -> Result<RunSettings> {
     let data = cfg.data.join("data.jsonl");
     let bytes = std::fs::read(&data).with_context(|| format!("reading {}", data.display()))?;
     let info = backend.info();
+    // A served model is named by its id on the server; a checkpoint as `--model` gave it.
+    let model = match &cfg.served {
+        Some(_) => info.model.clone(),
+        None => cfg.model.model.clone(),
+    };
     let judge = match (&cfg.judge, judge_spec(cfg)) {
         (JudgeChoice::SameModel, _) => Some(JudgeSettings {
-            model: cfg.model.model.clone(),
+            model: model.clone(),
             hash: info.fingerprint.clone(),
             weights: info.weights.clone(),
+        }),
+        (JudgeChoice::Served(s), _) => Some(JudgeSettings {
+            model: s.api_model.clone(),
+            hash: connect(cfg, s)?.info().fingerprint.clone(),
+            weights: Default::default(),
         }),
         (_, Some(spec)) => {
             let files = crate::model::ModelFiles::resolve(&spec.model, &spec.hub)
@@ -161,13 +243,18 @@ fn settings(cfg: &EvalConfig, backend: &dyn Backend) -> Result<RunSettings> {
         (_, None) => None,
     };
     Ok(RunSettings {
-        model: cfg.model.model.clone(),
+        model,
         model_hash: info.fingerprint.clone(),
         weights: info.weights.clone(),
         dtype: info.dtype.clone(),
         data_hash: crate::fingerprint::sha256_hex(&bytes),
         prompt_hashes: prompts::template_hashes()
             .into_iter()
+            .chain(
+                cfg.semi_online
+                    .map(prompts::procedure_template_hashes)
+                    .unwrap_or_default(),
+            )
             .map(|(k, v)| (k.to_string(), v))
             .collect(),
         system_prompt: cfg.system_prompt,
@@ -176,6 +263,7 @@ fn settings(cfg: &EvalConfig, backend: &dyn Backend) -> Result<RunSettings> {
         judge,
         version: env!("CARGO_PKG_VERSION").into(),
         shard: None,
+        history: cfg.history(),
     })
 }
 
@@ -205,14 +293,33 @@ fn manifest(
         finished_at_unix: None,
         shard: None,
         screenshots: Default::default(),
+        served: cfg.served.as_ref().map(|s| served_record(cfg, s)),
         data_source: cfg.data_source.clone(),
+    }
+}
+
+/// The manifest's record of the servers (never the key).
+fn served_record(cfg: &EvalConfig, s: &ServedConfig) -> crate::records::ServedRecord {
+    let judge = match &cfg.judge {
+        JudgeChoice::Served(j) => Some(j),
+        _ => None,
+    };
+    crate::records::ServedRecord {
+        endpoint: s.steps.endpoint.clone(),
+        model: s.steps.api_model.clone(),
+        judge_endpoint: judge.map(|j| j.endpoint.clone()),
+        judge_model: judge.map(|j| j.api_model.clone()),
+        concurrency: s.steps.concurrency,
+        request_timeout_seconds: s.steps.request_timeout.as_secs_f64(),
+        max_retries: s.steps.max_retries,
+        pixel_bounds_from: s.pixel_bounds_from.clone(),
     }
 }
 
 /// Run (or resume) an evaluation.
 pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
     let bench = load_benchmark(cfg)?;
-    let backend = load_backend(cfg, &cfg.model)?;
+    let backend = step_backend(cfg)?;
     run_loaded(cfg, bench, backend)
 }
 
@@ -239,13 +346,7 @@ fn run_loaded(
     // The step model's section table (a separately loaded judge keeps its own).
     let profile = backend.profile_snapshot();
     let preds = PredictionSet::read_optional(cfg.out.path(rundir::PREDICTIONS))?;
-    if let Some(spec) = judge_spec(cfg) {
-        let judge = if cfg.judge == JudgeChoice::SameModel {
-            backend
-        } else {
-            drop(backend); // one model in memory at a time
-            load_backend(cfg, &spec)?
-        };
+    if let Some(judge) = judge_backend(cfg, backend)? {
         phases.push(run_judge(cfg, &bench, judge.as_ref(), &preds)?.summary());
         let total = bench.trajectories.len();
         checks::stop_if_interrupted(cfg, "judged trajectories", total)?;
@@ -320,6 +421,14 @@ fn run_steps(
     bench: &Benchmark,
     backend: &dyn Backend,
 ) -> Result<crate::records::PhaseStats> {
+    let dump = cfg
+        .dump_prompts
+        .as_deref()
+        .map(PromptDump::create)
+        .transpose()?;
+    if let Some(procedure) = cfg.semi_online {
+        return run_semi_online(cfg, bench, backend, procedure, dump.as_ref());
+    }
     let path = cfg.out.path(rundir::PREDICTIONS);
     let jobs = pending_steps(bench, &cfg.out.completed_steps()?);
     tracing::info!(
@@ -335,7 +444,36 @@ fn run_steps(
         image: backend.image_config(),
         max_new_tokens: cfg.max_new_tokens,
     };
-    run_phase(backend, &phase, &path)
+    run_phase_dumping(backend, &phase, &path, dump.as_ref())
+}
+
+/// The step phase of a semi-online run: each trajectory's steps as a chain, resumed from the saved lines.
+fn run_semi_online(
+    cfg: &EvalConfig,
+    bench: &Benchmark,
+    backend: &dyn Backend,
+    procedure: Procedure,
+    dump: Option<&PromptDump>,
+) -> Result<crate::records::PhaseStats> {
+    let path = cfg.out.path(rundir::PREDICTIONS);
+    let saved: Vec<PredictionLine> = cfg.out.read_lines(rundir::PREDICTIONS)?;
+    let semi = SemiOnlineConfig {
+        procedure,
+        decide: Decide::Rules(&cfg.rules),
+        system: cfg.system_prompt,
+        image: backend.image_config(),
+        max_new_tokens: cfg.max_new_tokens,
+    };
+    let phase = SemiOnlinePhase::new(bench, &saved, semi);
+    tracing::info!(
+        "steps ({procedure} history): {} chains to run, {} steps at most, {} done or not to be reached",
+        phase.first_steps().len(),
+        phase.pending(),
+        bench.num_steps() - phase.pending()
+    );
+    // Later prompts grow with the answers; the checks see each chain's first prompt (a longer one runs alone).
+    checks::first_prompt_checks(cfg, bench, backend, &phase.first_steps())?;
+    run_phase_dumping(backend, &phase, &path, dump)
 }
 
 fn run_judge(
@@ -352,6 +490,7 @@ fn run_judge(
         preds,
         jobs,
         max_new_tokens: cfg.max_new_tokens,
+        reached_only: cfg.semi_online.is_some(),
     };
     run_phase(backend, &phase, &path)
 }
@@ -364,7 +503,9 @@ fn score_and_report(
 ) -> Result<(Metrics, String)> {
     let judgements: Vec<JudgementLine> = cfg.out.judgements()?;
     let judged = !matches!(cfg.judge, JudgeChoice::None);
-    let (metrics, steps) = crate::score::score_run(&cfg.rules, bench, preds, &judgements, judged);
+    let history = cfg.history();
+    let (metrics, steps) =
+        crate::score::score_run(&cfg.rules, bench, preds, &judgements, judged, &history);
     crate::report::write_all(&cfg.out, &metrics, &steps)?;
     // The HTML report is a view of the files above: failing to write it must not fail the run.
     if let Err(e) = crate::report::html::write_run(&cfg.out) {

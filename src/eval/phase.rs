@@ -7,6 +7,7 @@ use std::path::Path;
 use anyhow::Result;
 use serde::Serialize;
 
+use super::dump::PromptDump;
 use super::progress::Progress;
 use crate::backend::{Backend, ChatRequest, ChatResult, JobQueue};
 use crate::records::PhaseStats;
@@ -31,22 +32,62 @@ pub trait Phase: Sync {
     fn groups(&self) -> Vec<Vec<usize>> {
         (0..self.pending()).map(|i| vec![i]).collect()
     }
+    /// The queue the backend takes the pending prompts from: all ready, in [`Phase::groups`] (a phase whose
+    /// prompts wait for earlier answers starts a chained queue and releases them in [`Phase::settled`]).
+    fn queue(&self) -> JobQueue {
+        JobQueue::ready(self.pending(), self.groups())
+    }
+    /// Prompt `i`'s line has been appended: release the prompts it makes ready, or give up those it makes
+    /// unnecessary; returns how many were given up (they count as done for the progress display).
+    fn settled(&self, i: usize, record: &Self::Record, jobs: &JobQueue) -> usize {
+        let _ = (i, record, jobs);
+        0
+    }
+    /// What pending prompt `i` is, for `--dump-prompts` (e.g. its trajectory and step).
+    fn describe(&self, i: usize) -> serde_json::Value {
+        serde_json::json!({ "index": i })
+    }
 }
 
 /// Run `phase` through `backend`, appending its lines to `path` (synced before returning).
 pub fn run_phase<P: Phase>(backend: &dyn Backend, phase: &P, path: &Path) -> Result<PhaseStats> {
+    run_phase_dumping(backend, phase, path, None)
+}
+
+/// [`run_phase`], writing every prompt built into `dump` as well.
+pub fn run_phase_dumping<P: Phase>(
+    backend: &dyn Backend,
+    phase: &P,
+    path: &Path,
+    dump: Option<&PromptDump>,
+) -> Result<PhaseStats> {
     let mut out = JsonlAppender::open(path, 8)?;
     let (total, pending) = (phase.total(), phase.pending());
     let mut progress = Progress::new(phase.name(), total as u64, (total - pending) as u64);
     let t0 = std::time::Instant::now();
-    let make = |i: usize| phase.request(i);
-    let jobs = JobQueue::ready(pending, phase.groups());
+    let make = |i: usize| {
+        let request = phase.request(i)?;
+        if let Some(d) = dump {
+            d.write(phase.describe(i), &request)?;
+        }
+        Ok(request)
+    };
+    let jobs = phase.queue();
     let mut stats = backend.run(&jobs, &make, &mut |i, outcome, st| {
-        out.append(&phase.record(i, outcome))?;
-        progress.advance(1, st);
+        let record = phase.record(i, outcome);
+        if let Err(e) = out.append(&record) {
+            // Nothing more can be saved: hand out nothing more (a chained queue would wait for this release).
+            jobs.close();
+            return Err(e.into());
+        }
+        let given_up = phase.settled(i, &record, &jobs);
+        progress.advance(1 + given_up as u64, st);
         Ok(())
     })?;
     out.sync()?;
+    if let Some(d) = dump {
+        d.flush()?;
+    }
     stats.phase = phase.name().into();
     stats.wall_seconds = t0.elapsed().as_secs_f64();
     progress.finish();

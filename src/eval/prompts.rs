@@ -25,6 +25,10 @@ pub const JUDGE_TEMPLATE: &str = include_str!("../../prompts/judge.jinja");
 
 pub use crate::settings::SystemPrompt;
 
+/// The user turn of each later step of a `uis1-sop` conversation (the first step's is [`STEP_TEMPLATE`] with no
+/// history). Variables: `step_instruction` (the step's own instruction, when the benchmark has one).
+pub const STEP_TURN_TEMPLATE: &str = include_str!("../../prompts/step_turn.jinja");
+
 /// SHA-256 (hex) of every embedded template, by file name, for the manifest.
 pub fn template_hashes() -> BTreeMap<&'static str, String> {
     [
@@ -37,6 +41,18 @@ pub fn template_hashes() -> BTreeMap<&'static str, String> {
     .collect()
 }
 
+/// SHA-256 of the templates the step prompts of `procedure` use beyond [`template_hashes`] (only those, so a
+/// gold-history run's manifest does not change).
+pub fn procedure_template_hashes(
+    procedure: crate::records::Procedure,
+) -> BTreeMap<&'static str, String> {
+    let mut out = BTreeMap::new();
+    if procedure == crate::records::Procedure::Uis1Sop {
+        out.insert("step_turn.jinja", sha256_hex(STEP_TURN_TEMPLATE.as_bytes()));
+    }
+    out
+}
+
 /// Chat messages for step `step` of `traj`: system prompt, then one user turn with the instruction, the golden
 /// history (previous steps' `subtask`) and the screenshot, whose resized size is `resized_wh`.
 pub fn step_messages(
@@ -45,27 +61,58 @@ pub fn step_messages(
     resized_wh: [u32; 2],
     mode: SystemPrompt,
 ) -> Result<Value, chat::ChatError> {
-    let system = match (mode, &traj.system) {
-        (SystemPrompt::Data, Some(s)) if !s.trim().is_empty() => s.clone(),
-        _ => chat::render_str(
-            SYSTEM_TEMPLATE,
-            &json!({"width": resized_wh[0], "height": resized_wh[1]}),
-        )?,
-    };
     let history: Vec<&str> = traj.steps[..step]
         .iter()
         .map(|s| s.subtask.as_str())
         .collect();
+    step_messages_with(traj, step, &history, resized_wh, mode)
+}
+
+/// The system message of `traj`'s step prompts: the trajectory's own (`--system-prompt data`, when it has one)
+/// or the `mobile_use` prompt with the resized screenshot size `resized_wh`.
+pub fn system_text(
+    traj: &Trajectory,
+    resized_wh: [u32; 2],
+    mode: SystemPrompt,
+) -> Result<String, chat::ChatError> {
+    match (mode, &traj.system) {
+        (SystemPrompt::Data, Some(s)) if !s.trim().is_empty() => Ok(s.clone()),
+        _ => chat::render_str(
+            SYSTEM_TEMPLATE,
+            &json!({"width": resized_wh[0], "height": resized_wh[1]}),
+        ),
+    }
+}
+
+/// The step user turn's text of step `step`: the instruction (with the step's own, when it has one) and
+/// `history`, one entry per earlier step.
+pub fn step_user_text(
+    traj: &Trajectory,
+    step: usize,
+    history: &[&str],
+) -> Result<String, chat::ChatError> {
     // A step's own (low-level) instruction follows the trajectory's, as GUIEvalKit's Qwen2.5-VL prompt for
     // AndroidControl-low does (xiaomi-research/guievalkit guieval/models/qwen2_5_vl.py, "Current step query").
     let instruction = match &traj.steps[step].instruction {
         Some(own) => format!("{} \nCurrent step query: {own}", traj.instruction),
         None => traj.instruction.clone(),
     };
-    let user = chat::render_str(
+    chat::render_str(
         STEP_TEMPLATE,
         &json!({"instruction": instruction, "history": history}),
-    )?;
+    )
+}
+
+/// [`step_messages`] with the given `history` entries in place of the gold `subtask` sentences.
+pub fn step_messages_with(
+    traj: &Trajectory,
+    step: usize,
+    history: &[&str],
+    resized_wh: [u32; 2],
+    mode: SystemPrompt,
+) -> Result<Value, chat::ChatError> {
+    let system = system_text(traj, resized_wh, mode)?;
+    let user = step_user_text(traj, step, history)?;
     Ok(json!([
         {"role": "system", "content": system},
         {"role": "user", "content": [{"type": "text", "text": user}, {"type": "image"}]},

@@ -100,30 +100,44 @@ impl Phase for StepPhase<'_> {
 
     fn record(&self, i: usize, outcome: Result<ChatResult, String>) -> PredictionLine {
         let (ti, si) = self.jobs[i];
-        let trajectory = self.bench.trajectories[ti].id.clone();
-        match outcome {
-            Ok(r) => PredictionLine {
+        prediction_line(&self.bench.trajectories[ti].id, si, outcome)
+    }
+
+    fn describe(&self, i: usize) -> serde_json::Value {
+        let (ti, si) = self.jobs[i];
+        serde_json::json!({"trajectory": self.bench.trajectories[ti].id, "step": si})
+    }
+}
+
+/// The `predictions.jsonl` line of step `si` of trajectory `trajectory`: its answer, or why it could not run.
+pub fn prediction_line(
+    trajectory: &str,
+    si: usize,
+    outcome: Result<ChatResult, String>,
+) -> PredictionLine {
+    let trajectory = trajectory.to_string();
+    match outcome {
+        Ok(r) => PredictionLine {
+            trajectory,
+            step: si,
+            response: r.text,
+            image_size: r.image_sizes.last().copied(),
+            prompt_tokens: Some(r.prompt_tokens),
+            generated_tokens: Some(r.generated_tokens),
+            finish: Some(r.finish),
+            error: None,
+        },
+        Err(msg) => {
+            tracing::warn!("trajectory {trajectory} step {si}: {msg}");
+            PredictionLine {
                 trajectory,
                 step: si,
-                response: r.text,
-                image_size: r.image_sizes.first().copied(),
-                prompt_tokens: Some(r.prompt_tokens),
-                generated_tokens: Some(r.token_ids.len()),
-                finish: Some(r.finish),
-                error: None,
-            },
-            Err(msg) => {
-                tracing::warn!("trajectory {trajectory} step {si}: {msg}");
-                PredictionLine {
-                    trajectory,
-                    step: si,
-                    response: String::new(),
-                    image_size: None,
-                    prompt_tokens: None,
-                    generated_tokens: None,
-                    finish: None,
-                    error: Some(msg),
-                }
+                response: String::new(),
+                image_size: None,
+                prompt_tokens: None,
+                generated_tokens: None,
+                finish: None,
+                error: Some(msg),
             }
         }
     }

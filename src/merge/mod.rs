@@ -190,7 +190,15 @@ pub fn merge_run(opts: &MergeOptions) -> Result<MergeOutcome, MergeError> {
     let predictions = merged_jsonl(&run, &bench, &shards, rundir::PREDICTIONS)?.unwrap_or_default();
     let judgements = merged_jsonl(&run, &bench, &shards, rundir::JUDGEMENTS)?;
     let judged = settings.judge.is_some();
-    let (metrics, steps) = score(&rules, &bench, &predictions, judgements.as_deref(), judged);
+    let history = settings.history.clone();
+    let (metrics, steps) = score(
+        &rules,
+        &bench,
+        &predictions,
+        judgements.as_deref(),
+        judged,
+        &history,
+    );
     crate::report::write_all(&run, &metrics, &steps)?;
     write_throughput(&run, &shards)?;
     write_manifest(&run, &shards, &bench, rules, settings)?;
@@ -285,18 +293,20 @@ fn merged_jsonl(
 }
 
 /// Score exactly as `eval` does: metrics of the predictions, the judge summary (when the run had a judge or
-/// judgements exist), and the count of prediction lines carrying an error.
+/// judgements exist), the count of prediction lines carrying an error, and the semi-online figures of a run whose
+/// history was the model's own.
 pub fn score(
     rules: &RulePreset,
     bench: &Benchmark,
     predictions: &str,
     judgements: Option<&str>,
     judged: bool,
+    history: &crate::records::History,
 ) -> (Metrics, Vec<crate::score::StepScore>) {
     let preds = PredictionSet::parse(predictions);
     let judgements =
         crate::records::parse_lines::<JudgementLine>(judgements.unwrap_or_default()).records;
-    crate::score::score_run(rules, bench, &preds, &judgements, judged)
+    crate::score::score_run(rules, bench, &preds, &judgements, judged, history)
 }
 
 /// The earliest start and the latest finish of the shards with a manifest.

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::{DecodeAttention, OpsManifest, PhaseSummary, ProfileSnapshot};
+use super::{DecodeAttention, History, OpsManifest, PhaseSummary, ProfileSnapshot};
 use crate::fingerprint::FilesFingerprint;
 use crate::preprocess::ImageProcessorConfig;
 use crate::settings::{BatchLimits, RulePreset, SystemPrompt};
@@ -50,6 +50,9 @@ pub struct RunSettings {
     /// `I/N` when the run is one shard of a sharded run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<String>,
+    /// The history the step prompts show; absent (the gold history) in runs that do not set it.
+    #[serde(default, skip_serializing_if = "History::is_gold")]
+    pub history: History,
 }
 
 /// One setting in which two runs differ, for messages (`name: old → new`, each value as JSON).
@@ -82,24 +85,11 @@ impl RunSettings {
             }
         };
         // Destructured so that a new field cannot be left out of the comparison.
-        let RunSettings {
-            model,
-            model_hash,
-            weights,
-            dtype,
-            data_hash,
-            prompt_hashes,
-            system_prompt,
-            image_processor,
-            max_new_tokens,
-            judge,
-            version,
-            shard,
-        } = self;
         macro_rules! compare {
-            ($($f:ident),*) => {
+            ($($f:ident),*) => {{
+                let RunSettings { $($f),* } = self;
                 $(field(stringify!($f), *$f != new.$f, show($f), show(&new.$f));)*
-            };
+            }};
         }
         compare!(
             model,
@@ -113,7 +103,8 @@ impl RunSettings {
             max_new_tokens,
             judge,
             version,
-            shard
+            shard,
+            history
         );
         out
     }
@@ -205,9 +196,36 @@ pub struct Manifest {
     /// empty in manifests that predate it, which resume unchecked).
     #[serde(default)]
     pub screenshots: FilesFingerprint,
+    /// The servers that answered the prompts, for a run through an OpenAI-compatible API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served: Option<ServedRecord>,
     /// The Hub dataset the benchmark was fetched from (absent for a local folder, and in older manifests).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_source: Option<DataSource>,
+}
+
+/// Where the prompts of a run through an OpenAI-compatible API went (`eval --backend openai`); never the API key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServedRecord {
+    /// The base URL of the step prompts' server (`…/v1`).
+    pub endpoint: String,
+    /// The model id it served them with.
+    pub model: String,
+    /// The judge prompts' server, when the judge ran elsewhere (`--judge-endpoint`, `--judge-api-model`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge_endpoint: Option<String>,
+    /// The judge's model id there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge_model: Option<String>,
+    /// Most requests in flight (`--concurrency`).
+    pub concurrency: usize,
+    /// Seconds one HTTP call may take (`--request-timeout`).
+    pub request_timeout_seconds: f64,
+    /// Retries of one prompt after a connection error, a timeout, a 429 or a 5xx (`--max-retries`).
+    pub max_retries: u32,
+    /// Where the pixel bounds of the screenshots came from (the client resizes them to the smart-resized size
+    /// itself): `--model DIR`'s `preprocessor_config.json`, or the Qwen2-VL processor's defaults.
+    pub pixel_bounds_from: String,
 }
 
 /// The part of `manifest.json` that every run folder's manifest has — a run's or a shard's ([`Manifest`]) and a
@@ -248,8 +266,10 @@ pub struct OpsRecord {
     /// Fused ops, CUDA kernels, GEMM library and blocking.
     #[serde(flatten)]
     pub ops: OpsManifest,
-    /// How decode attention ran (`PerSequence`, `Padded`, `Fused`).
-    pub decode_attention: DecodeAttention,
+    /// How decode attention ran (`PerSequence`, `Padded`, `Fused`); null for a served model, whose server does
+    /// not say.
+    #[serde(default)]
+    pub decode_attention: Option<DecodeAttention>,
     /// Whether the model's sections were timed (a slower run).
     pub profiled: bool,
 }

@@ -6,6 +6,7 @@
 //! JSON files carry their `schema_version`; the two JSONL files are versioned by the manifest of their run
 //! (`Manifest::line_schema_version`), so every line stays a plain record that any JSONL tool can write.
 
+mod history;
 mod jsonl;
 mod manifest;
 mod ops;
@@ -14,13 +15,14 @@ mod scored;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+pub use history::{History, HistoryFormat, HistorySource, Procedure, SemiOnlineSettings};
 pub use jsonl::{parse_lines, read_lines, whole_lines, BadLine, JsonLines};
 pub use manifest::{
-    DataSource, JudgeSettings, Manifest, ManifestHeader, OpsRecord, RunSettings, SettingDiff,
-    Throughput, Versions, MANIFEST_SCHEMA_VERSION, THROUGHPUT_SCHEMA_VERSION,
+    DataSource, JudgeSettings, Manifest, ManifestHeader, OpsRecord, RunSettings, ServedRecord,
+    SettingDiff, Throughput, Versions, MANIFEST_SCHEMA_VERSION, THROUGHPUT_SCHEMA_VERSION,
 };
 pub use ops::{BlasChoice, DecodeAttention, MatmulRate, OpsManifest, ProfileSnapshot, SectionTime};
-pub use phase::{DeviceShare, PhaseStats, PhaseSummary};
+pub use phase::{DeviceShare, LatencySummary, PhaseStats, PhaseSummary, RequestStats};
 pub use scored::{ScoreRecord, SCORED_SCHEMA_VERSION};
 
 /// Version of the prediction and judgement line formats (bumped when a field changes meaning).

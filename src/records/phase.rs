@@ -51,6 +51,62 @@ pub struct PhaseStats {
     /// Each device's share, when several devices ran the phase.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<DeviceShare>,
+    /// The HTTP requests, when a server answered the phase (`eval --backend openai`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<RequestStats>,
+}
+
+/// The requests of a phase answered by an OpenAI-compatible server.
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestStats {
+    /// Most requests in flight at once (`--concurrency`).
+    pub concurrency: usize,
+    /// Prompts sent (each once, however often it was retried).
+    pub requests: usize,
+    /// HTTP calls, retries included.
+    pub attempts: usize,
+    /// Calls repeated after a connection error, a timeout, a 429 or a 5xx.
+    pub retries: usize,
+    /// Prompts given up on (recorded as errors and redone on resume) or refused by the server.
+    pub failed: usize,
+    /// Answered prompts per second of the phase.
+    pub requests_per_second: f64,
+    /// Seconds from a prompt's first call to its answer (retries and waits included), over answered prompts.
+    pub latency_seconds: LatencySummary,
+}
+
+/// A distribution of durations, in seconds.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LatencySummary {
+    /// Mean.
+    pub mean: f64,
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+impl LatencySummary {
+    /// The summary of `samples` (nearest-rank percentiles; all zero without samples).
+    pub fn of(samples: &[f64]) -> Self {
+        if samples.is_empty() {
+            return Self::default();
+        }
+        let mut s = samples.to_vec();
+        s.sort_by(f64::total_cmp);
+        let rank = |p: f64| s[((p * s.len() as f64).ceil() as usize).clamp(1, s.len()) - 1];
+        Self {
+            mean: s.iter().sum::<f64>() / s.len() as f64,
+            p50: rank(0.5),
+            p90: rank(0.9),
+            p99: rank(0.99),
+            max: s[s.len() - 1],
+        }
+    }
 }
 
 /// One device's share of a phase run on several devices.
@@ -148,5 +204,20 @@ impl PhaseStats {
             },
             stats: self.clone(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_percentiles_are_nearest_rank() {
+        let l = LatencySummary::of(&[4.0, 1.0, 3.0, 2.0]);
+        assert_eq!(
+            (l.mean, l.p50, l.p90, l.p99, l.max),
+            (2.5, 2.0, 4.0, 4.0, 4.0)
+        );
+        assert_eq!(LatencySummary::of(&[]), LatencySummary::default());
     }
 }

@@ -12,8 +12,8 @@ pub use super::compare_types::{
 use super::input::RunData;
 use super::{write_atomic, ReportError};
 use crate::score::{
-    mcnemar_exact, paired_intervals, Metrics, StepScore, DEFAULT_RESAMPLES, DEFAULT_SEED,
-    INTERVAL_METRICS,
+    average_progress, mcnemar_exact, paired_intervals, paired_progress_interval, Metrics,
+    StepScore, DEFAULT_RESAMPLES, DEFAULT_SEED, INTERVAL_METRICS,
 };
 
 fn metric_value(m: &Metrics, name: &str) -> f64 {
@@ -98,7 +98,7 @@ pub fn compare(a: &RunData, b: &RunData) -> Result<Comparison, ReportError> {
         });
     }
     let iv = paired_intervals(&a.steps, &b.steps, DEFAULT_RESAMPLES, DEFAULT_SEED);
-    let metrics = INTERVAL_METRICS
+    let mut metrics: Vec<MetricDelta> = INTERVAL_METRICS
         .iter()
         .filter_map(|&name| {
             let i = iv.metrics.get(name)?;
@@ -116,6 +116,10 @@ pub fn compare(a: &RunData, b: &RunData) -> Result<Comparison, ReportError> {
             })
         })
         .collect();
+    let history = semi_online_history(a, b);
+    if history.is_some() {
+        metrics.push(progress_delta(a, b));
+    }
     let (flipped, a_only, b_only) = flips(&a.steps, &b.steps);
     Ok(Comparison {
         schema_version: COMPARE_SCHEMA_VERSION,
@@ -135,6 +139,7 @@ pub fn compare(a: &RunData, b: &RunData) -> Result<Comparison, ReportError> {
         per_app: group_deltas(&a.steps, &b.steps, |s| s.app.clone()),
         per_action: group_deltas(&a.steps, &b.steps, |s| s.gold_type.to_string()),
         settings: setting_deltas(a, b),
+        history,
     })
 }
 
@@ -156,6 +161,33 @@ fn setting_deltas(a: &RunData, b: &RunData) -> Vec<SettingDelta> {
         .collect()
 }
 
+/// The history of each run (`gold` or its semi-online procedure) when either showed the model its own.
+fn semi_online_history(a: &RunData, b: &RunData) -> Option<[String; 2]> {
+    let label = |r: &RunData| {
+        r.metrics
+            .semi_online
+            .as_ref()
+            .map_or_else(|| "gold".to_string(), |s| s.procedure.to_string())
+    };
+    (a.metrics.semi_online.is_some() || b.metrics.semi_online.is_some())
+        .then(|| [label(a), label(b)])
+}
+
+/// Average progress (correct steps before the first wrong one, per trajectory) in both runs, with the paired
+/// interval of its difference: computed from the step scores, so a gold-history run has one too.
+fn progress_delta(a: &RunData, b: &RunData) -> MetricDelta {
+    let (va, vb) = (average_progress(&a.steps), average_progress(&b.steps));
+    let i = paired_progress_interval(&a.steps, &b.steps, DEFAULT_RESAMPLES, DEFAULT_SEED);
+    MetricDelta {
+        metric: "average_progress".into(),
+        a: va,
+        b: vb,
+        delta: vb - va,
+        low: i.low,
+        high: i.high,
+    }
+}
+
 /// What [`write`] wrote.
 #[derive(Debug, Clone)]
 pub struct CompareOutput {
@@ -175,6 +207,9 @@ pub fn render_summary(c: &Comparison) -> String {
         c.run_a,
         c.confidence * 100.0
     );
+    if let Some([a, b]) = &c.history {
+        let _ = writeln!(s, "  history: A {a}, B {b}");
+    }
     for m in &c.metrics {
         let _ = writeln!(
             s,

@@ -48,6 +48,15 @@ fn headline(c: &Comparison) -> String {
         html(&c.rules),
         c.confidence * 100.0
     );
+    if let Some([a, b]) = &c.history {
+        let _ = writeln!(
+            s,
+            "<tr data-metric=\"history\"><td>history</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
+             <td></td><td></td></tr>",
+            html(a),
+            html(b)
+        );
+    }
     for m in &c.metrics {
         let _ = writeln!(
             s,

@@ -93,6 +93,10 @@ pub struct Comparison {
     /// The settings in which the two runs differ (what was compared), as `dotted.key`.
     #[serde(default)]
     pub settings: Vec<SettingDelta>,
+    /// The history of A and B (`gold`, `uis1-sop`, `guievalkit`), when either run showed the model its own
+    /// (`average_progress` is then among the metrics).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<[String; 2]>,
 }
 
 /// One setting that differs between the compared runs (absent on one side: `None`).

@@ -130,6 +130,20 @@ fn count_rows(m: &Metrics) -> String {
             html(&value),
         );
     }
+    for r in super::semi_online::rows(m) {
+        let ci = if r.interval {
+            interval_cell(m, r.key, 2)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            s,
+            "<tr data-metric=\"semi_online.{}\"><td>{}</td><td class=\"num\">{}</td><td class=\"ci\">{ci}</td></tr>",
+            html(r.key),
+            html(r.label),
+            html(&r.value),
+        );
+    }
     s
 }
 
@@ -311,6 +325,11 @@ fn browser_data(
     thumbs: &std::collections::HashMap<String, Option<String>>,
 ) -> Value {
     let mut trajs: Vec<Value> = Vec::with_capacity(input.bench.trajectories.len());
+    // Where each trajectory's run of correct steps ended, shown for a semi-online run.
+    let stops = match input.metrics.semi_online {
+        Some(_) => super::semi_online::stops(input.steps, input.metrics),
+        None => Default::default(),
+    };
     for (index, s) in input.steps.iter().enumerate() {
         let t = &input.bench.trajectories[s.traj_index];
         if trajs.len() <= s.traj_index {
@@ -319,7 +338,11 @@ fn browser_data(
                 .get(&t.id)
                 .map(|j| json!({"success": j.success, "reason": j.reason}));
             trajs.resize(s.traj_index, Value::Null);
-            trajs.push(json!({"id": t.id, "app": t.app_name, "instruction": t.instruction, "judge": judge, "steps": []}));
+            let mut traj = json!({"id": t.id, "app": t.app_name, "instruction": t.instruction, "judge": judge, "steps": []});
+            if let Some(stop) = stops.get(&s.traj_index) {
+                traj["stop"] = stop.clone();
+            }
+            trajs.push(traj);
         }
         let place = StepPlace {
             index,

@@ -226,8 +226,13 @@ impl RunData {
                 .as_ref()
                 .and_then(Origin::settings)
                 .is_some_and(|s| s.judge.is_some());
+        let history = origin
+            .as_ref()
+            .and_then(Origin::settings)
+            .map(|s| s.history.clone())
+            .unwrap_or_default();
         // Scored exactly as `eval`, `merge` and `score` write metrics.json.
-        let (metrics, steps) = score_run(&rules, &found.bench, &preds, &lines, judged);
+        let (metrics, steps) = score_run(&rules, &found.bench, &preds, &lines, judged, &history);
         Ok(RunData {
             run: run_info(dir, origin.as_ref(), &found.bench),
             dir: dir.root().to_path_buf(),

@@ -11,6 +11,7 @@ mod escape;
 pub mod html;
 mod input;
 mod overlay;
+mod semi_online;
 mod summary;
 mod thumbs;
 

@@ -48,6 +48,14 @@ pub fn render_summary(m: &Metrics) -> String {
         };
         let _ = writeln!(s, "| {} | {}{ci} |", f.key, figure_text(f.value));
     }
+    for r in super::semi_online::rows(m) {
+        let ci = if r.interval {
+            interval_text(m, r.key, 2)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(s, "| {} | {}{ci} |", r.label, r.value);
+    }
     s.push_str(&group_tables(m));
     if let Some(iv) = &m.intervals {
         let _ = writeln!(

@@ -72,3 +72,55 @@ fn files_and_benchmark_folders_are_not_run_folders() {
     let err = RunDir::new(dir.path()).claim().unwrap_err().to_string();
     assert!(err.contains("holds a benchmark"), "{err}");
 }
+
+#[test]
+fn a_resume_with_other_settings_names_each_difference() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = RunDir::new(dir.path());
+    let settings = crate::records::RunSettings {
+        model: "m".into(),
+        model_hash: "h".into(),
+        weights: Default::default(),
+        dtype: "f32".into(),
+        data_hash: "d".into(),
+        prompt_hashes: Default::default(),
+        system_prompt: crate::settings::SystemPrompt::Default,
+        image_processor: Default::default(),
+        max_new_tokens: 8,
+        judge: None,
+        version: "v".into(),
+        shard: None,
+        history: Default::default(),
+    };
+    let manifest = serde_json::json!({
+        "settings": settings, "model_path": "m", "device": "cpu", "data": "d",
+        "rules": crate::settings::RulePreset::default(),
+        "batch_limits": {"max_seqs": 1, "max_batch_tokens": 1, "max_new_tokens": 1},
+        "kv_bytes_per_token": 1, "ops": {"fused": true, "cuda_kernels": false, "tensor_core_attention": false,
+        "kernels_sha256": "", "cpu_f32_gemm": "", "cpu_gemm_row_block": 16, "cpu_gemm_blas_min_rows": 4,
+        "decode_attention": "PerSequence", "profiled": false},
+        "versions": {"mobile-r1-eval": "v", "candle": "c", "git_revision": "g"},
+        "started_at_unix": 0, "resumed_at_unix": null, "finished_at_unix": null
+    });
+    write(&run.path(MANIFEST), &manifest.to_string());
+    assert!(run.check_resume(&settings).unwrap().is_some());
+    let other = crate::records::RunSettings {
+        dtype: "bf16".into(),
+        max_new_tokens: 9,
+        ..settings.clone()
+    };
+    let err = run.check_resume(&other).unwrap_err().to_string();
+    assert!(err.contains("dtype: \"f32\" → \"bf16\""), "{err}");
+    assert!(err.contains("max_new_tokens: 8 → 9"), "{err}");
+    assert!(!err.contains("model_hash"), "{err}");
+    // A judge phase may be added to a run made without one.
+    let judged = crate::records::RunSettings {
+        judge: Some(crate::records::JudgeSettings {
+            model: "m".into(),
+            hash: "h".into(),
+            weights: Default::default(),
+        }),
+        ..settings
+    };
+    assert!(run.check_resume(&judged).unwrap().is_some());
+}

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::{percent_interval, score_predictions, Metrics, RulePreset, StepScore};
 use crate::dataset::Benchmark;
 use crate::predictions::PredictionSet;
-use crate::records::JudgementLine;
+use crate::records::{History, JudgementLine};
 
 /// The judge's figures in `metrics.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -53,13 +53,15 @@ pub fn summarize(bench: &Benchmark, judgements: &[JudgementLine]) -> JudgeSummar
 }
 
 /// The metrics of a run: the predictions scored, the judge summary added when the run had a judge (`judged`) or
-/// judgements exist, and the number of prediction lines that carry an error. What `eval`, `merge` and `score` write and `report` shows.
+/// judgements exist, the number of prediction lines that carry an error, and the semi-online figures when the
+/// run's `history` was the model's own. What `eval`, `merge` and `score` write and `report` shows.
 pub fn score_run(
     rules: &RulePreset,
     bench: &Benchmark,
     preds: &PredictionSet,
     judgements: &[JudgementLine],
     judged: bool,
+    history: &History,
 ) -> (Metrics, Vec<StepScore>) {
     let (mut metrics, scored) = score_predictions(rules, bench, preds);
     if judged || !judgements.is_empty() {
@@ -67,6 +69,7 @@ pub fn score_run(
         add_judge_interval(&mut metrics, bench, judgements);
     }
     metrics.prediction_errors = Some(preds.errors);
+    super::add_semi_online(&mut metrics, &scored.steps, history);
     (metrics, scored.steps)
 }
 

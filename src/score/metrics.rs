@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Serialize, Serializer};
 
-use super::{Intervals, JudgeSummary, Outcome, RulePreset, StepScore};
+use super::{Intervals, JudgeSummary, Outcome, RulePreset, SemiOnlineSummary, StepScore};
 use crate::action::ActionType;
 
 /// A predicted type in the confusion table: an action type, or `none` (no valid action); `none` sorts last.
@@ -114,6 +114,9 @@ pub struct Metrics {
     /// Prediction lines that carry an error (steps that could not be prepared), when counted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prediction_errors: Option<usize>,
+    /// The semi-online figures, when the run's step prompts showed the model's own history.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub semi_online: Option<SemiOnlineSummary>,
 }
 
 impl Metrics {
@@ -363,6 +366,7 @@ pub fn aggregate(steps: &[StepScore], rules: &RulePreset) -> Metrics {
         intervals: None,
         judge: None,
         prediction_errors: None,
+        semi_online: None,
     }
 }
 

@@ -8,6 +8,7 @@ mod geometry;
 mod judge;
 mod matching;
 mod metrics;
+mod semi_online;
 mod stats;
 
 use std::collections::HashMap;
@@ -23,9 +24,13 @@ pub use matching::{in_box, map_point, match_args, norm_distance, ArgCheck, Direc
 pub use metrics::{
     aggregate, ActionStats, Confusion, ExtraFigure, Figure, GroupStats, Metrics, Predicted,
 };
+pub use semi_online::{
+    add_semi_online, average_progress, paired_progress_interval, semi_online_summary,
+    trajectory_runs, SemiOnlineSummary, TrajectoryRun, SEMI_ONLINE_INTERVALS,
+};
 pub use stats::{
-    intervals, mcnemar_exact, paired_intervals, percent_interval, Interval, Intervals, McNemar,
-    CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED, INTERVAL_METRICS,
+    bootstrap_mean, intervals, mcnemar_exact, paired_intervals, percent_interval, Interval,
+    Intervals, McNemar, CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED, INTERVAL_METRICS,
 };
 
 use crate::action::{Action, ActionType};

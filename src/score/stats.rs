@@ -255,6 +255,15 @@ pub fn percent_interval(flags: &[bool], resamples: usize, seed: u64) -> Interval
     iv.metrics["percent"]
 }
 
+/// Bootstrap interval of the mean of one value per trajectory (e.g. a progress in percent).
+pub fn bootstrap_mean(values: &[f64], resamples: usize, seed: u64) -> Interval {
+    let iv = bootstrap(&["mean"], values.len(), resamples, seed, |w| {
+        let weighted: f64 = w.iter().zip(values).map(|(w, v)| w * v).sum();
+        vec![weighted / w.iter().sum::<f64>().max(1.0)]
+    });
+    iv.metrics["mean"]
+}
+
 /// McNemar's exact test on paired step correctness.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct McNemar {

@@ -13,6 +13,7 @@ const LAYERS: &[&[&str]] = &[
         "cpu_estimate",
         "fingerprint",
         "interrupt",
+        "openai",
         "preprocess",
         "safe_io",
         "settings",
@@ -27,7 +28,7 @@ const LAYERS: &[&[&str]] = &[
     &["backend", "rundir"],
     &["report"],
     &["merge"],
-    &["eval"],
+    &["eval", "serve"],
     &["bench"],
     &["cli"],
     &["commands"],
@@ -35,7 +36,7 @@ const LAYERS: &[&[&str]] = &[
 
 /// The layers that hold tensors; everything else is plain Rust.
 const CANDLE: &[&str] = &[
-    "ops", "model", "engine", "backend", "eval", "bench", "commands",
+    "ops", "model", "engine", "backend", "eval", "serve", "bench", "commands",
 ];
 
 fn src() -> PathBuf {

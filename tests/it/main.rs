@@ -3,9 +3,11 @@
 
 mod hub_support;
 mod model_support;
+mod openai_support;
 mod reliability_support;
 mod report_support;
 mod scale_support;
+mod semi_online_support;
 mod util;
 
 mod bench_cli;
@@ -27,6 +29,8 @@ mod model_golden_a;
 mod model_golden_b;
 mod model_units;
 mod multi_device;
+mod openai_client;
+mod openai_eval;
 mod ops_blas;
 mod ops_kernels;
 mod pack;
@@ -39,3 +43,5 @@ mod report_browser;
 mod report_html;
 mod rules_reference;
 mod scale_out;
+mod semi_online;
+mod semi_online_scripted;

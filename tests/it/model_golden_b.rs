@@ -289,6 +289,7 @@ fn continuous_batcher_matches_golden_greedy_ids() {
             max_new_tokens: 10,
             stop_tokens: model.config().eos_token_ids.clone(),
             top_logprobs: 0,
+            sampling: Default::default(),
         });
     let limits = BatchLimits {
         max_seqs: 2,

@@ -103,15 +103,19 @@
     dd.appendChild(pre ? el('pre', null, value) : document.createTextNode(String(value)));
     dl.appendChild(dd);
   }
+  // A semi-online trajectory's stop: its first step that is not correct (null when every step is).
+  function isStop(t, s) { return t.stop && t.stop.step === s.step; }
+  function unreached(t, s) { return t.stop && t.stop.stopsEarly && t.stop.step !== null && s.step > t.stop.step && s.missing; }
   function stepCard(t, s) {
-    var card = el('article', 'card');
+    var card = el('article', 'card' + (unreached(t, s) ? ' unreached' : '') + (isStop(t, s) ? ' stop' : ''));
     card.tabIndex = 0;
     card.dataset.outcome = s.outcome;
     card.dataset.type = s.gold.type;
     var head = el('div', 'head');
     head.appendChild(el('strong', null, 'step ' + s.step));
     var badges = el('span');
-    badges.appendChild(el('span', 'badge ' + s.outcome, (s.outcome2 ? 'A: ' : '') + OUTCOME[s.outcome]));
+    if (isStop(t, s)) badges.appendChild(el('span', 'badge stop', 'first error'));
+    badges.appendChild(el('span', 'badge ' + s.outcome, unreached(t, s) ? 'not reached' : (s.outcome2 ? 'A: ' : '') + OUTCOME[s.outcome]));
     if (s.outcome2) badges.appendChild(el('span', 'badge ' + s.outcome2, 'B: ' + OUTCOME[s.outcome2]));
     head.appendChild(badges);
     card.appendChild(head);
@@ -149,6 +153,14 @@
     var sec = el('section', 'traj');
     sec.appendChild(el('h3', null, t.instruction));
     var meta = el('div', 'meta', 'trajectory ' + t.id + ' · ' + t.app + ' · ' + t.steps.length + ' steps ');
+    if (t.stop) {
+      var stopText = t.stop.step === null ? 'every step correct' :
+        (t.stop.stopsEarly ? 'stopped at step ' + t.stop.step : 'first error at step ' + t.stop.step) +
+        (t.stop.unparsable ? ' (unparsable reply)' : '');
+      meta.appendChild(el('span', 'badge ' + (t.stop.step === null ? 'correct' : 'stop'),
+        stopText + ' · progress ' + t.stop.progress + '/' + t.stop.steps));
+      meta.appendChild(document.createTextNode(' '));
+    }
     var jb = judgeBadge(t.judge);
     if (jb) meta.appendChild(jb);
     if (t.judge && t.judge.reason) meta.appendChild(el('span', null, ' ' + t.judge.reason));

@@ -217,6 +217,7 @@ pub fn greedy(
         max_new_tokens,
         stop_tokens: Vec::new(),
         top_logprobs,
+        sampling: Default::default(),
     });
     let mut out = vec![None; inputs.len()];
     let mut stats = Default::default();

@@ -170,5 +170,6 @@ fn settings(data: &Path) -> RunSettings {
         }),
         version: "test".into(),
         shard: None,
+        history: Default::default(),
     }
 }

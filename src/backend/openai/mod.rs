@@ -1,0 +1,403 @@
+//! The OpenAI backend: the phases' chat requests sent to an OpenAI-compatible server (`serve`, vLLM, SGLang, …) as
+//! `POST /v1/chat/completions`, at most `concurrency` at a time, each answer handed to the sink as it arrives.
+//!
+//! Coordinates must map back exactly, so the client resizes every screenshot itself to its smart-resized size
+//! under the run's pixel bounds (bit for bit as the local engine would) and sends it as a lossless PNG; a server
+//! whose own bounds contain that size leaves it as it is (`docs/openai.md`). A request that keeps failing
+//! (connection errors, timeouts, 429, 5xx, after bounded retries) or that the server refuses (a prompt too long,
+//! say) is recorded as that prompt's error and redone on resume.
+
+mod http;
+mod pictures;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use serde_json::Value;
+
+pub use http::{backoff, retryable, status_message};
+
+use super::{
+    Backend, BackendInfo, ChatRequest, ChatResult, JobQueue, MakeRequest, Next, Sink, Taker,
+};
+use crate::interrupt::Cancel;
+use crate::openai::{chat_body, ApiKey, ChatCompletion, ClientParams, ModelList};
+use crate::preprocess::ImageProcessorConfig;
+use crate::records::{FinishReason, LatencySummary, OpsRecord, PhaseStats, RequestStats};
+use crate::settings::BatchLimits;
+
+/// How to reach a server and what to send it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpenAiSettings {
+    /// Base URL, ending in `/v1` (see [`normalize_endpoint`]).
+    pub endpoint: String,
+    /// The model id the server serves.
+    pub api_model: String,
+    /// The key, if the server needs one.
+    pub api_key: Option<ApiKey>,
+    /// Most requests in flight.
+    pub concurrency: usize,
+    /// Longest one HTTP call may take.
+    pub request_timeout: Duration,
+    /// Further tries of a request after a retryable failure.
+    pub max_retries: u32,
+    /// How screenshots are resized before they are sent (the pixel bounds of the run).
+    pub image: ImageProcessorConfig,
+}
+
+/// `http(s)://host[:port][/path]` without a trailing slash; a URL without a path gets `/v1` (the API's root, as
+/// OpenAI clients' `base_url` has it).
+pub fn normalize_endpoint(url: &str) -> Result<String> {
+    let url = url.trim().trim_end_matches('/');
+    let Some(rest) = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+    else {
+        bail!("--endpoint {url}: expected an http:// or https:// URL such as http://127.0.0.1:8000/v1");
+    };
+    if rest.is_empty() || rest.starts_with('/') {
+        bail!("--endpoint {url}: no host");
+    }
+    Ok(if rest.contains('/') {
+        url.to_string()
+    } else {
+        format!("{url}/v1")
+    })
+}
+
+/// A server that answers chat requests.
+pub struct OpenAiBackend {
+    settings: OpenAiSettings,
+    client: http::Client,
+    info: BackendInfo,
+    limits: BatchLimits,
+    cancel: Cancel,
+}
+
+impl OpenAiBackend {
+    /// Ask the server which models it serves (with retries, so a server still starting is waited for) and check
+    /// that it serves `settings.api_model`; answers of up to `max_new_tokens` tokens will be asked for.
+    pub fn connect(
+        settings: OpenAiSettings,
+        max_new_tokens: usize,
+        cancel: Cancel,
+    ) -> Result<Self> {
+        let client = http::Client::new(
+            settings.api_key.clone(),
+            settings.request_timeout,
+            settings.max_retries,
+            cancel.clone(),
+        );
+        let url = format!("{}/models", settings.endpoint);
+        let listed = client.get(&url).result.map_err(anyhow::Error::msg)?;
+        let models: ModelList = serde_json::from_value(listed)
+            .map_err(|e| anyhow::anyhow!("{url}: not a model list: {e}"))?;
+        let Some(card) = models.data.iter().find(|m| m.id == settings.api_model) else {
+            let ids: Vec<&str> = models.data.iter().map(|m| m.id.as_str()).collect();
+            bail!(
+                "--api-model {}: the server at {} serves {ids:?}, not this model",
+                settings.api_model,
+                settings.endpoint
+            );
+        };
+        // What identifies the served model: its id and, where the server tells, its checkpoint.
+        let identity = format!(
+            "openai-model\0{}\0{}",
+            card.id,
+            card.fingerprint
+                .as_deref()
+                .or(card.root.as_deref())
+                .unwrap_or("")
+        );
+        let info = BackendInfo {
+            model: settings.api_model.clone(),
+            model_path: PathBuf::new(),
+            fingerprint: crate::fingerprint::sha256_hex(identity.as_bytes()),
+            weights: Default::default(),
+            dtype: "served".into(),
+            device: settings.endpoint.clone(),
+            kv_bytes_per_token: 0,
+            ops: served_ops(),
+        };
+        let limits = BatchLimits {
+            max_seqs: settings.concurrency.max(1),
+            max_batch_tokens: 0,
+            max_new_tokens,
+        };
+        Ok(Self {
+            settings,
+            client,
+            info,
+            limits,
+            cancel,
+        })
+    }
+
+    /// One request, from its pictures to its answer.
+    fn ask(&self, req: &ChatRequest) -> (Result<ChatResult, String>, usize) {
+        let mut urls = Vec::with_capacity(req.images.len());
+        let mut image_sizes = Vec::with_capacity(req.images.len());
+        for path in &req.images {
+            match pictures::png_at_model_size(path, &self.settings.image) {
+                Ok((url, size)) => {
+                    urls.push(url);
+                    image_sizes.push(size);
+                }
+                Err(e) => return (Err(e), 0),
+            }
+        }
+        let params = ClientParams {
+            model: &self.settings.api_model,
+            max_tokens: req.max_new_tokens,
+            temperature: 0.0,
+            top_logprobs: (req.top_logprobs > 0).then_some(req.top_logprobs),
+            ignore_eos: req.ignore_eos,
+        };
+        let body = match chat_body(&req.messages, &urls, &params) {
+            Ok(b) => b,
+            Err(e) => return (Err(format!("building the request: {e}")), 0),
+        };
+        let url = format!("{}/chat/completions", self.settings.endpoint);
+        let called = self.client.post(&url, &body);
+        let result = called.result.and_then(|v| answer(&url, v, image_sizes));
+        (result, called.attempts)
+    }
+}
+
+/// The manifest's ops record of a served model: nothing of this machine's ops ran.
+fn served_ops() -> OpsRecord {
+    OpsRecord {
+        ops: crate::ops::OpsManifest {
+            fused: false,
+            cuda_kernels: false,
+            tensor_core_attention: false,
+            kernels_sha256: String::new(),
+            cpu_f32_gemm: "served".into(),
+            cpu_blas_choice: None,
+            cpu_gemm_row_block: 0,
+            cpu_gemm_independent_rows: String::new(),
+            cpu_gemm_blas_min_rows: 0,
+            cpu_gemm_packed_min_rows: 0,
+            cpu_attention_tiled_min_keys: 0,
+            cpu_attention_packed_min_keys: None,
+        },
+        decode_attention: None,
+        profiled: false,
+    }
+}
+
+/// A completion as the phase's result: the first choice's text, its finish reason and the server's token counts.
+fn answer(url: &str, v: Value, image_sizes: Vec<[u32; 2]>) -> Result<ChatResult, String> {
+    let c: ChatCompletion =
+        serde_json::from_value(v).map_err(|e| format!("{url}: not a chat completion: {e}"))?;
+    let Some(choice) = c.choices.into_iter().next() else {
+        return Err(format!("{url}: the answer has no choice"));
+    };
+    let finish = match choice.finish_reason.as_deref() {
+        Some("length") => FinishReason::Length,
+        Some("stop") | None => FinishReason::Eos,
+        Some(_) => FinishReason::Stopped,
+    };
+    let usage = c.usage.unwrap_or_default();
+    Ok(ChatResult {
+        text: choice.message.content.unwrap_or_default(),
+        token_ids: Vec::new(),
+        generated_tokens: usage.completion_tokens,
+        stop_token: None,
+        prompt_tokens: usage.prompt_tokens,
+        finish,
+        top_logprobs: Vec::new(),
+        image_sizes,
+    })
+}
+
+/// A worker's report of one request.
+struct Reply {
+    index: usize,
+    outcome: Result<ChatResult, String>,
+    attempts: usize,
+    seconds: f64,
+    images: usize,
+}
+
+impl OpenAiBackend {
+    /// A worker: take ready requests until none is left, a stop is requested or the run failed.
+    fn work(
+        &self,
+        taker: &Mutex<Taker<'_>>,
+        make: &MakeRequest<'_>,
+        tx: mpsc::Sender<Reply>,
+        halt: &AtomicBool,
+    ) {
+        while !halt.load(Ordering::Relaxed) && !self.cancel.is_cancelled() {
+            let next = taker.lock().unwrap_or_else(|p| p.into_inner()).next(true);
+            let index = match next {
+                Next::Ready(i) => i,
+                Next::Pending => continue,
+                Next::Done => return,
+            };
+            let t0 = Instant::now();
+            let (outcome, attempts, images) = match make(index) {
+                Ok(req) => {
+                    let (o, a) = self.ask(&req);
+                    (o, a, req.images.len())
+                }
+                Err(e) => (Err(format!("{e:#}")), 0, 0),
+            };
+            let seconds = t0.elapsed().as_secs_f64();
+            let reply = Reply {
+                index,
+                outcome,
+                attempts,
+                seconds,
+                images,
+            };
+            if tx.send(reply).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// The phase's counters as replies arrive.
+#[derive(Default)]
+struct Tally {
+    stats: PhaseStats,
+    requests: RequestStats,
+    latencies: Vec<f64>,
+}
+
+impl Tally {
+    fn add(&mut self, r: &Reply) {
+        self.requests.requests += usize::from(r.attempts > 0);
+        self.requests.attempts += r.attempts;
+        self.requests.retries += r.attempts.saturating_sub(1);
+        match &r.outcome {
+            Ok(c) => {
+                self.stats.prompts += 1;
+                self.stats.images += r.images;
+                self.stats.prefill_tokens += c.prompt_tokens;
+                self.stats.decode_tokens += c.generated_tokens;
+                self.latencies.push(r.seconds);
+            }
+            Err(_) => {
+                self.stats.errors += 1;
+                self.requests.failed += usize::from(r.attempts > 0);
+            }
+        }
+    }
+
+    fn finish(mut self, concurrency: usize, seconds: f64) -> PhaseStats {
+        self.requests.concurrency = concurrency;
+        self.requests.requests_per_second = if seconds > 0.0 {
+            self.latencies.len() as f64 / seconds
+        } else {
+            0.0
+        };
+        self.requests.latency_seconds = LatencySummary::of(&self.latencies);
+        self.stats.requests = Some(self.requests);
+        self.stats
+    }
+}
+
+impl Backend for OpenAiBackend {
+    fn info(&self) -> &BackendInfo {
+        &self.info
+    }
+
+    fn image_config(&self) -> &ImageProcessorConfig {
+        &self.settings.image
+    }
+
+    fn limits(&self) -> BatchLimits {
+        self.limits
+    }
+
+    /// Send up to `concurrency` requests at once from worker threads; the calling thread alone calls the sink (a
+    /// sink may release further requests of `jobs`). A sink error stops taking requests; the ones in flight end.
+    fn run(
+        &self,
+        jobs: &JobQueue,
+        make: &MakeRequest<'_>,
+        sink: &mut Sink<'_>,
+    ) -> Result<PhaseStats> {
+        let t0 = Instant::now();
+        let taker = Mutex::new(Taker::new(jobs));
+        let halt = AtomicBool::new(false);
+        let workers = self.settings.concurrency.max(1).min(jobs.count().max(1));
+        let mut tally = Tally::default();
+        let mut failure = None;
+        std::thread::scope(|scope| {
+            let (tx, rx) = mpsc::channel();
+            for _ in 0..workers {
+                let tx = tx.clone();
+                let (taker, halt) = (&taker, &halt);
+                scope.spawn(move || self.work(taker, make, tx, halt));
+            }
+            drop(tx);
+            for reply in rx {
+                tally.add(&reply);
+                if failure.is_some() {
+                    continue;
+                }
+                if let Err(e) = sink(reply.index, reply.outcome, &tally.stats) {
+                    halt.store(true, Ordering::Relaxed);
+                    failure = Some(e);
+                }
+            }
+        });
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        Ok(tally.finish(self.settings.concurrency, t0.elapsed().as_secs_f64()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_end_in_the_api_root() {
+        assert_eq!(
+            normalize_endpoint("http://127.0.0.1:8000").unwrap(),
+            "http://127.0.0.1:8000/v1"
+        );
+        assert_eq!(
+            normalize_endpoint("http://h:1/v1/").unwrap(),
+            "http://h:1/v1"
+        );
+        assert_eq!(
+            normalize_endpoint("https://h/openai/v1").unwrap(),
+            "https://h/openai/v1"
+        );
+        assert!(normalize_endpoint("h:8000").is_err());
+        assert!(normalize_endpoint("http://").is_err());
+    }
+
+    #[test]
+    fn an_answer_becomes_a_result() {
+        let v = serde_json::json!({"id": "x", "choices": [{"index": 0, "message": {"role": "assistant",
+            "content": "hi"}, "finish_reason": "length"}], "usage": {"prompt_tokens": 7, "completion_tokens": 3,
+            "total_tokens": 10}});
+        let r = answer("u", v, vec![[28, 56]]).unwrap();
+        assert_eq!(
+            (
+                r.text.as_str(),
+                r.finish,
+                r.prompt_tokens,
+                r.generated_tokens
+            ),
+            ("hi", FinishReason::Length, 7, 3)
+        );
+        assert_eq!(r.image_sizes, vec![[28, 56]]);
+        let none = serde_json::json!({"choices": []});
+        assert!(answer("u", none, vec![]).unwrap_err().contains("no choice"));
+        let null = serde_json::json!({"choices": [{"message": {"content": null}}]});
+        assert_eq!(answer("u", null, vec![]).unwrap().text, "");
+    }
+}

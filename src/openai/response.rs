@@ -1,0 +1,196 @@
+//! Answers: a whole completion, a streamed chunk, the model list. The server writes them; the client reads them
+//! with every field but the choices optional, since servers differ in what they fill in.
+
+use serde::{Deserialize, Serialize};
+
+/// Token counts of one request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens (image tokens included).
+    #[serde(default)]
+    pub prompt_tokens: usize,
+    /// Generated tokens (an end-of-sequence token included).
+    #[serde(default)]
+    pub completion_tokens: usize,
+    /// Their sum.
+    #[serde(default)]
+    pub total_tokens: usize,
+}
+
+impl Usage {
+    /// The counts of a request with `prompt` prompt tokens and `completion` generated ones.
+    pub fn new(prompt: usize, completion: usize) -> Self {
+        Self {
+            prompt_tokens: prompt,
+            completion_tokens: completion,
+            total_tokens: prompt + completion,
+        }
+    }
+}
+
+/// One alternative at a position.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopLogprob {
+    /// The token's text.
+    pub token: String,
+    /// Its log-probability.
+    pub logprob: f32,
+    /// Its UTF-8 bytes (a token may hold part of a character).
+    pub bytes: Option<Vec<u8>>,
+}
+
+/// The generated token at one position, with its alternatives.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TokenLogprob {
+    /// The token's text.
+    pub token: String,
+    /// Its log-probability.
+    pub logprob: f32,
+    /// Its UTF-8 bytes.
+    pub bytes: Option<Vec<u8>>,
+    /// The most likely tokens at this position, best first.
+    #[serde(default)]
+    pub top_logprobs: Vec<TopLogprob>,
+}
+
+/// `choices[i].logprobs`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChoiceLogprobs {
+    /// One entry per generated content token.
+    #[serde(default)]
+    pub content: Vec<TokenLogprob>,
+}
+
+/// `choices[i].message`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AssistantMessage {
+    /// Always `assistant`.
+    #[serde(default)]
+    pub role: String,
+    /// The answer (null in some servers' tool-call answers).
+    #[serde(default)]
+    pub content: Option<String>,
+}
+
+/// One choice of a whole completion.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Choice {
+    /// Its index (0).
+    #[serde(default)]
+    pub index: u32,
+    /// The answer.
+    pub message: AssistantMessage,
+    /// Log-probabilities, when asked for.
+    #[serde(default)]
+    pub logprobs: Option<ChoiceLogprobs>,
+    /// `stop` or `length`.
+    #[serde(default)]
+    pub finish_reason: Option<String>,
+}
+
+/// `object: "chat.completion"`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatCompletion {
+    /// `chatcmpl-…`.
+    #[serde(default)]
+    pub id: String,
+    /// `chat.completion`.
+    #[serde(default)]
+    pub object: String,
+    /// Unix seconds.
+    #[serde(default)]
+    pub created: u64,
+    /// The served model's name.
+    #[serde(default)]
+    pub model: String,
+    /// The answers (one).
+    pub choices: Vec<Choice>,
+    /// Token counts.
+    #[serde(default)]
+    pub usage: Option<Usage>,
+    /// What produced the answer.
+    #[serde(default)]
+    pub system_fingerprint: Option<String>,
+}
+
+/// `choices[i].delta` of a chunk.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Delta {
+    /// `assistant`, in the first chunk only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// New text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
+
+/// One choice of a chunk.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChunkChoice {
+    /// Its index (0).
+    pub index: u32,
+    /// What is new.
+    pub delta: Delta,
+    /// Log-probabilities of the tokens of this chunk, when asked for.
+    #[serde(default)]
+    pub logprobs: Option<ChoiceLogprobs>,
+    /// Set in the last content chunk.
+    #[serde(default)]
+    pub finish_reason: Option<String>,
+}
+
+/// `object: "chat.completion.chunk"`: one server-sent event of a streamed answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatCompletionChunk {
+    /// The same in every chunk of an answer.
+    pub id: String,
+    /// `chat.completion.chunk`.
+    pub object: String,
+    /// The same in every chunk.
+    pub created: u64,
+    /// The served model's name.
+    pub model: String,
+    /// One choice, or none in the usage chunk.
+    pub choices: Vec<ChunkChoice>,
+    /// Null, but in the last chunk when `stream_options.include_usage` asked for it.
+    pub usage: Option<Usage>,
+    /// What produced the answer.
+    #[serde(default)]
+    pub system_fingerprint: Option<String>,
+}
+
+/// One entry of `GET /v1/models`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelCard {
+    /// The name requests use.
+    pub id: String,
+    /// `model`.
+    #[serde(default)]
+    pub object: String,
+    /// Unix seconds.
+    #[serde(default)]
+    pub created: u64,
+    /// Who serves it.
+    #[serde(default)]
+    pub owned_by: String,
+    /// Where the weights came from (vLLM's field: the model path).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
+    /// `serve`'s extension: the checkpoint's fingerprint, so a client can tell two checkpoints served under one
+    /// name apart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
+    /// vLLM's extension: the longest prompt plus completion.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_model_len: Option<usize>,
+}
+
+/// `GET /v1/models`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelList {
+    /// `list`.
+    #[serde(default)]
+    pub object: String,
+    /// The served models.
+    pub data: Vec<ModelCard>,
+}

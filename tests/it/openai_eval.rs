@@ -1,0 +1,392 @@
+//! `eval --backend openai` through the binary: against `serve` on the tiny checkpoint it gives the local run's
+//! predictions and verdicts; a server killed mid-run leaves errors that a resume completes; 429 and 5xx are
+//! retried (honouring `Retry-After`), a slow server times out into recorded errors, and a prompt the server refuses
+//! is recorded without retries.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::openai_support::stub::{Reply, Stub, ANSWER};
+use crate::openai_support::{signal, tiny, wait_exit, wait_for, Server, MAX_PIXELS};
+
+const MAX_NEW: &str = "10";
+
+fn lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn json_file(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Run `cmd` for at most 300 s.
+fn run(mut cmd: Command) -> Output {
+    let mut child = cmd
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    if wait_exit(&mut child, Duration::from_secs(300)).is_none() {
+        let _ = child.kill();
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn ok(o: &Output) {
+    assert!(
+        o.status.success(),
+        "eval failed:\nstdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// `eval --backend openai` of `data` (the sample when `None`) into `out`.
+fn served_eval(
+    endpoint: &str,
+    model: &str,
+    out: &Path,
+    data: Option<&Path>,
+    extra: &[&str],
+) -> Command {
+    let mut cmd = crate::util::bin();
+    cmd.args([
+        "eval",
+        "--backend",
+        "openai",
+        "--endpoint",
+        endpoint,
+        "--api-model",
+        model,
+        "--out",
+    ])
+    .arg(out)
+    .args(["--max-pixels", MAX_PIXELS, "--max-new-tokens", MAX_NEW]);
+    if let Some(d) = data {
+        cmd.arg("--data").arg(d);
+    }
+    cmd.args(extra);
+    cmd
+}
+
+/// A local run of the sample with the judge, made once for the tests that compare with it.
+fn local_reference() -> &'static Path {
+    static RUN: OnceLock<PathBuf> = OnceLock::new();
+    RUN.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap().keep().join("local");
+        let mut cmd = crate::util::bin();
+        cmd.args(["eval", "--model"])
+            .arg(tiny())
+            .arg("--out")
+            .arg(&dir)
+            .args([
+                "--max-pixels",
+                MAX_PIXELS,
+                "--max-new-tokens",
+                MAX_NEW,
+                "--batch-size",
+                "4",
+            ]);
+        ok(&run(cmd));
+        dir
+    })
+}
+
+/// `(trajectory, step) → the fields both backends must agree on`, the later line winning.
+fn predictions(run: &Path) -> BTreeMap<(String, u64), Value> {
+    lines(&run.join("predictions.jsonl"))
+        .into_iter()
+        .map(|v| {
+            let key = (v["trajectory"].to_string(), v["step"].as_u64().unwrap());
+            let kept = serde_json::json!([
+                v["response"],
+                v["image_size"],
+                v["prompt_tokens"],
+                v["finish"],
+                v["error"]
+            ]);
+            (key, kept)
+        })
+        .collect()
+}
+
+/// A one-trajectory benchmark (the sample's first) in `dir`.
+fn one_trajectory(dir: &Path) -> PathBuf {
+    let png = crate::openai_support::sample_png(dir);
+    let sample = png
+        .ancestors()
+        .find(|p| p.join("data.jsonl").exists())
+        .unwrap()
+        .to_path_buf();
+    let text = std::fs::read_to_string(sample.join("data.jsonl")).unwrap();
+    let first = text.lines().next().unwrap();
+    let one = dir.join("one");
+    std::fs::create_dir_all(&one).unwrap();
+    std::fs::write(one.join("data.jsonl"), format!("{first}\n")).unwrap();
+    std::os::unix::fs::symlink(sample.join("images"), one.join("images")).unwrap();
+    one
+}
+
+#[test]
+fn a_served_run_gives_the_local_predictions_and_verdicts() {
+    let local = local_reference();
+    let server = Server::start(
+        &[
+            "--batch-size",
+            "4",
+            "--max-new-tokens",
+            "64",
+            "--served-model-name",
+            "tiny",
+        ],
+        &[],
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("served");
+    let mut cmd = served_eval(
+        &server.base,
+        "tiny",
+        &out,
+        None,
+        &["--concurrency", "4", "--model"],
+    );
+    cmd.arg(tiny());
+    ok(&run(cmd));
+
+    assert_eq!(predictions(&out), predictions(local));
+    let verdicts = |run: &Path| -> BTreeMap<String, Value> {
+        lines(&run.join("judgements.jsonl"))
+            .into_iter()
+            .map(|v| {
+                (
+                    v["trajectory"].to_string(),
+                    serde_json::json!([
+                        v["success"],
+                        v["reason"],
+                        v["response"],
+                        v["prompt_tokens"]
+                    ]),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(verdicts(&out).len(), 5);
+    assert_eq!(verdicts(&out), verdicts(local));
+    assert_eq!(
+        json_file(&out.join("metrics.json"))["accuracy"],
+        json_file(&local.join("metrics.json"))["accuracy"]
+    );
+
+    let manifest = json_file(&out.join("manifest.json"));
+    assert_eq!(manifest["served"]["endpoint"], server.base.as_str());
+    assert_eq!(
+        (
+            manifest["served"]["model"].clone(),
+            manifest["settings"]["model"].clone()
+        ),
+        ("tiny".into(), "tiny".into())
+    );
+    assert!(manifest["served"]["pixel_bounds_from"]
+        .as_str()
+        .unwrap()
+        .contains("preprocessor_config.json"));
+    assert_eq!(
+        manifest["settings"]["image_processor"],
+        json_file(&local.join("manifest.json"))["settings"]["image_processor"]
+    );
+    let tp = json_file(&out.join("throughput.json"));
+    let req = &tp["phases"][0]["requests"];
+    assert_eq!(
+        (
+            req["requests"].as_u64(),
+            req["failed"].as_u64(),
+            req["concurrency"].as_u64()
+        ),
+        (Some(30), Some(0), Some(4))
+    );
+    assert!(
+        req["latency_seconds"]["p50"].as_f64().unwrap() > 0.0
+            && req["requests_per_second"].as_f64().unwrap() > 0.0
+    );
+    assert_eq!(tp["phases"][1]["requests"]["requests"].as_u64(), Some(5));
+}
+
+#[test]
+fn a_server_killed_mid_run_leaves_errors_that_a_resume_completes() {
+    let local = local_reference();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let first = Server::start(&["--served-model-name", "tiny"], &[]);
+    let flags = [
+        "--no-judge",
+        "--allow-step-errors",
+        "--concurrency",
+        "4",
+        "--max-retries",
+        "1",
+        "--model",
+    ];
+    let mut cmd = served_eval(&first.base, "tiny", &out, None, &flags);
+    cmd.arg(tiny())
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut client = cmd.spawn().unwrap();
+    wait_for("a few answers", || {
+        lines(&out.join("predictions.jsonl")).len() >= 4
+    });
+    // Freeze the client, kill the server under it, let it go on.
+    signal(client.id(), "STOP");
+    drop(first);
+    signal(client.id(), "CONT");
+    let status = wait_exit(&mut client, Duration::from_secs(120)).expect("eval did not end");
+    assert!(status.success(), "{status:?}");
+    let errors: Vec<Value> = lines(&out.join("predictions.jsonl"))
+        .into_iter()
+        .filter(|v| v["error"].is_string())
+        .collect();
+    assert!(!errors.is_empty(), "no step failed");
+    for e in &errors {
+        assert!(
+            e["error"]
+                .as_str()
+                .unwrap()
+                .contains("gave up after 2 attempts"),
+            "{e}"
+        );
+    }
+
+    let second = Server::start(&["--served-model-name", "tiny"], &[]);
+    let mut again = served_eval(&second.base, "tiny", &out, None, &flags);
+    again.arg(tiny());
+    ok(&run(again));
+    let got = predictions(&out);
+    assert_eq!(got.len(), 30);
+    assert_eq!(got, predictions(local));
+}
+
+#[test]
+fn retries_honour_retry_after_and_5xx_then_answer() {
+    let stub = Stub::start(|n| match n {
+        0 => Reply::Status(429, Some("1")),
+        1 => Reply::Status(503, None),
+        _ => Reply::Answer,
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    let data = one_trajectory(tmp.path());
+    let out = tmp.path().join("run");
+    ok(&run(served_eval(
+        &stub.base,
+        "stub",
+        &out,
+        Some(&data),
+        &["--no-judge", "--concurrency", "1", "--max-retries", "3"],
+    )));
+    let calls = stub.calls();
+    assert!(
+        calls[1] - calls[0] >= Duration::from_millis(950),
+        "Retry-After: 1 not waited for"
+    );
+    let preds = lines(&out.join("predictions.jsonl"));
+    let steps = preds.len();
+    assert!(
+        steps >= 2
+            && preds
+                .iter()
+                .all(|v| v["response"] == ANSWER && v["error"].is_null()),
+        "{preds:?}"
+    );
+    assert!(preds.iter().all(|v| v["image_size"].is_array()
+        && v["prompt_tokens"] == 100
+        && v["generated_tokens"] == 10));
+    let req = &json_file(&out.join("throughput.json"))["phases"][0]["requests"];
+    assert_eq!(
+        (req["attempts"].as_u64(), req["retries"].as_u64()),
+        (Some(steps as u64 + 2), Some(2))
+    );
+}
+
+#[test]
+fn a_slow_server_times_out_into_recorded_errors() {
+    let stub = Stub::start(|_| Reply::Slow(Duration::from_secs(3)));
+    let tmp = tempfile::tempdir().unwrap();
+    let data = one_trajectory(tmp.path());
+    let out = tmp.path().join("run");
+    let flags = [
+        "--no-judge",
+        "--allow-step-errors",
+        "--concurrency",
+        "8",
+        "--request-timeout",
+        "0.3",
+        "--max-retries",
+        "1",
+    ];
+    ok(&run(served_eval(
+        &stub.base,
+        "stub",
+        &out,
+        Some(&data),
+        &flags,
+    )));
+    let preds = lines(&out.join("predictions.jsonl"));
+    assert!(!preds.is_empty());
+    for p in &preds {
+        let e = p["error"].as_str().unwrap_or_else(|| panic!("{p}"));
+        assert!(
+            e.contains("gave up after 2 attempts") && e.contains("timed out"),
+            "{e}"
+        );
+    }
+    let req = &json_file(&out.join("throughput.json"))["phases"][0]["requests"];
+    assert_eq!(req["failed"].as_u64(), Some(preds.len() as u64));
+}
+
+#[test]
+fn a_prompt_the_server_refuses_is_recorded_without_retries() {
+    let server = Server::start(
+        &[
+            "--max-new-tokens",
+            "16",
+            "--max-batch-tokens",
+            "64",
+            "--served-model-name",
+            "tiny",
+        ],
+        &[],
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let data = one_trajectory(tmp.path());
+    let out = tmp.path().join("run");
+    ok(&run(served_eval(
+        &server.base,
+        "tiny",
+        &out,
+        Some(&data),
+        &["--no-judge", "--allow-step-errors"],
+    )));
+    let preds = lines(&out.join("predictions.jsonl"));
+    assert!(!preds.is_empty());
+    for p in &preds {
+        let e = p["error"].as_str().unwrap_or_else(|| panic!("{p}"));
+        assert!(
+            e.contains("HTTP 400") && e.contains("context_length_exceeded"),
+            "{e}"
+        );
+    }
+    let req = &json_file(&out.join("throughput.json"))["phases"][0]["requests"];
+    assert_eq!(
+        (req["attempts"].as_u64(), req["retries"].as_u64()),
+        (Some(preds.len() as u64), Some(0))
+    );
+}

@@ -1,0 +1,196 @@
+//! Helpers of the OpenAI tests: `serve` on the tiny checkpoint as a child process (on a port the system picks,
+//! read from its first stdout line), plain HTTP calls, and a stand-in server whose faults a test scripts.
+
+pub mod stub;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// The tiny checkpoint.
+pub fn tiny() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny-b")
+}
+
+/// The pixel bound every test uses: the sample's screenshots become a few dozen image tokens.
+pub const MAX_PIXELS: &str = "40000";
+
+/// A running `serve`.
+pub struct Server {
+    /// The child process.
+    pub child: Child,
+    /// `http://127.0.0.1:PORT/v1`.
+    pub base: String,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Server {
+    /// Start `serve --model tiny-b --port 0 --max-pixels 40000` with `extra` flags and `envs`, and wait (up to
+    /// 120 s) for it to say where it listens.
+    pub fn start(extra: &[&str], envs: &[(&str, &str)]) -> Self {
+        let mut cmd = crate::util::bin();
+        cmd.args(["serve", "--model"])
+            .arg(tiny())
+            .args(["--port", "0", "--max-pixels", MAX_PIXELS])
+            .args(extra)
+            .envs(envs.iter().copied())
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("start serve");
+        let stdout = child.stdout.take().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push_str(&(line + "\n"));
+            }
+        });
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            if let Some(Ok(line)) = lines.next() {
+                let _ = tx.send(line);
+            }
+            for _ in lines {}
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(120))
+            .unwrap_or_else(|_| {
+                let _ = child.kill();
+                panic!("serve did not start; stderr:\n{}", log.lock().unwrap())
+            });
+        let base = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .to_string();
+        Self {
+            child,
+            base,
+            stderr: log,
+        }
+    }
+
+    /// `http://127.0.0.1:PORT` (without `/v1`).
+    pub fn root(&self) -> String {
+        self.base.trim_end_matches("/v1").to_string()
+    }
+
+    /// What it logged so far.
+    pub fn log(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Send `kill -SIG pid`.
+pub fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    assert!(ok, "kill -{sig} {pid} failed");
+}
+
+/// Wait for `child` to exit, up to `limit`.
+pub fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+/// An HTTP answer: status, `Retry-After`, body.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub retry_after: Option<String>,
+    pub body: String,
+}
+
+impl Answer {
+    /// The body as JSON.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(120))
+        .build()
+}
+
+fn answer(r: Result<ureq::Response, ureq::Error>) -> Answer {
+    let resp = match r {
+        Ok(resp) => resp,
+        Err(ureq::Error::Status(_, resp)) => resp,
+        Err(e) => panic!("request failed: {e}"),
+    };
+    Answer {
+        status: resp.status(),
+        retry_after: resp.header("retry-after").map(str::to_string),
+        body: resp.into_string().unwrap_or_default(),
+    }
+}
+
+/// `POST url` with `body` and headers.
+pub fn post(url: &str, body: &[u8], headers: &[(&str, &str)]) -> Answer {
+    let mut req = agent().post(url).set("Content-Type", "application/json");
+    for (k, v) in headers {
+        req = req.set(k, v);
+    }
+    answer(req.send_bytes(body))
+}
+
+/// `GET url` with headers.
+pub fn get(url: &str, headers: &[(&str, &str)]) -> Answer {
+    let mut req = agent().get(url);
+    for (k, v) in headers {
+        req = req.set(k, v);
+    }
+    answer(req.call())
+}
+
+/// A PNG of the sample benchmark's first screenshot (written once into `dir`).
+pub fn sample_png(dir: &Path) -> PathBuf {
+    let data = dir.join("sample");
+    if !data.join("data.jsonl").exists() {
+        let o = crate::util::bin()
+            .args(["sample", "--out"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let first = std::fs::read_to_string(data.join("data.jsonl")).unwrap();
+    let line: serde_json::Value = serde_json::from_str(first.lines().next().unwrap()).unwrap();
+    data.join(line["trajectory"][0]["image"].as_str().unwrap())
+}
+
+/// Wait (up to 60 s, checking every 10 ms) until `f` holds; panic naming `what` otherwise.
+pub fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "waited 60 s for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
