@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Args, Parser, Subcommand};
 
+use crate::hub::DataLocation;
 use crate::ops::{CpuGemm, GemmCalibration};
 use crate::records::{HistorySource, Procedure};
 use crate::settings::RuleName;
@@ -43,9 +44,64 @@ pub enum Command {
     Bench(BenchArgs),
     /// Check this build's fused kernels on a device against their CPU references (exit 1 on a mismatch).
     SelfTest(SelfTestArgs),
+    /// Write one folder to carry to a machine without network (model, benchmark, this binary, SHA256SUMS), or
+    /// check such a folder (`--verify BUNDLE`).
+    Pack(PackArgs),
     /// Serve a checkpoint over an OpenAI-compatible HTTP API (`POST /v1/chat/completions`), batching concurrent
     /// requests with the engine `eval` uses.
     Serve(ServeArgs),
+}
+
+/// How to reach the Hugging Face Hub and where its cache is; each flag defaults to the variable Hugging Face's
+/// own tools read.
+#[derive(Debug, Args, Clone)]
+pub struct HubArgs {
+    /// The Hub (or a mirror) that hub ids and `hf:` data are fetched from.
+    #[arg(long, env = "HF_ENDPOINT", default_value = crate::hub::DEFAULT_ENDPOINT)]
+    pub hub_endpoint: String,
+    /// Never use the network: hub ids and `hf:` data come from the local cache only (the variable: `1`, `true`,
+    /// `yes` or `on`, any case; any other value leaves it off, as Hugging Face's tools read it).
+    #[arg(long, env = "HF_HUB_OFFLINE", value_parser = hf_true)]
+    pub hub_offline: bool,
+    /// Hugging Face's home folder; the cache is its `hub/` (default `~/.cache/huggingface`).
+    #[arg(long, env = "HF_HOME")]
+    pub hf_home: Option<PathBuf>,
+    /// The cache folder itself (overrides `--hf-home`).
+    #[arg(long, env = "HF_HUB_CACHE")]
+    pub hub_cache: Option<PathBuf>,
+    /// Access token for private or gated repos (default: the `token` file in the Hugging Face home).
+    #[arg(long, env = "HF_TOKEN", hide_env_values = true)]
+    pub hub_token: Option<String>,
+    /// Seconds to wait for a connection to the Hub, and for the next bytes of an answer.
+    #[arg(long, env = "MOBILE_R1_EVAL_HUB_TIMEOUT", default_value_t = crate::hub::DEFAULT_TIMEOUT_SECS)]
+    pub hub_timeout: u64,
+    /// Retries of a failed transfer (timeout, dropped connection, HTTP 5xx), with growing pauses; a broken file
+    /// resumes where it stopped.
+    #[arg(long, env = "MOBILE_R1_EVAL_HUB_RETRIES", default_value_t = crate::hub::DEFAULT_RETRIES)]
+    pub hub_retries: u32,
+}
+
+/// Arguments of `pack`.
+#[derive(Debug, Args)]
+pub struct PackArgs {
+    /// The model to carry: a local folder or a hub id (fetched first).
+    #[arg(long, required_unless_present = "verify", conflicts_with = "verify")]
+    pub model: Option<String>,
+    /// A separate judge model to carry as well.
+    #[arg(long, conflicts_with = "verify")]
+    pub judge_model: Option<String>,
+    /// The benchmark to carry: a folder holding `data.jsonl`, or `hf:OWNER/NAME[@REVISION]`.
+    #[arg(long, required_unless_present = "verify", conflicts_with = "verify")]
+    pub data: Option<DataLocation>,
+    /// The bundle folder to write (must not exist, or be empty).
+    #[arg(long, required_unless_present = "verify", conflicts_with = "verify")]
+    pub out: Option<PathBuf>,
+    /// Check a bundle against its `SHA256SUMS` instead, naming every missing or damaged file.
+    #[arg(long, value_name = "BUNDLE")]
+    pub verify: Option<PathBuf>,
+    /// The Hub.
+    #[command(flatten)]
+    pub hub: HubArgs,
 }
 
 /// Arguments of `serve`.
@@ -191,9 +247,12 @@ pub struct ImportArgs {
 /// Arguments of `data validate`.
 #[derive(Debug, Args)]
 pub struct ValidateArgs {
-    /// Benchmark folder holding `data.jsonl`; the embedded sample when absent.
+    /// Benchmark folder holding `data.jsonl`, or `hf:OWNER/NAME[@REVISION]`; the embedded sample when absent.
     #[arg(long)]
-    pub data: Option<PathBuf>,
+    pub data: Option<DataLocation>,
+    /// The Hub, for `hf:` data.
+    #[command(flatten)]
+    pub hub: HubArgs,
 }
 
 /// Arguments of `sample`.
@@ -207,9 +266,13 @@ pub struct SampleArgs {
 /// Arguments of `score`.
 #[derive(Debug, Args)]
 pub struct ScoreArgs {
-    /// Benchmark folder holding `data.jsonl`; the embedded sample when absent.
+    /// Benchmark folder holding `data.jsonl`, or `hf:OWNER/NAME[@REVISION]`; for a run's predictions, the run's
+    /// own benchmark when absent, else the embedded sample.
     #[arg(long)]
-    pub data: Option<PathBuf>,
+    pub data: Option<DataLocation>,
+    /// The Hub, for `hf:` data.
+    #[command(flatten)]
+    pub hub: HubArgs,
     /// Predictions JSONL: one `{"trajectory", "step", "response", "image_size"?}` object per line.
     #[arg(long)]
     pub predictions: PathBuf,
@@ -285,6 +348,14 @@ impl std::str::FromStr for CalibrationFlag {
     }
 }
 
+/// A Hugging Face switch: `1`, `true`, `yes` or `on` (any case) is on; anything else, empty included, is off.
+fn hf_true(s: &str) -> Result<bool, String> {
+    Ok(matches!(
+        s.trim().to_ascii_lowercase().as_str(),
+        "1" | "true" | "yes" | "on"
+    ))
+}
+
 /// `on`/`off` (also `1`/`0`, `true`/`false`, `yes`/`no`), case-insensitive.
 fn on_off(s: &str) -> Result<bool, String> {
     match s.trim().to_ascii_lowercase().as_str() {
@@ -306,13 +377,16 @@ pub struct ReportArgs {
     /// Output folder of `--compare`.
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Benchmark folder (default: `data` in the run's `manifest.json`).
+    /// Benchmark folder, or `hf:OWNER/NAME[@REVISION]` (default: `data` in the run's `manifest.json`).
     #[arg(long)]
-    pub data: Option<PathBuf>,
+    pub data: Option<DataLocation>,
     /// Matching-rule preset (default: `rules` in the run's `manifest.json`, else the one the benchmark's
     /// `benchmark.json` suggests, else mobile-r1).
     #[arg(long)]
     pub rules: Option<RuleName>,
+    /// The Hub, for `hf:` data.
+    #[command(flatten)]
+    pub hub: HubArgs,
 }
 
 /// Model-loading arguments shared by `generate` and `eval`.
@@ -337,6 +411,9 @@ pub struct ModelArgs {
     /// How the ops run.
     #[command(flatten)]
     pub ops: OpsArgs,
+    /// The Hub, for hub ids.
+    #[command(flatten)]
+    pub hub: HubArgs,
 }
 
 /// Arguments of `generate`.
@@ -373,9 +450,10 @@ pub struct EvalArgs {
     /// Where the prompts go: this machine, or an OpenAI-compatible server.
     #[command(flatten)]
     pub served: ServedArgs,
-    /// Benchmark folder holding `data.jsonl`; the embedded sample when absent.
+    /// Benchmark folder holding `data.jsonl`, or `hf:OWNER/NAME[@REVISION]` (a dataset repo on the Hub, e.g.
+    /// `hf:PG23/Mobile-R1`); the embedded sample when absent.
     #[arg(long)]
-    pub data: Option<PathBuf>,
+    pub data: Option<DataLocation>,
     /// Run folder (created, or resumed when it exists); default: a fresh folder under `runs/`.
     #[arg(long)]
     pub out: Option<PathBuf>,

@@ -25,6 +25,8 @@ pub struct ModelSpec {
     pub min_pixels: Option<u64>,
     /// `max_pixels` override.
     pub max_pixels: Option<u64>,
+    /// How a hub id is fetched (or found in the cache); unused for a local folder.
+    pub hub: crate::hub::Hub,
 }
 
 /// A loaded checkpoint.
@@ -46,7 +48,7 @@ pub struct LoadedModel {
 impl LoadedModel {
     /// Resolve, load and prepare a checkpoint.
     pub fn load(spec: &ModelSpec) -> Result<Self> {
-        let files = ModelFiles::resolve(&spec.model)
+        let files = ModelFiles::resolve(&spec.model, &spec.hub)
             .with_context(|| format!("locating model {}", spec.model))?;
         let (device, device_spec) = open_device(spec.device)?;
         let dtype = match spec.dtype {

@@ -6,9 +6,10 @@ use anyhow::{Context, Result};
 
 use super::model_spec;
 use crate::backend::openai::normalize_endpoint;
+use crate::backend::ModelSpec;
 use crate::backend::OpenAiSettings;
 use crate::cli::{BackendKind, EvalArgs};
-use crate::eval::{run_eval, EvalConfig, JudgeChoice, ServedConfig};
+use crate::eval::{run_eval_with, step_backend, EvalConfig, JudgeChoice, ServedConfig};
 use crate::interrupt::Cancel;
 use crate::preprocess::ImageProcessorConfig;
 use crate::records::{HistorySource, Procedure};
@@ -93,19 +94,47 @@ pub fn semi_online(
     }
 }
 
+/// Fetch the hub checkpoints the run loads (the model unless a server answers the step prompts, a separate
+/// judge) into the cache, and check that folders carried in a bundle are whole.
+fn fetch_models(spec: &ModelSpec, served: bool, judge: &JudgeChoice, data: &Path) -> Result<()> {
+    let judge = match judge {
+        JudgeChoice::Other(m) => Some(m.as_str()),
+        _ => None,
+    };
+    let model = Some(spec.model.as_str()).filter(|m| !m.is_empty() && !served);
+    crate::pack::check_present(data).context("--data")?;
+    for (flag, model) in [("--model", model), ("--judge-model", judge)] {
+        let Some(m) = model else { continue };
+        if Path::new(m).is_dir() {
+            crate::pack::check_present(Path::new(m)).with_context(|| format!("{flag} {m}"))?;
+        } else {
+            crate::model::ModelFiles::resolve(m, &spec.hub)
+                .with_context(|| format!("{flag} {m}"))?;
+        }
+    }
+    Ok(())
+}
+
 /// Build the evaluation's configuration from the command line and take its run folder (held, locked, until the
 /// claim is dropped); `env` holds the scheduler variables `--shard auto` reads (taken from the process
-/// environment once, by the caller).
+/// environment once, by the caller). `--data hf:…` and hub checkpoints are fetched first, so a failed or stopped
+/// download leaves no run folder behind.
 pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<(EvalConfig, ClaimedRun)> {
     let shard = a.shard.map(|s| s.resolve(env)).transpose()?;
     let served = served_config(&a)?;
     let moved_judge = served_judge(&a);
-    let data = match a.data {
+    let spec = model_spec(&a.model);
+    let (data, mut data_source) = super::hub::resolve_data(a.data, &spec.hub)?;
+    let data = match data {
         Some(d) => d,
         None => {
             crate::sample::materialize_default().context("writing the embedded sample benchmark")?
         }
     };
+    if data_source.is_none() {
+        // A benchmark carried in a bundle keeps the Hub origin `pack` recorded.
+        data_source = crate::pack::data_source_of(&data);
+    }
     let rules = super::rules_for(a.rules, &data)?;
     let judge = match (a.no_judge, a.judge_model) {
         (true, _) => JudgeChoice::None,
@@ -124,10 +153,11 @@ pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<(EvalConfig, ClaimedRun
         Some(s) => s.steps.api_model.clone(),
         None => a.model.model.clone(),
     };
+    fetch_models(&spec, served.is_some(), &judge, &data)?;
     let claim = claim_out(a.out, &name, shard)?;
     let cfg = EvalConfig {
         out: claim.dir().clone(),
-        model: model_spec(&a.model),
+        model: spec,
         served,
         devices: a.model.device.clone(),
         data,
@@ -142,6 +172,7 @@ pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<(EvalConfig, ClaimedRun
         command_line: std::env::args().collect(),
         semi_online,
         dump_prompts: a.dump_prompts,
+        data_source,
     };
     Ok((cfg, claim))
 }
@@ -229,7 +260,11 @@ pub fn run(args: EvalArgs, env: &SchedulerEnv) -> Result<()> {
     if let Some(s) = cfg.shard {
         tracing::info!("shard {s}: writing into {}", out.display());
     }
-    let outcome = run_eval(&cfg)?;
+    // Until the first prompt runs there is nothing to save: a stop while the model loads exits at once.
+    let loading = super::hub::ExitOnStop::start(cfg.cancel.clone(), "loading the model");
+    let backend = step_backend(&cfg)?;
+    drop(loading);
+    let outcome = run_eval_with(&cfg, backend)?;
     println!("{}", outcome.summary);
     println!("Results written to {}:", out.display());
     for f in [

@@ -5,7 +5,9 @@ pub mod bench;
 pub mod data;
 pub mod eval;
 pub mod generate;
+pub mod hub;
 pub mod merge;
+pub mod pack;
 pub mod report;
 pub mod sample;
 pub mod score;
@@ -30,6 +32,19 @@ pub fn main() -> ExitCode {
                 eprintln!("{stop}");
                 return ExitCode::from(stop.exit_code());
             }
+            // A download stopped on request: what was fetched stays in the cache for the next run.
+            let stopped = e.chain().any(|c| {
+                c.downcast_ref::<crate::hub::HubError>()
+                    .is_some_and(|h| h.is_cancelled())
+                    || matches!(
+                        c.downcast_ref::<crate::pack::PackError>(),
+                        Some(crate::pack::PackError::Cancelled)
+                    )
+            });
+            if stopped {
+                eprintln!("error: {}", error_chain(&e));
+                return ExitCode::from(hub::stop_exit_code());
+            }
             eprintln!("error: {}", error_chain(&e));
             ExitCode::FAILURE
         }
@@ -49,6 +64,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Generate(a) => generate::run(a),
         Command::Bench(a) => bench::run(a),
         Command::SelfTest(a) => selftest::run(a),
+        Command::Pack(a) => pack::run(a),
         Command::Serve(a) => serve::run(a),
     }
 }
@@ -112,6 +128,7 @@ pub fn model_spec(a: &ModelArgs) -> ModelSpec {
         min_pixels: a.min_pixels,
         max_pixels: a.max_pixels,
         ops: ops_config(&a.ops),
+        hub: hub::hub(&a.hub, crate::interrupt::Cancel::on_signals()),
     }
 }
 

@@ -7,14 +7,13 @@ use crate::rundir::RunDir;
 
 /// Entry point.
 pub fn run(args: ReportArgs) -> anyhow::Result<()> {
+    let hub = super::hub::hub(&args.hub, crate::interrupt::Cancel::new());
+    let (data, _) = super::hub::resolve_data(args.data.clone(), &hub)?;
     let rules = match args.rules {
         Some(r) => Some(r.preset()),
-        None => suggested_rules(&args)?,
+        None => suggested_rules(args.run.as_deref(), data.as_deref())?,
     };
-    let overrides = RunOverrides {
-        data: args.data,
-        rules,
-    };
+    let overrides = RunOverrides { data, rules };
     if let Some(runs) = args.compare {
         let out = args.out.context("--compare needs --out DIR")?;
         let a = RunData::load(&RunDir::new(&runs[0]), &overrides)
@@ -54,8 +53,11 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
 
 /// A folder that records its rules (a run's manifest, a scored folder's `scored.json`) keeps them; one that does
 /// not, reported against `--data`, takes the benchmark's suggested preset (its `benchmark.json`).
-fn suggested_rules(args: &ReportArgs) -> anyhow::Result<Option<crate::settings::RulePreset>> {
-    let (Some(run), Some(data)) = (&args.run, &args.data) else {
+fn suggested_rules(
+    run: Option<&std::path::Path>,
+    data: Option<&std::path::Path>,
+) -> anyhow::Result<Option<crate::settings::RulePreset>> {
+    let (Some(run), Some(data)) = (run, data) else {
         return Ok(None);
     };
     if !matches!(RunDir::new(run).origin(), Ok(None)) {

@@ -63,7 +63,9 @@ pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
         Some(Origin::Scored(_)) => source.path(rundir::SCORED),
         _ => source.path(rundir::MANIFEST),
     };
-    let found = find_benchmark(args.data.as_deref(), origin.as_ref(), &named_by, true)?;
+    let hub = super::hub::hub(&args.hub, crate::interrupt::Cancel::new());
+    let (data, _) = super::hub::resolve_data(args.data.clone(), &hub)?;
+    let found = find_benchmark(data.as_deref(), origin.as_ref(), &named_by, true)?;
     let preds = PredictionSet::read(&args.predictions)?;
     for m in &preds.malformed {
         eprintln!("warning: {}: {m}", args.predictions.display());

@@ -63,10 +63,35 @@ impl Line<'_> {
 
     fn positive(&self, obj: &Map<String, Value>, key: &str) -> Result<u32, DatasetError> {
         let v = self.req(obj, "", key)?;
-        match v.as_u64() {
+        match whole_number(v) {
             Some(n) if n > 0 && n <= u32::MAX as u64 => Ok(n as u32),
             _ => Err(self.err(key, format!("must be a positive integer, found {v}"))),
         }
+    }
+}
+
+/// A non-negative whole number written as a JSON integer, a float with no fraction (`1080.0`) or a string of
+/// digits (`"1080"`): releases store sizes and lengths each way.
+fn whole_number(v: &Value) -> Option<u64> {
+    match v {
+        Value::Number(n) => n.as_u64().or_else(|| {
+            n.as_f64()
+                .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < 9.0e15)
+                .map(|f| f as u64)
+        }),
+        Value::String(s) => s.trim().parse::<u64>().ok(),
+        _ => None,
+    }
+}
+
+/// A value that may be stored as JSON text inside a string (`"[...]"`, `"{...}"`), parsed; other values as
+/// they are.
+fn unquoted(v: &Value) -> Result<std::borrow::Cow<'_, Value>, String> {
+    match v {
+        Value::String(s) if s.trim_start().starts_with(['[', '{']) => serde_json::from_str(s)
+            .map(std::borrow::Cow::Owned)
+            .map_err(|e| format!("not valid JSON: {e}")),
+        other => Ok(std::borrow::Cow::Borrowed(other)),
     }
 }
 
@@ -116,7 +141,8 @@ fn parse_line(raw: &str, index: usize, ctx: &Line) -> Result<Trajectory, Dataset
     };
     let image_width = ctx.positive(obj, "image_width")?;
     let image_height = ctx.positive(obj, "image_height")?;
-    let steps_v = ctx.req(obj, "", "trajectory")?;
+    let steps_v =
+        unquoted(ctx.req(obj, "", "trajectory")?).map_err(|m| ctx.err("trajectory", m))?;
     let steps_arr = steps_v
         .as_array()
         .ok_or_else(|| ctx.err("trajectory", "must be a list of steps"))?;
@@ -130,7 +156,7 @@ fn parse_line(raw: &str, index: usize, ctx: &Line) -> Result<Trajectory, Dataset
         .map(|(k, s)| parse_step(s, &format!("trajectory[{k}]."), screen, ctx))
         .collect::<Result<Vec<_>, _>>()?;
     let len_v = ctx.req(obj, "", "trajectory_length")?;
-    match len_v.as_u64() {
+    match whole_number(len_v) {
         Some(n) if n as usize == steps.len() => {}
         Some(n) => {
             return Err(ctx.err(
@@ -156,7 +182,7 @@ fn parse_step(v: &Value, prefix: &str, screen: [f64; 2], ctx: &Line) -> Result<S
     let obj = v
         .as_object()
         .ok_or_else(|| ctx.err(prefix.trim_end_matches('.'), "a step must be an object"))?;
-    let image = ctx.string(obj, prefix, "image")?;
+    let image = step_image(obj, prefix, ctx)?;
     check_image_path(&image).map_err(|m| ctx.err(format!("{prefix}image"), m))?;
     let action_v = ctx.req(obj, prefix, "action")?;
     let action = parse_gold_action(action_v)
@@ -184,6 +210,21 @@ fn parse_step(v: &Value, prefix: &str, screen: [f64; 2], ctx: &Line) -> Result<S
     })
 }
 
+/// The screenshot of a step: a path string, or an image record `{"path": …}` as dataset tools write them.
+fn step_image(obj: &Map<String, Value>, prefix: &str, ctx: &Line) -> Result<String, DatasetError> {
+    match ctx.req(obj, prefix, "image")? {
+        Value::String(s) => Ok(s.clone()),
+        Value::Object(o) => match o.get("path") {
+            Some(Value::String(s)) => Ok(s.clone()),
+            _ => Err(ctx.err(
+                format!("{prefix}image"),
+                "an image record needs a `path` string",
+            )),
+        },
+        _ => Err(ctx.err(format!("{prefix}image"), "must be a string")),
+    }
+}
+
 /// A gold point must lie on the screen (edges included): one outside it cannot be scored against.
 fn check_on_screen(action: &Action, [w, h]: [f64; 2]) -> Result<(), String> {
     let points: Vec<&crate::action::Point> = match action {
@@ -205,21 +246,25 @@ fn check_on_screen(action: &Action, [w, h]: [f64; 2]) -> Result<(), String> {
     }
 }
 
-/// The gold action: a tool call (object or JSON string), or a bare arguments object.
+/// The gold action: a tool call (object or JSON string, its `arguments` an object or JSON text), or a bare
+/// arguments object.
 fn parse_gold_action(v: &Value) -> Result<Action, String> {
-    let parsed;
-    let v = match v {
+    let parsed = match v {
         Value::String(s) => {
-            parsed =
-                serde_json::from_str::<Value>(s).map_err(|e| format!("not valid JSON: {e}"))?;
-            &parsed
+            serde_json::from_str::<Value>(s).map_err(|e| format!("not valid JSON: {e}"))?
         }
-        other => other,
+        other => other.clone(),
     };
+    let mut v = parsed;
+    if let Some(Value::String(args)) = v.get("arguments") {
+        let args = serde_json::from_str::<Value>(args)
+            .map_err(|e| format!("`arguments` is not valid JSON: {e}"))?;
+        v["arguments"] = args;
+    }
     let r = if v.get("name").is_some() || v.get("arguments").is_some() {
-        Action::from_tool_call(v)
+        Action::from_tool_call(&v)
     } else {
-        Action::from_arguments(v)
+        Action::from_arguments(&v)
     };
     r.map_err(|e| e.to_string())
 }
@@ -306,6 +351,39 @@ mod tests {
         assert!(check_image_path("images/../../x.png").is_err());
         assert!(check_image_path("C:\\x.png").is_err());
         assert!(check_image_path("").is_err());
+    }
+
+    #[test]
+    fn release_field_types_are_accepted() {
+        let ctx = Line {
+            file: Path::new("data.jsonl"),
+            line: 1,
+        };
+        let line = serde_json::json!({
+            "app_name": "闲鱼", "trajectory_length": "2", "instruction": "i",
+            "image_width": "1080", "image_height": 2400.0,
+            "trajectory": serde_json::json!([
+                {"image": "a.png", "action": {"name": "mobile_use",
+                    "arguments": "{\"action\": \"click\", \"coordinate\": [1, 2]}"}},
+                {"image": {"path": "images/b.png"}, "action": "{\"name\": \"mobile_use\", \"arguments\": {\"action\": \"terminate\", \"status\": \"success\"}}"}
+            ]).to_string(),
+        });
+        let t = parse_line(&line.to_string(), 0, &ctx).unwrap();
+        assert_eq!(
+            (t.image_width, t.image_height, t.steps.len()),
+            (1080, 2400, 2)
+        );
+        assert_eq!(t.steps[1].image, "images/b.png");
+        for bad in [
+            serde_json::json!("10.5"),
+            serde_json::json!(-3),
+            serde_json::json!("x"),
+        ] {
+            let mut l = line.clone();
+            l["image_width"] = bad;
+            let e = parse_line(&l.to_string(), 0, &ctx).unwrap_err();
+            assert_eq!(e.field(), Some("image_width"));
+        }
     }
 
     #[test]

@@ -17,6 +17,9 @@ use crate::action::Action;
 /// The file name of the trajectories inside a benchmark folder.
 pub const DATA_FILE: &str = "data.jsonl";
 
+/// The folder the Mobile-R1 release keeps its screenshots in; a step's bare file name is looked up there too.
+pub const IMAGES_DIR: &str = "images";
+
 /// A gold box `[x1, y1, x2, y2]` in screen pixels.
 pub type BBox = [f64; 4];
 
@@ -150,6 +153,19 @@ pub struct Benchmark {
     pub info: Option<BenchmarkInfo>,
 }
 
+/// A step's screenshot given as a bare name that the folder keeps under `images/` (as the Mobile-R1 release
+/// does) is read from there: its path becomes `images/<name>` (only when the name itself is absent).
+fn find_bare_images(root: &Path, trajectories: &mut [Trajectory]) {
+    for step in trajectories.iter_mut().flat_map(|t| t.steps.iter_mut()) {
+        if !root.join(&step.image).exists() {
+            let under = Path::new(IMAGES_DIR).join(&step.image);
+            if root.join(&under).is_file() {
+                step.image = format!("{IMAGES_DIR}/{}", step.image);
+            }
+        }
+    }
+}
+
 /// A benchmark is a folder: a file given in its place (its `data.jsonl`, say) is named, with its folder.
 fn check_folder(dir: &Path) -> Result<(), DatasetError> {
     if !dir.is_file() {
@@ -166,7 +182,8 @@ fn check_folder(dir: &Path) -> Result<(), DatasetError> {
 }
 
 impl Benchmark {
-    /// Load `DIR/data.jsonl` and, when present, `DIR/benchmark.json` (no image is opened).
+    /// Load `DIR/data.jsonl` and, when present, `DIR/benchmark.json` (no image is opened; a bare screenshot
+    /// name is looked up under `images/`).
     pub fn load(dir: impl AsRef<Path>) -> Result<Benchmark, DatasetError> {
         let root = dir.as_ref().to_path_buf();
         check_folder(&root)?;
@@ -175,7 +192,8 @@ impl Benchmark {
             path: file.clone(),
             source,
         })?;
-        let trajectories = load::parse_jsonl(&text, &file)?;
+        let mut trajectories = load::parse_jsonl(&text, &file)?;
+        find_bare_images(&root, &mut trajectories);
         let info = BenchmarkInfo::read(&root)?;
         Ok(Benchmark {
             root,

@@ -442,7 +442,7 @@ mod tests {
     fn tiny() -> Qwen25VL {
         let dir =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny-b");
-        let files = ModelFiles::resolve(dir.to_str().unwrap()).unwrap();
+        let files = ModelFiles::from_dir(&dir).unwrap();
         Qwen25VL::load(
             &files,
             &candle_core::Device::Cpu,

@@ -96,6 +96,8 @@ pub struct EvalConfig {
     pub cancel: Cancel,
     /// The command line the run was started with (for the command that resumes it).
     pub command_line: Vec<String>,
+    /// The Hub dataset the benchmark was fetched from, for the manifest.
+    pub data_source: Option<crate::records::DataSource>,
     /// `--history predicted --semi-online P`: the step prompts show the model's own earlier outputs under this
     /// procedure; `None`: the gold history.
     pub semi_online: Option<Procedure>,
@@ -141,7 +143,7 @@ fn judge_spec(cfg: &EvalConfig) -> Option<ModelSpec> {
 }
 
 /// The backend of the step prompts: the server of `--backend openai`, else the checkpoint on the run's devices.
-fn step_backend(cfg: &EvalConfig) -> Result<Box<dyn Backend>> {
+pub fn step_backend(cfg: &EvalConfig) -> Result<Box<dyn Backend>> {
     match &cfg.served {
         Some(s) => Ok(Box::new(connect(cfg, &s.steps)?)),
         None => load_backend(cfg, &cfg.model),
@@ -199,7 +201,7 @@ pub fn load_devices(cfg: &EvalConfig, spec: &ModelSpec) -> Result<Vec<LocalBacke
 
 /// The run's backend for `spec`: one device's checkpoint, or several sharing the work through a
 /// [`MultiBackend`].
-fn load_backend(cfg: &EvalConfig, spec: &ModelSpec) -> Result<Box<dyn Backend>> {
+pub fn load_backend(cfg: &EvalConfig, spec: &ModelSpec) -> Result<Box<dyn Backend>> {
     let mut devices = load_devices(cfg, spec)?;
     if devices.len() == 1 {
         Ok(Box::new(devices.remove(0)))
@@ -230,7 +232,7 @@ fn settings(cfg: &EvalConfig, backend: &dyn Backend) -> Result<RunSettings> {
             weights: Default::default(),
         }),
         (_, Some(spec)) => {
-            let files = crate::model::ModelFiles::resolve(&spec.model)
+            let files = crate::model::ModelFiles::resolve(&spec.model, &spec.hub)
                 .with_context(|| format!("--judge-model {}", spec.model))?;
             Some(JudgeSettings {
                 model: spec.model,
@@ -292,6 +294,7 @@ fn manifest(
         shard: None,
         screenshots: Default::default(),
         served: cfg.served.as_ref().map(|s| served_record(cfg, s)),
+        data_source: cfg.data_source.clone(),
     }
 }
 

@@ -1,9 +1,10 @@
-//! Locating a checkpoint: a local folder in the Hugging Face layout, or a hub repo id fetched with `hf-hub`
-//! into the standard cache (`$HF_HOME/hub`), resolved from that cache alone when `HF_HUB_OFFLINE` is set.
+//! Locating a checkpoint: a local folder in the Hugging Face layout, or a hub repo id fetched through
+//! [`crate::hub`] into the standard cache (or found there alone when the hub is offline).
 
 use std::path::{Path, PathBuf};
 
 use super::ModelError;
+use crate::hub::{Hub, HubError, HubRepo, RepoKind};
 
 /// Resolved paths of one checkpoint's files.
 #[derive(Debug, Clone, PartialEq)]
@@ -14,25 +15,34 @@ pub struct ModelFiles {
     pub config: PathBuf,
     /// Safetensors shards (one file, or all files of `model.safetensors.index.json`).
     pub weights: Vec<PathBuf>,
+    /// `model.safetensors.index.json`, when the weights are sharded.
+    pub weight_index: Option<PathBuf>,
     /// `tokenizer.json`, if present.
     pub tokenizer: Option<PathBuf>,
     /// `tokenizer_config.json`, if present.
     pub tokenizer_config: Option<PathBuf>,
     /// `chat_template.json`, if present.
     pub chat_template: Option<PathBuf>,
+    /// `chat_template.jinja`, if present (newer checkpoints keep the template there).
+    pub chat_template_jinja: Option<PathBuf>,
     /// `preprocessor_config.json`, if present.
     pub preprocessor_config: Option<PathBuf>,
     /// `generation_config.json`, if present.
     pub generation_config: Option<PathBuf>,
 }
 
-const OPTIONAL: [&str; 5] = [
+/// The files a run reads besides `config.json` and the weights, when the checkpoint has them.
+pub const OPTIONAL: [&str; 6] = [
     "tokenizer.json",
     "tokenizer_config.json",
     "chat_template.json",
+    "chat_template.jinja",
     "preprocessor_config.json",
     "generation_config.json",
 ];
+
+/// The index of sharded weights.
+pub const WEIGHT_INDEX: &str = "model.safetensors.index.json";
 
 fn files_err(msg: impl Into<String>) -> ModelError {
     ModelError::Files(msg.into())
@@ -55,12 +65,10 @@ pub fn shard_names(index_json: &str) -> Result<Vec<String>, ModelError> {
     Ok(names)
 }
 
-/// Retries of a broken download; each resumes from the bytes already on disk (`hf-hub` backs off 300 ms, doubling).
-pub const DOWNLOAD_RETRIES: usize = 4;
-
 impl ModelFiles {
-    /// Resolve `spec`: an existing folder, else a hub repo id (`org/name`).
-    pub fn resolve(spec: &str) -> Result<Self, ModelError> {
+    /// Resolve `spec`: an existing folder, else a hub repo id (`org/name`) fetched through `hub` (from its cache
+    /// alone when it is offline).
+    pub fn resolve(spec: &str, hub: &Hub) -> Result<Self, ModelError> {
         let p = Path::new(spec);
         if p.is_dir() {
             return Self::from_dir(p);
@@ -70,16 +78,12 @@ impl ModelFiles {
                 "--model {spec} is a file; expected a folder or a hub repo id"
             )));
         }
-        if spec.split('/').count() != 2 || spec.starts_with('.') || spec.starts_with('/') {
+        if crate::hub::check_repo_id(spec).is_err() {
             return Err(files_err(format!(
                 "--model {spec}: no such folder, and not a hub repo id (org/name)"
             )));
         }
-        if hub_offline() {
-            Self::from_cache(spec)
-        } else {
-            Self::from_hub(spec)
-        }
+        Self::from_hub(spec, hub)
     }
 
     /// A local folder in the HF layout.
@@ -89,56 +93,44 @@ impl ModelFiles {
             Ok(p.is_file().then_some(p))
         };
         Self::assemble(dir, &fetch).map_err(|e| match e {
-            ModelError::Files(m) => files_err(format!("{}: {m}", dir.display())),
+            ModelError::Files(m) => files_err(format!(
+                "{}: {m}. Copy the file from the checkpoint, or carry a complete checkpoint over with \
+                 `mobile-r1-eval pack --model ORG/NAME --data … --out BUNDLE` on a connected machine \
+                 (docs/air-gap.md)",
+                dir.display()
+            )),
             other => other,
         })
     }
 
-    /// A hub repo from the local cache only (`$HF_HOME/hub/models--org--name/snapshots/<refs/main>/`).
-    pub fn from_cache(repo_id: &str) -> Result<Self, ModelError> {
-        let cache = hf_hub::Cache::from_env();
-        let repo = cache.model(repo_id.to_string());
-        let config = repo.get("config.json").ok_or_else(|| {
-            files_err(format!(
-                "{repo_id} is not in the local Hugging Face cache ({}) and HF_HUB_OFFLINE is set",
-                cache.path().display()
-            ))
-        })?;
+    /// Hub repo `repo_id` at `main`: each file from the cache's snapshot when it has it, else fetched (offline:
+    /// the cache alone).
+    pub fn from_hub(repo_id: &str, hub: &Hub) -> Result<Self, ModelError> {
+        let repo = hub.repo(RepoKind::Model, repo_id, "main")?;
+        let config = repo.get_required("config.json")?;
         let dir = config.parent().map(Path::to_path_buf).unwrap_or_default();
-        let fetch = |name: &str| -> Result<Option<PathBuf>, ModelError> { Ok(repo.get(name)) };
+        let fetch = |name: &str| -> Result<Option<PathBuf>, ModelError> { fetch_hub(&repo, name) };
         Self::assemble(&dir, &fetch).map_err(|e| match e {
-            ModelError::Files(m) => files_err(format!("{repo_id} (offline cache): {m}")),
+            ModelError::Files(m) => files_err(format!("{repo_id}: {m}")),
             other => other,
         })
     }
 
-    /// A hub repo downloaded (or found) in the standard cache with `hf_hub::api::sync`.
-    pub fn from_hub(repo_id: &str) -> Result<Self, ModelError> {
-        let api = hf_hub::api::sync::ApiBuilder::from_env()
-            .with_progress(true)
-            .with_retries(DOWNLOAD_RETRIES)
-            .build()
-            .map_err(|e| files_err(format!("hub client: {e}")))?;
-        let repo = api.model(repo_id.to_string());
-        let config = repo.get("config.json").map_err(|e| {
-            let hint = if unreachable(&e) { NO_NETWORK_HINT } else { "" };
-            files_err(format!("{repo_id}: cannot fetch config.json: {e}{hint}"))
-        })?;
-        let dir = config.parent().map(Path::to_path_buf).unwrap_or_default();
-        let fetch = |name: &str| -> Result<Option<PathBuf>, ModelError> {
-            match repo.get(name) {
-                Ok(p) => Ok(Some(p)),
-                Err(e)
-                    if is_not_found(&e)
-                        && (OPTIONAL.contains(&name) || name == "model.safetensors") =>
-                {
-                    tracing::debug!("{repo_id}/{name}: {e}");
-                    Ok(None)
-                }
-                Err(e) => Err(files_err(format!("{repo_id}: cannot fetch {name}: {e}"))),
-            }
-        };
-        Self::assemble(&dir, &fetch)
+    /// Every file a run reads: `config.json`, the weights (and their index), and the optional files present.
+    pub fn run_files(&self) -> Vec<&Path> {
+        let optional = [
+            &self.tokenizer,
+            &self.tokenizer_config,
+            &self.chat_template,
+            &self.chat_template_jinja,
+            &self.preprocessor_config,
+            &self.generation_config,
+        ];
+        std::iter::once(self.config.as_path())
+            .chain(self.weight_index.as_deref())
+            .chain(self.weights.iter().map(PathBuf::as_path))
+            .chain(optional.into_iter().flatten().map(PathBuf::as_path))
+            .collect()
     }
 
     /// Collect the files through `fetch` (None = absent).
@@ -147,65 +139,58 @@ impl ModelFiles {
         fetch: &dyn Fn(&str) -> Result<Option<PathBuf>, ModelError>,
     ) -> Result<Self, ModelError> {
         let config = fetch("config.json")?.ok_or_else(|| files_err("no config.json"))?;
-        let weights = match fetch("model.safetensors")? {
-            Some(p) => vec![p],
+        let (weights, weight_index) = match fetch("model.safetensors")? {
+            Some(p) => (vec![p], None),
             None => {
-                let index = fetch("model.safetensors.index.json")?.ok_or_else(|| {
-                    files_err("neither model.safetensors nor model.safetensors.index.json")
+                let index = fetch(WEIGHT_INDEX)?.ok_or_else(|| {
+                    files_err(format!("neither model.safetensors nor {WEIGHT_INDEX}"))
                 })?;
                 let text = std::fs::read_to_string(&index)
                     .map_err(|e| files_err(format!("{}: {e}", index.display())))?;
-                shard_names(&text)?
+                let shards = shard_names(&text)?
                     .iter()
                     .map(|n| {
                         fetch(n)?.ok_or_else(|| files_err(format!("missing weight shard {n}")))
                     })
-                    .collect::<Result<_, _>>()?
+                    .collect::<Result<_, _>>()?;
+                (shards, Some(index))
             }
         };
-        let [tokenizer, tokenizer_config, chat_template, preprocessor_config, generation_config] =
+        let [tokenizer, tokenizer_config, chat_template, chat_template_jinja, preprocessor_config, generation_config] =
             OPTIONAL.map(fetch);
         Ok(Self {
             dir: dir.to_path_buf(),
             config,
             weights,
+            weight_index,
             tokenizer: tokenizer?,
             tokenizer_config: tokenizer_config?,
             chat_template: chat_template?,
+            chat_template_jinja: chat_template_jinja?,
             preprocessor_config: preprocessor_config?,
             generation_config: generation_config?,
         })
     }
 }
 
-/// Next steps printed when the hub cannot be reached at all.
-const NO_NETWORK_HINT: &str = "\n  The Hugging Face hub could not be reached. Next steps: pass a local model folder \
-     (--model path/to/Qwen2.5-VL-3B-Instruct, e.g. downloaded elsewhere and copied here); or, if the model is \
-     already in the local cache ($HF_HOME/hub), set HF_HUB_OFFLINE=1; or set HF_ENDPOINT to a reachable hub mirror.";
-
-/// No answer from the hub at all (connection refused, DNS, timeout), as opposed to an HTTP status.
-fn unreachable(e: &hf_hub::api::sync::ApiError) -> bool {
-    matches!(e, hf_hub::api::sync::ApiError::RequestError(r) if matches!(**r, ureq::Error::Transport(_)))
-}
-
-/// The Hub answered 404: the file is not in the repo (anything else, a dropped connection say, is an error).
-fn is_not_found(e: &hf_hub::api::sync::ApiError) -> bool {
-    matches!(e, hf_hub::api::sync::ApiError::RequestError(r) if matches!(**r, ureq::Error::Status(404, _)))
-}
-
-/// `HF_HUB_OFFLINE` set to a true value (`1`, `true`, `yes`, `on`).
-pub fn hub_offline() -> bool {
-    env_flag("HF_HUB_OFFLINE")
-}
-
-/// Environment variable `name` set to a true value (`1`, `true`, `yes`, `on`).
-pub fn env_flag(name: &str) -> bool {
-    std::env::var(name)
-        .map(|v| {
-            matches!(
-                v.trim().to_ascii_lowercase().as_str(),
-                "1" | "true" | "yes" | "on"
-            )
-        })
-        .unwrap_or(false)
+/// One file of a hub checkpoint: a shard or `config.json` must be there; the optional files and the probe for
+/// single-file weights may be absent (HTTP 404; offline, not in the cache).
+fn fetch_hub(repo: &HubRepo, name: &str) -> Result<Option<PathBuf>, ModelError> {
+    let optional = OPTIONAL.contains(&name) || name == "model.safetensors";
+    if !optional {
+        return Ok(Some(repo.get_required(name)?));
+    }
+    match repo.get(name) {
+        Ok(found) => Ok(found),
+        // Offline, a cache filled by another tool may lack an optional file without marking it absent; a sharded
+        // checkpoint has its index instead of `model.safetensors`.
+        Err(e @ HubError::NotCached { .. }) => {
+            if name != "model.safetensors" || matches!(repo.get(WEIGHT_INDEX), Ok(Some(_))) {
+                Ok(None)
+            } else {
+                Err(e.into())
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
 }

@@ -51,6 +51,9 @@ pub enum ModelError {
     /// Checkpoint files could not be located or read.
     #[error("model files: {0}")]
     Files(String),
+    /// A hub checkpoint could not be fetched (or was not in the cache offline), or the fetch was stopped.
+    #[error("{0}")]
+    Hub(#[from] crate::hub::HubError),
     /// Invalid request (prompt/image mismatch, bad prefix, unknown device, ...).
     #[error("invalid input: {0}")]
     Input(String),

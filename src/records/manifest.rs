@@ -121,6 +121,18 @@ pub struct JudgeSettings {
     pub weights: FilesFingerprint,
 }
 
+/// Where a benchmark fetched from the Hub came from (`--data hf:OWNER/NAME[@REVISION]`); its content is
+/// [`RunSettings::data_hash`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataSource {
+    /// The dataset repository, `OWNER/NAME`.
+    pub repo: String,
+    /// The revision asked for (a branch, tag or commit).
+    pub revision: String,
+    /// The commit it resolved to.
+    pub commit: String,
+}
+
 /// Versions of the program and its engine.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Versions {
@@ -187,6 +199,9 @@ pub struct Manifest {
     /// The servers that answered the prompts, for a run through an OpenAI-compatible API.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub served: Option<ServedRecord>,
+    /// The Hub dataset the benchmark was fetched from (absent for a local folder, and in older manifests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_source: Option<DataSource>,
 }
 
 /// Where the prompts of a run through an OpenAI-compatible API went (`eval --backend openai`); never the API key.

@@ -18,8 +18,8 @@ use serde::{Deserialize, Deserializer, Serialize};
 pub use history::{History, HistoryFormat, HistorySource, Procedure, SemiOnlineSettings};
 pub use jsonl::{parse_lines, read_lines, whole_lines, BadLine, JsonLines};
 pub use manifest::{
-    JudgeSettings, Manifest, ManifestHeader, OpsRecord, RunSettings, ServedRecord, SettingDiff,
-    Throughput, Versions, MANIFEST_SCHEMA_VERSION, THROUGHPUT_SCHEMA_VERSION,
+    DataSource, JudgeSettings, Manifest, ManifestHeader, OpsRecord, RunSettings, ServedRecord,
+    SettingDiff, Throughput, Versions, MANIFEST_SCHEMA_VERSION, THROUGHPUT_SCHEMA_VERSION,
 };
 pub use ops::{BlasChoice, DecodeAttention, MatmulRate, OpsManifest, ProfileSnapshot, SectionTime};
 pub use phase::{DeviceShare, LatencySummary, PhaseStats, PhaseSummary, RequestStats};

@@ -5,124 +5,12 @@
 //! missing shard is a clear error. Offline: a cache laid out by Python's `huggingface_hub` (no blobs), and a
 //! clear error for a repo that is not cached.
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::Output;
-use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use crate::hub_support::{hub_env, Faults, MockHub, Refusing, Repos, Silent, COMMIT};
 use crate::model_support::{fixture, generate_json, golden_case, json_u64s};
-
-const COMMIT: &str = "89abcdef0123456789abcdef0123456789abcdef";
-
-/// repo id → file name → contents.
-type Repos = HashMap<String, HashMap<String, Vec<u8>>>;
-
-/// A minimal Hub: `GET /{org}/{name}/resolve/main/{file}` with a `Range` header, answered the way the Hub's
-/// CDN does (206, `Content-Range`, `ETag`, `X-Repo-Commit`); 404 for anything else. Every request is logged as
-/// `{path} {first byte}-`. The first full-body download of a file named in `cut` stops half-way (a dropped
-/// connection).
-struct MockHub {
-    url: String,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-struct Served {
-    repos: Repos,
-    cut: Mutex<Vec<String>>,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl MockHub {
-    fn start(repos: Repos, cut: &[&str]) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let served = Arc::new(Served {
-            repos,
-            cut: Mutex::new(cut.iter().map(|s| s.to_string()).collect()),
-            log: log.clone(),
-        });
-        std::thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
-                let served = served.clone();
-                std::thread::spawn(move || serve(stream, &served));
-            }
-        });
-        Self { url, log }
-    }
-
-    fn requests(&self) -> Vec<String> {
-        self.log.lock().unwrap().clone()
-    }
-}
-
-fn serve(mut stream: TcpStream, served: &Served) {
-    let mut reader = BufReader::new(stream.try_clone().unwrap());
-    let mut line = String::new();
-    if reader.read_line(&mut line).is_err() {
-        return;
-    }
-    let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
-    let mut range = (0usize, None::<usize>);
-    loop {
-        let mut h = String::new();
-        if reader.read_line(&mut h).unwrap_or(0) == 0 || h.trim().is_empty() {
-            break;
-        }
-        if let Some((name, value)) = h.split_once(':') {
-            if name.eq_ignore_ascii_case("range") {
-                let spec = value.trim().trim_start_matches("bytes=");
-                let (a, b) = spec.split_once('-').unwrap_or((spec, ""));
-                range = (a.parse().unwrap_or(0), b.parse().ok());
-            }
-        }
-    }
-    served
-        .log
-        .lock()
-        .unwrap()
-        .push(format!("{path} {}-", range.0));
-    let (repo, name) = path
-        .strip_prefix('/')
-        .and_then(|p| p.split_once("/resolve/main/"))
-        .unwrap_or_default();
-    let response = match served.repos.get(repo).and_then(|r| r.get(name)) {
-        Some(data) => {
-            let end = range.1.unwrap_or(usize::MAX).min(data.len() - 1);
-            let body = &data[range.0.min(end + 1)..=end];
-            let head = format!(
-                "HTTP/1.1 206 Partial Content\r\nContent-Length: {}\r\nContent-Range: bytes {}-{end}/{}\r\n\
-                 ETag: \"{:016x}{}\"\r\nX-Repo-Commit: {COMMIT}\r\nConnection: close\r\n\r\n",
-                body.len(),
-                range.0,
-                data.len(),
-                checksum(data),
-                data.len()
-            );
-            let mut cut = served.cut.lock().unwrap();
-            let body = match cut.iter().position(|c| c == name) {
-                Some(i) if range.1.is_none() => {
-                    cut.remove(i);
-                    &body[..body.len() / 2]
-                }
-                _ => body,
-            };
-            [head.as_bytes(), body].concat()
-        }
-        None => {
-            b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_vec()
-        }
-    };
-    let _ = stream.write_all(&response);
-}
-
-/// FNV-1a: a stand-in for the Hub's content hash (the cache names blobs by ETag).
-fn checksum(data: &[u8]) -> u64 {
-    data.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-    })
-}
 
 /// The tiny-a checkpoint as a repo's files (symlinked tokenizer files read through).
 fn tiny_a_files() -> HashMap<String, Vec<u8>> {
@@ -157,26 +45,35 @@ fn tiny_a_sharded() -> HashMap<String, Vec<u8>> {
     files
 }
 
-/// `generate --model {repo}` with the golden prompt, against `hub` (or offline when `hub` is `None`).
+/// `generate --model {repo}` with the golden prompt, against `hub` (or offline, with `HF_ENDPOINT` at a listener
+/// that counts connections, when `hub` is `None`).
 fn generate(repo: &str, home: &Path, hub: Option<&MockHub>) -> Output {
+    generate_with(repo, home, hub, &[])
+}
+
+fn generate_with(repo: &str, home: &Path, hub: Option<&MockHub>, extra: &[&str]) -> Output {
     let g = golden_case("tiny-a", None);
     let mut cmd = crate::util::bin();
     cmd.arg("generate")
         .args(["--model", repo, "--prompt", &g.text, "--image"])
         .arg(&g.image)
         .args(["--max-new-tokens", "8", "--ignore-eos", "--json"])
-        .env("HF_HOME", home)
-        .env("RUST_LOG", "warn");
-    for proxy in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"] {
-        cmd.env_remove(proxy).env_remove(proxy.to_lowercase());
-    }
+        .args(extra);
+    hub_env(&mut cmd, home);
+    let refusing = Refusing::start();
     match hub {
-        Some(h) => cmd.env("HF_ENDPOINT", &h.url).env_remove("HF_HUB_OFFLINE"),
+        Some(h) => cmd.env("HF_ENDPOINT", &h.url),
         None => cmd
-            .env("HF_ENDPOINT", "http://127.0.0.1:9")
+            .env("HF_ENDPOINT", &refusing.url)
             .env("HF_HUB_OFFLINE", "1"),
     };
-    cmd.output().expect("run binary")
+    let out = cmd.output().expect("run binary");
+    assert_eq!(
+        refusing.count(),
+        0,
+        "an offline run connected to HF_ENDPOINT"
+    );
+    out
 }
 
 fn assert_golden(out: &Output) {
@@ -187,23 +84,6 @@ fn assert_golden(out: &Output) {
     );
 }
 
-fn fetched(hub: &MockHub, repo: &str) -> Vec<String> {
-    let prefix = format!("/{repo}/resolve/main/");
-    let mut names: Vec<String> = hub
-        .requests()
-        .iter()
-        .filter_map(|p| {
-            p.strip_prefix(&prefix)?
-                .split(' ')
-                .next()
-                .map(str::to_string)
-        })
-        .collect();
-    names.sort();
-    names.dedup();
-    names
-}
-
 #[test]
 fn hub_repos_download_into_the_cache_and_then_serve_offline_runs() {
     let repos: Repos = [
@@ -212,7 +92,13 @@ fn hub_repos_download_into_the_cache_and_then_serve_offline_runs() {
     ]
     .into_iter()
     .collect();
-    let hub = MockHub::start(repos, &["model.safetensors"]);
+    let hub = MockHub::start(
+        repos,
+        Faults {
+            cut: vec!["model.safetensors".into()],
+            ..Faults::default()
+        },
+    );
     let home = tempfile::tempdir().unwrap();
 
     assert_golden(&generate("test-org/tiny-a", home.path(), Some(&hub)));
@@ -223,7 +109,7 @@ fn hub_repos_download_into_the_cache_and_then_serve_offline_runs() {
     for f in ["config.json", "model.safetensors", "tokenizer.json"] {
         assert!(snapshot.join(f).is_file(), "{f} not in the cache");
     }
-    let got = fetched(&hub, "test-org/tiny-a");
+    let got = hub.fetched("test-org/tiny-a");
     assert!(
         !got.iter().any(|f| f.ends_with(".index.json")),
         "single-file weights need no index: {got:?}"
@@ -232,7 +118,7 @@ fn hub_repos_download_into_the_cache_and_then_serve_offline_runs() {
         .unwrap()
         .len()
         / 2;
-    let resumed = format!("/test-org/tiny-a/resolve/main/model.safetensors {half}-");
+    let resumed = format!("/test-org/tiny-a/resolve/{COMMIT}/model.safetensors {half}-");
     assert!(
         hub.requests().contains(&resumed),
         "the dropped download did not resume at byte {half}: {:?}",
@@ -244,7 +130,7 @@ fn hub_repos_download_into_the_cache_and_then_serve_offline_runs() {
         home.path(),
         Some(&hub),
     ));
-    let got = fetched(&hub, "test-org/tiny-a-sharded");
+    let got = hub.fetched("test-org/tiny-a-sharded");
     for f in [
         "generation_config.json",
         "model-00001-of-00001.safetensors",
@@ -268,7 +154,7 @@ fn hub_errors_name_the_repo_and_the_file() {
         [("test-org/broken".to_string(), broken)]
             .into_iter()
             .collect(),
-        &[],
+        Faults::default(),
     );
     let home = tempfile::tempdir().unwrap();
     let cases = [
@@ -311,4 +197,147 @@ fn hub_ids_resolve_from_a_python_made_offline_cache() {
         err.contains("test/absent") && err.contains("HF_HUB_OFFLINE"),
         "{err}"
     );
+}
+
+/// `eval --model {repo}` on the sample, as a child process, against `endpoint`.
+fn eval_child(repo: &str, home: &Path, endpoint: &str, extra: &[&str]) -> std::process::Child {
+    let out = home.join("run");
+    let mut cmd = crate::util::bin();
+    cmd.args(["eval", "--model", repo, "--no-judge", "--out"])
+        .arg(&out)
+        .args(extra)
+        .env("HF_ENDPOINT", endpoint)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    hub_env(&mut cmd, home);
+    cmd.spawn().expect("start the binary")
+}
+
+/// Wait for `child` at most `limit` (killing it past that, failing the test).
+fn wait_bounded(mut child: std::process::Child, limit: Duration) -> (Output, Duration) {
+    let start = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return (child.wait_with_output().unwrap(), start.elapsed());
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "still running after {limit:?}; stderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_hub_that_never_answers_times_out_with_the_next_steps() {
+    let silent = Silent::start();
+    let home = tempfile::tempdir().unwrap();
+    let child = eval_child(
+        "test-org/tiny",
+        home.path(),
+        &silent.url,
+        &["--hub-timeout", "1", "--hub-retries", "1"],
+    );
+    let (out, took) = wait_bounded(child, Duration::from_secs(60));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    for want in [
+        "test-org/tiny: cannot fetch config.json",
+        silent.url.as_str(),
+        "2 attempts",
+        "no answer within 1 s",
+        "HF_ENDPOINT",
+        "HF_HUB_OFFLINE=1",
+    ] {
+        assert!(err.contains(want), "want `{want}` in: {err}");
+    }
+    // Two attempts of one second each and a half-second pause.
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    assert!(silent.accepted.load(std::sync::atomic::Ordering::SeqCst) >= 2);
+    assert!(
+        !home.path().join("run").exists(),
+        "a failed fetch left a run folder"
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn a_signal_stops_a_download_that_hangs() {
+    for (signal, code) in [(libc::SIGTERM, 143), (libc::SIGINT, 130)] {
+        let silent = Silent::start();
+        let home = tempfile::tempdir().unwrap();
+        // The default timeout (30 s) would wait long: the signal must not.
+        let child = eval_child("test-org/tiny", home.path(), &silent.url, &[]);
+        let start = Instant::now();
+        while silent.accepted.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            assert!(start.elapsed() < Duration::from_secs(30), "no connection");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let sent = Instant::now();
+        let (out, _) = wait_bounded(child, Duration::from_secs(20));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{err}");
+        assert!(
+            sent.elapsed() < Duration::from_secs(3),
+            "took {:?}",
+            sent.elapsed()
+        );
+        assert!(err.contains("stopped while fetching config.json"), "{err}");
+    }
+}
+
+#[test]
+fn server_errors_are_retried_and_wrong_bytes_are_refused() {
+    let mut damaged = tiny_a_files();
+    damaged.remove("generation_config.json");
+    let hub = MockHub::start(
+        [
+            ("test-org/tiny-a".to_string(), tiny_a_files()),
+            ("test-org/damaged".to_string(), damaged),
+        ]
+        .into_iter()
+        .collect(),
+        Faults {
+            fail: [
+                ("test-org/tiny-a/config.json".to_string(), 1),
+                ("test-org/tiny-a/model.safetensors".to_string(), 2),
+            ]
+            .into(),
+            wrong_sha: [(
+                "test-org/damaged/tokenizer_config.json".to_string(),
+                "ab".repeat(32),
+            )]
+            .into(),
+            ..Faults::default()
+        },
+    );
+    let home = tempfile::tempdir().unwrap();
+    // `test-org/tiny-a` gets HTTP 500 for its config once and for its weights twice, then the files.
+    let out = generate_with(
+        "test-org/damaged",
+        home.path(),
+        Some(&hub),
+        &["--hub-retries", "1"],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("test-org/damaged: cannot fetch tokenizer_config.json")
+            && err.contains("SHA-256"),
+        "{err}"
+    );
+    assert_golden(&generate("test-org/tiny-a", home.path(), Some(&hub)));
+    let weights = hub
+        .requests()
+        .iter()
+        .filter(|r| r.starts_with("/test-org/tiny-a/") && r.contains("/model.safetensors 0-"))
+        .count();
+    assert!(weights >= 3, "{:?}", hub.requests());
 }

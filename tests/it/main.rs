@@ -1,6 +1,7 @@
 //! The integration tests, one module per area, in one test binary (one link of candle instead of one per file).
 //! Shared helpers: `util` (running the binary) and the `*_support` modules of each area.
 
+mod hub_support;
 mod model_support;
 mod openai_support;
 mod reliability_support;
@@ -20,6 +21,7 @@ mod foundation_metrics;
 mod foundation_parse;
 mod foundation_rules;
 mod generate_cli;
+mod hub_data;
 mod hub_download;
 mod kernels_emulated;
 mod layers;
@@ -31,6 +33,7 @@ mod openai_client;
 mod openai_eval;
 mod ops_blas;
 mod ops_kernels;
+mod pack;
 mod preprocess_cases;
 mod preprocess_goldens;
 mod reliability;

@@ -124,6 +124,7 @@ fn tiny_cpu() -> LocalBackend {
         ops: Default::default(),
         min_pixels: None,
         max_pixels: Some(40_000),
+        hub: Default::default(),
     };
     let loaded = LoadedModel::load(&spec).unwrap();
     let limits = BatchLimits::auto(&loaded.model, 2, 10, None);

@@ -1,0 +1,207 @@
+//! The Hub as the command line sets it up: [`HubArgs`] (and the proxy variables) into [`HubSettings`], `--data`
+//! resolved to a benchmark folder, and the guard that ends a run at once when it is stopped before any prompt ran.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::cli::HubArgs;
+use crate::hub::{DataLocation, Hub, HubSettings};
+use crate::interrupt::Cancel;
+use crate::records::DataSource;
+
+/// The hub the flags describe; transfers stop when `cancel` is set.
+pub fn hub(a: &HubArgs, cancel: Cancel) -> Hub {
+    let cache_dir = cache_dir(a);
+    let token = a
+        .hub_token
+        .clone()
+        .filter(|t| !t.trim().is_empty())
+        .or_else(|| token_file(&cache_dir));
+    let endpoint = a.hub_endpoint.trim_end_matches('/').to_string();
+    Hub {
+        settings: HubSettings {
+            proxy: proxy_for(&endpoint, &|name| std::env::var(name).ok()),
+            endpoint,
+            cache_dir,
+            offline: a.hub_offline,
+            token,
+            timeout: Duration::from_secs(a.hub_timeout.max(1)),
+            retries: a.hub_retries,
+            progress: true,
+        },
+        cancel,
+    }
+}
+
+/// `--hub-cache`, else `--hf-home`/hub, else `~/.cache/huggingface/hub` (as Hugging Face's tools choose it).
+fn cache_dir(a: &HubArgs) -> PathBuf {
+    if let Some(c) = a.hub_cache.clone().filter(|p| !p.as_os_str().is_empty()) {
+        return c;
+    }
+    let home = a
+        .hf_home
+        .clone()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or_else(|| {
+            let user = std::env::var_os("HOME").map_or_else(PathBuf::new, PathBuf::from);
+            user.join(".cache").join("huggingface")
+        });
+    home.join("hub")
+}
+
+/// The token `huggingface-cli login` stores beside the cache.
+fn token_file(cache_dir: &Path) -> Option<String> {
+    let file = cache_dir.parent()?.join("token");
+    let text = std::fs::read_to_string(file).ok()?;
+    Some(text.trim().to_string()).filter(|t| !t.is_empty())
+}
+
+/// The proxy for `endpoint` from the usual variables (`HTTPS_PROXY` for https, `HTTP_PROXY` for http, then
+/// `ALL_PROXY`; lower-case names too), unless `NO_PROXY` names its host (or is `*`).
+pub fn proxy_for(endpoint: &str, var: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+    let get = |name: &str| {
+        var(name)
+            .or_else(|| var(&name.to_ascii_lowercase()))
+            .filter(|v| !v.trim().is_empty())
+    };
+    let host = endpoint
+        .split("://")
+        .nth(1)
+        .unwrap_or(endpoint)
+        .split(['/', ':'])
+        .next()
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let bypass = get("NO_PROXY").is_some_and(|list| {
+        list.split(',').map(str::trim).any(|entry| {
+            let e = entry.trim_start_matches('.').to_ascii_lowercase();
+            entry == "*" || (!e.is_empty() && (host == e || host.ends_with(&format!(".{e}"))))
+        })
+    });
+    if bypass {
+        return None;
+    }
+    let scheme_var = if endpoint.starts_with("https:") {
+        "HTTPS_PROXY"
+    } else {
+        "HTTP_PROXY"
+    };
+    get(scheme_var).or_else(|| get("ALL_PROXY"))
+}
+
+/// `--data` as a benchmark folder: a local folder as given, a Hub dataset fetched into the cache (or found there
+/// offline) with where it came from.
+pub fn resolve_data(
+    loc: Option<DataLocation>,
+    hub: &Hub,
+) -> anyhow::Result<(Option<PathBuf>, Option<DataSource>)> {
+    match loc {
+        None => Ok((None, None)),
+        Some(DataLocation::Local(dir)) => Ok((Some(dir), None)),
+        Some(DataLocation::Hub { repo, revision }) => {
+            let fetched = crate::hub::data::fetch(hub, &repo, &revision)
+                .with_context(|| format!("--data hf:{repo}@{revision}"))?;
+            tracing::info!(
+                "benchmark hf:{repo}@{revision} is commit {} ({})",
+                fetched.source.commit,
+                fetched.dir.display()
+            );
+            Ok((Some(fetched.dir), Some(fetched.source)))
+        }
+    }
+}
+
+/// While alive, a stop request (Ctrl-C, SIGTERM) ends the process at once with 128 + the signal: for the time
+/// before the first prompt runs (loading a model), when there is nothing to finish or save.
+pub struct ExitOnStop {
+    done: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ExitOnStop {
+    /// Watch `cancel` while `what` (e.g. "loading the model") goes on.
+    pub fn start(cancel: Cancel, what: &'static str) -> Self {
+        let done = Arc::new(AtomicBool::new(false));
+        let seen = done.clone();
+        let thread = std::thread::Builder::new()
+            .name("exit-on-stop".into())
+            .spawn(move || {
+                while !seen.load(Ordering::Relaxed) {
+                    if cancel.is_cancelled() {
+                        eprintln!(
+                            "stopped while {what}; no prompt had run, so there is nothing to save"
+                        );
+                        let signal = cancel.signal().unwrap_or(libc_sigint());
+                        std::process::exit(128 + signal);
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            })
+            .ok();
+        Self { done, thread }
+    }
+}
+
+impl Drop for ExitOnStop {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// SIGINT's number (2 on every Unix).
+fn libc_sigint() -> i32 {
+    2
+}
+
+/// The exit status for a stop request: 128 + the signal (130 for Ctrl-C, 143 for SIGTERM).
+pub fn stop_exit_code() -> u8 {
+    let signal = Cancel::on_signals().signal();
+    (128 + signal.unwrap_or(libc_sigint())).clamp(0, 255) as u8
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_proxy_follows_the_scheme_and_no_proxy() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let v = vars(&[("HTTPS_PROXY", "http://p:1"), ("http_proxy", "http://q:2")]);
+        assert_eq!(
+            proxy_for("https://huggingface.co", &v).as_deref(),
+            Some("http://p:1")
+        );
+        assert_eq!(
+            proxy_for("http://127.0.0.1:5", &v).as_deref(),
+            Some("http://q:2")
+        );
+        let v = vars(&[
+            ("ALL_PROXY", "socks5://s:3"),
+            ("NO_PROXY", "localhost,.hf.co"),
+        ]);
+        assert_eq!(proxy_for("https://x.hf.co", &v), None);
+        assert_eq!(
+            proxy_for("https://huggingface.co/", &v).as_deref(),
+            Some("socks5://s:3")
+        );
+        assert_eq!(proxy_for("http://localhost:8", &v), None);
+        assert_eq!(
+            proxy_for("http://h", &vars(&[("NO_PROXY", "*"), ("HTTP_PROXY", "x")])),
+            None
+        );
+    }
+}

@@ -1,0 +1,256 @@
+//! `pack` through the binary: a bundle made from the stand-in Hub (model and benchmark) and a local judge model
+//! verifies (`pack --verify`, and `sha256sum -c` where installed) and runs `eval` with its own copy of the binary
+//! while every connection is counted and refused (`HF_ENDPOINT` and the proxy variables at loopback listeners);
+//! a damaged or cut bundle is named file by file, with the command that packed it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+use crate::hub_data::{release_like_repo, run_hub};
+use crate::hub_support::{hub_env, Faults, MockHub, Refusing, COMMIT};
+use crate::model_support::fixture;
+
+fn tiny_a_repo() -> std::collections::HashMap<String, Vec<u8>> {
+    std::fs::read_dir(fixture("models/tiny-a"))
+        .unwrap()
+        .map(|e| {
+            let p = e.unwrap().path();
+            let name = p.file_name().unwrap().to_str().unwrap().to_string();
+            (name, std::fs::read(&p).unwrap())
+        })
+        .collect()
+}
+
+fn ok(o: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "failed:\nstdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    stdout
+}
+
+/// A bundle of `test-org/tiny-a` and `hf:test-org/mobile-r1` from the stand-in Hub, with tiny-b as the judge.
+fn pack_from_hub(home: &Path) -> PathBuf {
+    let hub = MockHub::start(
+        [
+            ("test-org/tiny-a".to_string(), tiny_a_repo()),
+            (
+                "datasets/test-org/mobile-r1".to_string(),
+                release_like_repo(),
+            ),
+        ]
+        .into_iter()
+        .collect(),
+        Faults::default(),
+    );
+    let bundle = home.join("bundle");
+    let judge = fixture("models/tiny-b");
+    let args = [
+        "pack",
+        "--model",
+        "test-org/tiny-a",
+        "--judge-model",
+        judge.to_str().unwrap(),
+        "--data",
+        "hf:test-org/mobile-r1",
+        "--out",
+        bundle.to_str().unwrap(),
+    ];
+    let out = ok(&run_hub(&args, home, Some(&hub)));
+    assert!(out.contains("pack --verify"), "{out}");
+    bundle
+}
+
+/// The bundle's own binary, run with no network: `HF_ENDPOINT` and every proxy variable at counting listeners.
+fn far_side(bundle: &Path, args: &[&str], offline: bool) -> Output {
+    let home = tempfile::tempdir().unwrap();
+    let endpoint = Refusing::start();
+    let proxy = Refusing::start();
+    let mut cmd = Command::new(bundle.join("bin/mobile-r1-eval"));
+    cmd.args(args);
+    hub_env(&mut cmd, home.path());
+    cmd.env("HF_ENDPOINT", &endpoint.url);
+    for var in [
+        "HTTPS_PROXY",
+        "HTTP_PROXY",
+        "ALL_PROXY",
+        "https_proxy",
+        "http_proxy",
+        "all_proxy",
+    ] {
+        cmd.env(var, &proxy.url);
+    }
+    if offline {
+        cmd.env("HF_HUB_OFFLINE", "1");
+    }
+    let out = cmd.output().unwrap();
+    assert_eq!(
+        endpoint.count() + proxy.count(),
+        0,
+        "a connection was attempted"
+    );
+    out
+}
+
+#[test]
+fn a_bundle_verifies_and_runs_with_no_network_at_all() {
+    let home = tempfile::tempdir().unwrap();
+    let bundle = pack_from_hub(home.path());
+    for f in [
+        "model/config.json",
+        "model/model.safetensors",
+        "model/tokenizer.json",
+        "judge-model/model.safetensors",
+        "data/data.jsonl",
+        "data/images/t0_s0.png",
+        "bin/mobile-r1-eval",
+        "bundle.json",
+        "SHA256SUMS",
+    ] {
+        assert!(bundle.join(f).is_file(), "{f} not in the bundle");
+    }
+    // Only the files a run reads.
+    assert!(!bundle.join("model/config.hub-style.json").exists());
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(bundle.join("bundle.json")).unwrap())
+            .unwrap();
+    assert_eq!(manifest["model"]["commit"], Value::from(COMMIT));
+    assert_eq!(manifest["data"]["hub"]["commit"], Value::from(COMMIT));
+
+    // GNU sha256sum reads the same file.
+    match Command::new("sha256sum")
+        .arg("-c")
+        .arg("--quiet")
+        .arg("SHA256SUMS")
+        .current_dir(&bundle)
+        .output()
+    {
+        Ok(o) => assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout)),
+        Err(_) => eprintln!("skipped: sha256sum -c (no sha256sum installed)"),
+    }
+    let out = ok(&far_side(
+        &bundle,
+        &["pack", "--verify", bundle.to_str().unwrap()],
+        true,
+    ));
+    assert!(out.starts_with("OK:"), "{out}");
+
+    let b = |p: &str| bundle.join(p).to_string_lossy().into_owned();
+    let run = home.path().join("run");
+    let eval = [
+        "eval",
+        "--model",
+        &b("model"),
+        "--judge-model",
+        &b("judge-model"),
+        "--data",
+        &b("data"),
+        "--out",
+        run.to_str().unwrap(),
+        "--max-pixels",
+        "40000",
+        "--max-new-tokens",
+        "4",
+    ];
+    ok(&far_side(&bundle, &eval, true));
+    let run_manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(
+        run_manifest["data_source"]["repo"],
+        Value::from("test-org/mobile-r1")
+    );
+    assert_eq!(
+        run_manifest["settings"]["data_hash"],
+        manifest["data"]["data_hash"]
+    );
+    assert!(run.join("judgements.jsonl").is_file());
+    // Without HF_HUB_OFFLINE too, local folders never reach for the network.
+    let validate = ["data", "validate", "--data", &b("data")];
+    ok(&far_side(&bundle, &validate, false));
+}
+
+#[test]
+fn damage_and_gaps_are_named_with_the_command_that_packed_the_bundle() {
+    let home = tempfile::tempdir().unwrap();
+    let bundle = home.path().join("b");
+    let sample = home.path().join("sample");
+    ok(&crate::util::bin()
+        .arg("sample")
+        .arg("--out")
+        .arg(&sample)
+        .output()
+        .unwrap());
+    let pack = |out: &Path| {
+        let mut cmd = crate::util::bin();
+        cmd.arg("pack")
+            .arg("--model")
+            .arg(fixture("models/tiny-b"))
+            .arg("--data")
+            .arg(&sample)
+            .arg("--out")
+            .arg(out);
+        hub_env(&mut cmd, home.path());
+        cmd.env("HF_HUB_OFFLINE", "1").output().unwrap()
+    };
+    ok(&pack(&bundle));
+    // A bundle is never written over another.
+    let again = pack(&bundle);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("not empty"));
+
+    std::fs::remove_file(bundle.join("model/tokenizer.json")).unwrap();
+    let img = bundle.join("data/images/t2_s1.png");
+    let mut bytes = std::fs::read(&img).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&img, bytes).unwrap();
+    let out = far_side(
+        &bundle,
+        &["pack", "--verify", bundle.to_str().unwrap()],
+        true,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    for want in [
+        "model/tokenizer.json is missing",
+        "data/images/t2_s1.png is damaged",
+        "2 problem(s)",
+        "re-pack it on the connected machine with:",
+        "pack --model",
+    ] {
+        assert!(err.contains(want), "want `{want}` in: {err}");
+    }
+
+    // eval on the far side names the missing file and the packing command before loading anything.
+    let model = bundle.join("model");
+    let run = home.path().join("run");
+    let eval = [
+        "eval",
+        "--model",
+        model.to_str().unwrap(),
+        "--no-judge",
+        "--out",
+        run.to_str().unwrap(),
+    ];
+    let out = far_side(&bundle, &eval, true);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("model/tokenizer.json is missing") && err.contains("pack --model"),
+        "{err}"
+    );
+    assert!(!run.exists(), "a refused run left a run folder");
+
+    std::fs::remove_file(bundle.join("SHA256SUMS")).unwrap();
+    let out = far_side(
+        &bundle,
+        &["pack", "--verify", bundle.to_str().unwrap()],
+        true,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("SHA256SUMS"), "{err}");
+}
