@@ -309,11 +309,15 @@ fn retries_honour_retry_after_and_5xx_then_answer() {
     assert!(preds.iter().all(|v| v["image_size"].is_array()
         && v["prompt_tokens"] == 100
         && v["generated_tokens"] == 10));
+    // The 429 and the 503 are retried; a loaded machine may add a retry of its own (a pooled connection the
+    // stub closed), so only the accounting is exact: every attempt but one per step is a retry.
     let req = &json_file(&out.join("throughput.json"))["phases"][0]["requests"];
-    assert_eq!(
-        (req["attempts"].as_u64(), req["retries"].as_u64()),
-        (Some(steps as u64 + 2), Some(2))
+    let (attempts, retries) = (
+        req["attempts"].as_u64().unwrap(),
+        req["retries"].as_u64().unwrap(),
     );
+    assert!(retries >= 2, "{req}");
+    assert_eq!(attempts, steps as u64 + retries, "{req}");
 }
 
 #[test]

@@ -134,10 +134,20 @@ fn eval_runs_on_every_format_with_its_suggested_preset() {
         .join("androidcontrol-mobile-use")
         .join("android_control_evaluation_std.sample.jsonl");
     let formats: [(&str, PathBuf, &[&str], &str); 5] = [
-        ("androidcontrol", samples().join("androidcontrol"), &["--split", "test"], "androidcontrol"),
+        (
+            "androidcontrol",
+            samples().join("androidcontrol"),
+            &["--split", "test"],
+            "androidcontrol",
+        ),
         ("androidcontrol-mobile-use", mu, &[], "androidcontrol"),
         ("aitz", samples().join("aitz/test"), &[], "aitw"),
-        ("gui-odyssey", samples().join("gui-odyssey"), &["--split", "random"], "gui-odyssey"),
+        (
+            "gui-odyssey",
+            samples().join("gui-odyssey"),
+            &["--split", "random"],
+            "gui-odyssey",
+        ),
         ("cagui", samples().join("cagui"), &[], "cagui"),
     ];
     for (format, src, extra, suggested) in formats {
