@@ -3,11 +3,11 @@
 //! A user who followed the README on a GPU workstation without a GPU build learns this before waiting hours.
 
 /// Checkpoints with fewer parameters (the test fixtures, a few million) are not worth a warning.
-pub const MIN_PARAMS: u64 = 100_000_000;
+pub(crate) const MIN_PARAMS: u64 = 100_000_000;
 
 /// What the estimate needs to know about the run.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Workload {
+pub(crate) struct Workload {
     /// Parameters of the vision tower (each vision patch costs about 2 FLOPs per parameter).
     pub vision_params: u64,
     /// Parameters of the language model (each prompt or generated token costs about 2 FLOPs per parameter).
@@ -29,7 +29,11 @@ impl Workload {
 }
 
 /// The warning for `work` at `flops_per_second`, or `None` when the checkpoint is small.
-pub fn cpu_warning(work: &Workload, prompts: usize, flops_per_second: f64) -> Option<String> {
+pub(crate) fn cpu_warning(
+    work: &Workload,
+    prompts: usize,
+    flops_per_second: f64,
+) -> Option<String> {
     if work.vision_params + work.lm_params < MIN_PARAMS || flops_per_second <= 0.0 {
         return None;
     }
@@ -47,7 +51,7 @@ pub fn cpu_warning(work: &Workload, prompts: usize, flops_per_second: f64) -> Op
 }
 
 /// `42 s`, `17 min`, `3.4 h`, `2.1 days`.
-pub fn human_duration(seconds: f64) -> String {
+pub(crate) fn human_duration(seconds: f64) -> String {
     if seconds < 90.0 {
         format!("{seconds:.0} s")
     } else if seconds < 5400.0 {

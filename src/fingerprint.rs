@@ -22,7 +22,7 @@ use sha2::{Digest, Sha256};
 /// Bytes hashed at each sampled position of a tensor.
 const BLOCK: u64 = 4096;
 /// The scheme's name, stored with the hashes so a different scheme is never compared as a content change.
-pub const SCHEME: &str = "safetensors-sampled-v1";
+pub(crate) const SCHEME: &str = "safetensors-sampled-v1";
 
 /// Errors of fingerprinting or of comparing fingerprints.
 #[derive(Debug, thiserror::Error)]
@@ -92,7 +92,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// Fingerprint the weight files `paths` (safetensors).
-pub fn of_files(paths: &[PathBuf]) -> Result<FilesFingerprint, FingerprintError> {
+pub(crate) fn of_files(paths: &[PathBuf]) -> Result<FilesFingerprint, FingerprintError> {
     let files = paths
         .iter()
         .map(|p| of_file(p))
@@ -105,7 +105,7 @@ pub fn of_files(paths: &[PathBuf]) -> Result<FilesFingerprint, FingerprintError>
 }
 
 /// Fingerprint one safetensors file.
-pub fn of_file(path: &Path) -> Result<FileFingerprint, FingerprintError> {
+pub(crate) fn of_file(path: &Path) -> Result<FileFingerprint, FingerprintError> {
     let io = |source| FingerprintError::Io {
         path: path.to_path_buf(),
         source,
@@ -186,11 +186,11 @@ fn sample_offsets(a: u64, b: u64) -> Vec<u64> {
 }
 
 /// The scheme of [`of_plain_file`]: the size and the first, middle and last 4 KiB of the whole file.
-pub const PLAIN_SCHEME: &str = "file-sampled-v1";
+pub(crate) const PLAIN_SCHEME: &str = "file-sampled-v1";
 
 /// Fingerprint any file (a screenshot) by its size and its first, middle and last 4 KiB; `name` is how the
 /// record names it. A missing file has size 0 and the hash `missing`.
-pub fn of_plain_file(path: &Path, name: &str) -> Result<FileFingerprint, FingerprintError> {
+pub(crate) fn of_plain_file(path: &Path, name: &str) -> Result<FileFingerprint, FingerprintError> {
     let io = |source| FingerprintError::Io {
         path: path.to_path_buf(),
         source,
@@ -224,7 +224,7 @@ pub fn of_plain_file(path: &Path, name: &str) -> Result<FileFingerprint, Fingerp
 }
 
 /// The files whose fingerprint differs between `old` and `new` (changed, gone or new), by name.
-pub fn changed_files(old: &FilesFingerprint, new: &FilesFingerprint) -> Vec<String> {
+pub(crate) fn changed_files(old: &FilesFingerprint, new: &FilesFingerprint) -> Vec<String> {
     let key = |f: &FileFingerprint| (f.size, f.sampled_sha256.clone());
     let old_map: std::collections::HashMap<&str, _> = old
         .files
@@ -250,7 +250,7 @@ pub fn changed_files(old: &FilesFingerprint, new: &FilesFingerprint) -> Vec<Stri
 /// Check that the weights of a resumed run (`now`) are those recorded in its manifest (`old`, read from
 /// `manifest`). A manifest without a fingerprint of this scheme (written by an older version) passes here; the
 /// settings comparison reports it.
-pub fn check_unchanged(
+pub(crate) fn check_unchanged(
     manifest: &Path,
     old: &FilesFingerprint,
     now: &FilesFingerprint,

@@ -30,7 +30,7 @@ impl Cancel {
     }
 
     /// A token that is also cancelled by the first Ctrl-C or SIGTERM (once [`install`] has run).
-    pub fn on_signals() -> Self {
+    pub(crate) fn on_signals() -> Self {
         Self {
             signals: true,
             ..Self::default()
@@ -38,12 +38,13 @@ impl Cancel {
     }
 
     /// Ask every holder of this token (and its clones) to stop.
-    pub fn cancel(&self) {
+    #[cfg(test)]
+    pub(crate) fn cancel(&self) {
         self.flag.store(true, Ordering::Relaxed);
     }
 
     /// Whether a stop was asked.
-    pub fn is_cancelled(&self) -> bool {
+    pub(crate) fn is_cancelled(&self) -> bool {
         self.flag.load(Ordering::Relaxed) || (self.signals && requested())
     }
 
@@ -72,7 +73,7 @@ fn signal() -> Option<i32> {
     "interrupted: {done} of {total} {unit} done and saved in {}. Resume with:\n  {resume}",
     out.display()
 )]
-pub struct Interrupted {
+pub(crate) struct Interrupted {
     /// The signal that stopped the run.
     pub signal: i32,
     /// Units (steps, trajectories) finished so far in the phase that was stopped.
@@ -89,7 +90,7 @@ pub struct Interrupted {
 
 /// Where a stopped run is and how it was started, for [`Interrupted`].
 #[derive(Debug, Clone, Copy)]
-pub struct StopPoint<'a> {
+pub(crate) struct StopPoint<'a> {
     /// Units (steps, trajectories) finished so far in the phase that was stopped.
     pub done: usize,
     /// Units of that phase in all.
@@ -116,13 +117,13 @@ impl Interrupted {
     }
 
     /// The exit status: 128 + the signal number (130 for Ctrl-C, 143 for SIGTERM).
-    pub fn exit_code(&self) -> u8 {
+    pub(crate) fn exit_code(&self) -> u8 {
         (128 + self.signal).clamp(0, 255) as u8
     }
 }
 
 /// `args` as one shell command line that resumes in `out`: any `--out` is replaced by `--out <out>`.
-pub fn resume_command(args: Vec<String>, out: &std::path::Path) -> String {
+pub(crate) fn resume_command(args: Vec<String>, out: &std::path::Path) -> String {
     let mut kept = Vec::with_capacity(args.len() + 2);
     let mut it = args.into_iter();
     while let Some(a) = it.next() {
@@ -141,7 +142,7 @@ pub fn resume_command(args: Vec<String>, out: &std::path::Path) -> String {
 }
 
 /// Quote `s` for a POSIX shell when it holds anything but safe characters.
-pub fn shell_quote(s: &str) -> String {
+pub(crate) fn shell_quote(s: &str) -> String {
     let safe = !s.is_empty()
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c));

@@ -42,7 +42,7 @@ impl Prediction {
 }
 
 /// A line that could not be read.
-pub type MalformedLine = crate::records::BadLine;
+pub(crate) type MalformedLine = crate::records::BadLine;
 
 /// Errors of reading a predictions file (I/O only).
 #[derive(Debug, thiserror::Error)]
@@ -95,7 +95,7 @@ impl PredictionSet {
     }
 
     /// Read a predictions file, or an empty set when it does not exist.
-    pub fn read_optional(path: impl AsRef<Path>) -> Result<PredictionSet, PredictionsError> {
+    pub(crate) fn read_optional(path: impl AsRef<Path>) -> Result<PredictionSet, PredictionsError> {
         match PredictionSet::read(&path) {
             Err(PredictionsError::Io { source, .. })
                 if source.kind() == std::io::ErrorKind::NotFound =>

@@ -4,16 +4,16 @@
 use std::path::Path;
 
 /// The UTF-8 byte-order mark some editors (and Windows tools) put at the start of a text file.
-pub const UTF8_BOM: char = '\u{feff}';
+pub(crate) const UTF8_BOM: char = '\u{feff}';
 
 /// `text` without a leading UTF-8 byte-order mark.
-pub fn strip_bom(text: &str) -> &str {
+pub(crate) fn strip_bom(text: &str) -> &str {
     text.strip_prefix(UTF8_BOM).unwrap_or(text)
 }
 
 /// Write `contents` to `tmp`, then rename it over `path`, so a reader never sees half a file. When either step
 /// fails (a full disk, a read-only folder) the temporary file is removed before the error is returned.
-pub fn replace_atomic(path: &Path, tmp: &Path, contents: &[u8]) -> std::io::Result<()> {
+pub(crate) fn replace_atomic(path: &Path, tmp: &Path, contents: &[u8]) -> std::io::Result<()> {
     let result = std::fs::write(tmp, contents).and_then(|()| std::fs::rename(tmp, path));
     if result.is_err() {
         let _ = std::fs::remove_file(tmp);

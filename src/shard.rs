@@ -46,16 +46,16 @@ pub enum ShardError {
 }
 
 /// The variables of a Slurm job array (`SLURM_ARRAY_TASK_STEP` is read too when set, for `--array=0-10:2`).
-pub const SLURM_VARS: [&str; 3] = [
+pub(crate) const SLURM_VARS: [&str; 3] = [
     "SLURM_ARRAY_TASK_ID",
     "SLURM_ARRAY_TASK_COUNT",
     "SLURM_ARRAY_TASK_MIN",
 ];
 const SLURM_STEP: &str = "SLURM_ARRAY_TASK_STEP";
 /// The variables torchrun and accelerate set in each worker.
-pub const TORCHRUN_VARS: [&str; 2] = ["RANK", "WORLD_SIZE"];
+pub(crate) const TORCHRUN_VARS: [&str; 2] = ["RANK", "WORLD_SIZE"];
 /// The variable of a Kubernetes Indexed Job's pod.
-pub const K8S_VAR: &str = "JOB_COMPLETION_INDEX";
+pub(crate) const K8S_VAR: &str = "JOB_COMPLETION_INDEX";
 
 /// One shard: part `index` (0-based) of `count`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -81,7 +81,7 @@ impl ShardSpec {
     }
 
     /// The shard's folder name inside `RUN/shards/`: `I-of-N`.
-    pub fn dir_name(&self) -> String {
+    pub(crate) fn dir_name(&self) -> String {
         format!("{}-of-{}", self.index, self.count)
     }
 }
@@ -200,7 +200,7 @@ impl SchedulerEnv {
     ];
 
     /// Read the variables of [`SchedulerEnv::NAMES`] from this process's environment.
-    pub fn from_process() -> SchedulerEnv {
+    pub(crate) fn from_process() -> SchedulerEnv {
         Self::from_pairs(
             Self::NAMES
                 .iter()
@@ -301,7 +301,12 @@ fn slurm(env: &SchedulerEnv) -> Result<(String, usize, usize), ShardError> {
 /// Estimated cost of a trajectory: steps × image tokens of its screen after smart-resize under the pixel bounds
 /// (resized patches / merge²). Integer arithmetic, so every machine computes the same value; a screen size
 /// that cannot be resized (zero side, extreme ratio) counts one token per step (its steps fail fast).
-pub fn trajectory_cost(steps: usize, width: u32, height: u32, image: &ImageProcessorConfig) -> u64 {
+pub(crate) fn trajectory_cost(
+    steps: usize,
+    width: u32,
+    height: u32,
+    image: &ImageProcessorConfig,
+) -> u64 {
     let tokens = smart_resize(
         height as usize,
         width as usize,
@@ -320,7 +325,7 @@ pub fn trajectory_cost(steps: usize, width: u32, height: u32, image: &ImageProce
 /// the part with the least load so far (ties: lower part index). Returns each part's item indices in increasing
 /// order. Every item is in exactly one part; parts may be empty when `count` exceeds the items. The largest and
 /// the smallest load differ by at most the largest single cost.
-pub fn partition(costs: &[u64], count: usize) -> Vec<Vec<usize>> {
+pub(crate) fn partition(costs: &[u64], count: usize) -> Vec<Vec<usize>> {
     let count = count.max(1);
     let mut order: Vec<usize> = (0..costs.len()).collect();
     order.sort_by_key(|&i| (std::cmp::Reverse(costs[i]), i));
@@ -340,7 +345,7 @@ pub fn partition(costs: &[u64], count: usize) -> Vec<Vec<usize>> {
 }
 
 /// The costs of a benchmark's trajectories, in benchmark order.
-pub fn benchmark_costs(bench: &Benchmark, image: &ImageProcessorConfig) -> Vec<u64> {
+pub(crate) fn benchmark_costs(bench: &Benchmark, image: &ImageProcessorConfig) -> Vec<u64> {
     bench
         .trajectories
         .iter()
@@ -349,7 +354,7 @@ pub fn benchmark_costs(bench: &Benchmark, image: &ImageProcessorConfig) -> Vec<u
 }
 
 /// Indices (benchmark order) of the trajectories in `shard`.
-pub fn shard_trajectories(
+pub(crate) fn shard_trajectories(
     bench: &Benchmark,
     image: &ImageProcessorConfig,
     shard: ShardSpec,
@@ -358,7 +363,11 @@ pub fn shard_trajectories(
 }
 
 /// The benchmark restricted to `shard`'s trajectories (same root, benchmark order kept).
-pub fn select(bench: &Benchmark, image: &ImageProcessorConfig, shard: ShardSpec) -> Benchmark {
+pub(crate) fn select(
+    bench: &Benchmark,
+    image: &ImageProcessorConfig,
+    shard: ShardSpec,
+) -> Benchmark {
     let keep = shard_trajectories(bench, image, shard);
     Benchmark {
         root: bench.root.clone(),

@@ -5,11 +5,11 @@ use std::path::Path;
 
 /// The side of one merged vision patch of Qwen2.5-VL (`patch_size 14 · merge_size 2`): the smallest image the
 /// model can see is one 28×28 patch, so a pixel bound must allow at least 784 pixels.
-pub const PATCH_SIDE: u64 = 28;
+pub(crate) const PATCH_SIDE: u64 = 28;
 
 /// A value that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ValidateError {
+pub(crate) enum ValidateError {
     /// A flag's value is outside its valid range.
     #[error("{flag} {value}: {expected}")]
     Flag {
@@ -51,7 +51,11 @@ fn flag(flag: &'static str, value: impl ToString, expected: impl Into<String>) -
 /// `--min-pixels` / `--max-pixels`: each at least 1, `--max-pixels` at least one `factor`×`factor` patch, and
 /// min ≤ max. Either may be absent (the checkpoint's value applies); pass the checkpoint's values once known to
 /// check the combination.
-pub fn pixel_bounds(min: Option<u64>, max: Option<u64>, factor: u64) -> Result<(), ValidateError> {
+pub(crate) fn pixel_bounds(
+    min: Option<u64>,
+    max: Option<u64>,
+    factor: u64,
+) -> Result<(), ValidateError> {
     let patch = factor * factor;
     if let Some(m) = min.filter(|&m| m == 0) {
         return Err(flag("--min-pixels", m, "must be at least 1"));
@@ -77,7 +81,7 @@ pub fn pixel_bounds(min: Option<u64>, max: Option<u64>, factor: u64) -> Result<(
 
 /// The pixel bounds in effect — the flags given, else the checkpoint's `preprocessor_config.json` values — must
 /// still satisfy [`pixel_bounds`]; a conflict with a checkpoint value says so.
-pub fn effective_pixel_bounds(
+pub(crate) fn effective_pixel_bounds(
     given: (Option<u64>, Option<u64>),
     checkpoint: (u64, u64),
     factor: u64,
@@ -129,7 +133,7 @@ pub fn counts(
 }
 
 /// A prompt of `prompt_tokens` tokens plus `max_new_tokens` must fit in `max_batch_tokens`.
-pub fn prompt_fits(
+pub(crate) fn prompt_fits(
     prompt: &str,
     prompt_tokens: usize,
     max_new_tokens: usize,
@@ -150,7 +154,7 @@ pub fn prompt_fits(
 
 /// A model flag (`--model`, `--judge-model`): an existing folder, or something shaped like a hub repo id
 /// (`org/name`). Whether the hub has it is checked when it is fetched.
-pub fn model_location(flag_name: &'static str, spec: &str) -> Result<(), ValidateError> {
+pub(crate) fn model_location(flag_name: &'static str, spec: &str) -> Result<(), ValidateError> {
     let p = Path::new(spec);
     if p.is_dir() {
         return Ok(());

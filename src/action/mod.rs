@@ -19,7 +19,7 @@ pub use names::{ActionType, Button, Status};
 pub const TOOL_NAME: &str = "mobile_use";
 
 /// A point `[x, y]` in pixels.
-pub type Point = [f64; 2];
+pub(crate) type Point = [f64; 2];
 
 /// Why an action (arguments object or tool call) could not be read.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -251,7 +251,7 @@ impl Action {
     }
 
     /// Read an `arguments` object `{"action": ..., ...}`.
-    pub fn from_arguments(v: &Value) -> Result<Action, ActionError> {
+    pub(crate) fn from_arguments(v: &Value) -> Result<Action, ActionError> {
         let map = v.as_object().ok_or(ActionError::NotAnObject(kind(v)))?;
         let name = match map.get("action") {
             None | Some(Value::Null) => return Err(ActionError::MissingAction),
@@ -296,7 +296,7 @@ impl Action {
     }
 
     /// Read a tool call `{"name": "mobile_use", "arguments": {...}}`; `arguments` may also be a JSON string.
-    pub fn from_tool_call(v: &Value) -> Result<Action, ActionError> {
+    pub(crate) fn from_tool_call(v: &Value) -> Result<Action, ActionError> {
         let map = v.as_object().ok_or(ActionError::NotAnObject(kind(v)))?;
         match map.get("name") {
             None | Some(Value::Null) => return Err(ActionError::MissingName),
@@ -316,7 +316,7 @@ impl Action {
     }
 
     /// The `arguments` object, `action` first.
-    pub fn to_arguments(&self) -> Value {
+    pub(crate) fn to_arguments(&self) -> Value {
         let mut m = Map::new();
         m.insert("action".into(), self.action_type().as_str().into());
         let pt = |p: &Point| Value::from(vec![num(p[0]), num(p[1])]);

@@ -14,7 +14,8 @@ macro_rules! string_enum {
         pub enum $name { $($(#[$vm])* $v),+ }
 
         impl $name {
-            /// Every value, in declaration order.
+            /// Every value, in declaration order (not every enum's list is used).
+            #[allow(dead_code)]
             pub const ALL: &'static [$name] = &[$($name::$v),+];
             /// The canonical spelling.
             pub fn as_str(self) -> &'static str {

@@ -61,7 +61,7 @@ impl LocalBackend {
     }
 
     /// Stop admitting requests once `cancel` is set (the running ones finish and are handed over).
-    pub fn with_cancel(mut self, cancel: Cancel) -> Self {
+    pub(crate) fn with_cancel(mut self, cancel: Cancel) -> Self {
         self.cancel = cancel;
         self
     }

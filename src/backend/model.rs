@@ -88,7 +88,7 @@ impl LoadedModel {
     }
 
     /// The dtype's name (`f32`, `bf16`, …) for the manifest.
-    pub fn dtype_name(&self) -> String {
+    pub(crate) fn dtype_name(&self) -> String {
         format!("{:?}", self.model.dtype()).to_lowercase()
     }
 }

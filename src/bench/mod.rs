@@ -12,7 +12,7 @@ mod report;
 pub use report::{
     BenchReport, BenchmarkEstimate, HistoryCost, MfuTriple, Params, TimeSplit, BENCH_SCHEMA_VERSION,
 };
-pub mod workload;
+pub(crate) mod workload;
 
 use std::path::PathBuf;
 use std::time::Instant;

@@ -10,7 +10,7 @@ use crate::settings::{BenchModel, ShapePreset};
 
 /// Flat Hub-layout `config.json` text of a preset: `tiny` (the test checkpoint's sizes), `small` (Qwen2.5-0.5B
 /// text dimensions with the real 3B vision tower), `3b` and `7b` (the real configurations).
-pub fn preset_config(name: ShapePreset) -> String {
+pub(crate) fn preset_config(name: ShapePreset) -> String {
     let p = match name {
         ShapePreset::Tiny => Preset {
             h: 16,

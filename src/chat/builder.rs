@@ -34,7 +34,7 @@ impl PromptBuilder {
     }
 
     /// Loads the chat template and image processor from `model_dir` and `tokenizer.json` from `tokenizer_dir`.
-    pub fn from_dirs(model_dir: &Path, tokenizer_dir: &Path) -> Result<Self, ChatError> {
+    pub(crate) fn from_dirs(model_dir: &Path, tokenizer_dir: &Path) -> Result<Self, ChatError> {
         Ok(Self {
             tokenizer: Tokenizer::from_model_dir(tokenizer_dir)?,
             template: ChatTemplate::from_model_dir(model_dir)?,
@@ -57,7 +57,7 @@ impl PromptBuilder {
     /// Like [`PromptBuilder::build`], and also the token length of the rendered text up to the first user turn
     /// (the system turn) when that text tokenises on its own to an exact prefix of the whole prompt — only then
     /// may its KV cache be shared between prompts; 0 otherwise.
-    pub fn build_with_prefix(
+    pub(crate) fn build_with_prefix(
         &self,
         messages: &Value,
         images: Vec<PreparedImage>,

@@ -38,7 +38,7 @@ pub struct ChatTemplate {
 
 impl ChatTemplate {
     /// Compiles a template source.
-    pub fn from_source(source: impl Into<String>) -> Result<Self, ChatError> {
+    pub(crate) fn from_source(source: impl Into<String>) -> Result<Self, ChatError> {
         let source = source.into();
         let mut env = environment();
         env.add_template_owned(NAME, source.clone())?;

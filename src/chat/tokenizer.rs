@@ -38,7 +38,7 @@ fn tok_err(e: impl std::fmt::Display) -> ChatError {
 
 impl Tokenizer {
     /// Loads a `tokenizer.json`.
-    pub fn from_file(path: &Path) -> Result<Self, ChatError> {
+    pub(crate) fn from_file(path: &Path) -> Result<Self, ChatError> {
         let inner = tokenizers::Tokenizer::from_file(path).map_err(|e| ChatError::Read {
             path: path.display().to_string(),
             reason: e.to_string(),
@@ -52,7 +52,7 @@ impl Tokenizer {
     }
 
     /// Wraps a loaded tokenizer; fails if a Qwen2-VL special token the prompt needs is missing.
-    pub fn from_tokenizer(inner: tokenizers::Tokenizer) -> Result<Self, ChatError> {
+    pub(crate) fn from_tokenizer(inner: tokenizers::Tokenizer) -> Result<Self, ChatError> {
         let id = |t: &'static str| inner.token_to_id(t).ok_or(ChatError::MissingToken(t));
         // Every turn starts with it, though no code needs its id.
         id(IM_START)?;
@@ -69,11 +69,6 @@ impl Tokenizer {
     /// The wrapped `tokenizers` tokenizer.
     pub fn inner(&self) -> &tokenizers::Tokenizer {
         &self.inner
-    }
-
-    /// Id of any token by its string, if in the vocabulary or added tokens.
-    pub fn token_id(&self, token: &str) -> Option<u32> {
-        self.inner.token_to_id(token)
     }
 
     /// Id of `<|image_pad|>` (151655 for Qwen2.5-VL).
@@ -98,7 +93,7 @@ impl Tokenizer {
 
     /// Ids that end generation: `<|im_end|>`, then `<|endoftext|>` if present (the checkpoint's
     /// `eos_token_id` list).
-    pub fn stop_ids(&self) -> Vec<u32> {
+    pub(crate) fn stop_ids(&self) -> Vec<u32> {
         std::iter::once(self.im_end).chain(self.endoftext).collect()
     }
 

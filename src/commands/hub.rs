@@ -62,7 +62,7 @@ fn token_file(cache_dir: &Path) -> Option<String> {
 
 /// The proxy for `endpoint` from the usual variables (`HTTPS_PROXY` for https, `HTTP_PROXY` for http, then
 /// `ALL_PROXY`; lower-case names too), unless `NO_PROXY` names its host (or is `*`).
-pub fn proxy_for(endpoint: &str, var: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+pub(crate) fn proxy_for(endpoint: &str, var: &dyn Fn(&str) -> Option<String>) -> Option<String> {
     let get = |name: &str| {
         var(name)
             .or_else(|| var(&name.to_ascii_lowercase()))
@@ -95,7 +95,7 @@ pub fn proxy_for(endpoint: &str, var: &dyn Fn(&str) -> Option<String>) -> Option
 
 /// `--data` as a benchmark folder: a local folder as given, a Hub dataset fetched into the cache (or found there
 /// offline) with where it came from.
-pub fn resolve_data(
+pub(crate) fn resolve_data(
     loc: Option<DataLocation>,
     hub: &Hub,
 ) -> anyhow::Result<(Option<PathBuf>, Option<DataSource>)> {
@@ -117,7 +117,7 @@ pub fn resolve_data(
 
 /// While alive, a stop request (Ctrl-C, SIGTERM) ends the process at once with 128 + the signal: for the time
 /// before the first prompt runs (loading a model), when there is nothing to finish or save.
-pub struct ExitOnStop {
+pub(crate) struct ExitOnStop {
     done: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -161,7 +161,7 @@ fn libc_sigint() -> i32 {
 }
 
 /// The exit status for a stop request: 128 + the signal (130 for Ctrl-C, 143 for SIGTERM).
-pub fn stop_exit_code() -> u8 {
+pub(crate) fn stop_exit_code() -> u8 {
     let signal = Cancel::on_signals().signal();
     (128 + signal.unwrap_or(libc_sigint())).clamp(0, 255) as u8
 }

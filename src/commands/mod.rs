@@ -71,7 +71,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
 
 /// An error and its causes joined with `: `, each cause left out when the message before it already ends with it
 /// (library errors such as `"{path}: {source}"` print their source themselves).
-pub fn error_chain(e: &anyhow::Error) -> String {
+pub(crate) fn error_chain(e: &anyhow::Error) -> String {
     let mut msg = String::new();
     for cause in e.chain() {
         let text = cause.to_string();
@@ -97,7 +97,7 @@ fn init_tracing() {
 
 /// The rule preset for a benchmark folder: `--rules` when given, else the preset its `benchmark.json` suggests
 /// (an unknown name is an error naming the file), else the default (`mobile-r1`).
-pub fn rules_for(
+pub(crate) fn rules_for(
     flag: Option<crate::settings::RuleName>,
     data: &std::path::Path,
 ) -> anyhow::Result<crate::settings::RulePreset> {
@@ -120,7 +120,7 @@ pub fn rules_for(
 }
 
 /// The model-loading arguments as a model spec (on the first device of `--device`).
-pub fn model_spec(a: &ModelArgs) -> ModelSpec {
+pub(crate) fn model_spec(a: &ModelArgs) -> ModelSpec {
     ModelSpec {
         model: a.model.clone(),
         device: a.device.first().copied().unwrap_or_default(),
@@ -133,7 +133,7 @@ pub fn model_spec(a: &ModelArgs) -> ModelSpec {
 }
 
 /// The ops flags as the ops' settings value.
-pub fn ops_config(a: &crate::cli::OpsArgs) -> crate::ops::OpsConfig {
+pub(crate) fn ops_config(a: &crate::cli::OpsArgs) -> crate::ops::OpsConfig {
     crate::ops::OpsConfig {
         fused_kernels: a.kernels,
         tensor_core_attention: a.tensor_core_attention,

@@ -21,7 +21,7 @@ use crate::rundir::{self, find_benchmark, FoundBenchmark, Origin, RunDir};
 use crate::score::score_run;
 
 /// Load `--data`, or the embedded sample when absent.
-pub fn load_benchmark(data: Option<&Path>) -> anyhow::Result<Benchmark> {
+pub(crate) fn load_benchmark(data: Option<&Path>) -> anyhow::Result<Benchmark> {
     let dir = match data {
         Some(d) => d.to_path_buf(),
         None => {

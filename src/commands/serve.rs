@@ -8,7 +8,7 @@ use crate::openai::ApiKey;
 use crate::serve::{RequestLimits, ServeConfig};
 
 /// The API key held by the environment variable `var` (named by `flag`); `None` without a variable.
-pub fn api_key(flag: &str, var: Option<&str>) -> Result<Option<ApiKey>> {
+pub(crate) fn api_key(flag: &str, var: Option<&str>) -> Result<Option<ApiKey>> {
     let Some(var) = var else {
         return Ok(None);
     };

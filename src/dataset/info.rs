@@ -11,10 +11,10 @@ use serde::{Deserialize, Serialize};
 use super::DatasetError;
 
 /// The file name inside a benchmark folder.
-pub const INFO_FILE: &str = "benchmark.json";
+pub(crate) const INFO_FILE: &str = "benchmark.json";
 
 /// The version of `benchmark.json` this program writes; it reads this version and older ones.
-pub const INFO_SCHEMA_VERSION: u32 = 1;
+pub(crate) const INFO_SCHEMA_VERSION: u32 = 1;
 
 /// The contents of `benchmark.json`. Every field but `schema_version` is optional, so a hand-written file may
 /// hold only a suggested `rules` preset.
@@ -107,7 +107,7 @@ impl BenchmarkInfo {
     }
 
     /// The file as written: pretty JSON with a final newline.
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         let mut s = serde_json::to_string_pretty(self).expect("BenchmarkInfo serializes");
         s.push('\n');
         s

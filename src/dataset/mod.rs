@@ -9,19 +9,19 @@ mod load;
 
 use std::path::{Path, PathBuf};
 
-pub use images::{ImageProblem, ImageReport};
-pub use info::{BenchmarkInfo, ImportCounts, SourceInfo, INFO_FILE, INFO_SCHEMA_VERSION};
+pub(crate) use images::ImageReport;
+pub(crate) use info::{BenchmarkInfo, ImportCounts, SourceInfo, INFO_FILE, INFO_SCHEMA_VERSION};
 
 use crate::action::Action;
 
 /// The file name of the trajectories inside a benchmark folder.
-pub const DATA_FILE: &str = "data.jsonl";
+pub(crate) const DATA_FILE: &str = "data.jsonl";
 
 /// The folder the Mobile-R1 release keeps its screenshots in; a step's bare file name is looked up there too.
-pub const IMAGES_DIR: &str = "images";
+pub(crate) const IMAGES_DIR: &str = "images";
 
 /// A gold box `[x1, y1, x2, y2]` in screen pixels.
-pub type BBox = [f64; 4];
+pub(crate) type BBox = [f64; 4];
 
 /// Why a benchmark could not be loaded.
 #[derive(Debug, thiserror::Error)]

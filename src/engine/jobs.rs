@@ -50,7 +50,7 @@ impl JobQueue {
     }
 
     /// `count` requests, each its own group, all ready.
-    pub fn ungrouped(count: usize) -> Self {
+    pub(crate) fn ungrouped(count: usize) -> Self {
         Self::ready(count, (0..count).map(|i| vec![i]).collect())
     }
 
@@ -96,7 +96,7 @@ impl JobQueue {
     }
 
     /// `n` of the expected requests will never be released (a chain ended early).
-    pub fn forgo(&self, n: usize) {
+    pub(crate) fn forgo(&self, n: usize) {
         let mut s = self.lock();
         s.expected = s.expected.saturating_sub(n);
         self.released.notify_all();
@@ -113,7 +113,7 @@ impl JobQueue {
     /// A taker stopped (its device failed) with requests it took still unanswered. Their releases may never come,
     /// so a chained queue hands out nothing more (what is missing is redone on resume); a queue of requests that do
     /// not wait for each other goes on, so the other takers finish it.
-    pub fn abandon(&self) {
+    pub(crate) fn abandon(&self) {
         if self.chained {
             self.close();
         }
@@ -121,7 +121,7 @@ impl JobQueue {
 
     /// The next ready group. With `wait`, block until a group is released or nothing more can come, but at most
     /// [`WAIT_SLICE`] (then [`Next::Pending`]), so a waiting taker can notice that it should stop.
-    pub fn next_group(&self, wait: bool) -> Next<Vec<usize>> {
+    pub(crate) fn next_group(&self, wait: bool) -> Next<Vec<usize>> {
         let mut s = self.lock();
         let mut waited = false;
         loop {

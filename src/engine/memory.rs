@@ -5,13 +5,13 @@ use candle_core::Device;
 
 /// Share of the free memory the automatic budget may use; the rest absorbs fragmentation, the vision tower's
 /// activations and allocator slack.
-pub const BUDGET_FRACTION: f64 = 0.6;
+pub(crate) const BUDGET_FRACTION: f64 = 0.6;
 /// Upper bound of the automatic token budget (keeps a CPU run with a tiny model from planning absurd batches).
-pub const MAX_AUTO_TOKENS: usize = 1 << 20;
+pub(crate) const MAX_AUTO_TOKENS: usize = 1 << 20;
 
 /// Free memory of `device` in bytes: GPU memory on CUDA, `MemAvailable` of the host otherwise (Metal shares the
 /// host's memory). `None` when it cannot be read.
-pub fn free_bytes(device: &Device) -> Option<u64> {
+pub(crate) fn free_bytes(device: &Device) -> Option<u64> {
     #[cfg(feature = "cuda")]
     if let Device::Cuda(_) = device {
         return candle_core::cuda_backend::cudarc::driver::result::mem_get_info()
@@ -24,7 +24,7 @@ pub fn free_bytes(device: &Device) -> Option<u64> {
 
 /// The device memory in use now (total − free, so the CUDA context, the allocator's pool and any other process
 /// on the card count too); `None` on CPU and Metal, whose memory is the host's (see [`peak_rss_bytes`]).
-pub fn device_in_use(device: &Device) -> Option<u64> {
+pub(crate) fn device_in_use(device: &Device) -> Option<u64> {
     #[cfg(feature = "cuda")]
     if let Device::Cuda(_) = device {
         if let Ok((free, total)) = candle_core::cuda_backend::cudarc::driver::result::mem_get_info()
@@ -37,7 +37,7 @@ pub fn device_in_use(device: &Device) -> Option<u64> {
 }
 
 /// `MemAvailable` from `/proc/meminfo`.
-pub fn host_available_bytes() -> Option<u64> {
+pub(crate) fn host_available_bytes() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     meminfo_field(&text, "MemAvailable:")
 }
@@ -54,7 +54,7 @@ fn meminfo_field(text: &str, field: &str) -> Option<u64> {
 }
 
 /// Peak resident set size of this process in bytes (`VmHWM`), when the platform reports it.
-pub fn peak_rss_bytes() -> Option<u64> {
+pub(crate) fn peak_rss_bytes() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/self/status").ok()?;
     meminfo_field(&text, "VmHWM:")
 }
@@ -63,7 +63,7 @@ pub fn peak_rss_bytes() -> Option<u64> {
 /// `[min_tokens, MAX_AUTO_TOKENS]`. `reserve` is the transient memory of one prefill call (activations of the
 /// vision tower and the language model), which the KV caches must leave free; `min_tokens` keeps at least one
 /// worst-case sequence runnable.
-pub fn auto_batch_tokens(
+pub(crate) fn auto_batch_tokens(
     free: Option<u64>,
     kv_bytes_per_token: usize,
     reserve: u64,
@@ -79,7 +79,7 @@ pub fn auto_batch_tokens(
 
 /// Transient bytes of one prefill call of at most `prefill_tokens` tokens, whose images have at most four
 /// patches per image token: the language model's and the vision tower's activations.
-pub fn prefill_reserve(model: &crate::model::Qwen25VL, prefill_tokens: usize) -> u64 {
+pub(crate) fn prefill_reserve(model: &crate::model::Qwen25VL, prefill_tokens: usize) -> u64 {
     (prefill_tokens * model.activation_bytes_per_token()
         + 4 * prefill_tokens * model.vision_activation_bytes_per_patch()) as u64
 }

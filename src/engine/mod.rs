@@ -14,12 +14,12 @@ mod scheduler;
 
 pub use batcher::{argmax_rows, is_oom, top_k_logprobs, Engine, MAX_PREFILL_TOKENS};
 pub use jobs::{JobQueue, Next, Taker, WAIT_SLICE};
-pub use prefetch::{prefetch, Feed};
-pub use sampling::Sampling;
+pub(crate) use prefetch::{prefetch, Feed};
+pub(crate) use sampling::Sampling;
 pub use scheduler::{admit_count, prefill_chunks, BatchLimits, Occupancy, MIN_AUTO_BATCH_TOKENS};
 
 use crate::preprocess::ModelInput;
-pub use crate::records::FinishReason;
+pub(crate) use crate::records::FinishReason;
 
 /// One prompt to generate for (greedy unless `sampling` says otherwise; no repetition penalty).
 #[derive(Debug, Clone)]

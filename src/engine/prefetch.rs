@@ -15,7 +15,7 @@ use super::{Next, Taker};
 
 /// The requests one device takes from a job queue, and what is known of them on the way to the model.
 #[derive(Debug)]
-pub struct Feed<'q> {
+pub(crate) struct Feed<'q> {
     taker: Mutex<Taker<'q>>,
     /// Taken and not yet received by the model thread.
     coming: AtomicUsize,
@@ -55,12 +55,12 @@ impl<'q> Feed<'q> {
     }
 
     /// Whether a taken request is still on its way to the model thread.
-    pub fn coming(&self) -> bool {
+    pub(crate) fn coming(&self) -> bool {
         self.coming.load(Ordering::SeqCst) > 0
     }
 
     /// The model thread received one request.
-    pub fn received(&self) {
+    pub(crate) fn received(&self) {
         self.coming.fetch_sub(1, Ordering::SeqCst);
     }
 
@@ -73,7 +73,7 @@ impl<'q> Feed<'q> {
 /// Prepare the requests of `feed` on the rayon pool, up to `chunk` at a time, and stream `f(index)` through a
 /// channel that holds at most `bound` results. The preparing thread stops when the feed has nothing more or the
 /// receiver is dropped.
-pub fn prefetch<'scope, T, F>(
+pub(crate) fn prefetch<'scope, T, F>(
     scope: &'scope std::thread::Scope<'scope, '_>,
     feed: &'scope Feed<'_>,
     chunk: usize,

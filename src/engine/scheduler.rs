@@ -37,7 +37,7 @@ impl BatchLimits {
     }
 
     /// Tokens reserved for a prompt of `prompt_tokens` tokens.
-    pub fn cost(&self, prompt_tokens: usize) -> usize {
+    pub(crate) fn cost(&self, prompt_tokens: usize) -> usize {
         prompt_tokens + self.max_new_tokens
     }
 }

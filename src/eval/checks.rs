@@ -12,7 +12,11 @@ use crate::dataset::{Benchmark, Trajectory};
 
 /// After a Ctrl-C or SIGTERM, stop with [`crate::interrupt::Interrupted`] (what is done, how to resume); `unit` is
 /// `steps` (counted in `predictions.jsonl`) or `judged trajectories` (in `judgements.jsonl`).
-pub fn stop_if_interrupted(cfg: &EvalConfig, unit: &'static str, total: usize) -> Result<()> {
+pub(crate) fn stop_if_interrupted(
+    cfg: &EvalConfig,
+    unit: &'static str,
+    total: usize,
+) -> Result<()> {
     if !cfg.cancel.is_cancelled() {
         return Ok(());
     }
@@ -34,7 +38,7 @@ pub fn stop_if_interrupted(cfg: &EvalConfig, unit: &'static str, total: usize) -
 
 /// Before the steps phase: with an explicit `--max-batch-tokens`, the longest pending step prompt must fit with
 /// `--max-new-tokens` (the error names it); and a real checkpoint on the CPU gets an estimate of the run's time.
-pub fn first_prompt_checks(
+pub(crate) fn first_prompt_checks(
     cfg: &EvalConfig,
     bench: &Benchmark,
     backend: &dyn Backend,
@@ -141,7 +145,7 @@ fn step_prompt_tokens(
 
 /// Before the judge phase: with an explicit `--max-batch-tokens`, the judge prompt of the pending trajectory with
 /// the largest screen and the most steps must fit with `--max-new-tokens`.
-pub fn largest_judge_prompt_fits(
+pub(crate) fn largest_judge_prompt_fits(
     cfg: &EvalConfig,
     bench: &Benchmark,
     judge: &dyn Backend,

@@ -21,7 +21,7 @@ pub struct PromptDump {
 
 impl PromptDump {
     /// Create (or empty) `path`.
-    pub fn create(path: &Path) -> Result<Self> {
+    pub(crate) fn create(path: &Path) -> Result<Self> {
         let file =
             File::create(path).with_context(|| format!("--dump-prompts {}", path.display()))?;
         Ok(Self {
@@ -49,7 +49,7 @@ impl PromptDump {
     }
 
     /// Write out what is buffered.
-    pub fn flush(&self) -> Result<()> {
+    pub(crate) fn flush(&self) -> Result<()> {
         let mut f = self.file.lock().unwrap_or_else(|p| p.into_inner());
         f.flush()
             .with_context(|| format!("writing {}", self.path.display()))

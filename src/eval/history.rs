@@ -24,7 +24,7 @@ use crate::records::Procedure;
 
 /// What the history keeps of one earlier step of a trajectory.
 #[derive(Debug, Clone, PartialEq)]
-pub struct OwnStep {
+pub(crate) struct OwnStep {
     /// The model's raw reply.
     pub response: String,
     /// Whether the step was right (under the run's rules).
@@ -35,7 +35,7 @@ pub struct OwnStep {
 
 /// The chat messages of step `step` of `traj` under `procedure`, with `own` the model's outputs of the steps
 /// before it (`own.len() == step`), and the indices of the steps whose screenshots fill the image slots, in order.
-pub fn semi_online_messages(
+pub(crate) fn semi_online_messages(
     procedure: Procedure,
     traj: &Trajectory,
     step: usize,
@@ -114,7 +114,7 @@ fn history_entry(
 
 /// `action` with its points moved from screen pixels to the pixels of a `seen` (`[w, h]`) picture of the
 /// screen, rounded to whole pixels.
-pub fn in_model_frame(action: &Action, screen: [u32; 2], seen: [u32; 2]) -> Action {
+pub(crate) fn in_model_frame(action: &Action, screen: [u32; 2], seen: [u32; 2]) -> Action {
     let map = |p: &Point| -> Point {
         let scale = |v: f64, from: u32, to: u32| {
             if from == 0 {
@@ -149,7 +149,7 @@ pub fn in_model_frame(action: &Action, screen: [u32; 2], seen: [u32; 2]) -> Acti
 
 /// A JSON value as Python's `json.dumps` writes it by default: `", "` and `": "` separators and every non-ASCII
 /// character escaped as `\uXXXX` (UTF-16 surrogate pairs above U+FFFF).
-pub fn python_json(v: &Value) -> String {
+pub(crate) fn python_json(v: &Value) -> String {
     let mut out = String::new();
     write_python(v, &mut out);
     out

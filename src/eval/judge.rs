@@ -14,14 +14,14 @@ use crate::predictions::PredictionSet;
 use crate::records::JudgementLine;
 
 /// Indices of the trajectories whose id is not in `done`.
-pub fn pending_trajectories(bench: &Benchmark, done: &HashSet<String>) -> Vec<usize> {
+pub(crate) fn pending_trajectories(bench: &Benchmark, done: &HashSet<String>) -> Vec<usize> {
     (0..bench.trajectories.len())
         .filter(|&i| !done.contains(&bench.trajectories[i].id))
         .collect()
 }
 
 /// The parsed predicted steps of `t` (`empty` where a step has no prediction).
-pub fn predicted_steps<'a>(
+pub(crate) fn predicted_steps<'a>(
     t: &Trajectory,
     preds: &'a PredictionSet,
     empty: &'a ParsedOutput,
@@ -32,7 +32,7 @@ pub fn predicted_steps<'a>(
 }
 
 /// The judge phase over trajectories `jobs`, judging the predictions `preds`.
-pub struct JudgePhase<'a> {
+pub(crate) struct JudgePhase<'a> {
     /// The benchmark.
     pub bench: &'a Benchmark,
     /// The predictions of the step phase (each response parsed once, when read).

@@ -19,11 +19,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 
-pub use dump::PromptDump;
-pub use judge::{pending_trajectories, JudgePhase};
+pub(crate) use dump::PromptDump;
+pub(crate) use judge::{pending_trajectories, JudgePhase};
 pub use phase::{run_phase, run_phase_dumping, Phase};
 pub use prompts::SystemPrompt;
-pub use semi_online::{Decide, SemiOnlineConfig, SemiOnlinePhase};
+pub(crate) use semi_online::{Decide, SemiOnlineConfig, SemiOnlinePhase};
 pub use steps::{pending_steps, prediction_line, StepJob, StepPhase};
 
 use crate::backend::{
@@ -143,7 +143,7 @@ fn judge_spec(cfg: &EvalConfig) -> Option<ModelSpec> {
 }
 
 /// The backend of the step prompts: the server of `--backend openai`, else the checkpoint on the run's devices.
-pub fn step_backend(cfg: &EvalConfig) -> Result<Box<dyn Backend>> {
+pub(crate) fn step_backend(cfg: &EvalConfig) -> Result<Box<dyn Backend>> {
     match &cfg.served {
         Some(s) => Ok(Box::new(connect(cfg, &s.steps)?)),
         None => load_backend(cfg, &cfg.model),
@@ -201,7 +201,7 @@ pub fn load_devices(cfg: &EvalConfig, spec: &ModelSpec) -> Result<Vec<LocalBacke
 
 /// The run's backend for `spec`: one device's checkpoint, or several sharing the work through a
 /// [`MultiBackend`].
-pub fn load_backend(cfg: &EvalConfig, spec: &ModelSpec) -> Result<Box<dyn Backend>> {
+pub(crate) fn load_backend(cfg: &EvalConfig, spec: &ModelSpec) -> Result<Box<dyn Backend>> {
     let mut devices = load_devices(cfg, spec)?;
     if devices.len() == 1 {
         Ok(Box::new(devices.remove(0)))
@@ -316,14 +316,7 @@ fn served_record(cfg: &EvalConfig, s: &ServedConfig) -> crate::records::ServedRe
     }
 }
 
-/// Run (or resume) an evaluation.
-pub fn run_eval(cfg: &EvalConfig) -> Result<EvalOutcome> {
-    let bench = load_benchmark(cfg)?;
-    let backend = step_backend(cfg)?;
-    run_loaded(cfg, bench, backend)
-}
-
-/// [`run_eval`] with the evaluated model already loaded as `backend` (on `cfg.devices` or not: the caller
+/// Run (or resume) an evaluation, with the evaluated model already loaded as `backend` (on `cfg.devices` or not: the caller
 /// chooses, e.g. to wrap a device); a separate judge model is still loaded from `cfg`.
 pub fn run_eval_with(cfg: &EvalConfig, backend: Box<dyn Backend>) -> Result<EvalOutcome> {
     run_loaded(cfg, load_benchmark(cfg)?, backend)

@@ -7,7 +7,7 @@ use crate::records::PhaseStats;
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// A progress display: an indicatif bar on a terminal, a log line every few seconds otherwise.
-pub struct Progress {
+pub(crate) struct Progress {
     bar: Option<ProgressBar>,
     name: String,
     total: u64,
@@ -46,7 +46,7 @@ impl Progress {
     }
 
     /// Record `n` more finished prompts and refresh the token rates.
-    pub fn advance(&mut self, n: u64, stats: &PhaseStats) {
+    pub(crate) fn advance(&mut self, n: u64, stats: &PhaseStats) {
         self.done += n;
         let secs = self.start.elapsed().as_secs_f64().max(1e-9);
         let msg = format!(

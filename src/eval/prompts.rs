@@ -15,22 +15,22 @@ use crate::parse::ParsedOutput;
 
 /// The `mobile_use` system prompt (Qwen-Agent NousFnCallPrompt wrapper of the Qwen2.5-VL MobileUse tool).
 /// Variables: `width`, `height` — the smart-resized screenshot size the model sees.
-pub const SYSTEM_TEMPLATE: &str = include_str!("../../prompts/system_mobile_use.jinja");
+pub(crate) const SYSTEM_TEMPLATE: &str = include_str!("../../prompts/system_mobile_use.jinja");
 /// The step user turn (Qwen2.5-VL mobile-agent convention). Variables: `instruction`, `history` (the gold
 /// `subtask` sentences of the previous steps).
-pub const STEP_TEMPLATE: &str = include_str!("../../prompts/step_user.jinja");
+pub(crate) const STEP_TEMPLATE: &str = include_str!("../../prompts/step_user.jinja");
 /// The aggregation (judge) prompt. Variables: `app_name`, `instruction`, `steps` (thought, action_text,
 /// tool_call per predicted step).
-pub const JUDGE_TEMPLATE: &str = include_str!("../../prompts/judge.jinja");
+pub(crate) const JUDGE_TEMPLATE: &str = include_str!("../../prompts/judge.jinja");
 
 pub use crate::settings::SystemPrompt;
 
 /// The user turn of each later step of a `uis1-sop` conversation (the first step's is [`STEP_TEMPLATE`] with no
 /// history). Variables: `step_instruction` (the step's own instruction, when the benchmark has one).
-pub const STEP_TURN_TEMPLATE: &str = include_str!("../../prompts/step_turn.jinja");
+pub(crate) const STEP_TURN_TEMPLATE: &str = include_str!("../../prompts/step_turn.jinja");
 
 /// SHA-256 (hex) of every embedded template, by file name, for the manifest.
-pub fn template_hashes() -> BTreeMap<&'static str, String> {
+pub(crate) fn template_hashes() -> BTreeMap<&'static str, String> {
     [
         ("system_mobile_use.jinja", SYSTEM_TEMPLATE),
         ("step_user.jinja", STEP_TEMPLATE),
@@ -43,7 +43,7 @@ pub fn template_hashes() -> BTreeMap<&'static str, String> {
 
 /// SHA-256 of the templates the step prompts of `procedure` use beyond [`template_hashes`] (only those, so a
 /// gold-history run's manifest does not change).
-pub fn procedure_template_hashes(
+pub(crate) fn procedure_template_hashes(
     procedure: crate::records::Procedure,
 ) -> BTreeMap<&'static str, String> {
     let mut out = BTreeMap::new();
@@ -55,7 +55,7 @@ pub fn procedure_template_hashes(
 
 /// Chat messages for step `step` of `traj`: system prompt, then one user turn with the instruction, the golden
 /// history (previous steps' `subtask`) and the screenshot, whose resized size is `resized_wh`.
-pub fn step_messages(
+pub(crate) fn step_messages(
     traj: &Trajectory,
     step: usize,
     resized_wh: [u32; 2],
@@ -70,7 +70,7 @@ pub fn step_messages(
 
 /// The system message of `traj`'s step prompts: the trajectory's own (`--system-prompt data`, when it has one)
 /// or the `mobile_use` prompt with the resized screenshot size `resized_wh`.
-pub fn system_text(
+pub(crate) fn system_text(
     traj: &Trajectory,
     resized_wh: [u32; 2],
     mode: SystemPrompt,
@@ -86,7 +86,7 @@ pub fn system_text(
 
 /// The step user turn's text of step `step`: the instruction (with the step's own, when it has one) and
 /// `history`, one entry per earlier step.
-pub fn step_user_text(
+pub(crate) fn step_user_text(
     traj: &Trajectory,
     step: usize,
     history: &[&str],
@@ -104,7 +104,7 @@ pub fn step_user_text(
 }
 
 /// [`step_messages`] with the given `history` entries in place of the gold `subtask` sentences.
-pub fn step_messages_with(
+pub(crate) fn step_messages_with(
     traj: &Trajectory,
     step: usize,
     history: &[&str],
@@ -121,7 +121,7 @@ pub fn step_messages_with(
 
 /// Chat messages of the aggregation prompt of `traj`: the instruction, the predicted steps (thought, action
 /// sentence, tool call) and the final screenshot; the judge answers with a JSON verdict.
-pub fn judge_messages(
+pub(crate) fn judge_messages(
     traj: &Trajectory,
     predicted: &[&ParsedOutput],
 ) -> Result<Value, chat::ChatError> {
@@ -144,7 +144,7 @@ pub fn judge_messages(
 
 /// A judge's verdict parsed from its raw answer.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct Verdict {
+pub(crate) struct Verdict {
     /// Whether the judge said the trajectory accomplishes the task; `None` when the answer had no verdict.
     pub success: Option<bool>,
     /// The judge's reason, when given.
@@ -153,7 +153,7 @@ pub struct Verdict {
 
 /// Parse a judge answer: the first JSON object in it with a boolean-like `success` field (`true`/`false`,
 /// `"yes"`/`"no"`, `"success"`/`"failure"`). Anything else is an unparseable verdict (`success: None`).
-pub fn parse_verdict(answer: &str) -> Verdict {
+pub(crate) fn parse_verdict(answer: &str) -> Verdict {
     for (start, _) in answer.match_indices('{') {
         let mut stream = serde_json::Deserializer::from_str(&answer[start..]).into_iter::<Value>();
         let Some(Ok(Value::Object(obj))) = stream.next() else {

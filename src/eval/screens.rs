@@ -53,7 +53,7 @@ pub fn fingerprint(bench: &Benchmark) -> Result<FilesFingerprint> {
 
 /// Refuse to resume `previous` when a screenshot changed that a saved answer was given for (a step's own
 /// screenshot, or a judged trajectory's last one).
-pub fn check_resume(
+pub(crate) fn check_resume(
     out: &RunDir,
     bench: &Benchmark,
     previous: &Manifest,

@@ -30,7 +30,7 @@ use crate::score::{score_step, RulePreset};
 
 /// How a finished step is judged while the run goes.
 #[derive(Debug, Clone, Copy)]
-pub enum Decide<'a> {
+pub(crate) enum Decide<'a> {
     /// Under a rule preset (the run's `--rules`).
     Rules(&'a RulePreset),
     /// Every step right (`bench`, which scores nothing: every chain runs to its end with the model's own
@@ -40,7 +40,7 @@ pub enum Decide<'a> {
 
 /// The settings of a semi-online step phase.
 #[derive(Debug, Clone, Copy)]
-pub struct SemiOnlineConfig<'a> {
+pub(crate) struct SemiOnlineConfig<'a> {
     /// The procedure.
     pub procedure: Procedure,
     /// How steps are judged.
@@ -54,7 +54,7 @@ pub struct SemiOnlineConfig<'a> {
 }
 
 /// The semi-online step phase of `bench`.
-pub struct SemiOnlinePhase<'a> {
+pub(crate) struct SemiOnlinePhase<'a> {
     bench: &'a Benchmark,
     cfg: SemiOnlineConfig<'a>,
     /// The pending steps, each trajectory's in order and together.
@@ -111,13 +111,8 @@ impl<'a> SemiOnlinePhase<'a> {
         }
     }
 
-    /// The pending steps.
-    pub fn jobs(&self) -> &[StepJob] {
-        &self.jobs
-    }
-
     /// The first pending step of each chain.
-    pub fn first_steps(&self) -> Vec<StepJob> {
+    pub(crate) fn first_steps(&self) -> Vec<StepJob> {
         self.first.iter().map(|&i| self.jobs[i]).collect()
     }
 

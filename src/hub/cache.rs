@@ -30,14 +30,14 @@ impl CacheRepo {
     }
 
     /// The commit `refs/<revision>` names, if the cache has it.
-    pub fn read_ref(&self, revision: &str) -> Option<String> {
+    pub(crate) fn read_ref(&self, revision: &str) -> Option<String> {
         let text = std::fs::read_to_string(self.root.join("refs").join(revision)).ok()?;
         let commit = text.trim();
         super::is_commit(commit).then(|| commit.to_string())
     }
 
     /// Point `refs/<revision>` at `commit`.
-    pub fn write_ref(&self, revision: &str, commit: &str) -> Result<(), HubError> {
+    pub(crate) fn write_ref(&self, revision: &str, commit: &str) -> Result<(), HubError> {
         let path = self.root.join("refs").join(revision);
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
         if let Some(parent) = path.parent() {
@@ -47,7 +47,7 @@ impl CacheRepo {
     }
 
     /// `snapshots/<commit>/`.
-    pub fn snapshot_dir(&self, commit: &str) -> PathBuf {
+    pub(crate) fn snapshot_dir(&self, commit: &str) -> PathBuf {
         self.root.join("snapshots").join(commit)
     }
 
@@ -62,7 +62,7 @@ impl CacheRepo {
 
     /// What the cache knows of `path` at `commit`: `Some(Some(file))` when the snapshot has it, `Some(None)` when
     /// it is marked absent, `None` when the cache cannot tell.
-    pub fn lookup(&self, commit: &str, path: &str) -> Option<Option<PathBuf>> {
+    pub(crate) fn lookup(&self, commit: &str, path: &str) -> Option<Option<PathBuf>> {
         let file = self.snapshot_dir(commit).join(path);
         if file.is_file() {
             return Some(Some(file));
@@ -71,7 +71,7 @@ impl CacheRepo {
     }
 
     /// Mark `path` as absent from `commit` (an empty file under `.no_exist/`, as Python's client does).
-    pub fn mark_absent(&self, commit: &str, path: &str) -> Result<(), HubError> {
+    pub(crate) fn mark_absent(&self, commit: &str, path: &str) -> Result<(), HubError> {
         let mark = self.no_exist(commit, path);
         if let Some(parent) = mark.parent() {
             std::fs::create_dir_all(parent).map_err(io_err(parent))?;
@@ -103,7 +103,7 @@ impl CacheRepo {
 
     /// Hold the download lock of blob `etag` (`.locks/<repo>/<etag>.lock`, the lock file Python's client takes),
     /// waiting while another process holds it; `None` when `cancel` is set while waiting.
-    pub fn lock_blob(&self, etag: &str, cancel: &Cancel) -> Result<Option<File>, HubError> {
+    pub(crate) fn lock_blob(&self, etag: &str, cancel: &Cancel) -> Result<Option<File>, HubError> {
         std::fs::create_dir_all(&self.locks).map_err(io_err(&self.locks))?;
         let path = self.locks.join(format!("{etag}.lock"));
         let file = std::fs::OpenOptions::new()

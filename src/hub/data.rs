@@ -12,7 +12,7 @@ use crate::dataset::{Benchmark, DATA_FILE, INFO_FILE};
 use crate::records::DataSource;
 
 /// The prefix of a Hub dataset in `--data`.
-pub const HF_PREFIX: &str = "hf:";
+pub(crate) const HF_PREFIX: &str = "hf:";
 
 /// Where `--data` points: a local benchmark folder, or a dataset repo on the Hub.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,7 +59,7 @@ impl std::fmt::Display for DataLocation {
 
 /// A benchmark fetched from the Hub: its snapshot folder and where it came from.
 #[derive(Debug, Clone, PartialEq)]
-pub struct FetchedData {
+pub(crate) struct FetchedData {
     /// The benchmark folder (the cache's snapshot of the resolved commit).
     pub dir: PathBuf,
     /// Repository, revision asked for, commit.

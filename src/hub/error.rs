@@ -93,12 +93,12 @@ pub enum HubError {
 
 impl HubError {
     /// Whether this is a stop request rather than a failure.
-    pub fn is_cancelled(&self) -> bool {
+    pub(crate) fn is_cancelled(&self) -> bool {
         matches!(self, HubError::Cancelled { .. })
     }
 
     /// Whether the repo answered that it has no such file (HTTP 404).
-    pub fn is_not_found(&self) -> bool {
+    pub(crate) fn is_not_found(&self) -> bool {
         matches!(self, HubError::Missing { status: 404, .. })
     }
 }

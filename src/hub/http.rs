@@ -8,7 +8,7 @@ use super::HubSettings;
 /// The agents one hub needs: one that returns redirects (for the Hub's own answers, whose headers name the
 /// commit and the blob) and one that follows them (for the file's bytes, often on a CDN).
 #[derive(Clone)]
-pub struct Agents {
+pub(crate) struct Agents {
     /// Redirects returned, not followed.
     pub direct: ureq::Agent,
     /// Redirects followed (the authorization header is never sent to another host).
@@ -40,7 +40,7 @@ impl Agents {
 
 /// What the Hub says about one file before its bytes are fetched.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Metadata {
+pub(crate) struct Metadata {
     /// The commit the revision resolved to (`X-Repo-Commit`).
     pub commit: String,
     /// The blob name (`X-Linked-Etag` for LFS/Xet files, else `ETag`), without quotes.
@@ -75,7 +75,7 @@ pub enum Failure {
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// A `ureq` error as a [`Failure`].
-pub fn classify(e: ureq::Error, timeout: Duration) -> Failure {
+pub(crate) fn classify(e: ureq::Error, timeout: Duration) -> Failure {
     match e {
         ureq::Error::Status(code, resp) if matches!(code, 408 | 429) || code >= 500 => {
             let wait = resp
@@ -195,12 +195,12 @@ fn join_origin(url: &str, loc: &str) -> String {
 }
 
 /// Percent-encode one URL path segment (a revision: `refs/pr/3` → `refs%2Fpr%2F3`).
-pub fn encode_segment(s: &str) -> String {
+pub(crate) fn encode_segment(s: &str) -> String {
     encode(s, false)
 }
 
 /// Percent-encode a file path for a URL, keeping its `/`.
-pub fn encode_path(s: &str) -> String {
+pub(crate) fn encode_path(s: &str) -> String {
     encode(s, true)
 }
 

@@ -13,10 +13,10 @@ use super::{HubError, HubSettings};
 use crate::interrupt::Cancel;
 
 /// Files fetched at the same time.
-pub const PARALLEL_TRANSFERS: usize = 4;
+pub(crate) const PARALLEL_TRANSFERS: usize = 4;
 
 /// A count of files: a bar on a terminal, a log line every 10 s otherwise.
-pub struct Progress {
+pub(crate) struct Progress {
     bar: Option<indicatif::ProgressBar>,
     total: usize,
     last_log: Mutex<Instant>,

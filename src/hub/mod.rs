@@ -26,19 +26,19 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use cache::CacheRepo;
-pub use data::{DataLocation, FetchedData};
+pub(crate) use cache::CacheRepo;
+pub(crate) use data::DataLocation;
 pub(crate) use error::io_err;
-pub use error::HubError;
+pub(crate) use error::HubError;
 
 use crate::interrupt::Cancel;
 
 /// The Hub's public address, the default endpoint.
-pub const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
+pub(crate) const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
 /// Default seconds to wait for a connection, and for the next bytes of an answer.
-pub const DEFAULT_TIMEOUT_SECS: u64 = 30;
+pub(crate) const DEFAULT_TIMEOUT_SECS: u64 = 30;
 /// Default retries of a failed transfer after the first attempt.
-pub const DEFAULT_RETRIES: u32 = 3;
+pub(crate) const DEFAULT_RETRIES: u32 = 3;
 
 /// How to reach the Hub and where its cache lives.
 #[derive(Debug, Clone, PartialEq)]
@@ -111,7 +111,7 @@ impl RepoKind {
     }
 
     /// `model` or `dataset`, for messages.
-    pub fn noun(self) -> &'static str {
+    pub(crate) fn noun(self) -> &'static str {
         match self {
             RepoKind::Model => "model",
             RepoKind::Dataset => "dataset",
@@ -120,7 +120,7 @@ impl RepoKind {
 }
 
 /// `org/name`: two non-empty parts of safe characters.
-pub fn check_repo_id(id: &str) -> Result<(), HubError> {
+pub(crate) fn check_repo_id(id: &str) -> Result<(), HubError> {
     let parts: Vec<&str> = id.split('/').collect();
     let ok = parts.len() == 2
         && parts.iter().all(|p| {
@@ -139,7 +139,7 @@ pub fn check_repo_id(id: &str) -> Result<(), HubError> {
 }
 
 /// A path inside a repo: relative, `/`-separated, no `..`, no empty or `.` part.
-pub fn check_repo_path(path: &str) -> Result<(), HubError> {
+pub(crate) fn check_repo_path(path: &str) -> Result<(), HubError> {
     let bad = path.is_empty()
         || path.starts_with('/')
         || path.contains('\\')
@@ -157,7 +157,7 @@ pub fn check_repo_path(path: &str) -> Result<(), HubError> {
 }
 
 /// A 40-hex-digit commit id.
-pub fn is_commit(rev: &str) -> bool {
+pub(crate) fn is_commit(rev: &str) -> bool {
     rev.len() == 40 && rev.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
@@ -239,11 +239,6 @@ impl HubRepo {
         &self.hub
     }
 
-    /// The snapshot folder of the resolved commit, once known.
-    pub fn snapshot_dir(&self) -> Option<PathBuf> {
-        self.commit().map(|c| self.cache.snapshot_dir(&c))
-    }
-
     /// File `path` of the repo: its place in the snapshot folder, or `None` when the repo has no such file (HTTP
     /// 404, or a `.no_exist` mark in the cache). Offline, a file the cache lacks is [`HubError::NotCached`].
     pub fn get(&self, path: &str) -> Result<Option<PathBuf>, HubError> {
@@ -256,7 +251,8 @@ impl HubRepo {
 
     /// Like [`HubRepo::get`], with a file that is not there (absent from the repo, or offline and not cached)
     /// as `None`.
-    pub fn get_optional(&self, path: &str) -> Result<Option<PathBuf>, HubError> {
+    #[cfg(test)]
+    pub(crate) fn get_optional(&self, path: &str) -> Result<Option<PathBuf>, HubError> {
         match self.get(path) {
             Err(HubError::NotCached { .. }) => Ok(None),
             other => other,
@@ -264,7 +260,7 @@ impl HubRepo {
     }
 
     /// File `path`, which must exist: a missing file is an error naming the repo, the file and the endpoint.
-    pub fn get_required(&self, path: &str) -> Result<PathBuf, HubError> {
+    pub(crate) fn get_required(&self, path: &str) -> Result<PathBuf, HubError> {
         check_repo_path(path)?;
         let endpoint = &self.hub.settings.endpoint;
         if let Some(commit) = self.commit() {
@@ -322,7 +318,7 @@ impl HubRepo {
 
     /// Fetch several files at once ([`many::PARALLEL_TRANSFERS`] at a time), each from the first of its candidate
     /// paths the repo has (a 404 moves on to the next).
-    pub fn get_many(&self, wanted: &[Vec<String>]) -> Result<(), HubError> {
+    pub(crate) fn get_many(&self, wanted: &[Vec<String>]) -> Result<(), HubError> {
         if self.hub.settings.offline {
             let first = wanted.first().and_then(|c| c.first()).cloned();
             return Err(HubError::NotCached {

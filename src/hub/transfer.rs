@@ -16,7 +16,7 @@ use super::{CacheRepo, HubError, HubRepo, HubSettings};
 use crate::interrupt::Cancel;
 
 /// What every transfer of one hub shares: its agents, settings and stop token.
-pub struct Net {
+pub(crate) struct Net {
     agents: Agents,
     settings: HubSettings,
     cancel: Cancel,
@@ -121,7 +121,7 @@ const AUTH_HINT: &str =
 
 /// Run `f` on a helper thread and wait for it, returning [`HubError::Cancelled`] as soon as `cancel` is set
 /// (the helper notices the token between reads and stops by itself).
-pub fn run_cancellable<T: Send + 'static>(
+pub(crate) fn run_cancellable<T: Send + 'static>(
     cancel: &Cancel,
     what: (&str, &str),
     f: impl FnOnce() -> Result<T, HubError> + Send + 'static,
@@ -154,7 +154,7 @@ pub fn run_cancellable<T: Send + 'static>(
 }
 
 /// The pause before retry `n` (0-based): 0.5 s doubling, at most 8 s.
-pub fn backoff(n: u32) -> Duration {
+pub(crate) fn backoff(n: u32) -> Duration {
     Duration::from_millis(500u64.saturating_mul(1 << n.min(4)))
 }
 

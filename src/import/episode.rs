@@ -131,7 +131,7 @@ impl Sink {
     }
 
     /// A source step that cannot be imported (an error under `--strict`).
-    pub fn skip_step(&mut self, kind: &str, location: String) -> Result<(), ImportError> {
+    pub(crate) fn skip_step(&mut self, kind: &str, location: String) -> Result<(), ImportError> {
         self.record(kind, location)?;
         *self
             .counts
@@ -142,7 +142,7 @@ impl Sink {
     }
 
     /// A source episode that cannot be imported at all (an error under `--strict`).
-    pub fn skip_episode(&mut self, kind: &str, location: String) -> Result<(), ImportError> {
+    pub(crate) fn skip_episode(&mut self, kind: &str, location: String) -> Result<(), ImportError> {
         self.record(kind, location)?;
         *self
             .counts
@@ -153,7 +153,7 @@ impl Sink {
     }
 
     /// A step imported with a documented change.
-    pub fn adjusted(&mut self, kind: &str) {
+    pub(crate) fn adjusted(&mut self, kind: &str) {
         *self.counts.adjusted.entry(kind.to_string()).or_default() += 1;
     }
 
@@ -318,7 +318,7 @@ fn step_json(s: &StepDraft, image: String) -> Value {
 
 /// What `data import` did, for the summary it prints.
 #[derive(Debug, Clone)]
-pub struct ImportReport {
+pub(crate) struct ImportReport {
     /// The benchmark folder written.
     pub out: PathBuf,
     /// `benchmark.json` as written (counts included).

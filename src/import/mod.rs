@@ -25,7 +25,7 @@ use std::str::FromStr;
 
 use crate::dataset::{BenchmarkInfo, SourceInfo, INFO_SCHEMA_VERSION};
 
-pub use episode::ImportReport;
+pub(crate) use episode::ImportReport;
 
 /// A source format of `data import --format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,7 +44,7 @@ pub enum ImportFormat {
 
 impl ImportFormat {
     /// Every format, in the order of the documentation.
-    pub const ALL: &'static [ImportFormat] = &[
+    pub(crate) const ALL: &'static [ImportFormat] = &[
         ImportFormat::AndroidControl,
         ImportFormat::AndroidControlMobileUse,
         ImportFormat::Aitz,
@@ -64,7 +64,7 @@ impl ImportFormat {
     }
 
     /// The rule preset that corresponds to the format's reference evaluator (written into `benchmark.json`).
-    pub fn suggested_rules(self) -> &'static str {
+    pub(crate) fn suggested_rules(self) -> &'static str {
         match self {
             ImportFormat::AndroidControl | ImportFormat::AndroidControlMobileUse => {
                 "androidcontrol"
@@ -149,7 +149,7 @@ impl FromStr for Level {
 
 /// What to import and where.
 #[derive(Debug, Clone)]
-pub struct ImportOptions {
+pub(crate) struct ImportOptions {
     /// The source format.
     pub format: ImportFormat,
     /// The source file or folder, as published.
@@ -178,7 +178,7 @@ impl ImportOptions {
 
 /// Why an import failed.
 #[derive(Debug, thiserror::Error)]
-pub enum ImportError {
+pub(crate) enum ImportError {
     /// A file could not be read or written.
     #[error("{}: {source}", path.display())]
     Io {

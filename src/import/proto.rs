@@ -84,7 +84,7 @@ impl Example {
     }
 
     /// The integers of feature `key` (`None` when absent or of another kind).
-    pub fn ints(&self, key: &str) -> Option<&[i64]> {
+    pub(crate) fn ints(&self, key: &str) -> Option<&[i64]> {
         match self.kind(key)? {
             Kind::Int64(l) => Some(&l.value),
             _ => None,

@@ -51,7 +51,7 @@ pub(super) enum RecordError {
 
 impl RecordError {
     /// Whether reading can go on with the next record.
-    pub fn recoverable(&self) -> bool {
+    pub(crate) fn recoverable(&self) -> bool {
         matches!(self, RecordError::DataCrc { .. })
     }
 
@@ -121,7 +121,7 @@ impl<R: Read> RecordReader<R> {
     }
 
     /// The next record's data; `None` at the end. After an unrecoverable error the reader ends.
-    pub fn next_record(&mut self) -> Option<Result<Vec<u8>, RecordError>> {
+    pub(crate) fn next_record(&mut self) -> Option<Result<Vec<u8>, RecordError>> {
         if self.done {
             return None;
         }

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub use files::{merge_lines, merge_throughput, MergedPhase, MergedThroughput, ShardThroughput};
-pub use shards::{discover, settings_differences, ShardState};
+pub(crate) use shards::{discover, settings_differences, ShardState};
 
 use crate::dataset::Benchmark;
 use crate::predictions::PredictionSet;
@@ -24,7 +24,7 @@ use crate::score::{Metrics, RulePreset};
 
 /// Why a run could not be merged.
 #[derive(Debug, thiserror::Error)]
-pub enum MergeError {
+pub(crate) enum MergeError {
     /// A file could not be read or written.
     #[error("{}: {source}", path.display())]
     Io {
@@ -84,7 +84,7 @@ pub enum MergeError {
 
 /// What to merge.
 #[derive(Debug, Clone)]
-pub struct MergeOptions {
+pub(crate) struct MergeOptions {
     /// The run folder given to every shard's `--out`.
     pub run: PathBuf,
     /// Benchmark folder; default: the one named in the shards' manifests.
@@ -97,7 +97,7 @@ pub struct MergeOptions {
 
 /// `manifest.json` of a merged run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct MergedManifest {
+pub(crate) struct MergedManifest {
     /// Version of this file's layout.
     pub schema_version: u32,
     /// The shards, in order, with their state.
@@ -118,7 +118,7 @@ pub struct MergedManifest {
 
 /// One shard as recorded in a merged manifest.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct MergedShard {
+pub(crate) struct MergedShard {
     /// `I/N`.
     pub shard: String,
     /// Its folder, relative to the run folder.
@@ -131,9 +131,7 @@ pub struct MergedShard {
 
 /// What a merge produced.
 #[derive(Debug)]
-pub struct MergeOutcome {
-    /// The merged metrics.
-    pub metrics: Metrics,
+pub(crate) struct MergeOutcome {
     /// The readable summary table.
     pub summary: String,
     /// The shards as found.
@@ -165,7 +163,7 @@ fn load_benchmark(data: Option<&Path>, first: &ShardState) -> Result<Benchmark, 
 }
 
 /// Merge the shards of `opts.run` into `opts.run` (see the module documentation).
-pub fn merge_run(opts: &MergeOptions) -> Result<MergeOutcome, MergeError> {
+pub(crate) fn merge_run(opts: &MergeOptions) -> Result<MergeOutcome, MergeError> {
     let shards = discover(&opts.run)?;
     check_complete(&shards, opts.allow_partial)?;
     let diffs = settings_differences(&shards);
@@ -208,7 +206,6 @@ pub fn merge_run(opts: &MergeOptions) -> Result<MergeOutcome, MergeError> {
     }
     Ok(MergeOutcome {
         summary: crate::report::render_summary(&metrics),
-        metrics,
         shards,
     })
 }

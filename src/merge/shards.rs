@@ -10,7 +10,7 @@ use crate::shard::ShardSpec;
 
 /// One expected shard and what was found of it.
 #[derive(Debug, Clone)]
-pub struct ShardState {
+pub(crate) struct ShardState {
     /// Which shard.
     pub spec: ShardSpec,
     /// Its folder (`RUN/shards/I-of-N`).
@@ -28,7 +28,7 @@ impl ShardState {
     }
 
     /// The shard's settings without its shard spec (what must agree across shards), when it has a manifest.
-    pub fn common_settings(&self) -> Option<RunSettings> {
+    pub(crate) fn common_settings(&self) -> Option<RunSettings> {
         let mut s = self.manifest.as_ref()?.settings.clone();
         s.shard = None;
         Some(s)
@@ -64,7 +64,7 @@ fn counts_found(run: &Path) -> Result<Vec<usize>, MergeError> {
 
 /// Every shard `0..N` of the run, complete or not. Errors when there is no shard folder, or folders of
 /// several counts (`2-of-3` beside `0-of-4`).
-pub fn discover(run: &Path) -> Result<Vec<ShardState>, MergeError> {
+pub(crate) fn discover(run: &Path) -> Result<Vec<ShardState>, MergeError> {
     let counts = counts_found(run)?;
     let count = match counts.as_slice() {
         [n] => *n,
@@ -132,7 +132,7 @@ fn shard_problem(m: &Manifest, spec: ShardSpec) -> Option<String> {
 }
 
 /// The trajectory ids a shard's manifest lists.
-pub fn listed_trajectories(s: &ShardState) -> &[String] {
+pub(crate) fn listed_trajectories(s: &ShardState) -> &[String] {
     s.manifest
         .as_ref()
         .and_then(|m| m.shard.as_ref())
@@ -141,7 +141,7 @@ pub fn listed_trajectories(s: &ShardState) -> &[String] {
 
 /// Lines `shard I-of-N vs 0-of-N: key: a → b` for every setting in which a shard with a manifest differs from
 /// the first.
-pub fn settings_differences(shards: &[ShardState]) -> Vec<String> {
+pub(crate) fn settings_differences(shards: &[ShardState]) -> Vec<String> {
     let with: Vec<(&ShardState, RunSettings)> = shards
         .iter()
         .filter_map(|s| Some((s, s.common_settings()?)))

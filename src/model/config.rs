@@ -67,15 +67,15 @@ impl VisionConfig {
         self.in_channels * self.temporal_patch_size * self.patch_size * self.patch_size
     }
     /// Per-head width.
-    pub fn head_dim(&self) -> usize {
+    pub(crate) fn head_dim(&self) -> usize {
         self.hidden_size / self.num_heads
     }
     /// Patches per merged token (4).
-    pub fn merge_unit(&self) -> usize {
+    pub(crate) fn merge_unit(&self) -> usize {
         self.spatial_merge_size * self.spatial_merge_size
     }
     /// Window side in merged tokens (`window_size / merge / patch` = 4).
-    pub fn merger_window(&self) -> usize {
+    pub(crate) fn merger_window(&self) -> usize {
         self.window_size / self.spatial_merge_size / self.patch_size
     }
 }
@@ -126,9 +126,9 @@ fn id_list(v: Option<&Value>) -> Vec<u32> {
 }
 
 /// The `model_type` of the checkpoints this program runs.
-pub const SUPPORTED_MODEL_TYPES: [&str; 1] = ["qwen2_5_vl"];
+pub(crate) const SUPPORTED_MODEL_TYPES: [&str; 1] = ["qwen2_5_vl"];
 /// Their `architectures` class names (a fine-tune keeps them).
-pub const SUPPORTED_ARCHITECTURES: [&str; 2] =
+pub(crate) const SUPPORTED_ARCHITECTURES: [&str; 2] =
     ["Qwen2_5_VLForConditionalGeneration", "Qwen2_5_VLModel"];
 
 /// Refuse a checkpoint of another architecture (Qwen2-VL's `config.json` has the same fields but another

@@ -32,7 +32,7 @@ pub struct ModelFiles {
 }
 
 /// The files a run reads besides `config.json` and the weights, when the checkpoint has them.
-pub const OPTIONAL: [&str; 6] = [
+pub(crate) const OPTIONAL: [&str; 6] = [
     "tokenizer.json",
     "tokenizer_config.json",
     "chat_template.json",
@@ -42,14 +42,14 @@ pub const OPTIONAL: [&str; 6] = [
 ];
 
 /// The index of sharded weights.
-pub const WEIGHT_INDEX: &str = "model.safetensors.index.json";
+pub(crate) const WEIGHT_INDEX: &str = "model.safetensors.index.json";
 
 fn files_err(msg: impl Into<String>) -> ModelError {
     ModelError::Files(msg.into())
 }
 
 /// Shard file names listed by a `model.safetensors.index.json` (`weight_map` values, deduplicated, sorted).
-pub fn shard_names(index_json: &str) -> Result<Vec<String>, ModelError> {
+pub(crate) fn shard_names(index_json: &str) -> Result<Vec<String>, ModelError> {
     let v: serde_json::Value = serde_json::from_str(index_json)
         .map_err(|e| files_err(format!("invalid safetensors index: {e}")))?;
     let map = v
@@ -105,7 +105,7 @@ impl ModelFiles {
 
     /// Hub repo `repo_id` at `main`: each file from the cache's snapshot when it has it, else fetched (offline:
     /// the cache alone).
-    pub fn from_hub(repo_id: &str, hub: &Hub) -> Result<Self, ModelError> {
+    pub(crate) fn from_hub(repo_id: &str, hub: &Hub) -> Result<Self, ModelError> {
         let repo = hub.repo(RepoKind::Model, repo_id, "main")?;
         let config = repo.get_required("config.json")?;
         let dir = config.parent().map(Path::to_path_buf).unwrap_or_default();
@@ -117,7 +117,7 @@ impl ModelFiles {
     }
 
     /// Every file a run reads: `config.json`, the weights (and their index), and the optional files present.
-    pub fn run_files(&self) -> Vec<&Path> {
+    pub(crate) fn run_files(&self) -> Vec<&Path> {
         let optional = [
             &self.tokenizer,
             &self.tokenizer_config,

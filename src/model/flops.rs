@@ -56,7 +56,7 @@ fn text_flops_per_key(cfg: &ModelConfig) -> f64 {
 }
 
 /// Parameter counts `(vision, language model)` of a config, for FLOP estimates.
-pub fn param_counts(cfg: &ModelConfig) -> (u64, u64) {
+pub(crate) fn param_counts(cfg: &ModelConfig) -> (u64, u64) {
     let v = &cfg.vision;
     let (vh, vi) = (v.hidden_size as u64, v.intermediate_size as u64);
     let block = 4 * vh * vh + 3 * vh * vi;

@@ -34,7 +34,7 @@ pub use config::{ModelConfig, TextConfig, VisionConfig};
 pub use device::open_device as parse_device;
 pub use device::{open_device, parse_dtype};
 pub use files::ModelFiles;
-pub use vision::VisionTrace;
+pub(crate) use vision::VisionTrace;
 
 use crate::ops::{Ops, OpsConfig, OpsManifest, ProfileSnapshot};
 use crate::preprocess::ModelInput;
@@ -154,7 +154,11 @@ impl Qwen25VL {
     }
 
     /// Build from a parsed config and a var builder over the checkpoint's tensors; the ops run as `ops` says.
-    pub fn from_var_builder(cfg: ModelConfig, vb: VarBuilder, ops: &OpsConfig) -> Result<Self> {
+    pub(crate) fn from_var_builder(
+        cfg: ModelConfig,
+        vb: VarBuilder,
+        ops: &OpsConfig,
+    ) -> Result<Self> {
         let ops = Ops::new(ops, vb.device()).map_err(|e| ModelError::Input(e.to_string()))?;
         let (vis_prefix, lm_prefix) = detect_prefixes(&vb)?;
         let (v, d) = (cfg.text.vocab_size, cfg.text.hidden_size);
@@ -263,7 +267,7 @@ impl Qwen25VL {
     }
 
     /// Rough transient activation bytes per prefill token in the language model (one layer alive at a time).
-    pub fn activation_bytes_per_token(&self) -> usize {
+    pub(crate) fn activation_bytes_per_token(&self) -> usize {
         let t = &self.cfg.text;
         let per = 4 * t.hidden_size
             + 3 * t.intermediate_size
@@ -273,7 +277,7 @@ impl Qwen25VL {
 
     /// Rough transient activation bytes per vision patch (one block alive at a time), excluding attention
     /// scores, which are capped by the attention budget (×4 bytes).
-    pub fn vision_activation_bytes_per_patch(&self) -> usize {
+    pub(crate) fn vision_activation_bytes_per_patch(&self) -> usize {
         let v = &self.cfg.vision;
         (8 * v.hidden_size + 3 * v.intermediate_size + v.patch_dim()) * self.dtype.size_in_bytes()
     }

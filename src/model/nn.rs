@@ -59,7 +59,7 @@ impl Linear {
     }
 
     /// Wrap an existing weight (out, in), e.g. the tied embedding.
-    pub fn from_weight(w: Tensor) -> Self {
+    pub(crate) fn from_weight(w: Tensor) -> Self {
         Self { w, b: None }
     }
 }
@@ -100,7 +100,7 @@ impl Linear {
 
     /// `r + (x·Wᵀ + b)`: the layer closing a residual branch, bias and residual in one pass
     /// ([`Ops::bias_residual`]).
-    pub fn forward_residual(&self, p: Pass<'_>, x: &Tensor, r: &Tensor) -> Result<Tensor> {
+    pub(crate) fn forward_residual(&self, p: Pass<'_>, x: &Tensor, r: &Tensor) -> Result<Tensor> {
         let y = self.matmul(p, x)?;
         p.ops
             .section("linear.bias_residual", x.device(), || match &self.b {
@@ -113,7 +113,7 @@ impl Linear {
 /// Qwen2 RMSNorm in HF's cast order: normalise in f32, cast to the activation dtype, then multiply by the weight
 /// ([`Ops::rms_norm_hf`]: one kernel on CUDA).
 #[derive(Debug, Clone)]
-pub struct RmsNorm {
+pub(crate) struct RmsNorm {
     w: Tensor,
     eps: f32,
 }

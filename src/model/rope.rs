@@ -88,7 +88,7 @@ pub fn rope_index(
 }
 
 /// Text RoPE inverse frequencies `1 / theta^(2j/head_dim)`, j < head_dim/2, in f32 like HF.
-pub fn text_inv_freq(head_dim: usize, theta: f64) -> Vec<f32> {
+pub(crate) fn text_inv_freq(head_dim: usize, theta: f64) -> Vec<f32> {
     let theta = theta as f32;
     (0..head_dim / 2)
         .map(|j| 1.0 / theta.powf((2 * j) as f32 / head_dim as f32))
@@ -97,7 +97,7 @@ pub fn text_inv_freq(head_dim: usize, theta: f64) -> Vec<f32> {
 
 /// M-RoPE cos/sin half-tables (n × head_dim/2, row-major, f32): entry j of row i uses the axis of section j
 /// (t for j < s0, h for j < s0+s1, w otherwise) of `pos[i]`.
-pub fn mrope_tables(
+pub(crate) fn mrope_tables(
     pos: &[[i64; 3]],
     inv_freq: &[f32],
     section: [usize; 3],
@@ -129,7 +129,7 @@ pub fn mrope_tables(
 /// Vision rotary half-tables (N × head_dim/2, f32) for images of `grids`, rows in the processor's merge-block
 /// order: entries [0, q) rotate by the patch row, [q, 2q) by the patch column, q = head_dim/4,
 /// with frequencies `1 / 10000^(2k/(head_dim/2))`.
-pub fn vision_rope_tables(
+pub(crate) fn vision_rope_tables(
     grids: &[[usize; 3]],
     head_dim: usize,
     merge: usize,

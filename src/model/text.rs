@@ -14,7 +14,7 @@ use crate::ops::{DecodeStep, Ops, Rows, Varlen, VarlenSeg};
 /// Self-attention: q/k/v with bias (packed into one projection at load), o without; GQA; rotary applied by the
 /// caller-provided tables.
 #[derive(Debug, Clone)]
-pub struct TextAttention {
+pub(crate) struct TextAttention {
     qkv_proj: Linear,
     o_proj: Linear,
     heads: usize,
@@ -23,7 +23,7 @@ pub struct TextAttention {
 }
 
 /// Packed q (N, H, d), k and v (N, KV, d) after rotary.
-pub type Qkv = (Tensor, Tensor, Tensor);
+pub(crate) type Qkv = (Tensor, Tensor, Tensor);
 
 impl TextAttention {
     /// Load `q_proj`, `k_proj`, `v_proj`, `o_proj`.
@@ -49,7 +49,7 @@ impl TextAttention {
     }
 
     /// Project packed rows (N, hidden) and rotate q and k with cos/sin half-tables (N, head_dim/2).
-    pub fn qkv(&self, p: Pass<'_>, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Qkv> {
+    pub(crate) fn qkv(&self, p: Pass<'_>, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Qkv> {
         let y = self.qkv_proj.matmul(p, x)?;
         let b = self
             .qkv_proj
@@ -71,16 +71,11 @@ impl TextAttention {
     pub fn scale(&self) -> f64 {
         1.0 / (self.head_dim as f64).sqrt()
     }
-
-    /// Query heads per KV head.
-    pub fn group(&self) -> usize {
-        self.heads / self.kv_heads.max(1)
-    }
 }
 
 /// SwiGLU MLP without biases; `gate_proj` and `up_proj` are packed into one projection at load.
 #[derive(Debug, Clone)]
-pub struct TextMlp {
+pub(crate) struct TextMlp {
     gate_up: Linear,
     down_proj: Linear,
 }
@@ -107,7 +102,7 @@ impl TextMlp {
 
 /// One decoder layer.
 #[derive(Debug, Clone)]
-pub struct DecoderLayer {
+pub(crate) struct DecoderLayer {
     input_layernorm: RmsNorm,
     post_attention_layernorm: RmsNorm,
     /// Self-attention.
@@ -161,7 +156,7 @@ impl DecoderLayer {
 
 /// One sequence's slice of a packed prefill.
 #[derive(Debug)]
-pub struct PackedSeq<'a> {
+pub(crate) struct PackedSeq<'a> {
     /// First packed row.
     pub start: usize,
     /// Number of new rows.
@@ -172,7 +167,7 @@ pub struct PackedSeq<'a> {
 
 /// Prefill attention of all sequences in one [`Ops::varlen_attention`] call (causal, each sequence over its
 /// prefix and its own rows); pushes each sequence's full K and V (KV, prefix+len, d) to `kv_out`.
-pub fn prefill_attend(
+pub(crate) fn prefill_attend(
     ops: &Ops,
     attn: &TextAttention,
     (q, k, v): Qkv,
@@ -215,7 +210,7 @@ pub fn prefill_attend(
 /// Decode attention of one layer on the step's implementation ([`DecodeStep`]): row i of the packed q/k/v
 /// belongs to sequence i, whose new K/V are written at its cache's end and attended together with the cached
 /// positions.
-pub fn decode_attend(
+pub(crate) fn decode_attend(
     attn: &TextAttention,
     (q, k, v): Qkv,
     layer: usize,
@@ -228,7 +223,7 @@ pub fn decode_attend(
 
 /// Embedding, decoder stack, final norm and `lm_head`.
 #[derive(Debug, Clone)]
-pub struct TextModel {
+pub(crate) struct TextModel {
     /// Token embedding (vocab, hidden).
     pub embed_tokens: Tensor,
     /// Decoder layers.
@@ -260,7 +255,7 @@ impl TextModel {
     }
 
     /// Embed token ids (u32 tensor) → (N, hidden).
-    pub fn embed(&self, ids: &Tensor) -> Result<Tensor> {
+    pub(crate) fn embed(&self, ids: &Tensor) -> Result<Tensor> {
         self.embed_tokens.index_select(ids, 0)
     }
 

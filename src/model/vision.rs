@@ -15,7 +15,7 @@ const VISION_EPS: f64 = 1e-6;
 
 /// Conv3d patch embedding (no bias) as one matmul on the 1176-value patch rows.
 #[derive(Debug, Clone)]
-pub struct PatchEmbed {
+pub(crate) struct PatchEmbed {
     w: Tensor,
 }
 
@@ -43,7 +43,7 @@ impl PatchEmbed {
 
 /// Per-call layout shared by every block: rotary tables and the two attention groupings.
 #[derive(Debug)]
-pub struct VisionCtx {
+pub(crate) struct VisionCtx {
     cos: Tensor,
     sin: Tensor,
     /// Per image/frame (start, len) row ranges, in permuted order (for full-attention blocks).
@@ -56,7 +56,7 @@ pub struct VisionCtx {
 
 /// Multi-head self-attention with fused `qkv` and `proj` (both with bias).
 #[derive(Debug, Clone)]
-pub struct VisionAttention {
+pub(crate) struct VisionAttention {
     qkv: Linear,
     proj: Linear,
     heads: usize,
@@ -130,7 +130,7 @@ impl VisionAttention {
 
 /// SwiGLU MLP with biases: `down(silu(gate(x)) · up(x))`.
 #[derive(Debug, Clone)]
-pub struct VisionMlp {
+pub(crate) struct VisionMlp {
     /// `gate_proj` and `up_proj` packed into one projection at load.
     gate_up: Linear,
     down_proj: Linear,
@@ -164,7 +164,7 @@ impl VisionMlp {
 
 /// One pre-norm transformer block.
 #[derive(Debug, Clone)]
-pub struct VisionBlock {
+pub(crate) struct VisionBlock {
     norm1: RmsNorm,
     norm2: RmsNorm,
     attn: VisionAttention,
@@ -204,7 +204,7 @@ impl VisionBlock {
 
 /// `ln_q` RMSNorm, concatenation of each 2×2 block, `mlp.0` → exact GELU → `mlp.2`.
 #[derive(Debug, Clone)]
-pub struct PatchMerger {
+pub(crate) struct PatchMerger {
     ln_q: RmsNorm,
     fc1: Linear,
     fc2: Linear,
@@ -247,7 +247,7 @@ pub struct VisionTrace {
 
 /// The whole tower.
 #[derive(Debug, Clone)]
-pub struct VisionModel {
+pub(crate) struct VisionModel {
     patch_embed: PatchEmbed,
     blocks: Vec<VisionBlock>,
     merger: PatchMerger,
@@ -269,7 +269,11 @@ impl VisionModel {
     }
 
     /// Build the per-call layout for `grids`: permuted rotary tables and window/full groupings.
-    pub fn context(&self, grids: &[[usize; 3]], device: &Device) -> Result<(VisionCtx, Vec<u32>)> {
+    pub(crate) fn context(
+        &self,
+        grids: &[[usize; 3]],
+        device: &Device,
+    ) -> Result<(VisionCtx, Vec<u32>)> {
         let (m, unit) = (self.cfg.spatial_merge_size, self.cfg.merge_unit());
         let wi = window_index(grids, m, self.cfg.merger_window());
         let half = self.cfg.head_dim() / 2;

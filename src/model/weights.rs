@@ -26,7 +26,7 @@ struct Entry {
 }
 
 /// The tensors of one or more safetensors shards, mapped read-only.
-pub struct MmapWeights {
+pub(crate) struct MmapWeights {
     maps: Vec<(PathBuf, Mmap)>,
     index: HashMap<String, Entry>,
 }

@@ -12,17 +12,7 @@ pub struct WindowIndex {
     pub cu_seqlens: Vec<usize>,
 }
 
-impl WindowIndex {
-    /// Inverse permutation (`argsort(window_index)`): natural merged token j sits at permuted position
-    /// `reverse[j]`.
-    pub fn reverse(&self) -> Vec<usize> {
-        let mut rev = vec![0; self.window_index.len()];
-        for (k, &j) in self.window_index.iter().enumerate() {
-            rev[j] = k;
-        }
-        rev
-    }
-}
+impl WindowIndex {}
 
 /// HF `get_window_index` (windows of `win × win` merged tokens, `unit` patches per merged token) plus the
 /// full-attention `cu_seqlens`, for images of patch grids `grids` (t, h, w).

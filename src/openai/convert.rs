@@ -8,7 +8,7 @@ use serde_json::{json, Map, Value};
 use super::{ChatCompletionRequest, Content, Part};
 
 /// The request's messages in the Hugging Face format, and the URL of each image part in order.
-pub fn hf_messages(req: &ChatCompletionRequest) -> (Value, Vec<&str>) {
+pub(crate) fn hf_messages(req: &ChatCompletionRequest) -> (Value, Vec<&str>) {
     let mut urls = Vec::new();
     let messages = req
         .messages
@@ -37,7 +37,7 @@ pub fn hf_messages(req: &ChatCompletionRequest) -> (Value, Vec<&str>) {
 
 /// The generation settings of a request a client sends.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ClientParams<'a> {
+pub(crate) struct ClientParams<'a> {
     /// The served model's name.
     pub model: &'a str,
     /// `max_tokens`.
@@ -52,7 +52,7 @@ pub struct ClientParams<'a> {
 
 /// A chat-completions body from messages in the Hugging Face format whose `{"type": "image"}` parts are filled,
 /// in order, by `image_urls`; errors when the counts differ or a message is not an object with a role.
-pub fn chat_body(
+pub(crate) fn chat_body(
     messages: &Value,
     image_urls: &[String],
     params: &ClientParams<'_>,

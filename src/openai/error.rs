@@ -38,7 +38,7 @@ impl ApiError {
     }
 
     /// 413: the body, or an image in it, is over a limit.
-    pub fn too_large(param: Option<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn too_large(param: Option<String>, message: impl Into<String>) -> Self {
         let mut e = Self::new(413, "invalid_request_error", message);
         e.param = param;
         e.code = Some("request_too_large");
@@ -46,7 +46,7 @@ impl ApiError {
     }
 
     /// 401: a missing or wrong API key (the key itself is never echoed).
-    pub fn unauthorized() -> Self {
+    pub(crate) fn unauthorized() -> Self {
         Self::new(
             401,
             "authentication_error",
@@ -61,28 +61,28 @@ impl ApiError {
     }
 
     /// 429: the queue is full; the client should retry later.
-    pub fn overloaded(message: impl Into<String>) -> Self {
+    pub(crate) fn overloaded(message: impl Into<String>) -> Self {
         Self::new(429, "rate_limit_error", message).with_code("rate_limit_exceeded")
     }
 
     /// 500: the server failed while answering.
-    pub fn internal(message: impl Into<String>) -> Self {
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
         Self::new(500, "server_error", message)
     }
 
     /// 503: the server is stopping or its engine is down.
-    pub fn unavailable(message: impl Into<String>) -> Self {
+    pub(crate) fn unavailable(message: impl Into<String>) -> Self {
         Self::new(503, "server_error", message).with_code("unavailable")
     }
 
     /// The same error naming the request field at fault.
-    pub fn with_param(mut self, param: impl Into<String>) -> Self {
+    pub(crate) fn with_param(mut self, param: impl Into<String>) -> Self {
         self.param = Some(param.into());
         self
     }
 
     /// The same error with a machine-readable `code`.
-    pub fn with_code(mut self, code: &'static str) -> Self {
+    pub(crate) fn with_code(mut self, code: &'static str) -> Self {
         self.code = Some(code);
         self
     }
@@ -100,7 +100,7 @@ impl ApiError {
 
 /// An error body as a client reads it (nested or flat); `code` may be a string or a number.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct ErrorBody {
+pub(crate) struct ErrorBody {
     /// What went wrong.
     #[serde(default)]
     pub message: String,
@@ -117,7 +117,7 @@ pub struct ErrorBody {
 
 /// The error of a response body: `{"error": {...}}`, `{"error": "text"}`, or the flat form; `None` when the body
 /// is not JSON or holds no message.
-pub fn parse_error_body(body: &[u8]) -> Option<ErrorBody> {
+pub(crate) fn parse_error_body(body: &[u8]) -> Option<ErrorBody> {
     let v: Value = serde_json::from_slice(body).ok()?;
     let inner = match v.get("error") {
         Some(Value::String(s)) => {

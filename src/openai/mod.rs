@@ -16,14 +16,14 @@ mod error;
 mod request;
 mod response;
 
-pub use convert::{chat_body, hf_messages, ClientParams};
+pub(crate) use convert::{chat_body, hf_messages, ClientParams};
 pub use data_url::{parse_data_url, png_data_url, DataUrl};
-pub use error::{parse_error_body, ApiError, ErrorBody};
+pub(crate) use error::{parse_error_body, ApiError};
 pub use request::{
     parse_chat_request, ChatCompletionRequest, ChatMessage, Content, Part, Role, MAX_STOP_STRINGS,
     MAX_TOP_LOGPROBS,
 };
-pub use response::{
+pub(crate) use response::{
     AssistantMessage, ChatCompletion, ChatCompletionChunk, Choice, ChoiceLogprobs, ChunkChoice,
     Delta, ModelCard, ModelList, TokenLogprob, TopLogprob, Usage,
 };
@@ -40,7 +40,7 @@ impl ApiKey {
     }
 
     /// The key itself, for the `Authorization` header.
-    pub fn expose(&self) -> &str {
+    pub(crate) fn expose(&self) -> &str {
         &self.0
     }
 
@@ -60,7 +60,7 @@ impl std::fmt::Debug for ApiKey {
 
 /// How a generation ended, in the protocol's words.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Finish {
+pub(crate) enum Finish {
     /// An end-of-sequence token or a stop string (`"stop"`).
     Stop,
     /// The token limit (`"length"`).

@@ -91,7 +91,7 @@ pub struct ChatCompletionRequest {
 
 impl ChatCompletionRequest {
     /// Number of image parts over all messages.
-    pub fn image_count(&self) -> usize {
+    pub(crate) fn image_count(&self) -> usize {
         self.messages
             .iter()
             .map(|m| match &m.content {

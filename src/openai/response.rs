@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 /// Token counts of one request.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Usage {
+pub(crate) struct Usage {
     /// Prompt tokens (image tokens included).
     #[serde(default)]
     pub prompt_tokens: usize,
@@ -30,7 +30,7 @@ impl Usage {
 
 /// One alternative at a position.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TopLogprob {
+pub(crate) struct TopLogprob {
     /// The token's text.
     pub token: String,
     /// Its log-probability.
@@ -41,7 +41,7 @@ pub struct TopLogprob {
 
 /// The generated token at one position, with its alternatives.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TokenLogprob {
+pub(crate) struct TokenLogprob {
     /// The token's text.
     pub token: String,
     /// Its log-probability.
@@ -55,7 +55,7 @@ pub struct TokenLogprob {
 
 /// `choices[i].logprobs`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct ChoiceLogprobs {
+pub(crate) struct ChoiceLogprobs {
     /// One entry per generated content token.
     #[serde(default)]
     pub content: Vec<TokenLogprob>,
@@ -63,7 +63,7 @@ pub struct ChoiceLogprobs {
 
 /// `choices[i].message`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AssistantMessage {
+pub(crate) struct AssistantMessage {
     /// Always `assistant`.
     #[serde(default)]
     pub role: String,
@@ -74,7 +74,7 @@ pub struct AssistantMessage {
 
 /// One choice of a whole completion.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Choice {
+pub(crate) struct Choice {
     /// Its index (0).
     #[serde(default)]
     pub index: u32,
@@ -90,7 +90,7 @@ pub struct Choice {
 
 /// `object: "chat.completion"`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ChatCompletion {
+pub(crate) struct ChatCompletion {
     /// `chatcmpl-…`.
     #[serde(default)]
     pub id: String,
@@ -115,7 +115,7 @@ pub struct ChatCompletion {
 
 /// `choices[i].delta` of a chunk.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Delta {
+pub(crate) struct Delta {
     /// `assistant`, in the first chunk only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
@@ -126,7 +126,7 @@ pub struct Delta {
 
 /// One choice of a chunk.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ChunkChoice {
+pub(crate) struct ChunkChoice {
     /// Its index (0).
     pub index: u32,
     /// What is new.
@@ -141,7 +141,7 @@ pub struct ChunkChoice {
 
 /// `object: "chat.completion.chunk"`: one server-sent event of a streamed answer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ChatCompletionChunk {
+pub(crate) struct ChatCompletionChunk {
     /// The same in every chunk of an answer.
     pub id: String,
     /// `chat.completion.chunk`.
@@ -161,7 +161,7 @@ pub struct ChatCompletionChunk {
 
 /// One entry of `GET /v1/models`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ModelCard {
+pub(crate) struct ModelCard {
     /// The name requests use.
     pub id: String,
     /// `model`.
@@ -187,7 +187,7 @@ pub struct ModelCard {
 
 /// `GET /v1/models`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ModelList {
+pub(crate) struct ModelList {
     /// `list`.
     #[serde(default)]
     pub object: String,

@@ -40,11 +40,11 @@ use std::sync::Arc;
 
 use candle_core::{DType, Device};
 
-pub use crate::records::{OpsManifest, ProfileSnapshot};
+pub(crate) use crate::records::{OpsManifest, ProfileSnapshot};
 pub use attention::{composed, DecodeAttention, DecodeKv, DecodeStep, Varlen, VarlenSeg};
 pub use config::{kernels_sha256, CpuGemm, GemmCalibration, OpsConfig};
 pub use elementwise::QkvRope;
-pub use gemm::peak::matmul_peak;
+pub(crate) use gemm::peak::matmul_peak;
 pub use gemm::{Rows, BLAS_MIN_ROWS, ROW_BLOCK};
 
 use gemm::blas;

@@ -12,7 +12,7 @@ use crate::records::{ProfileSnapshot, SectionTime};
 
 /// The section table of one loaded model; clones share it.
 #[derive(Debug, Clone, Default)]
-pub struct Profiler {
+pub(crate) struct Profiler {
     on: bool,
     table: Arc<Mutex<BTreeMap<&'static str, (u64, f64)>>>,
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-pub use sums::{check_path, hash_file, SumLine};
+pub(crate) use sums::{check_path, hash_file, SumLine};
 
 use crate::dataset::{Benchmark, DatasetError, DATA_FILE};
 use crate::interrupt::Cancel;
@@ -18,23 +18,23 @@ use crate::model::ModelFiles;
 use crate::records::DataSource;
 
 /// The checksum file of a bundle.
-pub const SUMS_FILE: &str = "SHA256SUMS";
+pub(crate) const SUMS_FILE: &str = "SHA256SUMS";
 /// What a bundle holds.
-pub const BUNDLE_FILE: &str = "bundle.json";
+pub(crate) const BUNDLE_FILE: &str = "bundle.json";
 /// Version of the `bundle.json` format.
-pub const BUNDLE_SCHEMA_VERSION: u32 = 1;
+pub(crate) const BUNDLE_SCHEMA_VERSION: u32 = 1;
 /// The folders of a bundle.
-pub const MODEL_DIR: &str = "model";
+pub(crate) const MODEL_DIR: &str = "model";
 /// The judge model's folder.
-pub const JUDGE_DIR: &str = "judge-model";
+pub(crate) const JUDGE_DIR: &str = "judge-model";
 /// The benchmark's folder.
-pub const DATA_DIR: &str = "data";
+pub(crate) const DATA_DIR: &str = "data";
 /// The binary's place.
-pub const BINARY: &str = "bin/mobile-r1-eval";
+pub(crate) const BINARY: &str = "bin/mobile-r1-eval";
 
 /// Why a bundle could not be written or read.
 #[derive(Debug, thiserror::Error)]
-pub enum PackError {
+pub(crate) enum PackError {
     /// Reading or writing a file failed.
     #[error("{}: {source}", path.display())]
     Io {
@@ -96,7 +96,7 @@ pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> PackError + 
 
 /// `bundle.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct BundleManifest {
+pub(crate) struct BundleManifest {
     /// Version of this format.
     pub schema_version: u32,
     /// The program that packed it.
@@ -120,7 +120,7 @@ pub struct BundleManifest {
 
 /// A model in a bundle.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PackedModel {
+pub(crate) struct PackedModel {
     /// `--model` as given (a hub id or a folder).
     pub source: String,
     /// The hub commit, for a hub id.
@@ -132,7 +132,7 @@ pub struct PackedModel {
 
 /// The benchmark in a bundle.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PackedData {
+pub(crate) struct PackedData {
     /// `--data` as given.
     pub source: String,
     /// The Hub dataset it came from, if any.
@@ -150,7 +150,7 @@ pub struct PackedData {
 
 /// One file of a bundle.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PackedFile {
+pub(crate) struct PackedFile {
     /// `/`-separated path relative to the bundle.
     pub path: String,
     /// Size in bytes.
@@ -168,7 +168,7 @@ pub struct ModelInput {
 
 /// What to pack.
 #[derive(Debug, Clone)]
-pub struct PackInput {
+pub(crate) struct PackInput {
     /// The evaluated model.
     pub model: ModelInput,
     /// A separate judge model.
@@ -342,7 +342,7 @@ fn make_executable(_: &Path) -> Result<(), PackError> {
 }
 
 /// Read `BUNDLE/bundle.json`.
-pub fn read_manifest(bundle: &Path) -> Result<BundleManifest, PackError> {
+pub(crate) fn read_manifest(bundle: &Path) -> Result<BundleManifest, PackError> {
     let path = bundle.join(BUNDLE_FILE);
     let text = std::fs::read_to_string(&path).map_err(io_err(&path))?;
     let m: BundleManifest =
@@ -366,7 +366,7 @@ pub fn read_manifest(bundle: &Path) -> Result<BundleManifest, PackError> {
 
 /// What [`verify`] checked.
 #[derive(Debug, Clone, PartialEq)]
-pub struct VerifyReport {
+pub(crate) struct VerifyReport {
     /// Files whose checksum matched.
     pub ok: usize,
     /// Bytes read.
@@ -448,7 +448,7 @@ fn bundle_of(dir: &Path) -> Option<(PathBuf, String, BundleManifest)> {
 
 /// For a folder of a bundle: every file `bundle.json` lists under it must be there with its size; the error
 /// names each missing or cut file and the command that packed the bundle. Other folders pass unchecked.
-pub fn check_present(dir: &Path) -> Result<(), PackError> {
+pub(crate) fn check_present(dir: &Path) -> Result<(), PackError> {
     let Some((bundle, name, m)) = bundle_of(dir) else {
         return Ok(());
     };
@@ -483,7 +483,7 @@ pub fn check_present(dir: &Path) -> Result<(), PackError> {
 }
 
 /// The Hub origin `pack` recorded for a bundle's benchmark folder, when its `data.jsonl` is the one packed.
-pub fn data_source_of(dir: &Path) -> Option<DataSource> {
+pub(crate) fn data_source_of(dir: &Path) -> Option<DataSource> {
     let (_, name, m) = bundle_of(dir)?;
     let hub = m.data.hub.filter(|_| m.data.folder == name)?;
     let bytes = std::fs::read(dir.join(DATA_FILE)).ok()?;

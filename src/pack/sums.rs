@@ -11,7 +11,7 @@ use crate::interrupt::Cancel;
 
 /// One line of `SHA256SUMS`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SumLine {
+pub(crate) struct SumLine {
     /// Lower-case hex SHA-256.
     pub sha256: String,
     /// `/`-separated path relative to the bundle.
@@ -19,7 +19,7 @@ pub struct SumLine {
 }
 
 /// A path `sha256sum` writes without escaping and that stays inside the bundle.
-pub fn check_path(path: &str) -> Result<(), String> {
+pub(crate) fn check_path(path: &str) -> Result<(), String> {
     let bad = path.is_empty()
         || path.starts_with('/')
         || path.contains(['\\', '\n', '\r', '\0'])
@@ -73,7 +73,11 @@ pub fn parse(text: &str) -> (Vec<SumLine>, Vec<String>) {
 
 /// Copy `from` to `to` (created; its folder too), returning the SHA-256 and size of the bytes copied; stops
 /// between chunks when `cancel` is set.
-pub fn copy_hashed(from: &Path, to: &Path, cancel: &Cancel) -> Result<(String, u64), PackError> {
+pub(crate) fn copy_hashed(
+    from: &Path,
+    to: &Path,
+    cancel: &Cancel,
+) -> Result<(String, u64), PackError> {
     if let Some(dir) = to.parent() {
         std::fs::create_dir_all(dir).map_err(io_err(dir))?;
     }
@@ -99,7 +103,7 @@ pub fn copy_hashed(from: &Path, to: &Path, cancel: &Cancel) -> Result<(String, u
 }
 
 /// The SHA-256 of a file.
-pub fn hash_file(path: &Path) -> std::io::Result<String> {
+pub(crate) fn hash_file(path: &Path) -> std::io::Result<String> {
     let mut f = std::fs::File::open(path)?;
     let mut h = sha2::Sha256::new();
     let mut buf = vec![0u8; 1 << 20];

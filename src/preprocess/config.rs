@@ -101,7 +101,7 @@ struct RawSize {
 
 impl ImageProcessorConfig {
     /// Reads `preprocessor_config.json` from a file path.
-    pub fn from_file(path: &Path) -> Result<Self, PreprocessError> {
+    pub(crate) fn from_file(path: &Path) -> Result<Self, PreprocessError> {
         let err = |reason: String| PreprocessError::Config {
             path: path.display().to_string(),
             reason,
@@ -130,7 +130,7 @@ impl ImageProcessorConfig {
     }
 
     /// The `[width, height]` a picture of `wh` pixels is smart-resized to (what the model sees).
-    pub fn resized_size(&self, wh: [u32; 2]) -> Result<[u32; 2], super::PreprocessError> {
+    pub(crate) fn resized_size(&self, wh: [u32; 2]) -> Result<[u32; 2], super::PreprocessError> {
         let (h, w) = super::smart_resize(
             wh[1] as usize,
             wh[0] as usize,

@@ -18,7 +18,7 @@ pub use self::config::{
     OPENAI_CLIP_MEAN, OPENAI_CLIP_STD,
 };
 pub use self::image::{image_dimensions, load_and_prepare, load_rgb8, prepare_image, prepare_rgb8};
-pub use self::resample::resize_rgb8;
+pub(crate) use self::resample::resize_rgb8;
 pub use self::smart_resize::{smart_resize, MAX_ASPECT_RATIO};
 
 /// Errors of image preprocessing.
@@ -67,7 +67,7 @@ pub struct PreparedImage {
 
 impl PreparedImage {
     /// Number of patches (rows of `patches`).
-    pub fn n_patches(&self) -> usize {
+    pub(crate) fn n_patches(&self) -> usize {
         self.grid_thw.iter().product()
     }
     /// Number of `<|image_pad|>` tokens (merged 2×2 patches) this image occupies in the prompt.

@@ -232,7 +232,7 @@ fn pil_vertical_first(width: usize, height: usize, out_w: usize, out_h: usize) -
 /// Resizes an interleaved RGB8 picture (`width × height × 3` bytes, row-major) to `out_w × out_h` with the
 /// bicubic antialiased resampler of the given backend. Returns the picture unchanged (copied) when the size is
 /// the same. Sizes must be non-zero and `src.len()` must equal `width · height · 3`.
-pub fn resize_rgb8(
+pub(crate) fn resize_rgb8(
     src: &[u8],
     width: usize,
     height: usize,

@@ -70,7 +70,7 @@ impl Procedure {
     }
 
     /// Whether a trajectory stops at its first wrong step (else the gold action fills the history and it goes on).
-    pub fn stops_at_first_error(self) -> bool {
+    pub(crate) fn stops_at_first_error(self) -> bool {
         self == Self::Uis1Sop
     }
 }
@@ -143,7 +143,7 @@ pub enum History {
 
 impl History {
     /// Whether this is the gold history (what a manifest without the field means).
-    pub fn is_gold(&self) -> bool {
+    pub(crate) fn is_gold(&self) -> bool {
         matches!(self, History::Gold)
     }
 

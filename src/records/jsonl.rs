@@ -23,7 +23,7 @@ impl std::fmt::Display for BadLine {
 
 /// The records of a JSONL text, in order, and the lines that were not records.
 #[derive(Debug, Clone, PartialEq)]
-pub struct JsonLines<T> {
+pub(crate) struct JsonLines<T> {
     /// Every line that read as a record.
     pub records: Vec<T>,
     /// Every other non-blank line.
@@ -40,7 +40,7 @@ impl<T> Default for JsonLines<T> {
 }
 
 /// Read JSONL text as records of `T` (see the module documentation).
-pub fn parse_lines<T: DeserializeOwned>(text: &str) -> JsonLines<T> {
+pub(crate) fn parse_lines<T: DeserializeOwned>(text: &str) -> JsonLines<T> {
     let mut out = JsonLines::default();
     for (i, line) in crate::safe_io::strip_bom(text).lines().enumerate() {
         if line.trim().is_empty() {
@@ -67,7 +67,7 @@ fn describe(line: &str, e: serde_json::Error) -> String {
 }
 
 /// Read a JSONL file as records of `T`; a missing file has none.
-pub fn read_lines<T: DeserializeOwned>(path: &Path) -> std::io::Result<JsonLines<T>> {
+pub(crate) fn read_lines<T: DeserializeOwned>(path: &Path) -> std::io::Result<JsonLines<T>> {
     match std::fs::read_to_string(path) {
         Ok(text) => Ok(parse_lines(&text)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(JsonLines::default()),
@@ -77,7 +77,7 @@ pub fn read_lines<T: DeserializeOwned>(path: &Path) -> std::io::Result<JsonLines
 
 /// The whole, newline-terminated lines of a JSONL text: a torn last line (a writer killed mid-line, or one still
 /// writing) is left out, as the writer itself cuts it off when it resumes.
-pub fn whole_lines(text: &str) -> Vec<&str> {
+pub(crate) fn whole_lines(text: &str) -> Vec<&str> {
     let complete = match text.rfind('\n') {
         Some(end) => &text[..=end],
         None => "",

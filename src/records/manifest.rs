@@ -74,7 +74,7 @@ impl std::fmt::Display for SettingDiff {
 
 impl RunSettings {
     /// Every field in which `new` differs from `self`, in field order (compared as typed values; shown as JSON).
-    pub fn differences(&self, new: &RunSettings) -> Vec<SettingDiff> {
+    pub(crate) fn differences(&self, new: &RunSettings) -> Vec<SettingDiff> {
         fn show(v: &impl Serialize) -> String {
             serde_json::to_string(v).unwrap_or_else(|e| format!("({e})"))
         }

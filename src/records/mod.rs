@@ -15,18 +15,18 @@ mod scored;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-pub use history::{History, HistoryFormat, HistorySource, Procedure, SemiOnlineSettings};
-pub use jsonl::{parse_lines, read_lines, whole_lines, BadLine, JsonLines};
+pub(crate) use history::{History, HistorySource, Procedure, SemiOnlineSettings};
+pub(crate) use jsonl::{parse_lines, read_lines, whole_lines, BadLine};
 pub use manifest::{
     DataSource, JudgeSettings, Manifest, ManifestHeader, OpsRecord, RunSettings, ServedRecord,
     SettingDiff, Throughput, Versions, MANIFEST_SCHEMA_VERSION, THROUGHPUT_SCHEMA_VERSION,
 };
 pub use ops::{BlasChoice, DecodeAttention, MatmulRate, OpsManifest, ProfileSnapshot, SectionTime};
 pub use phase::{DeviceShare, LatencySummary, PhaseStats, PhaseSummary, RequestStats};
-pub use scored::{ScoreRecord, SCORED_SCHEMA_VERSION};
+pub(crate) use scored::{ScoreRecord, SCORED_SCHEMA_VERSION};
 
 /// Version of the prediction and judgement line formats (bumped when a field changes meaning).
-pub const LINE_SCHEMA_VERSION: u32 = 1;
+pub(crate) const LINE_SCHEMA_VERSION: u32 = 1;
 
 /// Why a generation stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,7 +41,7 @@ pub enum FinishReason {
 }
 
 /// A trajectory id as written in JSONL files: a string, read from a string or an integer.
-pub fn trajectory_id<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+pub(crate) fn trajectory_id<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum Id {
@@ -125,7 +125,7 @@ pub struct PredictionLine {
 /// The benchmark position a line of `predictions.jsonl` or `judgements.jsonl` stands for: its trajectory and, for
 /// a prediction, its step (what `merge` orders lines by, leaving each line's text as written).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct LineKey {
+pub(crate) struct LineKey {
     /// Trajectory id.
     #[serde(deserialize_with = "trajectory_id")]
     pub trajectory: String,

@@ -186,7 +186,7 @@ impl PhaseStats {
     }
 
     /// Keep the highest device memory in use seen (a reading of `None` changes nothing).
-    pub fn note_device_in_use(&mut self, bytes: Option<u64>) {
+    pub(crate) fn note_device_in_use(&mut self, bytes: Option<u64>) {
         self.peak_device_bytes = self.peak_device_bytes.max(bytes);
     }
 

@@ -9,7 +9,7 @@ use super::Versions;
 use crate::settings::RulePreset;
 
 /// Version of the scored-folder record.
-pub const SCORED_SCHEMA_VERSION: u32 = 1;
+pub(crate) const SCORED_SCHEMA_VERSION: u32 = 1;
 
 /// `scored.json`: the inputs of a scored folder. The folder also holds a copy of the predictions
 /// (`predictions.jsonl`), so it stays readable when the original file moves.

@@ -19,7 +19,7 @@ fn slots(n: usize) -> std::ops::Range<usize> {
 }
 
 /// A category bar chart: one bar per label, `back` (optional, e.g. type accuracy) drawn behind `front`.
-pub struct Bars<'a> {
+pub(crate) struct Bars<'a> {
     /// Chart title.
     pub title: &'a str,
     /// Category labels.
@@ -60,7 +60,7 @@ fn svg(
 }
 
 /// Draw a bar chart.
-pub fn bars(b: &Bars<'_>) -> String {
+pub(crate) fn bars(b: &Bars<'_>) -> String {
     let n = b.labels.len().max(1);
     let longest = b
         .labels
@@ -122,7 +122,7 @@ pub fn bars(b: &Bars<'_>) -> String {
 }
 
 /// Bar chart of percentages with the type accuracy behind the exact accuracy.
-pub fn accuracy_bars(
+pub(crate) fn accuracy_bars(
     title: &str,
     labels: &[String],
     exact: &[f64],
@@ -140,7 +140,7 @@ pub fn accuracy_bars(
 }
 
 /// Bar chart of counts.
-pub fn count_bars(title: &str, labels: &[String], counts: &[f64]) -> String {
+pub(crate) fn count_bars(title: &str, labels: &[String], counts: &[f64]) -> String {
     let max = counts.iter().cloned().fold(1.0, f64::max);
     bars(&Bars {
         title,
@@ -154,7 +154,12 @@ pub fn count_bars(title: &str, labels: &[String], counts: &[f64]) -> String {
 }
 
 /// A heat map of `cells[row][col]` counts with row and column labels (the type confusion).
-pub fn heatmap(title: &str, rows: &[String], cols: &[String], cells: &[Vec<usize>]) -> String {
+pub(crate) fn heatmap(
+    title: &str,
+    rows: &[String],
+    cols: &[String],
+    cells: &[Vec<usize>],
+) -> String {
     let (nr, nc) = (rows.len().max(1), cols.len().max(1));
     let max = cells.iter().flatten().copied().max().unwrap_or(1).max(1) as f64;
     let (width, height) = (120 + 52 * nc as u32, 110 + 30 * nr as u32);
@@ -213,7 +218,7 @@ pub fn heatmap(title: &str, rows: &[String], cols: &[String], cells: &[Vec<usize
 }
 
 /// A histogram of non-negative integers in at most 20 equal bins from the smallest to the largest value.
-pub fn histogram(title: &str, values: &[u64], x_desc: &str) -> String {
+pub(crate) fn histogram(title: &str, values: &[u64], x_desc: &str) -> String {
     let min = values.iter().copied().min().unwrap_or(0);
     let max = values.iter().copied().max().unwrap_or(0);
     let width = (max - min + 1).div_ceil(20).max(1);

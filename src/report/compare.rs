@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-pub use super::compare_types::{
+pub(crate) use super::compare_types::{
     Comparison, Flip, GroupDelta, MetricDelta, SettingDelta, COMPARE_SCHEMA_VERSION,
 };
 use super::input::RunData;
@@ -200,7 +200,7 @@ pub struct CompareOutput {
 }
 
 /// A plain-text summary of a comparison.
-pub fn render_summary(c: &Comparison) -> String {
+pub(crate) fn render_summary(c: &Comparison) -> String {
     let mut s = format!(
         "B ({}) - A ({}), {:.0}% paired-bootstrap intervals:\n",
         c.run_b,

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::score::McNemar;
 
 /// Version of the `compare.json` layout.
-pub const COMPARE_SCHEMA_VERSION: u32 = 1;
+pub(crate) const COMPARE_SCHEMA_VERSION: u32 = 1;
 
 /// One headline metric in both runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

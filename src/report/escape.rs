@@ -23,7 +23,7 @@ pub fn html(s: &str) -> String {
 
 /// JSON text that is safe inside `<script type="application/json">`: `<`, `>` and `&` become `\u003c`-style
 /// escapes (so no `</script>` or `<!--` can end the block), as do U+2028 and U+2029.
-pub fn json_script(value: &serde_json::Value) -> String {
+pub(crate) fn json_script(value: &serde_json::Value) -> String {
     let text = value.to_string();
     let mut out = String::with_capacity(text.len() + 64);
     for c in text.chars() {
@@ -60,14 +60,14 @@ fn base64(bytes: &[u8]) -> String {
 }
 
 /// The CSP source expression `'sha256-…'` allowing exactly this inline script or style text.
-pub fn csp_hash(text: &str) -> String {
+pub(crate) fn csp_hash(text: &str) -> String {
     format!("'sha256-{}'", base64(&Sha256::digest(text.as_bytes())))
 }
 
 /// The Content-Security-Policy of a report page: nothing from the network; only the page's own inline script
 /// (by hash, so no injected script could run even if some text escaped its escaping), inline styles (the
 /// charts' SVG carries style attributes) and images from beside the page.
-pub fn csp(script: &str) -> String {
+pub(crate) fn csp(script: &str) -> String {
     format!(
         "default-src 'none'; img-src 'self' file:; script-src {}; style-src 'unsafe-inline'; \
          base-uri 'none'; form-action 'none'",

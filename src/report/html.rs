@@ -393,7 +393,7 @@ pub fn write(dir: &RunDir, input: &ReportInput<'_>) -> Result<PathBuf, ReportErr
 
 /// Rebuild the report of a run folder (or a scored folder) from its files and write it there: what `eval`,
 /// `score` and `merge` call at their end, and what `report` does.
-pub fn write_run(dir: &RunDir) -> Result<PathBuf, ReportError> {
+pub(crate) fn write_run(dir: &RunDir) -> Result<PathBuf, ReportError> {
     let run = super::RunData::load(dir, &super::RunOverrides::default())?;
     write(dir, &run.input())
 }

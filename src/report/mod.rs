@@ -24,7 +24,7 @@ pub use input::{
     flatten_settings, read_token_counts, verdicts, Judgement, ReportInput, RunData, RunInfo,
     RunOverrides, TokenCounts,
 };
-pub use summary::render_summary;
+pub(crate) use summary::render_summary;
 
 /// Errors of writing a report.
 #[derive(Debug, thiserror::Error)]
@@ -108,7 +108,7 @@ pub(crate) fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), ReportErr
 }
 
 /// Write `DIR/metrics.json` (pretty-printed).
-pub fn write_metrics(dir: &RunDir, metrics: &Metrics) -> Result<PathBuf, ReportError> {
+pub(crate) fn write_metrics(dir: &RunDir, metrics: &Metrics) -> Result<PathBuf, ReportError> {
     let path = dir.path(rundir::METRICS);
     let mut text = serde_json::to_string_pretty(metrics).map_err(|source| ReportError::Json {
         what: "metrics",
@@ -120,7 +120,7 @@ pub fn write_metrics(dir: &RunDir, metrics: &Metrics) -> Result<PathBuf, ReportE
 }
 
 /// Write `DIR/steps.jsonl`, one [`StepScore`] per line.
-pub fn write_steps(dir: &RunDir, steps: &[StepScore]) -> Result<PathBuf, ReportError> {
+pub(crate) fn write_steps(dir: &RunDir, steps: &[StepScore]) -> Result<PathBuf, ReportError> {
     let path = dir.path(rundir::STEPS);
     let mut text = String::with_capacity(steps.len() * 512);
     for s in steps {
@@ -136,7 +136,7 @@ pub fn write_steps(dir: &RunDir, steps: &[StepScore]) -> Result<PathBuf, ReportE
 }
 
 /// Write `DIR/summary.md` (the rendered summary).
-pub fn write_summary(dir: &RunDir, metrics: &Metrics) -> Result<PathBuf, ReportError> {
+pub(crate) fn write_summary(dir: &RunDir, metrics: &Metrics) -> Result<PathBuf, ReportError> {
     let path = dir.path(rundir::SUMMARY);
     write_atomic(&path, render_summary(metrics).as_bytes())?;
     Ok(path)

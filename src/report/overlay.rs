@@ -90,7 +90,7 @@ fn threshold_radii(rules: &RulePreset, s: &StepScore, boxes: usize, screen: [u32
 
 /// Where a step is: its global index among the steps and the URL of its thumbnail.
 #[derive(Debug, Clone, Copy)]
-pub struct StepPlace<'a> {
+pub(crate) struct StepPlace<'a> {
     /// Index of the step in the report.
     pub index: usize,
     /// Thumbnail URL relative to the page; `None` when the screenshot could not be read.
@@ -98,7 +98,7 @@ pub struct StepPlace<'a> {
 }
 
 /// The JSON object of one step for the page's script.
-pub fn step_json(
+pub(crate) fn step_json(
     s: &StepScore,
     traj: &Trajectory,
     rules: &RulePreset,

@@ -7,7 +7,7 @@ use crate::score::{Metrics, SemiOnlineSummary, StepScore, TrajectoryRun};
 
 /// One row of the semi-online figures.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Row {
+pub(crate) struct Row {
     /// Its label.
     pub label: &'static str,
     /// Its key in `metrics.json` (`semi_online.<key>`) and, for percentages, in `intervals.metrics`.

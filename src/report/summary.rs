@@ -21,7 +21,7 @@ fn fmt_num(f: f64) -> String {
 }
 
 /// Render the metrics as a Markdown summary: headline table, per-action table, per-app table.
-pub fn render_summary(m: &Metrics) -> String {
+pub(crate) fn render_summary(m: &Metrics) -> String {
     let mut s = String::new();
     let r = &m.rules;
     let _ = writeln!(s, "# Mobile-R1 evaluation\n");

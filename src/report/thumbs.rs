@@ -12,11 +12,11 @@ use sha2::{Digest, Sha256};
 use super::ReportError;
 
 /// Width of the thumbnails in pixels (narrower screenshots keep their size).
-pub const THUMB_WIDTH: u32 = 400;
+pub(crate) const THUMB_WIDTH: u32 = 400;
 /// JPEG quality of the thumbnails.
 const QUALITY: u8 = 75;
 /// The folder of the thumbnails, beside the page.
-pub const THUMB_DIR: &str = crate::rundir::REPORT_ASSETS;
+pub(crate) const THUMB_DIR: &str = crate::rundir::REPORT_ASSETS;
 
 /// The thumbnail file name of a screenshot path.
 fn thumb_name(image: &str) -> String {
@@ -164,7 +164,7 @@ fn remove_stale_temporaries(dir: &Path) {
 
 /// Thumbnails of `images` (paths relative to `root`) in `out/report/`: image path → URL relative to `out`,
 /// `None` for a screenshot that could not be read (logged as a warning; the page says so).
-pub fn make_thumbnails<'a>(
+pub(crate) fn make_thumbnails<'a>(
     root: &Path,
     images: impl IntoIterator<Item = &'a str>,
     out: &Path,

@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::{io_err, RunDirError};
 
 /// Appends JSON lines to a file, flushing every line and fsyncing every `sync_every` lines.
-pub struct JsonlAppender {
+pub(crate) struct JsonlAppender {
     path: PathBuf,
     file: File,
     unsynced: usize,
@@ -36,7 +36,7 @@ impl JsonlAppender {
     }
 
     /// Append one record as one line.
-    pub fn append(&mut self, record: &impl Serialize) -> Result<(), RunDirError> {
+    pub(crate) fn append(&mut self, record: &impl Serialize) -> Result<(), RunDirError> {
         let mut line = serde_json::to_vec(record).expect("serialising a record cannot fail");
         line.push(b'\n');
         self.file.write_all(&line).map_err(io_err(&self.path))?;

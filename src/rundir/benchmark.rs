@@ -11,7 +11,7 @@ use crate::fingerprint::sha256_hex;
 
 /// A benchmark loaded for a folder.
 #[derive(Debug, Clone)]
-pub struct FoundBenchmark {
+pub(crate) struct FoundBenchmark {
     /// The benchmark.
     pub bench: Benchmark,
     /// SHA-256 of its `data.jsonl`.
@@ -21,7 +21,7 @@ pub struct FoundBenchmark {
 /// The benchmark of a folder whose predictions were made as `origin` says (see the module documentation).
 /// `named_by` is the file that recorded `origin` (for messages). Without `--data` and without an origin, the
 /// embedded sample is used when `sample_by_default`, else the caller must pass `--data`.
-pub fn find_benchmark(
+pub(crate) fn find_benchmark(
     data: Option<&Path>,
     origin: Option<&Origin>,
     named_by: &Path,

@@ -49,7 +49,7 @@ impl RunDir {
 
     /// Create a fresh folder `PARENT/<UTC time>-<random>-<model name>` and take it; it is removed again when the
     /// run writes nothing into it.
-    pub fn claim_fresh(parent: &Path, model: &str) -> Result<ClaimedRun, RunDirError> {
+    pub(crate) fn claim_fresh(parent: &Path, model: &str) -> Result<ClaimedRun, RunDirError> {
         let mut created = missing_ancestors(parent);
         let root = super::create_fresh_run_dir(parent, model)?;
         created.insert(0, root.clone());

@@ -17,7 +17,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 /// The lock file's name inside a run folder.
-pub const LOCK_FILE: &str = ".lock";
+pub(crate) const LOCK_FILE: &str = ".lock";
 
 /// Errors of locking or creating a run folder.
 #[derive(Debug, thiserror::Error)]
@@ -56,7 +56,7 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> RunLockError + '_ {
 
 /// The content of `RUN/.lock`: who holds the folder (meaningful only while the lock is held).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct LockHolder {
+pub(crate) struct LockHolder {
     /// Version of this record's layout.
     pub schema_version: u32,
     /// The holder's process id.
@@ -67,14 +67,13 @@ pub struct LockHolder {
 
 /// An exclusive lock on a run folder, released when dropped (or when the process dies).
 #[derive(Debug)]
-pub struct RunLock {
+pub(crate) struct RunLock {
     file: File,
-    path: PathBuf,
 }
 
 impl RunLock {
     /// Create `dir` if needed and lock it, or fail at once with [`RunLockError::Busy`] naming the holder.
-    pub fn acquire(dir: &Path) -> Result<Self, RunLockError> {
+    pub(crate) fn acquire(dir: &Path) -> Result<Self, RunLockError> {
         std::fs::create_dir_all(dir).map_err(io_err(dir))?;
         let path = dir.join(LOCK_FILE);
         // Not truncated on open: the holder's PID and host must stay readable for the error message.
@@ -111,12 +110,7 @@ impl RunLock {
         file.seek(SeekFrom::Start(0)).map_err(io_err(&path))?;
         file.write_all(holder.as_bytes()).map_err(io_err(&path))?;
         file.flush().map_err(io_err(&path))?;
-        Ok(Self { file, path })
-    }
-
-    /// The lock file.
-    pub fn path(&self) -> &Path {
-        &self.path
+        Ok(Self { file })
     }
 }
 
@@ -129,7 +123,7 @@ impl Drop for RunLock {
 }
 
 /// This machine's host name (`gethostname(2)` on Unix, else `unknown`).
-pub fn host_name() -> String {
+pub(crate) fn host_name() -> String {
     system_host_name()
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "unknown".into())
@@ -157,7 +151,7 @@ fn system_host_name() -> Option<String> {
 ///
 /// The folder is made with `create_dir` (not `create_dir_all`), which fails when the name exists, so two runs
 /// started in the same millisecond that also drew the same suffix cannot share a folder: the loser draws again.
-pub fn create_fresh_run_dir(parent: &Path, model: &str) -> Result<PathBuf, RunLockError> {
+pub(crate) fn create_fresh_run_dir(parent: &Path, model: &str) -> Result<PathBuf, RunLockError> {
     std::fs::create_dir_all(parent).map_err(io_err(parent))?;
     let name = safe_model_name(model);
     for _ in 0..1000 {
@@ -212,7 +206,7 @@ fn random_u16() -> u16 {
 }
 
 /// `yyyymmddThhmmss.mmmZ` for a time since the Unix epoch (UTC, proleptic Gregorian calendar).
-pub fn utc_millis(since_epoch: std::time::Duration) -> String {
+pub(crate) fn utc_millis(since_epoch: std::time::Duration) -> String {
     let secs = since_epoch.as_secs();
     let (days, rem) = (secs / 86_400, secs % 86_400);
     let (y, m, d) = civil_from_days(days as i64);
@@ -273,8 +267,8 @@ mod tests {
         let stale =
             r#"{"schema_version":1,"pid":999999999,"host":"gone-and-longer-than-this-one"}"#;
         std::fs::write(dir.path().join(LOCK_FILE), stale).unwrap();
-        let lock = RunLock::acquire(dir.path()).unwrap();
-        let text = std::fs::read_to_string(lock.path()).unwrap();
+        let _lock = RunLock::acquire(dir.path()).unwrap();
+        let text = std::fs::read_to_string(dir.path().join(LOCK_FILE)).unwrap();
         let holder: LockHolder = serde_json::from_str(&text).unwrap();
         assert_eq!(holder.pid, std::process::id());
         assert_eq!(holder.host, host_name());

@@ -22,10 +22,10 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-pub use append::JsonlAppender;
-pub use benchmark::{find_benchmark, FoundBenchmark};
+pub(crate) use append::JsonlAppender;
+pub(crate) use benchmark::{find_benchmark, FoundBenchmark};
 pub use claim::ClaimedRun;
-pub use lock::{create_fresh_run_dir, host_name, LockHolder, RunLock, RunLockError, LOCK_FILE};
+pub(crate) use lock::{create_fresh_run_dir, RunLock, RunLockError, LOCK_FILE};
 
 use crate::records::{
     JudgementLine, Manifest, ManifestHeader, PredictionLine, RunSettings, ScoreRecord,
@@ -34,25 +34,25 @@ use crate::settings::RulePreset;
 use crate::shard::ShardSpec;
 
 /// `manifest.json`: what a run was made with.
-pub const MANIFEST: &str = "manifest.json";
+pub(crate) const MANIFEST: &str = "manifest.json";
 /// `scored.json`: what a scored folder was scored from.
-pub const SCORED: &str = "scored.json";
+pub(crate) const SCORED: &str = "scored.json";
 /// `predictions.jsonl`: one line per step.
-pub const PREDICTIONS: &str = "predictions.jsonl";
+pub(crate) const PREDICTIONS: &str = "predictions.jsonl";
 /// `judgements.jsonl`: one line per judged trajectory.
-pub const JUDGEMENTS: &str = "judgements.jsonl";
+pub(crate) const JUDGEMENTS: &str = "judgements.jsonl";
 /// `metrics.json`: the scores.
-pub const METRICS: &str = "metrics.json";
+pub(crate) const METRICS: &str = "metrics.json";
 /// `steps.jsonl`: one scored step per line.
-pub const STEPS: &str = "steps.jsonl";
+pub(crate) const STEPS: &str = "steps.jsonl";
 /// `summary.md`: the readable summary table.
-pub const SUMMARY: &str = "summary.md";
+pub(crate) const SUMMARY: &str = "summary.md";
 /// `throughput.json`: how fast the phases ran.
-pub const THROUGHPUT: &str = "throughput.json";
+pub(crate) const THROUGHPUT: &str = "throughput.json";
 /// `report.html`: the HTML report.
-pub const REPORT_HTML: &str = "report.html";
+pub(crate) const REPORT_HTML: &str = "report.html";
 /// `report/`: the HTML report's thumbnails.
-pub const REPORT_ASSETS: &str = "report";
+pub(crate) const REPORT_ASSETS: &str = "report";
 /// `shards/`: the shard folders of a sharded run (`shards/I-of-N/`).
 pub const SHARDS: &str = "shards";
 /// The benchmark file whose presence marks a benchmark folder (never a run folder).
@@ -189,7 +189,10 @@ impl RunDir {
     /// Check that an existing run in this folder was made with the same `settings` (everything that changes the
     /// predictions: model hash, dtype, prompts, pixel bounds, …), but for a judge phase added to a run made
     /// without one. Returns its manifest when resuming.
-    pub fn check_resume(&self, settings: &RunSettings) -> Result<Option<Manifest>, RunDirError> {
+    pub(crate) fn check_resume(
+        &self,
+        settings: &RunSettings,
+    ) -> Result<Option<Manifest>, RunDirError> {
         let path = self.path(MANIFEST);
         let Some(old) = read_json::<Manifest>(&path, "run manifest")? else {
             return Ok(None);
@@ -226,7 +229,7 @@ impl RunDir {
     }
 
     /// The keys (`"<trajectory>#<step>"`) of the steps of `predictions.jsonl` that ran (no `error`).
-    pub fn completed_steps(&self) -> Result<HashSet<String>, RunDirError> {
+    pub(crate) fn completed_steps(&self) -> Result<HashSet<String>, RunDirError> {
         Ok(self
             .read_lines::<PredictionLine>(PREDICTIONS)?
             .into_iter()
@@ -236,7 +239,7 @@ impl RunDir {
     }
 
     /// The trajectory ids of `judgements.jsonl` whose prompt ran (no `error`).
-    pub fn completed_trajectories(&self) -> Result<HashSet<String>, RunDirError> {
+    pub(crate) fn completed_trajectories(&self) -> Result<HashSet<String>, RunDirError> {
         Ok(self
             .judgements()?
             .into_iter()
@@ -252,14 +255,17 @@ impl RunDir {
 
     /// The records of one of the folder's JSONL files, in file order; lines that do not read as `T` (a torn last
     /// line, hand edits) are skipped. A missing file has none.
-    pub fn read_lines<T: DeserializeOwned>(&self, name: &str) -> Result<Vec<T>, RunDirError> {
+    pub(crate) fn read_lines<T: DeserializeOwned>(
+        &self,
+        name: &str,
+    ) -> Result<Vec<T>, RunDirError> {
         let path = self.path(name);
         let lines = crate::records::read_lines(&path).map_err(io_err(&path))?;
         Ok(lines.records)
     }
 
     /// Write one of the folder's JSON files atomically.
-    pub fn write_json(&self, name: &str, value: &impl Serialize) -> Result<(), RunDirError> {
+    pub(crate) fn write_json(&self, name: &str, value: &impl Serialize) -> Result<(), RunDirError> {
         write_json_atomic(&self.path(name), value)
     }
 }
@@ -285,7 +291,7 @@ fn read_json<T: DeserializeOwned>(
 
 /// Write `value` as pretty JSON atomically (temp file + rename), so a reader never sees half a file; no temporary
 /// file stays behind when the write fails.
-pub fn write_json_atomic(path: &Path, value: &impl Serialize) -> Result<(), RunDirError> {
+pub(crate) fn write_json_atomic(path: &Path, value: &impl Serialize) -> Result<(), RunDirError> {
     let tmp = path.with_extension("json.tmp");
     let text = serde_json::to_string_pretty(value).expect("serialising a JSON value cannot fail");
     crate::safe_io::replace_atomic(path, &tmp, (text + "\n").as_bytes()).map_err(io_err(path))

@@ -6,12 +6,12 @@
 use image::{Rgb, RgbImage};
 
 /// Screen width of the sample device.
-pub const W: u32 = 720;
+pub(crate) const W: u32 = 720;
 /// Screen height of the sample device.
-pub const H: u32 = 1600;
+pub(crate) const H: u32 = 1600;
 
 /// A rectangle `[x, y, w, h]` in pixels.
-pub type Rect = [u32; 4];
+pub(crate) type Rect = [u32; 4];
 
 /// The pages the sample trajectories visit.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -47,7 +47,7 @@ const LIGHT: Rgb<u8> = Rgb([200, 200, 206]);
 const DARK: Rgb<u8> = Rgb([28, 28, 30]);
 
 /// A page's named elements in drawing order.
-pub struct Layout {
+pub(crate) struct Layout {
     elems: Vec<(&'static str, Rect, Rgb<u8>)>,
 }
 
@@ -308,7 +308,7 @@ fn fill(img: &mut RgbImage, r: Rect, c: Rgb<u8>) {
 }
 
 /// Draw a page: background, content, status bar and navigation bar.
-pub fn draw(page: Page, accent: Rgb<u8>) -> RgbImage {
+pub(crate) fn draw(page: Page, accent: Rgb<u8>) -> RgbImage {
     let mut img = RgbImage::from_pixel(W, H, PAGE_BG);
     if page == Page::Launcher {
         for y in 0..H {

@@ -17,7 +17,7 @@ use crate::action::{Action, Point};
 use draw::{Page, Rect};
 
 /// Bumped whenever the generated content changes (part of the cache folder's name).
-pub const SAMPLE_VERSION: u32 = 1;
+pub(crate) const SAMPLE_VERSION: u32 = 1;
 
 /// The marker file written last into a complete cache folder.
 const COMPLETE_MARKER: &str = ".complete";
@@ -163,7 +163,7 @@ fn trajectory_json(ti: usize, t: &TrajSpec, system: &str) -> Value {
 }
 
 /// The sample's `data.jsonl` text (deterministic).
-pub fn data_jsonl() -> String {
+pub(crate) fn data_jsonl() -> String {
     let system = system_prompt();
     let mut out = String::new();
     for (ti, t) in script::trajectories().iter().enumerate() {
@@ -230,7 +230,7 @@ fn save_png((path, page, accent): &(PathBuf, Page, Rgb<u8>)) -> Result<(), Sampl
 }
 
 /// The cache folder for this build's sample: `TMP/mobile-r1-eval-sample-<hash of version and data>`.
-pub fn default_dir() -> PathBuf {
+pub(crate) fn default_dir() -> PathBuf {
     let mut h = Sha256::new();
     h.update(SAMPLE_VERSION.to_le_bytes());
     h.update(data_jsonl().as_bytes());

@@ -55,7 +55,7 @@ impl<'a> Geo<'a> {
 
     /// A predicted point as the reference would write it before any truncation (also where swipe directions are
     /// measured).
-    pub fn pred_raw(&self, p: Point) -> Point {
+    pub(crate) fn pred_raw(&self, p: Point) -> Point {
         let n = [self.q(p[0] / self.image[0]), self.q(p[1] / self.image[1])];
         match self.rules.points {
             PointSpace::Normalised | PointSpace::ScreenPixels => n,
@@ -64,7 +64,7 @@ impl<'a> Geo<'a> {
     }
 
     /// A gold point where swipe directions are measured.
-    pub fn gold_raw(&self, p: Point) -> Point {
+    pub(crate) fn gold_raw(&self, p: Point) -> Point {
         self.gold(p)
     }
 
@@ -84,7 +84,7 @@ impl<'a> Geo<'a> {
     }
 
     /// A gold box, enlarged, in the rule's space, with its centre.
-    pub fn rect(&self, b: &BBox) -> (Rect, Point) {
+    pub(crate) fn rect(&self, b: &BBox) -> (Rect, Point) {
         let [w, h] = self.screen;
         let scale = self.rules.bbox_scale;
         match self.rules.box_growth {
@@ -126,7 +126,7 @@ impl<'a> Geo<'a> {
     }
 
     /// The enlarged gold boxes a predicted point may fall in, with their indices among the gold boxes.
-    pub fn candidates(&self, boxes: &[BBox], gold: Point) -> Vec<(usize, Rect)> {
+    pub(crate) fn candidates(&self, boxes: &[BBox], gold: Point) -> Vec<(usize, Rect)> {
         let rects = boxes.iter().map(|b| self.rect(b)).enumerate();
         match self.rules.box_choice {
             BoxChoice::Any => rects.map(|(i, (r, _))| (i, r)).collect(),
@@ -177,7 +177,7 @@ impl<'a> Geo<'a> {
     }
 
     /// Whether a swipe given in `frame` pixels is no longer than `limit`, normalised (AITW's tap test).
-    pub fn is_short(&self, from: Point, to: Point, frame: [f64; 2], limit: f64) -> bool {
+    pub(crate) fn is_short(&self, from: Point, to: Point, frame: [f64; 2], limit: f64) -> bool {
         let n = |v: f64, side: f64| self.q(v / side);
         let dy = self.q(n(from[1], frame[1]) - n(to[1], frame[1]));
         let dx = self.q(n(from[0], frame[0]) - n(to[0], frame[0]));
@@ -187,7 +187,7 @@ impl<'a> Geo<'a> {
 
     /// The main axis of a move between two points of the rule's space: 0 (vertical) when `|dy| >= |dx|`, else 1
     /// (AITW `np.argmax` over `|(dy, dx)|`, the first on a tie).
-    pub fn main_axis(&self, from: Point, to: Point) -> u8 {
+    pub(crate) fn main_axis(&self, from: Point, to: Point) -> u8 {
         let dx = self.q(to[0] - from[0]).abs();
         let dy = self.q(to[1] - from[1]).abs();
         u8::from(dx > dy)

@@ -116,7 +116,7 @@ pub enum ArgCheck {
 }
 
 /// Tolerance of the box and distance comparisons (absorbs floating-point rounding at exact boundaries).
-pub const EPS: f64 = 1e-9;
+pub(crate) const EPS: f64 = 1e-9;
 
 /// Map a point from the model's image pixels to screen pixels.
 pub fn map_point(p: Point, screen: [u32; 2], image_size: Option<[u32; 2]>) -> Point {

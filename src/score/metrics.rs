@@ -121,7 +121,7 @@ pub struct Metrics {
 
 impl Metrics {
     /// The judge's figures and the prediction errors, in `metrics.json` order, for tables.
-    pub fn extra_figures(&self) -> Vec<ExtraFigure> {
+    pub(crate) fn extra_figures(&self) -> Vec<ExtraFigure> {
         let mut out = Vec::new();
         if let Some(j) = &self.judge {
             let read = j.judge_judged.saturating_sub(j.judge_unparseable);

@@ -97,7 +97,7 @@ pub struct StepScore {
 ///
 /// # Panics
 /// When `step` is out of range for `traj`.
-pub fn score_step(
+pub(crate) fn score_step(
     rules: &RulePreset,
     traj: &Trajectory,
     traj_index: usize,
@@ -172,7 +172,7 @@ pub struct ScoredRun {
 
 /// Score `preds` against `bench` and aggregate, with the unknown and malformed prediction counts and the
 /// bootstrap intervals ([`DEFAULT_RESAMPLES`], [`DEFAULT_SEED`]) filled in.
-pub fn score_predictions(
+pub(crate) fn score_predictions(
     rules: &RulePreset,
     bench: &Benchmark,
     preds: &PredictionSet,

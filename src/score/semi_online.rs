@@ -52,7 +52,7 @@ impl TrajectoryRun {
     }
 
     /// [`Self::progress`], but 0 when the trajectory stopped at an unparsable reply (UI-S1's exception rule).
-    pub fn progress_zeroed(&self) -> f64 {
+    pub(crate) fn progress_zeroed(&self) -> f64 {
         if self.stopped_unparsable {
             0.0
         } else {

@@ -56,7 +56,7 @@ pub struct Intervals {
 
 /// What one trajectory contributes to the headline metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct TrajTotals {
+pub(crate) struct TrajTotals {
     steps: f64,
     correct: f64,
     type_match: f64,
@@ -109,7 +109,7 @@ impl TrajTotals {
 }
 
 /// Per-trajectory totals, indexed by `traj_index` (trajectories without a step are absent from the output).
-pub fn trajectory_totals(steps: &[StepScore]) -> Vec<TrajTotals> {
+pub(crate) fn trajectory_totals(steps: &[StepScore]) -> Vec<TrajTotals> {
     let mut by: BTreeMap<usize, TrajTotals> = BTreeMap::new();
     for s in steps {
         let t = by.entry(s.traj_index).or_insert(TrajTotals {

@@ -35,14 +35,6 @@ impl Metrics {
             .or_default() += 1;
     }
 
-    /// Requests of `path` answered with `status` so far.
-    pub fn requests(&self, path: &str, status: u16) -> u64 {
-        lock(&self.requests)
-            .get(&(path.to_string(), status))
-            .copied()
-            .unwrap_or(0)
-    }
-
     /// Count a finished generation's tokens and keep the engine's counters.
     pub fn finished(&self, prompt: usize, generated: usize, engine: &PhaseStats) {
         self.prompt_tokens
@@ -50,11 +42,6 @@ impl Metrics {
         self.generated_tokens
             .fetch_add(generated as u64, Ordering::Relaxed);
         *lock(&self.engine) = engine.clone();
-    }
-
-    /// The most sequences that generated at the same time.
-    pub fn peak_running(&self) -> usize {
-        self.peak_running.load(Ordering::Relaxed)
     }
 
     /// The Prometheus text exposition.
@@ -142,7 +129,7 @@ impl Metrics {
 /// One accepted request's place: it holds a slot of the bounded queue and counts as queued until its first token,
 /// then as running, until it is dropped (finished, refused or abandoned).
 #[derive(Debug)]
-pub struct Ticket {
+pub(crate) struct Ticket {
     metrics: Arc<Metrics>,
     running: bool,
     _slot: OwnedSemaphorePermit,

@@ -22,8 +22,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::{bail, Context, Result};
 
 pub use metrics::Metrics;
-pub use prepare::RequestLimits;
-pub use text::StopScan;
+pub(crate) use prepare::RequestLimits;
 
 use crate::backend::{LoadedModel, ModelSpec};
 use crate::engine::BatchLimits;

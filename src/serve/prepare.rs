@@ -29,7 +29,7 @@ pub struct RequestLimits {
 
 /// A request ready for the engine.
 #[derive(Debug)]
-pub struct PreparedPrompt {
+pub(crate) struct PreparedPrompt {
     /// Token ids and pictures.
     pub input: ModelInput,
     /// Length of the shareable prefix (the system turn).
@@ -39,7 +39,7 @@ pub struct PreparedPrompt {
 }
 
 /// Check the request's counts against the limits, before any work (the cheap refusals).
-pub fn check_counts(
+pub(crate) fn check_counts(
     req: &ChatCompletionRequest,
     limits: &RequestLimits,
 ) -> Result<usize, ApiError> {

@@ -29,7 +29,7 @@ use crate::openai::{
 };
 
 /// Everything the handlers share.
-pub struct App {
+pub(crate) struct App {
     /// The checkpoint (its prompt builder prepares requests; the engine thread holds its own reference).
     pub model: Arc<LoadedModel>,
     /// The name clients ask for.
@@ -64,7 +64,7 @@ fn now_unix() -> u64 {
 }
 
 /// The router: the routes, the key check, the request counter and the body limit.
-pub fn router(app: Arc<App>) -> Router {
+pub(crate) fn router(app: Arc<App>) -> Router {
     let limit = app.limits.max_body_bytes;
     Router::new()
         .route("/v1/chat/completions", post(chat))
@@ -114,7 +114,7 @@ fn authorized(headers: &HeaderMap, key: &ApiKey) -> bool {
 }
 
 /// An error in the protocol's shape; 429 says when to retry.
-pub fn error_response(e: &ApiError) -> Response {
+pub(crate) fn error_response(e: &ApiError) -> Response {
     let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut r = (status, json_body(&e.body())).into_response();
     if e.status == 429 {
@@ -311,7 +311,7 @@ fn random_seed() -> u64 {
 
 /// What every answer of a request repeats: its id, time and model.
 #[derive(Debug, Clone)]
-pub struct Meta {
+pub(crate) struct Meta {
     /// `chatcmpl-…`.
     pub id: String,
     /// Unix seconds.

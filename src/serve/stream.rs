@@ -121,7 +121,7 @@ fn event(data: &str) -> Bytes {
 }
 
 /// The event stream of one request.
-pub fn sse_body(
+pub(crate) fn sse_body(
     rx: UnboundedReceiver<Event>,
     meta: Meta,
     include_usage: bool,

@@ -6,7 +6,7 @@ use crate::chat::Tokenizer;
 
 /// Watches a growing text for stop strings and hands out the part that is safe to send.
 #[derive(Debug, Clone, Default)]
-pub struct StopScan {
+pub(crate) struct StopScan {
     stops: Vec<String>,
     /// Bytes of the text handed out so far.
     sent: usize,
@@ -24,7 +24,7 @@ impl StopScan {
     }
 
     /// Whether there is no stop string to watch for.
-    pub fn stops_nothing(&self) -> bool {
+    pub(crate) fn stops_nothing(&self) -> bool {
         self.stops.is_empty()
     }
 
@@ -41,7 +41,7 @@ impl StopScan {
     /// The new part of `text` that can be sent now: all of it up to a stop string, else all but a tail that could
     /// still become a stop string or a character (a trailing U+FFFD stands for bytes of a character still to come);
     /// with `finished`, everything up to the end or the stop string.
-    pub fn advance(&mut self, text: &str, finished: bool) -> String {
+    pub(crate) fn advance(&mut self, text: &str, finished: bool) -> String {
         if self.hit.is_none() {
             self.hit = self
                 .stops
@@ -85,7 +85,7 @@ impl StopScan {
 /// Each token's bytes: Qwen's tokenizer is byte-level BPE, whose vocabulary writes every byte as one printable
 /// character (GPT-2's table, `bytes_to_unicode` in openai/gpt-2 `src/encoder.py`): bytes 33–126, 161–172 and
 /// 174–255 stand for themselves, the other 68 for the characters from U+0100 on, in byte order.
-pub fn token_bytes(tokenizer: &Tokenizer, id: u32) -> Vec<u8> {
+pub(crate) fn token_bytes(tokenizer: &Tokenizer, id: u32) -> Vec<u8> {
     let Some(piece) = tokenizer.inner().id_to_token(id) else {
         return Vec::new();
     };

@@ -30,7 +30,7 @@ pub struct Job {
 }
 
 /// What the engine thread needs to answer one request.
-pub struct Live {
+pub(crate) struct Live {
     /// Events for the handler.
     pub events: UnboundedSender<Event>,
     /// Stop strings.
@@ -61,7 +61,7 @@ pub enum Event {
 
 /// A finished request.
 #[derive(Debug)]
-pub struct Finished {
+pub(crate) struct Finished {
     /// The reply, cut before a stop string.
     pub text: String,
     /// Why it ended.

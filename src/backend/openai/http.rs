@@ -39,7 +39,7 @@ impl Failure {
 
 /// A client of one server.
 #[derive(Debug, Clone)]
-pub struct Client {
+pub(crate) struct Client {
     agent: ureq::Agent,
     key: Option<ApiKey>,
     max_retries: u32,
@@ -48,7 +48,7 @@ pub struct Client {
 
 /// One call's outcome with the number of calls it took.
 #[derive(Debug)]
-pub struct Called {
+pub(crate) struct Called {
     /// The answer, or why there is none.
     pub result: Result<Value, String>,
     /// HTTP calls made.
@@ -188,12 +188,12 @@ fn read(resp: ureq::Response) -> std::io::Result<String> {
 }
 
 /// Statuses worth another try.
-pub fn retryable(status: u16) -> bool {
+pub(crate) fn retryable(status: u16) -> bool {
     matches!(status, 408 | 409 | 429) || status >= 500
 }
 
 /// `HTTP 400 from URL: message (code)`, from an error body in either shape, else its first characters.
-pub fn status_message(status: u16, url: &str, body: &str) -> String {
+pub(crate) fn status_message(status: u16, url: &str, body: &str) -> String {
     match parse_error_body(body.as_bytes()) {
         Some(e) => {
             let code = match e.code {
@@ -230,7 +230,7 @@ fn retry_after(resp: &ureq::Response) -> Option<Duration> {
 }
 
 /// The wait before retry `n` (0-based): `min(0.5 · 2ⁿ, 8)` seconds, less a random part of up to a quarter.
-pub fn backoff(n: usize) -> Duration {
+pub(crate) fn backoff(n: usize) -> Duration {
     use std::hash::{BuildHasher, Hasher};
     let base = (0.5 * 2f64.powi(n.min(16) as i32)).min(8.0);
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();

@@ -19,8 +19,6 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use serde_json::Value;
 
-pub use http::{backoff, retryable, status_message};
-
 use super::{
     Backend, BackendInfo, ChatRequest, ChatResult, JobQueue, MakeRequest, Next, Sink, Taker,
 };
@@ -51,7 +49,7 @@ pub struct OpenAiSettings {
 
 /// `http(s)://host[:port][/path]` without a trailing slash; a URL without a path gets `/v1` (the API's root, as
 /// OpenAI clients' `base_url` has it).
-pub fn normalize_endpoint(url: &str) -> Result<String> {
+pub(crate) fn normalize_endpoint(url: &str) -> Result<String> {
     let url = url.trim().trim_end_matches('/');
     let Some(rest) = url
         .strip_prefix("http://")
@@ -70,7 +68,7 @@ pub fn normalize_endpoint(url: &str) -> Result<String> {
 }
 
 /// A server that answers chat requests.
-pub struct OpenAiBackend {
+pub(crate) struct OpenAiBackend {
     settings: OpenAiSettings,
     client: http::Client,
     info: BackendInfo,

@@ -11,7 +11,7 @@ use crate::openai::png_data_url;
 use crate::preprocess::{load_rgb8, resize_rgb8, smart_resize, ImageProcessorConfig};
 
 /// The `data:` URL of the picture at `path` at its smart-resized size, and that size `[w, h]`.
-pub fn png_at_model_size(
+pub(crate) fn png_at_model_size(
     path: &Path,
     cfg: &ImageProcessorConfig,
 ) -> Result<(String, [u32; 2]), String> {

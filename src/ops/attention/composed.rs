@@ -159,7 +159,7 @@ pub fn causal_mask(n: usize, offset: usize, device: &candle_core::Device) -> Res
 }
 
 /// Softmax-free helper: log-softmax in f32 over the last dimension.
-pub fn log_softmax_f32(logits: &Tensor) -> Result<Tensor> {
+pub(crate) fn log_softmax_f32(logits: &Tensor) -> Result<Tensor> {
     let x = logits.to_dtype(DType::F32)?;
     let max = x.max_keepdim(D::Minus1)?;
     let shifted = x.broadcast_sub(&max)?;
@@ -237,7 +237,7 @@ pub fn varlen(a: super::Varlen<'_>, budget: usize) -> Result<Tensor> {
 }
 
 /// Per segment, the prefix K/V concatenated with its rows, then [`attention`] with a causal mask when asked.
-pub fn varlen_per_segment(a: super::Varlen<'_>, budget: usize) -> Result<Tensor> {
+pub(crate) fn varlen_per_segment(a: super::Varlen<'_>, budget: usize) -> Result<Tensor> {
     let (q, k, v, segs, causal, scale) = (a.q, a.k, a.v, a.segs, a.causal, a.scale);
     let mut outs = Vec::with_capacity(segs.len());
     for s in segs {
@@ -302,7 +302,7 @@ fn varlen_padded(a: super::Varlen<'_>, budget: usize) -> Result<Tensor> {
 
 /// Longest length after a decode step for caches of `lens` valid positions before it, and the (B, 1, lmax)
 /// additive mask hiding each sequence's positions past its new one.
-pub fn length_mask(lens: &[usize], device: &candle_core::Device) -> Result<(usize, Tensor)> {
+pub(crate) fn length_mask(lens: &[usize], device: &candle_core::Device) -> Result<(usize, Tensor)> {
     let lmax = lens.iter().map(|l| l + 1).max().unwrap_or(1);
     let mask: Vec<f32> = lens
         .iter()
@@ -315,7 +315,7 @@ pub fn length_mask(lens: &[usize], device: &candle_core::Device) -> Result<(usiz
 /// every buffer is viewed (or zero-padded) to `lmax` positions and stacked; `mask` ([`length_mask`]) hides the
 /// positions past each sequence's new one. Fewer launches than one attention per sequence, at the cost of one
 /// K/V copy per step. Returns (B, heads, d).
-pub fn decode_padded(
+pub(crate) fn decode_padded(
     q: &Tensor,
     k_new: &Tensor,
     v_new: &Tensor,

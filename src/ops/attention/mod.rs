@@ -29,7 +29,7 @@ pub struct DecodeKv<'a> {
 
 /// The fused decode attention of one step over all layers: the buffer tables are checked and uploaded once per
 /// step instead of once per layer. CUDA only (where [`Ops::fused_decode_supported`] holds).
-pub struct DecodePlan {
+pub(crate) struct DecodePlan {
     #[cfg(feature = "cuda")]
     tables: cuda::DecodeTables,
 }
@@ -160,7 +160,7 @@ pub struct Varlen<'a> {
 impl Ops {
     /// Whether [`Self::varlen_attention`] runs a fused implementation for tensors of `dtype` on `device` with
     /// this head_dim: CUDA with head_dim 64, 80 or 128, or the CPU in f32 with head_dim a multiple of 8.
-    pub fn varlen_supported(&self, device: &Device, dtype: DType, head_dim: usize) -> bool {
+    pub(crate) fn varlen_supported(&self, device: &Device, dtype: DType, head_dim: usize) -> bool {
         (self.on_kernel_path(device, dtype) && matches!(head_dim, 64 | 80 | 128))
             || (self.config.fused_kernels && cpu::supported(device, dtype, head_dim))
     }
@@ -186,7 +186,7 @@ impl Ops {
 
     /// Whether decode attention has a fused kernel for these shapes on this device: CUDA, fused ops on,
     /// head_dim 32, 64 or 128, at most 8 query heads per KV head.
-    pub fn fused_decode_supported(
+    pub(crate) fn fused_decode_supported(
         &self,
         device: &Device,
         dtype: DType,
@@ -200,7 +200,7 @@ impl Ops {
 
     /// The decode attention chosen for this device and shape: the fused kernel where it covers them, else one
     /// attention per sequence on the CPU and a padded batch elsewhere.
-    pub fn decode_attention_path(
+    pub(crate) fn decode_attention_path(
         &self,
         device: &Device,
         dtype: DType,

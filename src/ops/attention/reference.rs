@@ -33,7 +33,7 @@ pub fn decode_attention(
 }
 
 /// [`decode_attention`] with at most `budget` attention scores at a time.
-pub fn decode_attention_budget(
+pub(crate) fn decode_attention_budget(
     q: &Tensor,
     k_new: &Tensor,
     v_new: &Tensor,

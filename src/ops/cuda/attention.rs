@@ -12,7 +12,7 @@ use crate::ops::{DecodeKv, Varlen};
 
 /// The per-step tables of the fused decode attention, uploaded once per decode step for all layers: each
 /// sequence's K and V buffer addresses per layer (layer-major), its capacity and its length before the step.
-pub struct DecodeTables {
+pub(crate) struct DecodeTables {
     k_ptrs: CudaSlice<u64>,
     v_ptrs: CudaSlice<u64>,
     caps: CudaSlice<i32>,
@@ -96,7 +96,7 @@ impl DecodeTables {
 
 /// One layer's step of [`crate::ops::Ops::decode_attention`] on a plan's tables.
 #[derive(Clone, Copy)]
-pub struct DecodeCall<'a> {
+pub(crate) struct DecodeCall<'a> {
     pub q: &'a Tensor,
     pub k_new: &'a Tensor,
     pub v_new: &'a Tensor,

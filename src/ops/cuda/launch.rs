@@ -72,9 +72,9 @@ pub fn decode(batch: usize, kv_heads: usize) -> Geometry {
 }
 
 /// Query rows of one tile of the CUDA-core varlen kernel (`VA_ROWS`), each served by `VA_TPR` = 4 threads.
-pub const VA_ROWS: usize = 32;
+pub(crate) const VA_ROWS: usize = 32;
 /// Query rows of one tile of the tensor-core varlen kernel (`VM_ROWS`: 4 warps × 16 rows).
-pub const VM_ROWS: usize = 64;
+pub(crate) const VM_ROWS: usize = 64;
 
 /// Rows of one varlen tile: `mma` is the tensor-core kernel.
 pub fn varlen_tile_rows(mma: bool) -> usize {

@@ -16,7 +16,7 @@ pub fn rms_norm_hf(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
 }
 
 /// `silu(g)·u`, each op rounded to the dtype.
-pub fn swiglu(g: &Tensor, u: &Tensor) -> Result<Tensor> {
+pub(crate) fn swiglu(g: &Tensor, u: &Tensor) -> Result<Tensor> {
     g.silu()? * u
 }
 

@@ -9,7 +9,7 @@ use candle_core::{DType, Device, Result, Tensor};
 use super::blas::Blas;
 use super::packed;
 use crate::ops::CpuGemm;
-pub use crate::records::MatmulRate;
+pub(crate) use crate::records::MatmulRate;
 
 /// Measured matmul throughput of `device` in `dtype` of every path available (FLOP/s): the best of a few square
 /// GEMMs of size `n` through candle's matmul and, for f32 on the CPU, through the built-in packed AVX2 kernel
@@ -79,7 +79,7 @@ pub fn matmul_rates(
 }
 
 /// The best of [`matmul_rates`]: (FLOP/s, path).
-pub fn matmul_peak(
+pub(crate) fn matmul_peak(
     device: &Device,
     dtype: DType,
     n: usize,
@@ -90,7 +90,7 @@ pub fn matmul_peak(
 }
 
 /// The fastest of `rates`: (FLOP/s, path); (0, empty) for none.
-pub fn best_rate(rates: &[MatmulRate]) -> (f64, String) {
+pub(crate) fn best_rate(rates: &[MatmulRate]) -> (f64, String) {
     rates
         .iter()
         .max_by(|a, b| a.flops.total_cmp(&b.flops))

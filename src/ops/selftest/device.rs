@@ -6,7 +6,7 @@ use super::{DecodeOut, Executor, Ran};
 use crate::ops::{DecodeKv, Ops, QkvRope, Varlen, VarlenSeg};
 
 /// The fused ops on this device (inputs copied there, outputs left there), run as `ops` says.
-pub struct OnDevice<'a> {
+pub(crate) struct OnDevice<'a> {
     /// Where the ops run.
     pub device: &'a Device,
     /// The ops' context (which fused paths are on).

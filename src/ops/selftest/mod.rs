@@ -10,7 +10,7 @@ use super::{reference, DecodeKv, QkvRope, Varlen, VarlenSeg};
 
 mod device;
 
-pub use device::OnDevice;
+pub(crate) use device::OnDevice;
 
 /// An op's output, and whether a fused implementation (a kernel) produced it rather than the reference.
 pub struct Ran<T> {

@@ -44,14 +44,14 @@ impl Level {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub mod avx512;
+pub(crate) mod avx512;
 
 #[cfg(target_arch = "x86_64")]
-pub mod avx2 {
+pub(crate) mod avx2 {
     use std::arch::x86_64::*;
 
     /// True when this CPU has AVX2 and FMA (checked once).
-    pub fn available() -> bool {
+    pub(crate) fn available() -> bool {
         static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         *ON.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
     }

@@ -235,7 +235,11 @@ impl RulePreset {
 
     /// The ellipse radii `[rx, ry]`, in screen pixels, of the distance test around a gold point, for a prediction
     /// made on an image of `image_size` (for drawing the threshold; the decision itself is made by the scorer).
-    pub fn distance_radii(&self, screen: [u32; 2], image_size: Option<[u32; 2]>) -> [f64; 2] {
+    pub(crate) fn distance_radii(
+        &self,
+        screen: [u32; 2],
+        image_size: Option<[u32; 2]>,
+    ) -> [f64; 2] {
         let (sw, sh) = (screen[0].max(1) as f64, screen[1].max(1) as f64);
         let t = self.distance_threshold;
         match self.distance {

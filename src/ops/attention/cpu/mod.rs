@@ -19,7 +19,7 @@ const ROWS: usize = 4;
 /// Keys scored together (two AVX registers); the transposed keys are padded to a multiple of it.
 const KEY_BLOCK: usize = 16;
 /// Fewest keys (prefix included) of a segment attended through GEMM tiles rather than the four-row kernel.
-pub const TILED_MIN_KEYS: usize = 64;
+pub(crate) const TILED_MIN_KEYS: usize = 64;
 
 /// Whether the fused CPU path covers tensors of `dtype` on `device`: CPU, f32, head_dim a multiple of 8.
 pub fn supported(device: &candle_core::Device, dtype: DType, head_dim: usize) -> bool {
@@ -51,7 +51,7 @@ pub fn varlen_attention(a: super::Varlen<'_>, builtin: BuiltinGemm) -> Result<Te
 
 /// Fewest keys of a segment whose tiles run on the packed kernel with the built-in GEMM `builtin`; `None` where it
 /// is not the packed kernel.
-pub fn packed_min_keys(builtin: BuiltinGemm) -> Option<usize> {
+pub(crate) fn packed_min_keys(builtin: BuiltinGemm) -> Option<usize> {
     (builtin == BuiltinGemm::Packed).then_some(tiled::PACKED_MIN_KEYS)
 }
 

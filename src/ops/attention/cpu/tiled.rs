@@ -21,13 +21,13 @@ use crate::ops::gemm::packed::{gemm_nt_packed, PackedW};
 use crate::ops::VarlenSeg;
 
 /// Query rows per product.
-pub const TILE: usize = 128;
+pub(crate) const TILE: usize = 128;
 /// Scores of one block on the packed kernel (512 KiB, an L2's worth): 24 query rows of 5,088 keys.
 const PACKED_SCORES: usize = 128 * 1024;
 /// Fewest keys of a segment attended on the packed kernel where it is the built-in GEMM
 /// (`ops::attention::cpu::timing` on a Zen 3: 1.1–1.4× the `gemm` crate's tiles from 2,304 keys, even at 1,272,
 /// 0.6× for a window's 64).
-pub const PACKED_MIN_KEYS: usize = 2048;
+pub(crate) const PACKED_MIN_KEYS: usize = 2048;
 
 /// A row-major f32 matrix view: `rows` × `cols` at `data[at + r·rs + c·cs]`.
 #[derive(Clone, Copy)]
@@ -63,7 +63,7 @@ struct Item {
 }
 
 /// The inputs every block reads.
-pub struct Inputs<'a> {
+pub(crate) struct Inputs<'a> {
     /// Queries (N, heads, d).
     pub qs: &'a [f32],
     /// Keys (N, kv_heads, d).

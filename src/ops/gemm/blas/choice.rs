@@ -26,7 +26,7 @@ const CALIBRATION: (usize, usize, usize) = (768, 1280, 1280);
 
 /// Whether the log line of a choice is a warning: the library misdetects the CPU, or it was required and is the
 /// slower.
-pub fn needs_attention(c: &BlasChoice) -> bool {
+pub(crate) fn needs_attention(c: &BlasChoice) -> bool {
     let misfit = c
         .corename
         .as_deref()
@@ -108,7 +108,7 @@ pub fn core_misfit(corename: &str, cpu: CpuSimd) -> Option<String> {
 /// Decide about a loaded library against the run's `builtin` GEMM: `required` when the spec named it (`on`, a
 /// path), else `auto`. The rates come from the file `calibration` names when it holds this machine's and library's
 /// ([`record::rates`]).
-pub fn decide(
+pub(crate) fn decide(
     blas: Blas,
     spec: &str,
     required: bool,
@@ -203,7 +203,7 @@ pub fn none(spec: &str, reason: &str) -> BlasChoice {
 
 /// GFLOP/s of the calibration product through `blas` and through the `builtin` GEMM (best of five timed calls
 /// after a warm-up each, the two paths alternated).
-pub fn calibrate(blas: &Blas, builtin: BuiltinGemm) -> candle_core::Result<(f64, f64)> {
+pub(crate) fn calibrate(blas: &Blas, builtin: BuiltinGemm) -> candle_core::Result<(f64, f64)> {
     let (m, k, n) = CALIBRATION;
     let a: Vec<f32> = (0..m * k)
         .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)

@@ -24,7 +24,7 @@
 mod choice;
 mod record;
 
-pub use crate::records::BlasChoice;
+pub(crate) use crate::records::BlasChoice;
 pub(crate) use choice::needs_attention;
 pub use choice::{core_misfit, CpuSimd};
 pub use record::{cpuinfo_field, Calibration};
@@ -215,7 +215,7 @@ impl Blas {
     }
 
     /// [`Self::sgemm_nt`] into `c` (m × n, row-major), which it overwrites.
-    pub fn sgemm_nt_into(
+    pub(crate) fn sgemm_nt_into(
         &self,
         a: &[f32],
         w: &[f32],
@@ -289,16 +289,17 @@ pub fn fits_cblas(m: usize, k: usize, n: usize) -> bool {
 }
 
 /// The product of a few rows (k values each, row-major) by the weight, for segments below the library's minimum.
-pub type SmallProduct<'a> = &'a dyn Fn(&[f32], usize) -> candle_core::Result<Vec<f32>>;
+pub(crate) type SmallProduct<'a> = &'a dyn Fn(&[f32], usize) -> candle_core::Result<Vec<f32>>;
 
 /// A product `c = a · wᵀ` of row-major f32 slices, `dims` = (m, k, n), into `c`, which it overwrites.
-pub type Product<'a> = &'a (dyn Fn(&[f32], &[f32], (usize, usize, usize), &mut [f32]) + Sync);
+pub(crate) type Product<'a> =
+    &'a (dyn Fn(&[f32], &[f32], (usize, usize, usize), &mut [f32]) + Sync);
 
 /// `x · wᵀ` for f32 CPU tensors x (rows, k) and w (n, k), with x's rows in consecutive segments of `lens` rows
 /// (adding up to all rows), one product per segment, so that a row's result depends only on its own segment (see
 /// [`super::Rows`]): through `large` for a segment of at least `min_rows` rows, else through `small(rows, count)`
 /// (count rows of k values in, of n out).
-pub fn matmul_nt_segments(
+pub(crate) fn matmul_nt_segments(
     large: Product<'_>,
     x: &Tensor,
     w: &Tensor,

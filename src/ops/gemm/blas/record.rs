@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 /// Version of the calibration file's format.
-pub const CALIBRATION_SCHEMA_VERSION: u32 = 1;
+pub(crate) const CALIBRATION_SCHEMA_VERSION: u32 = 1;
 
 /// What a calibration was measured on: a different value means a different measurement.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -13,14 +13,14 @@ use std::cell::RefCell;
 use rayon::prelude::*;
 
 mod prepacked;
-pub use prepacked::{gemm_nt_packed, PackedW};
+pub(crate) use prepacked::{gemm_nt_packed, PackedW};
 
 /// Rows of the register tile.
 const MR: usize = 6;
 /// Columns of the register tile (two AVX2 vectors).
 const NR: usize = 16;
 /// Depth of one block: a packed 16-column panel of it (24 KiB) stays in a 32 KiB L1.
-pub const KC: usize = 384;
+pub(crate) const KC: usize = 384;
 /// Rows of `a` packed at once (96 × 384 × 4 B = 144 KiB, in a 512 KiB L2).
 const MC: usize = 96;
 /// Columns of `w` packed at once (3 MiB, shared by the threads from L3).
@@ -366,7 +366,7 @@ pub(super) mod check {
     }
 
     /// True, with a line saying so, where this CPU cannot run the kernels (no AVX2/FMA): the test then skips.
-    pub fn skip_without_avx2() -> bool {
+    pub(crate) fn skip_without_avx2() -> bool {
         let skip = !super::supported();
         if skip {
             eprintln!("skipped: this CPU has no AVX2/FMA");
@@ -375,7 +375,7 @@ pub(super) mod check {
     }
 
     /// A kernel `c = a · wᵀ` with `dims` = (m, k, n).
-    pub type Kernel = fn(&[f32], &[f32], (usize, usize, usize), &mut [f32]);
+    pub(crate) type Kernel = fn(&[f32], &[f32], (usize, usize, usize), &mut [f32]);
 
     /// `f`'s product, into an output that starts as NaN.
     pub fn product(f: Kernel, a: &[f32], w: &[f32], dims: (usize, usize, usize)) -> Vec<f32> {
@@ -385,7 +385,7 @@ pub(super) mod check {
     }
 
     /// Assert `f` gives `a · wᵀ` on random inputs of each shape (m, k, n) of `shapes`.
-    pub fn matches_reference(f: Kernel, shapes: &[(usize, usize, usize)]) {
+    pub(crate) fn matches_reference(f: Kernel, shapes: &[(usize, usize, usize)]) {
         for &(m, k, n) in shapes {
             let (a, w) = (values(m * k, 1), values(n * k, 2));
             near_f64_reference(&a, &w, (m, k, n), &product(f, &a, &w, (m, k, n)));
@@ -395,7 +395,11 @@ pub(super) mod check {
     /// Assert that `f`'s rows `r` of a product of shape `dims` on random inputs have the same bits when computed
     /// without the other rows, for each range `r` of `parts`, and that the whole product has the same bits on
     /// one thread.
-    pub fn rows_stand_alone(f: Kernel, (m, k, n): (usize, usize, usize), parts: &[Range<usize>]) {
+    pub(crate) fn rows_stand_alone(
+        f: Kernel,
+        (m, k, n): (usize, usize, usize),
+        parts: &[Range<usize>],
+    ) {
         let (a, w) = (values(m * k, 3), values(n * k, 4));
         let all = product(f, &a, &w, (m, k, n));
         for r in parts {

@@ -6,7 +6,7 @@ use super::{kernel_tile, pack_panel, pack_rows, KC, MR, NR};
 
 /// A matrix packed as the kernel's `w` panels, `n` rows (output columns) by `k` depths: for each depth block of
 /// [`KC`], its 16-column panels in order, value (p, c) of a panel at `p * NR + c`.
-pub struct PackedW {
+pub(crate) struct PackedW {
     n: usize,
     k: usize,
     data: Vec<f32>,
@@ -56,7 +56,7 @@ impl PackedW {
 /// [`super::sgemm_nt`]'s: one FMA chain per depth block from zero, the blocks added in order.
 ///
 /// Panics where the CPU lacks AVX2/FMA, `n` or `k` exceed `w`'s, or `c` is shorter than `(m - 1) · ldc + n`.
-pub fn gemm_nt_packed<'a>(
+pub(crate) fn gemm_nt_packed<'a>(
     m: usize,
     (k, n): (usize, usize),
     a: impl Fn(usize) -> &'a [f32],

@@ -7,7 +7,7 @@ use super::{KEY_BLOCK, ROWS};
 use crate::ops::simd::Level;
 
 /// One block of query rows against one segment's keys and values.
-pub struct Block<'a> {
+pub(crate) struct Block<'a> {
     /// Query rows (ROWS, d), pre-scaled; rows past the block's end are zero.
     pub q: &'a [f32],
     /// Keys transposed (d, lpad).
@@ -73,7 +73,7 @@ pub fn softmax(s: &mut [f32], level: Level) {
 
 /// `x ← exp(x − max x)` over a non-empty `s` on the vector path `level` (one the CPU supports), returning the sum:
 /// softmax before its division.
-pub fn exp_shifted(s: &mut [f32], level: Level) -> f32 {
+pub(crate) fn exp_shifted(s: &mut [f32], level: Level) -> f32 {
     #[cfg(target_arch = "x86_64")]
     // SAFETY (both arms): the caller checked the CPU supports `level`.
     let sum = match level {
