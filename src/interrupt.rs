@@ -1,10 +1,10 @@
 //! Ctrl-C and SIGTERM: the first one asks the run to stop admitting prompts, finish and save the ones in flight,
 //! and exit with 128 + the signal (130, 143) after saying how to resume; a second one exits at once.
 //!
-//! The flag is process-wide because a signal is: the handler can only reach a static. Code that admits work asks
-//! [`requested`] before pulling the next prompt; everything else is unchanged, so a run that is never interrupted
-//! behaves exactly as before. Only `eval` installs the handlers ([`install`]); other commands keep the default
-//! (immediate) behaviour.
+//! The flag is process-wide because a signal is: the handler can only reach a static. Code below the command
+//! layer never reads it: it is handed a [`Cancel`] token that follows the flag, and asks the token before taking
+//! the next prompt or the next chunk of a download; a run that is never interrupted behaves exactly as before.
+//! `eval` and `pack` install the handlers ([`install`]); other commands keep the default (immediate) behaviour.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};

@@ -1,6 +1,6 @@
 //! mobile-r1-eval: offline evaluation of Qwen2.5-VL GUI agents on the Mobile-R1 benchmark.
 //!
-//! Layers, from the bottom:
+//! Layers, from the bottom (checked from the source by `tests/it/layers.rs`, which lists every module's layer):
 //! * pure Rust (no candle): `dataset`, `import` (other benchmarks into a benchmark folder), `action`, `parse`,
 //!   `score`, `report`, `predictions`, `records` (the serde types of every file a run writes), `settings`,
 //!   `sample`; `preprocess` and `chat` turn screenshots and prompts into plain vectors;
