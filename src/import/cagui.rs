@@ -5,8 +5,8 @@
 //!
 //! * Screen: `image_width` / `image_height`.
 //! * `result_touch_yx` / `result_lift_yx`: normalised `[y, x]`, as in AITZ ([`super::aitw`]).
-//! * `ui_positions`: normalised `[y, x, h, w]` (the CAGUI step quoted in AgentCPM-GUI issue #32); boxes containing
-//!   the gold point become its gold boxes, in pixels.
+//! * `ui_positions`: normalised `[y, x, h, w]` (the CAGUI step quoted in AgentCPM-GUI's GitHub discussion number
+//!   32); boxes containing the gold point become its gold boxes, in pixels.
 //! * Action ids: AITW's, plus 0 = long press and 1 = wait, each with `duration` in milliseconds
 //!   (`eval/utils/action_type.py`: `LONG_POINT = 0`, `NO_ACTION = 1`); `time` = `duration` / 1000 s.
 
