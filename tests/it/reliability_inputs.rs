@@ -341,7 +341,7 @@ fn an_unreachable_hub_error_gives_next_steps() {
         .unwrap();
     assert!(!o.status.success());
     let err = text(&o);
-    for want in ["local model folder", "HF_HUB_OFFLINE=1", "HF_ENDPOINT"] {
+    for want in ["pass a local folder", "HF_HUB_OFFLINE=1", "HF_ENDPOINT"] {
         assert!(err.contains(want), "want `{want}` in {err}");
     }
 }
