@@ -220,7 +220,7 @@ impl Backend for LocalBackend {
         sink: &mut Sink<'_>,
     ) -> Result<PhaseStats> {
         let lookahead = self.limits.max_seqs.max(1) * 2;
-        self.run_taking(Taker::new(jobs), jobs.count(), lookahead, make, sink)
+        self.run_taking(Taker::sole(jobs), jobs.count(), lookahead, make, sink)
     }
 }
 

@@ -149,25 +149,47 @@ impl JobQueue {
 pub struct Taker<'q> {
     queue: &'q JobQueue,
     current: VecDeque<usize>,
+    /// The only taker of its queue: takes every ready request at once and hands out the lowest index first.
+    sole: Option<std::collections::BTreeSet<usize>>,
 }
 
 impl<'q> Taker<'q> {
-    /// A taker of `queue`.
+    /// A taker of `queue` that shares it with others: a whole group at a time.
     pub fn new(queue: &'q JobQueue) -> Self {
         Self {
             queue,
             current: VecDeque::new(),
+            sole: None,
+        }
+    }
+
+    /// The only taker of `queue` (one device): the ready requests in index order, which a phase sorts for one
+    /// device (largest prompts first), whatever their groups.
+    pub fn sole(queue: &'q JobQueue) -> Self {
+        Self {
+            sole: Some(Default::default()),
+            ..Self::new(queue)
         }
     }
 
     /// The next request index (see [`JobQueue::next_group`] for `wait`).
     pub fn next(&mut self, wait: bool) -> Next<usize> {
-        if let Some(i) = self.current.pop_front() {
+        if let Some(ready) = self.sole.as_mut() {
+            while let Next::Ready(g) = self.queue.next_group(false) {
+                ready.extend(g);
+            }
+            if let Some(i) = ready.pop_first() {
+                return Next::Ready(i);
+            }
+        } else if let Some(i) = self.current.pop_front() {
             return Next::Ready(i);
         }
         match self.queue.next_group(wait) {
             Next::Ready(g) => {
-                self.current.extend(g);
+                match self.sole.as_mut() {
+                    Some(ready) => ready.extend(g),
+                    None => self.current.extend(g),
+                }
                 self.next(wait)
             }
             Next::Pending => Next::Pending,
@@ -179,6 +201,25 @@ impl<'q> Taker<'q> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sole_taker_takes_in_index_order() {
+        let q = JobQueue::ready(4, vec![vec![2, 0], vec![3], vec![1]]);
+        let mut t = Taker::sole(&q);
+        let got: Vec<Next<usize>> = (0..5).map(|_| t.next(false)).collect();
+        let want = [0, 1, 2, 3].map(Next::Ready);
+        assert_eq!(got[..4], want);
+        assert_eq!(got[4], Next::Done);
+        // Released one by one, they come as released.
+        let q = JobQueue::chained(3, vec![1]);
+        let mut t = Taker::sole(&q);
+        assert_eq!(t.next(false), Next::Ready(1));
+        assert_eq!(t.next(false), Next::Pending);
+        q.release(0);
+        q.release(2);
+        let got: Vec<Next<usize>> = (0..3).map(|_| t.next(false)).collect();
+        assert_eq!(got, [Next::Ready(0), Next::Ready(2), Next::Done]);
+    }
 
     #[test]
     fn groups_come_whole_and_in_order() {
