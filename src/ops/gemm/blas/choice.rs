@@ -149,7 +149,10 @@ pub(crate) fn decide(
         ),
         (None, false, false) => (
             false,
-            format!("slower than the built-in {name} ({rates}); the built-in one instead"),
+            format!(
+                "{} is slower than the built-in {name} ({rates}); the built-in one instead",
+                blas.description
+            ),
         ),
     };
     let choice = BlasChoice {
