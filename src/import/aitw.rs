@@ -117,12 +117,16 @@ fn episode(
             .get("step_id")
             .and_then(Value::as_u64)
             .map_or(k, |i| i as usize);
-        match step(s, index, source, flavor) {
+        match step(s, index, (source, file), flavor) {
             Ok(d) => out.push(d),
-            Err(kind) => sink.skip_step(
-                &kind,
-                format!("{}: episode {id} step {index}", file.display()),
-            )?,
+            Err(kind) => {
+                let image = match s.get("image_path").and_then(Value::as_str) {
+                    Some(rel) if kind == "missing screenshot" => format!(" ({rel})"),
+                    _ => String::new(),
+                };
+                let at = format!("{}: episode {id} step {index}{image}", file.display());
+                sink.skip_step(&kind, at)?
+            }
         }
     }
     Ok(Episode {
@@ -184,12 +188,32 @@ fn pixels(p: [f64; 2], screen: [u32; 2]) -> [f64; 2] {
     ]
 }
 
-fn step(s: &Value, index: usize, source: &Path, flavor: Flavor) -> Result<StepDraft, String> {
+/// `image_path` under `--source`; else the file of that name beside the episode's JSON, where the datasets keep
+/// it, so that an episode folder taken out of its split (as `IMNearth/CoAT`'s `data-example/` publishes one)
+/// imports too.
+fn screenshot(source: &Path, rel: &str, episode_file: &Path) -> PathBuf {
+    let path = source.join(rel);
+    if path.is_file() {
+        return path;
+    }
+    Path::new(rel)
+        .file_name()
+        .and_then(|name| Some(episode_file.parent()?.join(name)))
+        .filter(|beside| beside.is_file())
+        .unwrap_or(path)
+}
+
+fn step(
+    s: &Value,
+    index: usize,
+    (source, episode_file): (&Path, &Path),
+    flavor: Flavor,
+) -> Result<StepDraft, String> {
     let rel = s
         .get("image_path")
         .and_then(Value::as_str)
         .ok_or("step without image_path")?;
-    let path = source.join(rel);
+    let path = screenshot(source, rel, episode_file);
     let screen = match (flavor, dims(s)) {
         (Flavor::Cagui, Some(d)) if path.is_file() => d,
         _ => image_size(&path)?,

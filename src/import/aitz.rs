@@ -1,6 +1,7 @@
 //! Android-in-the-Zoo (AITZ, `IMNearth/CoAT`): one JSON list of step objects per episode
 //! (`<subset>/<EPISODE>/<EPISODE>.json`) beside its PNG screenshots; `image_path` is relative to the split folder
-//! (e.g. `test/`), which is `--source`. The README and `data-example/` of `IMNearth/CoAT` show the fields.
+//! (e.g. `test/`), which is `--source`; a screenshot not found there is taken from beside the episode's JSON. The
+//! README and `data-example/` of `IMNearth/CoAT` show the fields.
 //!
 //! * Screen: the PNG's size (AITZ stores resized screenshots, e.g. 270×600, and nothing else about the screen).
 //! * `result_touch_yx` / `result_lift_yx`: normalised `[y, x]` (y first), mapped by [`super::aitw`].

@@ -335,9 +335,11 @@ impl ImportReport {
         let c = self.info.counts.clone().unwrap_or_default();
         let src = self.info.source.as_ref();
         let mut out = format!(
-            "Imported {} episodes, {} steps ({} with gold boxes) from {} {} into {}{}\n",
+            "Imported {} episode{}, {} step{} ({} with gold boxes) from {} {} into {}{}\n",
             c.episodes,
+            if c.episodes == 1 { "" } else { "s" },
             c.steps,
+            if c.steps == 1 { "" } else { "s" },
             c.steps_with_boxes,
             src.map_or("?", |s| s.format.as_str()),
             src.map_or_else(String::new, |s| s.path.display().to_string()),

@@ -114,7 +114,16 @@ fn episode(
     for (k, s) in steps.iter().enumerate() {
         match step(s, k, ctx, sink) {
             Ok(d) => out.push(d),
-            Err(kind) => sink.skip_step(&kind, format!("{}: episode {id} step {k}", ctx.at))?,
+            Err(kind) => {
+                let image = match s.get("screenshot").and_then(Value::as_str) {
+                    Some(shot) if kind == "missing screenshot" => {
+                        format!(" ({shot}, looked for by name under --images)")
+                    }
+                    _ => String::new(),
+                };
+                let at = format!("{}: episode {id} step {k}{image}", ctx.at);
+                sink.skip_step(&kind, at)?
+            }
         }
     }
     Ok(Some(Episode {

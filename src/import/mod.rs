@@ -295,6 +295,9 @@ pub fn run(opts: &ImportOptions) -> Result<ImportReport, ImportError> {
             .chain(&counts.steps_not_imported)
         {
             details.push_str(&format!("\n  {kind}: {n}"));
+            if let Some(e) = examples.get(kind) {
+                details.push_str(&format!(" (first: {e})"));
+            }
         }
         return Err(ImportError::Nothing {
             path: opts.source.clone(),

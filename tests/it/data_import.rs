@@ -223,7 +223,7 @@ fn mobile_use_jsonl_keeps_pixels_and_boxes_and_fixes_left_right_swipes() {
     let t_out = tmp.path().join("train");
     let s = import("androidcontrol-mobile-use", &train, &t_out, &[]);
     assert!(
-        s.contains("Imported 1 episodes, 4 steps (1 with gold boxes)"),
+        s.contains("Imported 1 episode, 4 steps (1 with gold boxes)"),
         "{s}"
     );
     let steps = &trajectories(&t_out)[0]["trajectory"];
@@ -241,6 +241,47 @@ fn mobile_use_jsonl_keeps_pixels_and_boxes_and_fixes_left_right_swipes() {
         text(&o).contains("no step_instruction for --level low: 4"),
         "{}",
         text(&o)
+    );
+}
+
+#[test]
+fn aitz_episode_folder_alone_finds_its_screenshots_beside_the_json() {
+    let tmp = tempfile::tempdir().unwrap();
+    let episode = samples().join("aitz/test/google_apps/GOOGLE_APPS-523638528775825151");
+    let out = tmp.path().join("one");
+    let s = import("aitz", &episode, &out, &[]);
+    assert!(s.contains("Imported 1 episode, 4 steps"), "{s}");
+    let all = trajectories(&out);
+    let steps = all[0]["trajectory"].as_array().unwrap();
+    assert_eq!(steps.len(), 4);
+    for s in steps {
+        assert!(out.join(s["image"].as_str().unwrap()).is_file(), "{s}");
+    }
+}
+
+#[test]
+fn aitz_with_no_screenshots_names_the_first_missing_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let name = "GOOGLE_APPS-523638528775825151.json";
+    let bare = tmp.path().join("bare");
+    std::fs::create_dir(&bare).unwrap();
+    std::fs::copy(
+        samples()
+            .join("aitz/test/google_apps/GOOGLE_APPS-523638528775825151")
+            .join(name),
+        bare.join(name),
+    )
+    .unwrap();
+    let o = import_raw("aitz", &bare, &tmp.path().join("out"), &[]);
+    assert!(!o.status.success());
+    let e = text(&o);
+    assert!(e.contains("no episode could be imported"), "{e}");
+    assert!(e.contains("missing screenshot: 4 (first: "), "{e}");
+    assert!(
+        e.contains(
+            "(google_apps/GOOGLE_APPS-523638528775825151/GOOGLE_APPS-523638528775825151_0.png)"
+        ),
+        "{e}"
     );
 }
 
@@ -309,7 +350,7 @@ fn gui_odyssey_splits_grid_coordinates_and_the_recent_apps_key() {
     let out = tmp.path().join("ody");
     let s = import("gui-odyssey", &src, &out, &["--split", "random"]);
     assert!(
-        s.contains("Imported 1 episodes, 6 steps (2 with gold boxes)"),
+        s.contains("Imported 1 episode, 6 steps (2 with gold boxes)"),
         "{s}"
     );
     assert!(
@@ -342,7 +383,7 @@ fn gui_odyssey_splits_grid_coordinates_and_the_recent_apps_key() {
         &train,
         &["--split", "random:train", "--level", "low"],
     );
-    assert!(s.contains("Imported 1 episodes, 2 steps"), "{s}");
+    assert!(s.contains("Imported 1 episode, 2 steps"), "{s}");
     assert_eq!(
         trajectories(&train)[0]["trajectory"][0]["instruction"],
         "press home"
@@ -360,7 +401,7 @@ fn gui_odyssey_splits_grid_coordinates_and_the_recent_apps_key() {
         &tmp.path().join("one"),
         &["--limit", "1"],
     );
-    assert!(s.contains("Imported 1 episodes"), "{s}");
+    assert!(s.contains("Imported 1 episode"), "{s}");
 }
 
 #[test]
@@ -369,7 +410,7 @@ fn cagui_normalised_boxes_long_press_and_wait_durations() {
     let out = tmp.path().join("cagui");
     let s = import("cagui", &samples().join("cagui"), &out, &[]);
     assert!(
-        s.contains("Imported 1 episodes, 6 steps (2 with gold boxes)"),
+        s.contains("Imported 1 episode, 6 steps (2 with gold boxes)"),
         "{s}"
     );
     assert!(
