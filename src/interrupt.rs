@@ -15,8 +15,7 @@ static SIGNAL: AtomicI32 = AtomicI32::new(0);
 
 /// A request to stop, passed down as a value: work that admits new items (prompts, downloads, requests) asks
 /// [`Cancel::is_cancelled`] before taking the next one. A token may follow the process's Ctrl-C/SIGTERM flag
-/// ([`Cancel::on_signals`]), its own flag set by code ([`Cancel::cancel`]: a server shutting down, a test), or
-/// both; clones share the flag.
+/// ([`Cancel::on_signals`]), its own flag (set by `Cancel::cancel` in tests), or both; clones share the flag.
 #[derive(Debug, Clone, Default)]
 pub struct Cancel {
     flag: Arc<AtomicBool>,
@@ -24,7 +23,7 @@ pub struct Cancel {
 }
 
 impl Cancel {
-    /// A token that only [`Cancel::cancel`] sets.
+    /// A token that no signal sets (only tests cancel one).
     pub fn new() -> Self {
         Self::default()
     }

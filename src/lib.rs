@@ -11,6 +11,11 @@
 //! * `openai` (the OpenAI chat-completions protocol, pure) and `serve` (the HTTP server over the engine); the
 //!   client half is `backend::openai`;
 //! * `cli` (the command line as data, the only module that knows clap) and `commands` (one entry per subcommand).
+//!
+//! The documentation is written for the project's developers and built with `--document-private-items`, where
+//! links to crate-private items resolve (CI builds it with warnings as errors).
+
+#![allow(rustdoc::private_intra_doc_links)]
 
 pub mod action;
 pub mod backend;

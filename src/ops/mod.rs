@@ -16,7 +16,7 @@
 //! * `elementwise`: RMSNorm, bias epilogues, SwiGLU, q/k/v + rotary: selection, fused CPU loops, references.
 //! * [`cuda`]: how the kernels are launched (also used by their CPU emulation) and, with the `cuda` feature, the
 //!   launchers.
-//! * [`reference`]: every fused op's candle reference, the ground truth of the comparisons.
+//! * [`reference`](mod@reference): every fused op's candle reference, the ground truth of the comparisons.
 //! * [`selftest`]: the comparisons behind `self-test`.
 //! * `profile`: the optional section timings; `simd` and `cpu_data`: helpers of the fused CPU paths.
 

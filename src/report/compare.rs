@@ -188,7 +188,7 @@ fn progress_delta(a: &RunData, b: &RunData) -> MetricDelta {
     }
 }
 
-/// What [`write`] wrote.
+/// What [`write()`] wrote.
 #[derive(Debug, Clone)]
 pub struct CompareOutput {
     /// `compare.html`.

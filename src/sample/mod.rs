@@ -1,7 +1,7 @@
 //! The embedded sample benchmark, generated deterministically in code: five Chinese-app trajectories
 //! (30 steps, every action type) on a 720×1600 screen, with drawn screenshots and gold boxes.
 //!
-//! [`write`] writes it into a folder; [`materialize_default`] writes it once into a cache folder under the
+//! [`write()`] writes it into a folder; [`materialize_default`] writes it once into a cache folder under the
 //! system temporary directory (atomically, so concurrent callers never see a partial copy).
 
 mod draw;

@@ -1,6 +1,6 @@
 //! The attention ops and their selection: packed varlen attention (prefill, vision windows and full attention)
 //! and decode attention, each on the fused CUDA kernel, the fused CPU path ([`cpu`]), or the composed fallback
-//! ([`composed`]); their candle references ([`reference`]).
+//! ([`composed`]); their candle references ([`reference`](mod@reference)).
 
 pub mod composed;
 pub(super) mod cpu;

@@ -1,6 +1,6 @@
 //! The elementwise ops of the model: Qwen2's RMSNorm, the bias epilogues of the linear layers, SwiGLU of a packed
 //! `[gate | up]` projection and the q/k/v split with its bias and rotary. [`Ops`] picks each call's path: the CUDA
-//! kernel, the fused CPU loop ([`cpu`]) or the candle reference ([`reference`]).
+//! kernel, the fused CPU loop ([`cpu`]) or the candle reference ([`reference`](mod@reference)).
 
 mod cpu;
 pub(super) mod reference;

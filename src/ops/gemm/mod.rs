@@ -31,7 +31,7 @@ pub const ROW_BLOCK: usize = 16;
 impl Ops {
     /// `x · wᵀ` for x (…, in) and w (out, in): the linear layers' GEMM. On the CPU every row gets the same bits
     /// whatever else is in the batch ([`Rows`]): rows in `rows`' segments are multiplied one segment at a time
-    /// (in f32 with a CBLAS library loaded, [`OpsConfig::cpu_gemm`], for segments of at least [`BLAS_MIN_ROWS`]
+    /// (in f32 with a CBLAS library loaded, [`OpsConfig::cpu_gemm`](crate::ops::OpsConfig::cpu_gemm), for segments of at least [`BLAS_MIN_ROWS`]
     /// rows; else, where it is the built-in GEMM, by [`packed`] for segments of at least
     /// [`packed::MIN_ROWS`] rows; otherwise by candle's matmul, the `gemm` crate), independent f32 rows by
     /// [`row`] where the packed kernel is the built-in GEMM, else in `gemm` crate products of

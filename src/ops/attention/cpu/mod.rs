@@ -39,7 +39,7 @@ struct Dims {
     level: Level,
 }
 
-/// See [`super::varlen_attention`]; `q` (N, H, d), `k`/`v` (N, KV, d), all f32 on the CPU. The GEMM tiles run on
+/// See [`Ops::varlen_attention`](crate::ops::Ops::varlen_attention); `q` (N, H, d), `k`/`v` (N, KV, d), all f32 on the CPU. The GEMM tiles run on
 /// the packed kernel where it is the run's built-in GEMM (`builtin`), else on the `gemm` crate.
 pub fn varlen_attention(a: super::Varlen<'_>, builtin: BuiltinGemm) -> Result<Tensor> {
     varlen_attention_at(

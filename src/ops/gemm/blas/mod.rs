@@ -257,7 +257,7 @@ unsafe impl Send for SendPtr {}
 unsafe impl Sync for SendPtr {}
 
 /// Load and judge what `gemm` (`--cpu-gemm`, `MOBILE_R1_EVAL_BLAS`) asks for: the library to use, if any, and
-/// the record of the choice (see [`choice`](self::choice) for the rules), its calibration kept where
+/// the record of the choice (see [`choice`] for the rules), its calibration kept where
 /// `calibration` says. An error only where a library required by `gemm` cannot be loaded.
 pub fn choose(
     gemm: &CpuGemm,

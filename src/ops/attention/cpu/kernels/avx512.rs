@@ -43,7 +43,7 @@ pub unsafe fn scores(b: &Block<'_>, kpad: usize, scores: &mut [f32]) {
     }
 }
 
-/// out[i] = Σ_j p[i][j]·v[j] for keys 0..last: 32 dims × 4 rows per inner step, then 16, then 8.
+/// `out[i] = Σ_j p[i][j]·v[j]` for keys 0..last: 32 dims × 4 rows per inner step, then 16, then 8.
 ///
 /// # Safety
 /// The CPU must have AVX-512F; d is a multiple of 8, `out` holds ROWS × d, `scores` ROWS × lpad.

@@ -199,7 +199,7 @@ mod avx2 {
         }
     }
 
-    /// out[i] = Σ_j p[i][j]·v[j] for keys 0..last, 16 dims × 4 rows per inner step (8 lanes at the end).
+    /// `out[i] = Σ_j p[i][j]·v[j]` for keys 0..last, 16 dims × 4 rows per inner step (8 lanes at the end).
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn weighted_sum(b: &Block<'_>, last: usize, scores: &[f32], out: &mut [f32]) {
         let (v, sp, op) = (b.v.as_ptr(), scores.as_ptr(), out.as_mut_ptr());
