@@ -9,7 +9,7 @@ use std::process::Output;
 
 use serde_json::Value;
 
-use crate::util::bin;
+use crate::util::{bin, text};
 
 mod rules;
 
@@ -23,14 +23,6 @@ fn run(args: &[&str]) -> Output {
         .env("RUST_LOG", "warn")
         .output()
         .expect("run the binary")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// `data import --format F --source S --out OUT` plus `extra`, which must succeed; its summary.

@@ -7,6 +7,8 @@ use std::process::Output;
 
 use serde_json::Value;
 
+use crate::util::{json_file, json_lines, killed_copy, ok};
+
 fn model_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny-b")
 }
@@ -37,31 +39,10 @@ fn eval_env(out: &Path, data: Option<&Path>, extra: &[&str], envs: &[(&str, &str
         .expect("run the binary")
 }
 
-fn ok(o: &Output) {
-    assert!(
-        o.status.success(),
-        "eval failed:\nstdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-fn json_file(path: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-fn lines(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
 /// `(trajectory, step) → response` of a predictions file, asserting that no step appears twice.
 fn responses(run: &Path) -> BTreeMap<(String, u64), String> {
     let mut map = BTreeMap::new();
-    for v in lines(&run.join("predictions.jsonl")) {
+    for v in json_lines(&run.join("predictions.jsonl")) {
         let key = (v["trajectory"].to_string(), v["step"].as_u64().unwrap());
         let old = map.insert(key.clone(), v["response"].as_str().unwrap().to_string());
         assert!(old.is_none(), "step {key:?} written twice");
@@ -107,7 +88,7 @@ fn batch_size_does_not_change_predictions_and_metrics_are_written() {
                 > 0.0
         );
         if bs == "3" {
-            let verdicts = lines(&out.join("judgements.jsonl"));
+            let verdicts = json_lines(&out.join("judgements.jsonl"));
             assert_eq!(
                 verdicts.len() as u64,
                 metrics["trajectories"].as_u64().unwrap()
@@ -132,14 +113,7 @@ fn a_killed_run_resumes_without_losing_or_duplicating_steps() {
 
     // Simulate a kill: keep the manifest and the first half of the lines, plus half of the next line.
     let cut = tmp.path().join("cut");
-    std::fs::create_dir_all(&cut).unwrap();
-    std::fs::copy(full.join("manifest.json"), cut.join("manifest.json")).unwrap();
-    let text = std::fs::read_to_string(full.join("predictions.jsonl")).unwrap();
-    let all: Vec<&str> = text.lines().collect();
-    let half = all.len() / 2;
-    let mut partial = all[..half].join("\n") + "\n";
-    partial.push_str(&all[half][..all[half].len() / 2]);
-    std::fs::write(cut.join("predictions.jsonl"), partial).unwrap();
+    killed_copy(&full, &cut);
 
     ok(&eval(&cut, None, &["--no-judge", "--batch-size", "4"]));
     assert_eq!(responses(&cut), expected);
@@ -198,7 +172,7 @@ fn a_corrupt_screenshot_is_recorded_then_fixed_and_a_replaced_one_is_refused() {
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("1 of 30 steps could not be prepared"), "{err}");
-    let errors: Vec<Value> = lines(&out.join("predictions.jsonl"))
+    let errors: Vec<Value> = json_lines(&out.join("predictions.jsonl"))
         .into_iter()
         .filter(|v| v.get("error").is_some())
         .collect();
@@ -254,7 +228,7 @@ fn a_separate_judge_model_answers_the_aggregation_prompts() {
         ],
     ));
     let metrics: Value = json_file(&out.join("metrics.json"));
-    let verdicts = lines(&out.join("judgements.jsonl"));
+    let verdicts = json_lines(&out.join("judgements.jsonl"));
     assert_eq!(
         verdicts.len() as u64,
         metrics["trajectories"].as_u64().unwrap()
@@ -285,7 +259,10 @@ fn a_separate_judge_model_answers_the_aggregation_prompts() {
             "8",
         ],
     ));
-    assert_eq!(lines(&out.join("judgements.jsonl")).len(), verdicts.len());
+    assert_eq!(
+        json_lines(&out.join("judgements.jsonl")).len(),
+        verdicts.len()
+    );
 }
 
 /// The fused ops (CPU varlen attention) give the composed references' greedy outputs; the profiled run (the fused

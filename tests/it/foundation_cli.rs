@@ -2,7 +2,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use crate::util::BIN;
+use crate::util::{text, BIN};
 
 fn run(args: &[&str]) -> Output {
     Command::new(BIN)
@@ -18,14 +18,6 @@ fn score(data: &Path, preds: &Path, extra: &[&str]) -> Output {
     let mut args = vec!["score", "--data", data, "--predictions", preds];
     args.extend_from_slice(extra);
     run(&args)
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn small() -> PathBuf {

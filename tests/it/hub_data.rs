@@ -11,6 +11,7 @@ use std::process::Output;
 use serde_json::Value;
 
 use crate::hub_support::{hub_env, Faults, MockHub, Refusing, COMMIT};
+use crate::util::ok;
 
 /// The dataset's key in the stand-in Hub.
 const REPO: &str = "datasets/test-org/mobile-r1";
@@ -77,16 +78,6 @@ pub fn run_hub(args: &[&str], home: &Path, hub: Option<&MockHub>) -> Output {
         "an offline run connected to HF_ENDPOINT"
     );
     out
-}
-
-fn ok(o: &Output) -> String {
-    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(
-        o.status.success(),
-        "failed:\nstdout:\n{stdout}\nstderr:\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    stdout
 }
 
 fn snapshot(home: &Path) -> PathBuf {

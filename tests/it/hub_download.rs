@@ -13,7 +13,7 @@ use crate::hub_support::{hub_env, Faults, MockHub, Refusing, Repos, Silent, COMM
 use crate::model_support::{fixture, generate_json, golden_case, json_u64s};
 
 /// The tiny-a checkpoint as a repo's files (symlinked tokenizer files read through).
-fn tiny_a_files() -> HashMap<String, Vec<u8>> {
+pub(crate) fn tiny_a_files() -> HashMap<String, Vec<u8>> {
     std::fs::read_dir(fixture("models/tiny-a"))
         .unwrap()
         .map(|e| {

@@ -23,6 +23,8 @@ use mobile_r1_eval::preprocess::ImageProcessorConfig;
 use mobile_r1_eval::records::PhaseStats;
 use mobile_r1_eval::settings::DeviceSpec;
 
+use crate::util::ok;
+
 fn model_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny-b")
 }
@@ -193,15 +195,6 @@ fn multi_device_lost_mid_run_the_others_finish_and_nothing_is_lost_or_doubled() 
     assert!(
         done.len() < jobs.count(),
         "what the lost device held is missing"
-    );
-}
-
-fn ok(o: &Output) {
-    assert!(
-        o.status.success(),
-        "eval failed:\nstdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
     );
 }
 

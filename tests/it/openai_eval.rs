@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use crate::openai_support::stub::{Reply, Stub, ANSWER};
 use crate::openai_support::{signal, tiny, wait_exit, wait_for, Server, MAX_PIXELS};
+use crate::util::{json_file, ok};
 
 const MAX_NEW: &str = "10";
 
@@ -22,10 +23,6 @@ fn lines(path: &Path) -> Vec<Value> {
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect()
-}
-
-fn json_file(path: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 /// Run `cmd` for at most 300 s.
@@ -40,15 +37,6 @@ fn run(mut cmd: Command) -> Output {
         let _ = child.kill();
     }
     child.wait_with_output().unwrap()
-}
-
-fn ok(o: &Output) {
-    assert!(
-        o.status.success(),
-        "eval failed:\nstdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
 }
 
 /// `eval --backend openai` of `data` (the sample when `None`) into `out`.

@@ -9,35 +9,16 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 use crate::hub_data::{release_like_repo, run_hub};
+use crate::hub_download::tiny_a_files;
 use crate::hub_support::{hub_env, Faults, MockHub, Refusing, COMMIT};
 use crate::model_support::fixture;
-
-fn tiny_a_repo() -> std::collections::HashMap<String, Vec<u8>> {
-    std::fs::read_dir(fixture("models/tiny-a"))
-        .unwrap()
-        .map(|e| {
-            let p = e.unwrap().path();
-            let name = p.file_name().unwrap().to_str().unwrap().to_string();
-            (name, std::fs::read(&p).unwrap())
-        })
-        .collect()
-}
-
-fn ok(o: &Output) -> String {
-    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(
-        o.status.success(),
-        "failed:\nstdout:\n{stdout}\nstderr:\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    stdout
-}
+use crate::util::ok;
 
 /// A bundle of `test-org/tiny-a` and `hf:test-org/mobile-r1` from the stand-in Hub, with tiny-b as the judge.
 fn pack_from_hub(home: &Path) -> PathBuf {
     let hub = MockHub::start(
         [
-            ("test-org/tiny-a".to_string(), tiny_a_repo()),
+            ("test-org/tiny-a".to_string(), tiny_a_files()),
             (
                 "datasets/test-org/mobile-r1".to_string(),
                 release_like_repo(),

@@ -9,6 +9,19 @@ use mobile_r1_eval::rundir::RunDir;
 use mobile_r1_eval::score::{intervals, paired_intervals};
 use serde_json::Value;
 
+/// `report --compare A B --out OUT`, which must succeed; its `compare.json`.
+fn compare(a: &Path, b: &Path, out: &Path) -> Value {
+    run_ok(&[
+        "report",
+        "--compare",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    serde_json::from_str(&std::fs::read_to_string(out.join("compare.json")).unwrap()).unwrap()
+}
+
 /// The JSON data block of a report page.
 fn data_block(page: &str) -> Value {
     let start = page.find("id=\"report-data\">").expect("data block") + "id=\"report-data\">".len();
@@ -145,16 +158,7 @@ fn compare_reports_deltas_mcnemar_and_flips() {
     );
     make_run(&data, &a, 0);
     make_run(&data, &b, 1);
-    run_ok(&[
-        "report",
-        "--compare",
-        a.to_str().unwrap(),
-        b.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    let c: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("compare.json")).unwrap()).unwrap();
+    let c = compare(&a, &b, &out);
     let (ra, rb) = (
         RunData::load(&RunDir::new(&a), &RunOverrides::default()).unwrap(),
         RunData::load(&RunDir::new(&b), &RunOverrides::default()).unwrap(),
@@ -371,16 +375,7 @@ fn a_scored_folder_reads_back_as_score_wrote_it() {
         written
     );
     let cmp = tmp.path().join("cmp");
-    run_ok(&[
-        "report",
-        "--compare",
-        sa.to_str().unwrap(),
-        sb.to_str().unwrap(),
-        "--out",
-        cmp.to_str().unwrap(),
-    ]);
-    let c: Value =
-        serde_json::from_str(&std::fs::read_to_string(cmp.join("compare.json")).unwrap()).unwrap();
+    let c = compare(&sa, &sb, &cmp);
     let acc = c["metrics"]
         .as_array()
         .unwrap()

@@ -6,13 +6,15 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use crate::scale_support::{parse_documents, Yaml};
 use clap::Parser;
 use mobile_r1_eval::cli::{Cli, Command as Sub};
 use mobile_r1_eval::merge::MergedThroughput;
 use mobile_r1_eval::records::ManifestHeader;
 use mobile_r1_eval::shard::{SchedulerEnv, ShardArg, ShardSpec};
 use serde_json::Value;
+
+use crate::scale_support::{parse_documents, Yaml};
+use crate::util::ok;
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -47,15 +49,6 @@ fn eval(out: &Path, extra: &[&str], envs: &[(&str, &str)]) -> Output {
     }
     args.extend(extra);
     bin(&args, envs)
-}
-
-fn ok(o: &Output) {
-    assert!(
-        o.status.success(),
-        "failed:\nstdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
 }
 
 fn failed_with(o: &Output, parts: &[&str]) {

@@ -363,23 +363,8 @@ def open_click_probes(geo):
     return out
 
 
-GOLDS = [
-    {"action": "click", "coordinate": [540, 1200]},
-    {"action": "long_press", "coordinate": [540, 1200], "time": 2},
-    {"action": "swipe", "coordinate": [540, 1800], "coordinate2": [540, 600]},
-    {"action": "type", "text": "hello"},
-    {"action": "system_button", "button": "Back"},
-    {"action": "system_button", "button": "Home"},
-    {"action": "system_button", "button": "Enter"},
-    {"action": "system_button", "button": "Menu"},
-    {"action": "open", "text": "Maps"},
-    {"action": "wait", "time": 2},
-    {"action": "terminate", "status": "success"},
-    {"action": "terminate", "status": "failure"},
-    {"action": "key", "text": "volume_up"},
-]
-
-PREDS = [
+# Every action type once: each is the gold of one row and the prediction of one column of the type grid.
+ACTIONS = [
     {"action": "click", "coordinate": [540, 1200]},
     {"action": "long_press", "coordinate": [540, 1200], "time": 2},
     {"action": "swipe", "coordinate": [540, 1800], "coordinate2": [540, 600]},
@@ -398,8 +383,8 @@ PREDS = [
 
 def type_probes():
     out = []
-    for g in GOLDS:
-        for p in PREDS:
+    for g in ACTIONS:
+        for p in ACTIONS:
             out.append(Step("types", (1080, 2400), None, g, [], tool(p)))
     return out
 
@@ -488,29 +473,8 @@ def check_pam(step, refs):
     return g
 
 
-def verdicts_infigui(steps, refs):
-    jobs = []
-    for i, s in enumerate(steps):
-        fw, fh = s.frame()
-        jobs.append({"question_id": i, "llm_output": s.response, "check_pams": check_pam(s, refs),
-                     "width": s.screen[0], "height": s.screen[1], "resized_width": fw, "resized_height": fh})
-    with tempfile.TemporaryDirectory() as tmp:
-        fake = types.SimpleNamespace(thinking=False, model_path="probe", output_dir=tmp, eval_type="high", debug=False)
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            try:
-                refs.infigui_compute_scores(fake, jobs)
-            except ZeroDivisionError:
-                pass
-    return [bool(j.get("extact_match", False)) for j in jobs]
-
-
-def verdicts_uis1(steps, refs):
-    """UI-S1's evaluate_android_control_action on the tool call read as the Qwen evaluator reads it (UI-S1's own
-    reader parses its `<action>` format, not Qwen tool calls): InfiGUI-R1's compute_scores with UI-S1's matcher."""
-    ns = dict(refs.infigui_ns)
-    uis1 = refs.uis1["evaluate_android_control_action"]
-    ns["evaluate_android_control_action"] = lambda p, c, w, h, rw, rh, **_: uis1(p, c, w, h, rw, rh)
-    compute = types.FunctionType(refs.infigui_compute_scores.__code__, ns)
+def exact_matches(compute, steps, refs):
+    """Run an InfiGUI-R1-style `compute_scores` over the steps; its `extact_match` verdict per step."""
     jobs = []
     for i, s in enumerate(steps):
         fw, fh = s.frame()
@@ -524,6 +488,19 @@ def verdicts_uis1(steps, refs):
             except ZeroDivisionError:
                 pass
     return [bool(j.get("extact_match", False)) for j in jobs]
+
+
+def verdicts_infigui(steps, refs):
+    return exact_matches(refs.infigui_compute_scores, steps, refs)
+
+
+def verdicts_uis1(steps, refs):
+    """UI-S1's evaluate_android_control_action on the tool call read as the Qwen evaluator reads it (UI-S1's own
+    reader parses its `<action>` format, not Qwen tool calls): InfiGUI-R1's compute_scores with UI-S1's matcher."""
+    ns = dict(refs.infigui_ns)
+    uis1 = refs.uis1["evaluate_android_control_action"]
+    ns["evaluate_android_control_action"] = lambda p, c, w, h, rw, rh, **_: uis1(p, c, w, h, rw, rh)
+    return exact_matches(types.FunctionType(refs.infigui_compute_scores.__code__, ns), steps, refs)
 
 
 def yxhw(box, screen):

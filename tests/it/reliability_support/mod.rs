@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub use crate::util::text;
 /// The binary under test.
 pub use crate::util::BIN;
 
@@ -48,15 +49,6 @@ pub fn eval_cmd(model: &Path, data: &Path, out: &Path, extra: &[&str]) -> Comman
         }
     }
     c
-}
-
-/// stdout and stderr of a finished command, for assertion messages.
-pub fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// Start `c` with its output captured.

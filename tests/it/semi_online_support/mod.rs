@@ -8,6 +8,8 @@ use std::process::Output;
 use mobile_r1_eval::dataset::Benchmark;
 use serde_json::Value;
 
+pub use crate::util::{json_file, json_lines, killed_copy, ok};
+
 /// The tiny random checkpoint of the tests.
 pub fn model_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny-b")
@@ -33,30 +35,6 @@ pub fn eval(out: &Path, extra: &[&str]) -> Output {
     args.extend(SMALL);
     args.extend(extra);
     run(&args)
-}
-
-/// Assert that a run succeeded, showing its output when not.
-pub fn ok(o: &Output) {
-    assert!(
-        o.status.success(),
-        "failed:\nstdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-/// A JSON file.
-pub fn json_file(path: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-/// The lines of a JSONL file.
-pub fn json_lines(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 /// `(trajectory, step)`.
@@ -109,17 +87,4 @@ pub fn user_text(prompt: &Value) -> String {
 pub fn sample() -> Benchmark {
     let dir = mobile_r1_eval::sample::materialize_default().unwrap();
     Benchmark::load(&dir).unwrap()
-}
-
-/// Cut a run's predictions to their first half (in file order, so in the middle of chains) plus half a line, as
-/// a kill leaves them, into a fresh folder with the same manifest.
-pub fn killed_copy(full: &Path, cut: &Path) {
-    std::fs::create_dir_all(cut).unwrap();
-    std::fs::copy(full.join("manifest.json"), cut.join("manifest.json")).unwrap();
-    let text = std::fs::read_to_string(full.join("predictions.jsonl")).unwrap();
-    let all: Vec<&str> = text.lines().collect();
-    let half = all.len() / 2;
-    let mut partial = all[..half].join("\n") + "\n";
-    partial.push_str(&all[half][..all[half].len() / 2]);
-    std::fs::write(cut.join("predictions.jsonl"), partial).unwrap();
 }
