@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::episode::{clip_box, image_size, round2, Episode, ImageData, Sink, StepDraft};
+use super::episode::{
+    clip_box, image_size, round2, skip_location, Episode, ImageData, Sink, StepDraft,
+};
 use super::{io_err, ImportError};
 use crate::action::{Action, Button, Status};
 use crate::dataset::BBox;
@@ -120,12 +122,9 @@ fn episode(
         match step(s, index, (source, file), flavor) {
             Ok(d) => out.push(d),
             Err(kind) => {
-                let image = match s.get("image_path").and_then(Value::as_str) {
-                    Some(rel) if kind == "missing screenshot" => format!(" ({rel})"),
-                    _ => String::new(),
-                };
-                let at = format!("{}: episode {id} step {index}{image}", file.display());
-                sink.skip_step(&kind, at)?
+                let at = format!("{}: episode {id} step {index}", file.display());
+                let image = s.get("image_path").and_then(Value::as_str);
+                sink.skip_step(&kind, skip_location(at, &kind, image))?
             }
         }
     }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use prost::Message;
 use serde_json::Value;
 
-use super::episode::{clip_box, round2, Episode, ImageData, Sink, StepDraft};
+use super::episode::{clip_box, round2, Episode, ImageData, Sink, StepDraft, MISSING_SCREENSHOT};
 use super::proto::Example;
 use super::{a11y, io_err, tfrecord, ImportError, ImportOptions, Level};
 use crate::action::{Action, Button};
@@ -192,7 +192,7 @@ fn step(
     level: Level,
     sink: &mut Sink,
 ) -> Result<StepDraft, String> {
-    let shot = l.shots.get(k).ok_or("missing screenshot")?;
+    let shot = l.shots.get(k).ok_or(MISSING_SCREENSHOT)?;
     let screen =
         screen_size(shot, l.widths.get(k), l.heights.get(k)).ok_or("unreadable screenshot")?;
     let step_instruction = l.instructions.get(k).map(|b| text(b));

@@ -75,10 +75,21 @@ pub(super) fn clip_box(b: BBox, screen: [u32; 2]) -> Option<BBox> {
     (c[2] > c[0] && c[3] > c[1]).then_some(c)
 }
 
+/// The kind of a step left out because its screenshot file is not there.
+pub(super) const MISSING_SCREENSHOT: &str = "missing screenshot";
+
+/// Where a source step left out stands: `at`, and for a missing screenshot the file the source names (`image`).
+pub(super) fn skip_location(at: String, kind: &str, image: Option<&str>) -> String {
+    match image {
+        Some(image) if kind == MISSING_SCREENSHOT => format!("{at} ({image})"),
+        _ => at,
+    }
+}
+
 /// The pixel size of an image file from its header, or the kind of problem.
 pub(super) fn image_size(path: &Path) -> Result<[u32; 2], &'static str> {
     if !path.is_file() {
-        return Err("missing screenshot");
+        return Err(MISSING_SCREENSHOT);
     }
     image::image_dimensions(path)
         .map(|(w, h)| [w, h])
@@ -175,7 +186,9 @@ impl Sink {
             let at = || format!("{location}: episode {} step {}", ep.id, s.source_index);
             if let ImageData::File(p) = &s.image {
                 if !p.is_file() {
-                    self.skip_step("missing screenshot", format!("{} ({})", at(), p.display()))?;
+                    let at =
+                        skip_location(at(), MISSING_SCREENSHOT, Some(&p.display().to_string()));
+                    self.skip_step(MISSING_SCREENSHOT, at)?;
                     continue;
                 }
             }

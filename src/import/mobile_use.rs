@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::episode::{clip_box, image_size, Episode, ImageData, Sink, StepDraft};
+use super::episode::{clip_box, image_size, skip_location, Episode, ImageData, Sink, StepDraft};
 use super::{io_err, ImportError, ImportOptions, Level};
 use crate::action::Action;
 use crate::dataset::BBox;
@@ -115,14 +115,10 @@ fn episode(
         match step(s, k, ctx, sink) {
             Ok(d) => out.push(d),
             Err(kind) => {
-                let image = match s.get("screenshot").and_then(Value::as_str) {
-                    Some(shot) if kind == "missing screenshot" => {
-                        format!(" ({shot}, looked for by name under --images)")
-                    }
-                    _ => String::new(),
-                };
-                let at = format!("{}: episode {id} step {k}{image}", ctx.at);
-                sink.skip_step(&kind, at)?
+                let at = format!("{}: episode {id} step {k}", ctx.at);
+                let image = s.get("screenshot").and_then(Value::as_str);
+                let image = image.map(|shot| format!("{shot}, looked for by name under --images"));
+                sink.skip_step(&kind, skip_location(at, &kind, image.as_deref()))?
             }
         }
     }
