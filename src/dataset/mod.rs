@@ -6,6 +6,8 @@
 mod images;
 mod info;
 mod load;
+#[cfg(test)]
+pub(crate) mod testing;
 
 use std::path::{Path, PathBuf};
 

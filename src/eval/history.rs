@@ -211,26 +211,13 @@ fn write_python_str(s: &str, out: &mut String) {
 mod tests {
     use super::*;
     use crate::action::Action;
+    use crate::dataset::testing::step;
 
     fn trajectory() -> Trajectory {
-        let step = |subtask: &str, action: Action| crate::dataset::Step {
-            image: "images/a.png".into(),
-            thought: String::new(),
-            subtask: subtask.into(),
-            action,
-            response: String::new(),
-            bboxes: Vec::new(),
-            instruction: None,
-        };
-        Trajectory {
-            id: "7".into(),
-            line: 1,
-            app_name: "淘宝".into(),
-            instruction: "搜索耳机".into(),
-            system: None,
-            image_width: 1000,
-            image_height: 2000,
-            steps: vec![
+        crate::dataset::testing::trajectory(
+            "7",
+            [1000, 2000],
+            vec![
                 step(
                     "打开淘宝",
                     Action::Click {
@@ -245,7 +232,7 @@ mod tests {
                 ),
                 step("返回", Action::Wait { time: None }),
             ],
-        }
+        )
     }
 
     fn own(response: &str, correct: bool, tool_call: Option<&str>) -> OwnStep {

@@ -185,6 +185,7 @@ pub(crate) fn parse_verdict(answer: &str) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dataset::testing::step;
 
     #[test]
     fn verdicts_parse_from_noisy_answers() {
@@ -209,24 +210,11 @@ mod tests {
     }
 
     fn trajectory(system: Option<&str>) -> Trajectory {
-        let step = |subtask: &str| crate::dataset::Step {
-            image: "images/a.png".into(),
-            thought: String::new(),
-            subtask: subtask.into(),
-            action: crate::action::Action::Wait { time: None },
-            response: String::new(),
-            bboxes: Vec::new(),
-            instruction: None,
-        };
+        let wait = |subtask| step(subtask, crate::action::Action::Wait { time: None });
+        let steps = vec![wait("打开淘宝"), wait("点击搜索框"), wait("输入耳机")];
         Trajectory {
-            id: "7".into(),
-            line: 1,
-            app_name: "淘宝".into(),
-            instruction: "搜索耳机".into(),
             system: system.map(str::to_string),
-            image_width: 1080,
-            image_height: 2400,
-            steps: vec![step("打开淘宝"), step("点击搜索框"), step("输入耳机")],
+            ..crate::dataset::testing::trajectory("7", [1080, 2400], steps)
         }
     }
 

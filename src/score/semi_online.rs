@@ -232,22 +232,11 @@ pub fn paired_progress_interval(
 mod tests {
     use super::*;
     use crate::action::{Action, Status};
-    use crate::dataset::{Benchmark, Step, Trajectory};
+    use crate::dataset::testing::{step, trajectory};
+    use crate::dataset::Benchmark;
     use crate::predictions::{Prediction, PredictionSet};
     use crate::records::{History, PredictionLine, SemiOnlineSettings};
     use crate::score::{score_predictions, RulePreset};
-
-    fn step(action: Action) -> Step {
-        Step {
-            image: "images/x.png".into(),
-            thought: String::new(),
-            subtask: String::new(),
-            action,
-            response: String::new(),
-            bboxes: Vec::new(),
-            instruction: None,
-        }
-    }
 
     fn click() -> Action {
         Action::Click {
@@ -267,15 +256,9 @@ mod tests {
 
     /// A: click, type, wait, terminate; B: click, terminate; C: click, type, terminate (1000×2000 screens).
     fn bench() -> Benchmark {
-        let traj = |id: &str, actions: Vec<Action>| Trajectory {
-            id: id.into(),
-            line: 1,
-            app_name: "app".into(),
-            instruction: "do it".into(),
-            system: None,
-            image_width: 1000,
-            image_height: 2000,
-            steps: actions.into_iter().map(step).collect(),
+        let traj = |id: &str, actions: Vec<Action>| {
+            let steps = actions.into_iter().map(|a| step("", a)).collect();
+            trajectory(id, [1000, 2000], steps)
         };
         Benchmark {
             root: "/nonexistent".into(),
