@@ -251,8 +251,7 @@ fn parse_step_fields(
     let image = step_image(obj, prefix, ctx)?;
     check_image_path(&image).map_err(|m| ctx.err(format!("{prefix}image"), m))?;
     let action_v = ctx.req(obj, prefix, "action")?;
-    let action =
-        parse_gold_action(action_v).map_err(|m| ctx.err(format!("{prefix}action"), m))?;
+    let action = parse_gold_action(action_v).map_err(|m| ctx.err(format!("{prefix}action"), m))?;
     let bbox_key = if obj.contains_key("bbox") {
         "bbox"
     } else {
@@ -417,11 +416,15 @@ mod tests {
         };
         let ok = step([50.0, 60.0], serde_json::json!([[40, 50, 60, 70]]));
         assert_eq!(check_step(&ok, [100, 200]), Ok(()));
-        let off = check_step(&step([150.0, 60.0], serde_json::Value::Null), [100, 200]).unwrap_err();
+        let off =
+            check_step(&step([150.0, 60.0], serde_json::Value::Null), [100, 200]).unwrap_err();
         assert_eq!(off.kind(), OFF_SCREEN);
         assert!(off.message().contains("[150, 60]"), "{off:?}");
-        let boxed = check_step(&step([50.0, 60.0], serde_json::json!([[40, 50, 160, 70]])), [100, 200])
-            .unwrap_err();
+        let boxed = check_step(
+            &step([50.0, 60.0], serde_json::json!([[40, 50, 160, 70]])),
+            [100, 200],
+        )
+        .unwrap_err();
         assert_eq!(
             boxed.kind(),
             "step the benchmark loader refuses (field `bbox`)"

@@ -157,7 +157,8 @@ pub(super) fn yx(v: Option<&Value>) -> Option<[f64; 2]> {
 pub(super) const BAD_POSITIONS: &str = "tap whose ui_positions is not a list of [y, x, h, w] boxes";
 
 /// The kind of a CAGUI step whose screen size is absent or not positive integers.
-pub(super) const BAD_SCREEN: &str = "step whose image_width / image_height are not positive integers";
+pub(super) const BAD_SCREEN: &str =
+    "step whose image_width / image_height are not positive integers";
 
 /// `ui_positions` as `[y, x, h, w]` boxes (a JSON string or a list; absent or null: none), or [`BAD_POSITIONS`]
 /// when it is anything else (truncated JSON, a box of other than 4 numbers, not a list).

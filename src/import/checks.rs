@@ -44,7 +44,10 @@ fn screenshot_header(image: &ImageData) -> Result<([u32; 2], String), &'static s
                 .with_guessed_format()
                 .map_err(|_| UNREADABLE_SCREENSHOT)?;
             let format = reader.format().ok_or(UNREADABLE_SCREENSHOT)?;
-            let ext = format.extensions_str().first().ok_or(UNREADABLE_SCREENSHOT)?;
+            let ext = format
+                .extensions_str()
+                .first()
+                .ok_or(UNREADABLE_SCREENSHOT)?;
             let (w, h) = reader
                 .into_dimensions()
                 .map_err(|_| UNREADABLE_SCREENSHOT)?;
@@ -63,4 +66,3 @@ pub(super) fn check_draft(s: &StepDraft) -> Result<String, (String, Option<Strin
     check_step(&json, s.screen).map_err(|r| (r.kind(), Some(r.message().to_string())))?;
     Ok(ext)
 }
-

@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Map, Value};
 
+use super::checks::check_draft;
 use super::{io_err, ImportError};
 use crate::action::Action;
-use super::checks::check_draft;
 use crate::dataset::{BBox, ImportCounts, DATA_FILE};
 
 /// The folder of the screenshots inside the benchmark folder.
@@ -460,7 +460,11 @@ mod tests {
                 action: click(50.0),
                 ..draft(1, ImageData::Bytes(png_bytes(10, 20)), [10, 20])
             },
-            draft(2, ImageData::Bytes(b"<html>not an image".to_vec()), [10, 20]),
+            draft(
+                2,
+                ImageData::Bytes(b"<html>not an image".to_vec()),
+                [10, 20],
+            ),
             draft(3, ImageData::Bytes(png_bytes(30, 20)), [10, 20]),
         ];
         let ep = Episode {
@@ -477,7 +481,10 @@ mod tests {
         assert_eq!(n(UNREADABLE_SCREENSHOT), Some(1));
         assert_eq!(n(SCREENSHOT_SIZE), Some(1));
         let off = &f.examples[crate::dataset::OFF_SCREEN];
-        assert!(off.starts_with("rec#0: episode e step 1: point [50, 5]"), "{off}");
+        assert!(
+            off.starts_with("rec#0: episode e step 1: point [50, 5]"),
+            "{off}"
+        );
         // The JPEG bytes are written under the extension of their format.
         assert!(dir.path().join("images/e/0.jpg").is_file());
     }

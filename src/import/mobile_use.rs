@@ -95,7 +95,8 @@ pub(super) fn import(opts: &ImportOptions, sink: &mut Sink) -> Result<(), Import
 /// boxes beyond the screenshots say the screenshots found are of another size than the source's (resized copies,
 /// say); a warning names the counts, which `benchmark.json` keeps.
 fn warn_beyond(sink: &mut Sink) {
-    let [points, clipped, outside] = [OFF_SCREEN, BOX_CLIPPED, BOX_OUTSIDE].map(|k| sink.count_of(k));
+    let [points, clipped, outside] =
+        [OFF_SCREEN, BOX_CLIPPED, BOX_OUTSIDE].map(|k| sink.count_of(k));
     if points + clipped + outside > 0 {
         sink.warn(format!(
             "{points} gold point(s) and {} gold box(es) lie beyond their screenshot ({points} step(s) not \
@@ -296,7 +297,12 @@ mod tests {
         );
         assert_eq!(
             parse_boxes(
-                &serde_json::json!([[456, 2211, 624, 2337], [0, 473, 1080, 2500], "x", [1100, 0, 1200, 9]]),
+                &serde_json::json!([
+                    [456, 2211, 624, 2337],
+                    [0, 473, 1080, 2500],
+                    "x",
+                    [1100, 0, 1200, 9]
+                ]),
                 s
             ),
             vec![

@@ -75,4 +75,3 @@ impl ImportReport {
         out
     }
 }
-

@@ -272,7 +272,10 @@ fn a_checkpoint_eval_refuses_is_not_packed_and_nothing_is_written() {
         cmd.env("HF_HUB_OFFLINE", "1").output().unwrap()
     };
     let good = fixture("models/tiny-b");
-    for (model, judge) in [(qwen2.as_path(), None), (good.as_path(), Some(qwen2.as_path()))] {
+    for (model, judge) in [
+        (qwen2.as_path(), None),
+        (good.as_path(), Some(qwen2.as_path())),
+    ] {
         let bundle = home.path().join("bundle");
         let out = pack(model, judge, &bundle);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -284,6 +287,10 @@ fn a_checkpoint_eval_refuses_is_not_packed_and_nothing_is_written() {
         ] {
             assert!(err.contains(want), "want `{want}` in: {err}");
         }
-        assert!(!bundle.exists(), "a refused pack wrote {}", bundle.display());
+        assert!(
+            !bundle.exists(),
+            "a refused pack wrote {}",
+            bundle.display()
+        );
     }
 }

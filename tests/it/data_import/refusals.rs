@@ -40,10 +40,10 @@ fn edit_json(path: &Path, edit: impl FnOnce(&mut Value)) {
     std::fs::write(path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
 }
 
-/// `--strict` fails with all of `want` in its message and leaves no output folder.
-fn strict_fails(format: &str, source: &Path, tmp: &Path, want: &[&str]) {
+/// `--strict` (plus `extra`) fails with all of `want` in its message and leaves no output folder.
+fn strict_fails(format: &str, source: &Path, tmp: &Path, extra: &[&str], want: &[&str]) {
     let out = tmp.join("strict");
-    let o = import_raw(format, source, &out, &["--strict"]);
+    let o = import_raw(format, source, &out, &[&["--strict"], extra].concat());
     let t = text(&o);
     assert!(!o.status.success(), "{t}");
     for w in want {
@@ -73,6 +73,7 @@ fn androidcontrol_leaves_out_a_screenshot_that_is_no_image_and_a_click_off_the_s
         "androidcontrol",
         &src,
         tmp.path(),
+        &[],
         &["--strict: ", "episode 201 step 0", "unreadable screenshot"],
     );
 }
@@ -82,17 +83,22 @@ fn gui_odyssey_leaves_out_a_point_beyond_its_grid() {
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("odyssey");
     copy_sample("gui-odyssey", &src);
-    edit_json(&src.join("annotations/odyssey-ep-1.json"), |v| {
+    // The split's train half is this episode alone (for --strict below).
+    edit_json(&src.join("annotations/odyssey-ep-2.json"), |v| {
         v["steps"][0]["info"] = json!([[1250, 500]]);
     });
     let s = import("gui-odyssey", &src, &tmp.path().join("o"), &[]);
     assert!(s.contains("gold point off the screen: 1 (first: "), "{s}");
-    assert!(s.contains("episode odyssey-ep-1 step 0: point [1350, 1200]"), "{s}");
+    assert!(
+        s.contains("episode odyssey-ep-2 step 0: point [1350, 1200]"),
+        "{s}"
+    );
     strict_fails(
         "gui-odyssey",
         &src,
         tmp.path(),
-        &["episode odyssey-ep-1 step 0", "gold point off the screen"],
+        &["--split", "random:train"],
+        &["episode odyssey-ep-2 step 0", "gold point off the screen"],
     );
 }
 
@@ -121,7 +127,10 @@ fn mobile_use_counts_boxes_beyond_smaller_screenshots_and_warns() {
     let src = half_size_source(tmp.path());
     let out = tmp.path().join("mu");
     let s = import("androidcontrol-mobile-use", &src, &out, &[]);
-    assert!(s.contains("Imported 1 episode, 2 steps (1 with gold boxes)"), "{s}");
+    assert!(
+        s.contains("Imported 1 episode, 2 steps (1 with gold boxes)"),
+        "{s}"
+    );
     assert!(
         s.contains("warning: 1 gold point(s) and 2 gold box(es) lie beyond their screenshot"),
         "{s}"
@@ -133,14 +142,24 @@ fn mobile_use_counts_boxes_beyond_smaller_screenshots_and_warns() {
         adjusted["gold box partly beyond its screenshot, clipped to it (per box)"],
         1
     );
-    assert_eq!(adjusted["gold box beyond its screenshot, left out (per box)"], 1);
+    assert_eq!(
+        adjusted["gold box beyond its screenshot, left out (per box)"],
+        1
+    );
     let steps = &trajectories(&out)[0]["trajectory"];
-    assert_eq!(steps[0]["bbox"], json!([[50, 50, 150, 150], [0, 473, 540, 1200]]));
+    assert_eq!(
+        steps[0]["bbox"],
+        json!([[50, 50, 150, 150], [0, 473, 540, 1200]])
+    );
     strict_fails(
         "androidcontrol-mobile-use",
         &src,
         tmp.path(),
-        &["eval.jsonl:1: episode 7 step 0", "gold point off the screen"],
+        &[],
+        &[
+            "eval.jsonl:1: episode 7 step 0",
+            "gold point off the screen",
+        ],
     );
 }
 
@@ -157,7 +176,13 @@ fn aitz_and_cagui_name_unreadable_ui_positions_and_a_bad_screen_size() {
     let s = import("aitz", &aitz, &tmp.path().join("a"), &[]);
     assert!(s.contains(&format!("{kind}: 1")), "{s}");
     assert!(s.contains("(0 with gold boxes)"), "{s}");
-    strict_fails("aitz", &aitz, tmp.path(), &["9000000000000000001 step 0", kind]);
+    strict_fails(
+        "aitz",
+        &aitz,
+        tmp.path(),
+        &[],
+        &["9000000000000000001 step 0", kind],
+    );
 
     let cagui = tmp.path().join("cagui");
     copy_sample("cagui", &cagui);
@@ -173,5 +198,11 @@ fn aitz_and_cagui_name_unreadable_ui_positions_and_a_bad_screen_size() {
     assert!(s.contains(&format!("{bad_screen}: 1 (first: ")), "{s}");
     assert!(!s.contains("screen size differs"), "{s}");
     assert_eq!(info(&out)["counts"]["steps_not_imported"][bad_screen], 1);
-    strict_fails("cagui", &cagui, tmp.path(), &[&format!("{id} step 0"), kind]);
+    strict_fails(
+        "cagui",
+        &cagui,
+        tmp.path(),
+        &[],
+        &[&format!("{id} step 0"), kind],
+    );
 }
