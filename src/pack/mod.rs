@@ -54,8 +54,8 @@ pub(crate) enum PackError {
     Model {
         /// The model's `config.json`.
         path: PathBuf,
-        /// Why the model layer refuses it.
-        source: ModelError,
+        /// Why the model layer refuses it (boxed: the error is large).
+        source: Box<ModelError>,
     },
     /// The benchmark names a screenshot its folder does not have.
     #[error("{}: line {line} step {step} references {image}, which is not in the benchmark folder; a bundle must be complete", file.display())]
@@ -270,7 +270,7 @@ fn check_model(files: &ModelFiles) -> Result<(), PackError> {
     let generation = files.generation_config.as_deref().map(read).transpose()?;
     ModelConfig::from_json(&config, generation.as_deref()).map_err(|source| PackError::Model {
         path: files.config.clone(),
-        source,
+        source: Box::new(source),
     })?;
     Ok(())
 }
