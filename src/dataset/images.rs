@@ -65,7 +65,12 @@ fn check_one(path: &PathBuf, screen: [u32; 2]) -> Result<bool, String> {
         .map_err(|e| e.to_string())?
         .decode()
         .map_err(|e| format!("cannot decode: {e}"))?;
-    let (w, h) = (img.width(), img.height());
+    check_size([img.width(), img.height()], screen)
+}
+
+/// Whether a screenshot of `[w, h]` pixels fits a `screen`: `Ok(false)` the same size, `Ok(true)` resized with the
+/// screen's aspect ratio, else what is wrong. Writers of benchmark folders call it too.
+pub(crate) fn check_size([w, h]: [u32; 2], screen: [u32; 2]) -> Result<bool, String> {
     if [w, h] == screen {
         return Ok(false);
     }

@@ -179,15 +179,79 @@ fn parse_line(raw: &str, index: usize, ctx: &Line) -> Result<Trajectory, Dataset
 }
 
 fn parse_step(v: &Value, prefix: &str, screen: [f64; 2], ctx: &Line) -> Result<Step, DatasetError> {
+    let step = parse_step_fields(v, prefix, screen, ctx)?;
+    check_on_screen(&step.action, screen).map_err(|m| ctx.err(format!("{prefix}action"), m))?;
+    Ok(step)
+}
+
+/// Why the loader refuses one step (see [`check_step`]).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum StepRefusal {
+    /// The gold point lies off the screen.
+    OffScreen(String),
+    /// Another field is invalid: its name and what is wrong.
+    Field {
+        /// The field, e.g. `bbox`.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl StepRefusal {
+    /// The kind of refusal, for counting: stable across steps.
+    pub(crate) fn kind(&self) -> String {
+        match self {
+            StepRefusal::OffScreen(_) => OFF_SCREEN.into(),
+            StepRefusal::Field { field, .. } => {
+                format!("step the benchmark loader refuses (field `{field}`)")
+            }
+        }
+    }
+
+    /// What is wrong, with the values involved.
+    pub(crate) fn message(&self) -> &str {
+        match self {
+            StepRefusal::OffScreen(m) | StepRefusal::Field { message: m, .. } => m,
+        }
+    }
+}
+
+/// The kind of a step whose gold point is off the screen.
+pub(crate) const OFF_SCREEN: &str = "gold point off the screen";
+
+/// Run the loader's checks of one step object (as written into `data.jsonl`) on a `screen` of `[w, h]` pixels:
+/// writers of benchmark folders call it so that they write only steps the loader accepts.
+pub(crate) fn check_step(v: &Value, [w, h]: [u32; 2]) -> Result<(), StepRefusal> {
+    let screen = [w as f64, h as f64];
+    let ctx = Line {
+        file: Path::new(super::DATA_FILE),
+        line: 0,
+    };
+    let step = parse_step_fields(v, "", screen, &ctx).map_err(|e| match e {
+        DatasetError::Field { field, message, .. } => StepRefusal::Field { field, message },
+        other => StepRefusal::Field {
+            field: String::new(),
+            message: other.to_string(),
+        },
+    })?;
+    check_on_screen(&step.action, screen).map_err(StepRefusal::OffScreen)
+}
+
+/// A step's fields, each checked on its own (the gold point's place is checked by the caller).
+fn parse_step_fields(
+    v: &Value,
+    prefix: &str,
+    screen: [f64; 2],
+    ctx: &Line,
+) -> Result<Step, DatasetError> {
     let obj = v
         .as_object()
         .ok_or_else(|| ctx.err(prefix.trim_end_matches('.'), "a step must be an object"))?;
     let image = step_image(obj, prefix, ctx)?;
     check_image_path(&image).map_err(|m| ctx.err(format!("{prefix}image"), m))?;
     let action_v = ctx.req(obj, prefix, "action")?;
-    let action = parse_gold_action(action_v)
-        .and_then(|a| check_on_screen(&a, screen).map(|()| a))
-        .map_err(|m| ctx.err(format!("{prefix}action"), m))?;
+    let action = parse_gold_action(action_v).map_err(|m| ctx.err(format!("{prefix}action"), m))?;
     let bbox_key = if obj.contains_key("bbox") {
         "bbox"
     } else {
@@ -341,6 +405,29 @@ mod tests {
         assert!(
             err.contains("[-50, 99999]") && err.contains("100×200"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn check_step_names_an_off_screen_point_apart_from_other_fields() {
+        let step = |coordinate: [f64; 2], bbox: serde_json::Value| {
+            serde_json::json!({"image": "images/e/0.png", "bbox": bbox,
+                "action": {"name": "mobile_use", "arguments": {"action": "click", "coordinate": coordinate}}})
+        };
+        let ok = step([50.0, 60.0], serde_json::json!([[40, 50, 60, 70]]));
+        assert_eq!(check_step(&ok, [100, 200]), Ok(()));
+        let off =
+            check_step(&step([150.0, 60.0], serde_json::Value::Null), [100, 200]).unwrap_err();
+        assert_eq!(off.kind(), OFF_SCREEN);
+        assert!(off.message().contains("[150, 60]"), "{off:?}");
+        let boxed = check_step(
+            &step([50.0, 60.0], serde_json::json!([[40, 50, 160, 70]])),
+            [100, 200],
+        )
+        .unwrap_err();
+        assert_eq!(
+            boxed.kind(),
+            "step the benchmark loader refuses (field `bbox`)"
         );
     }
 

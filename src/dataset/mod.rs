@@ -11,8 +11,9 @@ pub(crate) mod testing;
 
 use std::path::{Path, PathBuf};
 
-pub(crate) use images::ImageReport;
+pub(crate) use images::{check_size as check_screenshot_size, ImageReport};
 pub(crate) use info::{BenchmarkInfo, ImportCounts, SourceInfo, INFO_FILE, INFO_SCHEMA_VERSION};
+pub(crate) use load::{check_step, OFF_SCREEN};
 
 use crate::action::Action;
 

@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use super::checks::image_size;
 use super::episode::{
-    clip_box, image_size, round2, skip_location, Episode, ImageData, Sink, StepDraft,
+    clip_box, round2, skip_location, Episode, ImageData, Sink, StepDraft, MISSING_SCREENSHOT,
 };
 use super::{io_err, ImportError};
 use crate::action::{Action, Button, Status};
@@ -151,32 +152,36 @@ pub(super) fn yx(v: Option<&Value>) -> Option<[f64; 2]> {
     (p[0] >= 0.0 && p[1] >= 0.0).then_some(p)
 }
 
-/// `ui_positions` as `[y, x, h, w]` boxes (a JSON string or a list); malformed entries are left out.
-fn positions(v: Option<&Value>) -> Vec<[f64; 4]> {
+/// The kind of a tap step whose `ui_positions` cannot be read: its gold boxes would be lost, and the step scored
+/// by distance instead.
+pub(super) const BAD_POSITIONS: &str = "tap whose ui_positions is not a list of [y, x, h, w] boxes";
+
+/// The kind of a CAGUI step whose screen size is absent or not positive integers.
+pub(super) const BAD_SCREEN: &str =
+    "step whose image_width / image_height are not positive integers";
+
+/// `ui_positions` as `[y, x, h, w]` boxes (a JSON string or a list; absent or null: none), or [`BAD_POSITIONS`]
+/// when it is anything else (truncated JSON, a box of other than 4 numbers, not a list).
+fn positions(v: Option<&Value>) -> Result<Vec<[f64; 4]>, &'static str> {
     let parsed;
     let v = match v {
-        Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
-            Ok(p) => {
-                parsed = p;
-                &parsed
-            }
-            Err(_) => return vec![],
-        },
+        Some(Value::String(s)) => {
+            parsed = serde_json::from_str::<Value>(s).map_err(|_| BAD_POSITIONS)?;
+            &parsed
+        }
+        None | Some(Value::Null) => return Ok(vec![]),
         Some(other) => other,
-        None => return vec![],
     };
     let one = |b: &Value| -> Option<[f64; 4]> {
         let a = b.as_array().filter(|a| a.len() == 4)?;
-        Some([
-            a[0].as_f64()?,
-            a[1].as_f64()?,
-            a[2].as_f64()?,
-            a[3].as_f64()?,
-        ])
+        let n = |i: usize| a[i].as_f64().filter(|f| f.is_finite());
+        Some([n(0)?, n(1)?, n(2)?, n(3)?])
     };
     v.as_array()
-        .map(|a| a.iter().filter_map(one).collect())
-        .unwrap_or_default()
+        .ok_or(BAD_POSITIONS)?
+        .iter()
+        .map(|b| one(b).ok_or(BAD_POSITIONS))
+        .collect()
 }
 
 /// A normalised `[y, x]` point in screen pixels `[x, y]`.
@@ -213,9 +218,11 @@ fn step(
         .and_then(Value::as_str)
         .ok_or("step without image_path")?;
     let path = screenshot(source, rel, episode_file);
-    let screen = match (flavor, dims(s)) {
-        (Flavor::Cagui, Some(d)) if path.is_file() => d,
-        _ => image_size(&path)?,
+    let screen = match flavor {
+        Flavor::Aitz => image_size(&path)?,
+        // The fields are the screen; the sink checks that the JPEG's size fits it.
+        Flavor::Cagui if !path.is_file() => return Err(MISSING_SCREENSHOT.into()),
+        Flavor::Cagui => dims(s).ok_or(BAD_SCREEN)?,
     };
     let action = map_action(s, screen, flavor)?;
     // Gold boxes: the ui_positions boxes containing the gold point (AgentCPM-GUI eval/utils/evaluator.py,
@@ -226,7 +233,7 @@ fn step(
                 Flavor::Aitz => (1.0, 1.0),
                 Flavor::Cagui => (screen[0] as f64, screen[1] as f64),
             };
-            positions(s.get("ui_positions"))
+            positions(s.get("ui_positions"))?
                 .into_iter()
                 .map(|[by, bx, bh, bw]| [bx * sx, by * sy, (bx + bw) * sx, (by + bh) * sy])
                 .filter(|b: &BBox| b[0] <= x && x <= b[2] && b[1] <= y && y <= b[3])
@@ -376,6 +383,22 @@ mod tests {
                 coordinate2,
             } => assert!(coordinate2[1] < coordinate[1]),
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn malformed_ui_positions_are_named_not_read_as_no_boxes() {
+        let p = |v: Value| positions(Some(&v));
+        assert_eq!(p(json!("[[1, 2, 3, 4]]")), Ok(vec![[1.0, 2.0, 3.0, 4.0]]));
+        assert_eq!(p(json!("[]")), Ok(vec![]));
+        assert_eq!(positions(None), Ok(vec![]));
+        for bad in [
+            json!("[[1, 2, 3, 4], [5, 6"),
+            json!("[[1, 2, 3]]"),
+            json!(7),
+            json!([[1, 2, 3, "4"]]),
+        ] {
+            assert_eq!(p(bad.clone()), Err(BAD_POSITIONS), "{bad}");
         }
     }
 

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use prost::Message;
 use serde_json::Value;
 
+use super::checks::UNREADABLE_SCREENSHOT;
 use super::episode::{clip_box, round2, Episode, ImageData, Sink, StepDraft, MISSING_SCREENSHOT};
 use super::proto::Example;
 use super::{a11y, io_err, tfrecord, ImportError, ImportOptions, Level};
@@ -194,7 +195,7 @@ fn step(
 ) -> Result<StepDraft, String> {
     let shot = l.shots.get(k).ok_or(MISSING_SCREENSHOT)?;
     let screen =
-        screen_size(shot, l.widths.get(k), l.heights.get(k)).ok_or("unreadable screenshot")?;
+        screen_size(shot, l.widths.get(k), l.heights.get(k)).ok_or(UNREADABLE_SCREENSHOT)?;
     let step_instruction = l.instructions.get(k).map(|b| text(b));
     if level == Level::Low && step_instruction.is_none() {
         return Err("no step instruction for --level low".into());
@@ -221,7 +222,7 @@ fn step(
     };
     Ok(StepDraft {
         source_index: k,
-        image: ImageData::Bytes(shot.clone(), image_ext(shot)),
+        image: ImageData::Bytes(shot.clone()),
         screen,
         action: mapped.action,
         bboxes,
@@ -231,7 +232,8 @@ fn step(
     })
 }
 
-/// The screenshot's size from the record's lists, else from the image header.
+/// The screenshot's size from the record's lists, else from the image header (the sink reads the header of every
+/// screenshot and leaves out one that is no image or whose size does not fit this screen).
 fn screen_size(shot: &[u8], w: Option<&i64>, h: Option<&i64>) -> Option<[u32; 2]> {
     match (w, h) {
         (Some(&w), Some(&h)) if w > 0 && h > 0 && w <= u32::MAX as i64 && h <= u32::MAX as i64 => {
@@ -243,14 +245,6 @@ fn screen_size(shot: &[u8], w: Option<&i64>, h: Option<&i64>) -> Option<[u32; 2]
             .into_dimensions()
             .ok()
             .map(|(w, h)| [w, h]),
-    }
-}
-
-fn image_ext(b: &[u8]) -> &'static str {
-    if b.starts_with(&[0xff, 0xd8, 0xff]) {
-        "jpg"
-    } else {
-        "png"
     }
 }
 

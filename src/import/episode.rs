@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Map, Value};
 
+use super::checks::check_draft;
 use super::{io_err, ImportError};
 use crate::action::Action;
-use crate::dataset::{BBox, BenchmarkInfo, ImportCounts, DATA_FILE};
+use crate::dataset::{BBox, ImportCounts, DATA_FILE};
 
 /// The folder of the screenshots inside the benchmark folder.
 pub(super) const IMAGES_DIR: &str = "images";
@@ -20,8 +21,8 @@ pub(super) const IMAGES_DIR: &str = "images";
 pub(super) enum ImageData {
     /// A file of the source (copied).
     File(PathBuf),
-    /// Encoded image bytes held in the source record, with their file extension.
-    Bytes(Vec<u8>, &'static str),
+    /// Encoded image bytes held in the source record (written under the extension of their sniffed format).
+    Bytes(Vec<u8>),
 }
 
 /// One step as an importer maps it.
@@ -86,16 +87,6 @@ pub(super) fn skip_location(at: String, kind: &str, image: Option<&str>) -> Stri
     }
 }
 
-/// The pixel size of an image file from its header, or the kind of problem.
-pub(super) fn image_size(path: &Path) -> Result<[u32; 2], &'static str> {
-    if !path.is_file() {
-        return Err(MISSING_SCREENSHOT);
-    }
-    image::image_dimensions(path)
-        .map(|(w, h)| [w, h])
-        .map_err(|_| "unreadable screenshot")
-}
-
 /// The sink: receives episodes, writes them, counts.
 pub(super) struct Sink {
     staging: PathBuf,
@@ -106,6 +97,17 @@ pub(super) struct Sink {
     examples: BTreeMap<String, String>,
     ids: HashSet<String>,
     dirs: HashSet<String>,
+    warnings: Vec<String>,
+}
+
+/// What a finished sink hands back.
+pub(super) struct Finished {
+    /// The counts for `benchmark.json`.
+    pub counts: ImportCounts,
+    /// The first source location of each kind left out.
+    pub examples: BTreeMap<String, String>,
+    /// Warnings for the summary.
+    pub warnings: Vec<String>,
 }
 
 impl Sink {
@@ -122,6 +124,7 @@ impl Sink {
             examples: BTreeMap::new(),
             ids: HashSet::new(),
             dirs: HashSet::new(),
+            warnings: Vec::new(),
         })
     }
 
@@ -168,8 +171,24 @@ impl Sink {
         *self.counts.adjusted.entry(kind.to_string()).or_default() += 1;
     }
 
-    /// Write one episode: steps whose screenshot is missing or whose screen differs from the first step's are
-    /// left out (counted); an episode left without steps is counted and not written.
+    /// How many of this kind were counted so far (steps not imported or imported with a change).
+    pub(crate) fn count_of(&self, kind: &str) -> usize {
+        let c = &self.counts;
+        [&c.steps_not_imported, &c.adjusted]
+            .iter()
+            .filter_map(|m| m.get(kind))
+            .sum()
+    }
+
+    /// A warning printed with the summary.
+    pub(crate) fn warn(&mut self, warning: String) {
+        tracing::debug!("import warning: {warning}");
+        self.warnings.push(warning);
+    }
+
+    /// Write one episode: steps that `data validate` would refuse (a missing or unreadable screenshot, one whose
+    /// size does not fit the screen, a gold point off the screen, …) and steps whose screen differs from the first
+    /// step's are left out (counted); an episode left without steps is counted and not written.
     pub fn episode(&mut self, mut ep: Episode, location: &str) -> Result<(), ImportError> {
         if self.full() {
             return Ok(());
@@ -182,22 +201,31 @@ impl Sink {
         }
         let steps = std::mem::take(&mut ep.steps);
         let mut kept = Vec::with_capacity(steps.len());
+        let mut exts = Vec::with_capacity(steps.len());
         for s in steps {
             let at = || format!("{location}: episode {} step {}", ep.id, s.source_index);
-            if let ImageData::File(p) = &s.image {
-                if !p.is_file() {
-                    let at =
-                        skip_location(at(), MISSING_SCREENSHOT, Some(&p.display().to_string()));
-                    self.skip_step(MISSING_SCREENSHOT, at)?;
+            let ext = match check_draft(&s) {
+                Ok(ext) => ext,
+                Err((kind, detail)) => {
+                    let image = match &s.image {
+                        ImageData::File(p) => Some(p.display().to_string()),
+                        ImageData::Bytes(_) => None,
+                    };
+                    let mut place = skip_location(at(), &kind, image.as_deref());
+                    if let Some(d) = detail {
+                        place = format!("{place}: {d}");
+                    }
+                    self.skip_step(&kind, place)?;
                     continue;
                 }
-            }
+            };
             let first = kept.first().map_or(s.screen, |f: &StepDraft| f.screen);
             if s.screen != first {
                 self.skip_step("screen size differs from the episode's first step", at())?;
                 continue;
             }
             kept.push(s);
+            exts.push(ext);
         }
         if kept.is_empty() {
             return self.skip_episode(
@@ -206,7 +234,7 @@ impl Sink {
             );
         }
         ep.steps = kept;
-        let line = self.write_episode(&ep)?;
+        let line = self.write_episode(&ep, &exts)?;
         let path = self.staging.join(DATA_FILE);
         writeln!(self.data, "{line}").map_err(io_err(&path))?;
         self.ids.insert(ep.id.clone());
@@ -251,28 +279,19 @@ impl Sink {
     }
 
     /// Copy or write the screenshots and render the `data.jsonl` line.
-    fn write_episode(&mut self, ep: &Episode) -> Result<String, ImportError> {
+    fn write_episode(&mut self, ep: &Episode, exts: &[String]) -> Result<String, ImportError> {
         let dir = self.image_dir(&ep.id);
         let abs_dir = self.staging.join(IMAGES_DIR).join(&dir);
         std::fs::create_dir_all(&abs_dir).map_err(io_err(&abs_dir))?;
         let mut steps = Vec::with_capacity(ep.steps.len());
-        for s in &ep.steps {
-            let ext = match &s.image {
-                ImageData::File(p) => p
-                    .extension()
-                    .and_then(|e| e.to_str())
-                    .filter(|e| e.chars().all(|c| c.is_ascii_alphanumeric()))
-                    .unwrap_or("png")
-                    .to_ascii_lowercase(),
-                ImageData::Bytes(_, ext) => ext.to_string(),
-            };
+        for (s, ext) in ep.steps.iter().zip(exts) {
             let name = format!("{}.{ext}", s.source_index);
             let dest = abs_dir.join(&name);
             match &s.image {
                 ImageData::File(p) => {
                     std::fs::copy(p, &dest).map_err(io_err(p))?;
                 }
-                ImageData::Bytes(b, _) => std::fs::write(&dest, b).map_err(io_err(&dest))?,
+                ImageData::Bytes(b) => std::fs::write(&dest, b).map_err(io_err(&dest))?,
             }
             steps.push(step_json(s, format!("{IMAGES_DIR}/{dir}/{name}")));
         }
@@ -289,12 +308,17 @@ impl Sink {
         Ok(line.to_string())
     }
 
-    /// Close `data.jsonl` (flushed and synced) and hand back the counts and one example location per kind.
-    pub fn finish(mut self) -> Result<(ImportCounts, BTreeMap<String, String>), ImportError> {
+    /// Close `data.jsonl` (flushed and synced) and hand back the counts, one example location per kind and the
+    /// warnings.
+    pub fn finish(mut self) -> Result<Finished, ImportError> {
         let path = self.staging.join(DATA_FILE);
         self.data.flush().map_err(io_err(&path))?;
         self.data.get_ref().sync_all().map_err(io_err(&path))?;
-        Ok((self.counts, self.examples))
+        Ok(Finished {
+            counts: self.counts,
+            examples: self.examples,
+            warnings: self.warnings,
+        })
     }
 }
 
@@ -307,7 +331,7 @@ fn num(x: f64) -> Value {
     }
 }
 
-fn step_json(s: &StepDraft, image: String) -> Value {
+pub(super) fn step_json(s: &StepDraft, image: String) -> Value {
     let mut m = Map::new();
     m.insert("image".into(), image.into());
     m.insert("thought".into(), s.thought.as_str().into());
@@ -329,74 +353,9 @@ fn step_json(s: &StepDraft, image: String) -> Value {
     Value::Object(m)
 }
 
-/// What `data import` did, for the summary it prints.
-#[derive(Debug, Clone)]
-pub(crate) struct ImportReport {
-    /// The benchmark folder written.
-    pub out: PathBuf,
-    /// `benchmark.json` as written (counts included).
-    pub info: BenchmarkInfo,
-    /// The first source location of each kind of step or episode not imported.
-    pub examples: BTreeMap<String, String>,
-    /// Whether an earlier import of the same source was replaced.
-    pub replaced: bool,
-}
-
-impl ImportReport {
-    /// The summary printed by `data import`.
-    pub fn render(&self) -> String {
-        let c = self.info.counts.clone().unwrap_or_default();
-        let src = self.info.source.as_ref();
-        let mut out = format!(
-            "Imported {} episode{}, {} step{} ({} with gold boxes) from {} {} into {}{}\n",
-            c.episodes,
-            if c.episodes == 1 { "" } else { "s" },
-            c.steps,
-            if c.steps == 1 { "" } else { "s" },
-            c.steps_with_boxes,
-            src.map_or("?", |s| s.format.as_str()),
-            src.map_or_else(String::new, |s| s.path.display().to_string()),
-            self.out.display(),
-            if self.replaced {
-                " (replacing the earlier import)"
-            } else {
-                ""
-            }
-        );
-        out.push_str("  action types:\n");
-        for (t, n) in &c.action_types {
-            out.push_str(&format!("    {t}: {n}\n"));
-        }
-        let sections = [
-            ("source episodes not imported", &c.episodes_not_imported),
-            ("source steps not imported", &c.steps_not_imported),
-        ];
-        for (title, map) in sections {
-            let total: usize = map.values().sum();
-            out.push_str(&format!("  {title}: {total}\n"));
-            for (kind, n) in map {
-                let e = self.examples.get(kind).map_or("", String::as_str);
-                out.push_str(&format!("    {kind}: {n} (first: {e})\n"));
-            }
-        }
-        if !c.adjusted.is_empty() {
-            out.push_str("  steps imported with a documented change:\n");
-            for (kind, n) in &c.adjusted {
-                out.push_str(&format!("    {kind}: {n}\n"));
-            }
-        }
-        if let Some(r) = &self.info.rules {
-            out.push_str(&format!(
-                "  suggested rule preset: {r} (in {}; --rules overrides it)\n",
-                crate::dataset::INFO_FILE
-            ));
-        }
-        out
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::checks::{SCREENSHOT_SIZE, UNREADABLE_SCREENSHOT};
     use super::*;
 
     fn draft(i: usize, image: ImageData, screen: [u32; 2]) -> StepDraft {
@@ -422,11 +381,20 @@ mod tests {
         assert_eq!(clip_box([10.0, 10.0, 10.0, 30.0], [100, 200]), None);
     }
 
+    /// A grey PNG of `w`×`h` pixels.
+    fn png_bytes(w: u32, h: u32) -> Vec<u8> {
+        let mut out = std::io::Cursor::new(Vec::new());
+        image::DynamicImage::ImageLuma8(image::GrayImage::new(w, h))
+            .write_to(&mut out, image::ImageFormat::Png)
+            .unwrap();
+        out.into_inner()
+    }
+
     #[test]
     fn sink_counts_missing_screenshots_and_screen_changes_and_honours_limit() {
         let dir = tempfile::tempdir().unwrap();
         let png = dir.path().join("a.png");
-        std::fs::write(&png, b"not really a png").unwrap();
+        std::fs::write(&png, png_bytes(10, 20)).unwrap();
         let staging = dir.path().join("stage");
         std::fs::create_dir(&staging).unwrap();
         let mut sink = Sink::new(&staging, false, Some(1)).unwrap();
@@ -437,7 +405,7 @@ mod tests {
             steps: vec![
                 draft(0, ImageData::File(png.clone()), [10, 20]),
                 draft(1, ImageData::File(dir.path().join("gone.png")), [10, 20]),
-                draft(2, ImageData::Bytes(vec![1, 2], "png"), [20, 10]),
+                draft(2, ImageData::Bytes(png_bytes(20, 10)), [20, 10]),
             ],
         };
         sink.episode(ep.clone(), "f.json").unwrap();
@@ -450,7 +418,11 @@ mod tests {
             "f.json",
         )
         .unwrap();
-        let (c, examples) = sink.finish().unwrap();
+        let Finished {
+            counts: c,
+            examples,
+            ..
+        } = sink.finish().unwrap();
         assert_eq!((c.episodes, c.steps), (1, 1));
         assert_eq!(c.steps_not_imported["missing screenshot"], 1);
         assert_eq!(
@@ -466,6 +438,55 @@ mod tests {
             r#"{"name":"mobile_use","arguments":{"action":"wait"}}"#
         );
         assert!(staging.join("images/e_1/0.png").is_file());
+    }
+
+    #[test]
+    fn steps_data_validate_would_refuse_are_counted_not_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sink = Sink::new(dir.path(), false, None).unwrap();
+        let click = |x: f64| Action::Click {
+            coordinate: [x, 5.0],
+        };
+        let mut jpeg = std::io::Cursor::new(Vec::new());
+        image::DynamicImage::ImageRgb8(image::RgbImage::new(10, 20))
+            .write_to(&mut jpeg, image::ImageFormat::Jpeg)
+            .unwrap();
+        let steps = vec![
+            StepDraft {
+                action: click(5.0),
+                ..draft(0, ImageData::Bytes(jpeg.into_inner()), [10, 20])
+            },
+            StepDraft {
+                action: click(50.0),
+                ..draft(1, ImageData::Bytes(png_bytes(10, 20)), [10, 20])
+            },
+            draft(
+                2,
+                ImageData::Bytes(b"<html>not an image".to_vec()),
+                [10, 20],
+            ),
+            draft(3, ImageData::Bytes(png_bytes(30, 20)), [10, 20]),
+        ];
+        let ep = Episode {
+            id: "e".into(),
+            app_name: String::new(),
+            instruction: "goal".into(),
+            steps,
+        };
+        sink.episode(ep, "rec#0").unwrap();
+        let f = sink.finish().unwrap();
+        assert_eq!(f.counts.steps, 1);
+        let n = |k: &str| f.counts.steps_not_imported.get(k).copied();
+        assert_eq!(n(crate::dataset::OFF_SCREEN), Some(1));
+        assert_eq!(n(UNREADABLE_SCREENSHOT), Some(1));
+        assert_eq!(n(SCREENSHOT_SIZE), Some(1));
+        let off = &f.examples[crate::dataset::OFF_SCREEN];
+        assert!(
+            off.starts_with("rec#0: episode e step 1: point [50, 5]"),
+            "{off}"
+        );
+        // The JPEG bytes are written under the extension of their format.
+        assert!(dir.path().join("images/e/0.jpg").is_file());
     }
 
     #[test]

@@ -10,10 +10,18 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::episode::{clip_box, image_size, skip_location, Episode, ImageData, Sink, StepDraft};
+use super::checks::image_size;
+use super::episode::{clip_box, round2, skip_location, Episode, ImageData, Sink, StepDraft};
 use super::{io_err, ImportError, ImportOptions, Level};
 use crate::action::Action;
-use crate::dataset::BBox;
+use crate::dataset::{BBox, OFF_SCREEN};
+
+/// The kind counted (per box) for a gold box partly beyond its screenshot, imported clipped to it.
+const BOX_CLIPPED: &str = "gold box partly beyond its screenshot, clipped to it (per box)";
+/// The kind counted (per box) for a gold box wholly beyond its screenshot, left out.
+const BOX_OUTSIDE: &str = "gold box beyond its screenshot, left out (per box)";
+/// The kind counted (per box) for a gold box that is not `[x1, y1, x2, y2]` numbers, left out.
+const BOX_MALFORMED: &str = "malformed gold box, left out (per box)";
 
 /// The screenshot of a step: the path itself (relative to the JSONL's folder) when it exists, else the first of
 /// the `images` folders holding its file name (else the last candidate, which is then reported missing).
@@ -79,7 +87,24 @@ pub(super) fn import(opts: &ImportOptions, sink: &mut Sink) -> Result<(), Import
             sink.episode(ep, &at)?;
         }
     }
+    warn_beyond(sink);
     Ok(())
+}
+
+/// The JSONL states no screen size: its pixel coordinates are taken to be those of the screenshots. Gold points or
+/// boxes beyond the screenshots say the screenshots found are of another size than the source's (resized copies,
+/// say); a warning names the counts, which `benchmark.json` keeps.
+fn warn_beyond(sink: &mut Sink) {
+    let [points, clipped, outside] =
+        [OFF_SCREEN, BOX_CLIPPED, BOX_OUTSIDE].map(|k| sink.count_of(k));
+    if points + clipped + outside > 0 {
+        sink.warn(format!(
+            "{points} gold point(s) and {} gold box(es) lie beyond their screenshot ({points} step(s) not \
+             imported, {clipped} box(es) clipped, {outside} left out): where many do, the screenshots are of \
+             another size than the one the source's pixel coordinates refer to (check --images)",
+            clipped + outside
+        ));
+    }
 }
 
 struct Ctx<'a> {
@@ -165,32 +190,47 @@ fn step(s: &Value, k: usize, ctx: &Ctx, sink: &mut Sink) -> Result<StepDraft, St
     let boxes = check
         .and_then(|c| c.get("candidate_bbox"))
         .or_else(|| args.get("bbox"));
+    let mut bboxes = Vec::new();
+    for b in boxes.map(|b| parse_boxes(b, screen)).unwrap_or_default() {
+        match b {
+            Ok((b, clipped)) => {
+                if clipped {
+                    sink.adjusted(BOX_CLIPPED);
+                }
+                bboxes.push(b);
+            }
+            Err(kind) => sink.adjusted(kind),
+        }
+    }
     Ok(StepDraft {
         source_index: k,
         image: ImageData::File(path),
         screen,
         action,
-        bboxes: boxes.map(|b| parse_boxes(b, screen)).unwrap_or_default(),
+        bboxes,
         thought: String::new(),
         subtask: instruction.unwrap_or_default().to_string(),
         instruction: (ctx.level == Level::Low).then(|| instruction.unwrap_or_default().to_string()),
     })
 }
 
-/// One box `[x1, y1, x2, y2]` or a list of boxes, clipped to the screen; malformed entries are left out.
-fn parse_boxes(v: &Value, screen: [u32; 2]) -> Vec<BBox> {
-    let one = |b: &Value| -> Option<BBox> {
-        let a = b.as_array().filter(|a| a.len() == 4)?;
+/// One box `[x1, y1, x2, y2]` or a list of boxes, each clipped to the screen (`true` when clipping changed it), or
+/// the kind of problem that leaves it out.
+fn parse_boxes(v: &Value, screen: [u32; 2]) -> Vec<Result<(BBox, bool), &'static str>> {
+    let one = |b: &Value| -> Result<(BBox, bool), &'static str> {
+        let a = b.as_array().filter(|a| a.len() == 4).ok_or(BOX_MALFORMED)?;
         let mut out = [0.0; 4];
         for (o, x) in out.iter_mut().zip(a) {
-            *o = x.as_f64()?;
+            *o = x.as_f64().filter(|f| f.is_finite()).ok_or(BOX_MALFORMED)?;
         }
-        clip_box(out, screen)
+        let clipped = clip_box(out, screen).ok_or(BOX_OUTSIDE)?;
+        Ok((clipped, clipped != out.map(round2)))
     };
     match v.as_array() {
-        Some(a) if a.iter().all(Value::is_number) => one(v).into_iter().collect(),
-        Some(a) => a.iter().filter_map(one).collect(),
-        None => vec![],
+        Some(a) if !a.is_empty() && a.iter().all(Value::is_number) => vec![one(v)],
+        Some(a) => a.iter().map(one).collect(),
+        None if v.is_null() => vec![],
+        None => vec![Err(BOX_MALFORMED)],
     }
 }
 
@@ -253,14 +293,24 @@ mod tests {
         let s = [1080, 2400];
         assert_eq!(
             parse_boxes(&serde_json::json!([360, 327, 695, 466]), s),
-            vec![[360.0, 327.0, 695.0, 466.0]]
+            vec![Ok(([360.0, 327.0, 695.0, 466.0], false))]
         );
         assert_eq!(
             parse_boxes(
-                &serde_json::json!([[456, 2211, 624, 2337], [0, 473, 1080, 2500], "x"]),
+                &serde_json::json!([
+                    [456, 2211, 624, 2337],
+                    [0, 473, 1080, 2500],
+                    "x",
+                    [1100, 0, 1200, 9]
+                ]),
                 s
             ),
-            vec![[456.0, 2211.0, 624.0, 2337.0], [0.0, 473.0, 1080.0, 2400.0]]
+            vec![
+                Ok(([456.0, 2211.0, 624.0, 2337.0], false)),
+                Ok(([0.0, 473.0, 1080.0, 2400.0], true)),
+                Err(BOX_MALFORMED),
+                Err(BOX_OUTSIDE)
+            ]
         );
     }
 

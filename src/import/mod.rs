@@ -13,10 +13,12 @@ mod aitw;
 mod aitz;
 mod androidcontrol;
 mod cagui;
+mod checks;
 mod episode;
 mod gui_odyssey;
 mod mobile_use;
 mod proto;
+mod report;
 mod tfrecord;
 mod writer;
 
@@ -25,7 +27,7 @@ use std::str::FromStr;
 
 use crate::dataset::{BenchmarkInfo, SourceInfo, INFO_SCHEMA_VERSION};
 
-pub(crate) use episode::ImportReport;
+pub(crate) use report::ImportReport;
 
 /// A source format of `data import --format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -286,7 +288,11 @@ pub fn run(opts: &ImportOptions) -> Result<ImportReport, ImportError> {
         ImportFormat::GuiOdyssey => gui_odyssey::import(opts, &mut sink)?,
         ImportFormat::Cagui => cagui::import(opts, &mut sink)?,
     }
-    let (counts, examples) = sink.finish()?;
+    let episode::Finished {
+        counts,
+        examples,
+        warnings,
+    } = sink.finish()?;
     if counts.episodes == 0 {
         let mut details = String::new();
         for (kind, n) in counts
@@ -317,6 +323,7 @@ pub fn run(opts: &ImportOptions) -> Result<ImportReport, ImportError> {
         info,
         examples,
         replaced,
+        warnings,
     })
 }
 

@@ -14,7 +14,7 @@ pub(crate) use sums::{check_path, hash_file, SumLine};
 
 use crate::dataset::{Benchmark, DatasetError, DATA_FILE};
 use crate::interrupt::Cancel;
-use crate::model::ModelFiles;
+use crate::model::{ModelConfig, ModelError, ModelFiles};
 use crate::records::DataSource;
 
 /// The checksum file of a bundle.
@@ -49,6 +49,14 @@ pub(crate) enum PackError {
     /// The benchmark does not load.
     #[error(transparent)]
     Data(#[from] DatasetError),
+    /// A model's `config.json` is one `eval` refuses; nothing was written.
+    #[error("{}: {source}; a bundle must hold a model eval runs, so nothing was packed", path.display())]
+    Model {
+        /// The model's `config.json`.
+        path: PathBuf,
+        /// Why the model layer refuses it (boxed: the error is large).
+        source: Box<ModelError>,
+    },
     /// The benchmark names a screenshot its folder does not have.
     #[error("{}: line {line} step {step} references {image}, which is not in the benchmark folder; a bundle must be complete", file.display())]
     MissingImage {
@@ -199,6 +207,10 @@ pub fn write(input: &PackInput, cancel: &Cancel) -> Result<BundleManifest, PackE
     if std::fs::read_dir(out).is_ok_and(|mut d| d.next().is_some()) {
         return Err(PackError::Exists(out.clone()));
     }
+    check_model(&input.model.files)?;
+    if let Some(j) = &input.judge {
+        check_model(&j.files)?;
+    }
     let mut copies = model_copies(&input.model.files, MODEL_DIR)?;
     if let Some(j) = &input.judge {
         copies.extend(model_copies(&j.files, JUDGE_DIR)?);
@@ -248,6 +260,19 @@ pub fn write(input: &PackInput, cancel: &Cancel) -> Result<BundleManifest, PackE
     let sums_path = out.join(SUMS_FILE);
     std::fs::write(&sums_path, sums::render(&lines)).map_err(io_err(&sums_path))?;
     Ok(manifest)
+}
+
+/// Parse a model's `config.json` (with `generation_config.json` when present) with the model layer's parser, the
+/// one `eval` loads the model with, so that a bundle never carries a checkpoint `eval` refuses.
+fn check_model(files: &ModelFiles) -> Result<(), PackError> {
+    let read = |p: &Path| std::fs::read_to_string(p).map_err(io_err(p));
+    let config = read(&files.config)?;
+    let generation = files.generation_config.as_deref().map(read).transpose()?;
+    ModelConfig::from_json(&config, generation.as_deref()).map_err(|source| PackError::Model {
+        path: files.config.clone(),
+        source: Box::new(source),
+    })?;
+    Ok(())
 }
 
 fn packed_model(m: &ModelInput, folder: &str) -> PackedModel {

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use crate::util::{bin, text};
 
+mod refusals;
 mod rules;
 
 fn samples() -> PathBuf {

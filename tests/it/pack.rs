@@ -12,6 +12,7 @@ use crate::hub_data::{release_like_repo, run_hub};
 use crate::hub_download::tiny_a_files;
 use crate::hub_support::{hub_env, Faults, MockHub, Refusing, COMMIT};
 use crate::model_support::fixture;
+use crate::reliability_support::sample;
 use crate::util::ok;
 
 /// A bundle of `test-org/tiny-a` and `hf:test-org/mobile-r1` from the stand-in Hub, with tiny-b as the judge.
@@ -154,29 +155,25 @@ fn a_bundle_verifies_and_runs_with_no_network_at_all() {
     ok(&far_side(&bundle, &validate, false));
 }
 
+/// `pack` of local folders, offline, with `home` as the Hub cache's home.
+fn pack_local(home: &Path, model: &Path, judge: Option<&Path>, data: &Path, out: &Path) -> Output {
+    let mut cmd = crate::util::bin();
+    cmd.arg("pack").arg("--model").arg(model);
+    if let Some(j) = judge {
+        cmd.arg("--judge-model").arg(j);
+    }
+    cmd.arg("--data").arg(data).arg("--out").arg(out);
+    hub_env(&mut cmd, home);
+    cmd.env("HF_HUB_OFFLINE", "1").output().unwrap()
+}
+
 #[test]
 fn damage_and_gaps_are_named_with_the_command_that_packed_the_bundle() {
     let home = tempfile::tempdir().unwrap();
     let bundle = home.path().join("b");
-    let sample = home.path().join("sample");
-    ok(&crate::util::bin()
-        .arg("sample")
-        .arg("--out")
-        .arg(&sample)
-        .output()
-        .unwrap());
-    let pack = |out: &Path| {
-        let mut cmd = crate::util::bin();
-        cmd.arg("pack")
-            .arg("--model")
-            .arg(fixture("models/tiny-b"))
-            .arg("--data")
-            .arg(&sample)
-            .arg("--out")
-            .arg(out);
-        hub_env(&mut cmd, home.path());
-        cmd.env("HF_HUB_OFFLINE", "1").output().unwrap()
-    };
+    let sample = sample(home.path());
+    let tiny_b = fixture("models/tiny-b");
+    let pack = |out: &Path| pack_local(home.path(), &tiny_b, None, &sample, out);
     ok(&pack(&bundle));
     // A bundle is never written over another.
     let again = pack(&bundle);
@@ -234,4 +231,47 @@ fn damage_and_gaps_are_named_with_the_command_that_packed_the_bundle() {
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("SHA256SUMS"), "{err}");
+}
+
+#[test]
+fn a_checkpoint_eval_refuses_is_not_packed_and_nothing_is_written() {
+    let home = tempfile::tempdir().unwrap();
+    let sample = sample(home.path());
+    // tiny-b with the config of a Qwen2-VL checkpoint (same fields, another architecture).
+    let qwen2 = home.path().join("qwen2-vl");
+    std::fs::create_dir(&qwen2).unwrap();
+    for e in std::fs::read_dir(fixture("models/tiny-b")).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), qwen2.join(e.file_name())).unwrap();
+    }
+    let config = std::fs::read_to_string(qwen2.join("config.json"))
+        .unwrap()
+        .replace(
+            "Qwen2_5_VLForConditionalGeneration",
+            "Qwen2VLForConditionalGeneration",
+        )
+        .replace("\"qwen2_5_vl\"", "\"qwen2_vl\"");
+    std::fs::write(qwen2.join("config.json"), config).unwrap();
+    let good = fixture("models/tiny-b");
+    for (model, judge) in [
+        (qwen2.as_path(), None),
+        (good.as_path(), Some(qwen2.as_path())),
+    ] {
+        let bundle = home.path().join("bundle");
+        let out = pack_local(home.path(), model, judge, &sample, &bundle);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        for want in [
+            "qwen2-vl/config.json",
+            "model_type \"qwen2_vl\"",
+            "nothing was packed",
+        ] {
+            assert!(err.contains(want), "want `{want}` in: {err}");
+        }
+        assert!(
+            !bundle.exists(),
+            "a refused pack wrote {}",
+            bundle.display()
+        );
+    }
 }

@@ -8,7 +8,8 @@ Standard library only; byte-reproducible (fixed gzip mtime, no randomness). Run 
 * androidcontrol/: GZIP TFRecord files of tf.train.Example episodes, written by hand to the schema of
   google-research/google-research android_control/README.md (screenshots, accessibility forests as
   android_env AndroidAccessibilityForest protos, actions as JSON), plus splits.json; the second file ends with a
-  record whose data CRC is wrong.
+  record whose data CRC is wrong; androidcontrol-damaged/ holds one record with a screenshot that is not an image
+  and a click off the screen.
 * androidcontrol-mobile-use/: four lines of X-PLUG/MobileAgent UI-S1/datasets/android_control_evaluation_std.jsonl
   and one of android_control_train_example.jsonl (MIT), unchanged, taken from the stand-ins; the screenshots they
   name are drawn here (1080x2400 grey PNGs), one left out on purpose.
@@ -231,6 +232,32 @@ def androidcontrol(out):
     (d / "splits.json").write_text(json.dumps(splits) + "\n")
 
 
+def androidcontrol_damaged(out):
+    """One record that data validate would refuse two steps of: a screenshot that is an error page's bytes, not an
+    image (its size stated all the same), and a click off the 108x240 screen."""
+    shots = [b"<html>503 Service Unavailable</html>", png(W, H, 60), png(W, H, 80), png(W, H, 100)]
+    actions = [
+        {"action_type": "click", "x": 54, "y": 200},
+        {"action_type": "click", "x": 500, "y": 100},
+        {"action_type": "navigate_back"},
+    ]
+    e201 = example(
+        {
+            "episode_id": ("int64", [201]),
+            "goal": ("bytes", [b"Open the menu"]),
+            "screenshots": ("bytes", shots),
+            "screenshot_widths": ("int64", [W] * len(shots)),
+            "screenshot_heights": ("int64", [H] * len(shots)),
+            "accessibility_trees": ("bytes", [forest()] * len(shots)),
+            "actions": ("bytes", [json.dumps(a, separators=(",", ":")).encode() for a in actions]),
+            "step_instructions": ("bytes", [b"tap add", b"tap the menu", b"go back"]),
+        }
+    )
+    d = out / "androidcontrol-damaged"
+    d.mkdir(parents=True)
+    write_gz(d / "android_control-00000-of-00001", frame(e201))
+
+
 def write_gz(path, data):
     path.write_bytes(gzip.compress(data, compresslevel=9, mtime=0))
 
@@ -389,9 +416,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--standins", type=Path, default=HERE.parents[3] / "shared" / "data" / "standins")
     args = ap.parse_args()
-    for sub in ("androidcontrol", "androidcontrol-mobile-use", "aitz", "gui-odyssey", "cagui"):
+    for sub in ("androidcontrol", "androidcontrol-damaged", "androidcontrol-mobile-use", "aitz", "gui-odyssey", "cagui"):
         shutil.rmtree(HERE / sub, ignore_errors=True)
     androidcontrol(HERE)
+    androidcontrol_damaged(HERE)
     mobile_use(HERE, args.standins)
     aitz(HERE, args.standins)
     gui_odyssey(HERE)
