@@ -72,12 +72,24 @@ pub struct HubArgs {
     /// Access token for private or gated repos (default: the `token` file in the Hugging Face home).
     #[arg(long, env = "HF_TOKEN", hide_env_values = true)]
     pub hub_token: Option<String>,
-    /// Seconds to wait for a connection to the Hub, and for the next bytes of an answer.
-    #[arg(long, env = "MOBILE_R1_EVAL_HUB_TIMEOUT", default_value_t = crate::hub::DEFAULT_TIMEOUT_SECS)]
+    /// Seconds to wait for a connection to the Hub, and for the next bytes of an answer (at least 1).
+    #[arg(
+        long,
+        env = "MOBILE_R1_EVAL_HUB_TIMEOUT",
+        default_value_t = crate::hub::DEFAULT_TIMEOUT_SECS,
+        value_parser = at_least_one::<u64>,
+        allow_negative_numbers = true
+    )]
     pub hub_timeout: u64,
     /// Retries of a failed transfer (timeout, dropped connection, HTTP 5xx), with growing pauses; a broken file
     /// resumes where it stopped.
-    #[arg(long, env = "MOBILE_R1_EVAL_HUB_RETRIES", default_value_t = crate::hub::DEFAULT_RETRIES)]
+    #[arg(
+        long,
+        env = "MOBILE_R1_EVAL_HUB_RETRIES",
+        default_value_t = crate::hub::DEFAULT_RETRIES,
+        value_parser = whole::<u32>,
+        allow_negative_numbers = true
+    )]
     pub hub_retries: u32,
 }
 
@@ -114,20 +126,21 @@ pub struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1")]
     pub host: std::net::IpAddr,
     /// Port to listen on (0: any free port; the address is printed on stdout).
-    #[arg(long, default_value_t = 8000)]
+    #[arg(long, default_value_t = 8000, value_parser = whole::<u16>, allow_negative_numbers = true)]
     pub port: u16,
     /// Most sequences decoded together.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub batch_size: usize,
     /// Token budget of one batch (prompt + generated tokens); automatic from free memory when absent. Also the
     /// longest prompt plus `max_tokens` a request may ask for.
-    #[arg(long)]
+    #[arg(long, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub max_batch_tokens: Option<usize>,
-    /// Most tokens one request may generate, and the `max_tokens` of a request that gives none.
-    #[arg(long, default_value_t = 1024)]
+    /// Most tokens one request may generate, and the `max_tokens` of a request that gives none (less than the
+    /// model's context, `max_position_embeddings`).
+    #[arg(long, default_value_t = 1024, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub max_new_tokens: usize,
     /// Most requests waiting beyond the running batch; more are answered 429 with `Retry-After`.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub max_queue: usize,
     /// Name of the environment variable holding the API key clients must send (`Authorization: Bearer <key>`).
     #[arg(long, value_name = "VAR")]
@@ -136,13 +149,13 @@ pub struct ServeArgs {
     #[arg(long)]
     pub served_model_name: Option<String>,
     /// Most bytes of a request body (413 beyond).
-    #[arg(long, default_value_t = 64 << 20)]
+    #[arg(long, default_value_t = 64 << 20, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub max_body_bytes: usize,
     /// Most pictures in one request.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub max_images: usize,
     /// Most pixels of one picture as sent (checked from its header before it is decoded).
-    #[arg(long, default_value_t = 40_000_000)]
+    #[arg(long, default_value_t = 40_000_000, value_parser = whole::<u64>, allow_negative_numbers = true)]
     pub max_image_pixels: u64,
 }
 
@@ -172,13 +185,13 @@ pub struct ServedArgs {
     #[arg(long, value_name = "VAR")]
     pub api_key_env: Option<String>,
     /// Most requests in flight at once.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub concurrency: usize,
-    /// Seconds one HTTP call may take before it is retried.
-    #[arg(long, value_name = "S", default_value_t = 600.0)]
+    /// Seconds one HTTP call may take before it is retried (more than 0).
+    #[arg(long, value_name = "S", default_value_t = 600.0, value_parser = seconds, allow_negative_numbers = true)]
     pub request_timeout: f64,
     /// Retries of a request after a connection error, a timeout, a 429 or a 5xx; then it is recorded as an error.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = whole::<u32>, allow_negative_numbers = true)]
     pub max_retries: u32,
     /// The judge prompts' server (default: `--endpoint`).
     #[arg(long, value_name = "URL")]
@@ -233,7 +246,7 @@ pub struct ImportArgs {
     #[arg(long)]
     pub level: Option<crate::import::Level>,
     /// Import at most N episodes.
-    #[arg(long)]
+    #[arg(long, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub limit: Option<usize>,
     /// Fail on the first source step or episode that cannot be imported (default: count it in the summary).
     #[arg(long)]
@@ -258,7 +271,8 @@ pub struct ValidateArgs {
 /// Arguments of `sample`.
 #[derive(Debug, Args)]
 pub struct SampleArgs {
-    /// Folder to write `data.jsonl` and `images/` into.
+    /// Folder to write `data.jsonl`, `images/` and `benchmark.json` into: new, empty, or an earlier `sample` output
+    /// (replaced); any other folder is refused.
     #[arg(long)]
     pub out: PathBuf,
 }
@@ -536,8 +550,8 @@ pub struct BenchArgs {
     /// `f32`, `bf16` or `f16` (default: bf16 on GPU, f32 on CPU).
     #[arg(long)]
     pub dtype: Option<DTypeSpec>,
-    /// Number of step prompts (rounded up to whole 4-step trajectories).
-    #[arg(long, default_value_t = 16, value_parser = whole::<usize>, allow_negative_numbers = true)]
+    /// Number of step prompts (at least 1; rounded up to whole 4-step trajectories).
+    #[arg(long, default_value_t = 16, value_parser = at_least_one::<usize>, allow_negative_numbers = true)]
     pub steps: usize,
     /// Most sequences decoded together.
     #[arg(long, default_value_t = 8, value_parser = whole::<usize>, allow_negative_numbers = true)]
@@ -578,13 +592,56 @@ pub struct BenchArgs {
     pub json: bool,
 }
 
-/// A whole number (`--max-new-tokens 32`); a negative or fractional value is refused with what is expected, rather
-/// than taken for a flag.
-fn whole<T: std::str::FromStr>(s: &str) -> Result<T, String> {
-    s.trim()
-        .parse()
-        .map_err(|_| format!("expected a whole number (0, 1, 2, …), found {s:?}"))
+/// A whole number (`--max-new-tokens 32`); a negative or fractional value, or one beyond the type's range, is
+/// refused with the accepted range, rather than taken for a flag (clap names the flag).
+fn whole<T: Whole>(s: &str) -> Result<T, String> {
+    let t = s.trim();
+    if let Ok(v) = t.parse() {
+        return Ok(v);
+    }
+    let range = format!("0 to {}", T::MAX);
+    match t.parse::<i128>() {
+        Ok(v) if v >= 0 => Err(format!("{v} is beyond the accepted range ({range})")),
+        _ => Err(format!(
+            "expected a whole number (0, 1, 2, …; accepted: {range}), found {s:?}"
+        )),
+    }
 }
+
+/// A whole number of at least 1 (`--hub-timeout`, `bench --steps`), refused below with the accepted range.
+fn at_least_one<T: Whole>(s: &str) -> Result<T, String> {
+    let v: T = whole(s)?;
+    if v == T::ZERO {
+        return Err(format!("must be at least 1 (accepted: 1 to {})", T::MAX));
+    }
+    Ok(v)
+}
+
+/// A positive, finite number of seconds (`--request-timeout 2.5`).
+fn seconds(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+        _ => Err(format!(
+            "expected a positive number of seconds (e.g. 30 or 2.5), found {s:?}"
+        )),
+    }
+}
+
+/// The unsigned integer types a flag takes, with their range for the error messages.
+trait Whole: std::str::FromStr + std::fmt::Display + PartialEq + Copy {
+    const ZERO: Self;
+    const MAX: Self;
+}
+
+macro_rules! whole_types {
+    ($($t:ty),*) => {$(
+        impl Whole for $t {
+            const ZERO: Self = 0;
+            const MAX: Self = <$t>::MAX;
+        }
+    )*};
+}
+whole_types!(u16, u32, u64, usize);
 
 #[cfg(test)]
 mod tests {

@@ -152,6 +152,27 @@ pub(crate) fn prompt_fits(
     })
 }
 
+/// `--max-new-tokens` against the model's context (`max_position_embeddings`): the context holds the prompt and the
+/// generated tokens, so a value that leaves no room for even a one-token prompt can never be generated and is
+/// refused. A prompt longer than what is left stops at the context (the engine caps it, finish `length`).
+pub(crate) fn new_tokens_fit_context(
+    max_new_tokens: usize,
+    context_tokens: usize,
+) -> Result<(), ValidateError> {
+    if max_new_tokens < context_tokens {
+        return Ok(());
+    }
+    Err(flag(
+        "--max-new-tokens",
+        max_new_tokens,
+        format!(
+            "exceeds the model's context of {context_tokens} tokens (max_position_embeddings in its config.json), \
+             which holds the prompt as well; give at most {} (a prompt leaving less room stops at the context)",
+            context_tokens.saturating_sub(1)
+        ),
+    ))
+}
+
 /// A model flag (`--model`, `--judge-model`): an existing folder, or something shaped like a hub repo id
 /// (`org/name`). Whether the hub has it is checked when it is fetched.
 pub(crate) fn model_location(flag_name: &'static str, spec: &str) -> Result<(), ValidateError> {
@@ -183,6 +204,22 @@ pub(crate) fn model_location(flag_name: &'static str, spec: &str) -> Result<(), 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn new_tokens_must_leave_room_for_a_prompt_in_the_context() {
+        assert!(new_tokens_fit_context(32_767, 32_768).is_ok());
+        let e = new_tokens_fit_context(99_999_999_999, 32_768)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(
+                "--max-new-tokens 99999999999: exceeds the model's context of 32768 tokens"
+            ),
+            "{e}"
+        );
+        assert!(e.contains("give at most 32767"), "{e}");
+        assert!(new_tokens_fit_context(32_768, 32_768).is_err());
+    }
 
     #[test]
     fn pixel_bounds_name_the_flag_and_the_range() {

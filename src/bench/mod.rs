@@ -87,6 +87,8 @@ fn device_backend(
     let t_build = Instant::now();
     let model = random::random_model(model_cfg.clone(), cfg.seed, &device, dtype, &cfg.ops)?;
     let build_seconds = t_build.elapsed().as_secs_f64();
+    let context = model.config().text.max_position_embeddings;
+    crate::validate::new_tokens_fit_context(cfg.max_new_tokens, context)?;
     let kit = PromptBuilder {
         tokenizer: Tokenizer::from_model_dir(&cfg.tokenizer)
             .with_context(|| format!("--tokenizer {}", cfg.tokenizer.display()))?,

@@ -21,7 +21,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         config: a.config,
         devices: a.device,
         dtype: a.dtype,
-        steps: a.steps.max(1),
+        steps: a.steps,
         batch_size: a.batch_size,
         max_batch_tokens: a.max_batch_tokens,
         max_new_tokens: a.max_new_tokens,

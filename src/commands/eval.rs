@@ -154,6 +154,9 @@ pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<(EvalConfig, ClaimedRun
         None => a.model.model.clone(),
     };
     fetch_models(&spec, served.is_some(), &judge, &data)?;
+    if let Some(dump) = &a.dump_prompts {
+        check_dump(dump, &data, a.out.as_deref(), &spec.model, &judge)?;
+    }
     let claim = claim_out(a.out, &name, shard)?;
     let cfg = EvalConfig {
         out: claim.dir().clone(),
@@ -175,6 +178,27 @@ pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<(EvalConfig, ClaimedRun
         data_source,
     };
     Ok((cfg, claim))
+}
+
+/// `--dump-prompts FILE` must not be inside what the run reads or writes (the benchmark, the run folder, a model
+/// folder), nor an existing file that is not an earlier dump: the dump empties its file first.
+fn check_dump(
+    dump: &Path,
+    data: &Path,
+    out: Option<&Path>,
+    model: &str,
+    judge: &JudgeChoice,
+) -> Result<()> {
+    let mut guarded: Vec<(&str, &Path)> = vec![("benchmark", data)];
+    guarded.extend(out.map(|o| ("run folder", o)));
+    let judge = match judge {
+        JudgeChoice::Other(m) => Some(m.as_str()),
+        _ => None,
+    };
+    for (what, m) in [("model folder", Some(model)), ("judge model folder", judge)] {
+        guarded.extend(m.map(Path::new).filter(|p| p.is_dir()).map(|p| (what, p)));
+    }
+    crate::eval::check_dump_target(dump, &guarded)
 }
 
 /// The server settings of `--backend openai` (`None` for a local run).

@@ -22,6 +22,8 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     }
     let spec = super::model_spec(&args.model);
     let loaded = LoadedModel::load(&spec)?;
+    let context = loaded.model.config().text.max_position_embeddings;
+    crate::validate::new_tokens_fit_context(args.max_new_tokens, context)?;
     let limits = BatchLimits {
         max_seqs: 1,
         max_batch_tokens: usize::MAX,

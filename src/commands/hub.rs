@@ -29,7 +29,7 @@ pub fn hub(a: &HubArgs, cancel: Cancel) -> Hub {
             cache_dir,
             offline: a.hub_offline,
             token,
-            timeout: Duration::from_secs(a.hub_timeout.max(1)),
+            timeout: Duration::from_secs(a.hub_timeout),
             retries: a.hub_retries,
             progress: true,
         },

@@ -13,6 +13,7 @@ pub mod sample;
 pub mod score;
 pub mod selftest;
 pub mod serve;
+mod unmatched;
 
 use std::process::ExitCode;
 

@@ -4,7 +4,7 @@ use crate::dataset::Benchmark;
 
 /// Entry point.
 pub fn run(args: SampleArgs) -> anyhow::Result<()> {
-    crate::sample::write(&args.out)?;
+    crate::sample::write_out(&args.out)?;
     let bench = Benchmark::load(&args.out)?;
     println!(
         "Wrote the sample benchmark to {}: {} trajectories, {} steps",

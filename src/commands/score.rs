@@ -82,6 +82,7 @@ pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
             preds.duplicates
         );
     }
+    super::unmatched::refuse_unmatched(&found.bench, &preds, &args.predictions)?;
     warn_unknown(&found.bench, &preds);
     let out = args.out.clone().map_or_else(|| source.clone(), RunDir::new);
     let into_run = matches!(origin, Some(Origin::Run(_))) && out == source;

@@ -244,7 +244,7 @@ impl<'m> Engine<'m> {
             self.running.push(Running {
                 id: r.id,
                 prompt_tokens: r.input.input_ids.len(),
-                max_new_tokens: r.max_new_tokens.clamp(1, self.limits.max_new_tokens),
+                max_new_tokens: self.new_token_cap(r),
                 stop_tokens: r.stop_tokens.clone(),
                 top_k: r.top_logprobs,
                 cache,
@@ -257,6 +257,24 @@ impl<'m> Engine<'m> {
         }
         self.push_tokens(first, &logits, stats, sink)?;
         self.retire(stats, sink)
+    }
+
+    /// The most tokens request `r` may generate: its own cap within the engine's, and within the model's context
+    /// (`max_position_embeddings`, which also holds the prompt); a prompt that leaves less room than it asks for
+    /// stops at the context (finish `length`), said in the log. At least one token is generated.
+    fn new_token_cap(&self, r: &Request) -> usize {
+        let asked = r.max_new_tokens.clamp(1, self.limits.max_new_tokens);
+        let context = self.model.config().text.max_position_embeddings;
+        let prompt = r.input.input_ids.len();
+        let room = context.saturating_sub(prompt).max(1);
+        if room < asked {
+            tracing::warn!(
+                "prompt {} has {prompt} tokens: with {asked} new tokens it exceeds the model's context of {context} \
+                 (max_position_embeddings); it generates at most {room} (finish \"length\")",
+                r.id
+            );
+        }
+        asked.min(room)
     }
 
     /// One decode step for every running sequence, in groups of at most `decode_group` sequences; an

@@ -19,7 +19,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 
-pub(crate) use dump::PromptDump;
+pub(crate) use dump::{check_target as check_dump_target, PromptDump};
 pub(crate) use judge::{pending_trajectories, JudgePhase};
 pub use phase::{run_phase, run_phase_dumping, Phase};
 pub use prompts::SystemPrompt;
@@ -188,6 +188,9 @@ pub fn load_devices(cfg: &EvalConfig, spec: &ModelSpec) -> Result<Vec<LocalBacke
                 ..spec.clone()
             };
             let loaded = LoadedModel::load(&spec)?;
+            let context = loaded.model.config().text.max_position_embeddings;
+            crate::validate::new_tokens_fit_context(cfg.max_new_tokens, context)
+                .with_context(|| format!("model {}", spec.model))?;
             let limits = BatchLimits::auto(
                 &loaded.model,
                 cfg.batch_size,

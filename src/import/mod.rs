@@ -22,6 +22,9 @@ mod report;
 mod tfrecord;
 mod writer;
 
+/// The output folder of an import, also used by `sample`: one rule for replacing a benchmark folder.
+pub(crate) use writer::Target as OutputFolder;
+
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 

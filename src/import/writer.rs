@@ -10,7 +10,7 @@ use super::{io_err, ImportError};
 use crate::dataset::{BenchmarkInfo, SourceInfo, DATA_FILE, INFO_FILE};
 
 /// The output folder being prepared.
-pub(super) struct Target {
+pub(crate) struct Target {
     out: PathBuf,
     staging: PathBuf,
     /// `--out` holds an earlier import of the same source, replaced at commit.

@@ -13,6 +13,35 @@ const WARM: RGBColor = RGBColor(234, 88, 12);
 
 type DrawResult<T> = Result<T, Box<dyn std::error::Error>>;
 
+/// Pixels per character of an 11 px label, generous so that a label is never wider than its room.
+const LABEL_CHAR_PX: u32 = 7;
+
+/// The room (pixels) a column of `labels` needs across its text: the longest label plus the gap to the axis.
+fn label_room(labels: &[String]) -> u32 {
+    let longest = labels.iter().map(|l| l.chars().count()).max().unwrap_or(1) as u32;
+    LABEL_CHAR_PX * longest + 16
+}
+
+/// Labels turned a quarter clockwise, each starting just below the plot at `at(i)` (backend pixels: the centre of
+/// its column on the plot's bottom edge), so the whole label lies in the label area below. Plotters' own turned
+/// axis labels are centred on the axis, half of each under the plot, where bars and cells cover it.
+fn turned_labels(
+    root: &DrawingArea<SVGBackend, plotters::coord::Shift>,
+    labels: &[String],
+    at: impl Fn(usize) -> (i32, i32),
+) -> DrawResult<()> {
+    let style = ("sans-serif", 11)
+        .into_font()
+        .transform(FontTransform::Rotate90)
+        .color(&BLACK)
+        .pos(Pos::new(HPos::Left, VPos::Center));
+    for (i, label) in labels.iter().enumerate() {
+        let (x, y) = at(i);
+        root.draw(&Text::new(label.clone(), (x, y + 8), style.clone()))?;
+    }
+    Ok(())
+}
+
 /// The discrete range of `n` categories; at least two slots, since a one-value range has no width to map.
 fn slots(n: usize) -> std::ops::Range<usize> {
     0..n.max(2) - 1
@@ -62,37 +91,28 @@ fn svg(
 /// Draw a bar chart.
 pub(crate) fn bars(b: &Bars<'_>) -> String {
     let n = b.labels.len().max(1);
-    let longest = b
-        .labels
-        .iter()
-        .map(|l| l.chars().count())
-        .max()
-        .unwrap_or(1) as u32;
-    let slot = (7 * longest + 10).max(36);
+    let slot = (label_room(b.labels) - 6).max(36);
     let rotate = n as u32 * slot > 1000;
     let width = (n as u32 * if rotate { 36 } else { slot } + 70).clamp(420, 1000);
-    let height = if rotate { 360 } else { 300 };
+    let label_area = if rotate { label_room(b.labels) } else { 30 };
+    let height = 270 + label_area;
     svg(width, height, |root| {
         let mut chart = ChartBuilder::on(root)
             .caption(b.title, ("sans-serif", 16))
             .margin(8)
-            .x_label_area_size(if rotate { 110 } else { 30 })
+            .x_label_area_size(label_area)
             .y_label_area_size(44)
             .build_cartesian_2d(slots(n).into_segmented(), 0.0..b.y_max.max(1e-9))?;
-        let label_style = if rotate {
-            ("sans-serif", 11)
-                .into_font()
-                .transform(FontTransform::Rotate90)
-        } else {
-            ("sans-serif", 11).into_font()
-        };
         chart
             .configure_mesh()
             .disable_x_mesh()
             .x_labels(n)
-            .x_label_style(label_style)
+            .x_label_style(("sans-serif", 11).into_font())
             .x_label_formatter(&|v| match v {
-                SegmentValue::CenterOf(i) => b.labels.get(*i).cloned().unwrap_or_default(),
+                // Turned labels are drawn below, after the bars.
+                SegmentValue::CenterOf(i) if !rotate => {
+                    b.labels.get(*i).cloned().unwrap_or_default()
+                }
                 _ => String::new(),
             })
             .y_desc(b.y_desc)
@@ -117,6 +137,11 @@ pub(crate) fn bars(b: &Bars<'_>) -> String {
                 .enumerate()
                 .map(|(i, &v)| rect(i, v, b.color)),
         )?;
+        if rotate {
+            turned_labels(root, b.labels, |i| {
+                chart.backend_coord(&(SegmentValue::CenterOf(i), 0.0))
+            })?;
+        }
         Ok(())
     })
 }
@@ -162,29 +187,25 @@ pub(crate) fn heatmap(
 ) -> String {
     let (nr, nc) = (rows.len().max(1), cols.len().max(1));
     let max = cells.iter().flatten().copied().max().unwrap_or(1).max(1) as f64;
-    let (width, height) = (120 + 52 * nc as u32, 110 + 30 * nr as u32);
+    let (col_room, row_room) = (label_room(cols), label_room(rows));
+    let (width, height) = (
+        row_room + 20 + 52 * nc as u32,
+        col_room + 50 + 30 * nr as u32,
+    );
     svg(width, height, |root| {
         let mut chart = ChartBuilder::on(root)
             .caption(title, ("sans-serif", 16))
             .margin(8)
-            .x_label_area_size(100)
-            .y_label_area_size(100)
+            .x_label_area_size(col_room)
+            .y_label_area_size(row_room)
             .build_cartesian_2d(slots(nc).into_segmented(), slots(nr).into_segmented())?;
-        let name = |names: &[String], v: &SegmentValue<usize>| match v {
-            SegmentValue::CenterOf(i) => names.get(*i).cloned().unwrap_or_default(),
-            _ => String::new(),
-        };
         chart
             .configure_mesh()
             .disable_mesh()
             .x_labels(nc)
             .y_labels(nr)
-            .x_label_style(
-                ("sans-serif", 11)
-                    .into_font()
-                    .transform(FontTransform::Rotate90),
-            )
-            .x_label_formatter(&|v| name(cols, v))
+            // Column labels are drawn turned below, after the cells.
+            .x_label_formatter(&|_| String::new())
             .y_label_formatter(&|v| match v {
                 // Row 0 is drawn at the top.
                 SegmentValue::CenterOf(i) => rows.get(nr - 1 - i).cloned().unwrap_or_default(),
@@ -213,6 +234,9 @@ pub(crate) fn heatmap(
                 }
             }
         }
+        turned_labels(root, cols, |c| {
+            chart.backend_coord(&(SegmentValue::CenterOf(c), SegmentValue::Exact(0)))
+        })?;
         Ok(())
     })
 }
@@ -248,12 +272,82 @@ pub(crate) fn histogram(title: &str, values: &[u64], x_desc: &str) -> String {
             .x_desc(x_desc)
             .y_desc("steps")
             .draw()?;
-        chart.draw_series(
-            Histogram::vertical(&chart)
-                .style(WARM.filled())
-                .margin(1)
-                .data(counts.iter().enumerate().map(|(i, &c)| (i, c))),
-        )?;
+        // One rectangle per bin in bin order (plotters' `Histogram` sums its data in a hash map and draws the bars
+        // in that map's order, which differs between runs: the report would not be the same file twice).
+        chart.draw_series(counts.iter().enumerate().map(|(i, &c)| {
+            let mut r = Rectangle::new(
+                [(SegmentValue::Exact(i), 0), (SegmentValue::Exact(i + 1), c)],
+                WARM.filled(),
+            );
+            r.set_margin(0, 0, 1, 1);
+            r
+        }))?;
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The number after `name="` in an SVG tag.
+    fn attr(tag: &str, name: &str) -> Option<f64> {
+        let at = tag.find(&format!(" {name}=\""))? + name.len() + 3;
+        tag[at..].split('"').next()?.parse().ok()
+    }
+
+    /// Each `<text>` of a drawing: its opening tag and its text.
+    fn texts(svg: &str) -> Vec<(&str, &str)> {
+        svg.split("<text")
+            .skip(1)
+            .map(|t| {
+                let (tag, rest) = t.split_once('>').unwrap();
+                (tag, rest.split("</text>").next().unwrap().trim())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_histogram_is_the_same_drawing_each_time() {
+        let values: Vec<u64> = (0..400).map(|i| 700 + (i * 37) % 600).collect();
+        let first = histogram("Prompt size per step", &values, "tokens");
+        assert!(first.contains("<rect"), "{first}");
+        for _ in 0..8 {
+            assert_eq!(histogram("Prompt size per step", &values, "tokens"), first);
+        }
+    }
+
+    #[test]
+    fn every_heat_map_column_label_lies_whole_below_the_cells() {
+        let names = ["click", "long_press", "system_button", "terminate", "swipe"];
+        let labels: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        let cells: Vec<Vec<usize>> = (0..names.len())
+            .map(|r| (0..names.len()).map(|c| (r * 3 + c) % 4).collect())
+            .collect();
+        let svg = heatmap("Type confusion", &labels, &labels, &cells);
+        let height = attr(&svg, "height").unwrap();
+        let cells_bottom = svg
+            .split("<rect")
+            .skip(1)
+            .filter_map(|r| Some(attr(r, "y")? + attr(r, "height")?))
+            .filter(|&bottom| bottom < height - 1.0)
+            .fold(0.0, f64::max);
+        for name in names {
+            let (tag, _) = texts(&svg)
+                .into_iter()
+                .find(|(tag, text)| *text == name && tag.contains("rotate(90"))
+                .unwrap_or_else(|| panic!("no turned label {name} in {svg}"));
+            assert!(tag.contains("text-anchor=\"start\""), "{tag}");
+            let y = attr(tag, "y").unwrap();
+            assert!(
+                y >= cells_bottom,
+                "{name} starts at {y}, above the cells' bottom {cells_bottom}"
+            );
+            let end = y + (LABEL_CHAR_PX * name.len() as u32) as f64;
+            assert!(
+                end <= height,
+                "{name} ends at {end}, below the drawing's {height}"
+            );
+        }
+    }
 }

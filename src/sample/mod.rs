@@ -33,6 +33,9 @@ pub enum SampleError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// The output folder may not be written (the rule of `data import`: absent, empty, or an earlier sample).
+    #[error("{0}")]
+    Out(String),
     /// A screenshot could not be encoded.
     #[error("{}: {source}", path.display())]
     Image {
@@ -208,6 +211,36 @@ pub fn write(dir: &Path) -> Result<(), SampleError> {
     })?;
     let data = dir.join(crate::dataset::DATA_FILE);
     std::fs::write(&data, data_jsonl()).map_err(io(&data))
+}
+
+/// The source named in the `benchmark.json` of a folder `sample` wrote: what tells an earlier sample apart from any
+/// other benchmark folder.
+fn sample_source() -> crate::dataset::SourceInfo {
+    crate::dataset::SourceInfo {
+        format: "sample".into(),
+        path: "embedded".into(),
+        split: None,
+        level: None,
+        limit: None,
+    }
+}
+
+/// Write the sample as the `sample` command does: `out` must be absent, empty, or an earlier sample (replaced
+/// whole), by the same rule as `data import`; a folder holding anything else is refused untouched. The files are
+/// written beside `out` and moved into place, `benchmark.json` last.
+pub fn write_out(out: &Path) -> Result<(), SampleError> {
+    let refused = |e: crate::import::ImportError| SampleError::Out(e.to_string());
+    let target = crate::import::OutputFolder::prepare(out, &sample_source()).map_err(refused)?;
+    write(target.staging())?;
+    let info = crate::dataset::BenchmarkInfo {
+        schema_version: crate::dataset::INFO_SCHEMA_VERSION,
+        source: Some(sample_source()),
+        rules: None,
+        counts: None,
+        program_version: Some(env!("CARGO_PKG_VERSION").into()),
+    };
+    target.commit(&info).map_err(refused)?;
+    Ok(())
 }
 
 fn save_png((path, page, accent): &(PathBuf, Page, Rgb<u8>)) -> Result<(), SampleError> {

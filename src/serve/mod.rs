@@ -69,6 +69,8 @@ impl ServeConfig {
 pub fn run(cfg: ServeConfig) -> Result<()> {
     cfg.check()?;
     let model = Arc::new(LoadedModel::load(&cfg.model)?);
+    let context = model.model.config().text.max_position_embeddings;
+    crate::validate::new_tokens_fit_context(cfg.limits.max_new_tokens, context)?;
     let limits = BatchLimits::auto(
         &model.model,
         cfg.batch_size,

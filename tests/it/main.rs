@@ -37,6 +37,7 @@ mod pack;
 mod preprocess_cases;
 mod preprocess_goldens;
 mod reliability;
+mod reliability_bounds;
 mod reliability_inputs;
 mod reliability_starts;
 mod report_browser;

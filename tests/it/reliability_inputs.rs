@@ -65,8 +65,10 @@ fn score_warns_in_one_line_when_most_predictions_match_no_step() {
     let dir = tempfile::tempdir().unwrap();
     let data = sample(dir.path());
     let preds = dir.path().join("p.jsonl");
+    // One prediction of a step of the benchmark: predictions matching no step at all are refused instead.
     let lines: String = (0..40)
         .map(|i| format!("{{\"trajectory\": \"nope-{i}\", \"step\": 0, \"response\": \"\"}}\n"))
+        .chain(["{\"trajectory\": 0, \"step\": 0, \"response\": \"\"}\n".to_string()])
         .collect();
     std::fs::write(&preds, lines).unwrap();
     let o = Command::new(BIN)
@@ -84,7 +86,7 @@ fn score_warns_in_one_line_when_most_predictions_match_no_step() {
         .collect();
     assert_eq!(warnings.len(), 1, "{err}");
     assert!(
-        warnings[0].contains("40 of 40") && warnings[0].contains("--data"),
+        warnings[0].contains("40 of 41") && warnings[0].contains("--data"),
         "{err}"
     );
 }

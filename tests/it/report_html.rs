@@ -405,3 +405,43 @@ fn a_scored_folder_reads_back_as_score_wrote_it() {
     ]);
     assert!(err.contains("is a run folder"), "{err}");
 }
+
+#[test]
+fn a_report_is_a_pure_function_of_its_folder_and_shows_every_type_label() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = make_benchmark(tmp.path(), 2);
+    let run = tmp.path().join("run");
+    make_run(&data, &run, 0);
+    run_ok(&["report", run.to_str().unwrap()]);
+    let first = std::fs::read(run.join("report.html")).unwrap();
+    for _ in 0..2 {
+        run_ok(&["report", run.to_str().unwrap()]);
+        let again = std::fs::read(run.join("report.html")).unwrap();
+        assert!(again == first, "two reports of one folder differ");
+    }
+    // The type confusion's column labels are whole: turned, each starting below the cells.
+    let page = String::from_utf8(first).unwrap();
+    let title = page.find("Type confusion").expect("heat map");
+    let start = page[..title].rfind("<svg").unwrap();
+    let svg = &page[start..start + page[start..].find("</svg>").unwrap()];
+    let turned: Vec<&str> = svg
+        .split("<text")
+        .filter(|t| t.contains("rotate(90"))
+        .collect();
+    assert!(!turned.is_empty(), "{svg}");
+    for t in &turned {
+        assert!(t.contains("text-anchor=\"start\""), "{t}");
+    }
+    let label = |t: &str| {
+        let body = t.split_once('>').map_or("", |(_, b)| b);
+        body.split("</text>")
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_string()
+    };
+    assert!(
+        turned.iter().any(|t| label(t) == "long_press"),
+        "long_press is not a whole label: {svg}"
+    );
+}

@@ -1,0 +1,45 @@
+//! `score`'s refusal of predictions that match no step of the benchmark: scoring them would write 0 % for every
+//! step, which reads as a result, when the predictions were made on another benchmark.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use crate::dataset::Benchmark;
+use crate::predictions::PredictionSet;
+
+/// How many ids each side of the error shows.
+const SHOWN: usize = 5;
+
+/// Refuse `preds` (read from `file`) when not one of them is a step of `bench`, naming both and a sample of
+/// each side's trajectory ids.
+pub(crate) fn refuse_unmatched(
+    bench: &Benchmark,
+    preds: &PredictionSet,
+    file: &Path,
+) -> anyhow::Result<()> {
+    let unknown = crate::score::unknown_predictions(bench, preds).len();
+    if preds.is_empty() || unknown < preds.len() {
+        return Ok(());
+    }
+    let theirs: BTreeSet<&str> = preds.iter().map(|p| p.trajectory.as_str()).collect();
+    let ours: Vec<&str> = bench.trajectories.iter().map(|t| t.id.as_str()).collect();
+    anyhow::bail!(
+        "{}: none of its {} predictions is a step of the benchmark {} (its trajectories: {}; the predictions': \
+         {}); pass the --data the predictions were made on",
+        file.display(),
+        preds.len(),
+        bench.root.display(),
+        sample(ours.iter().copied()),
+        sample(theirs.iter().copied()),
+    )
+}
+
+/// The first [`SHOWN`] ids, quoted, with `…` when there are more.
+fn sample<'a>(ids: impl ExactSizeIterator<Item = &'a str>) -> String {
+    let n = ids.len();
+    let mut shown: Vec<String> = ids.take(SHOWN).map(|id| format!("{id:?}")).collect();
+    if n > SHOWN {
+        shown.push(format!("… ({n} in all)"));
+    }
+    shown.join(", ")
+}
