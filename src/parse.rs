@@ -1,7 +1,8 @@
 //! The model-output parser: `<think>…</think><action>…</action><tool_call>…</tool_call>`.
 //!
 //! Tolerates whitespace and newlines, a Markdown code fence inside `<tool_call>`, a missing closing
-//! `</tool_call>`, and a bare JSON tool call without any tags. The first tool call wins.
+//! `</tool_call>`, and a bare JSON tool call without any tags. The first tool call wins. A thought may also come in
+//! `<thinking>` tags (MAI-UI) or end with a lone `</think>` (Qwen3-VL Thinking, whose prompt opens the tag).
 
 use serde::Serialize;
 use serde_json::Value;
@@ -38,11 +39,23 @@ impl ParseFailure {
             ParseFailure::Action(ActionError::UnknownAction(_) | ActionError::MissingAction) => {
                 "unknown_action"
             }
+            ParseFailure::Action(ActionError::Unsupported(_)) => "unsupported_action",
             ParseFailure::Action(ActionError::MissingArg { .. }) => "missing_argument",
             ParseFailure::Action(ActionError::WrongType { .. } | ActionError::BadValue { .. }) => {
                 "bad_argument"
             }
             ParseFailure::Action(_) => "bad_tool_call",
+        }
+    }
+}
+
+impl ParseFailure {
+    /// The canonical name of an action outside the `mobile_use` space that the response validly answered with
+    /// (see [`ActionError::Unsupported`]): scored as a wrong type, not as a format error.
+    pub fn unsupported_action(&self) -> Option<&'static str> {
+        match self {
+            ParseFailure::Action(ActionError::Unsupported(name)) => Some(name),
+            _ => None,
         }
     }
 }
@@ -182,13 +195,24 @@ fn find_bare_tool_call(text: &str) -> Option<(&str, Result<Action, ParseFailure>
 
 /// Parse a raw model response.
 pub fn parse_response(text: &str) -> ParsedOutput {
-    let think = find_tag(text, "think", 0);
-    // Qwen3-style outputs may carry only the closing tag (the opening one was in the prompt).
-    let think_text = match &think {
-        Some(t) => Some(t.content.trim().to_owned()),
-        None => text.find("</think>").map(|i| text[..i].trim().to_owned()),
+    // MAI-UI writes its thought in `<thinking>` tags.
+    let think = find_tag(text, "think", 0).or_else(|| find_tag(text, "thinking", 0));
+    // Qwen3-VL Thinking outputs carry only the closing tag (the opening one ends the prompt): the thought is what
+    // precedes it, and the answer is looked for after it.
+    let bare_close = think
+        .is_none()
+        .then(|| text.find("</think>"))
+        .flatten();
+    let think_text = match (&think, bare_close) {
+        (Some(t), _) => Some(t.content.trim().to_owned()),
+        (None, Some(i)) => Some(text[..i].trim().to_owned()),
+        (None, None) => None,
     };
-    let after_think = think.as_ref().filter(|t| t.closed).map_or(0, |t| t.end);
+    let after_think = match (&think, bare_close) {
+        (Some(t), _) if t.closed => t.end,
+        (None, Some(i)) => i + "</think>".len(),
+        _ => 0,
+    };
     let action_tag = find_tag(text, "action", after_think);
     let after_action = action_tag
         .as_ref()

@@ -73,8 +73,8 @@ string_enum!(
         Type => "type",
         /// `system_button(button)`.
         SystemButton => "system_button",
-        /// `open(text)`: open an app.
-        Open => "open",
+        /// `open(text)`: open an app (`AWAKE` in MAI-UI's action space).
+        Open => "open" | "awake",
         /// `wait(time)`.
         Wait => "wait",
         /// `terminate(status)`.
@@ -101,7 +101,7 @@ string_enum!(
     Status, "unknown status", {
         /// The task succeeded.
         Success => "success",
-        /// The task failed.
-        Failure => "failure",
+        /// The task failed (`fail` in MAI-UI's action space).
+        Failure => "failure" | "fail",
     }
 );

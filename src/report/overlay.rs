@@ -8,7 +8,7 @@ use super::input::TokenCounts;
 use crate::action::{Action, Point};
 use crate::dataset::Trajectory;
 use crate::parse::parse_response;
-use crate::score::{map_point, ArgCheck, RulePreset, StepScore};
+use crate::score::{ArgCheck, RulePreset, StepScore};
 
 /// Points and texts of an action: `point`, `to` (a swipe's end) and `text`, in screen pixels.
 fn geometry(a: &Action, map: impl Fn(Point) -> Point) -> Value {
@@ -114,7 +114,7 @@ pub(crate) fn step_json(
     let pred = s
         .predicted
         .as_ref()
-        .map(|a| geometry(a, |p| map_point(p, screen, s.image_size)));
+        .map(|a| geometry(a, |p| s.frames(screen).to_screen(p)));
     let parsed = s.response.as_deref().map(parse_response);
     json!({
         "i": place.index,
