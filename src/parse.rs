@@ -199,10 +199,7 @@ pub fn parse_response(text: &str) -> ParsedOutput {
     let think = find_tag(text, "think", 0).or_else(|| find_tag(text, "thinking", 0));
     // Qwen3-VL Thinking outputs carry only the closing tag (the opening one ends the prompt): the thought is what
     // precedes it, and the answer is looked for after it.
-    let bare_close = think
-        .is_none()
-        .then(|| text.find("</think>"))
-        .flatten();
+    let bare_close = think.is_none().then(|| text.find("</think>")).flatten();
     let think_text = match (&think, bare_close) {
         (Some(t), _) => Some(t.content.trim().to_owned()),
         (None, Some(i)) => Some(text[..i].trim().to_owned()),
@@ -241,13 +238,33 @@ pub fn parse_response(text: &str) -> ParsedOutput {
         }
         _ => false,
     };
+    let mut action_text = action_tag.map(|t| t.content.trim().to_owned());
+    let mut think_text = think_text;
+    if think_text.is_none() && action_text.is_none() {
+        let head = &text[..tool.as_ref().map_or(text.len(), |t| t.start)];
+        (think_text, action_text) = labelled_lines(head);
+    }
     ParsedOutput {
         action,
         think: think_text,
-        action_text: action_tag.map(|t| t.content.trim().to_owned()),
+        action_text,
         tool_call_text,
         full_format,
     }
+}
+
+/// The `Thought: …` and `Action: …` lines that Qwen3-VL's `mobile_use` prompt asks for before the tool call, when
+/// the response has no tags for them (each the rest of its line; the last of each wins).
+fn labelled_lines(head: &str) -> (Option<String>, Option<String>) {
+    let (mut thought, mut action) = (None, None);
+    for line in head.lines().map(str::trim) {
+        if let Some(t) = line.strip_prefix("Thought:") {
+            thought = Some(t.trim().to_owned());
+        } else if let Some(a) = line.strip_prefix("Action:") {
+            action = Some(a.trim().to_owned());
+        }
+    }
+    (thought, action)
 }
 
 #[cfg(test)]
@@ -298,6 +315,20 @@ mod tests {
                 .unwrap_err()
                 .kind(),
             "invalid_json"
+        );
+    }
+
+    #[test]
+    fn thought_and_action_lines_of_the_qwen3_prompt() {
+        let r = "Thought: The search box is at the top.\nAction: Tap the search box.\n<tool_call>\n{\"name\": \"mobile_use\", \"arguments\": {\"action\": \"click\", \"coordinate\": [500, 80]}}\n</tool_call>";
+        let p = parse_response(r);
+        assert_eq!(p.think.as_deref(), Some("The search box is at the top."));
+        assert_eq!(p.action_text.as_deref(), Some("Tap the search box."));
+        assert!(!p.full_format);
+        let tagged = parse_response("<think>x</think>Action: y\n<tool_call>{}</tool_call>");
+        assert_eq!(
+            (tagged.think.as_deref(), tagged.action_text),
+            (Some("x"), None)
         );
     }
 

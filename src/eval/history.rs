@@ -326,8 +326,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(images, vec![0]);
-        let gold = super::super::prompts::step_messages(&t, 0, [500, 1000], SystemPrompt::Default.into())
-            .unwrap();
+        let gold =
+            super::super::prompts::step_messages(&t, 0, [500, 1000], SystemPrompt::Default.into())
+                .unwrap();
         assert_eq!(first, gold);
     }
 
@@ -365,11 +366,20 @@ mod tests {
             frame: crate::settings::CoordinateFrame::Relative(100),
             ..SystemPrompt::Default.into()
         };
-        let (m, _) =
-            semi_online_messages(Procedure::GuiEvalKit, &t, 1, &history[..1], [500, 1000], grid)
-                .unwrap();
+        let (m, _) = semi_online_messages(
+            Procedure::GuiEvalKit,
+            &t,
+            1,
+            &history[..1],
+            [500, 1000],
+            grid,
+        )
+        .unwrap();
         let user = m[1]["content"][0]["text"].as_str().unwrap();
         assert!(user.contains("\"coordinate\": [50, 50]}}; "), "{user}");
-        assert!(m[0]["content"].as_str().unwrap().contains("resolution is 100x100."));
+        assert!(m[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("resolution is 100x100."));
     }
 }

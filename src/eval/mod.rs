@@ -359,7 +359,8 @@ fn run_loaded(
     checks::stop_if_interrupted(cfg, "steps", bench.num_steps())?;
     // The step model's section table (a separately loaded judge keeps its own).
     let profile = backend.profile_snapshot();
-    let preds = PredictionSet::read_optional(cfg.out.path(rundir::PREDICTIONS))?.in_frame(cfg.frame());
+    let preds =
+        PredictionSet::read_optional(cfg.out.path(rundir::PREDICTIONS))?.in_frame(cfg.frame());
     if let Some(judge) = judge_backend(cfg, backend)? {
         phases.push(run_judge(cfg, &bench, judge.as_ref(), &preds)?.summary());
         let total = bench.trajectories.len();

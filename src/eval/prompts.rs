@@ -284,7 +284,13 @@ mod tests {
 
     #[test]
     fn step_prompt_holds_resized_size_golden_history_and_the_screenshot() {
-        let m = step_messages(&trajectory(None), 2, [644, 1428], SystemPrompt::Default.into()).unwrap();
+        let m = step_messages(
+            &trajectory(None),
+            2,
+            [644, 1428],
+            SystemPrompt::Default.into(),
+        )
+        .unwrap();
         let system = m[0]["content"].as_str().unwrap();
         assert!(
             system.contains("The screen's resolution is 644x1428."),
@@ -303,8 +309,13 @@ mod tests {
         assert!(m[1]["content"][0]["text"].as_str().unwrap().starts_with(
             "The user query:  搜索耳机 \nCurrent step query: 输入耳机 \nTask progress"
         ));
-        let first =
-            step_messages(&trajectory(None), 0, [644, 1428], SystemPrompt::Default.into()).unwrap();
+        let first = step_messages(
+            &trajectory(None),
+            0,
+            [644, 1428],
+            SystemPrompt::Default.into(),
+        )
+        .unwrap();
         assert!(first[1]["content"][0]["text"]
             .as_str()
             .unwrap()
@@ -321,7 +332,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(own[0]["content"], "你是手机助手。");
-        let none = step_messages(&trajectory(None), 0, [644, 1428], SystemPrompt::Data.into()).unwrap();
+        let none =
+            step_messages(&trajectory(None), 0, [644, 1428], SystemPrompt::Data.into()).unwrap();
         assert!(none[0]["content"].as_str().unwrap().contains("mobile_use"));
     }
 
@@ -348,8 +360,14 @@ mod tests {
         let m = step_messages(&trajectory(None), 1, [644, 1428], style).unwrap();
         let system = m[0]["content"].as_str().unwrap();
         // No default "You are a helpful assistant." line: the tools block opens the turn, as in the cookbook.
-        assert!(system.starts_with("\n\n# Tools\n\nYou may call one or more functions"), "{system:?}");
-        assert!(system.contains("* The screen's resolution is 999x999.\n"), "{system}");
+        assert!(
+            system.starts_with("\n\n# Tools\n\nYou may call one or more functions"),
+            "{system:?}"
+        );
+        assert!(
+            system.contains(r"* The screen's resolution is 999x999.\n* Make sure"),
+            "{system}"
+        );
         assert!(!system.contains("644x1428"), "{system}");
         let tools = system
             .split("<tools>\n")
@@ -360,7 +378,16 @@ mod tests {
         let actions = &tool["function"]["parameters"]["properties"]["action"]["enum"];
         assert_eq!(
             actions,
-            &json!(["click", "long_press", "swipe", "type", "answer", "system_button", "wait", "terminate"])
+            &json!([
+                "click",
+                "long_press",
+                "swipe",
+                "type",
+                "answer",
+                "system_button",
+                "wait",
+                "terminate"
+            ])
         );
         assert!(system.ends_with("- If finishing, use action=terminate in the tool call."));
         // Another grid is declared as such; image pixels declare the resized screenshot.

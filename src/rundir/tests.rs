@@ -95,7 +95,10 @@ fn a_resume_with_other_settings_names_each_difference() {
     };
     // Written as a manifest from before the coordinate frame was recorded: it reads as image pixels.
     let mut old_settings = serde_json::to_value(&settings).unwrap();
-    old_settings.as_object_mut().unwrap().remove("coordinate_frame");
+    old_settings
+        .as_object_mut()
+        .unwrap()
+        .remove("coordinate_frame");
     let manifest = serde_json::json!({
         "settings": old_settings, "model_path": "m", "device": "cpu", "data": "d",
         "rules": crate::settings::RulePreset::default(),
@@ -116,7 +119,9 @@ fn a_resume_with_other_settings_names_each_difference() {
     };
     let err = run.check_resume(&other).unwrap_err().to_string();
     assert!(
-        err.contains(r#"coordinate_frame: {"kind":"image_pixels"} → {"kind":"relative","max":999}"#),
+        err.contains(
+            r#"coordinate_frame: {"kind":"image_pixels"} → {"kind":"relative","max":999}"#
+        ),
         "{err}"
     );
     assert!(err.contains("dtype: \"f32\" → \"bf16\""), "{err}");

@@ -449,6 +449,9 @@ mod tests {
         m.out_of_frame = 3;
         m.coordinate_frame = CoordinateFrame::Relative(999);
         let w = m.frame_warning().expect("6% warns");
-        assert!(w.contains("beyond 999") && w.contains("image-pixels"), "{w}");
+        assert!(
+            w.contains("beyond 999") && w.contains("image-pixels"),
+            "{w}"
+        );
     }
 }

@@ -16,8 +16,8 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 pub use crate::settings::{
-    BoxChoice, CoordinateFrame, BoxGrowth, DirectionSpace, DistanceMetric, PointSpace, Precision, RuleName,
-    RulePreset, SwipeRule, TextRule, ZeroMove,
+    BoxChoice, BoxGrowth, CoordinateFrame, DirectionSpace, DistanceMetric, PointSpace, Precision,
+    RuleName, RulePreset, SwipeRule, TextRule, ZeroMove,
 };
 pub use judge::{score_run, summarize, JudgeSummary};
 pub use matching::{
@@ -167,9 +167,11 @@ pub(crate) fn score_step(
     };
     s.predicted_type = Some(action.action_type());
     let frames = s.frames([traj.image_width, traj.image_height]);
-    s.out_of_frame = action_points(&action)
-        .iter()
-        .any(|p| !frames.coordinates.contains(*p, frames.image_size, frames.screen));
+    s.out_of_frame = action_points(&action).iter().any(|p| {
+        !frames
+            .coordinates
+            .contains(*p, frames.image_size, frames.screen)
+    });
     match match_args_in(rules, &gold.action, &gold.bboxes, &action, frames) {
         None => s.outcome = Outcome::TypeError,
         Some((ok, check)) => {

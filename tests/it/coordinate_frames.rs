@@ -8,14 +8,16 @@ use crate::util::{bin, json_file, ok, text};
 
 /// A 1080×2400 screen whose four clicks hit a box around its centre, then a `terminate`.
 fn benchmark(dir: &Path) {
-    let click = json!({"name": "mobile_use", "arguments": {"action": "click", "coordinate": [540, 1200]}});
+    let click =
+        json!({"name": "mobile_use", "arguments": {"action": "click", "coordinate": [540, 1200]}});
     let mut steps: Vec<Value> = (0..4)
         .map(|i| {
             json!({"image": format!("images/{i}.png"), "thought": "t", "subtask": "s", "action": click,
                    "response": "r", "bbox": [490, 1150, 590, 1250]})
         })
         .collect();
-    let done = json!({"name": "mobile_use", "arguments": {"action": "terminate", "status": "success"}});
+    let done =
+        json!({"name": "mobile_use", "arguments": {"action": "terminate", "status": "success"}});
     steps.push(json!({"image": "images/4.png", "thought": "t", "subtask": "s", "action": done, "response": "r"}));
     let line = json!({"id": "t", "app_name": "设置", "trajectory_length": 5, "instruction": "打开中间的开关",
                       "image_width": 1080, "image_height": 2400, "trajectory": steps});
@@ -27,13 +29,14 @@ fn benchmark(dir: &Path) {
 fn predictions(path: &Path) {
     let mut lines = String::new();
     for step in 0..4 {
-        let response = "<tool_call>\n{\"name\": \"mobile_use\", \"arguments\": {\"action\": \"click\", \
+        let response =
+            "<tool_call>\n{\"name\": \"mobile_use\", \"arguments\": {\"action\": \"click\", \
                         \"coordinate\": [500, 500]}}\n</tool_call>";
-        let line =
-            json!({"trajectory": "t", "step": step, "response": response, "image_size": [280, 644]});
+        let line = json!({"trajectory": "t", "step": step, "response": response, "image_size": [280, 644]});
         lines.push_str(&format!("{line}\n"));
     }
-    let answer = "The switch is on.\n</think>\n\n<tool_call>\n{\"name\": \"mobile_use\", \"arguments\": \
+    let answer =
+        "The switch is on.\n</think>\n\n<tool_call>\n{\"name\": \"mobile_use\", \"arguments\": \
                   {\"action\": \"answer\", \"text\": \"done\"}}\n</tool_call>";
     let line = json!({"trajectory": "t", "step": 4, "response": answer, "image_size": [280, 644]});
     lines.push_str(&format!("{line}\n"));
@@ -85,12 +88,23 @@ fn a_relative_answer_scores_as_the_screen_centre_only_in_its_frame() {
     predictions(&preds);
 
     let grid = dir.path().join("grid");
-    let o = score(&data, &preds, &grid, &["--coordinate-frame", "relative-999"]);
+    let o = score(
+        &data,
+        &preds,
+        &grid,
+        &["--coordinate-frame", "relative-999"],
+    );
     ok(&o);
     assert!(!text(&o).contains("coordinate frame"), "{}", text(&o));
     let m = json_file(&grid.join("metrics.json"));
-    assert_eq!(m["coordinate_frame"], json!({"kind": "relative", "max": 999}));
-    assert_eq!(m["correct"], 4, "(500, 500) of 999 is the centre of 1080×2400: {m}");
+    assert_eq!(
+        m["coordinate_frame"],
+        json!({"kind": "relative", "max": 999})
+    );
+    assert_eq!(
+        m["correct"], 4,
+        "(500, 500) of 999 is the centre of 1080×2400: {m}"
+    );
     assert_eq!(m["out_of_frame"], 0);
     // The answer outside the action space is a wrong type, counted by name, never a format error.
     assert_eq!(m["type_errors"], 1);
@@ -102,7 +116,10 @@ fn a_relative_answer_scores_as_the_screen_centre_only_in_its_frame() {
         .sum::<u64>();
     assert_eq!(sum, m["steps"].as_u64().unwrap());
     let record = json_file(&grid.join("scored.json"));
-    assert_eq!(record["coordinate_frame"], json!({"kind": "relative", "max": 999}));
+    assert_eq!(
+        record["coordinate_frame"],
+        json!({"kind": "relative", "max": 999})
+    );
 
     // `report` reads the frame back from the folder: the points are drawn at the centre.
     ok(&bin().arg("report").arg(&grid).output().unwrap());
@@ -110,7 +127,10 @@ fn a_relative_answer_scores_as_the_screen_centre_only_in_its_frame() {
     assert_eq!(points.len(), 4, "{points:?}");
     for p in points {
         let (x, y) = (p[0].as_f64().unwrap(), p[1].as_f64().unwrap());
-        assert!((x - 540.54).abs() < 0.01 && (y - 1201.2).abs() < 0.01, "{p}");
+        assert!(
+            (x - 540.54).abs() < 0.01 && (y - 1201.2).abs() < 0.01,
+            "{p}"
+        );
     }
 
     // The same answers read as pixels of the 280×644 picture fall off it: wrong, counted, and a warning names

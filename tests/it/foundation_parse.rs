@@ -315,10 +315,7 @@ fn extended_action_spaces_are_read_and_named() {
         let e = parse_response(&r).action.unwrap_err();
         assert_eq!(e.kind(), "unsupported_action", "{name}");
         assert_eq!(e.unsupported_action(), Some(canonical), "{name}");
-        assert_eq!(
-            e,
-            ParseFailure::Action(ActionError::Unsupported(canonical))
-        );
+        assert_eq!(e, ParseFailure::Action(ActionError::Unsupported(canonical)));
     }
     let e = parse_response(&format!(
         "<tool_call>{}</tool_call>",
