@@ -1,6 +1,6 @@
 //! The coordinate frame of predicted points through the binary: `score --coordinate-frame` in each frame, the
 //! out-of-frame warning and counts, an action outside the `mobile_use` space, and `report` reading the frame back.
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
@@ -43,6 +43,16 @@ fn predictions(path: &Path) {
     std::fs::write(path, lines).unwrap();
 }
 
+/// A temporary folder holding the benchmark (`bench/`) and the predictions (`preds.jsonl`).
+fn inputs() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, preds) = (dir.path().join("bench"), dir.path().join("preds.jsonl"));
+    std::fs::create_dir_all(&data).unwrap();
+    benchmark(&data);
+    predictions(&preds);
+    (dir, data, preds)
+}
+
 fn score(data: &Path, preds: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
     bin()
         .args(["score", "--data", data.to_str().unwrap(), "--predictions"])
@@ -81,11 +91,7 @@ fn collect_points(v: &Value, out: &mut Vec<Value>) {
 
 #[test]
 fn a_relative_answer_scores_as_the_screen_centre_only_in_its_frame() {
-    let dir = tempfile::tempdir().unwrap();
-    let (data, preds) = (dir.path().join("bench"), dir.path().join("preds.jsonl"));
-    std::fs::create_dir_all(&data).unwrap();
-    benchmark(&data);
-    predictions(&preds);
+    let (dir, data, preds) = inputs();
 
     let grid = dir.path().join("grid");
     let o = score(
@@ -157,11 +163,7 @@ fn a_relative_answer_scores_as_the_screen_centre_only_in_its_frame() {
 
 #[test]
 fn a_bad_frame_is_refused_naming_the_flag() {
-    let dir = tempfile::tempdir().unwrap();
-    let (data, preds) = (dir.path().join("bench"), dir.path().join("preds.jsonl"));
-    std::fs::create_dir_all(&data).unwrap();
-    benchmark(&data);
-    predictions(&preds);
+    let (dir, data, preds) = inputs();
     let o = score(
         &data,
         &preds,
