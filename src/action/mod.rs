@@ -13,6 +13,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
+use names::extension_action;
 pub use names::{ActionType, Button, Status};
 
 /// The tool name every tool call must carry.
@@ -367,24 +368,6 @@ impl Action {
         m.insert("name".into(), TOOL_NAME.into());
         m.insert("arguments".into(), self.to_arguments());
         Value::Object(m)
-    }
-}
-
-/// The canonical name of an action of the extended action spaces that has no `mobile_use` counterpart (spelling
-/// compared as [`ActionType`]'s: case, `_`, `-` and spaces ignored); the documented synonyms of the nine
-/// (`AWAKE` for `open`) are read as those.
-fn extension_action(name: &str) -> Option<&'static str> {
-    let key: String = name
-        .chars()
-        .filter(|c| !matches!(c, '_' | '-' | ' '))
-        .flat_map(char::to_lowercase)
-        .collect();
-    match key.as_str() {
-        "answer" => Some("answer"),
-        "askuser" | "info" => Some("ask_user"),
-        "mcpcall" => Some("mcp_call"),
-        "drag" => Some("drag"),
-        _ => None,
     }
 }
 

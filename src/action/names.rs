@@ -105,3 +105,21 @@ string_enum!(
         Failure => "failure" | "fail",
     }
 );
+
+/// The canonical name of an action of the extended action spaces that has no `mobile_use` counterpart (spelling
+/// compared as [`ActionType`]'s: case, `_`, `-` and spaces ignored); the documented synonyms of the nine
+/// (`AWAKE` for `open`) are read as those.
+pub(super) fn extension_action(name: &str) -> Option<&'static str> {
+    let key: String = name
+        .chars()
+        .filter(|c| !matches!(c, '_' | '-' | ' '))
+        .flat_map(char::to_lowercase)
+        .collect();
+    match key.as_str() {
+        "answer" => Some("answer"),
+        "askuser" | "info" => Some("ask_user"),
+        "mcpcall" => Some("mcp_call"),
+        "drag" => Some("drag"),
+        _ => None,
+    }
+}

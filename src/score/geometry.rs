@@ -4,10 +4,35 @@
 //! 0–1000 grid; enlarge; compare with `<=`), so a point exactly on an edge or a threshold falls on the same side
 //! as in the reference. The first-version arithmetic ([`PointSpace::ScreenPixels`]) lives in `matching.rs`.
 
-use super::matching::Frames;
+use super::matching::map_point;
 use crate::action::Point;
 use crate::dataset::BBox;
-use crate::settings::{BoxChoice, BoxGrowth, DistanceMetric, PointSpace, Precision, RulePreset};
+use crate::settings::{
+    BoxChoice, BoxGrowth, CoordinateFrame, DistanceMetric, PointSpace, Precision, RulePreset,
+};
+
+/// Where a step is judged: the screen (gold pixels), the image the model saw and the frame of its coordinates.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Frames {
+    /// The device screen `[w, h]` (gold pixels).
+    pub screen: [u32; 2],
+    /// The image the model saw; `None`: the screen itself.
+    pub image_size: Option<[u32; 2]>,
+    /// The frame the predicted coordinates are given in.
+    pub coordinates: CoordinateFrame,
+}
+
+impl Frames {
+    /// The extent predicted coordinates are given in; `None` when they are screen pixels already.
+    pub fn points(&self) -> Option<[u32; 2]> {
+        self.coordinates.extent(self.image_size)
+    }
+
+    /// A predicted point in screen pixels.
+    pub fn to_screen(&self, p: Point) -> Point {
+        map_point(p, self.screen, self.points())
+    }
+}
 
 /// A rule applied to one step: the preset and the frames of the gold (screen) and predicted (image) points.
 pub(crate) struct Geo<'a> {

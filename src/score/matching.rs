@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+pub use super::geometry::Frames;
 use super::geometry::Geo;
 use crate::action::{Action, Point};
 use crate::dataset::BBox;
@@ -204,29 +205,6 @@ fn point_match(
         return (d <= threshold + rules.tolerance, check);
     }
     (false, check)
-}
-
-/// Where a step is judged: the screen (gold pixels), the image the model saw and the frame of its coordinates.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Frames {
-    /// The device screen `[w, h]` (gold pixels).
-    pub screen: [u32; 2],
-    /// The image the model saw; `None`: the screen itself.
-    pub image_size: Option<[u32; 2]>,
-    /// The frame the predicted coordinates are given in.
-    pub coordinates: CoordinateFrame,
-}
-
-impl Frames {
-    /// The extent predicted coordinates are given in; `None` when they are screen pixels already.
-    pub fn points(&self) -> Option<[u32; 2]> {
-        self.coordinates.extent(self.image_size)
-    }
-
-    /// A predicted point in screen pixels.
-    pub fn to_screen(&self, p: Point) -> Point {
-        map_point(p, self.screen, self.points())
-    }
 }
 
 fn reference_point_match(
