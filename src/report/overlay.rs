@@ -128,7 +128,10 @@ pub(crate) fn step_json(
         "outcome": s.outcome,
         "check": s.check.as_ref().map(check_text),
         "missing": s.missing,
-        "parseError": s.parse_error.as_ref().map(|e| format!("{} ({})", e, e.kind())),
+        "parseError": s.parse_error.as_ref().map(|e| format!("{} ({})", e, e.kind())).or_else(|| {
+            s.unsupported_action
+                .map(|a| format!("action {a:?} is outside the mobile_use action space (unsupported_action)"))
+        }),
         "response": s.response,
         "think": parsed.as_ref().and_then(|p| p.think.clone()),
         "subtask": gold_step.subtask,

@@ -129,6 +129,8 @@ fn a_relative_answer_scores_as_the_screen_centre_only_in_its_frame() {
 
     // `report` reads the frame back from the folder: the points are drawn at the centre.
     ok(&bin().arg("report").arg(&grid).output().unwrap());
+    let page = std::fs::read_to_string(grid.join("report.html")).unwrap();
+    assert!(page.contains(r#"action \"answer\" is outside the mobile_use action space"#));
     let points = drawn_points(&grid.join("report.html"));
     assert_eq!(points.len(), 4, "{points:?}");
     for p in points {
