@@ -297,6 +297,10 @@ pub struct ScoreArgs {
     /// `benchmark.json` suggests, else mobile-r1).
     #[arg(long)]
     pub rules: Option<RuleName>,
+    /// The frame of the predicted coordinates: `image-pixels`, `relative-999`, `relative-1000` or `relative:N`
+    /// (default: the run's own for a run's predictions, else image pixels).
+    #[arg(long, value_name = "FRAME")]
+    pub coordinate_frame: Option<crate::settings::CoordinateFrame>,
 }
 
 /// How the model's ops run; each flag takes its environment variable as its default.
@@ -487,6 +491,10 @@ pub struct EvalArgs {
     /// `default` (the Qwen2.5-VL mobile_use prompt from `prompts/`) or `data` (each trajectory's `system`).
     #[arg(long, default_value = "default")]
     pub system_prompt: SystemPrompt,
+    /// The frame of the agent's coordinates: `image-pixels`, `relative-999`, `relative-1000` or `relative:N`
+    /// (default: the model family's, image pixels for Qwen2.5-VL, relative-999 for Qwen3-VL).
+    #[arg(long, value_name = "FRAME")]
+    pub coordinate_frame: Option<crate::settings::CoordinateFrame>,
     /// Judge model for the aggregation prompts (default: the evaluated model).
     #[arg(long, conflicts_with = "no_judge")]
     pub judge_model: Option<String>,

@@ -1,7 +1,8 @@
 //! The model-output parser: `<think>…</think><action>…</action><tool_call>…</tool_call>`.
 //!
 //! Tolerates whitespace and newlines, a Markdown code fence inside `<tool_call>`, a missing closing
-//! `</tool_call>`, and a bare JSON tool call without any tags. The first tool call wins.
+//! `</tool_call>`, and a bare JSON tool call without any tags. The first tool call wins. A thought may also come in
+//! `<thinking>` tags (MAI-UI) or end with a lone `</think>` (Qwen3-VL Thinking, whose prompt opens the tag).
 
 use serde::Serialize;
 use serde_json::Value;
@@ -38,11 +39,23 @@ impl ParseFailure {
             ParseFailure::Action(ActionError::UnknownAction(_) | ActionError::MissingAction) => {
                 "unknown_action"
             }
+            ParseFailure::Action(ActionError::Unsupported(_)) => "unsupported_action",
             ParseFailure::Action(ActionError::MissingArg { .. }) => "missing_argument",
             ParseFailure::Action(ActionError::WrongType { .. } | ActionError::BadValue { .. }) => {
                 "bad_argument"
             }
             ParseFailure::Action(_) => "bad_tool_call",
+        }
+    }
+}
+
+impl ParseFailure {
+    /// The canonical name of an action outside the `mobile_use` space that the response validly answered with
+    /// (see [`ActionError::Unsupported`]): scored as a wrong type, not as a format error.
+    pub fn unsupported_action(&self) -> Option<&'static str> {
+        match self {
+            ParseFailure::Action(ActionError::Unsupported(name)) => Some(name),
+            _ => None,
         }
     }
 }
@@ -182,13 +195,21 @@ fn find_bare_tool_call(text: &str) -> Option<(&str, Result<Action, ParseFailure>
 
 /// Parse a raw model response.
 pub fn parse_response(text: &str) -> ParsedOutput {
-    let think = find_tag(text, "think", 0);
-    // Qwen3-style outputs may carry only the closing tag (the opening one was in the prompt).
-    let think_text = match &think {
-        Some(t) => Some(t.content.trim().to_owned()),
-        None => text.find("</think>").map(|i| text[..i].trim().to_owned()),
+    // MAI-UI writes its thought in `<thinking>` tags.
+    let think = find_tag(text, "think", 0).or_else(|| find_tag(text, "thinking", 0));
+    // Qwen3-VL Thinking outputs carry only the closing tag (the opening one ends the prompt): the thought is what
+    // precedes it, and the answer is looked for after it.
+    let bare_close = think.is_none().then(|| text.find("</think>")).flatten();
+    let think_text = match (&think, bare_close) {
+        (Some(t), _) => Some(t.content.trim().to_owned()),
+        (None, Some(i)) => Some(text[..i].trim().to_owned()),
+        (None, None) => None,
     };
-    let after_think = think.as_ref().filter(|t| t.closed).map_or(0, |t| t.end);
+    let after_think = match (&think, bare_close) {
+        (Some(t), _) if t.closed => t.end,
+        (None, Some(i)) => i + "</think>".len(),
+        _ => 0,
+    };
     let action_tag = find_tag(text, "action", after_think);
     let after_action = action_tag
         .as_ref()
@@ -217,13 +238,33 @@ pub fn parse_response(text: &str) -> ParsedOutput {
         }
         _ => false,
     };
+    let mut action_text = action_tag.map(|t| t.content.trim().to_owned());
+    let mut think_text = think_text;
+    if think_text.is_none() && action_text.is_none() {
+        let head = &text[..tool.as_ref().map_or(text.len(), |t| t.start)];
+        (think_text, action_text) = labelled_lines(head);
+    }
     ParsedOutput {
         action,
         think: think_text,
-        action_text: action_tag.map(|t| t.content.trim().to_owned()),
+        action_text,
         tool_call_text,
         full_format,
     }
+}
+
+/// The `Thought: …` and `Action: …` lines that Qwen3-VL's `mobile_use` prompt asks for before the tool call, when
+/// the response has no tags for them (each the rest of its line; the last of each wins).
+fn labelled_lines(head: &str) -> (Option<String>, Option<String>) {
+    let (mut thought, mut action) = (None, None);
+    for line in head.lines().map(str::trim) {
+        if let Some(t) = line.strip_prefix("Thought:") {
+            thought = Some(t.trim().to_owned());
+        } else if let Some(a) = line.strip_prefix("Action:") {
+            action = Some(a.trim().to_owned());
+        }
+    }
+    (thought, action)
 }
 
 #[cfg(test)]
@@ -274,6 +315,20 @@ mod tests {
                 .unwrap_err()
                 .kind(),
             "invalid_json"
+        );
+    }
+
+    #[test]
+    fn thought_and_action_lines_of_the_qwen3_prompt() {
+        let r = "Thought: The search box is at the top.\nAction: Tap the search box.\n<tool_call>\n{\"name\": \"mobile_use\", \"arguments\": {\"action\": \"click\", \"coordinate\": [500, 80]}}\n</tool_call>";
+        let p = parse_response(r);
+        assert_eq!(p.think.as_deref(), Some("The search box is at the top."));
+        assert_eq!(p.action_text.as_deref(), Some("Tap the search box."));
+        assert!(!p.full_format);
+        let tagged = parse_response("<think>x</think>Action: y\n<tool_call>{}</tool_call>");
+        assert_eq!(
+            (tagged.think.as_deref(), tagged.action_text),
+            (Some("x"), None)
         );
     }
 

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use crate::parse::{parse_response, ParsedOutput};
 use crate::records::PredictionLine;
+use crate::settings::CoordinateFrame;
 
 /// One model prediction for one step.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,6 +26,8 @@ pub struct Prediction {
     pub parsed: ParsedOutput,
     /// The step could not be run (its line has an `error`).
     pub failed: bool,
+    /// The frame the response's coordinates are given in (image pixels unless the set says otherwise).
+    pub frame: CoordinateFrame,
 }
 
 impl Prediction {
@@ -37,6 +40,7 @@ impl Prediction {
             response: line.response,
             image_size: line.image_size,
             failed: line.error.is_some(),
+            frame: CoordinateFrame::default(),
         }
     }
 }
@@ -67,6 +71,8 @@ pub struct PredictionSet {
     pub duplicates: usize,
     /// Steps whose latest line has an `error` (they could not be run).
     pub errors: usize,
+    /// The frame every prediction's coordinates are given in.
+    pub frame: CoordinateFrame,
 }
 
 impl PredictionSet {
@@ -106,8 +112,18 @@ impl PredictionSet {
         }
     }
 
+    /// The same predictions, their coordinates read in `frame` (the run's `--coordinate-frame`).
+    pub fn in_frame(mut self, frame: CoordinateFrame) -> PredictionSet {
+        self.frame = frame;
+        for p in self.by_traj.values_mut().flat_map(HashMap::values_mut) {
+            p.frame = frame;
+        }
+        self
+    }
+
     /// Add a prediction, replacing an earlier one for the same step.
-    pub fn insert(&mut self, p: Prediction) {
+    pub fn insert(&mut self, mut p: Prediction) {
+        p.frame = self.frame;
         let steps = self.by_traj.entry(p.trajectory.clone()).or_default();
         if steps.insert(p.step, p).is_some() {
             self.duplicates += 1;

@@ -13,6 +13,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
+use names::extension_action;
 pub use names::{ActionType, Button, Status};
 
 /// The tool name every tool call must carry.
@@ -45,6 +46,11 @@ pub enum ActionError {
     /// The `action` is not one of the nine.
     #[error("unknown action {0:?}")]
     UnknownAction(String),
+    /// The `action` belongs to an extended action space of agents fine-tuned from Qwen3-VL (MAI-UI's `answer`,
+    /// `ask_user`, `mcp_call`, `drag`; `INFO` is `ask_user`) that has no `mobile_use` counterpart: a valid
+    /// answer, never a match for a gold action. Holds the canonical name.
+    #[error("action {0:?} is outside the mobile_use action space")]
+    Unsupported(&'static str),
     /// A required argument is absent.
     #[error("action {action} needs argument \"{arg}\"")]
     MissingArg {
@@ -258,9 +264,10 @@ impl Action {
             Some(Value::String(s)) => s,
             Some(other) => return Err(ActionError::UnknownAction(short(other))),
         };
-        let action: ActionType = name
-            .parse()
-            .map_err(|_| ActionError::UnknownAction(name.clone()))?;
+        let action: ActionType = name.parse().map_err(|_| match extension_action(name) {
+            Some(known) => ActionError::Unsupported(known),
+            None => ActionError::UnknownAction(name.clone()),
+        })?;
         let a = Args { map, action };
         Ok(match action {
             ActionType::Key => Action::Key {
@@ -466,6 +473,8 @@ mod tests {
         assert!(matches!(e, ActionError::BadValue { arg: "button", .. }));
         let e = Action::from_arguments(&json!({"action": "fly"})).unwrap_err();
         assert_eq!(e, ActionError::UnknownAction("fly".into()));
+        let e = Action::from_arguments(&json!({"action": "INFO", "text": "which?"})).unwrap_err();
+        assert_eq!(e, ActionError::Unsupported("ask_user"));
         let e =
             Action::from_tool_call(&json!({"name": "computer_use", "arguments": {}})).unwrap_err();
         assert!(matches!(e, ActionError::WrongName(_)));

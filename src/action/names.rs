@@ -73,8 +73,8 @@ string_enum!(
         Type => "type",
         /// `system_button(button)`.
         SystemButton => "system_button",
-        /// `open(text)`: open an app.
-        Open => "open",
+        /// `open(text)`: open an app (`AWAKE` in MAI-UI's action space).
+        Open => "open" | "awake",
         /// `wait(time)`.
         Wait => "wait",
         /// `terminate(status)`.
@@ -101,7 +101,25 @@ string_enum!(
     Status, "unknown status", {
         /// The task succeeded.
         Success => "success",
-        /// The task failed.
-        Failure => "failure",
+        /// The task failed (`fail` in MAI-UI's action space).
+        Failure => "failure" | "fail",
     }
 );
+
+/// The canonical name of an action of the extended action spaces that has no `mobile_use` counterpart (spelling
+/// compared as [`ActionType`]'s: case, `_`, `-` and spaces ignored); the documented synonyms of the nine
+/// (`AWAKE` for `open`) are read as those.
+pub(super) fn extension_action(name: &str) -> Option<&'static str> {
+    let key: String = name
+        .chars()
+        .filter(|c| !matches!(c, '_' | '-' | ' '))
+        .flat_map(char::to_lowercase)
+        .collect();
+    match key.as_str() {
+        "answer" => Some("answer"),
+        "askuser" | "info" => Some("ask_user"),
+        "mcpcall" => Some("mcp_call"),
+        "drag" => Some("drag"),
+        _ => None,
+    }
+}

@@ -34,7 +34,7 @@ pub(super) fn run_phases(
     let steps_phase = StepPhase {
         bench,
         jobs: pending_steps(bench, &Default::default()),
-        system: SystemPrompt::Default,
+        system: SystemPrompt::Default.into(),
         image: backend.image_config(),
         max_new_tokens: cfg.max_new_tokens,
     };
@@ -45,7 +45,7 @@ pub(super) fn run_phases(
         let semi = SemiOnlineConfig {
             procedure,
             decide: Decide::AlwaysRight,
-            system: SystemPrompt::Default,
+            system: SystemPrompt::Default.into(),
             image: backend.image_config(),
             max_new_tokens: cfg.max_new_tokens,
         };

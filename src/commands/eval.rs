@@ -169,6 +169,10 @@ pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<(EvalConfig, ClaimedRun
         max_new_tokens: a.max_new_tokens,
         rules,
         system_prompt: a.system_prompt,
+        // The one place the evaluated model's family enters the run: every checkpoint runs as Qwen2.5-VL until
+        // the model layer reports the family it detects.
+        family: crate::settings::ModelFamily::Qwen25Vl,
+        coordinate_frame: a.coordinate_frame,
         judge,
         shard,
         cancel: Cancel::on_signals(),
@@ -305,6 +309,9 @@ pub fn run(args: EvalArgs, env: &SchedulerEnv) -> Result<()> {
         if path.exists() {
             println!("  {}", path.display());
         }
+    }
+    if let Some(w) = outcome.metrics.frame_warning() {
+        eprintln!("warning: {w}");
     }
     let failed = outcome.metrics.prediction_errors.unwrap_or(0);
     if failed > 0 && !allow_step_errors {

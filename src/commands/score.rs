@@ -66,7 +66,12 @@ pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
     let hub = super::hub::hub(&args.hub, crate::interrupt::Cancel::new());
     let (data, _) = super::hub::resolve_data(args.data.clone(), &hub)?;
     let found = find_benchmark(data.as_deref(), origin.as_ref(), &named_by, true)?;
-    let preds = PredictionSet::read(&args.predictions)?;
+    // A run's predictions are read in the run's frame unless the flag says otherwise; others in image pixels.
+    let frame = args
+        .coordinate_frame
+        .or_else(|| origin.as_ref().map(Origin::coordinate_frame))
+        .unwrap_or_default();
+    let preds = PredictionSet::read(&args.predictions)?.in_frame(frame);
     for m in &preds.malformed {
         eprintln!("warning: {}: {m}", args.predictions.display());
     }
@@ -122,11 +127,14 @@ pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
         &history,
     );
     if !into_run {
-        write_score_record(&out, &args.predictions, &found, &rules)?;
+        write_score_record(&out, &args.predictions, &found, &rules, frame)?;
     }
     let paths = report::write_all(&out, &metrics, &steps)?;
     let page = report::html::write_run(&out)?;
     print!("{}", report::render_summary(&metrics));
+    if let Some(w) = metrics.frame_warning() {
+        eprintln!("warning: {w}");
+    }
     println!(
         "\nWrote {}, {}, {} and {}",
         paths.metrics.display(),
@@ -179,6 +187,7 @@ fn write_score_record(
     predictions: &Path,
     found: &FoundBenchmark,
     rules: &crate::settings::RulePreset,
+    coordinate_frame: crate::settings::CoordinateFrame,
 ) -> anyhow::Result<()> {
     let copy = out.path(rundir::PREDICTIONS);
     let bytes = std::fs::read(&copy).with_context(|| format!("reading {}", copy.display()))?;
@@ -189,6 +198,7 @@ fn write_score_record(
         data: found.bench.root.clone(),
         data_hash: found.hash.clone(),
         rules: rules.clone(),
+        coordinate_frame,
         scored_at_unix: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),

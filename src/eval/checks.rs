@@ -137,7 +137,7 @@ fn step_prompt_tokens(
     let Some(size) = resized(backend, t) else {
         return Some(Err(anyhow::anyhow!("the screen size cannot be resized")));
     };
-    match super::prompts::step_messages(t, si, size, cfg.system_prompt) {
+    match super::prompts::step_messages(t, si, size, cfg.prompt_style()) {
         Ok(messages) => backend.prompt_tokens(&messages, &[[t.image_width, t.image_height]]),
         Err(e) => Some(Err(e.into())),
     }

@@ -12,11 +12,12 @@
 //!   with `Step k: <entry>;` per earlier step and only the current screenshot. An entry is the model's own tool
 //!   call (the text inside `<tool_call>`) where that step was right, else the gold action as the tool call
 //!   `{"name": "mobile_use", "arguments": {…}}` written as Python's `json.dumps` writes it (`", "` and `": "`
-//!   separators, non-ASCII as `\uXXXX`), its points in the pixels of the current screenshot as the model sees it.
+//!   separators, non-ASCII as `\uXXXX`), its points in the pixels of the current screenshot as the model sees it
+//!   (on the run's relative grid when the agent answers on one).
 
 use serde_json::{json, Value};
 
-use super::prompts::{step_user_text, system_text, SystemPrompt, STEP_TURN_TEMPLATE};
+use super::prompts::{step_user_text, system_text, PromptStyle, STEP_TURN_TEMPLATE};
 use crate::action::{Action, Point};
 use crate::chat::{self, ChatError};
 use crate::dataset::Trajectory;
@@ -41,23 +42,25 @@ pub(crate) fn semi_online_messages(
     step: usize,
     own: &[OwnStep],
     resized_wh: [u32; 2],
-    mode: SystemPrompt,
+    style: PromptStyle,
 ) -> Result<(Value, Vec<usize>), ChatError> {
     debug_assert_eq!(own.len(), step);
     match procedure {
         Procedure::Uis1Sop => {
-            let messages = conversation(traj, step, own, resized_wh, mode, procedure.images())?;
+            let messages = conversation(traj, step, own, resized_wh, style, procedure.images())?;
             let first_image = (step + 1).saturating_sub(procedure.images());
             Ok((messages, (first_image..=step).collect()))
         }
         Procedure::GuiEvalKit => {
+            let seen = style.declared_size(resized_wh);
             let entries: Vec<String> = own
                 .iter()
                 .zip(&traj.steps)
-                .map(|(o, gold)| history_entry(o, gold, traj, resized_wh))
+                .map(|(o, gold)| history_entry(o, gold, traj, seen))
                 .collect();
             let refs: Vec<&str> = entries.iter().map(String::as_str).collect();
-            let messages = super::prompts::step_messages_with(traj, step, &refs, resized_wh, mode)?;
+            let messages =
+                super::prompts::step_messages_with(traj, step, &refs, resized_wh, style)?;
             Ok((messages, vec![step]))
         }
     }
@@ -70,12 +73,12 @@ fn conversation(
     step: usize,
     own: &[OwnStep],
     resized_wh: [u32; 2],
-    mode: SystemPrompt,
+    style: PromptStyle,
     images: usize,
 ) -> Result<Value, ChatError> {
     let first_image = (step + 1).saturating_sub(images);
     let mut messages =
-        vec![json!({"role": "system", "content": system_text(traj, resized_wh, mode)?})];
+        vec![json!({"role": "system", "content": system_text(traj, resized_wh, style)?})];
     for k in 0..=step {
         let text = if k == 0 {
             step_user_text(traj, 0, &[])?
@@ -96,18 +99,19 @@ fn conversation(
     Ok(Value::Array(messages))
 }
 
-/// A `guievalkit` history entry: the model's own tool call where the step was right, else the gold action.
+/// A `guievalkit` history entry: the model's own tool call where the step was right, else the gold action with
+/// its points in `seen`, the frame the model answers in (the resized screenshot, or the relative grid).
 fn history_entry(
     own: &OwnStep,
     gold: &crate::dataset::Step,
     traj: &Trajectory,
-    resized_wh: [u32; 2],
+    seen: [u32; 2],
 ) -> String {
     match (&own.tool_call, own.correct) {
         (Some(text), true) => text.clone(),
         _ => {
             let screen = [traj.image_width, traj.image_height];
-            python_json(&in_model_frame(&gold.action, screen, resized_wh).to_tool_call())
+            python_json(&in_model_frame(&gold.action, screen, seen).to_tool_call())
         }
     }
 }
@@ -212,6 +216,7 @@ mod tests {
     use super::*;
     use crate::action::Action;
     use crate::dataset::testing::step;
+    use crate::settings::SystemPrompt;
 
     fn trajectory() -> Trajectory {
         crate::dataset::testing::trajectory(
@@ -269,7 +274,7 @@ mod tests {
             2,
             &history,
             [500, 1000],
-            SystemPrompt::Default,
+            SystemPrompt::Default.into(),
         )
         .unwrap();
         assert_eq!(images, vec![1, 2]);
@@ -302,7 +307,7 @@ mod tests {
             1,
             &history[..1],
             [500, 1000],
-            SystemPrompt::Default,
+            SystemPrompt::Default.into(),
         )
         .unwrap();
         let turn = m[3]["content"][0]["text"].as_str().unwrap();
@@ -317,12 +322,13 @@ mod tests {
             0,
             &[],
             [500, 1000],
-            SystemPrompt::Default,
+            SystemPrompt::Default.into(),
         )
         .unwrap();
         assert_eq!(images, vec![0]);
-        let gold = super::super::prompts::step_messages(&t, 0, [500, 1000], SystemPrompt::Default)
-            .unwrap();
+        let gold =
+            super::super::prompts::step_messages(&t, 0, [500, 1000], SystemPrompt::Default.into())
+                .unwrap();
         assert_eq!(first, gold);
     }
 
@@ -343,7 +349,7 @@ mod tests {
             2,
             &history,
             [500, 1000],
-            SystemPrompt::Default,
+            SystemPrompt::Default.into(),
         )
         .unwrap();
         assert_eq!(images, vec![2]);
@@ -355,5 +361,25 @@ mod tests {
             ),
             "{user}"
         );
+        // An agent answering on a relative grid sees the gold point on that grid.
+        let grid = PromptStyle {
+            frame: crate::settings::CoordinateFrame::Relative(100),
+            ..SystemPrompt::Default.into()
+        };
+        let (m, _) = semi_online_messages(
+            Procedure::GuiEvalKit,
+            &t,
+            1,
+            &history[..1],
+            [500, 1000],
+            grid,
+        )
+        .unwrap();
+        let user = m[1]["content"][0]["text"].as_str().unwrap();
+        assert!(user.contains("\"coordinate\": [50, 50]}}; "), "{user}");
+        assert!(m[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("resolution is 100x100."));
     }
 }

@@ -41,7 +41,7 @@ use crate::records::{
 };
 use crate::rundir::{self, RunDir};
 use crate::score::{Metrics, RulePreset};
-use crate::settings::DeviceSpec;
+use crate::settings::{CoordinateFrame, DeviceSpec, ModelFamily};
 
 /// Which model answers the aggregation prompts.
 #[derive(Debug, Clone, PartialEq)]
@@ -88,6 +88,10 @@ pub struct EvalConfig {
     pub rules: RulePreset,
     /// System prompt source.
     pub system_prompt: SystemPrompt,
+    /// The evaluated model's family: its default system prompt and coordinate frame.
+    pub family: ModelFamily,
+    /// `--coordinate-frame`; the family's default when `None`.
+    pub coordinate_frame: Option<CoordinateFrame>,
     /// Judge model.
     pub judge: JudgeChoice,
     /// `--shard`: evaluate only this shard's trajectories (`out` is then the shard's own folder).
@@ -106,6 +110,21 @@ pub struct EvalConfig {
 }
 
 impl EvalConfig {
+    /// The frame the agent's coordinates are read in: the flag's, else the family's default.
+    pub fn frame(&self) -> CoordinateFrame {
+        self.coordinate_frame
+            .unwrap_or_else(|| self.family.default_coordinate_frame())
+    }
+
+    /// What the step prompts' system turn is made from.
+    pub fn prompt_style(&self) -> prompts::PromptStyle {
+        prompts::PromptStyle {
+            source: self.system_prompt,
+            family: self.family,
+            frame: self.frame(),
+        }
+    }
+
     /// The history of the run's step prompts, as its manifest records it.
     pub fn history(&self) -> History {
         match self.semi_online {
@@ -258,9 +277,11 @@ fn settings(cfg: &EvalConfig, backend: &dyn Backend) -> Result<RunSettings> {
                     .map(prompts::procedure_template_hashes)
                     .unwrap_or_default(),
             )
+            .chain(prompts::family_template_hashes(cfg.family))
             .map(|(k, v)| (k.to_string(), v))
             .collect(),
         system_prompt: cfg.system_prompt,
+        coordinate_frame: cfg.frame(),
         image_processor: backend.image_config().clone(),
         max_new_tokens: cfg.max_new_tokens,
         judge,
@@ -341,7 +362,8 @@ fn run_loaded(
     checks::stop_if_interrupted(cfg, "steps", bench.num_steps())?;
     // The step model's section table (a separately loaded judge keeps its own).
     let profile = backend.profile_snapshot();
-    let preds = PredictionSet::read_optional(cfg.out.path(rundir::PREDICTIONS))?;
+    let preds =
+        PredictionSet::read_optional(cfg.out.path(rundir::PREDICTIONS))?.in_frame(cfg.frame());
     if let Some(judge) = judge_backend(cfg, backend)? {
         phases.push(run_judge(cfg, &bench, judge.as_ref(), &preds)?.summary());
         let total = bench.trajectories.len();
@@ -436,7 +458,7 @@ fn run_steps(
     let phase = StepPhase {
         bench,
         jobs,
-        system: cfg.system_prompt,
+        system: cfg.prompt_style(),
         image: backend.image_config(),
         max_new_tokens: cfg.max_new_tokens,
     };
@@ -456,7 +478,7 @@ fn run_semi_online(
     let semi = SemiOnlineConfig {
         procedure,
         decide: Decide::Rules(&cfg.rules),
-        system: cfg.system_prompt,
+        system: cfg.prompt_style(),
         image: backend.image_config(),
         max_new_tokens: cfg.max_new_tokens,
     };

@@ -16,6 +16,11 @@ use crate::parse::ParsedOutput;
 /// The `mobile_use` system prompt (Qwen-Agent NousFnCallPrompt wrapper of the Qwen2.5-VL MobileUse tool).
 /// Variables: `width`, `height` — the smart-resized screenshot size the model sees.
 pub(crate) const SYSTEM_TEMPLATE: &str = include_str!("../../prompts/system_mobile_use.jinja");
+/// Qwen3-VL's `mobile_use` system prompt, as its cookbook (`cookbooks/mobile_agent.ipynb`) gives it: the tool
+/// description on a relative grid (no `key` or `open`; `answer` added) and a Thought / Action / tool-call response
+/// format. Variables: `width`, `height` — the grid (`999`, `999` in the cookbook).
+pub(crate) const SYSTEM_TEMPLATE_QWEN3: &str =
+    include_str!("../../prompts/system_mobile_use_qwen3.jinja");
 /// The step user turn (Qwen2.5-VL mobile-agent convention). Variables: `instruction`, `history` (the gold
 /// `subtask` sentences of the previous steps).
 pub(crate) const STEP_TEMPLATE: &str = include_str!("../../prompts/step_user.jinja");
@@ -24,6 +29,46 @@ pub(crate) const STEP_TEMPLATE: &str = include_str!("../../prompts/step_user.jin
 pub(crate) const JUDGE_TEMPLATE: &str = include_str!("../../prompts/judge.jinja");
 
 pub use crate::settings::SystemPrompt;
+use crate::settings::{CoordinateFrame, ModelFamily};
+
+/// What the step prompts' system turn is made from: its source, the evaluated model's family (which picks the
+/// default prompt) and the coordinate frame the prompt declares as the screen's resolution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PromptStyle {
+    /// `--system-prompt`: the family's prompt, or the trajectory's own.
+    pub source: SystemPrompt,
+    /// The model family.
+    pub family: ModelFamily,
+    /// The frame the agent answers in.
+    pub frame: CoordinateFrame,
+}
+
+impl From<SystemPrompt> for PromptStyle {
+    /// The Qwen2.5-VL prompt in image pixels.
+    fn from(source: SystemPrompt) -> Self {
+        PromptStyle {
+            source,
+            family: ModelFamily::Qwen25Vl,
+            frame: CoordinateFrame::ImagePixels,
+        }
+    }
+}
+
+impl PromptStyle {
+    /// The family's default system template and its file name.
+    fn template(self) -> (&'static str, &'static str) {
+        match self.family {
+            ModelFamily::Qwen25Vl => ("system_mobile_use.jinja", SYSTEM_TEMPLATE),
+            ModelFamily::Qwen3Vl => ("system_mobile_use_qwen3.jinja", SYSTEM_TEMPLATE_QWEN3),
+        }
+    }
+
+    /// The screen size the system prompt declares, and the frame points are written in for the model: the
+    /// frame's grid, else the resized screenshot.
+    pub(crate) fn declared_size(self, resized_wh: [u32; 2]) -> [u32; 2] {
+        self.frame.extent(Some(resized_wh)).unwrap_or(resized_wh)
+    }
+}
 
 /// The user turn of each later step of a `uis1-sop` conversation (the first step's is [`STEP_TEMPLATE`] with no
 /// history). Variables: `step_instruction` (the step's own instruction, when the benchmark has one).
@@ -39,6 +84,23 @@ pub(crate) fn template_hashes() -> BTreeMap<&'static str, String> {
     .into_iter()
     .map(|(name, text)| (name, sha256_hex(text.as_bytes())))
     .collect()
+}
+
+/// SHA-256 of the family's own system template when it is not in [`template_hashes`] (so a Qwen2.5-VL run's
+/// manifest does not change).
+pub(crate) fn family_template_hashes(family: ModelFamily) -> BTreeMap<&'static str, String> {
+    let (name, text) = PromptStyle::from(SystemPrompt::Default).template();
+    let (own, own_text) = PromptStyle {
+        family,
+        ..SystemPrompt::Default.into()
+    }
+    .template();
+    let mut out = BTreeMap::new();
+    if own != name {
+        debug_assert_ne!(own_text, text);
+        out.insert(own, sha256_hex(own_text.as_bytes()));
+    }
+    out
 }
 
 /// SHA-256 of the templates the step prompts of `procedure` use beyond [`template_hashes`] (only those, so a
@@ -59,28 +121,30 @@ pub(crate) fn step_messages(
     traj: &Trajectory,
     step: usize,
     resized_wh: [u32; 2],
-    mode: SystemPrompt,
+    style: PromptStyle,
 ) -> Result<Value, chat::ChatError> {
     let history: Vec<&str> = traj.steps[..step]
         .iter()
         .map(|s| s.subtask.as_str())
         .collect();
-    step_messages_with(traj, step, &history, resized_wh, mode)
+    step_messages_with(traj, step, &history, resized_wh, style)
 }
 
 /// The system message of `traj`'s step prompts: the trajectory's own (`--system-prompt data`, when it has one)
-/// or the `mobile_use` prompt with the resized screenshot size `resized_wh`.
+/// or the family's `mobile_use` prompt declaring the frame's grid, or in image pixels the resized screenshot size
+/// `resized_wh`.
 pub(crate) fn system_text(
     traj: &Trajectory,
     resized_wh: [u32; 2],
-    mode: SystemPrompt,
+    style: PromptStyle,
 ) -> Result<String, chat::ChatError> {
-    match (mode, &traj.system) {
+    match (style.source, &traj.system) {
         (SystemPrompt::Data, Some(s)) if !s.trim().is_empty() => Ok(s.clone()),
-        _ => chat::render_str(
-            SYSTEM_TEMPLATE,
-            &json!({"width": resized_wh[0], "height": resized_wh[1]}),
-        ),
+        _ => {
+            let [width, height] = style.declared_size(resized_wh);
+            let (_, template) = style.template();
+            chat::render_str(template, &json!({"width": width, "height": height}))
+        }
     }
 }
 
@@ -109,9 +173,9 @@ pub(crate) fn step_messages_with(
     step: usize,
     history: &[&str],
     resized_wh: [u32; 2],
-    mode: SystemPrompt,
+    style: PromptStyle,
 ) -> Result<Value, chat::ChatError> {
-    let system = system_text(traj, resized_wh, mode)?;
+    let system = system_text(traj, resized_wh, style)?;
     let user = step_user_text(traj, step, history)?;
     Ok(json!([
         {"role": "system", "content": system},
@@ -220,7 +284,13 @@ mod tests {
 
     #[test]
     fn step_prompt_holds_resized_size_golden_history_and_the_screenshot() {
-        let m = step_messages(&trajectory(None), 2, [644, 1428], SystemPrompt::Default).unwrap();
+        let m = step_messages(
+            &trajectory(None),
+            2,
+            [644, 1428],
+            SystemPrompt::Default.into(),
+        )
+        .unwrap();
         let system = m[0]["content"].as_str().unwrap();
         assert!(
             system.contains("The screen's resolution is 644x1428."),
@@ -235,12 +305,17 @@ mod tests {
         assert_eq!(m[1]["content"][1]["type"], "image");
         let mut low = trajectory(None);
         low.steps[2].instruction = Some("输入耳机".into());
-        let m = step_messages(&low, 2, [644, 1428], SystemPrompt::Default).unwrap();
+        let m = step_messages(&low, 2, [644, 1428], SystemPrompt::Default.into()).unwrap();
         assert!(m[1]["content"][0]["text"].as_str().unwrap().starts_with(
             "The user query:  搜索耳机 \nCurrent step query: 输入耳机 \nTask progress"
         ));
-        let first =
-            step_messages(&trajectory(None), 0, [644, 1428], SystemPrompt::Default).unwrap();
+        let first = step_messages(
+            &trajectory(None),
+            0,
+            [644, 1428],
+            SystemPrompt::Default.into(),
+        )
+        .unwrap();
         assert!(first[1]["content"][0]["text"]
             .as_str()
             .unwrap()
@@ -253,11 +328,12 @@ mod tests {
             &trajectory(Some("你是手机助手。")),
             0,
             [644, 1428],
-            SystemPrompt::Data,
+            SystemPrompt::Data.into(),
         )
         .unwrap();
         assert_eq!(own[0]["content"], "你是手机助手。");
-        let none = step_messages(&trajectory(None), 0, [644, 1428], SystemPrompt::Data).unwrap();
+        let none =
+            step_messages(&trajectory(None), 0, [644, 1428], SystemPrompt::Data.into()).unwrap();
         assert!(none[0]["content"].as_str().unwrap().contains("mobile_use"));
     }
 
@@ -266,5 +342,73 @@ mod tests {
         let h = template_hashes();
         assert_eq!(h.len(), 3);
         assert!(h.values().all(|v| v.len() == 64));
+        assert!(family_template_hashes(ModelFamily::Qwen25Vl).is_empty());
+        let own = family_template_hashes(ModelFamily::Qwen3Vl);
+        assert_eq!(
+            own.keys().copied().collect::<Vec<_>>(),
+            ["system_mobile_use_qwen3.jinja"]
+        );
+    }
+
+    #[test]
+    fn qwen3_system_prompt_is_the_cookbook_prompt_on_the_frame_grid() {
+        let style = PromptStyle {
+            source: SystemPrompt::Default,
+            family: ModelFamily::Qwen3Vl,
+            frame: ModelFamily::Qwen3Vl.default_coordinate_frame(),
+        };
+        let m = step_messages(&trajectory(None), 1, [644, 1428], style).unwrap();
+        let system = m[0]["content"].as_str().unwrap();
+        // No default "You are a helpful assistant." line: the tools block opens the turn, as in the cookbook.
+        assert!(
+            system.starts_with("\n\n# Tools\n\nYou may call one or more functions"),
+            "{system:?}"
+        );
+        assert!(
+            system.contains(r"* The screen's resolution is 999x999.\n* Make sure"),
+            "{system}"
+        );
+        assert!(!system.contains("644x1428"), "{system}");
+        let tools = system
+            .split("<tools>\n")
+            .nth(1)
+            .and_then(|t| t.split("\n</tools>").next())
+            .unwrap();
+        let tool: Value = serde_json::from_str(tools).expect("the tool block is JSON");
+        let actions = &tool["function"]["parameters"]["properties"]["action"]["enum"];
+        assert_eq!(
+            actions,
+            &json!([
+                "click",
+                "long_press",
+                "swipe",
+                "type",
+                "answer",
+                "system_button",
+                "wait",
+                "terminate"
+            ])
+        );
+        assert!(system.ends_with("- If finishing, use action=terminate in the tool call."));
+        // Another grid is declared as such; image pixels declare the resized screenshot.
+        let thousand = PromptStyle {
+            frame: CoordinateFrame::Relative(1000),
+            ..style
+        };
+        let text = system_text(&trajectory(None), [644, 1428], thousand).unwrap();
+        assert!(text.contains("resolution is 1000x1000."), "{text}");
+        let pixels = PromptStyle {
+            frame: CoordinateFrame::ImagePixels,
+            ..style
+        };
+        let text = system_text(&trajectory(None), [644, 1428], pixels).unwrap();
+        assert!(text.contains("resolution is 644x1428."), "{text}");
+        // The benchmark's own system prompt still wins with --system-prompt data.
+        let data = PromptStyle {
+            source: SystemPrompt::Data,
+            ..style
+        };
+        let own = system_text(&trajectory(Some("你是手机助手。")), [644, 1428], data).unwrap();
+        assert_eq!(own, "你是手机助手。");
     }
 }

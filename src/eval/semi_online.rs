@@ -19,7 +19,7 @@ use serde_json::json;
 
 use super::history::{semi_online_messages, OwnStep};
 use super::phase::Phase;
-use super::prompts::SystemPrompt;
+use super::prompts::PromptStyle;
 use super::steps::{prediction_line, StepJob};
 use crate::backend::{ChatRequest, ChatResult, JobQueue};
 use crate::dataset::Benchmark;
@@ -45,8 +45,8 @@ pub(crate) struct SemiOnlineConfig<'a> {
     pub procedure: Procedure,
     /// How steps are judged.
     pub decide: Decide<'a>,
-    /// Where the system prompt comes from.
-    pub system: SystemPrompt,
+    /// What the system prompt is made from (its coordinate frame also reads the answers).
+    pub system: PromptStyle,
     /// How the backend resizes screenshots.
     pub image: &'a ImageProcessorConfig,
     /// Most generated tokens.
@@ -79,7 +79,7 @@ impl<'a> SemiOnlinePhase<'a> {
         for (ti, t) in bench.trajectories.iter().enumerate() {
             let mut stopped = false;
             while let Some(line) = latest.get(&(t.id.as_str(), own[ti].len())) {
-                let step = judge(bench, cfg.decide, ti, line);
+                let step = judge(bench, &cfg, ti, line);
                 stopped = cfg.procedure.stops_at_first_error() && !step.correct;
                 own[ti].push(step);
                 if stopped {
@@ -122,9 +122,17 @@ impl<'a> SemiOnlinePhase<'a> {
 }
 
 /// What the history keeps of a saved or new answer to step `line.step` of trajectory `ti`.
-fn judge(bench: &Benchmark, decide: Decide<'_>, ti: usize, line: &PredictionLine) -> OwnStep {
-    let pred = Prediction::from_line(line.clone());
-    let correct = match decide {
+fn judge(
+    bench: &Benchmark,
+    cfg: &SemiOnlineConfig<'_>,
+    ti: usize,
+    line: &PredictionLine,
+) -> OwnStep {
+    let pred = Prediction {
+        frame: cfg.system.frame,
+        ..Prediction::from_line(line.clone())
+    };
+    let correct = match cfg.decide {
         Decide::AlwaysRight => true,
         Decide::Rules(rules) => {
             let t = &bench.trajectories[ti];
@@ -198,7 +206,7 @@ impl Phase for SemiOnlinePhase<'_> {
         let (ti, _) = self.jobs[i];
         let rest = self.chain_end[i] - i - 1;
         let go_on = record.error.is_none() && {
-            let step = judge(self.bench, self.cfg.decide, ti, record);
+            let step = judge(self.bench, &self.cfg, ti, record);
             let stop = self.cfg.procedure.stops_at_first_error() && !step.correct;
             self.own()[ti].push(step);
             !stop

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use anyhow::Result;
 
 use super::phase::Phase;
-use super::prompts::{step_messages, SystemPrompt};
+use super::prompts::{step_messages, PromptStyle};
 use crate::backend::{ChatRequest, ChatResult};
 use crate::dataset::Benchmark;
 use crate::preprocess::{image_dimensions, ImageProcessorConfig};
@@ -45,8 +45,8 @@ pub struct StepPhase<'a> {
     pub bench: &'a Benchmark,
     /// The pending steps.
     pub jobs: Vec<StepJob>,
-    /// Where the system prompt comes from.
-    pub system: SystemPrompt,
+    /// What the system prompt is made from.
+    pub system: PromptStyle,
     /// How the backend resizes screenshots (the prompt states the size the model sees).
     pub image: &'a ImageProcessorConfig,
     /// Most generated tokens.

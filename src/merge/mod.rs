@@ -196,6 +196,7 @@ pub(crate) fn merge_run(opts: &MergeOptions) -> Result<MergeOutcome, MergeError>
         judgements.as_deref(),
         judged,
         &history,
+        settings.coordinate_frame,
     );
     crate::report::write_all(&run, &metrics, &steps)?;
     write_throughput(&run, &shards)?;
@@ -289,7 +290,7 @@ fn merged_jsonl(
     Ok(Some(merged))
 }
 
-/// Score exactly as `eval` does: metrics of the predictions, the judge summary (when the run had a judge or
+/// Score exactly as `eval` does (the predictions read in the run's coordinate frame): metrics of the predictions, the judge summary (when the run had a judge or
 /// judgements exist), the count of prediction lines carrying an error, and the semi-online figures of a run whose
 /// history was the model's own.
 pub fn score(
@@ -299,8 +300,9 @@ pub fn score(
     judgements: Option<&str>,
     judged: bool,
     history: &crate::records::History,
+    frame: crate::settings::CoordinateFrame,
 ) -> (Metrics, Vec<crate::score::StepScore>) {
-    let preds = PredictionSet::parse(predictions);
+    let preds = PredictionSet::parse(predictions).in_frame(frame);
     let judgements =
         crate::records::parse_lines::<JudgementLine>(judgements.unwrap_or_default()).records;
     crate::score::score_run(rules, bench, &preds, &judgements, judged, history)

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::{DecodeAttention, History, OpsManifest, PhaseSummary, ProfileSnapshot};
 use crate::fingerprint::FilesFingerprint;
 use crate::preprocess::ImageProcessorConfig;
-use crate::settings::{BatchLimits, RulePreset, SystemPrompt};
+use crate::settings::{BatchLimits, CoordinateFrame, RulePreset, SystemPrompt};
 use crate::shard::ShardManifestEntry;
 
 /// Version of the manifest format.
@@ -39,6 +39,9 @@ pub struct RunSettings {
     pub prompt_hashes: BTreeMap<String, String>,
     /// Where the step prompt's system message comes from.
     pub system_prompt: SystemPrompt,
+    /// The frame the agent's coordinates are read in (image pixels in manifests that predate it).
+    #[serde(default)]
+    pub coordinate_frame: CoordinateFrame,
     /// The image processor's settings (pixel bounds included).
     pub image_processor: ImageProcessorConfig,
     /// Most generated tokens per prompt.
@@ -99,6 +102,7 @@ impl RunSettings {
             data_hash,
             prompt_hashes,
             system_prompt,
+            coordinate_frame,
             image_processor,
             max_new_tokens,
             judge,

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::Versions;
-use crate::settings::RulePreset;
+use crate::settings::{CoordinateFrame, RulePreset};
 
 /// Version of the scored-folder record.
 pub(crate) const SCORED_SCHEMA_VERSION: u32 = 1;
@@ -27,6 +27,9 @@ pub struct ScoreRecord {
     pub data_hash: String,
     /// The matching-rule preset of the metrics.
     pub rules: RulePreset,
+    /// The frame the predicted coordinates were read in (image pixels in records that predate it).
+    #[serde(default)]
+    pub coordinate_frame: CoordinateFrame,
     /// When it was scored (Unix seconds).
     pub scored_at_unix: u64,
     /// The program that scored it.

@@ -203,7 +203,11 @@ impl RunData {
                 })
             }
         };
-        let preds = PredictionSet::parse(&preds_text);
+        let frame = origin
+            .as_ref()
+            .map(Origin::coordinate_frame)
+            .unwrap_or_default();
+        let preds = PredictionSet::parse(&preds_text).in_frame(frame);
         if preds.is_empty() {
             return Err(no_predictions(
                 dir,

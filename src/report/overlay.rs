@@ -8,7 +8,7 @@ use super::input::TokenCounts;
 use crate::action::{Action, Point};
 use crate::dataset::Trajectory;
 use crate::parse::parse_response;
-use crate::score::{map_point, ArgCheck, RulePreset, StepScore};
+use crate::score::{ArgCheck, RulePreset, StepScore};
 
 /// Points and texts of an action: `point`, `to` (a swipe's end) and `text`, in screen pixels.
 fn geometry(a: &Action, map: impl Fn(Point) -> Point) -> Value {
@@ -114,7 +114,7 @@ pub(crate) fn step_json(
     let pred = s
         .predicted
         .as_ref()
-        .map(|a| geometry(a, |p| map_point(p, screen, s.image_size)));
+        .map(|a| geometry(a, |p| s.frames(screen).to_screen(p)));
     let parsed = s.response.as_deref().map(parse_response);
     json!({
         "i": place.index,
@@ -128,7 +128,10 @@ pub(crate) fn step_json(
         "outcome": s.outcome,
         "check": s.check.as_ref().map(check_text),
         "missing": s.missing,
-        "parseError": s.parse_error.as_ref().map(|e| format!("{} ({})", e, e.kind())),
+        "parseError": s.parse_error.as_ref().map(|e| format!("{} ({})", e, e.kind())).or_else(|| {
+            s.unsupported_action
+                .map(|a| format!("action {a:?} is outside the mobile_use action space (unsupported_action)"))
+        }),
         "response": s.response,
         "think": parsed.as_ref().and_then(|p| p.think.clone()),
         "subtask": gold_step.subtask,

@@ -150,6 +150,14 @@ impl Origin {
         }
     }
 
+    /// The frame its predicted coordinates were read in.
+    pub fn coordinate_frame(&self) -> crate::settings::CoordinateFrame {
+        match self {
+            Origin::Run(h) => h.settings.coordinate_frame,
+            Origin::Scored(s) => s.coordinate_frame,
+        }
+    }
+
     /// The run's settings (a scored folder has none: no model ran).
     pub fn settings(&self) -> Option<&RunSettings> {
         match self {

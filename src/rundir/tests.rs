@@ -85,6 +85,7 @@ fn a_resume_with_other_settings_names_each_difference() {
         data_hash: "d".into(),
         prompt_hashes: Default::default(),
         system_prompt: crate::settings::SystemPrompt::Default,
+        coordinate_frame: Default::default(),
         image_processor: Default::default(),
         max_new_tokens: 8,
         judge: None,
@@ -92,8 +93,14 @@ fn a_resume_with_other_settings_names_each_difference() {
         shard: None,
         history: Default::default(),
     };
+    // Written as a manifest from before the coordinate frame was recorded: it reads as image pixels.
+    let mut old_settings = serde_json::to_value(&settings).unwrap();
+    old_settings
+        .as_object_mut()
+        .unwrap()
+        .remove("coordinate_frame");
     let manifest = serde_json::json!({
-        "settings": settings, "model_path": "m", "device": "cpu", "data": "d",
+        "settings": old_settings, "model_path": "m", "device": "cpu", "data": "d",
         "rules": crate::settings::RulePreset::default(),
         "batch_limits": {"max_seqs": 1, "max_batch_tokens": 1, "max_new_tokens": 1},
         "kv_bytes_per_token": 1, "ops": {"fused": true, "cuda_kernels": false, "tensor_core_attention": false,
@@ -107,9 +114,16 @@ fn a_resume_with_other_settings_names_each_difference() {
     let other = crate::records::RunSettings {
         dtype: "bf16".into(),
         max_new_tokens: 9,
+        coordinate_frame: crate::settings::CoordinateFrame::Relative(999),
         ..settings.clone()
     };
     let err = run.check_resume(&other).unwrap_err().to_string();
+    assert!(
+        err.contains(
+            r#"coordinate_frame: {"kind":"image_pixels"} → {"kind":"relative","max":999}"#
+        ),
+        "{err}"
+    );
     assert!(err.contains("dtype: \"f32\" → \"bf16\""), "{err}");
     assert!(err.contains("max_new_tokens: 8 → 9"), "{err}");
     assert!(!err.contains("model_hash"), "{err}");

@@ -4,9 +4,35 @@
 //! 0–1000 grid; enlarge; compare with `<=`), so a point exactly on an edge or a threshold falls on the same side
 //! as in the reference. The first-version arithmetic ([`PointSpace::ScreenPixels`]) lives in `matching.rs`.
 
+use super::matching::map_point;
 use crate::action::Point;
 use crate::dataset::BBox;
-use crate::settings::{BoxChoice, BoxGrowth, DistanceMetric, PointSpace, Precision, RulePreset};
+use crate::settings::{
+    BoxChoice, BoxGrowth, CoordinateFrame, DistanceMetric, PointSpace, Precision, RulePreset,
+};
+
+/// Where a step is judged: the screen (gold pixels), the image the model saw and the frame of its coordinates.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Frames {
+    /// The device screen `[w, h]` (gold pixels).
+    pub screen: [u32; 2],
+    /// The image the model saw; `None`: the screen itself.
+    pub image_size: Option<[u32; 2]>,
+    /// The frame the predicted coordinates are given in.
+    pub coordinates: CoordinateFrame,
+}
+
+impl Frames {
+    /// The extent predicted coordinates are given in; `None` when they are screen pixels already.
+    pub fn points(&self) -> Option<[u32; 2]> {
+        self.coordinates.extent(self.image_size)
+    }
+
+    /// A predicted point in screen pixels.
+    pub fn to_screen(&self, p: Point) -> Point {
+        map_point(p, self.screen, self.points())
+    }
+}
 
 /// A rule applied to one step: the preset and the frames of the gold (screen) and predicted (image) points.
 pub(crate) struct Geo<'a> {
@@ -15,6 +41,8 @@ pub(crate) struct Geo<'a> {
     pub screen: [f64; 2],
     /// Size of the image the model saw (the screen without `image_size`).
     pub image: [f64; 2],
+    /// The extent predicted coordinates are given in: the image, or a relative grid `[N, N]`.
+    pub points: [f64; 2],
 }
 
 /// A box after enlargement, as `[left, top, right, bottom]` in the rule's space.
@@ -27,7 +55,17 @@ impl<'a> Geo<'a> {
             rules,
             screen: [screen[0] as f64, screen[1] as f64],
             image: [image[0] as f64, image[1] as f64],
+            points: [image[0] as f64, image[1] as f64],
         }
+    }
+
+    /// The rule applied in `f`: predicted points are read in its coordinate frame.
+    pub fn framed(rules: &'a RulePreset, f: &Frames) -> Geo<'a> {
+        let mut geo = Geo::new(rules, f.screen, f.image_size);
+        if let Some([w, h]) = f.points().filter(|s| s[0] > 0 && s[1] > 0) {
+            geo.points = [w as f64, h as f64];
+        }
+        geo
     }
 
     /// A value as the rule's arithmetic holds it: rounded to a 32-bit float under [`Precision::Single`]. Each
@@ -56,7 +94,7 @@ impl<'a> Geo<'a> {
     /// A predicted point as the reference would write it before any truncation (also where swipe directions are
     /// measured).
     pub(crate) fn pred_raw(&self, p: Point) -> Point {
-        let n = [self.q(p[0] / self.image[0]), self.q(p[1] / self.image[1])];
+        let n = [self.q(p[0] / self.points[0]), self.q(p[1] / self.points[1])];
         match self.rules.points {
             PointSpace::Normalised | PointSpace::ScreenPixels => n,
             _ => [n[0] * 1000.0, n[1] * 1000.0],

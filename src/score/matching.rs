@@ -2,10 +2,13 @@
 
 use serde::Serialize;
 
+pub use super::geometry::Frames;
 use super::geometry::Geo;
 use crate::action::{Action, Point};
 use crate::dataset::BBox;
-use crate::settings::{DirectionSpace, PointSpace, RulePreset, SwipeRule, TextRule, ZeroMove};
+use crate::settings::{
+    CoordinateFrame, DirectionSpace, PointSpace, RulePreset, SwipeRule, TextRule, ZeroMove,
+};
 
 /// A swipe direction: the way the finger moves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -204,13 +207,6 @@ fn point_match(
     (false, check)
 }
 
-/// Where a step is judged: the screen (gold pixels) and the image the model saw.
-#[derive(Debug, Clone, Copy)]
-struct Frames {
-    screen: [u32; 2],
-    image_size: Option<[u32; 2]>,
-}
-
 fn reference_point_match(
     geo: &Geo<'_>,
     gold: Point,
@@ -311,11 +307,11 @@ fn point_args(
     pred: Point,
     f: Frames,
 ) -> (bool, ArgCheck) {
-    let shown = map_point(pred, f.screen, f.image_size);
+    let shown = f.to_screen(pred);
     if rules.points == PointSpace::ScreenPixels {
         point_match(rules, gold, boxes, shown, f.screen)
     } else {
-        let geo = Geo::new(rules, f.screen, f.image_size);
+        let geo = Geo::framed(rules, &f);
         reference_point_match(&geo, gold, boxes, pred, shown)
     }
 }
@@ -326,8 +322,8 @@ fn swipe_args(
     pred: [Point; 2],
     f: Frames,
 ) -> (bool, ArgCheck) {
-    let geo = Geo::new(rules, f.screen, f.image_size);
-    let m = |p: Point| map_point(p, f.screen, f.image_size);
+    let geo = Geo::framed(rules, &f);
+    let m = |p: Point| f.to_screen(p);
     let (zero, points) = match rules.swipe {
         SwipeRule::Direction { space, zero } => (zero, space == DirectionSpace::Points),
         _ => (
@@ -387,10 +383,26 @@ pub fn match_args(
     screen: [u32; 2],
     image_size: Option<[u32; 2]>,
 ) -> Option<(bool, ArgCheck)> {
-    let f = Frames { screen, image_size };
-    let geo = Geo::new(rules, screen, image_size);
+    let coordinates = CoordinateFrame::ImagePixels;
+    let f = Frames {
+        screen,
+        image_size,
+        coordinates,
+    };
+    match_args_in(rules, gold, boxes, pred, f)
+}
+
+/// [`match_args`] with the predicted points read in `f`'s coordinate frame.
+pub fn match_args_in(
+    rules: &RulePreset,
+    gold: &Action,
+    boxes: &[BBox],
+    pred: &Action,
+    f: Frames,
+) -> Option<(bool, ArgCheck)> {
+    let geo = Geo::framed(rules, &f);
     let gold_tap = as_tap(&geo, gold, geo.screen);
-    let pred_tap = as_tap(&geo, pred, geo.image);
+    let pred_tap = as_tap(&geo, pred, geo.points);
     let gold = gold_tap.as_ref().unwrap_or(gold);
     let pred = pred_tap.as_ref().unwrap_or(pred);
     let text = |rule: TextRule, g: &str, p: &str| (rule.matches(g, p), ArgCheck::Text { rule });
@@ -402,7 +414,7 @@ pub fn match_args(
         (Action::Open { .. }, Action::Click { coordinate: p })
             if rules.open_by_click && !boxes.is_empty() =>
         {
-            open_by_click(&geo, boxes, *p, map_point(*p, screen, image_size))
+            open_by_click(&geo, boxes, *p, f.to_screen(*p))
         }
         (
             Action::Swipe {

@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 
 use serde::{Serialize, Serializer};
 
-use super::{Intervals, JudgeSummary, Outcome, RulePreset, SemiOnlineSummary, StepScore};
+use super::{
+    CoordinateFrame, Intervals, JudgeSummary, Outcome, RulePreset, SemiOnlineSummary, StepScore,
+};
 use crate::action::ActionType;
 
 /// A predicted type in the confusion table: an action type, or `none` (no valid action); `none` sorts last.
@@ -95,6 +97,12 @@ pub struct Metrics {
     pub malformed_prediction_lines: usize,
     /// Format errors by kind (`missing`, `no_tool_call`, `invalid_json`, …).
     pub format_error_kinds: BTreeMap<String, usize>,
+    /// Type errors answered with an action outside the `mobile_use` space, by its name (`answer`, `ask_user`, …).
+    pub unsupported_actions: BTreeMap<String, usize>,
+    /// The frame predicted coordinates were read in (set by the caller; image pixels otherwise).
+    pub coordinate_frame: CoordinateFrame,
+    /// Steps with a predicted point outside that frame (a likely wrong `--coordinate-frame` when many).
+    pub out_of_frame: usize,
     /// Per gold action type.
     pub per_action: Vec<ActionStats>,
     /// Gold type → predicted type (`none` for format errors) → count; non-zero cells only.
@@ -119,7 +127,35 @@ pub struct Metrics {
     pub semi_online: Option<SemiOnlineSummary>,
 }
 
+/// Out-of-frame steps below this count never warn, whatever their share.
+pub const OUT_OF_FRAME_MIN_STEPS: usize = 3;
+/// Out-of-frame steps warn above this share of the steps (percent).
+pub const OUT_OF_FRAME_MAX_PERCENT: f64 = 2.0;
+
 impl Metrics {
+    /// A warning when more than [`OUT_OF_FRAME_MAX_PERCENT`] % of the steps, and at least
+    /// [`OUT_OF_FRAME_MIN_STEPS`], answered points outside the coordinate frame: the agent likely answers in
+    /// another frame, and the warning names the flag to try.
+    pub fn frame_warning(&self) -> Option<String> {
+        let share = pct(self.out_of_frame, self.steps);
+        if self.out_of_frame < OUT_OF_FRAME_MIN_STEPS || share <= OUT_OF_FRAME_MAX_PERCENT {
+            return None;
+        }
+        let frame = self.coordinate_frame;
+        let outside = match frame {
+            CoordinateFrame::ImagePixels => "beyond the image the model saw".to_owned(),
+            CoordinateFrame::Relative(n) => format!("beyond {n} on the relative grid"),
+        };
+        Some(format!(
+            "{} of {} steps ({share:.1}%) answered points outside the {frame} coordinate frame ({outside}): the \
+             agent likely answers in another frame, so these steps are likely mis-scored; try \
+             --coordinate-frame {}",
+            self.out_of_frame,
+            self.steps,
+            frame.suggested_alternative()
+        ))
+    }
+
     /// The judge's figures and the prediction errors, in `metrics.json` order, for tables.
     pub(crate) fn extra_figures(&self) -> Vec<ExtraFigure> {
         let mut out = Vec::new();
@@ -276,6 +312,7 @@ struct Tally<'a> {
     by_index: BTreeMap<usize, Acc>,
     by_app: BTreeMap<&'a str, Acc>,
     kinds: BTreeMap<String, usize>,
+    unsupported: BTreeMap<String, usize>,
 }
 
 impl<'a> Tally<'a> {
@@ -293,6 +330,9 @@ impl<'a> Tally<'a> {
         t.all_correct &= s.correct;
         if s.last {
             t.last_correct = s.correct;
+        }
+        if let Some(name) = s.unsupported_action {
+            *self.unsupported.entry(name.into()).or_default() += 1;
         }
         if s.missing {
             *self.kinds.entry("missing".into()).or_default() += 1;
@@ -326,6 +366,7 @@ pub fn aggregate(steps: &[StepScore], rules: &RulePreset) -> Metrics {
         by_index,
         by_app,
         kinds,
+        unsupported,
         ..
     } = tally;
     let (n, t) = (total.steps, total.trajs);
@@ -352,6 +393,9 @@ pub fn aggregate(steps: &[StepScore], rules: &RulePreset) -> Metrics {
         unknown_predictions: 0,
         malformed_prediction_lines: 0,
         format_error_kinds: kinds,
+        unsupported_actions: unsupported,
+        coordinate_frame: CoordinateFrame::default(),
+        out_of_frame: steps.iter().filter(|s| s.out_of_frame).count(),
         per_action: per_action(steps),
         confusion: confusion(steps),
         per_app: by_app
@@ -388,5 +432,26 @@ mod tests {
         assert_eq!(m.extra_figures()[0].value, Figure::Percent(Some(0.0)));
         let json = serde_json::to_value(&m).unwrap();
         assert_eq!(json["judge_success"], 0.0, "metrics.json keeps the number");
+    }
+
+    #[test]
+    fn the_frame_warning_needs_a_few_steps_and_a_share() {
+        let mut m = aggregate(&[], &RulePreset::default());
+        m.steps = 200;
+        m.out_of_frame = 4;
+        assert_eq!(m.frame_warning(), None, "2% is not more than 2%");
+        m.out_of_frame = 5;
+        let w = m.frame_warning().expect("2.5% warns");
+        assert!(w.contains("--coordinate-frame relative-999"), "{w}");
+        m.steps = 50;
+        m.out_of_frame = 2;
+        assert_eq!(m.frame_warning(), None, "fewer than three steps never warn");
+        m.out_of_frame = 3;
+        m.coordinate_frame = CoordinateFrame::Relative(999);
+        let w = m.frame_warning().expect("6% warns");
+        assert!(
+            w.contains("beyond 999") && w.contains("image-pixels"),
+            "{w}"
+        );
     }
 }

@@ -16,11 +16,13 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 pub use crate::settings::{
-    BoxChoice, BoxGrowth, DirectionSpace, DistanceMetric, PointSpace, Precision, RuleName,
-    RulePreset, SwipeRule, TextRule, ZeroMove,
+    BoxChoice, BoxGrowth, CoordinateFrame, DirectionSpace, DistanceMetric, PointSpace, Precision,
+    RuleName, RulePreset, SwipeRule, TextRule, ZeroMove,
 };
 pub use judge::{score_run, summarize, JudgeSummary};
-pub use matching::{in_box, map_point, match_args, norm_distance, ArgCheck, Direction};
+pub use matching::{
+    in_box, map_point, match_args, match_args_in, norm_distance, ArgCheck, Direction, Frames,
+};
 pub use metrics::{
     aggregate, ActionStats, Confusion, ExtraFigure, Figure, GroupStats, Metrics, Predicted,
 };
@@ -46,7 +48,7 @@ pub enum Outcome {
     Correct,
     /// Right type, wrong arguments.
     ArgsError,
-    /// Valid action of the wrong type.
+    /// Valid action of the wrong type (or an action outside the `mobile_use` space).
     TypeError,
     /// No valid action (unparseable or missing prediction).
     FormatError,
@@ -91,6 +93,24 @@ pub struct StepScore {
     pub outcome: Outcome,
     /// The argument test used (when the types match).
     pub check: Option<ArgCheck>,
+    /// The frame the predicted coordinates were read in.
+    pub coordinate_frame: CoordinateFrame,
+    /// A predicted point lies outside that frame (beyond the image, or the grid): likely the wrong frame.
+    pub out_of_frame: bool,
+    /// The response's valid action outside the `mobile_use` space (`answer`, `ask_user`, …), by canonical name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unsupported_action: Option<&'static str>,
+}
+
+impl StepScore {
+    /// The step's frames: its screen, the image the model saw and the frame of the predicted coordinates.
+    pub fn frames(&self, screen: [u32; 2]) -> Frames {
+        Frames {
+            screen,
+            image_size: self.image_size,
+            coordinates: self.coordinate_frame,
+        }
+    }
 }
 
 /// Judge step `step` of `traj` (index `traj_index` in its benchmark) against an optional prediction.
@@ -124,6 +144,9 @@ pub(crate) fn score_step(
         correct: false,
         outcome: Outcome::FormatError,
         check: None,
+        coordinate_frame: pred.map_or_else(CoordinateFrame::default, |p| p.frame),
+        out_of_frame: false,
+        unsupported_action: None,
     };
     let Some(pred) = pred else { return s };
     let parsed = &pred.parsed;
@@ -131,20 +154,25 @@ pub(crate) fn score_step(
     let action = match &parsed.action {
         Ok(a) => a.clone(),
         Err(e) => {
-            s.parse_error = Some(e.clone());
+            // An action of an extended space is a valid answer of another type; anything else is a format error.
+            match e.unsupported_action() {
+                Some(name) => {
+                    s.unsupported_action = Some(name);
+                    s.outcome = Outcome::TypeError;
+                }
+                None => s.parse_error = Some(e.clone()),
+            }
             return s;
         }
     };
     s.predicted_type = Some(action.action_type());
-    let screen = [traj.image_width, traj.image_height];
-    match match_args(
-        rules,
-        &gold.action,
-        &gold.bboxes,
-        &action,
-        screen,
-        pred.image_size,
-    ) {
+    let frames = s.frames([traj.image_width, traj.image_height]);
+    s.out_of_frame = action_points(&action).iter().any(|p| {
+        !frames
+            .coordinates
+            .contains(*p, frames.image_size, frames.screen)
+    });
+    match match_args_in(rules, &gold.action, &gold.bboxes, &action, frames) {
         None => s.outcome = Outcome::TypeError,
         Some((ok, check)) => {
             s.type_match = true;
@@ -159,6 +187,17 @@ pub(crate) fn score_step(
     }
     s.predicted = Some(action);
     s
+}
+
+/// The points of a click, long press or swipe (both ends).
+fn action_points(a: &Action) -> Vec<[f64; 2]> {
+    match a {
+        Action::Swipe {
+            coordinate,
+            coordinate2,
+        } => vec![*coordinate, *coordinate2],
+        other => other.point().into_iter().collect(),
+    }
 }
 
 /// Every step of a benchmark judged, plus the predictions that match no step.
@@ -179,6 +218,7 @@ pub(crate) fn score_predictions(
 ) -> (Metrics, ScoredRun) {
     let scored = score_benchmark(rules, bench, preds);
     let mut metrics = aggregate(&scored.steps, rules);
+    metrics.coordinate_frame = preds.frame;
     metrics.unknown_predictions = scored.unknown.len();
     metrics.malformed_prediction_lines = preds.malformed.len();
     metrics.intervals = Some(intervals(&scored.steps, DEFAULT_RESAMPLES, DEFAULT_SEED));

@@ -8,7 +8,7 @@ mod rules;
 
 use serde::{Deserialize, Serialize};
 
-pub use family::{CoordinateFrame, ModelFamily};
+pub use family::{CoordinateFrame, CoordinateFrameError, ModelFamily};
 pub use rules::{
     levenshtein, py_strip, BoxChoice, BoxGrowth, DirectionSpace, DistanceMetric, PointSpace,
     Precision, RuleName, RulePreset, SwipeRule, TextRule, ZeroMove,

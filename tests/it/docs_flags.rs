@@ -20,7 +20,7 @@
 //! `M`, `M2` a model, `D` a device and `D[,D…]` a list of them, `T` a dtype, `N` a number, `I/N` a shard, `P` or
 //! `PRESET` a rule preset, `S` a system-prompt source, `G` a GEMM choice, `C` a bench config, `FORMAT` an import
 //! format, `TEXT` a prompt, `DIR`, `OUT_DIR`, `RUN`, `RUN_DIR`, `RUN_A`, `RUN_B` folders, `FILE` and `PATH` files;
-//! also inside a word, between `/`, `,` and `=` (`auto/N`).
+//! also inside a word, between `/`, `,`, `=` and `:` (`auto/N`, `relative:N`).
 
 use std::path::{Path, PathBuf};
 
@@ -169,17 +169,17 @@ fn code_spans(cell: &str) -> Vec<String> {
         .collect()
 }
 
-/// A word with its placeholders made concrete: the whole word, else each part between `/`, `,` and `=`
-/// (`auto/N` → `auto/2`).
+/// A word with its placeholders made concrete: the whole word, else each part between `/`, `,`, `=` and `:`
+/// (`auto/N` → `auto/2`, `relative:N` → `relative:2`).
 fn concrete(word: &str) -> String {
     let value = |w: &str| PLACEHOLDERS.iter().find(|(p, _)| *p == w).map(|(_, v)| *v);
     if let Some(v) = value(word) {
         return v.to_owned();
     }
     let mut out = String::new();
-    for part in word.split_inclusive(['/', ',', '=']) {
+    for part in word.split_inclusive(['/', ',', '=', ':']) {
         let (name, sep) = match part.char_indices().last() {
-            Some((i, c)) if "/,=".contains(c) => part.split_at(i),
+            Some((i, c)) if "/,=:".contains(c) => part.split_at(i),
             _ => (part, ""),
         };
         out.push_str(value(name).unwrap_or(name));

@@ -253,3 +253,85 @@ fn every_truncation_is_handled_without_panic() {
     assert!(p.full_format);
     assert_eq!(p.action.map(|a| a.action_type()), Ok(ActionType::Swipe));
 }
+
+#[test]
+fn qwen3_thinking_answer_without_an_opening_think_tag() {
+    // The generation prompt ends with `<think>\n`: the answer starts inside the thought.
+    let r = format!(
+        "屏幕上有搜索框，点击它。 {{\"action\": \"wait\"}}\n</think>\n\n<tool_call>\n{}\n</tool_call>",
+        call(r#"{"action": "click", "coordinate": [500, 120]}"#)
+    );
+    let p = parse_response(&r);
+    assert_eq!(
+        p.action,
+        Ok(Action::Click {
+            coordinate: [500.0, 120.0]
+        })
+    );
+    assert_eq!(
+        p.think.as_deref(),
+        Some("屏幕上有搜索框，点击它。 {\"action\": \"wait\"}")
+    );
+    // Without tags after the thought, the bare tool call after `</think>` is the answer, not JSON in the thought.
+    let bare = format!(
+        "想一想 {}</think>\n\n{}",
+        call(r#"{"action": "wait"}"#),
+        call(r#"{"action": "open", "text": "淘宝"}"#)
+    );
+    assert_eq!(
+        parse_response(&bare).action,
+        Ok(Action::Open {
+            text: "淘宝".into()
+        })
+    );
+    let mai = format!(
+        "<thinking>\n打开应用\n</thinking>\n<tool_call>\n{}\n</tool_call>",
+        call(r#"{"action": "AWAKE", "text": "微信"}"#)
+    );
+    let p = parse_response(&mai);
+    assert_eq!(p.think.as_deref(), Some("打开应用"));
+    assert_eq!(
+        p.action,
+        Ok(Action::Open {
+            text: "微信".into()
+        }),
+        "AWAKE is open"
+    );
+}
+
+#[test]
+fn extended_action_spaces_are_read_and_named() {
+    for (name, canonical) in [
+        ("answer", "answer"),
+        ("ask_user", "ask_user"),
+        ("INFO", "ask_user"),
+        ("mcp_call", "mcp_call"),
+        ("drag", "drag"),
+    ] {
+        let r = format!(
+            "<tool_call>{}</tool_call>",
+            call(&format!(r#"{{"action": "{name}", "text": "x"}}"#))
+        );
+        let e = parse_response(&r).action.unwrap_err();
+        assert_eq!(e.kind(), "unsupported_action", "{name}");
+        assert_eq!(e.unsupported_action(), Some(canonical), "{name}");
+        assert_eq!(e, ParseFailure::Action(ActionError::Unsupported(canonical)));
+    }
+    let e = parse_response(&format!(
+        "<tool_call>{}</tool_call>",
+        call(r#"{"action": "fly"}"#)
+    ))
+    .action
+    .unwrap_err();
+    assert_eq!((e.kind(), e.unsupported_action()), ("unknown_action", None));
+    let fail = parse_response(&format!(
+        "<tool_call>{}</tool_call>",
+        call(r#"{"action": "terminate", "status": "fail"}"#)
+    ));
+    assert_eq!(
+        fail.action,
+        Ok(Action::Terminate {
+            status: Status::Failure
+        })
+    );
+}

@@ -12,6 +12,7 @@ mod util;
 
 mod bench_cli;
 mod chat_goldens;
+mod coordinate_frames;
 mod data_import;
 mod docs_flags;
 mod eval_e2e;

@@ -152,7 +152,7 @@ fn multi_device_lost_mid_run_the_others_finish_and_nothing_is_lost_or_doubled() 
     let phase = StepPhase {
         bench: &bench,
         jobs: pending_steps(&bench, &Default::default()),
-        system: SystemPrompt::Default,
+        system: SystemPrompt::Default.into(),
         image: multi.image_config(),
         max_new_tokens: 10,
     };

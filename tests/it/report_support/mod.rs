@@ -161,6 +161,7 @@ fn settings(data: &Path) -> RunSettings {
         data_hash: format!("{:x}", sha2::Sha256::digest(&bytes)),
         prompt_hashes: Default::default(),
         system_prompt: SystemPrompt::Default,
+        coordinate_frame: Default::default(),
         image_processor: Default::default(),
         max_new_tokens: 8,
         judge: Some(JudgeSettings {
