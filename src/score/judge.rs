@@ -148,7 +148,7 @@ pub fn summarize(
     let verdicts = current_verdicts(bench, preds, judgements, reached_only);
     let n = bench.trajectories.len();
     let count = |f: &dyn Fn(&Verdict) -> bool| verdicts.iter().filter(|v| f(v)).count();
-    let success = count(&Verdict::success);
+    let success = count(&|v| v.success());
     let missing = count(&|v| v.line.is_none());
     JudgeSummary {
         judge_success: if n > 0 {
@@ -288,7 +288,7 @@ mod tests {
             ("A", 2, "z", false),
         ]);
         let stale = verdict("A", true, &judged_steps(a, &old, false));
-        let s = summarize(&b, &now, &[stale.clone()], false);
+        let s = summarize(&b, &now, std::slice::from_ref(&stale), false);
         assert_eq!(
             (
                 s.judge_judged,
