@@ -124,18 +124,7 @@ impl Phase for JudgePhase<'_> {
 
     fn record(&self, i: usize, outcome: Result<ChatResult, String>) -> JudgementLine {
         let (ti, steps) = &self.jobs[i];
-        let trajectory = self.bench.trajectories[*ti].id.clone();
-        let mut line = JudgementLine {
-            trajectory,
-            success: None,
-            reason: None,
-            response: String::new(),
-            prompt_tokens: None,
-            generated_tokens: None,
-            error: None,
-            steps_sha256: Some(steps.sha256.clone()),
-            missing_steps: Some(steps.missing),
-        };
+        let mut line = steps.blank_line(self.bench.trajectories[*ti].id.clone());
         match outcome {
             Ok(r) => {
                 let v = parse_verdict(&r.text);
@@ -183,16 +172,16 @@ mod tests {
     }
 
     fn line(t: &str, sha256: Option<String>, error: Option<&str>) -> JudgementLine {
+        let steps = JudgedSteps {
+            count: 2,
+            missing: 0,
+            sha256: String::new(),
+        };
         JudgementLine {
-            trajectory: t.into(),
             success: Some(true),
-            reason: None,
-            response: String::new(),
-            prompt_tokens: None,
-            generated_tokens: None,
             error: error.map(String::from),
             steps_sha256: sha256,
-            missing_steps: Some(0),
+            ..steps.blank_line(t.into())
         }
     }
 

@@ -51,6 +51,23 @@ pub struct JudgedSteps {
     pub sha256: String,
 }
 
+impl JudgedSteps {
+    /// A judgement line on these steps for `trajectory`, without an answer yet (the judge phase fills it in).
+    pub fn blank_line(&self, trajectory: String) -> JudgementLine {
+        JudgementLine {
+            trajectory,
+            success: None,
+            reason: None,
+            response: String::new(),
+            prompt_tokens: None,
+            generated_tokens: None,
+            error: None,
+            steps_sha256: Some(self.sha256.clone()),
+            missing_steps: Some(self.missing),
+        }
+    }
+}
+
 /// The steps of `t` its judge prompt shows: every step, or with `reached_only` (a semi-online run, whose
 /// trajectory stops early) those up to the first step without a line (at least one); with their digest.
 pub fn judged_steps(t: &Trajectory, preds: &PredictionSet, reached_only: bool) -> JudgedSteps {
@@ -239,15 +256,8 @@ mod tests {
 
     fn verdict(t: &str, success: bool, steps: &JudgedSteps) -> JudgementLine {
         JudgementLine {
-            trajectory: t.into(),
             success: Some(success),
-            reason: None,
-            response: String::new(),
-            prompt_tokens: None,
-            generated_tokens: None,
-            error: None,
-            steps_sha256: Some(steps.sha256.clone()),
-            missing_steps: Some(steps.missing),
+            ..steps.blank_line(t.into())
         }
     }
 
@@ -288,31 +298,24 @@ mod tests {
             ("A", 2, "z", false),
         ]);
         let stale = verdict("A", true, &judged_steps(a, &old, false));
-        let s = summarize(&b, &now, std::slice::from_ref(&stale), false);
-        assert_eq!(
-            (
-                s.judge_judged,
-                s.judge_missing,
-                s.judge_stale,
-                s.judge_success
-            ),
-            (0, 2, 1, 0.0)
-        );
-        // B has no answer at all: not judged because of its missing steps.
-        assert_eq!(s.judge_skipped_step_errors, 1);
+        // A's verdict is stale; B has no answer at all: not judged because of its missing steps.
+        let want = JudgeSummary {
+            judge_missing: 2,
+            judge_stale: 1,
+            judge_skipped_step_errors: 1,
+            ..JudgeSummary::default()
+        };
+        let got = summarize(&b, &now, std::slice::from_ref(&stale), false);
+        assert_eq!(got, want);
         let current = verdict("A", true, &judged_steps(a, &now, false));
         let partial = verdict("B", false, &judged_steps(bb, &now, false));
-        let s = summarize(&b, &now, &[stale, current, partial], false);
-        assert_eq!(
-            (
-                s.judge_judged,
-                s.judge_stale,
-                s.judge_with_missing_steps,
-                s.judge_success
-            ),
-            (2, 0, 1, 50.0)
-        );
-        assert_eq!(s.judge_skipped_step_errors, 0);
+        let want = JudgeSummary {
+            judge_success: 50.0,
+            judge_judged: 2,
+            judge_with_missing_steps: 1,
+            ..JudgeSummary::default()
+        };
+        assert_eq!(summarize(&b, &now, &[stale, current, partial], false), want);
         // A line without a digest (line schema 1) is taken as it is.
         let mut v1 = verdict("A", true, &judged_steps(a, &old, false));
         (v1.steps_sha256, v1.missing_steps) = (None, None);
