@@ -6,8 +6,8 @@ use anyhow::Result;
 use super::{BenchConfig, HistoryCost};
 use crate::backend::Backend;
 use crate::eval::{
-    pending_steps, plan_judging, run_phase, Decide, JudgePhase, SemiOnlineConfig, SemiOnlinePhase,
-    StepPhase, SystemPrompt,
+    pending_steps, pending_trajectories, run_phase, Decide, JudgePhase, SemiOnlineConfig,
+    SemiOnlinePhase, StepPhase, SystemPrompt,
 };
 use crate::predictions::PredictionSet;
 use crate::records::PhaseStats;
@@ -67,7 +67,7 @@ pub(super) fn run_phases(
         bench,
         preds: &preds,
         // Every trajectory, whatever its steps' state: the bench times the judge prompts.
-        jobs: plan_judging(bench, &preds, &[], false, true).jobs,
+        jobs: pending_trajectories(bench, &preds, &[], false, true).jobs,
         max_new_tokens: cfg.max_new_tokens,
     };
     let judge = run_phase(backend, &phase, &dir.join("judgements.jsonl"))?;

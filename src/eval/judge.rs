@@ -35,7 +35,7 @@ pub(crate) struct JudgePlan {
 /// The judge phase's plan over `bench`: every trajectory but those with a current, error-free verdict in
 /// `judgements` (file order, later lines win) and, unless `allow_step_errors`, those with a failed or absent
 /// step. `reached_only`: a semi-online run (see [`judged_steps`]).
-pub(crate) fn plan_judging(
+pub(crate) fn pending_trajectories(
     bench: &Benchmark,
     preds: &PredictionSet,
     judgements: &[JudgementLine],
@@ -195,11 +195,11 @@ mod tests {
             line("C", None, None),                   // line schema 1: no digest
             line("A", Some(digest(0)), Some("500")), // a later failed prompt wins
         ];
-        let plan = plan_judging(&bench, &preds, &lines, false, false);
+        let plan = pending_trajectories(&bench, &preds, &lines, false, false);
         let jobs: Vec<usize> = plan.jobs.iter().map(|j| j.0).collect();
         assert_eq!(jobs, vec![0, 1, 2]);
         assert_eq!((plan.current, plan.stale, plan.skipped), (0, 1, 1));
-        let plan = plan_judging(&bench, &preds, &lines[..3], false, true);
+        let plan = pending_trajectories(&bench, &preds, &lines[..3], false, true);
         let jobs: Vec<usize> = plan.jobs.iter().map(|j| j.0).collect();
         assert_eq!(jobs, vec![1, 2, 3]);
         assert_eq!(plan.jobs[2].1.missing, 1);

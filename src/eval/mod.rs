@@ -20,7 +20,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result};
 
 pub(crate) use dump::PromptDump;
-pub(crate) use judge::{plan_judging, JudgePhase, JudgePlan};
+pub(crate) use judge::{pending_trajectories, JudgePhase};
 pub use phase::{run_phase, run_phase_dumping, Phase};
 pub use prompts::SystemPrompt;
 pub(crate) use semi_online::{Decide, SemiOnlineConfig, SemiOnlinePhase};
@@ -481,7 +481,7 @@ fn run_judge(
     let path = cfg.out.path(rundir::JUDGEMENTS);
     let reached_only = cfg.semi_online.is_some();
     let judgements = cfg.out.judgements()?;
-    let plan = plan_judging(
+    let plan = pending_trajectories(
         bench,
         preds,
         &judgements,
@@ -501,7 +501,7 @@ fn run_judge(
 }
 
 /// What the judge phase is about to do, and why it leaves trajectories out.
-fn log_plan(plan: &JudgePlan) {
+fn log_plan(plan: &judge::JudgePlan) {
     tracing::info!(
         "judge: {} to judge ({} whose steps changed since their verdict), {} already judged",
         plan.jobs.len(),
