@@ -6,8 +6,8 @@ use anyhow::Result;
 use super::{BenchConfig, HistoryCost};
 use crate::backend::Backend;
 use crate::eval::{
-    pending_steps, run_phase, Decide, JudgePhase, SemiOnlineConfig, SemiOnlinePhase, StepPhase,
-    SystemPrompt,
+    pending_steps, pending_trajectories, run_phase, Decide, JudgePhase, SemiOnlineConfig,
+    SemiOnlinePhase, StepPhase, SystemPrompt,
 };
 use crate::predictions::PredictionSet;
 use crate::records::PhaseStats;
@@ -66,9 +66,9 @@ pub(super) fn run_phases(
     let phase = JudgePhase {
         bench,
         preds: &preds,
-        jobs: (0..bench.trajectories.len()).collect(),
+        // Every trajectory, whatever its steps' state: the bench times the judge prompts.
+        jobs: pending_trajectories(bench, &preds, &[], false, true).jobs,
         max_new_tokens: cfg.max_new_tokens,
-        reached_only: false,
     };
     let judge = run_phase(backend, &phase, &dir.join("judgements.jsonl"))?;
     Ok(StepRuns {

@@ -180,6 +180,7 @@ pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<(EvalConfig, ClaimedRun
         semi_online,
         dump_prompts: a.dump_prompts,
         data_source,
+        allow_step_errors: a.allow_step_errors,
     };
     Ok((cfg, claim))
 }

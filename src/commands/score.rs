@@ -113,11 +113,7 @@ pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
         Vec::new()
     };
     // Predictions of a run whose prompts showed the model's own history get that procedure's figures too.
-    let history = origin
-        .as_ref()
-        .and_then(Origin::settings)
-        .map(|s| s.history.clone())
-        .unwrap_or_default();
+    let history = origin.as_ref().map(Origin::history).unwrap_or_default();
     let (metrics, steps) = score_run(
         &rules,
         &found.bench,
@@ -127,7 +123,8 @@ pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
         &history,
     );
     if !into_run {
-        write_score_record(&out, &args.predictions, &found, &rules, frame)?;
+        let made_by = origin.as_ref().and_then(Origin::made_by).cloned();
+        write_score_record(&out, &args.predictions, &found, &rules, frame, made_by)?;
     }
     let paths = report::write_all(&out, &metrics, &steps)?;
     let page = report::html::write_run(&out)?;
@@ -188,6 +185,7 @@ fn write_score_record(
     found: &FoundBenchmark,
     rules: &crate::settings::RulePreset,
     coordinate_frame: crate::settings::CoordinateFrame,
+    run_settings: Option<crate::records::RunSettings>,
 ) -> anyhow::Result<()> {
     let copy = out.path(rundir::PREDICTIONS);
     let bytes = std::fs::read(&copy).with_context(|| format!("reading {}", copy.display()))?;
@@ -203,6 +201,7 @@ fn write_score_record(
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
         versions: Versions::current(),
+        run_settings,
     };
     out.write_json(rundir::SCORED, &record)?;
     Ok(())

@@ -107,6 +107,9 @@ pub struct EvalConfig {
     pub semi_online: Option<Procedure>,
     /// `--dump-prompts`: write every step prompt built into this file.
     pub dump_prompts: Option<PathBuf>,
+    /// `--allow-step-errors`: judge a trajectory even when some of its steps failed (without those steps); else
+    /// such a trajectory is left unjudged until its steps are redone.
+    pub allow_step_errors: bool,
 }
 
 impl EvalConfig {
@@ -501,16 +504,41 @@ fn run_judge(
     preds: &PredictionSet,
 ) -> Result<crate::records::PhaseStats> {
     let path = cfg.out.path(rundir::JUDGEMENTS);
-    let jobs = pending_trajectories(bench, &cfg.out.completed_trajectories()?);
-    checks::largest_judge_prompt_fits(cfg, bench, backend, preds, &jobs)?;
+    let reached_only = cfg.semi_online.is_some();
+    let judgements = cfg.out.judgements()?;
+    let plan = pending_trajectories(
+        bench,
+        preds,
+        &judgements,
+        reached_only,
+        cfg.allow_step_errors,
+    );
+    log_plan(&plan);
+    let indices: Vec<usize> = plan.jobs.iter().map(|(ti, _)| *ti).collect();
+    checks::largest_judge_prompt_fits(cfg, bench, backend, preds, &indices)?;
     let phase = JudgePhase {
         bench,
         preds,
-        jobs,
+        jobs: plan.jobs,
         max_new_tokens: cfg.max_new_tokens,
-        reached_only: cfg.semi_online.is_some(),
     };
     run_phase(backend, &phase, &path)
+}
+
+/// What the judge phase is about to do, and why it leaves trajectories out.
+fn log_plan(plan: &judge::JudgePlan) {
+    tracing::info!(
+        "judge: {} to judge ({} whose steps changed since their verdict), {} already judged",
+        plan.jobs.len(),
+        plan.stale,
+        plan.current
+    );
+    if plan.skipped > 0 {
+        tracing::warn!(
+            "judge: {} trajectories not judged because some of their steps failed (redo them by running the same              command again once their inputs are fixed, or pass --allow-step-errors to judge without them)",
+            plan.skipped
+        );
+    }
 }
 
 /// Score the predictions, add the judge summary and the prediction errors, and write the reports.

@@ -25,8 +25,9 @@ pub use ops::{BlasChoice, DecodeAttention, MatmulRate, OpsManifest, ProfileSnaps
 pub use phase::{DeviceShare, LatencySummary, PhaseStats, PhaseSummary, RequestStats};
 pub(crate) use scored::{ScoreRecord, SCORED_SCHEMA_VERSION};
 
-/// Version of the prediction and judgement line formats (bumped when a field changes meaning).
-pub(crate) const LINE_SCHEMA_VERSION: u32 = 1;
+/// Version of the prediction and judgement line formats (bumped when a field changes meaning or is added).
+/// Version 2 added `steps_sha256` and `missing_steps` to judgement lines; version-1 lines read with them absent.
+pub(crate) const LINE_SCHEMA_VERSION: u32 = 2;
 
 /// Why a generation stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -159,6 +160,14 @@ pub struct JudgementLine {
     /// Why the prompt could not be run; such a trajectory is redone on resume.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// SHA-256 of the step answers the prompt was built from (`crate::score::judged_steps`): a verdict whose
+    /// steps were redone since is stale, redone on resume and not counted. Absent in version-1 lines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps_sha256: Option<String>,
+    /// Steps the prompt lacked (failed or absent: judged so under `--allow-step-errors`). Absent in version-1
+    /// lines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missing_steps: Option<usize>,
 }
 
 #[cfg(test)]

@@ -5,11 +5,11 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::Versions;
+use super::{RunSettings, Versions};
 use crate::settings::{CoordinateFrame, RulePreset};
 
-/// Version of the scored-folder record.
-pub(crate) const SCORED_SCHEMA_VERSION: u32 = 1;
+/// Version of the scored-folder record. Version 2 added `run_settings`; version-1 records read without it.
+pub(crate) const SCORED_SCHEMA_VERSION: u32 = 2;
 
 /// `scored.json`: the inputs of a scored folder. The folder also holds a copy of the predictions
 /// (`predictions.jsonl`), so it stays readable when the original file moves.
@@ -34,4 +34,9 @@ pub struct ScoreRecord {
     pub scored_at_unix: u64,
     /// The program that scored it.
     pub versions: Versions,
+    /// The settings of the run that made the predictions (its manifest's, or those the scored folder they were
+    /// taken from recorded): the model, and the history of its prompts (a semi-online procedure), which the
+    /// scores and the report depend on. Absent when the predictions came from no run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_settings: Option<RunSettings>,
 }

@@ -139,6 +139,11 @@ fn run_info(dir: &RunDir, origin: Option<&Origin>, bench: &Benchmark) -> RunInfo
             settings.push(("predictions".into(), s.predictions.display().to_string()));
             settings.push(("predictions_sha256".into(), s.predictions_sha256.clone()));
             settings.push(("data_hash".into(), s.data_hash.clone()));
+            // The run that made the predictions, as the scored folder recorded it.
+            if let Some(r) = &s.run_settings {
+                let value = serde_json::to_value(r).unwrap_or(Value::Null);
+                flatten_settings("run", &value, &mut settings);
+            }
         }
         None => {}
     }
@@ -147,7 +152,7 @@ fn run_info(dir: &RunDir, origin: Option<&Origin>, bench: &Benchmark) -> RunInfo
             || root.display().to_string(),
             |n| n.to_string_lossy().into_owned(),
         ),
-        model: origin.and_then(Origin::settings).map(|s| s.model.clone()),
+        model: origin.and_then(Origin::made_by).map(|s| s.model.clone()),
         data: bench.root.display().to_string(),
         settings,
     }
@@ -230,11 +235,7 @@ impl RunData {
                 .as_ref()
                 .and_then(Origin::settings)
                 .is_some_and(|s| s.judge.is_some());
-        let history = origin
-            .as_ref()
-            .and_then(Origin::settings)
-            .map(|s| s.history.clone())
-            .unwrap_or_default();
+        let history = origin.as_ref().map(Origin::history).unwrap_or_default();
         // Scored exactly as `eval`, `merge` and `score` write metrics.json.
         let (metrics, steps) = score_run(&rules, &found.bench, &preds, &lines, judged, &history);
         Ok(RunData {

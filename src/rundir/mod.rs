@@ -28,7 +28,7 @@ pub use claim::ClaimedRun;
 pub(crate) use lock::{create_fresh_run_dir, RunLock, RunLockError, LOCK_FILE};
 
 use crate::records::{
-    JudgementLine, Manifest, ManifestHeader, PredictionLine, RunSettings, ScoreRecord,
+    History, JudgementLine, Manifest, ManifestHeader, PredictionLine, RunSettings, ScoreRecord,
 };
 use crate::settings::RulePreset;
 use crate::shard::ShardSpec;
@@ -164,6 +164,22 @@ impl Origin {
             Origin::Run(h) => Some(&h.settings),
             Origin::Scored(_) => None,
         }
+    }
+
+    /// The settings of the run that made the predictions: a run's own, or those a scored folder recorded from
+    /// the run whose predictions it scored.
+    pub fn made_by(&self) -> Option<&RunSettings> {
+        match self {
+            Origin::Run(h) => Some(&h.settings),
+            Origin::Scored(s) => s.run_settings.as_ref(),
+        }
+    }
+
+    /// The history of the prompts that made the predictions (gold when no run is recorded).
+    pub fn history(&self) -> History {
+        self.made_by()
+            .map(|s| s.history.clone())
+            .unwrap_or_default()
     }
 }
 

@@ -170,6 +170,15 @@ impl Metrics {
                 figure("judge_unparseable", Figure::Count(j.judge_unparseable)),
                 figure("judge_missing", Figure::Count(j.judge_missing)),
                 figure("judge_judged", Figure::Count(j.judge_judged)),
+                figure("judge_stale", Figure::Count(j.judge_stale)),
+                figure(
+                    "judge_with_missing_steps",
+                    Figure::Count(j.judge_with_missing_steps),
+                ),
+                figure(
+                    "judge_skipped_step_errors",
+                    Figure::Count(j.judge_skipped_step_errors),
+                ),
             ]);
         }
         if let Some(n) = self.prediction_errors {
@@ -426,6 +435,7 @@ mod tests {
             judge_unparseable: 5,
             judge_missing: 0,
             judge_judged: 5,
+            ..JudgeSummary::default()
         });
         assert_eq!(m.extra_figures()[0].value, Figure::Percent(None));
         m.judge.as_mut().unwrap().judge_unparseable = 4;

@@ -19,7 +19,7 @@ pub use crate::settings::{
     BoxChoice, BoxGrowth, CoordinateFrame, DirectionSpace, DistanceMetric, PointSpace, Precision,
     RuleName, RulePreset, SwipeRule, TextRule, ZeroMove,
 };
-pub use judge::{score_run, summarize, JudgeSummary};
+pub use judge::{is_current, judged_steps, score_run, summarize, JudgeSummary, JudgedSteps};
 pub use matching::{
     in_box, map_point, match_args, match_args_in, norm_distance, ArgCheck, Direction, Frames,
 };

@@ -118,6 +118,7 @@ fn metrics_json_top_level_keys_and_extra() {
         judge_unparseable: 0,
         judge_missing: 0,
         judge_judged: 8,
+        ..Default::default()
     });
     let v = serde_json::to_value(&m).unwrap();
     for k in [

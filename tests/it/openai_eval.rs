@@ -162,7 +162,8 @@ fn a_served_run_gives_the_local_predictions_and_verdicts() {
                         v["success"],
                         v["reason"],
                         v["response"],
-                        v["prompt_tokens"]
+                        v["prompt_tokens"],
+                        v["steps_sha256"]
                     ]),
                 )
             })
@@ -380,5 +381,74 @@ fn a_prompt_the_server_refuses_is_recorded_without_retries() {
     assert_eq!(
         (req["attempts"].as_u64(), req["retries"].as_u64()),
         (Some(preds.len() as u64), Some(0))
+    );
+}
+
+/// Through a server: a step the server refused leaves its trajectory unjudged, or judged without it under
+/// `--allow-step-errors` (the verdict counting it); once a resume gets the step answered, the trajectory is
+/// judged again from the new answer, its verdict's digest changing.
+#[test]
+fn a_served_step_redone_on_resume_sends_its_trajectory_back_to_the_judge() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    // The next `refusals` chat calls are refused (HTTP 400, never retried), the others answered.
+    let refusals = Arc::new(AtomicUsize::new(1));
+    let left = refusals.clone();
+    let stub = Stub::start(move |_| {
+        match left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)) {
+            Ok(_) => Reply::Status(400, None),
+            Err(_) => Reply::Answer,
+        }
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    let data = one_trajectory(tmp.path());
+    let out = tmp.path().join("run");
+    let eval = |extra: &[&str]| {
+        let flags = [&["--concurrency", "1", "--max-retries", "0"], extra].concat();
+        run(served_eval(&stub.base, "stub", &out, Some(&data), &flags))
+    };
+    let judgements = || lines(&out.join("judgements.jsonl"));
+
+    // One step refused: the trajectory is not judged, and the run fails saying why.
+    let o = eval(&[]);
+    assert!(!o.status.success());
+    assert!(judgements().is_empty(), "{:?}", judgements());
+    let m = json_file(&out.join("metrics.json"));
+    assert_eq!(m["judge_skipped_step_errors"], 1);
+    assert_eq!(m["judge_judged"], 0);
+
+    // Refused again on resume, judged without it under --allow-step-errors.
+    refusals.store(1, Ordering::SeqCst);
+    ok(&eval(&["--allow-step-errors"]));
+    let partial = judgements();
+    assert_eq!(partial.len(), 1, "{partial:?}");
+    assert_eq!(partial[0]["missing_steps"], 1);
+    assert!(partial[0]["error"].is_null(), "{}", partial[0]);
+    let m = json_file(&out.join("metrics.json"));
+    assert_eq!(
+        (
+            m["judge_judged"].as_u64(),
+            m["judge_with_missing_steps"].as_u64()
+        ),
+        (Some(1), Some(1))
+    );
+
+    // Answered on the next resume: judged again, from the answer.
+    ok(&eval(&[]));
+    let all = judgements();
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert_eq!(all[1]["missing_steps"], 0);
+    assert_ne!(all[1]["steps_sha256"], partial[0]["steps_sha256"]);
+    let m = json_file(&out.join("metrics.json"));
+    assert_eq!(
+        (
+            m["judge_judged"].as_u64(),
+            m["judge_with_missing_steps"].as_u64()
+        ),
+        (Some(1), Some(0))
+    );
+    assert!(
+        predictions(&out).values().all(|v| v[4].is_null()),
+        "every step answered"
     );
 }

@@ -66,6 +66,7 @@ impl Stub {
                 let app = Router::new()
                     .route("/v1/models", get(models))
                     .route("/v1/chat/completions", post(chat))
+                    .layer(axum::extract::DefaultBodyLimit::disable())
                     .with_state(state);
                 axum::serve(listener, app)
                     .with_graceful_shutdown(async {
@@ -109,8 +110,11 @@ async fn models() -> impl IntoResponse {
     )
 }
 
+/// Each call's body is read whole before the reply: a reply sent while the client still writes a large body
+/// would close the connection under it (a broken pipe, and a retry the script did not ask for).
 async fn chat(
     axum::extract::State(s): axum::extract::State<StubState>,
+    _body: axum::body::Bytes,
 ) -> axum::response::Response {
     let n = s.count.fetch_add(1, Ordering::SeqCst);
     s.calls.lock().unwrap().push(Instant::now());
