@@ -3,10 +3,12 @@
 //! I/O and nothing above this module; turning a [`DeviceSpec`] into a device is the backend's job, computing
 //! automatic [`BatchLimits`] the engine's.
 
+mod family;
 mod rules;
 
 use serde::{Deserialize, Serialize};
 
+pub use family::{CoordinateFrame, ModelFamily};
 pub use rules::{
     levenshtein, py_strip, BoxChoice, BoxGrowth, DirectionSpace, DistanceMetric, PointSpace,
     Precision, RuleName, RulePreset, SwipeRule, TextRule, ZeroMove,
