@@ -161,7 +161,7 @@ impl LocalBackend {
 
 /// The ops record of the manifest: the fused ops and GEMM library, the decode attention mode and whether the
 /// model sections are profiled.
-fn ops_record(model: &crate::model::Qwen25VL) -> crate::records::OpsRecord {
+fn ops_record(model: &crate::model::VlModel) -> crate::records::OpsRecord {
     crate::records::OpsRecord {
         ops: model.ops_manifest(),
         decode_attention: Some(model.decode_attention()),
