@@ -86,7 +86,7 @@ impl VisionConfig {
         self.spatial_merge_size * self.spatial_merge_size
     }
     /// Side of the square position-embedding grid (Qwen3-VL: √2304 = 48).
-    pub(crate) fn position_grid_side(&self) -> usize {
+    pub fn position_grid_side(&self) -> usize {
         (self.num_position_embeddings as f64).sqrt().round() as usize
     }
     /// Window side in merged tokens (`window_size / merge / patch` = 4).
