@@ -46,6 +46,7 @@ impl LocalBackend {
             device: loaded.device.to_string(),
             kv_bytes_per_token: m.kv_bytes_per_token(),
             ops: ops_record(m),
+            family: m.family(),
         };
         let mut stop_tokens = m.config().eos_token_ids.clone();
         if stop_tokens.is_empty() {

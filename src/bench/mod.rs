@@ -77,6 +77,26 @@ fn dtype_for(spec: Option<DTypeSpec>, device: &Device) -> DType {
 
 /// The random model of `model_cfg` built on `spec` (its dtype from `cfg`), served under its own batch limits,
 /// and the seconds building the model took.
+/// The image processor of the family's released checkpoints for a random model of `model_cfg`: patch sizes
+/// from its tower; Qwen3-VL normalises with mean = std = 0.5, Qwen2.5-VL with the class's CLIP defaults.
+fn image_config(model_cfg: &crate::model::ModelConfig) -> ImageProcessorConfig {
+    let v = &model_cfg.vision;
+    let base = ImageProcessorConfig {
+        patch_size: v.patch_size,
+        temporal_patch_size: v.temporal_patch_size,
+        merge_size: v.spatial_merge_size,
+        ..ImageProcessorConfig::default()
+    };
+    match model_cfg.family {
+        crate::settings::ModelFamily::Qwen25Vl => base,
+        crate::settings::ModelFamily::Qwen3Vl => ImageProcessorConfig {
+            image_mean: [0.5; 3],
+            image_std: [0.5; 3],
+            ..base
+        },
+    }
+}
+
 fn device_backend(
     cfg: &BenchConfig,
     spec: DeviceSpec,
@@ -91,7 +111,7 @@ fn device_backend(
         tokenizer: Tokenizer::from_model_dir(&cfg.tokenizer)
             .with_context(|| format!("--tokenizer {}", cfg.tokenizer.display()))?,
         template: ChatTemplate::from_model_dir(&cfg.tokenizer)?,
-        image: ImageProcessorConfig::default().with_pixel_bounds(cfg.min_pixels, cfg.max_pixels),
+        image: image_config(model_cfg).with_pixel_bounds(cfg.min_pixels, cfg.max_pixels),
     };
     let limits = BatchLimits::auto(
         &model,

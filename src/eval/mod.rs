@@ -264,6 +264,7 @@ fn settings(cfg: &EvalConfig, backend: &dyn Backend) -> Result<RunSettings> {
         version: env!("CARGO_PKG_VERSION").into(),
         shard: None,
         history: cfg.history(),
+        family: info.family,
     })
 }
 

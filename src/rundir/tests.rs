@@ -91,6 +91,7 @@ fn a_resume_with_other_settings_names_each_difference() {
         version: "v".into(),
         shard: None,
         history: Default::default(),
+        family: crate::settings::ModelFamily::Qwen25Vl,
     };
     let manifest = serde_json::json!({
         "settings": settings, "model_path": "m", "device": "cpu", "data": "d",

@@ -28,6 +28,7 @@ mod layers;
 mod model_golden_a;
 mod model_golden_b;
 mod model_golden_q3;
+mod model_q3_cli;
 mod model_units;
 mod multi_device;
 mod openai_client;
