@@ -19,6 +19,7 @@
 
 pub mod cache;
 pub mod config;
+mod detect;
 pub mod device;
 pub mod files;
 pub mod flops;
