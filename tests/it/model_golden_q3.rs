@@ -331,3 +331,20 @@ fn preprocessing_matches_the_qwen3_goldens() {
         assert!(worst < 1e-6, "{case}: {worst}");
     }
 }
+
+#[test]
+fn the_hub_style_config_reads_as_the_nested_one() {
+    use mobile_r1_eval::model::ModelConfig;
+    for name in MODELS {
+        let dir = fixture(&format!("models/{name}"));
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+        let nested = ModelConfig::from_json(&read("config.json"), None).unwrap();
+        let hub = ModelConfig::from_json(&read("config.hub-style.json"), None).unwrap();
+        assert_eq!(hub, nested, "{name}");
+        assert_eq!(nested.text.rope_theta, 5e6, "{name}");
+        assert!(
+            nested.text.mrope_interleaved && nested.text.qk_norm,
+            "{name}"
+        );
+    }
+}
