@@ -13,7 +13,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use image::{Rgb, RgbImage};
 use mobile_r1_eval::bench::random::{load_config, random_model};
 use mobile_r1_eval::dataset::Benchmark;
-use mobile_r1_eval::model::{PrefillRequest, Qwen25VL, SeqCache};
+use mobile_r1_eval::model::{PrefillRequest, SeqCache, VlModel};
 use mobile_r1_eval::ops::{Ops, OpsConfig};
 use mobile_r1_eval::predictions::{Prediction, PredictionSet};
 use mobile_r1_eval::preprocess::{prepare_rgb8, ImageProcessorConfig, ModelInput, PreparedImage};
@@ -84,7 +84,7 @@ fn parse_and_score(c: &mut Criterion) {
     });
 }
 
-fn image_input(model: &Qwen25VL, w: u32, h: u32, text_tokens: usize) -> ModelInput {
+fn image_input(model: &VlModel, w: u32, h: u32, text_tokens: usize) -> ModelInput {
     let img: PreparedImage =
         prepare_rgb8(&screenshot(w, h), &ImageProcessorConfig::default()).unwrap();
     let cfg = model.config();

@@ -544,7 +544,7 @@ pub struct MergeArgs {
 /// Arguments of `bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// `tiny`, `small` (Qwen2.5-0.5B text + real 3B vision), `3b`, `7b`, or a config.json / model folder.
+    /// `tiny`, `small` (Qwen2.5-0.5B text + real 3B vision), `3b`, `7b`, `qwen3-2b`, `qwen3-4b`, `qwen3-8b`, or a config.json / model folder.
     #[arg(long, default_value = "tiny")]
     pub config: BenchModel,
     /// Accepted for older command lines: random weights are `bench`'s only mode (a real checkpoint's throughput

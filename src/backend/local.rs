@@ -46,6 +46,7 @@ impl LocalBackend {
             device: loaded.device.to_string(),
             kv_bytes_per_token: m.kv_bytes_per_token(),
             ops: ops_record(m),
+            family: m.family(),
         };
         let mut stop_tokens = m.config().eos_token_ids.clone();
         if stop_tokens.is_empty() {
@@ -161,7 +162,7 @@ impl LocalBackend {
 
 /// The ops record of the manifest: the fused ops and GEMM library, the decode attention mode and whether the
 /// model sections are profiled.
-fn ops_record(model: &crate::model::Qwen25VL) -> crate::records::OpsRecord {
+fn ops_record(model: &crate::model::VlModel) -> crate::records::OpsRecord {
     crate::records::OpsRecord {
         ops: model.ops_manifest(),
         decode_attention: Some(model.decode_attention()),

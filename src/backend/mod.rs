@@ -80,6 +80,9 @@ pub struct BackendInfo {
     pub kv_bytes_per_token: usize,
     /// The fused ops and GEMM library it runs with.
     pub ops: OpsRecord,
+    /// The model family (from the checkpoint's `config.json`; a served model is prompted as Qwen2.5-VL).
+    #[serde(default = "crate::records::default_family")]
+    pub family: crate::settings::ModelFamily,
 }
 
 /// A model on this machine's CPU, for the estimate of a run's time ([`Backend::cpu_facts`]).

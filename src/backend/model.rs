@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use candle_core::{DType, Device};
 
 use crate::chat::PromptBuilder;
-use crate::model::{self, ModelFiles, Qwen25VL};
+use crate::model::{self, ModelFiles, VlModel};
 use crate::settings::{DTypeSpec, DeviceSpec};
 
 /// How to load a model (`--model`, `--device`, `--dtype`, `--min-pixels`, `--max-pixels`).
@@ -32,7 +32,7 @@ pub struct ModelSpec {
 /// A loaded checkpoint.
 pub struct LoadedModel {
     /// The model.
-    pub model: Qwen25VL,
+    pub model: VlModel,
     /// Tokenizer, chat template and image settings.
     pub kit: PromptBuilder,
     /// The local folder the files came from.
@@ -60,7 +60,7 @@ impl LoadedModel {
         };
         let fingerprint = fingerprint(&files)?;
         let weights = crate::fingerprint::of_files(&files.weights)?;
-        let model = Qwen25VL::load(&files, &device, dtype, &spec.ops)
+        let model = VlModel::load(&files, &device, dtype, &spec.ops)
             .with_context(|| format!("loading model {}", spec.model))?;
         let mut kit = PromptBuilder::from_model_dir(&files.dir).with_context(|| {
             format!(
@@ -68,6 +68,23 @@ impl LoadedModel {
                 files.dir.display()
             )
         })?;
+        let v = &model.config().vision;
+        let (img, vis) = (
+            (
+                kit.image.patch_size,
+                kit.image.temporal_patch_size,
+                kit.image.merge_size,
+            ),
+            (v.patch_size, v.temporal_patch_size, v.spatial_merge_size),
+        );
+        if img != vis {
+            anyhow::bail!(
+                "{}: preprocessor_config.json has (patch_size, temporal_patch_size, merge_size) {img:?} but the \
+                 {} vision tower in config.json expects {vis:?}",
+                files.dir.display(),
+                model.family()
+            );
+        }
         if spec.min_pixels.is_some() || spec.max_pixels.is_some() {
             // The bounds combined with the checkpoint's must still make a usable image size.
             let (min, max) = crate::validate::effective_pixel_bounds(

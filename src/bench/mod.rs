@@ -23,7 +23,7 @@ use candle_core::{DType, Device};
 use crate::backend::{open_device, Backend, LoadedModel, LocalBackend, MultiBackend};
 use crate::chat::{ChatTemplate, PromptBuilder, Tokenizer};
 use crate::engine::{memory, BatchLimits};
-use crate::model::Qwen25VL;
+use crate::model::VlModel;
 use crate::ops::gemm::peak::{best_rate, matmul_rates};
 use crate::preprocess::ImageProcessorConfig;
 use crate::records::{MatmulRate, PhaseStats};
@@ -77,6 +77,26 @@ fn dtype_for(spec: Option<DTypeSpec>, device: &Device) -> DType {
 
 /// The random model of `model_cfg` built on `spec` (its dtype from `cfg`), served under its own batch limits,
 /// and the seconds building the model took.
+/// The image processor of the family's released checkpoints for a random model of `model_cfg`: patch sizes
+/// from its tower; Qwen3-VL normalises with mean = std = 0.5, Qwen2.5-VL with the class's CLIP defaults.
+fn image_config(model_cfg: &crate::model::ModelConfig) -> ImageProcessorConfig {
+    let v = &model_cfg.vision;
+    let base = ImageProcessorConfig {
+        patch_size: v.patch_size,
+        temporal_patch_size: v.temporal_patch_size,
+        merge_size: v.spatial_merge_size,
+        ..ImageProcessorConfig::default()
+    };
+    match model_cfg.family {
+        crate::settings::ModelFamily::Qwen25Vl => base,
+        crate::settings::ModelFamily::Qwen3Vl => ImageProcessorConfig {
+            image_mean: [0.5; 3],
+            image_std: [0.5; 3],
+            ..base
+        },
+    }
+}
+
 fn device_backend(
     cfg: &BenchConfig,
     spec: DeviceSpec,
@@ -93,7 +113,7 @@ fn device_backend(
         tokenizer: Tokenizer::from_model_dir(&cfg.tokenizer)
             .with_context(|| format!("--tokenizer {}", cfg.tokenizer.display()))?,
         template: ChatTemplate::from_model_dir(&cfg.tokenizer)?,
-        image: ImageProcessorConfig::default().with_pixel_bounds(cfg.min_pixels, cfg.max_pixels),
+        image: image_config(model_cfg).with_pixel_bounds(cfg.min_pixels, cfg.max_pixels),
     };
     let limits = BatchLimits::auto(
         &model,
@@ -225,7 +245,7 @@ struct Measured {
 /// Seconds the vision tower alone takes over every step screenshot (a separate pass, batched by 8 images), and
 /// the FLOPs of its attention.
 fn time_vision(
-    model: &Qwen25VL,
+    model: &VlModel,
     kit: &PromptBuilder,
     bench: &crate::dataset::Benchmark,
 ) -> Result<(f64, f64)> {
@@ -254,7 +274,7 @@ fn time_vision(
 /// FLOPs of the prefills: vision ≈ 2·params per patch, language model ≈ 2·(non-embedding params) per prompt
 /// token, plus their attention itself (counted by the engine from each prompt's shapes).
 fn prefill_flops(
-    model: &Qwen25VL,
+    model: &VlModel,
     stats: &PhaseStats,
     (vision_params, lm_params): (u64, u64),
 ) -> f64 {
@@ -270,7 +290,7 @@ fn decode_flops(stats: &PhaseStats, lm_params: u64) -> f64 {
 }
 
 /// The language model's parameters less its head (vocabulary × hidden), which prompt tokens do not run.
-fn lm_body_params(model: &Qwen25VL, lm_params: u64) -> f64 {
+fn lm_body_params(model: &VlModel, lm_params: u64) -> f64 {
     let t = &model.config().text;
     lm_params as f64 - (t.vocab_size * t.hidden_size) as f64
 }
@@ -299,7 +319,7 @@ fn benchmark_estimate(steps: &PhaseStats, judge: Option<&PhaseStats>) -> Benchma
     }
 }
 
-fn report(cfg: &BenchConfig, device: &str, model: &Qwen25VL, m: &Measured) -> BenchReport {
+fn report(cfg: &BenchConfig, device: &str, model: &VlModel, m: &Measured) -> BenchReport {
     let (steps, peak, params) = (&m.steps, m.matmul_peak, m.params);
     let rate = |n: usize, s: f64| if s > 0.0 { n as f64 / s } else { 0.0 };
     let prefill_work = prefill_flops(model, steps, params);

@@ -1,17 +1,28 @@
 //! Random-weight models for benchmarking without a checkpoint: the real architecture (presets with the real
-//! Qwen2.5-VL dimensions, or any `config.json`) with deterministic pseudo-random weights generated on demand.
+//! Qwen2.5-VL and Qwen3-VL dimensions, or any `config.json`) with deterministic pseudo-random weights generated
+//! on demand.
 
 use candle_core::{DType, Device, Shape, Tensor};
 use candle_nn::var_builder::SimpleBackend;
 use candle_nn::VarBuilder;
 
-use crate::model::{ModelConfig, Qwen25VL};
+use crate::model::{ModelConfig, VlModel};
 use crate::settings::{BenchModel, ShapePreset};
 
-/// Flat Hub-layout `config.json` text of a preset: `tiny` (the test checkpoint's sizes), `small` (Qwen2.5-0.5B
-/// text dimensions with the real 3B vision tower), `3b` and `7b` (the real configurations).
+/// `config.json` text of a preset: `tiny` (the test checkpoint's sizes), `small` (Qwen2.5-0.5B text dimensions
+/// with the real 3B vision tower), `3b` and `7b` (the real Qwen2.5-VL configurations, flat Hub layout), and
+/// `qwen3-2b`, `qwen3-4b`, `qwen3-8b` (the real Qwen3-VL configurations, nested layout).
 pub(crate) fn preset_config(name: ShapePreset) -> String {
     let p = match name {
+        ShapePreset::Qwen3Vl2B => {
+            return qwen3_config(2048, 6144, 28, 16, true, QWEN3_SMALL_VISION)
+        }
+        ShapePreset::Qwen3Vl4B => {
+            return qwen3_config(2560, 9728, 36, 32, true, QWEN3_SMALL_VISION)
+        }
+        ShapePreset::Qwen3Vl8B => {
+            return qwen3_config(4096, 12288, 36, 32, false, QWEN3_LARGE_VISION)
+        }
         ShapePreset::Tiny => Preset {
             h: 16,
             i: 48,
@@ -84,6 +95,41 @@ pub(crate) fn preset_config(name: ShapePreset) -> String {
     "hidden_act": "silu", "out_hidden_size": {h}, "patch_size": 14, "spatial_patch_size": 14,
     "temporal_patch_size": 2, "spatial_merge_size": 2, "window_size": 112, "in_chans": 3,
     "fullatt_block_indexes": {full}, "tokens_per_second": 2}}}}"#
+    )
+}
+
+/// A Qwen3-VL vision tower: depth, hidden, intermediate, DeepStack taps.
+type Qwen3Vision = (usize, usize, usize, &'static str);
+/// The tower of Qwen3-VL-2B and -4B.
+const QWEN3_SMALL_VISION: Qwen3Vision = (24, 1024, 4096, "[5,11,17]");
+/// The tower of Qwen3-VL-8B.
+const QWEN3_LARGE_VISION: Qwen3Vision = (27, 1152, 4304, "[8,16,24]");
+
+/// A nested Qwen3-VL `config.json` with text (hidden, intermediate, layers, heads) and the given tower; every
+/// size has 8 KV heads of 128, and the M-RoPE, vocabulary and patch settings of the released checkpoints.
+fn qwen3_config(
+    h: usize,
+    i: usize,
+    l: usize,
+    nh: usize,
+    tied: bool,
+    vision: Qwen3Vision,
+) -> String {
+    let (vd, vh, vi, ds) = vision;
+    format!(
+        r#"{{"architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl",
+  "tie_word_embeddings": {tied}, "image_token_id": 151655, "video_token_id": 151656,
+  "vision_start_token_id": 151652, "vision_end_token_id": 151653,
+  "text_config": {{"model_type": "qwen3_vl_text", "hidden_size": {h}, "intermediate_size": {i},
+    "num_hidden_layers": {l}, "num_attention_heads": {nh}, "num_key_value_heads": 8, "head_dim": 128,
+    "vocab_size": 151936, "rms_norm_eps": 1e-06, "max_position_embeddings": 262144, "attention_bias": false,
+    "hidden_act": "silu", "bos_token_id": 151643, "eos_token_id": 151645,
+    "rope_scaling": {{"rope_type": "default", "mrope_section": [24,20,20], "mrope_interleaved": true}},
+    "rope_theta": 5000000}},
+  "vision_config": {{"depth": {vd}, "hidden_size": {vh}, "intermediate_size": {vi}, "num_heads": 16,
+    "hidden_act": "gelu_pytorch_tanh", "out_hidden_size": {h}, "patch_size": 16, "temporal_patch_size": 2,
+    "spatial_merge_size": 2, "in_channels": 3, "num_position_embeddings": 2304,
+    "deepstack_visual_indexes": {ds}}}}}"#
     )
 }
 
@@ -225,13 +271,13 @@ pub fn random_model(
     device: &Device,
     dtype: DType,
     ops: &crate::ops::OpsConfig,
-) -> anyhow::Result<Qwen25VL> {
+) -> anyhow::Result<VlModel> {
     let backend = RandomBackend {
         seed,
         tied: cfg.tie_word_embeddings,
     };
     let vb = VarBuilder::from_backend(Box::new(backend), dtype, device.clone());
-    Ok(Qwen25VL::from_var_builder(cfg, vb, ops)?)
+    Ok(VlModel::from_var_builder(cfg, vb, ops)?)
 }
 
 #[cfg(test)]
@@ -258,6 +304,42 @@ mod tests {
         let (v, l) = param_counts(&load_config(&"3b".parse().unwrap()).unwrap());
         assert!((600_000_000..750_000_000).contains(&v), "vision params {v}");
         assert!((2_900_000_000..3_300_000_000).contains(&l), "lm params {l}");
+    }
+
+    #[test]
+    fn qwen3_presets_parse_with_their_real_dimensions() {
+        use crate::settings::ModelFamily;
+        let shape = |name: &str| {
+            let c = load_config(&name.parse().unwrap()).unwrap();
+            assert_eq!(c.family, ModelFamily::Qwen3Vl, "{name}");
+            let t = &c.text;
+            let v = &c.vision;
+            (
+                (
+                    t.hidden_size,
+                    t.num_attention_heads * t.head_dim,
+                    t.num_hidden_layers,
+                ),
+                (v.depth, v.hidden_size, v.deepstack_visual_indexes.clone()),
+                c.tie_word_embeddings,
+                param_counts(&c),
+            )
+        };
+        let (text, vision, tied, (v, l)) = shape("qwen3-2b");
+        assert_eq!((text, tied), ((2048, 2048, 28), true));
+        assert_eq!(vision, (24, 1024, vec![5, 11, 17]));
+        assert!((350_000_000..450_000_000).contains(&v), "vision params {v}");
+        assert!((1_600_000_000..1_900_000_000).contains(&l), "lm params {l}");
+        let (text, _, tied, _) = shape("qwen3-4b");
+        assert_eq!((text, tied), ((2560, 4096, 36), true));
+        let (text, vision, tied, (v, l)) = shape("qwen3-8b");
+        assert_eq!((text, tied), ((4096, 4096, 36), false));
+        assert_eq!(vision, (27, 1152, vec![8, 16, 24]));
+        assert!(
+            (7_500_000_000..9_500_000_000).contains(&(v + l)),
+            "params {}",
+            v + l
+        );
     }
 
     #[test]

@@ -169,8 +169,7 @@ pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<(EvalConfig, ClaimedRun
         max_new_tokens: a.max_new_tokens,
         rules,
         system_prompt: a.system_prompt,
-        // The one place the evaluated model's family enters the run: every checkpoint runs as Qwen2.5-VL until
-        // the model layer reports the family it detects.
+        // Replaced by the family of the model the backend loads (`run_eval_with`).
         family: crate::settings::ModelFamily::Qwen25Vl,
         coordinate_frame: a.coordinate_frame,
         judge,

@@ -16,7 +16,7 @@ use super::scheduler::{admit_count, prefill_chunks, BatchLimits, Occupancy};
 use super::{EngineSink, FinishReason, Generation, Next, Request, RequestSource, TokenScores};
 use crate::interrupt::Cancel;
 use crate::model::flops::{decode_attention_flops, prefill_attention_flops, PromptShape};
-use crate::model::{PrefillRequest, Qwen25VL, SeqCache};
+use crate::model::{PrefillRequest, SeqCache, VlModel};
 use crate::records::PhaseStats;
 
 /// A sequence being decoded: its request's settings (not its input, which may be large) and its state.
@@ -43,7 +43,7 @@ const PREFIX_CACHE_ENTRIES: usize = 8;
 
 /// Runs requests through the model with continuous batching.
 pub struct Engine<'m> {
-    model: &'m Qwen25VL,
+    model: &'m VlModel,
     limits: BatchLimits,
     prefixes: HashMap<Vec<u32>, SeqCache>,
     running: Vec<Running>,
@@ -60,7 +60,7 @@ pub struct Engine<'m> {
 impl<'m> Engine<'m> {
     /// An engine for `model` under `limits`; once `cancel` is set it admits no more requests and returns when
     /// the running sequences have finished.
-    pub fn new(model: &'m Qwen25VL, limits: BatchLimits, cancel: Cancel) -> Self {
+    pub fn new(model: &'m VlModel, limits: BatchLimits, cancel: Cancel) -> Self {
         Self {
             model,
             limits,
@@ -454,14 +454,14 @@ pub fn is_oom(e: &anyhow::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ModelFiles, Qwen25VL};
+    use crate::model::{ModelFiles, VlModel};
     use crate::preprocess::{prepare_rgb8, ImageProcessorConfig, ModelInput};
 
-    fn tiny() -> Qwen25VL {
+    fn tiny() -> VlModel {
         let dir =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny-b");
         let files = ModelFiles::from_dir(&dir).unwrap();
-        Qwen25VL::load(
+        VlModel::load(
             &files,
             &candle_core::Device::Cpu,
             candle_core::DType::F32,
@@ -470,7 +470,7 @@ mod tests {
         .unwrap()
     }
 
-    fn requests(model: &Qwen25VL) -> Vec<Request> {
+    fn requests(model: &VlModel) -> Vec<Request> {
         let cfg = ImageProcessorConfig::default().with_pixel_bounds(3136, 20_000);
         (0..5u32)
             .map(|i| {
@@ -499,7 +499,7 @@ mod tests {
             .collect()
     }
 
-    fn run(model: &Qwen25VL, inject: (usize, usize)) -> (Vec<(usize, Vec<u32>)>, PhaseStats) {
+    fn run(model: &VlModel, inject: (usize, usize)) -> (Vec<(usize, Vec<u32>)>, PhaseStats) {
         let limits = BatchLimits {
             max_seqs: 4,
             max_batch_tokens: 100_000,

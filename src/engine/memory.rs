@@ -79,7 +79,7 @@ pub(crate) fn auto_batch_tokens(
 
 /// Transient bytes of one prefill call of at most `prefill_tokens` tokens, whose images have at most four
 /// patches per image token: the language model's and the vision tower's activations.
-pub(crate) fn prefill_reserve(model: &crate::model::Qwen25VL, prefill_tokens: usize) -> u64 {
+pub(crate) fn prefill_reserve(model: &crate::model::VlModel, prefill_tokens: usize) -> u64 {
     (prefill_tokens * model.activation_bytes_per_token()
         + 4 * prefill_tokens * model.vision_activation_bytes_per_patch()) as u64
 }

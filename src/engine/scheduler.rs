@@ -15,7 +15,7 @@ impl BatchLimits {
     /// `None`, the budget the device's free memory allows for `model`'s KV cache after one prefill's activations
     /// (at least [`MIN_AUTO_BATCH_TOKENS`] + `max_new_tokens`). What `eval` and `bench` use.
     pub fn auto(
-        model: &crate::model::Qwen25VL,
+        model: &crate::model::VlModel,
         max_seqs: usize,
         max_new_tokens: usize,
         max_batch_tokens: Option<usize>,

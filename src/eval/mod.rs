@@ -88,7 +88,8 @@ pub struct EvalConfig {
     pub rules: RulePreset,
     /// System prompt source.
     pub system_prompt: SystemPrompt,
-    /// The evaluated model's family: its default system prompt and coordinate frame.
+    /// The evaluated model's family: its default system prompt and coordinate frame (the loaded backend's,
+    /// set by [`run_eval_with`]).
     pub family: ModelFamily,
     /// `--coordinate-frame`; the family's default when `None`.
     pub coordinate_frame: Option<CoordinateFrame>,
@@ -291,6 +292,7 @@ fn settings(cfg: &EvalConfig, backend: &dyn Backend) -> Result<RunSettings> {
         version: env!("CARGO_PKG_VERSION").into(),
         shard: None,
         history: cfg.history(),
+        family: info.family,
     })
 }
 
@@ -346,6 +348,11 @@ fn served_record(cfg: &EvalConfig, s: &ServedConfig) -> crate::records::ServedRe
 /// Run (or resume) an evaluation, with the evaluated model already loaded as `backend` (on `cfg.devices` or not: the caller
 /// chooses, e.g. to wrap a device); a separate judge model is still loaded from `cfg`.
 pub fn run_eval_with(cfg: &EvalConfig, backend: Box<dyn Backend>) -> Result<EvalOutcome> {
+    // The family is the loaded model's: it chooses the default system prompt and coordinate frame.
+    let cfg = &EvalConfig {
+        family: backend.info().family,
+        ..cfg.clone()
+    };
     run_loaded(cfg, load_benchmark(cfg)?, backend)
 }
 

@@ -1,11 +1,13 @@
-//! `config.json` (+ `generation_config.json`) parsing for Qwen2.5-VL checkpoints.
+//! `config.json` (+ `generation_config.json`) parsing for the supported families ([`ModelFamily`]).
 //!
 //! Accepts both the flat Hub layout (text fields at the top level, `rope_scaling: {type: mrope, mrope_section}`)
-//! and the nested transformers-5 layout (`text_config` with `rope_parameters`).
+//! and the nested layout (`text_config` with `rope_scaling` or transformers-5 `rope_parameters`).
 
 use serde_json::Value;
 
+use super::detect::detect_family;
 use super::ModelError;
+use crate::settings::ModelFamily;
 
 /// Language-model (Qwen2 decoder) hyper-parameters.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,6 +34,12 @@ pub struct TextConfig {
     pub mrope_section: [usize; 3],
     /// Maximum positions (informational; caches are sized by need).
     pub max_position_embeddings: usize,
+    /// Whether q/k/v projections have biases (Qwen2.5-VL) or not (Qwen3-VL).
+    pub attention_bias: bool,
+    /// Per-head RMSNorm of q and k before the rotary (Qwen3-VL's `q_norm`/`k_norm`).
+    pub qk_norm: bool,
+    /// M-RoPE axes interleaved over the frequencies (Qwen3-VL) instead of contiguous sections (Qwen2.5-VL).
+    pub mrope_interleaved: bool,
 }
 
 /// Vision tower hyper-parameters.
@@ -59,6 +67,10 @@ pub struct VisionConfig {
     pub out_hidden_size: usize,
     /// Input channels (3).
     pub in_channels: usize,
+    /// Rows of the learned position-embedding table (Qwen3-VL: a square grid, 2304 = 48²; 0 when absent).
+    pub num_position_embeddings: usize,
+    /// Blocks whose outputs feed the DeepStack mergers (Qwen3-VL; empty otherwise).
+    pub deepstack_visual_indexes: Vec<usize>,
 }
 
 impl VisionConfig {
@@ -74,6 +86,10 @@ impl VisionConfig {
     pub(crate) fn merge_unit(&self) -> usize {
         self.spatial_merge_size * self.spatial_merge_size
     }
+    /// Side of the square position-embedding grid (Qwen3-VL: √2304 = 48).
+    pub fn position_grid_side(&self) -> usize {
+        (self.num_position_embeddings as f64).sqrt().round() as usize
+    }
     /// Window side in merged tokens (`window_size / merge / patch` = 4).
     pub(crate) fn merger_window(&self) -> usize {
         self.window_size / self.spatial_merge_size / self.patch_size
@@ -83,6 +99,8 @@ impl VisionConfig {
 /// Everything the model needs from the checkpoint's JSON files.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfig {
+    /// The model family, from `model_type` / `architectures`.
+    pub family: ModelFamily,
     /// Language model.
     pub text: TextConfig,
     /// Vision tower.
@@ -125,51 +143,17 @@ fn id_list(v: Option<&Value>) -> Vec<u32> {
     }
 }
 
-/// The `model_type` of the checkpoints this program runs.
-pub(crate) const SUPPORTED_MODEL_TYPES: [&str; 1] = ["qwen2_5_vl"];
-/// Their `architectures` class names (a fine-tune keeps them).
-pub(crate) const SUPPORTED_ARCHITECTURES: [&str; 2] =
-    ["Qwen2_5_VLForConditionalGeneration", "Qwen2_5_VLModel"];
-
-/// Refuse a checkpoint of another architecture (Qwen2-VL's `config.json` has the same fields but another
-/// vision tower and positions, so it would load and answer wrongly). A config that names neither field is
-/// accepted, as hand-written test configs do.
-fn check_architecture(root: &Value) -> Result<(), ModelError> {
-    if let Some(t) = root.get("model_type").and_then(Value::as_str) {
-        if !SUPPORTED_MODEL_TYPES.contains(&t) {
-            return Err(cfg_err(format!(
-                "config.json has model_type {t:?}; this program runs {} checkpoints (model_type {}) and their \
-                 fine-tunes",
-                "Qwen2.5-VL",
-                SUPPORTED_MODEL_TYPES.join(", ")
-            )));
-        }
-    }
-    let listed: Vec<&str> = root
-        .get("architectures")
-        .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    if let Some(other) = listed.iter().find(|a| !SUPPORTED_ARCHITECTURES.contains(a)) {
-        return Err(cfg_err(format!(
-            "config.json has architectures [{other:?}]; supported: {}",
-            SUPPORTED_ARCHITECTURES.join(", ")
-        )));
-    }
-    Ok(())
-}
-
 impl ModelConfig {
     /// Parse `config.json` text and optional `generation_config.json` text.
     pub fn from_json(config: &str, generation: Option<&str>) -> Result<Self, ModelError> {
         let root: Value = serde_json::from_str(config)
             .map_err(|e| cfg_err(format!("config.json is not valid JSON: {e}")))?;
-        check_architecture(&root)?;
-        let text = parse_text(&root)?;
+        let family = detect_family(&root)?;
+        let text = parse_text(&root, family)?;
         let vis = root
             .get("vision_config")
             .ok_or_else(|| cfg_err("config.json has no `vision_config`"))?;
-        let vision = parse_vision(vis, text.hidden_size)?;
+        let vision = parse_vision(vis, text.hidden_size, family)?;
         let text_obj = root.get("text_config");
         let tie = root
             .get("tie_word_embeddings")
@@ -196,6 +180,7 @@ impl ModelConfig {
             );
         }
         Ok(Self {
+            family,
             text,
             vision,
             image_token_id: id("image_token_id", 151655),
@@ -208,7 +193,7 @@ impl ModelConfig {
 }
 
 /// Text fields live in `text_config` (transformers 5) or at the top level (Hub).
-fn parse_text(root: &Value) -> Result<TextConfig, ModelError> {
+fn parse_text(root: &Value, family: ModelFamily) -> Result<TextConfig, ModelError> {
     let t = match root.get("text_config") {
         Some(t) if t.get("hidden_size").is_some() => t,
         _ => root,
@@ -252,7 +237,11 @@ fn parse_text(root: &Value) -> Result<TextConfig, ModelError> {
         .or_else(|| root.get("rope_theta"))
         .or_else(|| rope.and_then(|r| r.get("rope_theta")))
         .and_then(Value::as_f64)
-        .unwrap_or(1_000_000.0);
+        .unwrap_or(match family {
+            ModelFamily::Qwen25Vl => 1_000_000.0,
+            ModelFamily::Qwen3Vl => 5_000_000.0,
+        });
+    let qwen3 = family == ModelFamily::Qwen3Vl;
     Ok(TextConfig {
         vocab_size: get_usize(t, "vocab_size")
             .or_else(|| get_usize(root, "vocab_size"))
@@ -270,21 +259,33 @@ fn parse_text(root: &Value) -> Result<TextConfig, ModelError> {
         rope_theta,
         mrope_section: [section[0], section[1], section[2]],
         max_position_embeddings: get_usize(t, "max_position_embeddings").unwrap_or(128000),
+        attention_bias: t
+            .get("attention_bias")
+            .and_then(Value::as_bool)
+            .unwrap_or(!qwen3),
+        qk_norm: qwen3,
+        mrope_interleaved: qwen3,
     })
 }
 
-fn parse_vision(v: &Value, text_hidden: usize) -> Result<VisionConfig, ModelError> {
+fn parse_vision(
+    v: &Value,
+    text_hidden: usize,
+    family: ModelFamily,
+) -> Result<VisionConfig, ModelError> {
     let ctx = "vision_config.";
-    let fullatt = v
-        .get("fullatt_block_indexes")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_u64)
-                .map(|x| x as usize)
-                .collect()
-        })
-        .unwrap_or_default();
+    let list = |key: &str| -> Vec<usize> {
+        v.get(key)
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_u64)
+                    .map(|x| x as usize)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let qwen3 = family == ModelFamily::Qwen3Vl;
     let cfg = VisionConfig {
         depth: req_usize(v, "depth", ctx)?,
         hidden_size: req_usize(v, "hidden_size", ctx)?,
@@ -292,22 +293,58 @@ fn parse_vision(v: &Value, text_hidden: usize) -> Result<VisionConfig, ModelErro
         num_heads: req_usize(v, "num_heads", ctx)?,
         patch_size: get_usize(v, "patch_size")
             .or_else(|| get_usize(v, "spatial_patch_size"))
-            .unwrap_or(14),
+            .unwrap_or(if qwen3 { 16 } else { 14 }),
         temporal_patch_size: get_usize(v, "temporal_patch_size").unwrap_or(2),
         spatial_merge_size: get_usize(v, "spatial_merge_size").unwrap_or(2),
-        window_size: get_usize(v, "window_size").unwrap_or(112),
-        fullatt_block_indexes: fullatt,
+        window_size: get_usize(v, "window_size").unwrap_or(if qwen3 { 0 } else { 112 }),
+        fullatt_block_indexes: list("fullatt_block_indexes"),
         out_hidden_size: get_usize(v, "out_hidden_size").unwrap_or(text_hidden),
         in_channels: get_usize(v, "in_channels")
             .or_else(|| get_usize(v, "in_chans"))
             .unwrap_or(3),
+        num_position_embeddings: if qwen3 {
+            req_usize(v, "num_position_embeddings", ctx)?
+        } else {
+            0
+        },
+        deepstack_visual_indexes: list("deepstack_visual_indexes"),
     };
-    if !cfg.hidden_size.is_multiple_of(cfg.num_heads) || cfg.merger_window() == 0 {
+    if cfg.num_heads == 0 || !cfg.hidden_size.is_multiple_of(cfg.num_heads) {
         return Err(cfg_err(
-            "inconsistent vision_config (hidden_size/num_heads or window_size)",
+            "inconsistent vision_config: num_heads must divide hidden_size",
         ));
     }
+    if !qwen3 && cfg.merger_window() == 0 {
+        return Err(cfg_err(
+            "inconsistent vision_config: window_size is smaller than a merged token",
+        ));
+    }
+    if qwen3 {
+        check_qwen3_vision(&cfg)?;
+    }
     Ok(cfg)
+}
+
+/// Qwen3-VL's tower: a square position-embedding table, DeepStack taps inside the tower.
+fn check_qwen3_vision(cfg: &VisionConfig) -> Result<(), ModelError> {
+    let side = cfg.position_grid_side();
+    if side < 2 || side * side != cfg.num_position_embeddings {
+        return Err(cfg_err(format!(
+            "vision_config.num_position_embeddings ({}) must be a square of at least 4",
+            cfg.num_position_embeddings
+        )));
+    }
+    if let Some(&i) = cfg
+        .deepstack_visual_indexes
+        .iter()
+        .find(|&&i| i >= cfg.depth)
+    {
+        return Err(cfg_err(format!(
+            "vision_config.deepstack_visual_indexes has {i}, but depth is {}",
+            cfg.depth
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -337,5 +374,75 @@ mod tests {
             err.contains("LlavaForCausal") && err.contains("supported"),
             "{err}"
         );
+    }
+
+    /// A nested Qwen3-VL config as transformers 5 saves it (`rope_parameters`, explicit head_dim).
+    fn qwen3(rope_key: &str) -> String {
+        format!(
+            r#"{{"architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl",
+            "tie_word_embeddings": true, "image_token_id": 151655,
+            "text_config": {{"model_type": "qwen3_vl_text", "hidden_size": 80, "intermediate_size": 160,
+              "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+              "rms_norm_eps": 1e-6, "vocab_size": 151936, "attention_bias": false,
+              "{rope_key}": {{"rope_type": "default", "mrope_section": [8, 4, 4], "mrope_interleaved": true,
+                "rope_theta": 5000000.0}}}},
+            "vision_config": {{"depth": 4, "hidden_size": 64, "intermediate_size": 128, "num_heads": 4,
+              "patch_size": 16, "temporal_patch_size": 2, "spatial_merge_size": 2, "out_hidden_size": 80,
+              "num_position_embeddings": 144, "deepstack_visual_indexes": [1, 3],
+              "hidden_act": "gelu_pytorch_tanh"}}}}"#
+        )
+    }
+
+    #[test]
+    fn qwen3_nested_config_is_read_with_its_own_defaults() {
+        for key in ["rope_parameters", "rope_scaling"] {
+            let c = ModelConfig::from_json(&qwen3(key), None).unwrap();
+            assert_eq!(c.family, ModelFamily::Qwen3Vl);
+            assert_eq!(c.text.head_dim, 32);
+            assert_eq!(c.text.rope_theta, 5e6);
+            assert!(c.text.qk_norm && c.text.mrope_interleaved && !c.text.attention_bias);
+            assert!(c.tie_word_embeddings);
+            assert_eq!(c.vision.patch_size, 16);
+            assert_eq!(c.vision.position_grid_side(), 12);
+            assert_eq!(c.vision.deepstack_visual_indexes, [1, 3]);
+        }
+        let tiny = include_str!("../../tests/fixtures/models/tiny-b/config.json");
+        let c = ModelConfig::from_json(tiny, None).unwrap();
+        assert_eq!(c.family, ModelFamily::Qwen25Vl);
+        assert!(c.text.attention_bias && !c.text.qk_norm && !c.text.mrope_interleaved);
+    }
+
+    #[test]
+    fn qwen3_moe_and_bad_qwen3_vision_are_refused() {
+        let moe = qwen3("rope_parameters")
+            .replace(
+                "Qwen3VLForConditionalGeneration",
+                "Qwen3VLMoeForConditionalGeneration",
+            )
+            .replace("\"qwen3_vl\"", "\"qwen3_vl_moe\"");
+        let err = ModelConfig::from_json(&moe, None).unwrap_err().to_string();
+        assert!(
+            err.contains("qwen3_vl_moe") && err.contains("Qwen3-VL") && err.contains("Qwen2.5-VL"),
+            "{err}"
+        );
+        // The architecture alone also decides.
+        let arch = qwen3("rope_parameters").replace("\"model_type\": \"qwen3_vl\",", "");
+        assert!(ModelConfig::from_json(&arch, None).is_ok());
+        let arch = arch.replace(
+            "Qwen3VLForConditionalGeneration",
+            "Qwen3VLMoeForConditionalGeneration",
+        );
+        let err = ModelConfig::from_json(&arch, None).unwrap_err().to_string();
+        assert!(err.contains("Qwen3VLMoeForConditionalGeneration"), "{err}");
+        let mixed = qwen3("rope_parameters").replace("\"qwen3_vl\"", "\"qwen2_5_vl\"");
+        assert!(ModelConfig::from_json(&mixed, None).is_err());
+        let not_square = qwen3("rope_parameters").replace("144", "150");
+        let err = ModelConfig::from_json(&not_square, None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("num_position_embeddings"), "{err}");
+        let deep = qwen3("rope_parameters").replace("[1, 3]", "[1, 4]");
+        let err = ModelConfig::from_json(&deep, None).unwrap_err().to_string();
+        assert!(err.contains("deepstack_visual_indexes"), "{err}");
     }
 }

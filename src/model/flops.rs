@@ -5,6 +5,7 @@
 
 use super::config::ModelConfig;
 use super::window::window_index;
+use crate::settings::ModelFamily;
 
 /// One prompt of a prefill: its images' patch grids `(t, h, w)`, its new tokens and its cached prefix's tokens.
 #[derive(Debug, Clone, Copy)]
@@ -28,9 +29,21 @@ pub fn prefill_attention_flops(cfg: &ModelConfig, prompts: &[PromptShape<'_>]) -
     let window_layers = v.depth as f64 - full_layers;
     let vision: f64 = prompts
         .iter()
-        .map(|p| {
-            let wi = window_index(p.grids, v.spatial_merge_size, v.merger_window());
-            full_layers * squares(&wi.cu_seqlens) + window_layers * squares(&wi.cu_window_seqlens)
+        .map(|p| match cfg.family {
+            ModelFamily::Qwen25Vl => {
+                let wi = window_index(p.grids, v.spatial_merge_size, v.merger_window());
+                full_layers * squares(&wi.cu_seqlens)
+                    + window_layers * squares(&wi.cu_window_seqlens)
+            }
+            // Every block attends over each whole frame.
+            ModelFamily::Qwen3Vl => {
+                let frames: f64 = p
+                    .grids
+                    .iter()
+                    .map(|&[t, h, w]| t as f64 * ((h * w) as f64).powi(2))
+                    .sum();
+                v.depth as f64 * frames
+            }
         })
         .sum();
     let text: f64 = prompts
@@ -59,11 +72,17 @@ fn text_flops_per_key(cfg: &ModelConfig) -> f64 {
 pub(crate) fn param_counts(cfg: &ModelConfig) -> (u64, u64) {
     let v = &cfg.vision;
     let (vh, vi) = (v.hidden_size as u64, v.intermediate_size as u64);
-    let block = 4 * vh * vh + 3 * vh * vi;
+    // Qwen2.5-VL's MLP is SwiGLU (three matrices), Qwen3-VL's plain (two); Qwen3-VL has a merger per DeepStack
+    // tap besides the final one.
+    let mlp_mats = match cfg.family {
+        ModelFamily::Qwen25Vl => 3,
+        ModelFamily::Qwen3Vl => 2,
+    };
+    let block = 4 * vh * vh + mlp_mats * vh * vi;
     let merge = vh * 4;
+    let mergers = 1 + v.deepstack_visual_indexes.len() as u64;
     let vision = v.depth as u64 * block
-        + merge * merge
-        + merge * cfg.text.hidden_size as u64
+        + mergers * (merge * merge + merge * cfg.text.hidden_size as u64)
         + vh * v.patch_dim() as u64;
     let t = &cfg.text;
     let (h, hd) = (t.hidden_size as u64, t.head_dim as u64);

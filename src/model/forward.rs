@@ -1,13 +1,18 @@
-//! Packed prefill and batched decode of [`Qwen25VL`].
+//! Packed prefill and batched decode of [`VlModel`], every family.
 
 use candle_core::Tensor;
 
 use super::nn::Pass;
 use super::rope::{mrope_tables, rope_index, RopeTokens};
 use super::text::{decode_attend, prefill_attend, PackedSeq};
-use super::{ModelError, PrefillRequest, Qwen25VL, Result, SeqCache, Trace};
+use super::tower::VisionOutput;
+use super::{ModelError, PrefillRequest, Result, SeqCache, Trace, VlModel};
 use crate::ops::Rows;
 use crate::preprocess::{ModelInput, PreparedImage};
+
+/// The packed rows of the image pads and the DeepStack features to add there, one per decoder layer from the
+/// first.
+type DeepStack = (Tensor, Vec<Tensor>);
 
 /// Host-side plan of one sequence in a packed prefill.
 struct SeqPlan<'a> {
@@ -18,7 +23,7 @@ struct SeqPlan<'a> {
     prefix: Option<&'a SeqCache>,
 }
 
-impl Qwen25VL {
+impl VlModel {
     fn rope_tokens(&self) -> RopeTokens {
         RopeTokens {
             image_token_id: self.cfg.image_token_id,
@@ -60,6 +65,15 @@ impl Qwen25VL {
         images: &[&PreparedImage],
         trace: Option<&mut super::VisionTrace>,
     ) -> Result<Tensor> {
+        Ok(self.encode_images_all(images, trace)?.merged)
+    }
+
+    /// [`Self::encode_images`] with the DeepStack features.
+    fn encode_images_all(
+        &self,
+        images: &[&PreparedImage],
+        trace: Option<&mut super::VisionTrace>,
+    ) -> Result<VisionOutput> {
         let pd = self.cfg.vision.patch_dim();
         let mut data = Vec::with_capacity(images.iter().map(|im| im.patches.len()).sum());
         for (i, im) in images.iter().enumerate() {
@@ -100,7 +114,7 @@ impl Qwen25VL {
             .map(|r| self.plan(r))
             .collect::<Result<Vec<_>>>()?;
         let ops = &self.ops;
-        let x = ops.section("prefill.embed_and_vision", &self.device, || {
+        let (x, deepstack) = ops.section("prefill.embed_and_vision", &self.device, || {
             self.embed_packed(inputs, &plans, trace.as_deref_mut())
         })?;
         let mut seqs = Vec::with_capacity(plans.len());
@@ -133,6 +147,11 @@ impl Qwen25VL {
                     prefill_attend(ops, a, qkv, (li, &seqs), &mut kv)
                 })?;
                 kv_layers.push(kv);
+                if let Some((rows, ds)) =
+                    deepstack.as_ref().and_then(|(r, d)| Some((r, d.get(li)?)))
+                {
+                    x = x.index_add(rows, ds, 0)?;
+                }
                 if let Some(t) = trace.as_deref_mut() {
                     t.text_layers.push(x.clone());
                 }
@@ -156,13 +175,15 @@ impl Qwen25VL {
         Ok((caches, logits))
     }
 
-    /// Embed all new tokens of `plans` (packed) and scatter the merged image features into the pad positions.
+    /// Embed all new tokens of `plans` (packed) and scatter the merged image features into the pad positions;
+    /// with DeepStack features, also returns the packed rows of the image pads and the features (added there
+    /// after the first decoder layers).
     fn embed_packed(
         &self,
         inputs: &[PrefillRequest<'_>],
         plans: &[SeqPlan<'_>],
         trace: Option<&mut Trace>,
-    ) -> Result<Tensor> {
+    ) -> Result<(Tensor, Option<DeepStack>)> {
         let ids: Vec<u32> = plans
             .iter()
             .flat_map(|p| p.new_ids.iter().copied())
@@ -177,9 +198,10 @@ impl Qwen25VL {
             if let Some(t) = trace {
                 t.inputs_embeds = Some(emb.clone());
             }
-            return Ok(emb);
+            return Ok((emb, None));
         }
-        let vis = self.encode_images(&images, trace.as_deref_mut().map(|t| &mut t.vision))?;
+        let out = self.encode_images_all(&images, trace.as_deref_mut().map(|t| &mut t.vision))?;
+        let vis = out.merged;
         let n = ids.len();
         let mut k = 0u32;
         let index: Vec<u32> = (0..n)
@@ -203,14 +225,28 @@ impl Qwen25VL {
         if let Some(t) = trace {
             t.vision_merged = Some(vis);
             t.inputs_embeds = Some(x.clone());
+            t.deepstack = out.deepstack.clone();
         }
-        Ok(x)
+        let deepstack = if out.deepstack.is_empty() {
+            None
+        } else {
+            let rows: Vec<u32> = (0..n as u32)
+                .filter(|&r| ids[r as usize] == self.cfg.image_token_id)
+                .collect();
+            let ds = out
+                .deepstack
+                .iter()
+                .map(|d| d.to_dtype(x.dtype()))
+                .collect::<candle_core::Result<_>>()?;
+            Some((Tensor::new(rows.as_slice(), &self.device)?, ds))
+        };
+        Ok((x, deepstack))
     }
 
     /// M-RoPE cos/sin half-tables for packed positions, in the activation dtype.
     fn rope_tensors(&self, positions: &[[i64; 3]]) -> Result<(Tensor, Tensor)> {
         let half = self.cfg.text.head_dim / 2;
-        let (c, s) = mrope_tables(positions, &self.inv_freq, self.cfg.text.mrope_section);
+        let (c, s) = mrope_tables(positions, &self.inv_freq, &self.rope_axes);
         let n = positions.len();
         let cos = Tensor::from_vec(c, (n, half), &self.device)?.to_dtype(self.dtype)?;
         let sin = Tensor::from_vec(s, (n, half), &self.device)?.to_dtype(self.dtype)?;

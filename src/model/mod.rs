@@ -1,11 +1,17 @@
-//! Qwen2.5-VL on candle, numerically following HF transformers (`Qwen2_5_VLForConditionalGeneration`).
+//! The vision-language models on candle, numerically following HF transformers: Qwen2.5-VL
+//! (`Qwen2_5_VLForConditionalGeneration`) and dense Qwen3-VL (`Qwen3VLForConditionalGeneration`), detected from
+//! `config.json` ([`ModelConfig::family`]).
 //!
-//! * [`Qwen25VL::load`] reads a checkpoint found by [`ModelFiles::resolve`] (local folder or hub id) onto a device
+//! A family is a folder ([`qwen2_5_vl`], [`qwen3_vl`]) holding what only it has (its vision tower); the decoder,
+//! caches, rotary helpers, weights and the prefill/decode driver here serve every family, configured by the
+//! parsed config.
+//!
+//! * [`VlModel::load`] reads a checkpoint found by [`ModelFiles::resolve`] (local folder or hub id) onto a device
 //!   opened by [`open_device`]; its ops run as the given [`OpsConfig`] says (an [`Ops`] context built at load and
 //!   passed down every forward call, which also picks each attention's implementation).
-//! * [`Qwen25VL::prefill`] encodes any mix of prompts (each with its images, optionally continuing a text-only
+//! * [`VlModel::prefill`] encodes any mix of prompts (each with its images, optionally continuing a text-only
 //!   prefix cache) in one packed pass: every Linear runs once over all tokens, attention runs per sequence.
-//! * [`Qwen25VL::decode`] advances any set of per-sequence [`SeqCache`]s by one token each.
+//! * [`VlModel::decode`] advances any set of per-sequence [`SeqCache`]s by one token each.
 //! * Greedy generation on top of both is the engine's (`crate::engine`).
 //!
 //! Design: no padding anywhere. Each sequence owns its KV cache with its exact length and its next M-RoPE
@@ -13,16 +19,18 @@
 
 pub mod cache;
 pub mod config;
+mod detect;
 pub mod device;
 pub mod files;
 pub mod flops;
 mod forward;
 pub mod nn;
+pub mod qwen2_5_vl;
+pub mod qwen3_vl;
 pub mod rope;
 pub mod text;
-pub mod vision;
+pub mod tower;
 pub mod weights;
-pub mod window;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
@@ -34,7 +42,8 @@ pub use config::{ModelConfig, TextConfig, VisionConfig};
 pub use device::open_device as parse_device;
 pub use device::{open_device, parse_dtype};
 pub use files::ModelFiles;
-pub(crate) use vision::VisionTrace;
+pub use qwen2_5_vl::window;
+pub use tower::VisionTrace;
 
 use crate::ops::{Ops, OpsConfig, OpsManifest, ProfileSnapshot};
 use crate::preprocess::ModelInput;
@@ -68,7 +77,7 @@ pub type Result<T> = std::result::Result<T, ModelError>;
 pub struct PrefillRequest<'a> {
     /// Prompt ids (image pads expanded) and images.
     pub input: &'a ModelInput,
-    /// Cache of a prefix of `input.input_ids` (built by [`Qwen25VL::prefill_prefix`]).
+    /// Cache of a prefix of `input.input_ids` (built by [`VlModel::prefill_prefix`]).
     pub prefix: Option<&'a SeqCache>,
 }
 
@@ -82,7 +91,7 @@ impl<'a> PrefillRequest<'a> {
     }
 }
 
-/// Intermediate outputs recorded by [`Qwen25VL::prefill_traced`] (for golden tests and debugging).
+/// Intermediate outputs recorded by [`VlModel::prefill_traced`] (for golden tests and debugging).
 #[derive(Debug, Default, Clone)]
 pub struct Trace {
     /// Vision patch embedding and block outputs (natural patch order).
@@ -97,21 +106,28 @@ pub struct Trace {
     pub final_norm: Option<Tensor>,
     /// Per sequence, the M-RoPE positions of its new tokens.
     pub positions: Vec<Vec<[i64; 3]>>,
+    /// DeepStack features (Qwen3-VL), one per tapped vision block, rows of all images in order.
+    pub deepstack: Vec<Tensor>,
 }
 
-/// The loaded model.
+/// The loaded model, of any supported family.
 #[derive(Debug, Clone)]
-pub struct Qwen25VL {
+pub struct VlModel {
     cfg: ModelConfig,
-    vision: vision::VisionModel,
+    vision: tower::VisionTower,
     text: text::TextModel,
     device: Device,
     dtype: DType,
     inv_freq: Vec<f32>,
+    /// The position axis of each rotary frequency ([`rope::mrope_axes`]).
+    rope_axes: Vec<usize>,
     ops: Ops,
-    /// A decode attention forced by [`Qwen25VL::set_decode_attention`] instead of the ops' choice.
+    /// A decode attention forced by [`VlModel::set_decode_attention`] instead of the ops' choice.
     decode_attention: Option<DecodeAttention>,
 }
+
+/// [`VlModel`] under its former name.
+pub type Qwen25VL = VlModel;
 
 /// Tensor name prefixes of the vision tower and the language model in a checkpoint.
 fn detect_prefixes(vb: &VarBuilder) -> Result<(&'static str, &'static str)> {
@@ -131,7 +147,7 @@ fn detect_prefixes(vb: &VarBuilder) -> Result<(&'static str, &'static str)> {
         })
 }
 
-impl Qwen25VL {
+impl VlModel {
     /// Load config and memory-mapped weights on `device`, casting to `dtype`; the ops run as `ops` says (a CBLAS
     /// library it asks for is loaded here, before any work starts).
     pub fn load(
@@ -170,10 +186,12 @@ impl Qwen25VL {
             }
             None
         };
-        let vision = vision::VisionModel::new(&cfg.vision, vb.pp(vis_prefix))?;
+        let vision = tower::VisionTower::new(cfg.family, &cfg.vision, vb.pp(vis_prefix))?;
         let text = text::TextModel::new(&cfg.text, vb.pp(lm_prefix), lm_head)?;
+        let t = &cfg.text;
         Ok(Self {
-            inv_freq: rope::text_inv_freq(cfg.text.head_dim, cfg.text.rope_theta),
+            inv_freq: rope::text_inv_freq(t.head_dim, t.rope_theta),
+            rope_axes: rope::mrope_axes(t.head_dim / 2, t.mrope_section, t.mrope_interleaved),
             device: vb.device().clone(),
             dtype: vb.dtype(),
             cfg,
@@ -232,6 +250,11 @@ impl Qwen25VL {
     /// The section timings so far ([`OpsConfig::profile`]); `None` when profiling is off.
     pub fn profile_snapshot(&self) -> Option<ProfileSnapshot> {
         self.ops.profile_snapshot()
+    }
+
+    /// The model family (from `config.json`).
+    pub fn family(&self) -> crate::settings::ModelFamily {
+        self.cfg.family
     }
 
     /// The parsed configuration (including eos ids from `generation_config.json`).

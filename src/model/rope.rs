@@ -95,17 +95,19 @@ pub(crate) fn text_inv_freq(head_dim: usize, theta: f64) -> Vec<f32> {
         .collect()
 }
 
-/// M-RoPE cos/sin half-tables (n × head_dim/2, row-major, f32): entry j of row i uses the axis of section j
-/// (t for j < s0, h for j < s0+s1, w otherwise) of `pos[i]`.
-pub(crate) fn mrope_tables(
-    pos: &[[i64; 3]],
-    inv_freq: &[f32],
-    section: [usize; 3],
-) -> (Vec<f32>, Vec<f32>) {
-    let half = inv_freq.len();
-    let axis: Vec<usize> = (0..half)
+/// The position axis (0 = t, 1 = h, 2 = w) of each of the `half` rotary frequencies. Contiguous (Qwen2.5-VL):
+/// t for j < s0, h for j < s0+s1, w after. Interleaved (Qwen3-VL): h where `j % 3 == 1 && j < 3·s1`, w where
+/// `j % 3 == 2 && j < 3·s2`, t everywhere else.
+pub fn mrope_axes(half: usize, section: [usize; 3], interleaved: bool) -> Vec<usize> {
+    (0..half)
         .map(|j| {
-            if j < section[0] {
+            if interleaved {
+                match j % 3 {
+                    1 if j < 3 * section[1] => 1,
+                    2 if j < 3 * section[2] => 2,
+                    _ => 0,
+                }
+            } else if j < section[0] {
                 0
             } else if j < section[0] + section[1] {
                 1
@@ -113,12 +115,22 @@ pub(crate) fn mrope_tables(
                 2
             }
         })
-        .collect();
+        .collect()
+}
+
+/// M-RoPE cos/sin half-tables (n × head_dim/2, row-major, f32): entry j of row i uses the position of `pos[i]`
+/// on the axis `axes[j]` ([`mrope_axes`]).
+pub(crate) fn mrope_tables(
+    pos: &[[i64; 3]],
+    inv_freq: &[f32],
+    axes: &[usize],
+) -> (Vec<f32>, Vec<f32>) {
+    let half = inv_freq.len();
     let mut cos = Vec::with_capacity(pos.len() * half);
     let mut sin = Vec::with_capacity(pos.len() * half);
     for p in pos {
         for j in 0..half {
-            let a = p[axis[j]] as f32 * inv_freq[j];
+            let a = p[axes[j]] as f32 * inv_freq[j];
             cos.push(a.cos());
             sin.push(a.sin());
         }
@@ -164,4 +176,48 @@ pub(crate) fn vision_rope_tables(
         }
     }
     (cos, sin)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interleaved_axes_follow_the_qwen3_layout() {
+        let axes = mrope_axes(64, [24, 20, 20], true);
+        let of = |a: usize| -> Vec<usize> { (0..64).filter(|&j| axes[j] == a).collect() };
+        assert_eq!(of(1), (0..20).map(|k| 3 * k + 1).collect::<Vec<_>>());
+        assert_eq!(of(2), (0..20).map(|k| 3 * k + 2).collect::<Vec<_>>());
+        let t: Vec<usize> = (0..20).map(|k| 3 * k).chain(60..64).collect();
+        assert_eq!(of(0), t);
+        let contiguous = mrope_axes(8, [2, 3, 3], false);
+        assert_eq!(contiguous, [0, 0, 1, 1, 1, 2, 2, 2]);
+        // The tiny test sections [8, 4, 4]: h and w only in the first 12 frequencies.
+        let tiny = mrope_axes(16, [8, 4, 4], true);
+        assert_eq!(tiny, [0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn rope_index_of_text_then_an_image() {
+        let (img, txt) = (7u32, 1u32);
+        let mut ids = vec![txt; 15];
+        ids.extend(std::iter::repeat_n(img, 6));
+        ids.push(txt);
+        let tok = RopeTokens {
+            image_token_id: img,
+            spatial_merge_size: 2,
+        };
+        let rp = rope_index(&ids, &[[1, 4, 6]], tok).unwrap();
+        for (i, p) in rp.pos[..15].iter().enumerate() {
+            assert_eq!(*p, [i as i64; 3]);
+        }
+        let image: Vec<[i64; 3]> = rp.pos[15..21].to_vec();
+        let hs = [0, 0, 0, 1, 1, 1];
+        let ws = [0, 1, 2, 0, 1, 2];
+        for k in 0..6 {
+            assert_eq!(image[k], [15, 15 + hs[k], 15 + ws[k]]);
+        }
+        assert_eq!(rp.pos[21], [18; 3]);
+        assert_eq!(rp.next, 19);
+    }
 }

@@ -1,4 +1,5 @@
-//! The Qwen2 decoder with M-RoPE (HF `Qwen2_5_VLTextModel` + `lm_head`).
+//! The decoder with M-RoPE of both families (HF `Qwen2_5_VLTextModel` / `Qwen3VLTextModel` + `lm_head`):
+//! Qwen2.5-VL's q/k/v have biases; Qwen3-VL's have none and RMS-normalise q and k per head before the rotary.
 //!
 //! Tokens of all sequences in a call are packed into one (N, hidden) matrix so every Linear is one GEMM;
 //! attention runs per sequence (no padding, no cross-sequence mask), against that sequence's own KV cache.
@@ -11,11 +12,15 @@ use super::config::TextConfig;
 use super::nn::{weight, Linear, Pass, RmsNorm};
 use crate::ops::{DecodeStep, Ops, Rows, Varlen, VarlenSeg};
 
-/// Self-attention: q/k/v with bias (packed into one projection at load), o without; GQA; rotary applied by the
-/// caller-provided tables.
+/// Self-attention: q/k/v (packed into one projection at load, with or without biases), o without; optional
+/// per-head q/k RMSNorm; GQA; rotary applied by the caller-provided tables.
 #[derive(Debug, Clone)]
 pub(crate) struct TextAttention {
     qkv_proj: Linear,
+    /// The projection's bias, zeros when the checkpoint has none (the fused rotary adds one; `+0` is exact).
+    qkv_bias: Tensor,
+    /// `q_norm` and `k_norm` (head_dim each), Qwen3-VL.
+    qk_norm: Option<(RmsNorm, RmsNorm)>,
     o_proj: Linear,
     heads: usize,
     kv_heads: usize,
@@ -34,13 +39,28 @@ impl TextAttention {
             cfg.num_key_value_heads,
             cfg.head_dim,
         );
+        let bias = cfg.attention_bias;
         let qkv_proj = Linear::concat(&[
-            Linear::new(d, h * hd, true, vb.pp("q_proj"))?,
-            Linear::new(d, kv * hd, true, vb.pp("k_proj"))?,
-            Linear::new(d, kv * hd, true, vb.pp("v_proj"))?,
+            Linear::new(d, h * hd, bias, vb.pp("q_proj"))?,
+            Linear::new(d, kv * hd, bias, vb.pp("k_proj"))?,
+            Linear::new(d, kv * hd, bias, vb.pp("v_proj"))?,
         ])?;
+        let qkv_bias = match qkv_proj.bias() {
+            Some(b) => b.clone(),
+            None => Tensor::zeros((h + 2 * kv) * hd, vb.dtype(), vb.device())?,
+        };
+        let qk_norm = if cfg.qk_norm {
+            Some((
+                RmsNorm::new(hd, cfg.rms_norm_eps, vb.pp("q_norm"))?,
+                RmsNorm::new(hd, cfg.rms_norm_eps, vb.pp("k_norm"))?,
+            ))
+        } else {
+            None
+        };
         Ok(Self {
             qkv_proj,
+            qkv_bias,
+            qk_norm,
             o_proj: Linear::new(h * hd, d, false, vb.pp("o_proj"))?,
             heads: h,
             kv_heads: kv,
@@ -50,21 +70,35 @@ impl TextAttention {
 
     /// Project packed rows (N, hidden) and rotate q and k with cos/sin half-tables (N, head_dim/2).
     pub(crate) fn qkv(&self, p: Pass<'_>, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Qkv> {
-        let y = self.qkv_proj.matmul(p, x)?;
-        let b = self
-            .qkv_proj
-            .bias()
-            .ok_or_else(|| candle_core::Error::Msg("q/k/v projections without bias".into()))?;
+        let mut y = self.qkv_proj.matmul(p, x)?;
+        if let Some(norms) = &self.qk_norm {
+            y = p.ops.section("text.qk_norm", x.device(), || {
+                self.norm_qk(p.ops, &y, norms)
+            })?;
+        }
         p.ops.section("text.qkv_rope", x.device(), || {
             p.ops.qkv_rope(crate::ops::QkvRope {
                 y: &y,
-                bias: b,
+                bias: &self.qkv_bias,
                 cos,
                 sin,
                 heads: self.heads,
                 kv_heads: self.kv_heads,
             })
         })
+    }
+
+    /// RMS-normalise each q and k head of the packed projection (N, (H + 2·KV)·d) over its d values; v is
+    /// left as is.
+    fn norm_qk(&self, ops: &Ops, y: &Tensor, (qn, kn): &(RmsNorm, RmsNorm)) -> Result<Tensor> {
+        let (n, _) = y.dims2()?;
+        let (h, kv, d) = (self.heads, self.kv_heads, self.head_dim);
+        let part = |start: usize, heads: usize| -> Result<Tensor> {
+            y.narrow(1, start * d, heads * d)?.reshape((n, heads, d))
+        };
+        let q = qn.forward(ops, &part(0, h)?)?.reshape((n, h * d))?;
+        let k = kn.forward(ops, &part(h, kv)?)?.reshape((n, kv * d))?;
+        Tensor::cat(&[&q, &k, &y.narrow(1, (h + kv) * d, kv * d)?], 1)
     }
 
     /// Attention scale 1/√head_dim.

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::{DecodeAttention, History, OpsManifest, PhaseSummary, ProfileSnapshot};
 use crate::fingerprint::FilesFingerprint;
 use crate::preprocess::ImageProcessorConfig;
-use crate::settings::{BatchLimits, CoordinateFrame, RulePreset, SystemPrompt};
+use crate::settings::{BatchLimits, CoordinateFrame, ModelFamily, RulePreset, SystemPrompt};
 use crate::shard::ShardManifestEntry;
 
 /// Version of the manifest format.
@@ -56,6 +56,14 @@ pub struct RunSettings {
     /// The history the step prompts show; absent (the gold history) in runs that do not set it.
     #[serde(default, skip_serializing_if = "History::is_gold")]
     pub history: History,
+    /// The model family (Qwen2.5-VL in manifests that predate the field).
+    #[serde(default = "default_family")]
+    pub family: ModelFamily,
+}
+
+/// The family of runs whose manifest does not name one: every model was Qwen2.5-VL then.
+pub fn default_family() -> ModelFamily {
+    ModelFamily::Qwen25Vl
 }
 
 /// One setting in which two runs differ, for messages (`name: old → new`, each value as JSON).
@@ -108,7 +116,8 @@ impl RunSettings {
             judge,
             version,
             shard,
-            history
+            history,
+            family
         );
         out
     }

@@ -18,8 +18,9 @@ use serde::{Deserialize, Deserializer, Serialize};
 pub(crate) use history::{History, HistorySource, Procedure, SemiOnlineSettings};
 pub(crate) use jsonl::{parse_lines, read_lines, whole_lines, BadLine};
 pub use manifest::{
-    DataSource, JudgeSettings, Manifest, ManifestHeader, OpsRecord, RunSettings, ServedRecord,
-    SettingDiff, Throughput, Versions, MANIFEST_SCHEMA_VERSION, THROUGHPUT_SCHEMA_VERSION,
+    default_family, DataSource, JudgeSettings, Manifest, ManifestHeader, OpsRecord, RunSettings,
+    ServedRecord, SettingDiff, Throughput, Versions, MANIFEST_SCHEMA_VERSION,
+    THROUGHPUT_SCHEMA_VERSION,
 };
 pub use ops::{BlasChoice, DecodeAttention, MatmulRate, OpsManifest, ProfileSnapshot, SectionTime};
 pub use phase::{DeviceShare, LatencySummary, PhaseStats, PhaseSummary, RequestStats};

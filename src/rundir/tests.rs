@@ -92,6 +92,7 @@ fn a_resume_with_other_settings_names_each_difference() {
         version: "v".into(),
         shard: None,
         history: Default::default(),
+        family: crate::settings::ModelFamily::Qwen25Vl,
     };
     // Written as a manifest from before the coordinate frame was recorded: it reads as image pixels.
     let mut old_settings = serde_json::to_value(&settings).unwrap();

@@ -135,19 +135,30 @@ pub enum ShapePreset {
     Qwen3B,
     /// Qwen2.5-VL-7B.
     Qwen7B,
+    /// Qwen3-VL-2B.
+    Qwen3Vl2B,
+    /// Qwen3-VL-4B.
+    Qwen3Vl4B,
+    /// Qwen3-VL-8B.
+    Qwen3Vl8B,
 }
 
 impl ShapePreset {
     /// The presets' names.
-    pub const NAMES: [&'static str; 4] = ["tiny", "small", "3b", "7b"];
+    pub const NAMES: [&'static str; 7] = [
+        "tiny", "small", "3b", "7b", "qwen3-2b", "qwen3-4b", "qwen3-8b",
+    ];
 
-    /// Its name (`tiny`, `small`, `3b`, `7b`).
+    /// Its name (`tiny`, `small`, `3b`, `7b`, `qwen3-2b`, `qwen3-4b`, `qwen3-8b`).
     pub fn name(self) -> &'static str {
         match self {
             Self::Tiny => "tiny",
             Self::Small => "small",
             Self::Qwen3B => "3b",
             Self::Qwen7B => "7b",
+            Self::Qwen3Vl2B => "qwen3-2b",
+            Self::Qwen3Vl4B => "qwen3-4b",
+            Self::Qwen3Vl8B => "qwen3-8b",
         }
     }
 }
@@ -170,6 +181,9 @@ impl std::str::FromStr for BenchModel {
             "small" => ShapePreset::Small,
             "3b" => ShapePreset::Qwen3B,
             "7b" => ShapePreset::Qwen7B,
+            "qwen3-2b" => ShapePreset::Qwen3Vl2B,
+            "qwen3-4b" => ShapePreset::Qwen3Vl4B,
+            "qwen3-8b" => ShapePreset::Qwen3Vl8B,
             _ => return Ok(Self::Config(s.into())),
         };
         Ok(Self::Preset(preset))

@@ -29,6 +29,8 @@ mod kernels_emulated;
 mod layers;
 mod model_golden_a;
 mod model_golden_b;
+mod model_golden_q3;
+mod model_q3_cli;
 mod model_units;
 mod multi_device;
 mod openai_client;

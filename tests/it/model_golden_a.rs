@@ -148,7 +148,7 @@ fn hub_style_config_gives_same_logits() {
     )
     .unwrap();
     let files = mobile_r1_eval::model::ModelFiles::from_dir(dir.path()).unwrap();
-    let hub = mobile_r1_eval::model::Qwen25VL::load(
+    let hub = mobile_r1_eval::model::VlModel::load(
         &files,
         &candle_core::Device::Cpu,
         candle_core::DType::F32,

@@ -3,7 +3,7 @@
 use crate::model_support::*;
 use candle_core::{DType, Device, Tensor};
 use mobile_r1_eval::model::window::window_index;
-use mobile_r1_eval::model::{ModelFiles, PrefillRequest, Qwen25VL};
+use mobile_r1_eval::model::{ModelFiles, PrefillRequest, VlModel};
 use mobile_r1_eval::ops::composed::{
     attention, causal_mask, pad_windows, plan_chunks, DEFAULT_MAX_SCORE_ELEMS, MASK_MIN,
 };
@@ -103,7 +103,7 @@ fn load_err(dir: &std::path::Path) -> String {
     let files = ModelFiles::from_dir(dir).unwrap();
     format!(
         "{}",
-        Qwen25VL::load(&files, &Device::Cpu, DType::F32, &OpsConfig::default()).unwrap_err()
+        VlModel::load(&files, &Device::Cpu, DType::F32, &OpsConfig::default()).unwrap_err()
     )
 }
 
@@ -166,7 +166,7 @@ fn sharded_checkpoint_loads() {
     .unwrap();
     let files = ModelFiles::from_dir(dir.path()).unwrap();
     assert_eq!(files.weights.len(), 2);
-    let m = Qwen25VL::load(&files, &Device::Cpu, DType::F32, &OpsConfig::default()).unwrap();
+    let m = VlModel::load(&files, &Device::Cpu, DType::F32, &OpsConfig::default()).unwrap();
     assert_eq!(m.config().eos_token_ids, vec![151645, 151643]);
     assert_eq!(m.kv_bytes_per_token(), 2 * 2 * 16 * 4);
 }
@@ -229,7 +229,7 @@ fn bf16_cpu_forward_runs_and_stays_close() {
     // The HF cast order in bf16 (RMSNorm weight after the cast, f32 softmax and vision rotary) on the CPU.
     let gold = goldens("tiny-a");
     let files = ModelFiles::from_dir(&fixture("models/tiny-a")).unwrap();
-    let m = Qwen25VL::load(&files, &Device::Cpu, DType::BF16, &OpsConfig::default()).unwrap();
+    let m = VlModel::load(&files, &Device::Cpu, DType::BF16, &OpsConfig::default()).unwrap();
     let input = golden_input(&gold, "");
     let (_, logits) = m.prefill(&[PrefillRequest::new(&input)]).unwrap();
     assert_eq!(logits.dtype(), DType::F32);
@@ -391,7 +391,7 @@ fn ops_settings_are_recorded_and_the_profiler_follows_its_setting() {
         ..OpsConfig::default()
     };
     let files = ModelFiles::from_dir(&fixture("models/tiny-a")).unwrap();
-    let err = Qwen25VL::load(&files, &Device::Cpu, DType::F32, &missing).unwrap_err();
+    let err = VlModel::load(&files, &Device::Cpu, DType::F32, &missing).unwrap_err();
     assert!(
         err.to_string().contains("/nonexistent/libcblas.so"),
         "{err}"

@@ -120,6 +120,7 @@ impl OpenAiBackend {
             device: settings.endpoint.clone(),
             kv_bytes_per_token: 0,
             ops: served_ops(),
+            family: crate::settings::ModelFamily::Qwen25Vl,
         };
         let limits = BatchLimits {
             max_seqs: settings.concurrency.max(1),

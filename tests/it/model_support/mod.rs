@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
-use mobile_r1_eval::model::{ModelFiles, Qwen25VL};
+use mobile_r1_eval::model::{ModelFiles, VlModel};
 use mobile_r1_eval::ops::{CpuGemm, OpsConfig};
 use mobile_r1_eval::preprocess::{ModelInput, PreparedImage};
 
@@ -77,14 +77,14 @@ pub fn generate_json(out: &std::process::Output) -> serde_json::Value {
 }
 
 /// Load a fixture model in f32 on the CPU with the default ops settings.
-pub fn load_model(name: &str) -> Qwen25VL {
+pub fn load_model(name: &str) -> VlModel {
     load_model_with(name, &OpsConfig::default())
 }
 
 /// Load a fixture model in f32 on the CPU with the ops running as `ops` says.
-pub fn load_model_with(name: &str, ops: &OpsConfig) -> Qwen25VL {
+pub fn load_model_with(name: &str, ops: &OpsConfig) -> VlModel {
     let files = ModelFiles::from_dir(&fixture(&format!("models/{name}"))).expect("files");
-    Qwen25VL::load(&files, &Device::Cpu, DType::F32, ops).expect("load")
+    VlModel::load(&files, &Device::Cpu, DType::F32, ops).expect("load")
 }
 
 /// The ops settings the model tests run under: the default (fused CPU paths, OpenBLAS where installed), the
@@ -114,7 +114,7 @@ pub fn ops_variants(fused_only: bool) -> Vec<(&'static str, OpsConfig)> {
 }
 
 /// Fixture model `name` loaded under each of [`ops_variants`]`(fused_only)`.
-pub fn model_variants(name: &str, fused_only: bool) -> Vec<(&'static str, Qwen25VL)> {
+pub fn model_variants(name: &str, fused_only: bool) -> Vec<(&'static str, VlModel)> {
     ops_variants(fused_only)
         .into_iter()
         .map(|(label, ops)| (label, load_model_with(name, &ops)))
@@ -199,7 +199,7 @@ pub fn assert_close(what: &str, a: &Tensor, b: &Tensor, tol: f32) -> f32 {
 /// Greedy generation of every input through the engine (all admitted together, end-of-sequence ignored), with
 /// `top_logprobs` most likely (id, log-probability) pairs per position.
 pub fn greedy(
-    model: &Qwen25VL,
+    model: &VlModel,
     inputs: &[&ModelInput],
     max_new_tokens: usize,
     top_logprobs: usize,

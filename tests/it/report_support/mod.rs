@@ -172,5 +172,6 @@ fn settings(data: &Path) -> RunSettings {
         version: "test".into(),
         shard: None,
         history: Default::default(),
+        family: mobile_r1_eval::settings::ModelFamily::Qwen25Vl,
     }
 }

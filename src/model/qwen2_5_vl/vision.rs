@@ -5,10 +5,11 @@
 use candle_core::{Device, Result, Tensor};
 use candle_nn::VarBuilder;
 
-use super::config::VisionConfig;
-use super::nn::{weight, Linear, Pass, RmsNorm};
-use super::rope::vision_rope_tables;
 use super::window::window_index;
+use crate::model::config::VisionConfig;
+use crate::model::nn::{weight, Linear, Pass, RmsNorm};
+use crate::model::rope::vision_rope_tables;
+use crate::model::tower::VisionTrace;
 use crate::ops::{Ops, Rows, Varlen, VarlenSeg};
 
 const VISION_EPS: f64 = 1e-6;
@@ -44,14 +45,16 @@ impl PatchEmbed {
 /// Per-call layout shared by every block: rotary tables and the two attention groupings.
 #[derive(Debug)]
 pub(crate) struct VisionCtx {
-    cos: Tensor,
-    sin: Tensor,
+    /// Rotary cosine half-table (N, head_dim/2), f32, rows in the blocks' order.
+    pub cos: Tensor,
+    /// Rotary sine half-table.
+    pub sin: Tensor,
     /// Per image/frame (start, len) row ranges, in permuted order (for full-attention blocks).
-    full: Vec<(usize, usize)>,
+    pub full: Vec<(usize, usize)>,
     /// Per window (start, len) row ranges in permuted order (the window-attention blocks).
-    win_segs: Vec<(usize, usize)>,
-    /// Rows per image, in order: the GEMMs' segments of the blocks.
-    image_rows: Vec<usize>,
+    pub win_segs: Vec<(usize, usize)>,
+    /// Rows per image frame, in order: the GEMMs' segments of the blocks.
+    pub image_rows: Vec<usize>,
 }
 
 /// Multi-head self-attention with fused `qkv` and `proj` (both with bias).
@@ -234,15 +237,6 @@ impl PatchMerger {
             .reshape((n / self.unit, d * self.unit))?;
         self.fc2.forward(p, &self.fc1.forward(p, &x)?.gelu_erf()?)
     }
-}
-
-/// Intermediate vision outputs, in natural (un-permuted) patch order.
-#[derive(Debug, Default, Clone)]
-pub struct VisionTrace {
-    /// Patch embedding (N, D).
-    pub patch_embed: Option<Tensor>,
-    /// Output of every block (N, D).
-    pub blocks: Vec<Tensor>,
 }
 
 /// The whole tower.
