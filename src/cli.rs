@@ -199,6 +199,10 @@ pub struct ServedArgs {
     /// The judge's model id there (default: `--api-model`).
     #[arg(long, value_name = "NAME")]
     pub judge_api_model: Option<String>,
+    /// The served model's family, for its system prompt and coordinate frame: `qwen2.5-vl` or `qwen3-vl`
+    /// (default: the family the server's `/v1/models` names, as `serve` does, else qwen2.5-vl).
+    #[arg(long, value_name = "FAMILY", value_parser = model_family)]
+    pub model_family: Option<crate::settings::ModelFamily>,
 }
 
 /// Arguments of `self-test`.
@@ -626,6 +630,16 @@ fn at_least_one<T: Whole>(s: &str) -> Result<T, String> {
 }
 
 /// A positive, finite number of seconds (`--request-timeout 2.5`).
+/// `qwen2.5-vl` or `qwen3-vl` (case-insensitive; the `config.json` spellings `qwen2_5_vl` and `qwen3_vl` too).
+fn model_family(s: &str) -> Result<crate::settings::ModelFamily, String> {
+    use crate::settings::ModelFamily;
+    let key = s.trim().to_ascii_lowercase();
+    ModelFamily::ALL
+        .into_iter()
+        .find(|f| key == f.display_name().to_ascii_lowercase() || key == f.model_type())
+        .ok_or_else(|| format!("unknown model family {s:?}: expected qwen2.5-vl or qwen3-vl"))
+}
+
 fn seconds(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(v) if v > 0.0 && v.is_finite() => Ok(v),

@@ -80,7 +80,8 @@ pub struct BackendInfo {
     pub kv_bytes_per_token: usize,
     /// The fused ops and GEMM library it runs with.
     pub ops: OpsRecord,
-    /// The model family (from the checkpoint's `config.json`; a served model is prompted as Qwen2.5-VL).
+    /// The model family (from the checkpoint's `config.json`; for a served model, `--model-family` or the server's
+    /// model list, else Qwen2.5-VL).
     #[serde(default = "crate::records::default_family")]
     pub family: crate::settings::ModelFamily,
 }

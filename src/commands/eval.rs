@@ -38,6 +38,11 @@ fn check_values(a: &EvalArgs) -> Result<()> {
             {
                 anyhow::bail!("--endpoint, --api-model, --judge-endpoint and --judge-api-model need --backend openai");
             }
+            if s.model_family.is_some() {
+                anyhow::bail!(
+                    "--model-family needs --backend openai (a local checkpoint's family is read from its config.json)"
+                );
+            }
         }
         BackendKind::Openai => {
             if s.endpoint.is_none() || s.api_model.is_none() {
@@ -222,6 +227,7 @@ fn served_config(a: &EvalArgs) -> Result<Option<ServedConfig>> {
         request_timeout: std::time::Duration::from_secs_f64(s.request_timeout),
         max_retries: s.max_retries,
         image,
+        family: s.model_family,
     };
     Ok(Some(ServedConfig {
         steps,

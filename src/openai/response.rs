@@ -183,6 +183,10 @@ pub(crate) struct ModelCard {
     /// vLLM's extension: the longest prompt plus completion.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_model_len: Option<usize>,
+    /// `serve`'s extension: the model family as its `config.json` names it (`qwen2_5_vl`, `qwen3_vl`), so a
+    /// client can prompt it as its family expects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub family: Option<String>,
 }
 
 /// `GET /v1/models`.

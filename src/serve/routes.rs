@@ -155,6 +155,7 @@ async fn models(State(app): State<Arc<App>>) -> Response {
             root: Some(app.model.dir.display().to_string()),
             fingerprint: Some(app.model.fingerprint.clone()),
             max_model_len: Some(app.limits.context_tokens),
+            family: Some(app.model.model.family().model_type().into()),
         }],
     })
 }

@@ -66,7 +66,7 @@ fn score(data: &Path, preds: &Path, out: &Path, extra: &[&str]) -> std::process:
 }
 
 /// Every predicted point the report draws, from its JSON data block.
-fn drawn_points(report: &Path) -> Vec<Value> {
+pub(crate) fn drawn_points(report: &Path) -> Vec<Value> {
     let html = std::fs::read_to_string(report).unwrap();
     let start = html.find("id=\"report-data\">").unwrap() + "id=\"report-data\">".len();
     let end = start + html[start..].find("</script>").unwrap();

@@ -12,6 +12,7 @@ mod util;
 
 mod bench_cli;
 mod chat_goldens;
+mod chat_goldens_q3;
 mod coordinate_frames;
 mod data_import;
 mod docs_flags;
@@ -31,6 +32,8 @@ mod model_golden_a;
 mod model_golden_b;
 mod model_golden_q3;
 mod model_q3_cli;
+mod model_q3_eval;
+mod model_q3_serve;
 mod model_units;
 mod multi_device;
 mod openai_client;

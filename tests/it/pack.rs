@@ -156,7 +156,13 @@ fn a_bundle_verifies_and_runs_with_no_network_at_all() {
 }
 
 /// `pack` of local folders, offline, with `home` as the Hub cache's home.
-fn pack_local(home: &Path, model: &Path, judge: Option<&Path>, data: &Path, out: &Path) -> Output {
+pub(crate) fn pack_local(
+    home: &Path,
+    model: &Path,
+    judge: Option<&Path>,
+    data: &Path,
+    out: &Path,
+) -> Output {
     let mut cmd = crate::util::bin();
     cmd.arg("pack").arg("--model").arg(model);
     if let Some(j) = judge {

@@ -23,10 +23,10 @@ use super::{
     Backend, BackendInfo, ChatRequest, ChatResult, JobQueue, MakeRequest, Next, Sink, Taker,
 };
 use crate::interrupt::Cancel;
-use crate::openai::{chat_body, ApiKey, ChatCompletion, ClientParams, ModelList};
+use crate::openai::{chat_body, ApiKey, ChatCompletion, ClientParams, ModelCard, ModelList};
 use crate::preprocess::ImageProcessorConfig;
 use crate::records::{FinishReason, LatencySummary, OpsRecord, PhaseStats, RequestStats};
-use crate::settings::BatchLimits;
+use crate::settings::{BatchLimits, ModelFamily};
 
 /// How to reach a server and what to send it.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,6 +45,8 @@ pub struct OpenAiSettings {
     pub max_retries: u32,
     /// How screenshots are resized before they are sent (the pixel bounds of the run).
     pub image: ImageProcessorConfig,
+    /// The served model's family (`--model-family`); `None`: what the server's model list says, else Qwen2.5-VL.
+    pub family: Option<ModelFamily>,
 }
 
 /// `http(s)://host[:port][/path]` without a trailing slash; a URL without a path gets `/v1` (the API's root, as
@@ -120,7 +122,7 @@ impl OpenAiBackend {
             device: settings.endpoint.clone(),
             kv_bytes_per_token: 0,
             ops: served_ops(),
-            family: crate::settings::ModelFamily::Qwen25Vl,
+            family: served_family(settings.family, card),
         };
         let limits = BatchLimits {
             max_seqs: settings.concurrency.max(1),
@@ -164,6 +166,31 @@ impl OpenAiBackend {
         let called = self.client.post(&url, &body);
         let result = called.result.and_then(|v| answer(&url, v, image_sizes));
         (result, called.attempts)
+    }
+}
+
+/// The family a served model is prompted as: `--model-family`, else the one the server's model card names, else
+/// Qwen2.5-VL; the log says which and why.
+fn served_family(flag: Option<ModelFamily>, card: &ModelCard) -> ModelFamily {
+    if let Some(f) = flag {
+        tracing::info!("model family {f}: from --model-family");
+        return f;
+    }
+    let published = card.family.as_deref();
+    match published.and_then(|t| ModelFamily::ALL.into_iter().find(|f| f.model_type() == t)) {
+        Some(f) => {
+            tracing::info!("model family {f}: as the server's /v1/models says");
+            f
+        }
+        None => {
+            let why = match published {
+                Some(t) => format!("the server names an unknown family {t:?}"),
+                None => "the server does not name one".into(),
+            };
+            let f = ModelFamily::Qwen25Vl;
+            tracing::info!("model family {f}: the default ({why}; set --model-family otherwise)");
+            f
+        }
     }
 }
 

@@ -29,9 +29,14 @@ impl Server {
     /// Start `serve --model tiny-b --port 0 --max-pixels 40000` with `extra` flags and `envs`, and wait (up to
     /// 120 s) for it to say where it listens.
     pub fn start(extra: &[&str], envs: &[(&str, &str)]) -> Self {
+        Self::start_model(&tiny(), extra, envs)
+    }
+
+    /// [`Server::start`] with the checkpoint `model`.
+    pub fn start_model(model: &Path, extra: &[&str], envs: &[(&str, &str)]) -> Self {
         let mut cmd = crate::util::bin();
         cmd.args(["serve", "--model"])
-            .arg(tiny())
+            .arg(model)
             .args(["--port", "0", "--max-pixels", MAX_PIXELS])
             .args(extra)
             .envs(envs.iter().copied())
