@@ -125,7 +125,7 @@ fn serve_publishes_the_family_and_a_served_eval_prompts_as_it_says() {
         text(&o)
     );
     let manifest = json_file(&told.join("manifest.json"));
-    assert_eq!(manifest["settings"]["family"], "qwen2_5_vl");
+    assert_eq!(manifest["settings"]["family"], "qwen25_vl");
     assert_eq!(
         manifest["settings"]["coordinate_frame"],
         json!({"kind": "image_pixels"})
