@@ -100,36 +100,35 @@ fn serve_publishes_the_family_and_a_served_eval_prompts_as_it_says() {
 
     // The family comes from the server: the Qwen3-VL prompt and frame, so the local run's answers.
     let served = tmp.path().join("served");
-    let o = served_eval(&server, &served, &["--concurrency", "4"]);
-    ok(&o);
-    assert!(
-        text(&o).contains("model family Qwen3-VL: as the server's /v1/models says"),
-        "{}",
-        text(&o)
+    let (family, frame) = served_family(
+        &server,
+        &served,
+        &["--concurrency", "4"],
+        "Qwen3-VL: as the server's",
     );
-    let manifest = json_file(&served.join("manifest.json"));
-    assert_eq!(manifest["settings"]["family"], "qwen3_vl");
-    assert_eq!(
-        manifest["settings"]["coordinate_frame"],
-        json!({"kind": "relative", "max": 999})
-    );
+    assert_eq!(family, "qwen3_vl");
+    assert_eq!(frame, json!({"kind": "relative", "max": 999}));
     assert_eq!(predictions(&served), predictions(local_reference()));
 
     // `--model-family` overrides what the server says, and the run records it.
     let told = tmp.path().join("told");
-    let o = served_eval(&server, &told, &["--model-family", "qwen2.5-vl"]);
+    let flags = ["--model-family", "qwen2.5-vl"];
+    let (family, frame) = served_family(&server, &told, &flags, "Qwen2.5-VL: from --model-family");
+    assert_eq!(family, "qwen25_vl");
+    assert_eq!(frame, json!({"kind": "image_pixels"}));
+}
+
+/// A served eval into `out` that logs `model family {logged}`; the family and frame its manifest records.
+fn served_family(server: &Server, out: &Path, extra: &[&str], logged: &str) -> (Value, Value) {
+    let o = served_eval(server, out, extra);
     ok(&o);
-    assert!(
-        text(&o).contains("model family Qwen2.5-VL: from --model-family"),
-        "{}",
-        text(&o)
-    );
-    let manifest = json_file(&told.join("manifest.json"));
-    assert_eq!(manifest["settings"]["family"], "qwen25_vl");
-    assert_eq!(
-        manifest["settings"]["coordinate_frame"],
-        json!({"kind": "image_pixels"})
-    );
+    let log = text(&o);
+    assert!(log.contains(&format!("model family {logged}")), "{log}");
+    let settings = json_file(&out.join("manifest.json"))["settings"].clone();
+    (
+        settings["family"].clone(),
+        settings["coordinate_frame"].clone(),
+    )
 }
 
 #[test]
