@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "snake_case")]
 pub enum ModelFamily {
     /// Qwen2.5-VL (`qwen2_5_vl`, `Qwen2_5_VLForConditionalGeneration`).
+    #[serde(rename = "qwen2_5_vl")]
     Qwen25Vl,
     /// Qwen3-VL, dense (`qwen3_vl`, `Qwen3VLForConditionalGeneration`).
     Qwen3Vl,
@@ -181,5 +182,14 @@ mod tests {
             serde_json::to_value(px).unwrap(),
             serde_json::json!({"kind": "image_pixels"})
         );
+    }
+
+    #[test]
+    fn a_family_is_written_as_its_model_type() {
+        for family in ModelFamily::ALL {
+            let json = serde_json::to_value(family).unwrap();
+            assert_eq!(json, serde_json::json!(family.model_type()));
+            assert_eq!(serde_json::from_value::<ModelFamily>(json).unwrap(), family);
+        }
     }
 }

@@ -114,7 +114,7 @@ fn serve_publishes_the_family_and_a_served_eval_prompts_as_it_says() {
     let told = tmp.path().join("told");
     let flags = ["--model-family", "qwen2.5-vl"];
     let (family, frame) = served_family(&server, &told, &flags, "Qwen2.5-VL: from --model-family");
-    assert_eq!(family, "qwen25_vl");
+    assert_eq!(family, "qwen2_5_vl");
     assert_eq!(frame, json!({"kind": "image_pixels"}));
 }
 
