@@ -3,7 +3,7 @@
 
 For each case of OUT/parity.json it reads OURS/case-<i>.json (the `generate --json` object for that screenshot;
 with --run BIN it first makes them, running BIN once per case with the reference's prompt text, pixel bounds and
-token count, f32, EOS ignored) and checks:
+token count, f32 on the CPU, EOS ignored, and keeps BIN's command line and log in OURS/case-<i>.log) and checks:
 
 * the screenshot is the one the reference used (sha256), and the prompt length equals len(input_ids);
 * the generated ids equal the reference's, step by step. A step whose reference top-1/top-2 logit gap is below
@@ -69,6 +69,8 @@ def run_case(binary, ref, case, model, out_path, extra):
         raise SystemExit(f"error: {binary} exited with {done.returncode}")
     with open(out_path, "w", encoding="utf-8") as f:
         f.write(done.stdout)
+    with open(out_path[:-len(".json")] + ".log", "w", encoding="utf-8") as f:
+        f.write(" ".join(cmd) + "\n" + done.stderr)
 
 
 def compare_step(ref_ids, ref_lps, ours_row, tol):
