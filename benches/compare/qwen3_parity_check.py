@@ -49,7 +49,7 @@ def load_json(path, what):
 
 def image_path(case):
     """The reference stores the screenshot relative to the repository root it ran in."""
-    path = case["image"] if os.path.isabs(case["image"]) else os.path.join(ROOT, case["image"])
+    path = os.path.normpath(os.path.join(ROOT, case["image"]))
     if not os.path.isfile(path):
         raise SystemExit(f"error: screenshot {path} (from parity.json) not found")
     if sha256(path) != case["image_sha256"]:
