@@ -14,7 +14,7 @@ token count, f32 on the CPU, EOS ignored, and keeps BIN's command line and log i
   is reported and fails only when it is not the reference's 5th).
 
 Prints one table row per step and a summary line per case; exits 1 on a failure, 2 on unusable input.
-Pure Python (stdlib only).
+Python 3.11 or later, standard library only.
 
 Usage (from the repository root):
 
@@ -32,11 +32,8 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
 def sha256(path):
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def load_json(path, what):
