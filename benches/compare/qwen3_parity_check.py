@@ -31,6 +31,12 @@ import sys
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
+def unusable(message):
+    """Stops with exit status 2 (a failed comparison exits 1)."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def sha256(path):
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
@@ -41,16 +47,16 @@ def load_json(path, what):
         with open(path, encoding="utf-8") as f:
             return json.load(f)
     except (OSError, ValueError) as e:
-        raise SystemExit(f"error: {what} {path}: {e}") from None
+        unusable(f"{what} {path}: {e}")
 
 
 def image_path(case):
     """The reference stores the screenshot relative to the repository root it ran in."""
     path = os.path.normpath(os.path.join(ROOT, case["image"]))
     if not os.path.isfile(path):
-        raise SystemExit(f"error: screenshot {path} (from parity.json) not found")
+        unusable(f"screenshot {path} (from parity.json) not found")
     if sha256(path) != case["image_sha256"]:
-        raise SystemExit(f"error: screenshot {path} differs from the one in parity.json (sha256)")
+        unusable(f"screenshot {path} differs from the one in parity.json (sha256)")
     return path
 
 
@@ -63,7 +69,7 @@ def run_case(binary, ref, case, model, out_path, extra):
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         sys.stderr.write(done.stderr)
-        raise SystemExit(f"error: {binary} exited with {done.returncode}")
+        unusable(f"{binary} exited with {done.returncode}")
     with open(out_path, "w", encoding="utf-8") as f:
         f.write(done.stdout)
     with open(out_path[:-len(".json")] + ".log", "w", encoding="utf-8") as f:
@@ -131,7 +137,7 @@ def main():
     args = ap.parse_args()
     ref = load_json(args.parity, "reference")
     if ref.get("schema_version") != 1:
-        raise SystemExit(f"error: {args.parity}: schema_version {ref.get('schema_version')}, expected 1")
+        unusable(f"{args.parity}: schema_version {ref.get('schema_version')}, expected 1")
     if args.run:
         model = args.model or os.path.join(os.path.dirname(os.path.abspath(args.parity)), ref["model"])
         os.makedirs(args.ours, exist_ok=True)
