@@ -1,4 +1,4 @@
-//! mobile-r1-eval: offline evaluation of Qwen2.5-VL GUI agents on the Mobile-R1 benchmark.
+//! mobile-r1-eval: offline evaluation of Qwen2.5-VL and Qwen3-VL GUI agents on the Mobile-R1 benchmark.
 //!
 //! Layers, from the bottom (checked from the source by `tests/it/layers.rs`, which lists every module's layer):
 //! * pure Rust (no candle): `dataset`, `import` (other benchmarks into a benchmark folder), `action`, `parse`,
