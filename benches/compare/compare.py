@@ -194,7 +194,7 @@ def run_transformers(ckpt, data, lines, batch, max_new, device, dtype, qwen3=Fal
         msgs = hf_messages(t, si, grid[2] * patch, grid[1] * patch, qwen3)
         texts.append(proc.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False))
         images.append(img)
-    outputs = []
+    outputs, lengths = [], []
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     sync()
     t0 = time.time()
@@ -202,6 +202,7 @@ def run_transformers(ckpt, data, lines, batch, max_new, device, dtype, qwen3=Fal
         for i in range(0, len(jobs), batch):
             inputs = proc(text=texts[i:i + batch], images=images[i:i + batch], return_tensors="pt", padding=True)
             inputs = inputs.to(device)
+            lengths += [int(n) for n in inputs["attention_mask"].sum(dim=1)]
             gen = model.generate(**inputs, max_new_tokens=max_new, do_sample=False, repetition_penalty=1.0,
                                  eos_token_id=[151645, 151643], pad_token_id=151643)
             for row in gen[:, inputs["input_ids"].shape[1]:]:
@@ -215,7 +216,8 @@ def run_transformers(ckpt, data, lines, batch, max_new, device, dtype, qwen3=Fal
     embed = model.model.language_model.embed_tokens.weight.numel()
     body = sum(p.numel() for p in model.model.language_model.parameters()) - embed
     params = {"vision": vision, "language_model_body": body}
-    return dict(zip(keys, outputs)), wall, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, gpu, params
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return dict(zip(keys, outputs)), wall, rss, gpu, params, dict(zip(keys, lengths))
 
 
 def matmul_tflops(device, dtype, shape=None):
@@ -269,11 +271,12 @@ def run_ours(args, ckpt, data, run_dir):
                     "--batch-size", str(args.batch), "--max-new-tokens", str(args.max_new_tokens),
                     "--device", args.device, "--dtype", args.dtype], check=True,
                    stdout=subprocess.DEVNULL)
-    ours = {(json.loads(l)["trajectory"], json.loads(l)["step"]): json.loads(l)["response"]
-            for l in open(os.path.join(run_dir, "predictions.jsonl"))}
+    preds = [json.loads(l) for l in open(os.path.join(run_dir, "predictions.jsonl"))]
+    ours = {(p["trajectory"], p["step"]): p["response"] for p in preds}
+    tp_lengths = {(p["trajectory"], p["step"]): p["prompt_tokens"] for p in preds}
     tp = json.load(open(os.path.join(run_dir, "throughput.json")))
     manifest = json.load(open(os.path.join(run_dir, "manifest.json")))
-    return ours, tp, manifest.get("ops", {})
+    return ours, tp, manifest.get("ops", {}), tp_lengths
 
 
 def prefill_flops(phase, params):
@@ -304,10 +307,10 @@ def main():
 
     if args.role == "hf":  # child process: transformers alone, so its peak RSS is its own
         lines = [json.loads(l) for l in open(os.path.join(data, "data.jsonl"))]
-        out, wall, rss, gpu, params = run_transformers(ckpt, data, lines, args.batch, args.max_new_tokens,
+        out, wall, rss, gpu, params, lengths = run_transformers(ckpt, data, lines, args.batch, args.max_new_tokens,
                                                        args.device, args.dtype, args.preset in QWEN3_PRESETS)
         json.dump({"outputs": [[k[0], k[1], v] for k, v in out.items()], "wall": wall, "rss": rss, "gpu": gpu,
-                   "params": params}, sys.stdout)
+                   "params": params, "prompt_tokens": [[k[0], k[1], v] for k, v in lengths.items()]}, sys.stdout)
         return
 
     fx = fixtures_module()
@@ -318,13 +321,17 @@ def main():
     rounds = []
     for r in range(max(1, args.rounds)):
         hf = run_hf(args)
-        ours, tp, ops = run_ours(args, ckpt, data, os.path.join(args.work, f"run{r}"))
-        rounds.append({"hf": hf, "ours": ours, "tp": tp, "ops": ops, "load": os.getloadavg()})
+        ours, tp, ops, lengths = run_ours(args, ckpt, data, os.path.join(args.work, f"run{r}"))
+        rounds.append({"hf": hf, "ours": ours, "tp": tp, "ops": ops, "lengths": lengths, "load": os.getloadavg()})
         print(f"round {r + 1}: transformers {hf['wall']:.1f} s, mobile-r1-eval {tp['phases'][0]['wall_seconds']:.1f} s, "
               f"load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
     hf_out = {(t, s): v for t, s, v in rounds[0]["hf"]["outputs"]}
     n = len(hf_out)
     same = min(sum(hf_out[k] == r["ours"].get(k) for k in hf_out) for r in rounds)
+    # The prompts' token counts (the chat template, the system prompt and the image tokens) do not depend on the
+    # dtype: any difference is a prompt built differently, never a rounding difference.
+    hf_lengths = {(t, s): v for t, s, v in rounds[0]["hf"]["prompt_tokens"]}
+    same_lengths = min(sum(hf_lengths[k] == r["lengths"].get(k) for k in hf_lengths) for r in rounds)
     hf_same = all({(t, s): v for t, s, v in r["hf"]["outputs"]} == hf_out for r in rounds)
     params = rounds[0]["hf"]["params"]
     per_round = []
@@ -349,6 +356,7 @@ def main():
     result = {
         "preset": args.preset, "steps": n, "max_pixels": args.max_pixels, "max_new_tokens": args.max_new_tokens,
         "batch": args.batch, "rounds": len(rounds), "identical_outputs": f"{same}/{n}",
+        "identical_prompt_token_counts": f"{same_lengths}/{n}",
         "transformers_repeats_itself": hf_same,
         "screenshots": os.path.abspath(args.screenshots) if args.screenshots else "synthetic",
         "image_tokens_per_screenshot": first["tp"]["phases"][0]["patches"] // max(first["tp"]["phases"][0]["images"], 1) // 4,
@@ -381,6 +389,11 @@ def main():
                 print("DIFF", k, repr(hf_out[k][:80]), "vs", repr((ours.get(k) or "")[:80]))
         if args.dtype == "f32":
             sys.exit(1)
+    if same_lengths != n:
+        for k in sorted(hf_lengths):
+            if hf_lengths[k] != first["lengths"].get(k):
+                print("PROMPT LENGTH DIFF", k, hf_lengths[k], "vs", first["lengths"].get(k))
+        sys.exit(1)
 
 
 if __name__ == "__main__":
