@@ -102,6 +102,8 @@ def qwen3_spec(preset):
     q3p = qwen3_module()
     name = QWEN3_PRESETS[preset]
     return q3p.PRESETS[name] if name else dict(QWEN3_SMALL, vision=q3p.VISION_4B)
+
+
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 
 
