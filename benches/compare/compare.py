@@ -3,10 +3,16 @@
 
 1. Writes a random-weight Qwen2.5-VL checkpoint in the Hugging Face layout (preset `small`: Qwen2.5-0.5B text
    dimensions with the real 3B vision tower; `tiny` for a quick check), f32, with the project's derived
-   tokenizer and chat template.
+   tokenizer and chat template. The `qwen3-*` presets write a random Qwen3-VL checkpoint instead, bf16, with the
+   writer of qwen3_parity.py (the Qwen3 tokenizer and the fixtures' Qwen3-VL template): `qwen3-tiny` has the
+   shape of tests/fixtures/models/qwen3-tiny-a, `qwen3-small` Qwen3-VL-2B's vision tower (24 blocks of 1024,
+   DeepStack after blocks 5/11/17) with Qwen3-0.6B's text dimensions (28 layers, hidden 1024, MLP 3072, 16 query
+   and 8 KV heads of 128, tied embeddings), `qwen3-2b` the real Qwen3-VL-2B shape. Both engines load it in
+   `--dtype` (bf16 values are exact in f32).
 2. Writes a benchmark folder of N step prompts (1080x2400 synthetic phone screenshots, data.jsonl).
 3. Runs the N step prompts through transformers (PyTorch, f32, greedy, batched with left padding, SDPA), built
-   with exactly the prompts mobile-r1-eval renders (the same prompts/*.jinja files, the same chat template).
+   with exactly the prompts mobile-r1-eval renders (the same prompts/*.jinja files, the same chat template; for
+   Qwen3-VL the family's system prompt declaring the 999x999 relative grid, as the program picks by default).
 4. Runs `mobile-r1-eval eval --no-judge` on the same folder.
 5. Checks that both produce the same text for every step (enforced in f32; counted in bf16/f16) and prints
    steps/s of each, the ratio, peak RSS (and peak GPU memory) of each, and the machine's matmul throughput in
@@ -22,6 +28,9 @@ Usage (from the repository root, after `cargo build --release`):
 
     .venv-fixtures/bin/python benches/compare/compare.py --preset small --steps 4 --max-pixels 250880
     .venv-fixtures/bin/python benches/compare/compare.py --preset tiny --steps 16      # quick check
+    .venv-fixtures/bin/python benches/compare/compare.py --preset qwen3-tiny --steps 4  # Qwen3-VL quick check
+    .venv-fixtures/bin/python benches/compare/compare.py --preset qwen3-small --steps 2 --batch 1 \
+        --max-pixels 1003520
     .venv-compare/bin/python benches/compare/compare.py --preset small --steps 3 --batch 1 --rounds 2 \
         --max-pixels 1003520 --screenshots ../shared/data/standins/standin_cn_mai-ui_139mail_trajectory
     python3 benches/compare/compare.py --preset 3b --device cuda --dtype bf16 --steps 64 --batch 32 \
@@ -55,6 +64,14 @@ def fixtures_module():
     return mod
 
 
+def qwen3_module():
+    """benches/compare/qwen3_parity.py: the Qwen3-VL presets and checkpoint writer (it imports the fixtures'
+    make_qwen3_fixtures.py itself)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import qwen3_parity
+    return qwen3_parity
+
+
 PRESETS = {
     "tiny": dict(text=dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=1, num_key_value_heads=1,
                            intermediate_size=48),
@@ -72,12 +89,31 @@ PRESETS = {
                            intermediate_size=3420, window_size=112),
                mrope=[16, 24, 24], tie=True),
 }
+# Qwen3-VL presets: the spec dicts of qwen3_parity.py's writer (text, vision, mrope, tie, seed).
+QWEN3_SMALL = dict(text=dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+                             num_key_value_heads=8, head_dim=128),
+                   mrope=[24, 20, 20], tie=True, seed=1)  # vision: Qwen3-VL-2B's, filled in by qwen3_spec
+QWEN3_PRESETS = {"qwen3-tiny": "tiny", "qwen3-small": None, "qwen3-2b": "2b"}
+QWEN3_SYSTEM_GRID = 999  # the relative grid the Qwen3-VL system prompt declares (the family's default frame)
+
+
+def qwen3_spec(preset):
+    """The writer's spec of a `qwen3-*` preset."""
+    q3p = qwen3_module()
+    name = QWEN3_PRESETS[preset]
+    return q3p.PRESETS[name] if name else dict(QWEN3_SMALL, vision=q3p.VISION_4B)
+
+
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 
 
 def write_checkpoint(fx, preset, out, seed, max_pixels, device, dtype):
     """The random checkpoint, built and re-randomised on `device` (a GPU makes the 3B preset take seconds), saved
-    in `dtype`."""
+    in `dtype`; a Qwen3-VL one is built on the CPU with its preset's own seed and saved in bf16."""
+    if preset in QWEN3_PRESETS:
+        q3p = qwen3_module()
+        q3p.write_checkpoint(out, qwen3_spec(preset), q3p.q3.HUB_MIN_PIXELS, max_pixels)
+        return
     from transformers import Qwen2_5_VLForConditionalGeneration
     spec = PRESETS[preset]
     cfg = fx.make_config(spec["text"], spec["vision"], spec["mrope"], spec["tie"])
@@ -127,12 +163,14 @@ def write_benchmark(fx, out, n_steps, screenshots=None):
     return lines
 
 
-def hf_messages(traj, si, resized_w, resized_h):
-    """The step prompt exactly as mobile-r1-eval builds it (engine/prompts.rs, prompts/*.jinja)."""
+def hf_messages(traj, si, resized_w, resized_h, qwen3=False):
+    """The step prompt exactly as mobile-r1-eval builds it (eval/prompts.rs, prompts/*.jinja): the family's system
+    prompt declaring the resized screenshot (Qwen2.5-VL) or the relative grid (Qwen3-VL)."""
     import jinja2
     env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False)
-    system = env.from_string(open(os.path.join(PROMPTS, "system_mobile_use.jinja")).read()).render(
-        width=resized_w, height=resized_h)
+    name, (width, height) = ("system_mobile_use_qwen3.jinja", (QWEN3_SYSTEM_GRID,) * 2) if qwen3 \
+        else ("system_mobile_use.jinja", (resized_w, resized_h))
+    system = env.from_string(open(os.path.join(PROMPTS, name)).read()).render(width=width, height=height)
     history = [s["subtask"] for s in traj["trajectory"][:si]]
     user = env.from_string(open(os.path.join(PROMPTS, "step_user.jinja")).read()).render(
         instruction=traj["instruction"], history=history)
@@ -140,24 +178,25 @@ def hf_messages(traj, si, resized_w, resized_h):
             {"role": "user", "content": [{"type": "text", "text": user}, {"type": "image"}]}]
 
 
-def run_transformers(ckpt, data, lines, batch, max_new, device, dtype):
+def run_transformers(ckpt, data, lines, batch, max_new, device, dtype, qwen3=False):
     from PIL import Image
-    from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
+    from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration, Qwen3VLForConditionalGeneration
     torch.set_num_threads(os.cpu_count() or 1)
     proc = AutoProcessor.from_pretrained(ckpt)
     proc.tokenizer.padding_side = "left"
     placement = {} if device == "cpu" else {"device_map": device}  # device_map needs accelerate
-    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(ckpt, dtype=DTYPES[dtype], attn_implementation="sdpa",
-                                                               **placement).eval()
+    cls = Qwen3VLForConditionalGeneration if qwen3 else Qwen2_5_VLForConditionalGeneration
+    model = cls.from_pretrained(ckpt, dtype=DTYPES[dtype], attn_implementation="sdpa", **placement).eval()
+    patch = proc.image_processor.patch_size
     jobs = [(t, si) for t in lines for si in range(len(t["trajectory"]))]
     texts, images = [], []
     for t, si in jobs:
         img = Image.open(os.path.join(data, t["trajectory"][si]["image"])).convert("RGB")
         grid = proc.image_processor(images=[img], return_tensors="pt")["image_grid_thw"][0].tolist()
-        msgs = hf_messages(t, si, grid[2] * 14, grid[1] * 14)
+        msgs = hf_messages(t, si, grid[2] * patch, grid[1] * patch, qwen3)
         texts.append(proc.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False))
         images.append(img)
-    outputs = []
+    outputs, lengths = [], []
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     sync()
     t0 = time.time()
@@ -165,6 +204,7 @@ def run_transformers(ckpt, data, lines, batch, max_new, device, dtype):
         for i in range(0, len(jobs), batch):
             inputs = proc(text=texts[i:i + batch], images=images[i:i + batch], return_tensors="pt", padding=True)
             inputs = inputs.to(device)
+            lengths += [int(n) for n in inputs["attention_mask"].sum(dim=1)]
             gen = model.generate(**inputs, max_new_tokens=max_new, do_sample=False, repetition_penalty=1.0,
                                  eos_token_id=[151645, 151643], pad_token_id=151643)
             for row in gen[:, inputs["input_ids"].shape[1]:]:
@@ -178,7 +218,8 @@ def run_transformers(ckpt, data, lines, batch, max_new, device, dtype):
     embed = model.model.language_model.embed_tokens.weight.numel()
     body = sum(p.numel() for p in model.model.language_model.parameters()) - embed
     params = {"vision": vision, "language_model_body": body}
-    return dict(zip(keys, outputs)), wall, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, gpu, params
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return dict(zip(keys, outputs)), wall, rss, gpu, params, dict(zip(keys, lengths))
 
 
 def matmul_tflops(device, dtype, shape=None):
@@ -232,11 +273,12 @@ def run_ours(args, ckpt, data, run_dir):
                     "--batch-size", str(args.batch), "--max-new-tokens", str(args.max_new_tokens),
                     "--device", args.device, "--dtype", args.dtype], check=True,
                    stdout=subprocess.DEVNULL)
-    ours = {(json.loads(l)["trajectory"], json.loads(l)["step"]): json.loads(l)["response"]
-            for l in open(os.path.join(run_dir, "predictions.jsonl"))}
+    preds = [json.loads(l) for l in open(os.path.join(run_dir, "predictions.jsonl"))]
+    ours = {(p["trajectory"], p["step"]): p["response"] for p in preds}
+    tp_lengths = {(p["trajectory"], p["step"]): p["prompt_tokens"] for p in preds}
     tp = json.load(open(os.path.join(run_dir, "throughput.json")))
     manifest = json.load(open(os.path.join(run_dir, "manifest.json")))
-    return ours, tp, manifest.get("ops", {})
+    return ours, tp, manifest.get("ops", {}), tp_lengths
 
 
 def prefill_flops(phase, params):
@@ -248,7 +290,7 @@ def prefill_flops(phase, params):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--preset", default="small", choices=sorted(PRESETS))
+    ap.add_argument("--preset", default="small", choices=sorted(PRESETS) + sorted(QWEN3_PRESETS))
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=16)
@@ -267,10 +309,10 @@ def main():
 
     if args.role == "hf":  # child process: transformers alone, so its peak RSS is its own
         lines = [json.loads(l) for l in open(os.path.join(data, "data.jsonl"))]
-        out, wall, rss, gpu, params = run_transformers(ckpt, data, lines, args.batch, args.max_new_tokens,
-                                                       args.device, args.dtype)
+        out, wall, rss, gpu, params, lengths = run_transformers(ckpt, data, lines, args.batch, args.max_new_tokens,
+                                                       args.device, args.dtype, args.preset in QWEN3_PRESETS)
         json.dump({"outputs": [[k[0], k[1], v] for k, v in out.items()], "wall": wall, "rss": rss, "gpu": gpu,
-                   "params": params}, sys.stdout)
+                   "params": params, "prompt_tokens": [[k[0], k[1], v] for k, v in lengths.items()]}, sys.stdout)
         return
 
     fx = fixtures_module()
@@ -281,13 +323,17 @@ def main():
     rounds = []
     for r in range(max(1, args.rounds)):
         hf = run_hf(args)
-        ours, tp, ops = run_ours(args, ckpt, data, os.path.join(args.work, f"run{r}"))
-        rounds.append({"hf": hf, "ours": ours, "tp": tp, "ops": ops, "load": os.getloadavg()})
+        ours, tp, ops, lengths = run_ours(args, ckpt, data, os.path.join(args.work, f"run{r}"))
+        rounds.append({"hf": hf, "ours": ours, "tp": tp, "ops": ops, "lengths": lengths, "load": os.getloadavg()})
         print(f"round {r + 1}: transformers {hf['wall']:.1f} s, mobile-r1-eval {tp['phases'][0]['wall_seconds']:.1f} s, "
               f"load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
     hf_out = {(t, s): v for t, s, v in rounds[0]["hf"]["outputs"]}
     n = len(hf_out)
     same = min(sum(hf_out[k] == r["ours"].get(k) for k in hf_out) for r in rounds)
+    # The prompts' token counts (the chat template, the system prompt and the image tokens) do not depend on the
+    # dtype: any difference is a prompt built differently, never a rounding difference.
+    hf_lengths = {(t, s): v for t, s, v in rounds[0]["hf"]["prompt_tokens"]}
+    same_lengths = min(sum(hf_lengths[k] == r["lengths"].get(k) for k in hf_lengths) for r in rounds)
     hf_same = all({(t, s): v for t, s, v in r["hf"]["outputs"]} == hf_out for r in rounds)
     params = rounds[0]["hf"]["params"]
     per_round = []
@@ -312,6 +358,7 @@ def main():
     result = {
         "preset": args.preset, "steps": n, "max_pixels": args.max_pixels, "max_new_tokens": args.max_new_tokens,
         "batch": args.batch, "rounds": len(rounds), "identical_outputs": f"{same}/{n}",
+        "identical_prompt_token_counts": f"{same_lengths}/{n}",
         "transformers_repeats_itself": hf_same,
         "screenshots": os.path.abspath(args.screenshots) if args.screenshots else "synthetic",
         "image_tokens_per_screenshot": first["tp"]["phases"][0]["patches"] // max(first["tp"]["phases"][0]["images"], 1) // 4,
@@ -344,6 +391,11 @@ def main():
                 print("DIFF", k, repr(hf_out[k][:80]), "vs", repr((ours.get(k) or "")[:80]))
         if args.dtype == "f32":
             sys.exit(1)
+    if same_lengths != n:
+        for k in sorted(hf_lengths):
+            if hf_lengths[k] != first["lengths"].get(k):
+                print("PROMPT LENGTH DIFF", k, hf_lengths[k], "vs", first["lengths"].get(k))
+        sys.exit(1)
 
 
 if __name__ == "__main__":
