@@ -87,8 +87,9 @@ pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
             preds.duplicates
         );
     }
-    super::unmatched::refuse_unmatched(&found.bench, &preds, &args.predictions)?;
-    warn_unknown(&found.bench, &preds);
+    let unknown = crate::score::unknown_predictions(&found.bench, &preds);
+    super::unmatched::refuse_unmatched(&found.bench, &preds, unknown.len(), &args.predictions)?;
+    warn_unknown(&found.bench, &preds, &unknown);
     let out = args.out.clone().map_or_else(|| source.clone(), RunDir::new);
     let into_run = matches!(origin, Some(Origin::Run(_))) && out == source;
     // A run folder keeps eval's rules unless --rules says otherwise; other scores take the benchmark's
@@ -208,8 +209,7 @@ fn write_score_record(
 }
 
 /// One line about predictions that match no benchmark step; a hint about `--data` when they are most of them.
-fn warn_unknown(bench: &Benchmark, preds: &PredictionSet) {
-    let unknown = crate::score::unknown_predictions(bench, preds);
+fn warn_unknown(bench: &Benchmark, preds: &PredictionSet, unknown: &[(String, usize)]) {
     if unknown.is_empty() {
         return;
     }

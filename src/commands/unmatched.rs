@@ -10,14 +10,14 @@ use crate::predictions::PredictionSet;
 /// How many ids each side of the error shows.
 const SHOWN: usize = 5;
 
-/// Refuse `preds` (read from `file`) when not one of them is a step of `bench`, naming both and a sample of
-/// each side's trajectory ids.
+/// Refuse `preds` (read from `file`) when not one of them is a step of `bench` (`unknown` of them match no
+/// step), naming both and a sample of each side's trajectory ids.
 pub(crate) fn refuse_unmatched(
     bench: &Benchmark,
     preds: &PredictionSet,
+    unknown: usize,
     file: &Path,
 ) -> anyhow::Result<()> {
-    let unknown = crate::score::unknown_predictions(bench, preds).len();
     if preds.is_empty() || unknown < preds.len() {
         return Ok(());
     }
