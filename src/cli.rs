@@ -301,6 +301,10 @@ pub struct ScoreArgs {
     /// `benchmark.json` suggests, else mobile-r1).
     #[arg(long)]
     pub rules: Option<RuleName>,
+    /// Read every response with this program's lenient reader, not as the preset's reference reads it (recorded
+    /// with the preset as `reading: lenient`).
+    #[arg(long)]
+    pub lenient_reading: bool,
     /// The frame of the predicted coordinates: `image-pixels`, `relative-999`, `relative-1000` or `relative:N`
     /// (default: the run's own for a run's predictions, else image pixels).
     #[arg(long, value_name = "FRAME")]
@@ -492,6 +496,10 @@ pub struct EvalArgs {
     /// mobile-r1).
     #[arg(long)]
     pub rules: Option<RuleName>,
+    /// Read every response with this program's lenient reader, not as the preset's reference reads it (recorded
+    /// with the preset as `reading: lenient`).
+    #[arg(long)]
+    pub lenient_reading: bool,
     /// `default` (the Qwen2.5-VL mobile_use prompt from `prompts/`) or `data` (each trajectory's `system`).
     #[arg(long, default_value = "default")]
     pub system_prompt: SystemPrompt,

@@ -4,8 +4,12 @@
 //! `</tool_call>`, and a bare JSON tool call without any tags. The first tool call wins. A thought may also come in
 //! `<thinking>` tags (MAI-UI) or end with a lone `</think>` (Qwen3-VL Thinking, whose prompt opens the tag).
 
+mod reference;
+
 use serde::Serialize;
 use serde_json::Value;
+
+pub use reference::read_as;
 
 use crate::action::{Action, ActionError};
 

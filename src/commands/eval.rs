@@ -140,7 +140,10 @@ pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<(EvalConfig, ClaimedRun
         // A benchmark carried in a bundle keeps the Hub origin `pack` recorded.
         data_source = crate::pack::data_source_of(&data);
     }
-    let rules = super::rules_for(a.rules, &data)?;
+    let mut rules = super::rules_for(a.rules, &data)?;
+    if a.lenient_reading {
+        rules.reading = crate::settings::Reading::Lenient;
+    }
     let judge = match (a.no_judge, a.judge_model) {
         (true, _) => JudgeChoice::None,
         (false, Some(m)) => JudgeChoice::Other(m),

@@ -94,11 +94,14 @@ pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
     let into_run = matches!(origin, Some(Origin::Run(_))) && out == source;
     // A run folder keeps eval's rules unless --rules says otherwise; other scores take the benchmark's
     // suggested preset (its benchmark.json), else the default.
-    let rules = match (args.rules, &origin) {
+    let mut rules = match (args.rules, &origin) {
         (Some(r), _) => r.preset(),
         (None, Some(o)) if into_run => o.rules().clone(),
         (None, _) => super::rules_for(None, &found.bench.root)?,
     };
+    if args.lenient_reading {
+        rules.reading = crate::settings::Reading::Lenient;
+    }
     let _claim = if into_run {
         None
     } else {

@@ -201,7 +201,7 @@ impl<'a> Geo<'a> {
                     (gold, pred)
                 };
                 let (dx, dy) = (self.q(g[0] - p[0]), self.q(g[1] - p[1]));
-                let d = self.q(self.q(self.q(dy * dy) + self.q(dx * dx)).sqrt());
+                let d = self.norm(dx, dy);
                 (d, d <= self.q(t) + self.rules.tolerance)
             }
             DistanceMetric::ImageMaxSide => {
@@ -214,12 +214,26 @@ impl<'a> Geo<'a> {
         }
     }
 
+    /// The length of the offset `(dx, dy)` as the references compute a norm on a CPU with fused multiply-add:
+    /// numpy's `np.linalg.norm([dx, dy])` is a BLAS dot, `sqrt(fma(dy, dy, dx·dx))` in 64 bits; JAX's float32 norm
+    /// over AITW's `(y, x)` vectors is `sqrt(fma(dx, dx, dy·dy))` in 32 bits. `mul_add` is the exactly rounded
+    /// fused operation on every CPU, so the result is the reference's on FMA machines everywhere.
+    fn norm(&self, dx: f64, dy: f64) -> f64 {
+        match self.rules.precision {
+            Precision::Double => dy.mul_add(dy, dx * dx).sqrt(),
+            Precision::Single => {
+                let (dx, dy) = (dx as f32, dy as f32);
+                f64::from(dx.mul_add(dx, dy * dy).sqrt())
+            }
+        }
+    }
+
     /// Whether a swipe given in `frame` pixels is no longer than `limit`, normalised (AITW's tap test).
     pub(crate) fn is_short(&self, from: Point, to: Point, frame: [f64; 2], limit: f64) -> bool {
         let n = |v: f64, side: f64| self.q(v / side);
         let dy = self.q(n(from[1], frame[1]) - n(to[1], frame[1]));
         let dx = self.q(n(from[0], frame[0]) - n(to[0], frame[0]));
-        let d = self.q(self.q(self.q(dy * dy) + self.q(dx * dx)).sqrt());
+        let d = self.norm(dx, dy);
         d <= self.q(limit)
     }
 

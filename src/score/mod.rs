@@ -17,7 +17,7 @@ use serde::Serialize;
 
 pub use crate::settings::{
     BoxChoice, BoxGrowth, CoordinateFrame, DirectionSpace, DistanceMetric, PointSpace, Precision,
-    RuleName, RulePreset, SwipeRule, TextRule, ZeroMove,
+    Reading, RuleName, RulePreset, SwipeRule, TextRule, ZeroMove,
 };
 pub use judge::{is_current, judged_steps, score_run, summarize, JudgeSummary, JudgedSteps};
 pub use matching::{
@@ -151,7 +151,9 @@ pub(crate) fn score_step(
     let Some(pred) = pred else { return s };
     let parsed = &pred.parsed;
     s.full_format = parsed.full_format;
-    let action = match &parsed.action {
+    // A preset that reproduces a reference reads the response as that reference does.
+    let read = crate::parse::read_as(rules.reading, &pred.response);
+    let action = match read.as_ref().unwrap_or(&parsed.action) {
         Ok(a) => a.clone(),
         Err(e) => {
             // An action of an extended space is a valid answer of another type; anything else is a format error.

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 pub use family::{CoordinateFrame, CoordinateFrameError, ModelFamily};
 pub use rules::{
     levenshtein, py_strip, BoxChoice, BoxGrowth, DirectionSpace, DistanceMetric, PointSpace,
-    Precision, RuleName, RulePreset, SwipeRule, TextRule, ZeroMove,
+    Precision, Reading, RuleName, RulePreset, SwipeRule, TextRule, ZeroMove,
 };
 
 /// Where a model runs (`--device`).

@@ -146,6 +146,27 @@ impl Default for SwipeRule {
     }
 }
 
+/// How a response is read into an action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reading {
+    /// This program's reader (`src/parse.rs`): tags or bare JSON anywhere, a fence removed, names in any case.
+    #[default]
+    Lenient,
+    /// The Qwen AndroidControl evaluator's (InfiGUI-R1 `compute_scores`, UI-S1): the first `<tool_call>` anywhere,
+    /// else the literal bare prefix `{"name": "mobile_use", "arguments":`; `json.loads`; action names compared
+    /// exactly; every `coordinate` and `coordinate2` divided first; texts and buttons must be strings.
+    QwenEvaluator,
+    /// The same extraction, each action read only for what AITW's and GUI-Odyssey's conversions use (a typed
+    /// text as Python's `str()` writes any value).
+    QwenConverted,
+    /// AgentCPM-GUI's Qwen2.5-VL conversion (`qwen2_5_2_minicpm`) and action schema: the text between
+    /// `"<tool_call>\n"` and `"\n</tool_call>"`, points of exactly two numbers, `time` required for a long press and
+    /// a wait, buttons as written, no `open` or `key`.
+    #[serde(rename = "agentcpm")]
+    AgentCpm,
+}
+
 fn legacy_tolerance() -> f64 {
     1e-9
 }
@@ -213,6 +234,9 @@ pub struct RulePreset {
     /// `is_tap_action`, 0.04).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub short_swipe_is_tap: Option<f64>,
+    /// How responses are read (the lenient reader in files written before this field existed).
+    #[serde(default)]
+    pub reading: Reading,
 }
 
 impl RulePreset {
@@ -226,6 +250,7 @@ impl RulePreset {
         "aitw",
         "gui-odyssey",
         "cagui",
+        "androidcontrol-agentcpm",
     ];
 
     /// A built-in preset by name (case-insensitive; `_` and `-` are interchangeable).
@@ -274,6 +299,8 @@ pub enum RuleName {
     GuiOdyssey,
     /// [`RulePreset::cagui`].
     Cagui,
+    /// [`RulePreset::androidcontrol_agentcpm`].
+    AndroidControlAgentCpm,
 }
 
 impl RuleName {
@@ -288,6 +315,7 @@ impl RuleName {
             RuleName::Aitw => RulePreset::aitw(),
             RuleName::GuiOdyssey => RulePreset::gui_odyssey(),
             RuleName::Cagui => RulePreset::cagui(),
+            RuleName::AndroidControlAgentCpm => RulePreset::androidcontrol_agentcpm(),
         }
     }
 }
@@ -307,6 +335,9 @@ impl std::str::FromStr for RuleName {
             "aitw" => Ok(RuleName::Aitw),
             "gui-odyssey" | "guiodyssey" | "odyssey" => Ok(RuleName::GuiOdyssey),
             "cagui" => Ok(RuleName::Cagui),
+            "androidcontrol-agentcpm" | "android-control-agentcpm" => {
+                Ok(RuleName::AndroidControlAgentCpm)
+            }
             other => Err(format!(
                 "unknown rule preset {other:?} (known: {}; qwen-ac = qwen-ac-infigui)",
                 RulePreset::NAMES.join(", ")
@@ -352,6 +383,7 @@ mod tests {
         assert_eq!(p.tolerance, 1e-9);
         assert!(p.terminate_status && !p.open_by_click && !p.wait_is_terminate);
         assert_eq!(p.short_swipe_is_tap, None);
+        assert_eq!(p.reading, Reading::Lenient);
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! `metrics.json`) and in `docs/rules.md`, which also lists every place a preset departs from its reference.
 
 use super::{
-    BoxChoice, BoxGrowth, DirectionSpace, DistanceMetric, PointSpace, Precision, RulePreset,
-    SwipeRule, TextRule, ZeroMove,
+    BoxChoice, BoxGrowth, DirectionSpace, DistanceMetric, PointSpace, Precision, Reading,
+    RulePreset, SwipeRule, TextRule, ZeroMove,
 };
 
 const QWEN_SWIPE: SwipeRule = SwipeRule::Direction {
@@ -40,6 +40,7 @@ impl RulePreset {
             terminate_status: true,
             wait_is_terminate: false,
             short_swipe_is_tap: None,
+            reading: Reading::Lenient,
         }
     }
 
@@ -52,7 +53,7 @@ impl RulePreset {
     pub fn qwen_ac_infigui() -> RulePreset {
         RulePreset {
             name: "qwen-ac-infigui".into(),
-            version: 1,
+            version: 2,
             description: "Qwen2.5-VL AndroidControl evaluator, InfiGUI-R1 port \
                           (Reallm-Labs/InfiGUI-R1 eval/android_control/evaluate_android_control.py): point inside a \
                           gold box enlarged x1.2 about its centre (BBOX_ENLARGE_FACTOR), else pixel distance in the \
@@ -79,6 +80,7 @@ impl RulePreset {
             terminate_status: true,
             wait_is_terminate: false,
             short_swipe_is_tap: None,
+            reading: Reading::QwenEvaluator,
         }
     }
 
@@ -103,7 +105,7 @@ impl RulePreset {
     pub fn androidcontrol() -> RulePreset {
         RulePreset {
             name: "androidcontrol".into(),
-            version: 1,
+            version: 2,
             description: "14% rule (AITW _TAP_DISTANCE_THRESHOLD; used on AndroidControl by OS-Atlas, UI-TARS and \
                           GUI-R1) as AgentCPM-GUI eval/utils/evaluator.py scores it (= GUIEvalKit \
                           guieval/eval/evaluator.py 'common'): point inside a gold box that contains the gold point, \
@@ -131,6 +133,7 @@ impl RulePreset {
             terminate_status: false,
             wait_is_terminate: true,
             short_swipe_is_tap: None,
+            reading: Reading::AgentCpm,
         }
     }
 
@@ -171,11 +174,33 @@ impl RulePreset {
         }
     }
 
+    /// AgentCPM-GUI's published AndroidControl pipeline for Qwen2.5-VL: its conversion's truncated 0–1000 points,
+    /// then its evaluator in AndroidControl mode.
+    pub fn androidcontrol_agentcpm() -> RulePreset {
+        RulePreset {
+            name: "androidcontrol-agentcpm".into(),
+            description: "AndroidControl as AgentCPM-GUI scores Qwen2.5-VL for its published table \
+                          (eval/run_predict_qwen2_5VL.py qwen2_5_2_minicpm, then eval/utils/evaluator.py with \
+                          --eval_android_control): predicted points truncated to the 0-1000 grid and refused outside \
+                          it, point inside one of the 5 gold boxes nearest the gold point, grown x1.2 and clipped, \
+                          else normalised distance <= 0.04; swipe direction on normalised coordinates; text \
+                          containment; wait and terminate are one 'stop' type"
+                .into(),
+            source: Some(
+                "OpenBMB/AgentCPM-GUI eval/run_predict_qwen2_5VL.py + eval/utils/evaluator.py \
+                 (eval_android_control=True)"
+                    .into(),
+            ),
+            points: PointSpace::PredThousandthsTruncated,
+            ..RulePreset::androidcontrol_strict()
+        }
+    }
+
     /// AITW's action matching.
     pub fn aitw() -> RulePreset {
         RulePreset {
             name: "aitw".into(),
-            version: 1,
+            version: 2,
             description: "AITW action matching (google-research android_in_the_wild/action_matching.py): taps match \
                           when both lie in one gold box grown by 1.4 of its size each way \
                           (ANNOTATION_*_AUGMENT_FRACTION, clipped to the screen) or within normalised distance 0.14 \
@@ -203,6 +228,7 @@ impl RulePreset {
             terminate_status: true,
             wait_is_terminate: false,
             short_swipe_is_tap: Some(0.04),
+            reading: Reading::QwenConverted,
         }
     }
 
@@ -210,7 +236,7 @@ impl RulePreset {
     pub fn gui_odyssey() -> RulePreset {
         RulePreset {
             name: "gui-odyssey".into(),
-            version: 1,
+            version: 2,
             description: "GUI-Odyssey action matching (OpenGVLab/GUI-Odyssey src/eval_mm/GUIOdyssey_action_matching.py) \
                           on its 0-1000 grid: point inside the SAM2 box as given (the first gold box), else normalised distance <= 0.14 \
                           (CLICK_COORD_THRESHOLD); scroll direction as data/format_converter.py decode_action names it \
@@ -239,6 +265,7 @@ impl RulePreset {
             terminate_status: true,
             wait_is_terminate: false,
             short_swipe_is_tap: None,
+            reading: Reading::QwenConverted,
         }
     }
 }

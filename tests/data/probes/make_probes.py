@@ -142,6 +142,86 @@ class Refs:
 
         self.aitw = action_matching
         self.aitw_types = action_type.ActionType
+        # Each reference's norm as it computes on an FMA machine (see fused_norm64 / fused_norm32).
+        self.uis1["np"] = FusedNumpy()
+        self.cpm_evaluator.np = FusedNumpy()
+        self.odyssey.np = FusedNumpy()
+        self.aitw.jnp = FusedJnp(self.aitw.jnp)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Norms as the references compute them on an FMA machine
+#
+# numpy's `np.linalg.norm(v)` of a 2-vector is `sqrt(v.dot(v))`, a BLAS dot whose kernels on x86-64 with FMA
+# accumulate with fused multiply-adds: `sqrt(fma(v1, v1, v0 * v0))` in 64 bits. JAX's float32 norm on such a CPU
+# is the same in 32 bits over AITW's (y, x) vectors. The verdicts are made with these so that they do not depend on
+# the machine running this script; fma is emulated exactly with fractions (Python < 3.13 has no math.fma).
+
+
+def fma64(a, b, c):
+    from fractions import Fraction
+
+    return float(Fraction(a) * Fraction(b) + Fraction(c))
+
+
+def round32(v):
+    """The float32 nearest the exact rational v, ties to even."""
+    import numpy as np
+    from fractions import Fraction
+
+    c = np.float32(float(v))
+    best = None
+    for cand in (np.nextafter(c, np.float32(-np.inf)), c, np.nextafter(c, np.float32(np.inf))):
+        err = abs(Fraction(float(cand)) - v)
+        even = int(np.frombuffer(np.float32(cand).tobytes(), dtype=np.uint32)[0]) % 2 == 0
+        key = (err, not even)
+        if best is None or key < best[0]:
+            best = (key, cand)
+    return np.float32(best[1])
+
+
+def fma32(a, b, c):
+    from fractions import Fraction
+
+    return round32(Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c)))
+
+
+def fused_norm64(v):
+    import numpy as np
+
+    a, b = (float(x) for x in np.asarray(v, dtype=np.float64).ravel())
+    return np.float64(math.sqrt(fma64(b, b, a * a)))
+
+
+def fused_norm32(v):
+    import numpy as np
+
+    a, b = (np.float32(x) for x in np.asarray(v, dtype=np.float32).ravel())
+    return np.sqrt(fma32(b, b, np.float32(a * a)))
+
+
+class FusedNumpy:
+    """numpy with `linalg.norm` fused as on an FMA machine."""
+
+    def __init__(self):
+        import numpy
+
+        self._np = numpy
+        self.linalg = types.SimpleNamespace(norm=fused_norm64)
+
+    def __getattr__(self, name):
+        return getattr(self._np, name)
+
+
+class FusedJnp:
+    """jax.numpy with `linalg.norm` fused in float32 as XLA computes it on an FMA machine."""
+
+    def __init__(self, jnp):
+        self._jnp = jnp
+        self.linalg = types.SimpleNamespace(norm=fused_norm32)
+
+    def __getattr__(self, name):
+        return getattr(self._jnp, name)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -283,6 +363,76 @@ def click_probes(geo, rng, kind="click"):
         out.append(Step(f"{kind}/off-image", (W, H), None, gold_click(5, 500, kind), [], tool(pred_click(px, py, kind))))
         out.append(Step(f"{kind}/off-image", (W, H), None, gold_click(1075, 2395, kind), [], tool(pred_click(px, py, kind))))
     return out
+
+
+# Integer offsets (dx, dy) with dx² + dy² = r², for the radii a threshold gives on the square screens below.
+def lattice(r):
+    out = []
+    for dx in range(0, r + 1):
+        dy = math.isqrt(r * r - dx * dx)
+        if dy * dy + dx * dx == r * r:
+            out += [(sx * dx, sy * dy) for sx in (1, -1) for sy in (1, -1)]
+    return sorted(set(out))
+
+
+def on_threshold(name, screen, gold, pred):
+    """The normalised (x, y) values of a gold and a predicted point as the preset's reference computes them (no
+    image: the prediction is in screen pixels): (gold, pred, single precision)."""
+    W, H = screen
+    if name == "aitw":
+        import numpy as np
+
+        f = lambda p: (np.float32(p[0] / W), np.float32(p[1] / H))
+        return f(gold), f(pred), True
+    if name == "gui-odyssey":
+        return (gold[0] / W * 1000 / 1000, gold[1] / H * 1000 / 1000), (pred[0] / W * 1000 / 1000, pred[1] / H * 1000 / 1000), False
+    if name in ("androidcontrol", "androidcontrol-strict"):
+        return (gold[0] / W, gold[1] / H), (pred[0] / W * 1000 / 1000, pred[1] / H * 1000 / 1000), False
+    if name in ("cagui", "androidcontrol-agentcpm"):
+        return (gold[0] / W, gold[1] / H), (int(pred[0] / W * 1000) / 1000, int(pred[1] / H * 1000) / 1000), False
+    return (gold[0] / W, gold[1] / H), (pred[0] / W, pred[1] / H), False
+
+
+def flips(name, screen, gold, pred, t):
+    """Whether the fused and the separately rounded distance fall on different sides of the threshold."""
+    import numpy as np
+
+    g, p, single = on_threshold(name, screen, gold, pred)
+    if single:
+        dy, dx = np.float32(g[1] - p[1]), np.float32(g[0] - p[0])
+        fused = fused_norm32([dy, dx])
+        plain = np.sqrt(np.float32(np.float32(dy * dy) + np.float32(dx * dx)))
+        return bool(fused <= np.float32(t)) != bool(plain <= np.float32(t))
+    dx, dy = g[0] - p[0], g[1] - p[1]
+    fused = fused_norm64([dx, dy])
+    plain = math.sqrt(dx * dx + dy * dy)
+    return bool(fused <= t) != bool(plain <= t)
+
+
+def threshold_probes(name, t):
+    """Integer clicks exactly on the distance threshold (no boxes), where the reference's fused distance and a
+    separately rounded one disagree, and a few where they agree."""
+    if name.startswith("qwen-ac-infigui"):
+        # Its distance is np.sqrt(dx**2 + dy**2) on Python floats: nothing is fused.
+        candidates = [((1000, 1000), (500, 500), (500 + dx, 500 + dy)) for dx, dy in lattice(40)]
+        return [Step("click/on-threshold", sc, None, gold_click(*g), [], tool(pred_click(*p))) for sc, g, p in candidates]
+    flipped, kept = [], []
+    for side in (1000, 500, 2000):
+        r = round(t * side)
+        offsets = lattice(r)
+        for gx in range(r + 3, side - r - 3, 7 if side != 2000 else 13):
+            for gy in range(r + 5, side - r - 5, 11 if side != 2000 else 17):
+                for dx, dy in offsets:
+                    step = ((side, side), (gx, gy), (gx + dx, gy + dy))
+                    if flips(name, *step, t):
+                        flipped.append(step)
+                    elif len(kept) < 4 and (gx + gy) % 5 == 0:
+                        kept.append(step)
+                if len(flipped) >= 14:
+                    break
+            if len(flipped) >= 14:
+                break
+    return [Step("click/on-threshold", sc, None, gold_click(*g), [], tool(pred_click(*p))) for sc, g, p in flipped + kept]
 
 
 def swipe(a, b):
@@ -432,6 +582,41 @@ def malformed_probes():
     for st in ("SUCCESS", "done"):
         out.append(Step("malformed/status", (1080, 2400), None, {"action": "terminate", "status": "success"}, [],
                         tool({"action": "terminate", "status": st})))
+    return out
+
+
+def reading_probes():
+    """Answers a reference reads otherwise than a lenient reader: tool calls it does not find or cannot load, names
+    it compares exactly, and arguments only some references read."""
+    click = {"action": "click", "coordinate": [540, 1200]}
+    call = {"name": "mobile_use", "arguments": click}
+    j = lambda o, **k: json.dumps(o, ensure_ascii=False, **k)
+    g = {"action": "click", "coordinate": [540, 1200]}
+    boxes = [[500, 1150, 580, 1250]]
+    cases = [
+        j({"arguments": click, "name": "mobile_use"}),
+        j(call, separators=(",", ":")),
+        "<think>Maybe <tool_call>\n" + j({"name": "mobile_use", "arguments": {"action": "click", "coordinate": [10, 10]}})
+        + "\n</tool_call> no.</think>\n" + tool(click),
+        "<tool_call>\n" + j(call) + "\nDone: the {\"last\": {\"step\": 1}} is next.",
+        "<tool_call>json\n" + j(call) + "\n</tool_call>",
+        "<tool_call>\n" + j(call) + "\n</tool_call><tool_call>\n" + j(call) + "\n</tool_call>",
+        tool({"action": "click ", "coordinate": [540, 1200]}),
+        tool({"action": "click", "coordinate": [540, 1200], "coordinate2": "here"}),
+        tool({"action": "click", "coordinate": [540.5, 1200.25]}),
+    ]
+    out = [Step("reading/click", (1080, 2400), None, g, boxes, r) for r in cases]
+    sw = swipe([540, 1800], [540, 600])
+    for p in ({"action": "swipe"}, {"action": "swipe", "coordinate": [540, 1800]},
+              {"action": "swipe", "coordinate": [540, 1800, 1], "coordinate2": [540, 600]}):
+        out.append(Step("reading/swipe", (1080, 2400), None, sw, [], tool(p)))
+    ty = {"action": "type", "text": "hello 5"}
+    for p in ({"action": "type", "text": 5}, {"action": "type", "text": None}, {"action": "type", "text": True},
+              {"action": "type", "text": [5]}, {"action": "type", "text": "hello", "coordinate": [5]}):
+        out.append(Step("reading/type", (1080, 2400), None, ty, [], tool(p)))
+    for b in ("Back\n", "back"):
+        out.append(Step("reading/button", (1080, 2400), None, {"action": "system_button", "button": "Back"}, [],
+                        tool({"action": "system_button", "button": b})))
     return out
 
 
@@ -681,6 +866,7 @@ PRESETS = {
     "qwen-ac-uis1": dict(geo=Geometry("centre", 1.2, 0.04, "norm"), space={"click", "long_press", "swipe", "type", "system_button", "open", "wait", "terminate", "key"}, buttons={"Back", "Home", "Enter", "Menu"}),
     "androidcontrol": dict(geo=Geometry("clipped", 1.2, 0.14, "norm"), space={"click", "long_press", "swipe", "type", "system_button", "wait", "terminate"}, buttons={"Back", "Home", "Enter"}),
     "androidcontrol-strict": dict(geo=Geometry("clipped", 1.2, 0.04, "norm"), space={"click", "long_press", "swipe", "type", "system_button", "wait", "terminate"}, buttons={"Back", "Home", "Enter"}),
+    "androidcontrol-agentcpm": dict(geo=Geometry("clipped", 1.2, 0.04, "norm"), space={"click", "long_press", "swipe", "type", "system_button", "wait", "terminate"}, buttons={"Back", "Home", "Enter"}),
     "cagui": dict(geo=Geometry("clipped", 1.2, 0.14, "norm"), space={"click", "long_press", "swipe", "type", "system_button", "wait", "terminate"}, buttons={"Back", "Home", "Enter"}),
     "aitw": dict(geo=Geometry("clipped", 2.4, 0.14, "norm"), space={"click", "swipe", "type", "system_button", "terminate"}, buttons={"Back", "Home", "Enter"}),
     "gui-odyssey": dict(geo=Geometry("given", 1.0, 0.14, "norm"), space={"click", "long_press", "swipe", "type", "system_button", "terminate"}, buttons={"Back", "Home", "Menu"}),
@@ -701,6 +887,7 @@ def probes_for(name, spec):
     steps += text_probes(("type", "open")) + type_probes() + malformed_probes()
     if name.startswith("qwen-ac"):
         steps += open_click_probes(geo)
+    steps += threshold_probes(name, geo.threshold) + reading_probes()
     return [s for s in steps if in_space(s, spec)]
 
 
@@ -713,6 +900,8 @@ def verdicts(name, steps, refs):
         return verdicts_cpm(steps, refs, android_control=False, exact=True)
     if name == "androidcontrol-strict":
         return verdicts_cpm(steps, refs, android_control=True, exact=True)
+    if name == "androidcontrol-agentcpm":
+        return verdicts_cpm(steps, refs, android_control=True, exact=False)
     if name == "cagui":
         return verdicts_cpm(steps, refs, android_control=False, exact=False)
     if name == "aitw":
