@@ -155,6 +155,19 @@ pub(crate) fn score_step(
     let read = crate::parse::read_as(rules.reading, &pred.response);
     let action = match read.as_ref().unwrap_or(&parsed.action) {
         Ok(a) => a.clone(),
+        Err(e) if read.is_some() && unread_swipe_points(rules, e) => {
+            // The reference never reads a swipe's points where any swipe matches (UI-S1): the answer is a swipe.
+            s.predicted_type = Some(ActionType::Swipe);
+            s.type_match = gold.action.action_type() == ActionType::Swipe;
+            s.correct = s.type_match;
+            s.check = s.type_match.then_some(ArgCheck::TypeOnly);
+            s.outcome = if s.correct {
+                Outcome::Correct
+            } else {
+                Outcome::TypeError
+            };
+            return s;
+        }
         Err(e) => {
             // An action of an extended space is a valid answer of another type; anything else is a format error.
             match e.unsupported_action() {
@@ -189,6 +202,18 @@ pub(crate) fn score_step(
     }
     s.predicted = Some(action);
     s
+}
+
+/// Whether `e` is a swipe without its points under a rule that never reads them (any swipe matches a swipe).
+fn unread_swipe_points(rules: &RulePreset, e: &ParseFailure) -> bool {
+    let missing = matches!(
+        e,
+        ParseFailure::Action(crate::action::ActionError::MissingArg {
+            action: ActionType::Swipe,
+            ..
+        })
+    );
+    missing && rules.swipe == SwipeRule::TypeOnly
 }
 
 /// The points of a click, long press or swipe (both ends).
