@@ -299,6 +299,20 @@ mod tests {
     }
 
     #[test]
+    fn distances_are_fused_as_the_references_compute_them() {
+        // AITW, float32 (y, x): 0.14 exactly, where separate roundings give 0.14000002.
+        let r = RulePreset::aitw();
+        let g = Geo::new(&r, [1000, 1000], None);
+        let (d, ok) = g.distance(g.gold([570.0, 550.0]), g.pred([486.0, 438.0]).unwrap());
+        assert!(ok && d == 0.14f32 as f64, "{d}");
+        // numpy, float64 (x, y): 0.04000000000000001, where separate roundings give 0.04.
+        let r = RulePreset::qwen_ac_uis1();
+        let g = Geo::new(&r, [1000, 1000], None);
+        let (d, ok) = g.distance(g.gold([85.0, 56.0]), g.pred([53.0, 32.0]).unwrap());
+        assert!(!ok && d == 0.04000000000000001, "{d}");
+    }
+
+    #[test]
     fn nearest_boxes_keep_the_closest_centres() {
         let r = RulePreset::androidcontrol_strict();
         let g = Geo::new(&r, [1000, 1000], None);

@@ -157,3 +157,48 @@ fn aitw() {
 fn gui_odyssey() {
     check("gui-odyssey", NONE);
 }
+
+/// `score --rules P` reads answers as P's reference does and `--lenient-reading` reads them with this program's
+/// reader; each records its reading with the preset in `metrics.json`.
+#[test]
+fn the_reading_is_chosen_and_recorded() {
+    let dir = probes("qwen-ac-infigui");
+    let score = |extra: &[&str]| -> serde_json::Value {
+        let out = tempfile::tempdir().unwrap();
+        let mut args = vec![
+            "score",
+            "--data",
+            dir.to_str().unwrap(),
+            "--predictions",
+            dir.join("predictions.jsonl").to_str().unwrap(),
+            "--out",
+            out.path().to_str().unwrap(),
+            "--rules",
+            "qwen-ac-infigui",
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .collect::<Vec<_>>();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let o = std::process::Command::new(crate::util::BIN)
+            .args(&args)
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("binary runs");
+        assert!(o.status.success(), "{}", crate::util::text(&o));
+        let text = std::fs::read_to_string(out.path().join("metrics.json")).unwrap();
+        serde_json::from_str(&text).unwrap()
+    };
+    let reference = score(&[]);
+    let lenient = score(&["--lenient-reading"]);
+    assert_eq!(reference["rules"]["reading"], "qwen_evaluator");
+    assert_eq!(lenient["rules"]["reading"], "lenient");
+    // The lenient reader credits answers the reference cannot read (a fence, a tool name, `tap`, …).
+    let correct = |m: &serde_json::Value| m["correct"].as_u64().expect("correct");
+    assert!(
+        correct(&lenient) > correct(&reference),
+        "{} {}",
+        correct(&lenient),
+        correct(&reference)
+    );
+}
