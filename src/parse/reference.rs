@@ -20,7 +20,7 @@ pub fn read_as(reading: Reading, text: &str) -> Option<Result<Action, ParseFailu
         Reading::Lenient => return None,
         Reading::QwenEvaluator | Reading::QwenConverted => qwen_extract(text)
             .ok_or(ParseFailure::NoToolCall)
-            .and_then(|json| load_arguments(json.trim_matches(is_py_space)))
+            .and_then(|json| load_arguments(py_strip(&json)))
             .and_then(|args| qwen_arguments(&args, reading).map_err(ParseFailure::from)),
         Reading::AgentCpm => agentcpm_extract(text)
             .ok_or(ParseFailure::NoToolCall)
@@ -28,10 +28,6 @@ pub fn read_as(reading: Reading, text: &str) -> Option<Result<Action, ParseFailu
             .and_then(|args| agentcpm_arguments(&args).map_err(ParseFailure::from)),
     };
     Some(r)
-}
-
-fn is_py_space(c: char) -> bool {
-    py_strip(c.encode_utf8(&mut [0; 4])).is_empty()
 }
 
 /// The Qwen AndroidControl evaluator's extraction (InfiGUI-R1 `AndroidControl.compute_scores`, thinking off):
@@ -70,7 +66,9 @@ fn agentcpm_extract(text: &str) -> Option<&str> {
 fn load_arguments(text: &str) -> Result<Value, ParseFailure> {
     let v: Value =
         serde_json::from_str(text).map_err(|e| ParseFailure::InvalidJson(e.to_string()))?;
-    let map = v.as_object().ok_or(ActionError::NotAnObject("another value"))?;
+    let map = v
+        .as_object()
+        .ok_or(ActionError::NotAnObject("another value"))?;
     map.get("arguments")
         .cloned()
         .ok_or(ParseFailure::Action(ActionError::MissingArguments))
@@ -324,7 +322,8 @@ mod tests {
         read_as(reading, text).expect("a reference reading")
     }
 
-    const CLICK: &str = r#"{"name": "mobile_use", "arguments": {"action": "click", "coordinate": [5, 6]}}"#;
+    const CLICK: &str =
+        r#"{"name": "mobile_use", "arguments": {"action": "click", "coordinate": [5, 6]}}"#;
 
     #[test]
     fn the_qwen_evaluator_finds_only_its_own_forms() {
@@ -334,9 +333,11 @@ mod tests {
         });
         assert_eq!(read(q, &format!("Answer: {CLICK}")), want);
         assert_eq!(read(q, &format!("<tool_call>{CLICK}")), want);
-        let reordered = r#"{"arguments": {"action": "click", "coordinate": [5, 6]}, "name": "mobile_use"}"#;
+        let reordered =
+            r#"{"arguments": {"action": "click", "coordinate": [5, 6]}, "name": "mobile_use"}"#;
         assert_eq!(read(q, reordered), Err(ParseFailure::NoToolCall));
-        let draft = format!("<think><tool_call>\n{{}}\n</tool_call></think><tool_call>{CLICK}</tool_call>");
+        let draft =
+            format!("<think><tool_call>\n{{}}\n</tool_call></think><tool_call>{CLICK}</tool_call>");
         assert!(matches!(read(q, &draft), Err(ParseFailure::Action(_))));
         let tail = format!("<tool_call>\n{CLICK}\nnext: {{\"a\": {{\"b\": 1}}}} done");
         assert!(matches!(read(q, &tail), Err(ParseFailure::InvalidJson(_))));
@@ -348,7 +349,9 @@ mod tests {
 
     #[test]
     fn arguments_are_read_where_the_reference_reads_them() {
-        let call = |args: &str| format!("<tool_call>\n{{\"name\": \"x\", \"arguments\": {args}}}\n</tool_call>");
+        let call = |args: &str| {
+            format!("<tool_call>\n{{\"name\": \"x\", \"arguments\": {args}}}\n</tool_call>")
+        };
         let typed = call(r#"{"action": "type", "text": 5}"#);
         assert!(read(Reading::QwenEvaluator, &typed).is_err());
         assert!(read(Reading::AgentCpm, &typed).is_err());

@@ -417,11 +417,13 @@ def threshold_probes(name, t):
         candidates = [((1000, 1000), (500, 500), (500 + dx, 500 + dy)) for dx, dy in lattice(40)]
         return [Step("click/on-threshold", sc, None, gold_click(*g), [], tool(pred_click(*p))) for sc, g, p in candidates]
     flipped, kept = [], []
-    for side in (1000, 500, 2000):
+    # (side, gold x range, gold y step): a 2500-pixel screen holds float64 cases at 0.14 the others lack.
+    grids = [(1000, 7, 11, None), (500, 7, 11, None), (2000, 13, 17, None), (2500, 5, 9, 600)]
+    for side, xstep, ystep, xmax in grids:
         r = round(t * side)
         offsets = lattice(r)
-        for gx in range(r + 3, side - r - 3, 7 if side != 2000 else 13):
-            for gy in range(r + 5, side - r - 5, 11 if side != 2000 else 17):
+        for gx in range(r + 3, xmax or side - r - 3, xstep):
+            for gy in range(r + 5, side - r - 5, ystep):
                 for dx, dy in offsets:
                     step = ((side, side), (gx, gy), (gx + dx, gy + dy))
                     if flips(name, *step, t):
