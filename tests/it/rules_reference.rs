@@ -159,7 +159,7 @@ fn gui_odyssey() {
 }
 
 /// `score --rules P` reads answers as P's reference does and `--lenient-reading` reads them with this program's
-/// reader; each records its reading with the preset in `metrics.json`.
+/// reader; each records its reading with the preset in `metrics.json` and `scored.json`.
 #[test]
 fn the_reading_is_chosen_and_recorded() {
     let dir = probes("qwen-ac-infigui");
@@ -187,7 +187,11 @@ fn the_reading_is_chosen_and_recorded() {
             .expect("binary runs");
         assert!(o.status.success(), "{}", crate::util::text(&o));
         let text = std::fs::read_to_string(out.path().join("metrics.json")).unwrap();
-        serde_json::from_str(&text).unwrap()
+        let metrics: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let text = std::fs::read_to_string(out.path().join("scored.json")).unwrap();
+        let scored: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(scored["rules"]["reading"], metrics["rules"]["reading"]);
+        metrics
     };
     let reference = score(&[]);
     let lenient = score(&["--lenient-reading"]);
