@@ -355,6 +355,56 @@ mod tests {
     }
 
     #[test]
+    fn text_too_long_is_refused_from_its_length() {
+        let text = |n: usize| {
+            let body = json!({"messages": [{"role": "user", "content": "ab".repeat(n / 2)}], "max_tokens": 4});
+            parse_chat_request(body.to_string().as_bytes()).unwrap()
+        };
+        let e = prepare(&kit(), &text(5000), &limits()).unwrap_err();
+        assert_eq!((e.status, e.code), (413, Some("request_too_large")));
+        assert!(e.message.contains("--max-text-bytes"), "{}", e.message);
+        // 4000 bytes are at least 4000 / (2 · 4) = 500 tokens when no token is longer than 2 bytes: over 100.
+        let mut tight = limits();
+        tight.context_tokens = 100;
+        tight.longest_token_bytes = 2;
+        let e = prepare(&kit(), &text(4000), &tight).unwrap_err();
+        assert_eq!(e.code, Some("context_length_exceeded"));
+        assert!(
+            e.message.contains("at least 500 for the text"),
+            "{}",
+            e.message
+        );
+        // With the real bound (128-byte tokens) the same text is tokenised and then found too long.
+        tight.longest_token_bytes = 128;
+        let e = prepare(&kit(), &text(4000), &tight).unwrap_err();
+        assert_eq!(e.code, Some("context_length_exceeded"));
+        assert!(e.message.contains("in the messages"), "{}", e.message);
+    }
+
+    #[test]
+    fn pictures_over_the_context_are_refused_from_their_headers_before_decoding() {
+        // A PNG whose pixel data is cut off: decoding it would fail, so a context refusal proves it was not decoded.
+        let mut cut = png(60, 90);
+        cut.truncate(cut.len() / 2);
+        let url = crate::openai::png_data_url(&cut);
+        let mut tight = limits();
+        // 60x90 becomes 56x84: 2 · 3 = 6 image tokens, plus 5 to generate, over 8.
+        tight.context_tokens = 8;
+        let e = prepare(&kit(), &request(&url, json!({"max_tokens": 5})), &tight).unwrap_err();
+        assert_eq!(e.code, Some("context_length_exceeded"), "{}", e.message);
+        assert!(e.message.contains("6 for the pictures"), "{}", e.message);
+        let e = prepare(&kit(), &request(&url, json!({"max_tokens": 5})), &limits()).unwrap_err();
+        assert!(e.message.contains("cannot decode"), "{}", e.message);
+        let got = prepare(
+            &kit(),
+            &request(&crate::openai::png_data_url(&png(60, 90)), json!({})),
+            &limits(),
+        )
+        .unwrap();
+        assert_eq!(got.image_tokens, 6);
+    }
+
+    #[test]
     fn a_header_that_lies_about_a_huge_picture_is_refused_before_decoding() {
         // A PNG whose IHDR claims 100000 x 100000 pixels (a decompression bomb's shape).
         let mut bytes = png(4, 4);

@@ -244,6 +244,28 @@ fn refusals_come_in_openai_error_shape_and_the_server_keeps_serving() {
             404,
             "`gpt-4o` is not served here",
         ),
+        (
+            text(json!({"presence_penalty": 0.5})).to_string().into(),
+            400,
+            "`presence_penalty` is not supported",
+        ),
+        (
+            text(json!({"logit_bias": {"7": 5}})).to_string().into(),
+            400,
+            "`logit_bias` is not supported",
+        ),
+        (
+            text(json!({"response_format": {"type": "json_object"}}))
+                .to_string()
+                .into(),
+            400,
+            "only `response_format`",
+        ),
+        (
+            text(json!({"tool_choice": "required"})).to_string().into(),
+            400,
+            "only `tool_choice`",
+        ),
     ];
     for (body, status, says) in cases {
         let a = post(&url, &body, &[]);
@@ -275,6 +297,10 @@ fn refusals_come_in_openai_error_shape_and_the_server_keeps_serving() {
         big.contains("\"code\":\"request_too_large\"") && big.contains("--max-body-bytes"),
         "{big}"
     );
+    // A method a path does not take: 405 in the error shape, with the methods it takes.
+    let wrong = get(&url, &[]);
+    assert_eq!(wrong.status, 405, "{}", wrong.body);
+    assert_eq!(wrong.json()["error"]["code"], "method_not_allowed");
     let lost = get(&format!("{}/v1/nothing", server.root()), &[]);
     assert_eq!(
         (lost.status, lost.json()["error"]["code"].clone()),
@@ -326,6 +352,9 @@ fn an_api_key_is_required_when_set_and_other_hosts_need_one() {
     let bearer = format!("Bearer {key}");
     let ok = get(&models, &[("Authorization", &bearer)]);
     assert_eq!(ok.status, 200);
+    // The scheme's name is case-insensitive.
+    let lower = format!("bearer {key}");
+    assert_eq!(get(&models, &[("Authorization", &lower)]).status, 200);
     let card = &ok.json()["data"][0];
     assert!(
         card["id"].as_str().unwrap().ends_with("tiny-b") && card["fingerprint"].is_string(),
