@@ -15,7 +15,7 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::routes::App;
@@ -38,27 +38,13 @@ const CUT_OFF_GRACE: Duration = Duration::from_secs(1);
 
 /// Serve `listener` until a stop signal and the drain after it; `Err` when the deadline cut requests off.
 pub(crate) async fn serve(listener: TcpListener, app: Arc<App>, limits: ConnLimits) -> Result<()> {
-    let router = super::routes::router(app.clone());
-    let conns = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    let (closing, closing_rx) = watch::channel(false);
-    let accept = |stream: tokio::net::TcpStream, permit, keep_alive: bool| {
-        let service = TowerToHyperService::new(router.clone());
-        let mut closing = closing_rx.clone();
-        let mut builder = http1::Builder::new();
-        builder
-            .timer(TokioTimer::new())
-            .header_read_timeout(limits.header_timeout)
-            .keep_alive(keep_alive);
-        tokio::spawn(async move {
-            let _permit = permit;
-            let conn = builder.serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(conn);
-            tokio::select! {
-                r = conn.as_mut() => return log_end(r),
-                _ = closing.wait_for(|c| *c) => conn.as_mut().graceful_shutdown(),
-            }
-            log_end(conn.await);
-        });
+    let total = u32::try_from(limits.max_connections.max(1)).unwrap_or(u32::MAX);
+    let conns = Conns {
+        router: super::routes::router(app.clone()),
+        slots: Arc::new(Semaphore::new(total as usize)),
+        total,
+        closing: watch::channel(false).0,
+        header_timeout: limits.header_timeout,
     };
     let signal = super::stop_signal();
     tokio::pin!(signal);
@@ -66,8 +52,8 @@ pub(crate) async fn serve(listener: TcpListener, app: Arc<App>, limits: ConnLimi
     let sig = loop {
         tokio::select! {
             sig = &mut signal => break sig,
-            next = next_connection(&listener, &conns) => {
-                if let Some((stream, permit)) = next { accept(stream, permit, true) }
+            next = next_connection(&listener, &conns.slots) => {
+                if let Some((stream, permit)) = next { conns.spawn(stream, permit, true) }
             }
         }
     };
@@ -87,31 +73,72 @@ pub(crate) async fn serve(listener: TcpListener, app: Arc<App>, limits: ConnLimi
         tokio::select! {
             _ = tokio::time::sleep_until(deadline) => {}
             _ = tokio::time::sleep(Duration::from_millis(20)) => {}
-            next = next_connection(&listener, &conns) => {
-                if let Some((stream, permit)) = next { accept(stream, permit, false) }
+            next = next_connection(&listener, &conns.slots) => {
+                if let Some((stream, permit)) = next { conns.spawn(stream, permit, false) }
             }
         }
     }
     drop(listener);
-    // Closing: each connection ends once its answer is written.
-    let _ = closing.send(true);
-    let all = u32::try_from(limits.max_connections.max(1)).unwrap_or(u32::MAX);
-    let ended = tokio::time::timeout_at(deadline, conns.acquire_many(all)).await;
-    if ended.is_ok() {
-        return Ok(());
+    conns.close(&app, deadline, limits.shutdown_timeout).await
+}
+
+/// The open connections: the router they serve, a slot each, and the signal to end after the current answer.
+struct Conns {
+    router: axum::Router,
+    slots: Arc<Semaphore>,
+    /// How many slots there are (all free: every connection ended).
+    total: u32,
+    closing: watch::Sender<bool>,
+    header_timeout: Duration,
+}
+
+impl Conns {
+    /// Serve one connection on its own task, holding `permit` until it ends; with `keep_alive` false, it ends
+    /// after one answer.
+    fn spawn(&self, stream: tokio::net::TcpStream, permit: OwnedSemaphorePermit, keep_alive: bool) {
+        let service = TowerToHyperService::new(self.router.clone());
+        let mut closing = self.closing.subscribe();
+        let mut builder = http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.header_timeout)
+            .keep_alive(keep_alive);
+        tokio::spawn(async move {
+            let _permit = permit;
+            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            tokio::select! {
+                r = conn.as_mut() => return log_end(r),
+                _ = closing.wait_for(|c| *c) => conn.as_mut().graceful_shutdown(),
+            }
+            log_end(conn.await);
+        });
     }
-    let cut = app.in_flight();
-    if cut == 0 {
-        tracing::warn!("the shutdown deadline passed: closing the connections still open");
-        return Ok(());
+
+    /// End every connection once its answer is written, until `deadline`; past it, the requests still unanswered
+    /// get an error (a short grace to write it), and the result says how many.
+    async fn close(&self, app: &App, deadline: Instant, timeout: Duration) -> Result<()> {
+        let _ = self.closing.send(true);
+        let all = self.total;
+        if tokio::time::timeout_at(deadline, self.slots.acquire_many(all))
+            .await
+            .is_ok()
+        {
+            return Ok(());
+        }
+        let cut = app.in_flight();
+        if cut == 0 {
+            tracing::warn!("the shutdown deadline passed: closing the connections still open");
+            return Ok(());
+        }
+        let _ = app.abort.send(true);
+        let _ = tokio::time::timeout(CUT_OFF_GRACE, self.slots.acquire_many(all)).await;
+        anyhow::bail!(
+            "the shutdown deadline ({} s, --shutdown-timeout) passed with {cut} request(s) unanswered; they got \
+             an error",
+            timeout.as_secs_f64()
+        )
     }
-    let _ = app.abort.send(true);
-    let _ = tokio::time::timeout(CUT_OFF_GRACE, conns.acquire_many(all)).await;
-    anyhow::bail!(
-        "the shutdown deadline ({} s, --shutdown-timeout) passed with {cut} request(s) unanswered; they got an \
-         error",
-        limits.shutdown_timeout.as_secs_f64()
-    )
 }
 
 /// The next connection, once one of the connection slots is free; `None` after a failed accept (out of file
@@ -164,6 +191,24 @@ pub(crate) async fn read_body(
     tokio::time::timeout(timeout, read)
         .await
         .unwrap_or(Err(BodyError::Slow))
+}
+
+/// Read and drop the body of a request refused without it (a full queue, a stop), up to `limit` bytes and
+/// `timeout`: a connection closed with unread bytes is reset, and a reset can lose the refusal before the client
+/// reads it. Nothing is kept, so this costs no memory.
+pub(crate) async fn discard_body(body: axum::body::Body, limit: usize, timeout: Duration) {
+    use futures_util::StreamExt;
+    let drain = async {
+        let mut stream = body.into_data_stream();
+        let mut seen = 0;
+        while let Some(Ok(chunk)) = stream.next().await {
+            seen += chunk.len();
+            if seen > limit {
+                return;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(timeout, drain).await;
 }
 
 /// Why a request body could not be read.

@@ -166,7 +166,8 @@ pub fn run(cfg: ServeConfig) -> Result<()> {
     let served = runtime.block_on(listen(&cfg, app.clone()));
     // No new job can come: the engine finishes what it holds and its thread ends.
     app.jobs.lock().unwrap_or_else(|p| p.into_inner()).take();
-    drop(runtime);
+    // A preparation still running (its client gone) is not waited for long.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     // Past the shutdown deadline the engine is not waited for: the process ends with it.
     if served.is_ok() {
         engine

@@ -17,7 +17,7 @@ use axum::Router;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::{watch, Semaphore};
 
-use super::listen::{read_body, BodyError};
+use super::listen::{discard_body, read_body, BodyError};
 use super::meta::{cut_off, next_event, random_seed, Meta};
 use super::metrics::{Metrics, Ticket};
 use super::prepare::{check_counts, prepare, RequestLimits};
@@ -72,9 +72,8 @@ impl App {
     }
 }
 
-/// The router: the routes, the key check, the request counter and the body limit.
+/// The router: the routes, the key check and the request counter.
 pub(crate) fn router(app: Arc<App>) -> Router {
-    let limit = app.limits.max_body_bytes;
     Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/models", get(models))
@@ -82,7 +81,6 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .route("/metrics", get(metrics))
         .fallback(|| async { error_response(&ApiError::not_found("no such path", "not_found")) })
         .layer(axum::middleware::from_fn_with_state(app.clone(), guard))
-        .layer(axum::extract::DefaultBodyLimit::max(limit))
         .with_state(app)
 }
 
@@ -282,12 +280,19 @@ async fn read_and_prepare(
 
 async fn answer(app: Arc<App>, body: Body) -> Result<Response, ApiError> {
     let t0 = Instant::now();
-    if app.stopping.load(Ordering::Relaxed) {
-        return Err(ApiError::unavailable("the server is stopping"));
-    }
-    let slot = app.slots.clone().try_acquire_owned().map_err(|_| {
-        ApiError::overloaded("the server's queue is full; retry later (see Retry-After)")
-    })?;
+    let stopping = app.stopping.load(Ordering::Relaxed);
+    let slot = match app.slots.clone().try_acquire_owned() {
+        Ok(slot) if !stopping => slot,
+        refused => {
+            drop(refused);
+            discard_body(body, app.limits.max_body_bytes, app.body_timeout).await;
+            return Err(if stopping {
+                ApiError::unavailable("the server is stopping")
+            } else {
+                ApiError::overloaded("the server's queue is full; retry later (see Retry-After)")
+            });
+        }
+    };
     let ticket = Ticket::new(app.metrics.clone(), slot);
     let (req, prepared) = read_and_prepare(&app, body).await?;
     let id = app.next_id.fetch_add(1, Ordering::Relaxed);
