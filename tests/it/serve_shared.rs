@@ -3,7 +3,7 @@
 //! SIGTERM from exiting within the shutdown deadline; while draining, `/health` and new requests get 503 and a
 //! request still running at the deadline gets an error; and a hostile burst (long texts, many large pictures,
 //! large bodies, bodies announced over the limit) never lifts the server's peak memory more than 1 GiB over its
-//! footprint after the start.
+//! footprint after the start; and without `--max-pixels` a picture costs at most 1280 image tokens.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -267,6 +267,11 @@ fn a_hostile_burst_stays_within_a_stated_memory_bound() {
     );
     assert!(statuses.contains(&200), "{statuses:?}");
     let (_, peak) = memory(pid);
+    eprintln!(
+        "footprint {} MiB, peak {} MiB under the burst",
+        footprint >> 20,
+        peak >> 20
+    );
     assert!(
         peak < footprint + BOUND,
         "peak {} MiB over the footprint {} MiB plus the bound {} MiB",
@@ -275,4 +280,22 @@ fn a_hostile_burst_stays_within_a_stated_memory_bound() {
         BOUND >> 20
     );
     assert_eq!(post(&url, &small(), &[]).status, 200);
+}
+
+#[test]
+fn without_max_pixels_a_picture_costs_at_most_1280_tokens() {
+    let server = Server::start_unbounded(&["--max-new-tokens", "4"]);
+    // 2000x2000 would be 71 · 71 = 5041 image tokens under the checkpoint's bounds; serve's default makes it
+    // 35 · 35 = 1225 (980x980 pixels, within 1280 · 28² pixels).
+    let picture = mobile_r1_eval::openai::png_data_url(&big_png(2000, 2000));
+    let body = json!({"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": picture}}, {"type": "text", "text": "hi"}]}], "max_tokens": 1});
+    let a = post(
+        &format!("{}/chat/completions", server.base),
+        body.to_string().as_bytes(),
+        &[],
+    );
+    assert_eq!(a.status, 200, "{}", a.body);
+    let prompt = a.json()["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!((1225..1300).contains(&prompt), "{prompt} prompt tokens");
 }

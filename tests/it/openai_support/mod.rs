@@ -34,10 +34,20 @@ impl Server {
 
     /// [`Server::start`] with the checkpoint `model`.
     pub fn start_model(model: &Path, extra: &[&str], envs: &[(&str, &str)]) -> Self {
+        Self::start_with(model, &["--max-pixels", MAX_PIXELS], extra, envs)
+    }
+
+    /// `serve --model tiny-b --port 0` with `extra` flags only (the server's own pixel bounds).
+    pub fn start_unbounded(extra: &[&str]) -> Self {
+        Self::start_with(&tiny(), &[], extra, &[])
+    }
+
+    fn start_with(model: &Path, pixels: &[&str], extra: &[&str], envs: &[(&str, &str)]) -> Self {
         let mut cmd = crate::util::bin();
         cmd.args(["serve", "--model"])
             .arg(model)
-            .args(["--port", "0", "--max-pixels", MAX_PIXELS])
+            .args(["--port", "0"])
+            .args(pixels)
             .args(extra)
             .envs(envs.iter().copied())
             .env("RUST_LOG", "warn")
