@@ -268,28 +268,18 @@ fn unsupported(obj: &Map<String, Value>) -> Result<(), ApiError> {
             }
         }
     }
-    match field(obj, "logit_bias") {
-        None => {}
-        Some(Value::Object(m)) if m.is_empty() => {}
-        Some(Value::Object(_)) => {
-            return Err(ApiError::invalid(
-                "logit_bias",
-                "`logit_bias` is not supported: send {} or leave it out",
-            ))
-        }
-        Some(v) => return Err(wrong("logit_bias", "an object", v)),
-    }
-    match field(obj, "response_format") {
-        None => {}
-        Some(Value::Object(m)) if m.get("type") == Some(&Value::from("text")) => {}
-        Some(Value::Object(_)) => {
-            return Err(ApiError::invalid(
-                "response_format",
-                "only `response_format` {\"type\": \"text\"} is supported (no JSON mode or schema)",
-            ))
-        }
-        Some(v) => return Err(wrong("response_format", "an object", v)),
-    }
+    neutral_object(
+        obj,
+        "logit_bias",
+        |m| m.is_empty(),
+        "`logit_bias` is not supported: send {} or leave it out",
+    )?;
+    neutral_object(
+        obj,
+        "response_format",
+        |m| m.get("type") == Some(&Value::from("text")),
+        "only `response_format` {\"type\": \"text\"} is supported (no JSON mode or schema)",
+    )?;
     match field(obj, "tool_choice") {
         None => {}
         Some(Value::String(s)) if s == "none" || s == "auto" => {}
@@ -320,6 +310,21 @@ fn unsupported(obj: &Map<String, Value>) -> Result<(), ApiError> {
         }
     }
     Ok(())
+}
+
+/// The object field `name`: absent or `neutral`, else refused with `refusal`.
+fn neutral_object(
+    obj: &Map<String, Value>,
+    name: &str,
+    neutral: impl Fn(&Map<String, Value>) -> bool,
+    refusal: &str,
+) -> Result<(), ApiError> {
+    match field(obj, name) {
+        None => Ok(()),
+        Some(Value::Object(m)) if neutral(m) => Ok(()),
+        Some(Value::Object(_)) => Err(ApiError::invalid(name, refusal)),
+        Some(v) => Err(wrong(name, "an object", v)),
+    }
 }
 
 fn seed(obj: &Map<String, Value>) -> Result<Option<u64>, ApiError> {

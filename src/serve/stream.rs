@@ -1,7 +1,8 @@
 //! A streamed answer as server-sent events, the way OpenAI sends them: a first chunk with the role, one chunk per
 //! piece of text (with the log-probabilities of its tokens when asked for), a last content chunk with
 //! `finish_reason`, a usage chunk (`choices: []`) when `stream_options.include_usage` asked for one, then
-//! `data: [DONE]`. An engine failure is sent as a `data:` line holding `{"error": …}`, which clients raise.
+//! `data: [DONE]`. An engine failure, or the shutdown deadline cutting the answer off, is sent as a `data:` line
+//! holding `{"error": …}`, which clients raise.
 
 use std::convert::Infallible;
 

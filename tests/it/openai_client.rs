@@ -8,7 +8,8 @@ use std::process::Command;
 use serde_json::{json, Value};
 
 use crate::openai_support::{
-    get, post, sample_png, signal, tiny, wait_exit, wait_for, Server, MAX_PIXELS,
+    get, post, raw_post, sample_png, signal, start_long_request, tiny, wait_exit, Server,
+    MAX_PIXELS,
 };
 
 /// The virtual environment `.ci/openai-client.sh` makes, if it has the client.
@@ -140,23 +141,6 @@ fn the_official_python_client_talks_to_serve() {
 fn with_picture(url: &str) -> Value {
     json!({"messages": [{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "hi"}]}], "max_tokens": 4})
-}
-
-/// The whole answer to a chat request's headers announcing `length` bytes, sent without the body.
-fn raw_post(root: &str, length: usize) -> String {
-    use std::io::{Read, Write};
-    let addr = root.trim_start_matches("http://");
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(std::time::Duration::from_secs(60)))
-        .unwrap();
-    let head = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Content-Length: {length}\r\nConnection: close\r\n\r\n"
-    );
-    s.write_all(head.as_bytes()).unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
 }
 
 #[test]
@@ -399,18 +383,7 @@ fn a_full_queue_answers_429_and_a_stop_finishes_the_request_in_flight() {
     );
     let url = format!("{}/chat/completions", server.base);
     let metrics = format!("{}/metrics", server.root());
-    let long = json!({"messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": 500,
-        "ignore_eos": true});
-    let running = {
-        let url = url.clone();
-        std::thread::spawn(move || post(&url, long.to_string().as_bytes(), &[]))
-    };
-    wait_for("the long request to run", || {
-        get(&metrics, &[])
-            .body
-            .lines()
-            .any(|l| l == "mobile_r1_eval_running_sequences 1")
-    });
+    let running = start_long_request(&server, 500);
     let busy = post(
         &url,
         json!({"messages": [{"role": "user", "content": "hi"}]})

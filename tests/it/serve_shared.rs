@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::openai_support::{get, post, signal, wait_exit, wait_for, Server};
+use crate::openai_support::{
+    get, post, raw_post, signal, start_long_request, wait_exit, wait_for, Server,
+};
 
 /// A connection to the server at `root` (`http://127.0.0.1:PORT`).
 fn connect(root: &str) -> TcpStream {
@@ -118,19 +120,7 @@ fn draining_answers_503_and_the_deadline_cuts_off_what_still_runs() {
         &[],
     );
     let url = format!("{}/chat/completions", server.base);
-    let metrics = format!("{}/metrics", server.root());
-    let long = json!({"messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": 30000,
-        "ignore_eos": true});
-    let running = {
-        let url = url.clone();
-        std::thread::spawn(move || post(&url, long.to_string().as_bytes(), &[]))
-    };
-    wait_for("the long request to run", || {
-        get(&metrics, &[])
-            .body
-            .lines()
-            .any(|l| l == "mobile_r1_eval_running_sequences 1")
-    });
+    let running = start_long_request(&server, 30000);
     let t0 = Instant::now();
     signal(server.child.id(), "TERM");
     wait_for("/health to say 503", || {
@@ -182,20 +172,6 @@ fn big_png(w: u32, h: u32) -> Vec<u8> {
     let mut out = std::io::Cursor::new(Vec::new());
     img.write_to(&mut out, image::ImageFormat::Png).unwrap();
     out.into_inner()
-}
-
-/// The whole answer to a chat request whose headers announce `length` bytes, sent without the body.
-fn announce(root: &str, length: usize) -> String {
-    let mut s = connect(root);
-    let addr = root.trim_start_matches("http://");
-    let head = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Content-Length: {length}\r\nConnection: close\r\n\r\n"
-    );
-    s.write_all(head.as_bytes()).unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
 }
 
 #[cfg(target_os = "linux")]
@@ -253,7 +229,7 @@ fn a_hostile_burst_stays_within_a_stated_memory_bound() {
     let announced: Vec<_> = (0..8)
         .map(|_| {
             let root = server.root();
-            std::thread::spawn(move || announce(&root, 100 << 20))
+            std::thread::spawn(move || raw_post(&root, 100 << 20))
         })
         .collect();
     for a in announced {
