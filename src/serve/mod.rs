@@ -78,8 +78,8 @@ impl ServeConfig {
 
 /// Image tokens of the largest picture `serve` takes without `--max-pixels`: `max_pixels` is this many merged
 /// patches (1280 · 28² = 1,003,520 pixels for Qwen2.5-VL, 1280 · 32² for Qwen3-VL), or the checkpoint's own when
-/// smaller. A picture then costs at most 1280 prompt tokens: a fraction of a second of prefill on a GPU, some
-/// seconds on a CPU, where the checkpoints' own bounds (16384 tokens) would hold the engine for minutes.
+/// smaller. A picture then costs at most 1280 prompt tokens, a twelfth of the 16384 the checkpoints' own bounds
+/// allow, so one large screenshot's prefill (the engine prefills a prompt whole) does not stall the batch for long.
 pub const SERVE_IMAGE_TOKENS: u64 = 1280;
 
 /// The checkpoint's `max_pixels` capped at [`SERVE_IMAGE_TOKENS`], unless `--max-pixels` set it.
