@@ -149,13 +149,33 @@ pub struct ServeArgs {
     #[arg(long)]
     pub served_model_name: Option<String>,
     /// Most bytes of a request body (413 beyond).
-    #[arg(long, default_value_t = 64 << 20, value_parser = whole::<usize>, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 16 << 20, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub max_body_bytes: usize,
+    /// Most bytes of text over a request's messages (413 beyond), checked before anything is tokenised.
+    #[arg(long, default_value_t = 1 << 20, value_parser = whole::<usize>, allow_negative_numbers = true)]
+    pub max_text_bytes: usize,
+    /// Most requests reading and preparing their body at once (the others hold their queue slot and wait).
+    #[arg(long, default_value_t = 2, value_parser = whole::<usize>, allow_negative_numbers = true)]
+    pub max_preparing: usize,
+    /// Most open connections; more wait to be accepted.
+    #[arg(long, default_value_t = 256, value_parser = whole::<usize>, allow_negative_numbers = true)]
+    pub max_connections: usize,
+    /// Seconds a client has to send a whole request head, counted from when the server waits for one (so an idle
+    /// kept-alive connection is closed after it too).
+    #[arg(long, default_value_t = 10.0, value_parser = seconds)]
+    pub header_timeout: f64,
+    /// Seconds a client has to send a whole request body, once the server reads it (408 beyond).
+    #[arg(long, default_value_t = 60.0, value_parser = seconds)]
+    pub body_timeout: f64,
+    /// Seconds from Ctrl-C or SIGTERM to the exit: the requests in flight that are not answered by then get an
+    /// error.
+    #[arg(long, default_value_t = 60.0, value_parser = seconds)]
+    pub shutdown_timeout: f64,
     /// Most pictures in one request.
     #[arg(long, default_value_t = 8, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub max_images: usize,
     /// Most pixels of one picture as sent (checked from its header before it is decoded).
-    #[arg(long, default_value_t = 40_000_000, value_parser = whole::<u64>, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 16_000_000, value_parser = whole::<u64>, allow_negative_numbers = true)]
     pub max_image_pixels: u64,
 }
 

@@ -1,11 +1,13 @@
 //! `serve`: a checkpoint behind an OpenAI-compatible HTTP API.
 
+use std::time::Duration;
+
 use anyhow::{bail, Result};
 
 use super::model_spec;
 use crate::cli::ServeArgs;
 use crate::openai::ApiKey;
-use crate::serve::{RequestLimits, ServeConfig};
+use crate::serve::{ConnLimits, RequestLimits, ServeConfig};
 
 /// The API key held by the environment variable `var` (named by `flag`); `None` without a variable.
 pub(crate) fn api_key(flag: &str, var: Option<&str>) -> Result<Option<ApiKey>> {
@@ -19,6 +21,14 @@ pub(crate) fn api_key(flag: &str, var: Option<&str>) -> Result<Option<ApiKey>> {
         },
         Err(_) => bail!("{flag} {var}: no such environment variable (it should hold the API key)"),
     }
+}
+
+/// `n`, refused when 0 (naming `flag`).
+fn positive(flag: &str, n: usize) -> Result<usize> {
+    if n == 0 {
+        bail!("{flag} 0: must be at least 1");
+    }
+    Ok(n)
 }
 
 /// The command line as the server's settings, each value checked and each error naming its flag.
@@ -49,10 +59,19 @@ pub fn config(a: ServeArgs) -> Result<ServeConfig> {
         max_queue: a.max_queue,
         limits: RequestLimits {
             max_body_bytes: a.max_body_bytes,
+            max_text_bytes: a.max_text_bytes,
             max_images: a.max_images,
             max_image_pixels: a.max_image_pixels,
             max_new_tokens: a.max_new_tokens,
             context_tokens: usize::MAX,
+            longest_token_bytes: usize::MAX,
+        },
+        max_preparing: positive("--max-preparing", a.max_preparing)?,
+        conn: ConnLimits {
+            max_connections: positive("--max-connections", a.max_connections)?,
+            header_timeout: Duration::from_secs_f64(a.header_timeout),
+            body_timeout: Duration::from_secs_f64(a.body_timeout),
+            shutdown_timeout: Duration::from_secs_f64(a.shutdown_timeout),
         },
         api_key: api_key("--api-key-env", a.api_key_env.as_deref())?,
     };

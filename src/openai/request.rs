@@ -90,6 +90,23 @@ pub struct ChatCompletionRequest {
 }
 
 impl ChatCompletionRequest {
+    /// Bytes of text over all messages (what the tokeniser will read, less the chat template's own).
+    pub(crate) fn text_bytes(&self) -> usize {
+        self.messages
+            .iter()
+            .map(|m| match &m.content {
+                Content::Text(t) => t.len(),
+                Content::Parts(p) => p
+                    .iter()
+                    .map(|p| match p {
+                        Part::Text(t) => t.len(),
+                        Part::Image(_) => 0,
+                    })
+                    .sum(),
+            })
+            .sum()
+    }
+
     /// Number of image parts over all messages.
     pub(crate) fn image_count(&self) -> usize {
         self.messages
@@ -237,8 +254,42 @@ pub fn parse_chat_request(body: &[u8]) -> Result<ChatCompletionRequest, ApiError
     })
 }
 
-/// Features this server does not have: several choices, tools.
+/// Features this server does not have: several choices, tools, structured output, penalties and logit biases.
+/// Their neutral values are accepted (clients send them by default); anything else is refused naming the field,
+/// never ignored.
 fn unsupported(obj: &Map<String, Value>) -> Result<(), ApiError> {
+    for name in ["presence_penalty", "frequency_penalty"] {
+        if let Some(x) = opt_f64(obj, name, -2.0, 2.0)? {
+            if x != 0.0 {
+                return Err(ApiError::invalid(
+                    name,
+                    format!("`{name}` is not supported: send 0 or leave it out"),
+                ));
+            }
+        }
+    }
+    neutral_object(
+        obj,
+        "logit_bias",
+        |m| m.is_empty(),
+        "`logit_bias` is not supported: send {} or leave it out",
+    )?;
+    neutral_object(
+        obj,
+        "response_format",
+        |m| m.get("type") == Some(&Value::from("text")),
+        "only `response_format` {\"type\": \"text\"} is supported (no JSON mode or schema)",
+    )?;
+    match field(obj, "tool_choice") {
+        None => {}
+        Some(Value::String(s)) if s == "none" || s == "auto" => {}
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "tool_choice",
+                "only `tool_choice` \"none\" or \"auto\" is supported (this server calls no tools)",
+            ))
+        }
+    }
     if let Some(n) = opt_count(obj, "n")? {
         if n != 1 {
             return Err(ApiError::invalid(
@@ -259,6 +310,21 @@ fn unsupported(obj: &Map<String, Value>) -> Result<(), ApiError> {
         }
     }
     Ok(())
+}
+
+/// The object field `name`: absent or `neutral`, else refused with `refusal`.
+fn neutral_object(
+    obj: &Map<String, Value>,
+    name: &str,
+    neutral: impl Fn(&Map<String, Value>) -> bool,
+    refusal: &str,
+) -> Result<(), ApiError> {
+    match field(obj, name) {
+        None => Ok(()),
+        Some(Value::Object(m)) if neutral(m) => Ok(()),
+        Some(Value::Object(_)) => Err(ApiError::invalid(name, refusal)),
+        Some(v) => Err(wrong(name, "an object", v)),
+    }
 }
 
 fn seed(obj: &Map<String, Value>) -> Result<Option<u64>, ApiError> {
@@ -472,6 +538,19 @@ mod tests {
     }
 
     #[test]
+    fn neutral_values_of_unsupported_features_are_accepted() {
+        let r = parse(
+            json!({"messages": [{"role": "user", "content": "hi"}], "presence_penalty": 0,
+            "frequency_penalty": 0.0, "logit_bias": {}, "response_format": {"type": "text"},
+            "tool_choice": "none", "tools": []}),
+        );
+        assert!(r.is_ok(), "{r:?}");
+        let auto =
+            parse(json!({"messages": [{"role": "user", "content": "hi"}], "tool_choice": "auto"}));
+        assert!(auto.is_ok(), "{auto:?}");
+    }
+
+    #[test]
     fn nulls_are_absent() {
         let r = parse(
             json!({"messages": [{"role": "user", "content": "hi"}], "stop": null,
@@ -551,6 +630,35 @@ mod tests {
             (json!({"messages": [user], "stream": "yes"}), "stream"),
             (json!({"messages": [user], "model": 1}), "model"),
             (json!({"messages": [user], "seed": 1.5}), "seed"),
+            (
+                json!({"messages": [user], "presence_penalty": 0.5}),
+                "presence_penalty",
+            ),
+            (
+                json!({"messages": [user], "frequency_penalty": -1}),
+                "frequency_penalty",
+            ),
+            (
+                json!({"messages": [user], "frequency_penalty": 3}),
+                "frequency_penalty",
+            ),
+            (
+                json!({"messages": [user], "logit_bias": {"50256": -100}}),
+                "logit_bias",
+            ),
+            (json!({"messages": [user], "logit_bias": [1]}), "logit_bias"),
+            (
+                json!({"messages": [user], "response_format": {"type": "json_object"}}),
+                "response_format",
+            ),
+            (
+                json!({"messages": [user], "tool_choice": "required"}),
+                "tool_choice",
+            ),
+            (
+                json!({"messages": [user], "tool_choice": {"type": "function", "function": {"name": "f"}}}),
+                "tool_choice",
+            ),
         ];
         for (body, param) in cases {
             assert_eq!(param_of(body.clone()), (400, param.to_string()), "{body}");

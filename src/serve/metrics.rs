@@ -1,11 +1,13 @@
 //! What `GET /metrics` shows, in Prometheus' text format: requests by path and status, the queue (accepted and not
 //! yet generating), the running sequences and the most that ever ran together (the batcher's occupancy), tokens
-//! in and out, and the engine's prefill and decode rates.
+//! in and out, and the engine's prefill and decode rates; and, from the queue and the recent answers, how long a
+//! client refused for a full queue should wait (`Retry-After`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::sync::OwnedSemaphorePermit;
 
@@ -21,6 +23,26 @@ pub struct Metrics {
     prompt_tokens: AtomicU64,
     generated_tokens: AtomicU64,
     engine: Mutex<PhaseStats>,
+    /// When the latest answers were finished (at most [`RECENT`]), for the service rate.
+    recent: Mutex<VecDeque<Instant>>,
+}
+
+/// How many of the latest answers the service rate is measured over.
+const RECENT: usize = 32;
+/// Answers older than this do not count for the service rate.
+const RECENT_WINDOW: Duration = Duration::from_secs(120);
+/// The longest `Retry-After`.
+const MAX_RETRY_AFTER: u64 = 60;
+
+/// Seconds to wait for a slot: the requests waiting (plus the one asking) served at `per_second` answers a second
+/// (none measured: one second each), at least 1, at most [`MAX_RETRY_AFTER`].
+pub(crate) fn retry_after_seconds(waiting: usize, per_second: Option<f64>) -> u64 {
+    let ahead = (waiting + 1) as f64;
+    let secs = match per_second {
+        Some(r) if r > 0.0 => (ahead / r).ceil(),
+        _ => ahead,
+    };
+    (secs as u64).clamp(1, MAX_RETRY_AFTER)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -42,6 +64,31 @@ impl Metrics {
         self.generated_tokens
             .fetch_add(generated as u64, Ordering::Relaxed);
         *lock(&self.engine) = engine.clone();
+        let mut recent = lock(&self.recent);
+        if recent.len() == RECENT {
+            recent.pop_front();
+        }
+        recent.push_back(Instant::now());
+    }
+
+    /// Answers per second over the recent ones (`None` with fewer than two in the window).
+    fn service_rate(&self) -> Option<f64> {
+        let now = Instant::now();
+        let recent = lock(&self.recent);
+        let times: Vec<Instant> = recent
+            .iter()
+            .copied()
+            .filter(|t| now.duration_since(*t) < RECENT_WINDOW)
+            .collect();
+        let first = *times.first()?;
+        let span = now.duration_since(first).as_secs_f64();
+        (times.len() >= 2 && span > 0.0).then(|| times.len() as f64 / span)
+    }
+
+    /// `Retry-After` for a request refused because all `slots` are taken.
+    pub(crate) fn retry_after(&self, slots: usize) -> u64 {
+        let queued = self.queued.load(Ordering::Relaxed).min(slots);
+        retry_after_seconds(queued, self.service_rate())
     }
 
     /// The Prometheus text exposition.
@@ -132,6 +179,8 @@ impl Metrics {
 pub(crate) struct Ticket {
     metrics: Arc<Metrics>,
     running: bool,
+    since: Instant,
+    first_token: Option<Duration>,
     _slot: OwnedSemaphorePermit,
 }
 
@@ -142,8 +191,20 @@ impl Ticket {
         Self {
             metrics,
             running: false,
+            since: Instant::now(),
+            first_token: None,
             _slot: slot,
         }
+    }
+
+    /// Time from the slot to the first token (waiting, preparing, queueing and prefill), once there is one.
+    pub fn first_token(&self) -> Option<Duration> {
+        self.first_token
+    }
+
+    /// Time since the slot was taken.
+    pub fn age(&self) -> Duration {
+        self.since.elapsed()
     }
 
     /// Its first token came: it is running.
@@ -152,6 +213,7 @@ impl Ticket {
             return;
         }
         self.running = true;
+        self.first_token = Some(self.since.elapsed());
         let m = &self.metrics;
         m.queued.fetch_sub(1, Ordering::Relaxed);
         let now = m.running.fetch_add(1, Ordering::Relaxed) + 1;
@@ -201,5 +263,26 @@ mod tests {
         drop((b, c));
         assert_eq!(slots.available_permits(), 4);
         assert!(m.render().contains("mobile_r1_eval_running_sequences 0"));
+    }
+
+    #[test]
+    fn retry_after_follows_the_queue_and_the_service_rate() {
+        // Nothing measured yet: a second per request ahead.
+        assert_eq!(retry_after_seconds(0, None), 1);
+        assert_eq!(retry_after_seconds(9, None), 10);
+        // Two answers a second, 7 waiting: the eighth slot frees in 4 s.
+        assert_eq!(retry_after_seconds(7, Some(2.0)), 4);
+        // A fast server still says at least 1; a stalled one at most the cap.
+        assert_eq!(retry_after_seconds(3, Some(100.0)), 1);
+        assert_eq!(retry_after_seconds(500, Some(0.1)), MAX_RETRY_AFTER);
+        let m = Metrics::default();
+        assert_eq!(m.retry_after(4), 1);
+        let slots = Arc::new(tokio::sync::Semaphore::new(8));
+        let m = Arc::new(Metrics::default());
+        let waiting: Vec<Ticket> = (0..5)
+            .map(|_| Ticket::new(m.clone(), slots.clone().try_acquire_owned().unwrap()))
+            .collect();
+        assert_eq!(m.retry_after(8), 6);
+        drop(waiting);
     }
 }

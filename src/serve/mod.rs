@@ -4,10 +4,16 @@
 //! concurrent clients are batched together, and a greedy answer is the one `eval` gets for the same prompt.
 //!
 //! Made for a shared machine: it binds to the loopback interface unless told otherwise, and then refuses to start
-//! without an API key; the queue is bounded (beyond it, 429 with `Retry-After`); bodies, pictures per request and
-//! pixels per picture are capped; a bad request gets a 4xx in OpenAI's error shape. Ctrl-C or SIGTERM stops
-//! accepting, lets the requests in flight finish, then returns (a second one exits at once).
+//! without an API key; the queue is bounded (beyond it, 429 with a `Retry-After` from the queue and the recent
+//! answers); a body is read only once its request holds a queue slot and one of the few preparing places; bodies,
+//! text, pictures per request and pixels per picture are capped, and a prompt that cannot fit the context is
+//! refused from the text's length and the pictures' headers, before anything is tokenised or decoded; connections
+//! are capped and each request head has a deadline ([`listen`]); a bad request gets a 4xx in OpenAI's error shape.
+//! Ctrl-C or SIGTERM answers new requests 503, lets the requests in flight finish within a deadline, then returns
+//! (a second one exits at once).
 
+mod listen;
+mod meta;
 mod metrics;
 mod prepare;
 mod routes;
@@ -16,11 +22,12 @@ mod text;
 mod worker;
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context, Result};
 
+pub use listen::ConnLimits;
 pub use metrics::Metrics;
 pub(crate) use prepare::RequestLimits;
 
@@ -47,6 +54,10 @@ pub struct ServeConfig {
     pub max_queue: usize,
     /// What one request may hold.
     pub limits: RequestLimits,
+    /// Most requests reading or preparing their body at once (`--max-preparing`).
+    pub max_preparing: usize,
+    /// The connection bounds.
+    pub conn: ConnLimits,
     /// The key clients must send.
     pub api_key: Option<ApiKey>,
 }
@@ -65,10 +76,32 @@ impl ServeConfig {
     }
 }
 
+/// Image tokens of the largest picture `serve` takes without `--max-pixels`: `max_pixels` is this many merged
+/// patches (1280 · 28² = 1,003,520 pixels for Qwen2.5-VL, 1280 · 32² for Qwen3-VL), or the checkpoint's own when
+/// smaller. A picture then costs at most 1280 prompt tokens, a twelfth of the 16384 the checkpoints' own bounds
+/// allow, so one large screenshot's prefill (the engine prefills a prompt whole) does not stall the batch for long.
+pub const SERVE_IMAGE_TOKENS: u64 = 1280;
+
+/// The checkpoint's `max_pixels` capped at [`SERVE_IMAGE_TOKENS`], unless `--max-pixels` set it.
+fn serve_pixel_default(model: &mut LoadedModel, spec: &ModelSpec) {
+    if spec.max_pixels.is_some() {
+        return;
+    }
+    let im = &model.kit.image;
+    let factor = im.factor() as u64;
+    let max = im
+        .max_pixels
+        .min(SERVE_IMAGE_TOKENS * factor * factor)
+        .max(im.min_pixels);
+    model.kit.image = im.clone().with_pixel_bounds(im.min_pixels, max);
+}
+
 /// Load the checkpoint, serve until Ctrl-C or SIGTERM, finish what is in flight, and return.
 pub fn run(cfg: ServeConfig) -> Result<()> {
     cfg.check()?;
-    let model = Arc::new(LoadedModel::load(&cfg.model)?);
+    let mut loaded = LoadedModel::load(&cfg.model)?;
+    serve_pixel_default(&mut loaded, &cfg.model);
+    let model = Arc::new(loaded);
     let context = model.model.config().text.max_position_embeddings;
     crate::validate::new_tokens_fit_context(cfg.limits.max_new_tokens, context)?;
     let limits = BatchLimits::auto(
@@ -83,6 +116,7 @@ pub fn run(cfg: ServeConfig) -> Result<()> {
         .context_tokens
         .min(model.model.config().text.max_position_embeddings)
         .min(cfg.max_batch_tokens.unwrap_or(usize::MAX));
+    request_limits.longest_token_bytes = text::longest_token_bytes(&model.kit.tokenizer);
     let mut stop_tokens = model.model.config().eos_token_ids.clone();
     if stop_tokens.is_empty() {
         stop_tokens = model.kit.tokenizer.stop_ids();
@@ -96,14 +130,17 @@ pub fn run(cfg: ServeConfig) -> Result<()> {
             .spawn(move || worker::run(model, limits, rx, metrics))
             .context("starting the engine thread")?
     };
+    let total_slots = cfg.batch_size.max(1) + cfg.max_queue;
     let app = Arc::new(routes::App {
         model,
         served_name: cfg.served_name.clone(),
         limits: request_limits,
         stop_tokens,
-        slots: Arc::new(tokio::sync::Semaphore::new(
-            cfg.batch_size.max(1) + cfg.max_queue,
-        )),
+        slots: Arc::new(tokio::sync::Semaphore::new(total_slots)),
+        total_slots,
+        preparing: tokio::sync::Semaphore::new(cfg.max_preparing.max(1)),
+        body_timeout: cfg.conn.body_timeout,
+        abort: tokio::sync::watch::channel(false).0,
         jobs: Mutex::new(Some(jobs)),
         metrics,
         api_key: cfg.api_key.clone(),
@@ -113,7 +150,15 @@ pub fn run(cfg: ServeConfig) -> Result<()> {
             .map_or(0, |d| d.as_secs()),
         next_id: AtomicUsize::new(0),
     });
-    tracing::info!("batch limits {limits:?}; request limits {request_limits:?}");
+    let im = &app.model.kit.image;
+    tracing::info!(
+        "batch limits {limits:?}; request limits {request_limits:?}; pictures resized within {}..={} pixels; \
+         {} preparing at once; connections {:?}",
+        im.min_pixels,
+        im.max_pixels,
+        cfg.max_preparing,
+        cfg.conn
+    );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -121,10 +166,14 @@ pub fn run(cfg: ServeConfig) -> Result<()> {
     let served = runtime.block_on(listen(&cfg, app.clone()));
     // No new job can come: the engine finishes what it holds and its thread ends.
     app.jobs.lock().unwrap_or_else(|p| p.into_inner()).take();
-    drop(runtime);
-    engine
-        .join()
-        .map_err(|_| anyhow::anyhow!("the engine thread panicked"))?;
+    // A preparation still running (its client gone) is not waited for long.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    // Past the shutdown deadline the engine is not waited for: the process ends with it.
+    if served.is_ok() {
+        engine
+            .join()
+            .map_err(|_| anyhow::anyhow!("the engine thread panicked"))?;
+    }
     served
 }
 
@@ -146,26 +195,11 @@ async fn listen(cfg: &ServeConfig, app: Arc<routes::App>) -> Result<()> {
         "no API key"
     };
     tracing::info!("serving {} on http://{local}/v1; {auth}", cfg.model.model);
-    let stopping = app.clone();
-    axum::serve(listener, routes::router(app))
-        .with_graceful_shutdown(async move {
-            let sig = stop_signal().await;
-            stopping.stopping.store(true, Ordering::Relaxed);
-            tracing::warn!(
-                "{sig}: no new requests; finishing the ones in flight (again to quit at once)"
-            );
-            tokio::spawn(async {
-                let sig = stop_signal().await;
-                eprintln!("{sig} again: quitting at once");
-                std::process::exit(130);
-            });
-        })
-        .await
-        .context("serving HTTP")
+    listen::serve(listener, app, cfg.conn).await
 }
 
 /// The next Ctrl-C or SIGTERM (its name).
-async fn stop_signal() -> &'static str {
+pub(crate) async fn stop_signal() -> &'static str {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};

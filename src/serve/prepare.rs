@@ -1,8 +1,11 @@
-//! A parsed chat request made into the engine's input, off the engine thread: each picture decoded from its `data:`
-//! URL under the server's limits (PNG or JPEG only, the size read from the header and checked before any pixel is
-//! decoded, the decoder's memory capped, so a decompression bomb is refused, not unpacked), smart-resized and
-//! patchified as the checkpoint's image processor does, then the messages rendered with the chat template and
-//! tokenised, exactly as `eval` builds its prompts.
+//! A parsed chat request made into the engine's input, off the engine thread. The cheap refusals come first, before
+//! anything costly is held: the counts, the text's length (over `--max-text-bytes`, or too long for the context by
+//! a bound that cannot be wrong: a token of the vocabulary stands for at most its longest token's bytes), then each
+//! picture's size and token count read from its header (PNG or JPEG only, nothing decoded yet), the pictures'
+//! tokens plus that text bound checked against the context. Only then is each picture decoded (the decoder's
+//! memory capped, so a decompression bomb is refused, not unpacked), smart-resized and patchified as the
+//! checkpoint's image processor does, and the messages rendered with the chat template and tokenised, exactly as
+//! `eval` builds its prompts.
 
 use std::io::Cursor;
 
@@ -12,11 +15,17 @@ use crate::chat::PromptBuilder;
 use crate::openai::{hf_messages, parse_data_url, ApiError, ChatCompletionRequest};
 use crate::preprocess::{prepare_rgb8, ModelInput, PreparedImage};
 
+/// How many times the tokenizer's normalisation (NFC) can shorten a text at most: three 3-byte Hangul jamo become
+/// one 3-byte syllable; with a margin, so the text bound stays a bound.
+const NORMALISATION_SHRINK: usize = 4;
+
 /// What one request may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RequestLimits {
     /// Most bytes of a request body (`--max-body-bytes`).
     pub max_body_bytes: usize,
+    /// Most bytes of text over all messages (`--max-text-bytes`): bounds the tokeniser's work and memory.
+    pub max_text_bytes: usize,
     /// Most pictures in one request (`--max-images`).
     pub max_images: usize,
     /// Most pixels of one picture as sent, before resizing (`--max-image-pixels`).
@@ -25,6 +34,9 @@ pub struct RequestLimits {
     pub max_new_tokens: usize,
     /// Most prompt plus generated tokens of one request.
     pub context_tokens: usize,
+    /// Most bytes one vocabulary token stands for (read from the tokenizer at load; `usize::MAX`, no bound, until
+    /// then): a text of `n` bytes is at least `n / (this · 4)` tokens.
+    pub longest_token_bytes: usize,
 }
 
 /// A request ready for the engine.
@@ -36,6 +48,15 @@ pub(crate) struct PreparedPrompt {
     pub prefix_len: usize,
     /// Tokens to generate at most.
     pub max_new_tokens: usize,
+    /// Tokens of the prompt that stand for pictures.
+    pub image_tokens: usize,
+}
+
+/// A picture whose header was read: its bytes, size and token count, not yet decoded.
+struct Sized {
+    bytes: Vec<u8>,
+    wh: (u32, u32),
+    tokens: usize,
 }
 
 /// Check the request's counts against the limits, before any work (the cheap refusals).
@@ -64,10 +85,42 @@ pub(crate) fn check_counts(
             ),
         ));
     }
+    let text = req.text_bytes();
+    if text > limits.max_text_bytes {
+        return Err(ApiError::too_large(
+            Some("messages".into()),
+            format!(
+                "the messages hold {text} bytes of text, over this server's limit of {} (--max-text-bytes)",
+                limits.max_text_bytes
+            ),
+        ));
+    }
     Ok(max_new)
 }
 
-/// Decode, resize, render and tokenise a request (on a blocking thread).
+/// The fewest tokens a text of `bytes` bytes can become.
+fn text_token_floor(bytes: usize, limits: &RequestLimits) -> usize {
+    bytes.div_ceil(
+        limits
+            .longest_token_bytes
+            .saturating_mul(NORMALISATION_SHRINK)
+            .max(1),
+    )
+}
+
+/// The refusal of a request that needs `needed` tokens (`what` says of what) beyond the context.
+fn over_context(limits: &RequestLimits, needed: usize, what: String) -> ApiError {
+    ApiError::invalid(
+        "messages",
+        format!(
+            "this model's maximum context length is {} tokens; the request needs {needed} ({what})",
+            limits.context_tokens
+        ),
+    )
+    .with_code("context_length_exceeded")
+}
+
+/// Decode, resize, render and tokenise a request (on a blocking thread), refusing what cannot fit first.
 pub fn prepare(
     kit: &PromptBuilder,
     req: &ChatCompletionRequest,
@@ -75,10 +128,27 @@ pub fn prepare(
 ) -> Result<PreparedPrompt, ApiError> {
     let max_new_tokens = check_counts(req, limits)?;
     let (messages, urls) = hf_messages(req);
-    let images = urls
+    let sized = urls
         .iter()
         .enumerate()
-        .map(|(i, url)| picture(kit, i, url, limits.max_image_pixels))
+        .map(|(i, url)| sized_picture(kit, i, url, limits.max_image_pixels))
+        .collect::<Result<Vec<_>, _>>()?;
+    let image_tokens: usize = sized.iter().map(|s| s.tokens).sum();
+    let floor = text_token_floor(req.text_bytes(), limits);
+    if image_tokens + floor + max_new_tokens > limits.context_tokens {
+        let what = format!(
+            "{image_tokens} for the pictures, at least {floor} for the text, {max_new_tokens} to generate"
+        );
+        return Err(over_context(
+            limits,
+            image_tokens + floor + max_new_tokens,
+            what,
+        ));
+    }
+    let images = sized
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| picture(kit, i, s))
         .collect::<Result<Vec<_>, _>>()?;
     let (input, prefix_len) = kit.build_with_prefix(&messages, images).map_err(|e| {
         ApiError::invalid(
@@ -88,42 +158,36 @@ pub fn prepare(
     })?;
     let prompt = input.input_ids.len();
     if prompt + max_new_tokens > limits.context_tokens {
-        return Err(ApiError::invalid(
-            "messages",
-            format!(
-                "this model's maximum context length is {} tokens; the request needs {} ({prompt} in the \
-                 messages, {max_new_tokens} to generate)",
-                limits.context_tokens,
-                prompt + max_new_tokens
-            ),
-        )
-        .with_code("context_length_exceeded"));
+        let what = format!("{prompt} in the messages, {max_new_tokens} to generate");
+        return Err(over_context(limits, prompt + max_new_tokens, what));
     }
     Ok(PreparedPrompt {
         input,
         prefix_len,
         max_new_tokens,
+        image_tokens,
     })
 }
 
-/// Picture `i` of the request, ready for the vision tower.
-fn picture(
+/// The refusal of picture `i`.
+fn bad_picture(i: usize, msg: String) -> ApiError {
+    ApiError::invalid("messages", format!("image {i} (counting from 0): {msg}"))
+        .with_code("invalid_image")
+}
+
+/// Picture `i` of the request, its header read: PNG or JPEG, within the pixel limit, and its token count after
+/// smart-resize.
+fn sized_picture(
     kit: &PromptBuilder,
     i: usize,
     url: &str,
     max_pixels: u64,
-) -> Result<PreparedImage, ApiError> {
-    let at = format!("image {i} (counting from 0)");
-    let bad = |msg: String| {
-        ApiError::invalid("messages", format!("{at}: {msg}")).with_code("invalid_image")
-    };
-    let data = parse_data_url(url).map_err(bad)?;
-    let reader = || {
-        ImageReader::new(Cursor::new(data.bytes.as_slice()))
-            .with_guessed_format()
-            .map_err(|e| bad(format!("cannot read the picture: {e}")))
-    };
-    let probe = reader()?;
+) -> Result<Sized, ApiError> {
+    let bad = |msg: String| bad_picture(i, msg);
+    let bytes = parse_data_url(url).map_err(bad)?.bytes;
+    let probe = ImageReader::new(Cursor::new(bytes.as_slice()))
+        .with_guessed_format()
+        .map_err(|e| bad(format!("cannot read the picture: {e}")))?;
     if !matches!(probe.format(), Some(ImageFormat::Png | ImageFormat::Jpeg)) {
         return Err(bad("not a PNG or JPEG picture".into()));
     }
@@ -137,12 +201,31 @@ fn picture(
         ))
         .with_code("image_too_large"));
     }
-    let mut decoder = reader()?;
+    let [rw, rh] = kit
+        .image
+        .resized_size([w, h])
+        .map_err(|e| bad(e.to_string()))?;
+    let factor = kit.image.factor() as u32;
+    let tokens = (rw / factor) as usize * (rh / factor) as usize;
+    Ok(Sized {
+        bytes,
+        wh: (w, h),
+        tokens,
+    })
+}
+
+/// Picture `i`, decoded and made ready for the vision tower.
+fn picture(kit: &PromptBuilder, i: usize, s: Sized) -> Result<PreparedImage, ApiError> {
+    let bad = |msg: String| bad_picture(i, msg);
+    let mut decoder = ImageReader::new(Cursor::new(s.bytes.as_slice()))
+        .with_guessed_format()
+        .map_err(|e| bad(format!("cannot read the picture: {e}")))?;
+    let (w, h) = s.wh;
     let mut caps = image::Limits::default();
     caps.max_image_width = Some(w);
     caps.max_image_height = Some(h);
     // 16-bit RGBA is the widest a PNG decodes to; a little more for the decoder's own buffers.
-    caps.max_alloc = Some(pixels * 8 + (16 << 20));
+    caps.max_alloc = Some(w as u64 * h as u64 * 8 + (16 << 20));
     decoder.limits(caps);
     let rgb = decoder
         .decode()
@@ -168,10 +251,12 @@ mod tests {
     fn limits() -> RequestLimits {
         RequestLimits {
             max_body_bytes: 1 << 20,
+            max_text_bytes: 4096,
             max_images: 2,
             max_image_pixels: 10_000,
             max_new_tokens: 16,
             context_tokens: 4096,
+            longest_token_bytes: 128,
         }
     }
 
@@ -267,6 +352,56 @@ mod tests {
         tight.context_tokens = 20;
         let e = prepare(&kit(), &request(&png_url, json!({})), &tight).unwrap_err();
         assert_eq!(e.code, Some("context_length_exceeded"));
+    }
+
+    #[test]
+    fn text_too_long_is_refused_from_its_length() {
+        let text = |n: usize| {
+            let body = json!({"messages": [{"role": "user", "content": "ab".repeat(n / 2)}], "max_tokens": 4});
+            parse_chat_request(body.to_string().as_bytes()).unwrap()
+        };
+        let e = prepare(&kit(), &text(5000), &limits()).unwrap_err();
+        assert_eq!((e.status, e.code), (413, Some("request_too_large")));
+        assert!(e.message.contains("--max-text-bytes"), "{}", e.message);
+        // 4000 bytes are at least 4000 / (2 · 4) = 500 tokens when no token is longer than 2 bytes: over 100.
+        let mut tight = limits();
+        tight.context_tokens = 100;
+        tight.longest_token_bytes = 2;
+        let e = prepare(&kit(), &text(4000), &tight).unwrap_err();
+        assert_eq!(e.code, Some("context_length_exceeded"));
+        assert!(
+            e.message.contains("at least 500 for the text"),
+            "{}",
+            e.message
+        );
+        // With the real bound (128-byte tokens) the same text is tokenised and then found too long.
+        tight.longest_token_bytes = 128;
+        let e = prepare(&kit(), &text(4000), &tight).unwrap_err();
+        assert_eq!(e.code, Some("context_length_exceeded"));
+        assert!(e.message.contains("in the messages"), "{}", e.message);
+    }
+
+    #[test]
+    fn pictures_over_the_context_are_refused_from_their_headers_before_decoding() {
+        // A PNG whose pixel data is cut off: decoding it would fail, so a context refusal proves it was not decoded.
+        let mut cut = png(60, 90);
+        cut.truncate(cut.len() / 2);
+        let url = crate::openai::png_data_url(&cut);
+        let mut tight = limits();
+        // 60x90 becomes 56x84: 2 · 3 = 6 image tokens, plus 5 to generate, over 8.
+        tight.context_tokens = 8;
+        let e = prepare(&kit(), &request(&url, json!({"max_tokens": 5})), &tight).unwrap_err();
+        assert_eq!(e.code, Some("context_length_exceeded"), "{}", e.message);
+        assert!(e.message.contains("6 for the pictures"), "{}", e.message);
+        let e = prepare(&kit(), &request(&url, json!({"max_tokens": 5})), &limits()).unwrap_err();
+        assert!(e.message.contains("cannot decode"), "{}", e.message);
+        let got = prepare(
+            &kit(),
+            &request(&crate::openai::png_data_url(&png(60, 90)), json!({})),
+            &limits(),
+        )
+        .unwrap();
+        assert_eq!(got.image_tokens, 6);
     }
 
     #[test]

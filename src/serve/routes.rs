@@ -1,13 +1,13 @@
-//! The HTTP side of `serve`: routes, the API key check, request counting, and the chat-completions handler (parse,
-//! take a queue slot or answer 429, prepare on a blocking thread, hand the job to the engine thread, answer whole
-//! or as server-sent events).
+//! The HTTP side of `serve`: routes, the API key check, request counting, and the chat-completions handler (take a
+//! queue slot or answer 429, then one of the few preparing places: read the body, parse, prepare on a blocking
+//! thread; hand the job to the engine thread, answer whole or as server-sent events). No body is read before its
+//! request holds a slot and a preparing place, so the memory bodies and preparation take is bounded by those counts.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use axum::body::{Body, Bytes};
-use axum::extract::rejection::BytesRejection;
+use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
@@ -15,8 +15,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use tokio::sync::mpsc::UnboundedReceiver;
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Semaphore};
 
+use super::listen::{discard_body, read_body, BodyError};
+use super::meta::{cut_off, next_event, random_seed, Meta};
 use super::metrics::{Metrics, Ticket};
 use super::prepare::{check_counts, prepare, RequestLimits};
 use super::stream::sse_body;
@@ -40,6 +42,14 @@ pub(crate) struct App {
     pub stop_tokens: Vec<u32>,
     /// Slots of accepted requests (running and waiting): none left means 429.
     pub slots: Arc<Semaphore>,
+    /// How many slots there are.
+    pub total_slots: usize,
+    /// Places for reading and preparing a request's body (`--max-preparing`); a request waits for one.
+    pub preparing: Semaphore,
+    /// Time to send a whole body.
+    pub body_timeout: Duration,
+    /// Set at the shutdown deadline: the requests still waiting for their answer get an error.
+    pub abort: watch::Sender<bool>,
     /// The engine thread's job queue; taken away at shutdown, so the engine finishes.
     pub jobs: Mutex<Option<std::sync::mpsc::Sender<Job>>>,
     /// The counters.
@@ -54,18 +64,16 @@ pub(crate) struct App {
     pub next_id: AtomicUsize,
 }
 
-/// Seconds a client is told to wait when the queue is full.
-const RETRY_AFTER_SECONDS: u64 = 1;
-
-fn now_unix() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+impl App {
+    /// Requests holding a slot (accepted and not yet answered).
+    pub(crate) fn in_flight(&self) -> usize {
+        self.total_slots
+            .saturating_sub(self.slots.available_permits())
+    }
 }
 
-/// The router: the routes, the key check, the request counter and the body limit.
+/// The router: the routes, the key check and the request counter.
 pub(crate) fn router(app: Arc<App>) -> Router {
-    let limit = app.limits.max_body_bytes;
     Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/models", get(models))
@@ -73,7 +81,6 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .route("/metrics", get(metrics))
         .fallback(|| async { error_response(&ApiError::not_found("no such path", "not_found")) })
         .layer(axum::middleware::from_fn_with_state(app.clone(), guard))
-        .layer(axum::extract::DefaultBodyLimit::max(limit))
         .with_state(app)
 }
 
@@ -91,6 +98,11 @@ async fn guard(State(app): State<Arc<App>>, req: Request, next: Next) -> Respons
         }
         _ => next.run(req).await,
     };
+    let response = if response.status() == StatusCode::METHOD_NOT_ALLOWED {
+        method_not_allowed(response)
+    } else {
+        response
+    };
     let known = ["/v1/chat/completions", "/v1/models", "/health", "/metrics"];
     let label = if known.contains(&path.as_str()) {
         path.as_str()
@@ -101,27 +113,42 @@ async fn guard(State(app): State<Arc<App>>, req: Request, next: Next) -> Respons
     response
 }
 
-/// Whether the request carries `Authorization: Bearer <key>` (compared in constant time).
+/// A 405 (the router's, with no body) in the protocol's shape, keeping its `Allow` header.
+fn method_not_allowed(r: Response) -> Response {
+    let allow = r.headers().get(header::ALLOW).cloned();
+    let e = ApiError::invalid(
+        "method",
+        "this path does not take this method (see the Allow header)",
+    );
+    let mut out = error_response(&ApiError {
+        status: 405,
+        code: Some("method_not_allowed"),
+        param: None,
+        ..e
+    });
+    if let Some(a) = allow {
+        out.headers_mut().insert(header::ALLOW, a);
+    }
+    out
+}
+
+/// Whether the request carries `Authorization: Bearer <key>` (the scheme in any case; the key compared in
+/// constant time).
 fn authorized(headers: &HeaderMap, key: &ApiKey) -> bool {
-    let Some(sent) = headers
+    let Some((scheme, sent)) = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|v| v.trim_start().split_once(' '))
     else {
         return false;
     };
-    key.matches(sent.trim())
+    scheme.eq_ignore_ascii_case("bearer") && key.matches(sent.trim())
 }
 
-/// An error in the protocol's shape; 429 says when to retry.
+/// An error in the protocol's shape.
 pub(crate) fn error_response(e: &ApiError) -> Response {
     let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut r = (status, json_body(&e.body())).into_response();
-    if e.status == 429 {
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
-    }
-    r
+    (status, json_body(&e.body())).into_response()
 }
 
 fn json_body(v: &impl serde::Serialize) -> Response {
@@ -160,10 +187,19 @@ async fn models(State(app): State<Arc<App>>) -> Response {
     })
 }
 
-async fn chat(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Response {
-    match answer(app, body).await {
+async fn chat(State(app): State<Arc<App>>, req: Request) -> Response {
+    match answer(app.clone(), req.into_body()).await {
         Ok(r) => r,
-        Err(e) => error_response(&e),
+        Err(e) => {
+            let mut r = error_response(&e);
+            // A full queue says when a slot is likely free, from the queue and the recent answers.
+            if e.status == 429 {
+                let secs = app.metrics.retry_after(app.total_slots);
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            }
+            r
+        }
     }
 }
 
@@ -185,22 +221,41 @@ fn too_large(limit: usize) -> ApiError {
     )
 }
 
-/// A body the server cannot read: over the size limit (413), or not read whole.
-fn unreadable(r: BytesRejection, limit: usize) -> ApiError {
-    if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        too_large(limit)
-    } else {
-        ApiError::invalid(
-            "body",
-            format!("the request body could not be read: {}", r.body_text()),
-        )
+/// A body the server cannot read: over the size limit (413), too slow (408), or not read whole.
+fn unreadable(e: BodyError, app: &App) -> ApiError {
+    match e {
+        BodyError::TooLarge => too_large(app.limits.max_body_bytes),
+        BodyError::Slow => ApiError {
+            status: 408,
+            ..ApiError::invalid(
+                "body",
+                format!(
+                    "the request body was not sent whole within {} s (--body-timeout)",
+                    app.body_timeout.as_secs_f64()
+                ),
+            )
+        },
+        BodyError::Broken(msg) => {
+            ApiError::invalid("body", format!("the request body could not be read: {msg}"))
+        }
     }
 }
 
-async fn answer(app: Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
-    let t0 = Instant::now();
-    let body = body.map_err(|r| unreadable(r, app.limits.max_body_bytes))?;
+/// Read, parse and prepare a request that holds a slot, in one of the preparing places.
+async fn read_and_prepare(
+    app: &Arc<App>,
+    body: Body,
+) -> Result<(ChatCompletionRequest, super::prepare::PreparedPrompt), ApiError> {
+    let _place = app
+        .preparing
+        .acquire()
+        .await
+        .map_err(|_| ApiError::unavailable("the server is stopping"))?;
+    let body = read_body(body, app.limits.max_body_bytes, app.body_timeout)
+        .await
+        .map_err(|e| unreadable(e, app))?;
     let req = parse_chat_request(&body)?;
+    drop(body);
     if let Some(m) = req.model.as_deref().filter(|m| *m != app.served_name) {
         return Err(ApiError::not_found(
             format!(
@@ -212,13 +267,6 @@ async fn answer(app: Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Re
         .with_param("model"));
     }
     check_counts(&req, &app.limits)?;
-    if app.stopping.load(Ordering::Relaxed) {
-        return Err(ApiError::unavailable("the server is stopping"));
-    }
-    let slot = app.slots.clone().try_acquire_owned().map_err(|_| {
-        ApiError::overloaded("the server's queue is full; retry later (see Retry-After)")
-    })?;
-    let ticket = Ticket::new(app.metrics.clone(), slot);
     let req = Arc::new(req);
     let prepared = {
         let (app, req) = (app.clone(), req.clone());
@@ -226,10 +274,38 @@ async fn answer(app: Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Re
             .await
             .map_err(|e| ApiError::internal(format!("preparing the request failed: {e}")))??
     };
+    let req = Arc::try_unwrap(req).unwrap_or_else(|a| (*a).clone());
+    Ok((req, prepared))
+}
+
+async fn answer(app: Arc<App>, body: Body) -> Result<Response, ApiError> {
+    let t0 = Instant::now();
+    let stopping = app.stopping.load(Ordering::Relaxed);
+    let slot = match app.slots.clone().try_acquire_owned() {
+        Ok(slot) if !stopping => slot,
+        refused => {
+            drop(refused);
+            discard_body(body, app.limits.max_body_bytes, app.body_timeout).await;
+            return Err(if stopping {
+                ApiError::unavailable("the server is stopping")
+            } else {
+                ApiError::overloaded("the server's queue is full; retry later (see Retry-After)")
+            });
+        }
+    };
+    let ticket = Ticket::new(app.metrics.clone(), slot);
+    let (req, prepared) = read_and_prepare(&app, body).await?;
+    let id = app.next_id.fetch_add(1, Ordering::Relaxed);
+    tracing::info!(
+        "request {id}: {} prompt tokens ({} for pictures), prepared in {:.2} s",
+        prepared.input.input_ids.len(),
+        prepared.image_tokens,
+        t0.elapsed().as_secs_f64()
+    );
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let job = Job {
         request: crate::engine::Request {
-            id: app.next_id.fetch_add(1, Ordering::Relaxed),
+            id,
             input: prepared.input,
             prefix_len: prepared.prefix_len,
             max_new_tokens: prepared.max_new_tokens,
@@ -262,9 +338,10 @@ async fn answer(app: Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Re
     if sent != Some(true) {
         return Err(ApiError::unavailable("the server is stopping"));
     }
-    let meta = Meta::new(&app);
+    let meta = Meta::new(&app.served_name, &app.model.fingerprint);
+    let abort = app.abort.subscribe();
     if req.stream {
-        let body = sse_body(rx, meta, req.include_usage, req.logprobs);
+        let body = sse_body(rx, meta, abort, req.include_usage, req.logprobs);
         return Ok((
             [
                 (header::CONTENT_TYPE, "text/event-stream"),
@@ -274,10 +351,10 @@ async fn answer(app: Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Re
         )
             .into_response());
     }
-    let completion = collect(rx, meta, &req).await?;
+    let completion = collect(rx, meta, abort, &req).await?;
     if let Some(u) = completion.usage {
         tracing::info!(
-            "answered in {:.2} s: {} prompt tokens, {} generated",
+            "request {id}: answered in {:.2} s: {} prompt tokens, {} generated",
             t0.elapsed().as_secs_f64(),
             u.prompt_tokens,
             u.completion_tokens
@@ -298,53 +375,18 @@ fn sampling(req: &ChatCompletionRequest) -> Sampling {
     }
 }
 
-/// A seed for a request that gave none.
-fn random_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    h.finish()
-}
-
-/// What every answer of a request repeats: its id, time and model.
-#[derive(Debug, Clone)]
-pub(crate) struct Meta {
-    /// `chatcmpl-…`.
-    pub id: String,
-    /// Unix seconds.
-    pub created: u64,
-    /// The served name.
-    pub model: String,
-    /// The checkpoint's fingerprint, shortened.
-    pub fingerprint: String,
-}
-
-impl Meta {
-    fn new(app: &App) -> Self {
-        Self {
-            id: format!("chatcmpl-{:016x}", random_seed()),
-            created: now_unix(),
-            model: app.served_name.clone(),
-            fingerprint: format!(
-                "fp_{}",
-                app.model.fingerprint.chars().take(12).collect::<String>()
-            ),
-        }
-    }
-}
-
 /// Wait for the whole answer.
 async fn collect(
     mut rx: UnboundedReceiver<Event>,
     meta: Meta,
+    mut abort: watch::Receiver<bool>,
     req: &ChatCompletionRequest,
 ) -> Result<ChatCompletion, ApiError> {
     loop {
-        match rx.recv().await {
+        let Some(event) = next_event(&mut rx, &mut abort).await else {
+            return Err(cut_off());
+        };
+        match event {
             Some(Event::Piece { .. }) => {}
             Some(Event::Done(f)) => {
                 return Ok(ChatCompletion {

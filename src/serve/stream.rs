@@ -1,15 +1,17 @@
 //! A streamed answer as server-sent events, the way OpenAI sends them: a first chunk with the role, one chunk per
 //! piece of text (with the log-probabilities of its tokens when asked for), a last content chunk with
 //! `finish_reason`, a usage chunk (`choices: []`) when `stream_options.include_usage` asked for one, then
-//! `data: [DONE]`. An engine failure is sent as a `data:` line holding `{"error": …}`, which clients raise.
+//! `data: [DONE]`. An engine failure, or the shutdown deadline cutting the answer off, is sent as a `data:` line
+//! holding `{"error": …}`, which clients raise.
 
 use std::convert::Infallible;
 
 use axum::body::Bytes;
 use futures_util::Stream;
 use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::watch;
 
-use super::routes::Meta;
+use super::meta::{cut_off, next_event, Meta};
 use super::worker::Event;
 use crate::openai::{ApiError, ChatCompletionChunk, ChoiceLogprobs, ChunkChoice, Delta, Usage};
 
@@ -28,6 +30,7 @@ enum Stage {
 struct Sse {
     rx: UnboundedReceiver<Event>,
     meta: Meta,
+    abort: watch::Receiver<bool>,
     include_usage: bool,
     logprobs: bool,
     stage: Stage,
@@ -75,42 +78,53 @@ impl Sse {
                 let first = self.choice(delta, Vec::new(), None);
                 Some(self.chunk(vec![first], None))
             }
-            Stage::Events => Some(match self.rx.recv().await {
-                Some(Event::Piece { text, logprobs }) => {
-                    let delta = Delta {
-                        role: None,
-                        content: Some(text),
-                    };
-                    let c = self.choice(delta, logprobs, None);
-                    self.chunk(vec![c], None)
-                }
-                Some(Event::Done(f)) => {
-                    self.stage = Stage::Closing;
-                    let last = self.choice(Delta::default(), Vec::new(), Some(f.finish.as_str()));
-                    let mut bytes = self.chunk(vec![last], None).to_vec();
-                    if self.include_usage {
-                        bytes.extend_from_slice(&self.chunk(Vec::new(), Some(f.usage)));
-                    }
-                    Bytes::from(bytes)
-                }
-                Some(Event::Failed(msg)) => {
-                    self.stage = Stage::Over;
-                    event(&ApiError::internal(msg).body().to_string())
-                }
+            Stage::Events => Some(match next_event(&mut self.rx, &mut self.abort).await {
                 None => {
                     self.stage = Stage::Over;
-                    event(
-                        &ApiError::internal("the engine dropped the request")
-                            .body()
-                            .to_string(),
-                    )
+                    event(&cut_off().body().to_string())
                 }
+                Some(e) => self.engine_event(e),
             }),
             Stage::Closing => {
                 self.stage = Stage::Over;
                 Some(event("[DONE]"))
             }
             Stage::Over => None,
+        }
+    }
+
+    /// The bytes of an engine event (or of its absence: the engine dropped the request).
+    fn engine_event(&mut self, e: Option<Event>) -> Bytes {
+        match e {
+            Some(Event::Piece { text, logprobs }) => {
+                let delta = Delta {
+                    role: None,
+                    content: Some(text),
+                };
+                let c = self.choice(delta, logprobs, None);
+                self.chunk(vec![c], None)
+            }
+            Some(Event::Done(f)) => {
+                self.stage = Stage::Closing;
+                let last = self.choice(Delta::default(), Vec::new(), Some(f.finish.as_str()));
+                let mut bytes = self.chunk(vec![last], None).to_vec();
+                if self.include_usage {
+                    bytes.extend_from_slice(&self.chunk(Vec::new(), Some(f.usage)));
+                }
+                Bytes::from(bytes)
+            }
+            Some(Event::Failed(msg)) => {
+                self.stage = Stage::Over;
+                event(&ApiError::internal(msg).body().to_string())
+            }
+            None => {
+                self.stage = Stage::Over;
+                event(
+                    &ApiError::internal("the engine dropped the request")
+                        .body()
+                        .to_string(),
+                )
+            }
         }
     }
 }
@@ -124,12 +138,14 @@ fn event(data: &str) -> Bytes {
 pub(crate) fn sse_body(
     rx: UnboundedReceiver<Event>,
     meta: Meta,
+    abort: watch::Receiver<bool>,
     include_usage: bool,
     logprobs: bool,
 ) -> impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
     let sse = Sse {
         rx,
         meta,
+        abort,
         include_usage,
         logprobs,
         stage: Stage::Start,

@@ -100,6 +100,16 @@ pub(crate) fn token_bytes(tokenizer: &Tokenizer, id: u32) -> Vec<u8> {
     out
 }
 
+/// The most bytes one token of the vocabulary (added tokens included) stands for.
+pub(crate) fn longest_token_bytes(tokenizer: &Tokenizer) -> usize {
+    let n = tokenizer.inner().get_vocab_size(true) as u32;
+    (0..n)
+        .map(|id| token_bytes(tokenizer, id).len())
+        .max()
+        .unwrap_or(1)
+        .max(1)
+}
+
 /// The byte GPT-2's table writes as `c`.
 fn byte_of(c: char) -> Option<u8> {
     let stands_for_itself =

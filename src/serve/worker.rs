@@ -246,6 +246,15 @@ impl EngineSink for Sink<'_> {
         };
         let completion = g.token_ids.len() + usize::from(g.stop_token.is_some());
         self.metrics.finished(g.prompt_tokens, completion, stats);
+        // The request's cost: its prompt's wait and prefill (to the first token), then the whole.
+        let ticket = &st.live.ticket;
+        tracing::info!(
+            "request {}: {} prompt tokens, first token after {:.2} s; {completion} generated, {:.2} s in all",
+            g.id,
+            g.prompt_tokens,
+            ticket.first_token().unwrap_or_default().as_secs_f64(),
+            ticket.age().as_secs_f64()
+        );
         let text = self.decode(&g.token_ids);
         let rest = st.scan.advance(&text, true);
         if st.live.stream && (!rest.is_empty() || !st.logprobs.is_empty()) {

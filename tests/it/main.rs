@@ -54,3 +54,4 @@ mod scale_out;
 mod semi_online;
 mod semi_online_scored;
 mod semi_online_scripted;
+mod serve_shared;

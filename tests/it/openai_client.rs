@@ -8,7 +8,8 @@ use std::process::Command;
 use serde_json::{json, Value};
 
 use crate::openai_support::{
-    get, post, sample_png, signal, tiny, wait_exit, wait_for, Server, MAX_PIXELS,
+    get, post, raw_post, sample_png, signal, start_long_request, tiny, wait_exit, Server,
+    MAX_PIXELS,
 };
 
 /// The virtual environment `.ci/openai-client.sh` makes, if it has the client.
@@ -142,23 +143,6 @@ fn with_picture(url: &str) -> Value {
         {"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "hi"}]}], "max_tokens": 4})
 }
 
-/// The whole answer to a chat request's headers announcing `length` bytes, sent without the body.
-fn raw_post(root: &str, length: usize) -> String {
-    use std::io::{Read, Write};
-    let addr = root.trim_start_matches("http://");
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(std::time::Duration::from_secs(60)))
-        .unwrap();
-    let head = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Content-Length: {length}\r\nConnection: close\r\n\r\n"
-    );
-    s.write_all(head.as_bytes()).unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
-}
-
 #[test]
 fn refusals_come_in_openai_error_shape_and_the_server_keeps_serving() {
     let small = image::RgbImage::from_pixel(40, 40, image::Rgb([9, 9, 9]));
@@ -244,6 +228,28 @@ fn refusals_come_in_openai_error_shape_and_the_server_keeps_serving() {
             404,
             "`gpt-4o` is not served here",
         ),
+        (
+            text(json!({"presence_penalty": 0.5})).to_string().into(),
+            400,
+            "`presence_penalty` is not supported",
+        ),
+        (
+            text(json!({"logit_bias": {"7": 5}})).to_string().into(),
+            400,
+            "`logit_bias` is not supported",
+        ),
+        (
+            text(json!({"response_format": {"type": "json_object"}}))
+                .to_string()
+                .into(),
+            400,
+            "only `response_format`",
+        ),
+        (
+            text(json!({"tool_choice": "required"})).to_string().into(),
+            400,
+            "only `tool_choice`",
+        ),
     ];
     for (body, status, says) in cases {
         let a = post(&url, &body, &[]);
@@ -275,6 +281,10 @@ fn refusals_come_in_openai_error_shape_and_the_server_keeps_serving() {
         big.contains("\"code\":\"request_too_large\"") && big.contains("--max-body-bytes"),
         "{big}"
     );
+    // A method a path does not take: 405 in the error shape, with the methods it takes.
+    let wrong = get(&url, &[]);
+    assert_eq!(wrong.status, 405, "{}", wrong.body);
+    assert_eq!(wrong.json()["error"]["code"], "method_not_allowed");
     let lost = get(&format!("{}/v1/nothing", server.root()), &[]);
     assert_eq!(
         (lost.status, lost.json()["error"]["code"].clone()),
@@ -326,6 +336,9 @@ fn an_api_key_is_required_when_set_and_other_hosts_need_one() {
     let bearer = format!("Bearer {key}");
     let ok = get(&models, &[("Authorization", &bearer)]);
     assert_eq!(ok.status, 200);
+    // The scheme's name is case-insensitive.
+    let lower = format!("bearer {key}");
+    assert_eq!(get(&models, &[("Authorization", &lower)]).status, 200);
     let card = &ok.json()["data"][0];
     assert!(
         card["id"].as_str().unwrap().ends_with("tiny-b") && card["fingerprint"].is_string(),
@@ -370,18 +383,7 @@ fn a_full_queue_answers_429_and_a_stop_finishes_the_request_in_flight() {
     );
     let url = format!("{}/chat/completions", server.base);
     let metrics = format!("{}/metrics", server.root());
-    let long = json!({"messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": 500,
-        "ignore_eos": true});
-    let running = {
-        let url = url.clone();
-        std::thread::spawn(move || post(&url, long.to_string().as_bytes(), &[]))
-    };
-    wait_for("the long request to run", || {
-        get(&metrics, &[])
-            .body
-            .lines()
-            .any(|l| l == "mobile_r1_eval_running_sequences 1")
-    });
+    let running = start_long_request(&server, 500);
     let busy = post(
         &url,
         json!({"messages": [{"role": "user", "content": "hi"}]})

@@ -34,10 +34,20 @@ impl Server {
 
     /// [`Server::start`] with the checkpoint `model`.
     pub fn start_model(model: &Path, extra: &[&str], envs: &[(&str, &str)]) -> Self {
+        Self::start_with(model, &["--max-pixels", MAX_PIXELS], extra, envs)
+    }
+
+    /// `serve --model tiny-b --port 0` with `extra` flags only (the server's own pixel bounds).
+    pub fn start_unbounded(extra: &[&str]) -> Self {
+        Self::start_with(&tiny(), &[], extra, &[])
+    }
+
+    fn start_with(model: &Path, pixels: &[&str], extra: &[&str], envs: &[(&str, &str)]) -> Self {
         let mut cmd = crate::util::bin();
         cmd.args(["serve", "--model"])
             .arg(model)
-            .args(["--port", "0", "--max-pixels", MAX_PIXELS])
+            .args(["--port", "0"])
+            .args(pixels)
             .args(extra)
             .envs(envs.iter().copied())
             .env("RUST_LOG", "warn")
@@ -198,4 +208,38 @@ pub fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Start a greedy request for `max_tokens` tokens (end of sequence ignored) on its own thread, and wait until
+/// `server`'s `/metrics` shows it running; its answer comes from the thread.
+pub fn start_long_request(server: &Server, max_tokens: usize) -> std::thread::JoinHandle<Answer> {
+    let url = format!("{}/chat/completions", server.base);
+    let metrics = format!("{}/metrics", server.root());
+    let long = serde_json::json!({"messages": [{"role": "user", "content": "Write a long story."}],
+        "max_tokens": max_tokens, "ignore_eos": true});
+    let running = std::thread::spawn(move || post(&url, long.to_string().as_bytes(), &[]));
+    wait_for("the long request to run", || {
+        get(&metrics, &[])
+            .body
+            .lines()
+            .any(|l| l == "mobile_r1_eval_running_sequences 1")
+    });
+    running
+}
+
+/// The whole answer to a chat request's headers announcing `length` bytes, sent without the body.
+pub fn raw_post(root: &str, length: usize) -> String {
+    use std::io::{Read, Write};
+    let addr = root.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {length}\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
 }
