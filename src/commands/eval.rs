@@ -148,6 +148,8 @@ pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<(EvalConfig, ClaimedRun
             (Some(s), Some((endpoint, model))) => JudgeChoice::Served(OpenAiSettings {
                 endpoint,
                 api_model: model,
+                // The judge may be another model: the step checkpoint's prompt counts do not apply to it.
+                prompt_check: None,
                 ..s.steps.clone()
             }),
             _ => JudgeChoice::SameModel,
@@ -228,6 +230,9 @@ fn served_config(a: &EvalArgs) -> Result<Option<ServedConfig>> {
         max_retries: s.max_retries,
         image,
         family: s.model_family,
+        busy_wait: std::time::Duration::from_secs_f64(s.busy_wait),
+        max_connection_failures: s.max_connection_failures,
+        prompt_check: (!a.model.model.is_empty()).then(|| PathBuf::from(&a.model.model)),
     };
     Ok(Some(ServedConfig {
         steps,

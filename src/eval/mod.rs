@@ -341,6 +341,8 @@ fn served_record(cfg: &EvalConfig, s: &ServedConfig) -> crate::records::ServedRe
         concurrency: s.steps.concurrency,
         request_timeout_seconds: s.steps.request_timeout.as_secs_f64(),
         max_retries: s.steps.max_retries,
+        busy_wait_seconds: Some(s.steps.busy_wait.as_secs_f64()),
+        max_connection_failures: Some(s.steps.max_connection_failures),
         pixel_bounds_from: s.pixel_bounds_from.clone(),
     }
 }
