@@ -326,10 +326,15 @@ pub fn run(args: EvalArgs, env: &SchedulerEnv) -> Result<()> {
     }
     let failed = outcome.metrics.prediction_errors.unwrap_or(0);
     if failed > 0 && !allow_step_errors {
+        let (what, fix) = match cfg.served {
+            Some(_) => ("answered", "Once the server answers again, run"),
+            None => ("prepared", "Fix their inputs and run"),
+        };
+        let causes = crate::eval::error_causes(&crate::eval::step_errors(&cfg.out));
         anyhow::bail!(
-            "{failed} of {} steps could not be prepared (their lines in {} carry an `error`, and the log says why); \
-             they count as missing predictions. Fix their inputs and run the same command again to redo only \
-             them, or pass --allow-step-errors to accept the run as it is",
+            "{failed} of {} steps could not be {what} ({causes}; their lines in {} carry the `error`); they count \
+             as missing predictions. {fix} the same command again to redo only them, or pass \
+             --allow-step-errors to accept the run as it is",
             outcome.metrics.steps,
             cfg.out.path(rundir::PREDICTIONS).display()
         );
