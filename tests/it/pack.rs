@@ -309,12 +309,13 @@ fn a_benchmark_changed_in_place_is_refused_naming_the_file() {
     assert_eq!(std::fs::metadata(&data).unwrap().len() as usize, size);
 
     let run = home.path().join("run");
+    let (model, data) = (bundle.join("model"), bundle.join("data"));
     let eval = [
         "eval",
         "--model",
-        bundle.join("model").to_str().unwrap(),
+        model.to_str().unwrap(),
         "--data",
-        bundle.join("data").to_str().unwrap(),
+        data.to_str().unwrap(),
         "--no-judge",
         "--out",
         run.to_str().unwrap(),
