@@ -22,8 +22,9 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// Subcommands.
+/// Subcommands (parsed once per process: their sizes do not matter, so `eval`'s many flags stay unboxed).
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Evaluate a checkpoint on a benchmark: step prompts, aggregation (judge) prompts, metrics.
     Eval(EvalArgs),

@@ -145,13 +145,13 @@ pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<(EvalConfig, ClaimedRun
         (true, _) => JudgeChoice::None,
         (false, Some(m)) => JudgeChoice::Other(m),
         (false, None) => match (&served, moved_judge) {
-            (Some(s), Some((endpoint, model))) => JudgeChoice::Served(OpenAiSettings {
+            (Some(s), Some((endpoint, model))) => JudgeChoice::Served(Box::new(OpenAiSettings {
                 endpoint,
                 api_model: model,
                 // The judge may be another model: the step checkpoint's prompt counts do not apply to it.
                 prompt_check: None,
                 ..s.steps.clone()
-            }),
+            })),
             _ => JudgeChoice::SameModel,
         },
     };

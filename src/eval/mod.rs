@@ -54,7 +54,7 @@ pub enum JudgeChoice {
     /// No aggregation phase.
     None,
     /// A model on an OpenAI-compatible server (`--judge-endpoint`, `--judge-api-model`).
-    Served(OpenAiSettings),
+    Served(Box<OpenAiSettings>),
 }
 
 /// The server that answers a run's prompts instead of a local checkpoint (`eval --backend openai`).

@@ -14,8 +14,9 @@ use crate::preprocess::{ImageProcessorConfig, PreparedImage};
 use crate::settings::ModelFamily;
 
 /// Refuse a server whose published settings would change what the client sends: another patch grid, pixel bounds
-/// that do not contain the run's (the server would resize the pictures again), another family's frame, or a
-/// context shorter than the answers asked for. `Ok(Some(warning))` when the server publishes nothing to check.
+/// that do not contain the run's (the server would resize the pictures again), or a context shorter than the
+/// answers asked for. `Ok(Some(warning))` when the server publishes nothing to check, or names another frame than
+/// the family the run prompts (`--model-family` overrides what a server says, so that is the user's call).
 pub(crate) fn check_card(
     card: &ModelCard,
     endpoint: &str,
@@ -64,14 +65,13 @@ pub(crate) fn check_card(
         ));
     }
     let frame = family.default_coordinate_frame().to_string();
-    if im.coordinate_frame != frame {
-        return Err(format!(
-            "{at} answers points in the frame {}, the run reads them as a {family} model's ({frame}): pass \
-             --model-family to match the served model",
+    Ok((im.coordinate_frame != frame).then(|| {
+        format!(
+            "{at} says its model answers points in the frame {}, the run prompts it as a {family} model and reads \
+             them in {frame}: check --model-family",
             im.coordinate_frame
-        ));
-    }
-    Ok(None)
+        )
+    }))
 }
 
 /// Counts prompt tokens as the checkpoint of `--model DIR` would, to compare with a server's `usage`.
@@ -173,9 +173,12 @@ mod tests {
             e.contains("--max-pixels 20000") && e.contains("--max-pixels 40000"),
             "{e}"
         );
-        // Another frame: refused.
-        let e = check(&wide, ModelFamily::Qwen3Vl).unwrap_err();
-        assert!(e.contains("--model-family"), "{e}");
+        // Another frame: a warning (the flag that chose the family wins).
+        let w = check(&wide, ModelFamily::Qwen3Vl).unwrap().unwrap();
+        assert!(
+            w.contains("--model-family") && w.contains("relative-999"),
+            "{w}"
+        );
         // A context too short for the answers.
         let mut short = wide.clone();
         short.max_model_len = Some(64);
