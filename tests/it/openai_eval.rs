@@ -108,6 +108,21 @@ fn predictions(run: &Path) -> BTreeMap<(String, u64), Value> {
         .collect()
 }
 
+/// The lines of `out`'s `predictions.jsonl` (at least one), each checked to carry an `error` containing every
+/// string of `want`.
+pub(crate) fn every_step_failed_with(out: &Path, want: &[&str]) -> Vec<Value> {
+    let preds = lines(&out.join("predictions.jsonl"));
+    assert!(!preds.is_empty());
+    for p in &preds {
+        let e = p["error"].as_str().unwrap_or_else(|| panic!("{p}"));
+        assert!(
+            want.iter().all(|w| e.contains(w)),
+            "{want:?} not all in {e}"
+        );
+    }
+    preds
+}
+
 /// A one-trajectory benchmark (the sample's first) in `dir`.
 pub(crate) fn one_trajectory(dir: &Path) -> PathBuf {
     let png = crate::openai_support::sample_png(dir);
@@ -345,15 +360,7 @@ fn a_slow_server_times_out_into_recorded_errors() {
         Some(&data),
         &flags,
     )));
-    let preds = lines(&out.join("predictions.jsonl"));
-    assert!(!preds.is_empty());
-    for p in &preds {
-        let e = p["error"].as_str().unwrap_or_else(|| panic!("{p}"));
-        assert!(
-            e.contains("gave up after 2 attempts") && e.contains("timed out"),
-            "{e}"
-        );
-    }
+    let preds = every_step_failed_with(&out, &["gave up after 2 attempts", "timed out"]);
     let req = &json_file(&out.join("throughput.json"))["phases"][0]["requests"];
     assert_eq!(req["failed"].as_u64(), Some(preds.len() as u64));
 }
@@ -381,15 +388,7 @@ fn a_prompt_the_server_refuses_is_recorded_without_retries() {
         Some(&data),
         &["--no-judge", "--allow-step-errors"],
     )));
-    let preds = lines(&out.join("predictions.jsonl"));
-    assert!(!preds.is_empty());
-    for p in &preds {
-        let e = p["error"].as_str().unwrap_or_else(|| panic!("{p}"));
-        assert!(
-            e.contains("HTTP 400") && e.contains("context_length_exceeded"),
-            "{e}"
-        );
-    }
+    let preds = every_step_failed_with(&out, &["HTTP 400", "context_length_exceeded"]);
     let req = &json_file(&out.join("throughput.json"))["phases"][0]["requests"];
     assert_eq!(
         (req["attempts"].as_u64(), req["retries"].as_u64()),

@@ -4,7 +4,7 @@
 //! server would change is refused with the fix; with `--model DIR` a server whose prompt token counts differ stops
 //! the run; a server that publishes nothing (as vLLM) is named in a warning; greedy sampling is sent explicitly.
 
-use crate::openai_eval::{lines, one_trajectory, run, served_eval};
+use crate::openai_eval::{every_step_failed_with, lines, one_trajectory, run, served_eval};
 use crate::openai_support::stub::{Reply, Stub};
 use crate::openai_support::{get, tiny, Server};
 use crate::util::{json_file, ok};
@@ -85,12 +85,7 @@ fn busy_answers_cost_no_retry() {
         Some(&data),
         &flags,
     )));
-    let preds = lines(&out.join("predictions.jsonl"));
-    assert!(!preds.is_empty());
-    for p in &preds {
-        let e = p["error"].as_str().unwrap_or_else(|| panic!("{p}"));
-        assert!(e.contains("stayed busy") && e.contains("HTTP 429"), "{e}");
-    }
+    every_step_failed_with(&out, &["stayed busy", "HTTP 429"]);
 }
 
 #[test]
