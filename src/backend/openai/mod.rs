@@ -12,6 +12,7 @@
 mod checks;
 mod http;
 mod pictures;
+mod tally;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,13 +23,15 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use serde_json::Value;
 
+use tally::{Reply, Tally};
+
 use super::{
     Backend, BackendInfo, ChatRequest, ChatResult, JobQueue, MakeRequest, Next, Sink, Taker,
 };
 use crate::interrupt::Cancel;
 use crate::openai::{chat_body, ApiKey, ChatCompletion, ClientParams, ModelCard, ModelList};
 use crate::preprocess::ImageProcessorConfig;
-use crate::records::{FinishReason, LatencySummary, OpsRecord, PhaseStats, RequestStats};
+use crate::records::{FinishReason, OpsRecord, PhaseStats};
 use crate::settings::{BatchLimits, ModelFamily};
 
 /// How to reach a server and what to send it.
@@ -343,16 +346,6 @@ fn answer(url: &str, v: Value, image_sizes: Vec<[u32; 2]>) -> Result<ChatResult,
     })
 }
 
-/// A worker's report of one request.
-struct Reply {
-    index: usize,
-    outcome: Result<ChatResult, String>,
-    attempts: usize,
-    busy: usize,
-    seconds: f64,
-    images: usize,
-}
-
 impl OpenAiBackend {
     /// A worker: take ready requests until none is left, a stop is requested or the run failed.
     fn work(
@@ -395,48 +388,6 @@ impl OpenAiBackend {
                 return;
             }
         }
-    }
-}
-
-/// The phase's counters as replies arrive.
-#[derive(Default)]
-struct Tally {
-    stats: PhaseStats,
-    requests: RequestStats,
-    latencies: Vec<f64>,
-}
-
-impl Tally {
-    fn add(&mut self, r: &Reply) {
-        self.requests.requests += usize::from(r.attempts > 0);
-        self.requests.attempts += r.attempts;
-        self.requests.retries += r.attempts.saturating_sub(1);
-        self.requests.busy += r.busy;
-        match &r.outcome {
-            Ok(c) => {
-                self.stats.prompts += 1;
-                self.stats.images += r.images;
-                self.stats.prefill_tokens += c.prompt_tokens;
-                self.stats.decode_tokens += c.generated_tokens;
-                self.latencies.push(r.seconds);
-            }
-            Err(_) => {
-                self.stats.errors += 1;
-                self.requests.failed += usize::from(r.attempts > 0);
-            }
-        }
-    }
-
-    fn finish(mut self, concurrency: usize, seconds: f64) -> PhaseStats {
-        self.requests.concurrency = concurrency;
-        self.requests.requests_per_second = if seconds > 0.0 {
-            self.latencies.len() as f64 / seconds
-        } else {
-            0.0
-        };
-        self.requests.latency_seconds = LatencySummary::of(&self.latencies);
-        self.stats.requests = Some(self.requests);
-        self.stats
     }
 }
 
