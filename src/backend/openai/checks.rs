@@ -9,14 +9,16 @@
 //!   another resize (or another template) shows.
 
 use crate::chat::PromptBuilder;
-use crate::openai::ModelCard;
+use crate::openai::{ImageSettings, ModelCard};
 use crate::preprocess::{ImageProcessorConfig, PreparedImage};
-use crate::settings::ModelFamily;
+use crate::settings::{CoordinateFrame, ModelFamily};
 
-/// Refuse a server whose published settings would change what the client sends: another patch grid, pixel bounds
-/// that do not contain the run's (the server would resize the pictures again), or a context shorter than the
-/// answers asked for. `Ok(Some(warning))` when the server publishes nothing to check, or names another frame than
-/// the family the run prompts (`--model-family` overrides what a server says, so that is the user's call).
+/// Refuse a server whose published settings would change what the client sends: another patch grid, or pixel
+/// bounds that do not contain the run's (the server would resize the pictures again, and points in image pixels
+/// would be scored in the wrong frame), or a context shorter than the answers asked for. `Ok(Some(warning))` when
+/// the server publishes nothing to check; when it would resize the pictures but the run reads points on a relative
+/// grid (their scores do not depend on the picture's size); or when it names another frame than the family the
+/// run prompts (`--model-family` overrides what a server says, so that is the user's call).
 pub(crate) fn check_card(
     card: &ModelCard,
     endpoint: &str,
@@ -41,19 +43,43 @@ pub(crate) fn check_card(
             run.factor()
         )));
     };
+    let frame = family.default_coordinate_frame();
+    if let Some(m) = resized_again(&at, im, run) {
+        return match frame {
+            CoordinateFrame::ImagePixels => Err(format!(
+                "{m}; the answers' points would be scored in the wrong frame"
+            )),
+            CoordinateFrame::Relative(_) => Ok(Some(format!(
+                "{m}; the run reads points on a relative grid, so their scores do not depend on the picture's \
+                 size, but the answers may differ from a local run's"
+            ))),
+        };
+    }
+    let frame = frame.to_string();
+    Ok((im.coordinate_frame != frame).then(|| {
+        format!(
+            "{at} says its model answers points in the frame {}, the run prompts it as a {family} model and reads \
+             them in {frame}: check --model-family",
+            im.coordinate_frame
+        )
+    }))
+}
+
+/// How the server would change the pictures the run sends (another patch grid, or pixel bounds that do not
+/// contain the run's), with the fix; `None` when it leaves them as they are.
+fn resized_again(at: &str, im: &ImageSettings, run: &ImageProcessorConfig) -> Option<String> {
     if (im.patch_size, im.merge_size) != (run.patch_size, run.merge_size) {
-        return Err(format!(
-            "{at} cuts pictures into {}-pixel patches merged {}×{}, the run into {}-pixel patches merged {}×{}: \
-             it serves another kind of model than the run's pixel bounds are for; give eval --model the \
-             checkpoint folder of the served model",
+        return Some(format!(
+            "{at} cuts pictures into {}-pixel patches merged {}×{}, the run into {}-pixel patches merged {}×{}, \
+             so it would resize them again (give eval --model the checkpoint folder of the served model)",
             im.patch_size, im.merge_size, im.merge_size, run.patch_size, run.merge_size, run.merge_size
         ));
     }
     if im.min_pixels > run.min_pixels || im.max_pixels < run.max_pixels {
-        return Err(format!(
-            "{at} resizes pictures to {}–{} pixels, the run sends pictures of {}–{} pixels: the server would \
-             resize some again and their coordinates would be scored in the wrong frame. Run eval with \
-             --min-pixels {} --max-pixels {}, or start the server with --min-pixels {} --max-pixels {}",
+        return Some(format!(
+            "{at} resizes pictures to {}–{} pixels, the run sends pictures of {}–{} pixels, so it would resize \
+             some again (run eval with --min-pixels {} --max-pixels {}, or start the server with --min-pixels {} \
+             --max-pixels {})",
             im.min_pixels,
             im.max_pixels,
             run.min_pixels,
@@ -64,14 +90,7 @@ pub(crate) fn check_card(
             run.max_pixels
         ));
     }
-    let frame = family.default_coordinate_frame().to_string();
-    Ok((im.coordinate_frame != frame).then(|| {
-        format!(
-            "{at} says its model answers points in the frame {}, the run prompts it as a {family} model and reads \
-             them in {frame}: check --model-family",
-            im.coordinate_frame
-        )
-    }))
+    None
 }
 
 /// Counts prompt tokens as the checkpoint of `--model DIR` would, to compare with a server's `usage`.
@@ -131,7 +150,6 @@ impl PromptCount {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::openai::ImageSettings;
 
     fn card(image: Option<ImageSettings>) -> ModelCard {
         ModelCard {
@@ -173,6 +191,16 @@ mod tests {
             e.contains("--max-pixels 20000") && e.contains("--max-pixels 40000"),
             "{e}"
         );
+        // A Qwen3-VL run reads relative points: smaller bounds are a warning only.
+        let q3 = |min, max| card(Some(published(min, max, "relative-999")));
+        let w = check(&q3(3136, 20_000), ModelFamily::Qwen3Vl)
+            .unwrap()
+            .unwrap();
+        assert!(
+            w.contains("relative grid") && w.contains("--max-pixels 20000"),
+            "{w}"
+        );
+        assert_eq!(check(&q3(3136, 1_003_520), ModelFamily::Qwen3Vl), Ok(None));
         // Another frame: a warning (the flag that chose the family wins).
         let w = check(&wide, ModelFamily::Qwen3Vl).unwrap().unwrap();
         assert!(
