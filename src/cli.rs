@@ -22,8 +22,9 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// Subcommands.
+/// Subcommands (parsed once per process: their sizes do not matter, so `eval`'s many flags stay unboxed).
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Evaluate a checkpoint on a benchmark: step prompts, aggregation (judge) prompts, metrics.
     Eval(EvalArgs),
@@ -210,9 +211,18 @@ pub struct ServedArgs {
     /// Seconds one HTTP call may take before it is retried (more than 0).
     #[arg(long, value_name = "S", default_value_t = 600.0, value_parser = seconds, allow_negative_numbers = true)]
     pub request_timeout: f64,
-    /// Retries of a request after a connection error, a timeout, a 429 or a 5xx; then it is recorded as an error.
+    /// Retries of a request after a connection error, a timeout, a 408, 409 or a 5xx; then it is recorded as an
+    /// error.
     #[arg(long, default_value_t = 5, value_parser = whole::<u32>, allow_negative_numbers = true)]
     pub max_retries: u32,
+    /// Seconds one request may spend waiting out busy answers (HTTP 429, after each `Retry-After`) before it is
+    /// recorded as an error; a 429 costs no retry.
+    #[arg(long, value_name = "S", default_value_t = 600.0, value_parser = seconds, allow_negative_numbers = true)]
+    pub busy_wait: f64,
+    /// Connection failures in a row, over all requests, after which the server counts as gone and the run stops
+    /// as on Ctrl-C, saying how to resume (0: never).
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = whole::<usize>, allow_negative_numbers = true)]
+    pub max_connection_failures: usize,
     /// The judge prompts' server (default: `--endpoint`).
     #[arg(long, value_name = "URL")]
     pub judge_endpoint: Option<String>,

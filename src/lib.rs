@@ -41,6 +41,7 @@ pub mod predictions;
 pub mod preprocess;
 pub mod records;
 pub mod report;
+mod retry;
 pub mod rundir;
 mod safe_io;
 pub mod sample;

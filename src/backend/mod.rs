@@ -17,7 +17,7 @@ pub use crate::engine::{JobQueue, Next, Taker};
 pub use local::LocalBackend;
 pub use model::{fingerprint, open_device, LoadedModel, ModelSpec};
 pub use multi::{DeviceBackend, MultiBackend};
-pub(crate) use openai::{OpenAiBackend, OpenAiSettings};
+pub(crate) use openai::{OpenAiBackend, OpenAiSettings, ServedStop};
 
 use crate::settings::BatchLimits;
 

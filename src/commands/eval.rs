@@ -148,11 +148,13 @@ pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<(EvalConfig, ClaimedRun
         (true, _) => JudgeChoice::None,
         (false, Some(m)) => JudgeChoice::Other(m),
         (false, None) => match (&served, moved_judge) {
-            (Some(s), Some((endpoint, model))) => JudgeChoice::Served(OpenAiSettings {
+            (Some(s), Some((endpoint, model))) => JudgeChoice::Served(Box::new(OpenAiSettings {
                 endpoint,
                 api_model: model,
+                // The judge may be another model: the step checkpoint's prompt counts do not apply to it.
+                prompt_check: None,
                 ..s.steps.clone()
-            }),
+            })),
             _ => JudgeChoice::SameModel,
         },
     };
@@ -231,6 +233,9 @@ fn served_config(a: &EvalArgs) -> Result<Option<ServedConfig>> {
         max_retries: s.max_retries,
         image,
         family: s.model_family,
+        busy_wait: std::time::Duration::from_secs_f64(s.busy_wait),
+        max_connection_failures: s.max_connection_failures,
+        prompt_check: (!a.model.model.is_empty()).then(|| PathBuf::from(&a.model.model)),
     };
     Ok(Some(ServedConfig {
         steps,
@@ -324,10 +329,15 @@ pub fn run(args: EvalArgs, env: &SchedulerEnv) -> Result<()> {
     }
     let failed = outcome.metrics.prediction_errors.unwrap_or(0);
     if failed > 0 && !allow_step_errors {
+        let (what, fix) = match cfg.served {
+            Some(_) => ("answered", "Once the server answers again, run"),
+            None => ("prepared", "Fix their inputs and run"),
+        };
+        let causes = crate::eval::error_causes(&crate::eval::step_errors(&cfg.out));
         anyhow::bail!(
-            "{failed} of {} steps could not be prepared (their lines in {} carry an `error`, and the log says why); \
-             they count as missing predictions. Fix their inputs and run the same command again to redo only \
-             them, or pass --allow-step-errors to accept the run as it is",
+            "{failed} of {} steps could not be {what} ({causes}; their lines in {} carry the `error`); they count \
+             as missing predictions. {fix} the same command again to redo only them, or pass \
+             --allow-step-errors to accept the run as it is",
             outcome.metrics.steps,
             cfg.out.path(rundir::PREDICTIONS).display()
         );

@@ -174,3 +174,104 @@ pub(crate) fn largest_judge_prompt_fits(
     }
     Ok(())
 }
+
+/// A phase a server stopped ([`crate::backend::ServedStop`]: the server is gone, or it prepares prompts otherwise
+/// than the checkpoint): stopped as after Ctrl-C, with what is saved, what could not be answered and why, and
+/// the command that resumes the run. Any other error is returned as it is.
+pub(crate) fn served_stop(
+    cfg: &EvalConfig,
+    unit: &'static str,
+    total: usize,
+    e: anyhow::Error,
+) -> anyhow::Error {
+    let Some(stop) = e.downcast_ref::<crate::backend::ServedStop>() else {
+        return e;
+    };
+    let steps = unit == "steps";
+    let (done, errors) = match (
+        steps,
+        cfg.out.completed_steps(),
+        cfg.out.completed_trajectories(),
+    ) {
+        (true, Ok(d), _) => (d.len(), step_errors(&cfg.out)),
+        (false, _, Ok(d)) => (d.len(), judge_errors(&cfg.out)),
+        _ => (0, Vec::new()),
+    };
+    let failed = if errors.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; {} {unit} could not be answered: {}",
+            errors.len(),
+            error_causes(&errors)
+        )
+    };
+    let resume = crate::interrupt::resume_command(cfg.command_line.clone(), cfg.out.root());
+    anyhow::anyhow!(
+        "stopped: {stop}. {} of {total} {unit} done and saved in {}{failed}. Resume with:\n  {resume}",
+        done.min(total),
+        cfg.out.root().display()
+    )
+}
+
+/// The errors of the steps whose latest line in `predictions.jsonl` carries one.
+pub(crate) fn step_errors(out: &crate::rundir::RunDir) -> Vec<String> {
+    let lines: Vec<crate::records::PredictionLine> = out
+        .read_lines(crate::rundir::PREDICTIONS)
+        .unwrap_or_default();
+    let latest: std::collections::BTreeMap<(String, usize), Option<String>> = lines
+        .into_iter()
+        .map(|l| ((l.trajectory, l.step), l.error))
+        .collect();
+    latest.into_values().flatten().collect()
+}
+
+/// The errors of the trajectories whose latest verdict carries one.
+fn judge_errors(out: &crate::rundir::RunDir) -> Vec<String> {
+    let latest: std::collections::BTreeMap<String, Option<String>> = out
+        .judgements()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|l| (l.trajectory, l.error))
+        .collect();
+    latest.into_values().flatten().collect()
+}
+
+/// `22 × connection refused, 1 × No such file or directory`: the errors grouped by their last part (the
+/// cause, after the file, URL and attempt count that lead up to it), the commonest first.
+pub(crate) fn error_causes(errors: &[String]) -> String {
+    let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+    for e in errors {
+        let last = e.rsplit(": ").next().unwrap_or(e).trim();
+        let cause = match last.find(" (os error") {
+            Some(i) => &last[..i],
+            None => last,
+        };
+        *counts.entry(cause).or_default() += 1;
+    }
+    let mut v: Vec<(&str, usize)> = counts.into_iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    v.iter()
+        .map(|(c, n)| format!("{n} × {c}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_causes;
+
+    #[test]
+    fn errors_are_grouped_by_their_cause() {
+        let e = |s: &str| s.to_string();
+        let errors = [
+            e("gave up after 6 attempts: http://h/v1/chat/completions: connection refused"),
+            e("stopped while waiting to retry: http://h/v1/chat/completions: connection refused"),
+            e("images/a.png: No such file or directory (os error 2)"),
+        ];
+        assert_eq!(
+            error_causes(&errors),
+            "2 × connection refused, 1 × No such file or directory"
+        );
+    }
+}

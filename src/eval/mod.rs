@@ -19,6 +19,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 
+pub(crate) use checks::{error_causes, step_errors};
 pub(crate) use dump::{check_target as check_dump_target, PromptDump};
 pub(crate) use judge::{pending_trajectories, JudgePhase};
 pub use phase::{run_phase, run_phase_dumping, Phase};
@@ -53,7 +54,7 @@ pub enum JudgeChoice {
     /// No aggregation phase.
     None,
     /// A model on an OpenAI-compatible server (`--judge-endpoint`, `--judge-api-model`).
-    Served(OpenAiSettings),
+    Served(Box<OpenAiSettings>),
 }
 
 /// The server that answers a run's prompts instead of a local checkpoint (`eval --backend openai`).
@@ -341,6 +342,8 @@ fn served_record(cfg: &EvalConfig, s: &ServedConfig) -> crate::records::ServedRe
         concurrency: s.steps.concurrency,
         request_timeout_seconds: s.steps.request_timeout.as_secs_f64(),
         max_retries: s.steps.max_retries,
+        busy_wait_seconds: Some(s.steps.busy_wait.as_secs_f64()),
+        max_connection_failures: Some(s.steps.max_connection_failures),
         pixel_bounds_from: s.pixel_bounds_from.clone(),
     }
 }
@@ -368,15 +371,19 @@ fn run_loaded(
     backend: Box<dyn Backend>,
 ) -> Result<EvalOutcome> {
     let (bench, mut manifest) = open_run(cfg, bench, backend.as_ref())?;
-    let mut phases = vec![run_steps(cfg, &bench, backend.as_ref())?.summary()];
+    let steps = run_steps(cfg, &bench, backend.as_ref())
+        .map_err(|e| checks::served_stop(cfg, "steps", bench.num_steps(), e))?;
+    let mut phases = vec![steps.summary()];
     checks::stop_if_interrupted(cfg, "steps", bench.num_steps())?;
     // The step model's section table (a separately loaded judge keeps its own).
     let profile = backend.profile_snapshot();
     let preds =
         PredictionSet::read_optional(cfg.out.path(rundir::PREDICTIONS))?.in_frame(cfg.frame());
     if let Some(judge) = judge_backend(cfg, backend)? {
-        phases.push(run_judge(cfg, &bench, judge.as_ref(), &preds)?.summary());
         let total = bench.trajectories.len();
+        let judged = run_judge(cfg, &bench, judge.as_ref(), &preds)
+            .map_err(|e| checks::served_stop(cfg, "judged trajectories", total, e))?;
+        phases.push(judged.summary());
         checks::stop_if_interrupted(cfg, "judged trajectories", total)?;
     }
 

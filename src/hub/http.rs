@@ -1,5 +1,5 @@
 //! HTTP with `ureq`: agents with timeouts (and the proxy, if any), the Hub's file metadata, URL encoding, and the
-//! classification of failures into retryable and final ones.
+//! classification of failures by the program's retry policy ([`crate::retry`]).
 
 use std::time::Duration;
 
@@ -51,49 +51,41 @@ pub(crate) struct Metadata {
     pub location: Option<String>,
 }
 
-/// One attempt's failure.
+/// How an attempt ended for good.
 #[derive(Debug)]
-pub enum Failure {
-    /// Worth another attempt (timeout, dropped connection, HTTP 5xx/429/408); the server may ask to wait.
-    Retry {
-        /// What happened.
-        reason: String,
-        /// `Retry-After`, when the server sent one.
-        wait: Option<Duration>,
-    },
+pub enum Final {
     /// An HTTP status that will not change (404, 401, 403, …), with the Hub's `X-Error-Code` if any.
     Status(u16, Option<String>),
     /// An answer that is not what the Hub sends.
     Bad(String),
     /// Writing the cache failed.
     Io(std::path::PathBuf, std::io::Error),
-    /// A stop was requested.
-    Cancelled,
 }
 
-/// The longest wait a `Retry-After` may ask for.
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+/// One attempt's failure.
+pub type Failure = crate::retry::Failure<Final>;
+
+/// An answer that is not what the Hub sends.
+pub(crate) fn bad(reason: impl Into<String>) -> Failure {
+    Failure::Final(Final::Bad(reason.into()))
+}
 
 /// A `ureq` error as a [`Failure`].
 pub(crate) fn classify(e: ureq::Error, timeout: Duration) -> Failure {
     match e {
-        ureq::Error::Status(code, resp) if matches!(code, 408 | 429) || code >= 500 => {
-            let wait = resp
-                .header("Retry-After")
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .map(|s| Duration::from_secs(s).min(MAX_RETRY_AFTER));
-            Failure::Retry {
-                reason: format!("HTTP {code}"),
-                wait,
-            }
-        }
         ureq::Error::Status(code, resp) => {
-            Failure::Status(code, resp.header("X-Error-Code").map(str::to_string))
+            let after = crate::retry::retry_after(
+                resp.header("retry-after-ms"),
+                resp.header("retry-after"),
+            );
+            Failure::of_status(code, format!("HTTP {code}"), after).unwrap_or_else(|| {
+                Failure::Final(Final::Status(
+                    code,
+                    resp.header("X-Error-Code").map(str::to_string),
+                ))
+            })
         }
-        ureq::Error::Transport(t) => Failure::Retry {
-            reason: transport_reason(&t, timeout),
-            wait: None,
-        },
+        ureq::Error::Transport(t) => Failure::transient(transport_reason(&t, timeout)),
     }
 }
 
@@ -143,7 +135,7 @@ pub fn metadata(
         }
         return read_metadata(&resp, status, location);
     }
-    Err(Failure::Bad("too many redirects".into()))
+    Err(bad("too many redirects"))
 }
 
 fn read_metadata(
@@ -157,14 +149,12 @@ fn read_metadata(
     };
     let commit = header("X-Repo-Commit")
         .filter(|c| super::is_commit(c))
-        .ok_or_else(|| {
-            Failure::Bad("the answer has no X-Repo-Commit header (is HF_ENDPOINT a Hub?)".into())
-        })?;
+        .ok_or_else(|| bad("the answer has no X-Repo-Commit header (is HF_ENDPOINT a Hub?)"))?;
     let etag = header("X-Linked-Etag")
         .or_else(|| header("ETag"))
         .map(|e| e.trim_start_matches("W/").trim_matches('"').to_string())
         .filter(|e| !e.is_empty() && e.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
-        .ok_or_else(|| Failure::Bad("the answer has no usable ETag header".into()))?;
+        .ok_or_else(|| bad("the answer has no usable ETag header"))?;
     let from_range = header("Content-Range")
         .and_then(|r| r.rsplit('/').next().and_then(|n| n.parse::<u64>().ok()));
     let size = header("X-Linked-Size")
@@ -175,7 +165,7 @@ fn read_metadata(
                 .then(|| header("Content-Length").and_then(|s| s.parse().ok()))
                 .flatten()
         })
-        .ok_or_else(|| Failure::Bad("the answer gives no file size".into()))?;
+        .ok_or_else(|| bad("the answer gives no file size"))?;
     let location = location.filter(|_| (300..400).contains(&status));
     Ok(Metadata {
         commit,

@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use sha2::Digest;
 
-use super::http::{self, Agents, Failure, Metadata};
+use super::http::{self, bad, Agents, Failure, Final, Metadata};
 use super::{CacheRepo, HubError, HubRepo, HubSettings};
 use crate::interrupt::Cancel;
+use crate::retry::GaveUp;
 
 /// What every transfer of one hub shares: its agents, settings and stop token.
 pub(crate) struct Net {
@@ -153,22 +154,8 @@ pub(crate) fn run_cancellable<T: Send + 'static>(
     }
 }
 
-/// The pause before retry `n` (0-based): 0.5 s doubling, at most 8 s.
-pub(crate) fn backoff(n: u32) -> Duration {
-    Duration::from_millis(500u64.saturating_mul(1 << n.min(4)))
-}
-
-/// Sleep `d`, waking early (false) when `cancel` is set.
-fn pause(d: Duration, cancel: &Cancel) -> bool {
-    let end = std::time::Instant::now() + d;
-    while std::time::Instant::now() < end {
-        if cancel.is_cancelled() {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(25).min(d));
-    }
-    !cancel.is_cancelled()
-}
+/// The longest time one transfer waits out busy answers (429) of the Hub before it gives up; a 429 costs no retry.
+const BUSY_BUDGET: Duration = Duration::from_secs(300);
 
 /// Fetch `job` with retries into the snapshot.
 pub fn fetch(net: &Net, job: &Job) -> Result<Fetched, HubError> {
@@ -186,17 +173,16 @@ pub fn revision_info(net: &Net, job: &Job) -> Result<(String, HashSet<String>), 
         let resp = req
             .call()
             .map_err(|e| http::classify(e, net.settings.timeout))?;
-        let text = resp.into_string().map_err(|e| Failure::Retry {
-            reason: format!("reading the answer: {e}"),
-            wait: None,
-        })?;
+        let text = resp
+            .into_string()
+            .map_err(|e| Failure::transient(format!("reading the answer: {e}")))?;
         let info: RevisionInfo = serde_json::from_str(&text).map_err(|e| {
-            Failure::Bad(format!(
+            bad(format!(
                 "the repo information is not what the Hub sends: {e}"
             ))
         })?;
         if !super::is_commit(&info.sha) {
-            return Err(Failure::Bad(format!("{:?} is not a commit id", info.sha)));
+            return Err(bad(format!("{:?} is not a commit id", info.sha)));
         }
         let files = info.siblings.into_iter().map(|s| s.rfilename).collect();
         Ok((info.sha, files))
@@ -216,52 +202,48 @@ struct Sibling {
     rfilename: String,
 }
 
-/// Run `attempt` until it succeeds, fails for good, or has failed `retries + 1` times, pausing between attempts.
+/// Run `attempt` under the retry policy (`retries` further tries after a transient failure, 429s waited out up
+/// to [`BUSY_BUDGET`]), pausing between attempts; a stop request ends it.
 fn retrying<T>(
     net: &Net,
     job: &Job,
-    attempt: impl Fn(&Net, &Job) -> Result<T, Failure>,
+    mut attempt: impl FnMut(&Net, &Job) -> Result<T, Failure>,
 ) -> Result<T, HubError> {
-    let mut n = 0u32;
-    loop {
-        if net.cancel.is_cancelled() {
-            return Err(job.cancelled());
+    let policy = crate::retry::Policy {
+        retries: net.settings.retries,
+        busy_budget: BUSY_BUDGET,
+    };
+    let stopped = || net.cancel.is_cancelled();
+    let log = |wait: Duration, reason: &str| {
+        tracing::warn!(
+            "{}: {} from {}: {reason}; retrying in {:.1} s",
+            job.repo,
+            job.file,
+            net.settings.endpoint,
+            wait.as_secs_f64()
+        );
+    };
+    let out = crate::retry::run(policy, &stopped, &log, || attempt(net, job));
+    let unreachable = |reason: String| HubError::Unreachable {
+        repo: job.repo.clone(),
+        file: job.file.clone(),
+        endpoint: net.settings.endpoint.clone(),
+        attempts: out.attempts as u32,
+        reason,
+    };
+    match out.result {
+        Ok(v) => Ok(v),
+        Err(GaveUp::Retries(reason)) => Err(unreachable(reason)),
+        Err(GaveUp::Busy(reason)) => Err(unreachable(format!(
+            "{reason}: still busy after {} s of waiting",
+            BUSY_BUDGET.as_secs()
+        ))),
+        Err(GaveUp::Cancelled(_)) => Err(job.cancelled()),
+        Err(GaveUp::Final(Final::Status(code, err))) => {
+            Err(job.missing(&net.settings.endpoint, code, err.as_deref()))
         }
-        let failure = match attempt(net, job) {
-            Ok(v) => return Ok(v),
-            Err(f) => f,
-        };
-        match failure {
-            Failure::Retry { reason, wait } => {
-                if n >= net.settings.retries {
-                    return Err(HubError::Unreachable {
-                        repo: job.repo.clone(),
-                        file: job.file.clone(),
-                        endpoint: net.settings.endpoint.clone(),
-                        attempts: n + 1,
-                        reason,
-                    });
-                }
-                let wait = wait.unwrap_or_else(|| backoff(n));
-                tracing::warn!(
-                    "{}: {} from {}: {reason}; retrying in {:.1} s",
-                    job.repo,
-                    job.file,
-                    net.settings.endpoint,
-                    wait.as_secs_f64()
-                );
-                if !pause(wait, &net.cancel) {
-                    return Err(job.cancelled());
-                }
-                n += 1;
-            }
-            Failure::Status(code, err) => {
-                return Err(job.missing(&net.settings.endpoint, code, err.as_deref()))
-            }
-            Failure::Bad(reason) => return Err(job.bad(net, reason)),
-            Failure::Io(path, source) => return Err(HubError::Io { path, source }),
-            Failure::Cancelled => return Err(job.cancelled()),
-        }
+        Err(GaveUp::Final(Final::Bad(reason))) => Err(job.bad(net, reason)),
+        Err(GaveUp::Final(Final::Io(path, source))) => Err(HubError::Io { path, source }),
     }
 }
 
@@ -292,13 +274,13 @@ fn attempt_once(net: &Net, job: &Job) -> Result<Fetched, Failure> {
 
 fn hub_io(e: HubError) -> Failure {
     match e {
-        HubError::Io { path, source } => Failure::Io(path, source),
-        other => Failure::Bad(other.to_string()),
+        HubError::Io { path, source } => Failure::Final(Final::Io(path, source)),
+        other => bad(other.to_string()),
     }
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Failure + '_ {
-    move |e| Failure::Io(path.to_path_buf(), e)
+    move |e| Failure::Final(Final::Io(path.to_path_buf(), e))
 }
 
 /// The bytes of `meta` into `blob`, through `<blob>.incomplete` (kept between attempts and runs).
@@ -326,10 +308,10 @@ fn download(net: &Net, job: &Job, meta: &Metadata, blob: &Path) -> Result<(), Fa
     }
     let len = file.metadata().map_err(io(&part))?.len();
     if len != meta.size {
-        return Err(Failure::Retry {
-            reason: format!("the connection closed after {len} of {} bytes", meta.size),
-            wait: None,
-        });
+        return Err(Failure::transient(format!(
+            "the connection closed after {len} of {} bytes",
+            meta.size
+        )));
     }
     drop(file);
     check_sha256(&part, &meta.etag)?;
@@ -371,10 +353,9 @@ fn receive(
         // The server sent the file from another offset (a 200 with the whole file): start over.
         file.set_len(0).map_err(io(part))?;
         if start != 0 {
-            return Err(Failure::Retry {
-                reason: format!("the server resumed at byte {start}, not {have}"),
-                wait: None,
-            });
+            return Err(Failure::transient(format!(
+                "the server resumed at byte {start}, not {have}"
+            )));
         }
     }
     file.seek(std::io::SeekFrom::Start(start))
@@ -392,10 +373,7 @@ fn receive(
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
                 file.flush().map_err(io(part))?;
-                return Err(Failure::Retry {
-                    reason: format!("reading the answer: {e}"),
-                    wait: None,
-                });
+                return Err(Failure::transient(format!("reading the answer: {e}")));
             }
         };
         file.write_all(&buf[..n]).map_err(io(part))?;
@@ -457,21 +435,14 @@ fn check_sha256(part: &Path, etag: &str) -> Result<(), Failure> {
         return Ok(());
     }
     let _ = std::fs::remove_file(part);
-    Err(Failure::Retry {
-        reason: format!("the bytes received have SHA-256 {got}, not {etag}"),
-        wait: None,
-    })
+    Err(Failure::transient(format!(
+        "the bytes received have SHA-256 {got}, not {etag}"
+    )))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backoff_doubles_up_to_eight_seconds() {
-        let s: Vec<u64> = (0..7).map(|n| backoff(n).as_millis() as u64).collect();
-        assert_eq!(s, [500, 1000, 2000, 4000, 8000, 8000, 8000]);
-    }
 
     #[test]
     fn a_cancelled_wait_returns_at_once() {

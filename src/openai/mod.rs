@@ -25,7 +25,7 @@ pub use request::{
 };
 pub(crate) use response::{
     AssistantMessage, ChatCompletion, ChatCompletionChunk, Choice, ChoiceLogprobs, ChunkChoice,
-    Delta, ModelCard, ModelList, TokenLogprob, TopLogprob, Usage,
+    Delta, ImageSettings, ModelCard, ModelList, TokenLogprob, TopLogprob, Usage,
 };
 
 /// An API key (`Authorization: Bearer <key>`): never shown (its `Debug` prints `<redacted>`).

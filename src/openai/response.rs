@@ -187,6 +187,29 @@ pub(crate) struct ModelCard {
     /// client can prompt it as its family expects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub family: Option<String>,
+    /// `serve`'s extension: how it prepares pictures, so a client can check that the pictures it sends are
+    /// left at their size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageSettings>,
+}
+
+/// How a server prepares a picture: smart-resized so its sides are multiples of `factor` and its area lies within
+/// `min_pixels..=max_pixels` (a picture already so is left as it is), cut into `patch_size` patches merged
+/// `merge_size × merge_size` into one token; the model answers points in `coordinate_frame`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ImageSettings {
+    /// Fewest pixels of a resized picture.
+    pub min_pixels: u64,
+    /// Most pixels of a resized picture.
+    pub max_pixels: u64,
+    /// Side of a vision patch, in pixels.
+    pub patch_size: usize,
+    /// Patches merged per side into one token.
+    pub merge_size: usize,
+    /// What the resized sides are multiples of (`patch_size · merge_size`).
+    pub factor: usize,
+    /// The frame of the model's points, in `--coordinate-frame`'s spelling (`image-pixels`, `relative-999`).
+    pub coordinate_frame: String,
 }
 
 /// `GET /v1/models`.

@@ -471,14 +471,15 @@ fn bundle_of(dir: &Path) -> Option<(PathBuf, String, BundleManifest)> {
     Some((parent, name, m))
 }
 
-/// For a folder of a bundle: every file `bundle.json` lists under it must be there with its size; the error
-/// names each missing or cut file and the command that packed the bundle. Other folders pass unchecked.
+/// For a folder of a bundle: every file `bundle.json` lists under it must be there with its size, and the
+/// benchmark's `data.jsonl` must have the hash `pack` recorded (a file changed in place keeps its size); the error
+/// names each missing, cut or changed file and the command that packed the bundle. Other folders pass unchecked.
 pub(crate) fn check_present(dir: &Path) -> Result<(), PackError> {
     let Some((bundle, name, m)) = bundle_of(dir) else {
         return Ok(());
     };
     let prefix = format!("{name}/");
-    let problems: Vec<String> = m
+    let mut problems: Vec<String> = m
         .files
         .iter()
         .filter(|f| f.path.starts_with(&prefix))
@@ -493,6 +494,9 @@ pub(crate) fn check_present(dir: &Path) -> Result<(), PackError> {
             Err(_) => Some(format!("{} is missing", f.path)),
         })
         .collect();
+    if problems.is_empty() && m.data.folder == name {
+        problems.extend(changed_data(dir, &prefix, &m.data.data_hash)?);
+    }
     if problems.is_empty() {
         Ok(())
     } else {
@@ -505,6 +509,16 @@ pub(crate) fn check_present(dir: &Path) -> Result<(), PackError> {
             ),
         })
     }
+}
+
+/// A problem when `DIR/data.jsonl` no longer has the SHA-256 `packed` that `bundle.json` records.
+fn changed_data(dir: &Path, prefix: &str, packed: &str) -> Result<Option<String>, PackError> {
+    let path = dir.join(DATA_FILE);
+    let bytes = std::fs::read(&path).map_err(io_err(&path))?;
+    let now = crate::fingerprint::sha256_hex(&bytes);
+    Ok((now != packed).then(|| {
+        format!("{prefix}{DATA_FILE} was changed since it was packed: its SHA-256 is {now}, bundle.json records {packed}")
+    }))
 }
 
 /// The Hub origin `pack` recorded for a bundle's benchmark folder, when its `data.jsonl` is the one packed.

@@ -236,6 +236,14 @@ pub struct ServedRecord {
     pub request_timeout_seconds: f64,
     /// Retries of one prompt after a connection error, a timeout, a 429 or a 5xx (`--max-retries`).
     pub max_retries: u32,
+    /// Seconds one prompt may wait out busy answers (429) before it fails (`--busy-wait`; absent in older
+    /// manifests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busy_wait_seconds: Option<f64>,
+    /// Connection failures in a row after which the run stops (`--max-connection-failures`; absent in older
+    /// manifests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connection_failures: Option<usize>,
     /// Where the pixel bounds of the screenshots came from (the client resizes them to the smart-resized size
     /// itself): `--model DIR`'s `preprocessor_config.json`, or the Qwen2-VL processor's defaults.
     pub pixel_bounds_from: String,

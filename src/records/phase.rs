@@ -67,6 +67,9 @@ pub struct RequestStats {
     pub attempts: usize,
     /// Calls repeated after a connection error, a timeout, a 429 or a 5xx.
     pub retries: usize,
+    /// Of the calls, busy answers (429) waited out (absent in older files).
+    #[serde(default)]
+    pub busy: usize,
     /// Prompts given up on (recorded as errors and redone on resume) or refused by the server.
     pub failed: usize,
     /// Answered prompts per second of the phase.

@@ -77,6 +77,7 @@ pub(crate) fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/models", get(models))
+        .route("/v1/models/{id}", get(model_card))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .fallback(|| async { error_response(&ApiError::not_found("no such path", "not_found")) })
@@ -174,17 +175,49 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
 async fn models(State(app): State<Arc<App>>) -> Response {
     json_body(&ModelList {
         object: "list".into(),
-        data: vec![ModelCard {
-            id: app.served_name.clone(),
-            object: "model".into(),
-            created: app.started,
-            owned_by: "mobile-r1-eval".into(),
-            root: Some(app.model.dir.display().to_string()),
-            fingerprint: Some(app.model.fingerprint.clone()),
-            max_model_len: Some(app.limits.context_tokens),
-            family: Some(app.model.model.family().model_type().into()),
-        }],
+        data: vec![card(&app)],
     })
+}
+
+/// `GET /v1/models/{id}` (the official client's `models.retrieve`): the card, or 404 for another id.
+async fn model_card(
+    State(app): State<Arc<App>>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Response {
+    if id != app.served_name {
+        let message = format!(
+            "the model `{id}` is not served here; this server serves `{}`",
+            app.served_name
+        );
+        return error_response(
+            &ApiError::not_found(message, "model_not_found").with_param("model"),
+        );
+    }
+    json_body(&card(&app))
+}
+
+/// The served model's card, with what a client needs to send pictures this server leaves as they are.
+fn card(app: &App) -> ModelCard {
+    let family = app.model.model.family();
+    let im = &app.model.kit.image;
+    ModelCard {
+        id: app.served_name.clone(),
+        object: "model".into(),
+        created: app.started,
+        owned_by: "mobile-r1-eval".into(),
+        root: Some(app.model.dir.display().to_string()),
+        fingerprint: Some(app.model.fingerprint.clone()),
+        max_model_len: Some(app.limits.context_tokens),
+        family: Some(family.model_type().into()),
+        image: Some(crate::openai::ImageSettings {
+            min_pixels: im.min_pixels,
+            max_pixels: im.max_pixels,
+            patch_size: im.patch_size,
+            merge_size: im.merge_size,
+            factor: im.factor(),
+            coordinate_frame: family.default_coordinate_frame().to_string(),
+        }),
+    }
 }
 
 async fn chat(State(app): State<Arc<App>>, req: Request) -> Response {

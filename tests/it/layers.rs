@@ -15,6 +15,7 @@ const LAYERS: &[&[&str]] = &[
         "interrupt",
         "openai",
         "preprocess",
+        "retry",
         "safe_io",
         "settings",
         "validate",

@@ -38,6 +38,7 @@ mod model_units;
 mod multi_device;
 mod openai_client;
 mod openai_eval;
+mod openai_scale;
 mod ops_blas;
 mod ops_kernels;
 mod pack;

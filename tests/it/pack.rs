@@ -281,3 +281,54 @@ fn a_checkpoint_eval_refuses_is_not_packed_and_nothing_is_written() {
         );
     }
 }
+
+#[test]
+fn a_benchmark_changed_in_place_is_refused_naming_the_file() {
+    let home = tempfile::tempdir().unwrap();
+    let bundle = home.path().join("b");
+    let sample = sample(home.path());
+    ok(&pack_local(
+        home.path(),
+        &fixture("models/tiny-b"),
+        None,
+        &sample,
+        &bundle,
+    ));
+    // One letter of a string value changes case: the same size, still valid JSON.
+    let data = bundle.join("data/data.jsonl");
+    let mut bytes = std::fs::read(&data).unwrap();
+    let at = (3..bytes.len())
+        .find(|&i| {
+            let after_colon = bytes[i - 2] == b':' || bytes[i - 3..i - 1] == *b": ";
+            after_colon && bytes[i - 1] == b'"' && bytes[i].is_ascii_alphabetic()
+        })
+        .expect("a string value");
+    bytes[at] ^= 0x20;
+    let size = bytes.len();
+    std::fs::write(&data, bytes).unwrap();
+    assert_eq!(std::fs::metadata(&data).unwrap().len() as usize, size);
+
+    let run = home.path().join("run");
+    let (model, data) = (bundle.join("model"), bundle.join("data"));
+    let eval = [
+        "eval",
+        "--model",
+        model.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+        "--no-judge",
+        "--out",
+        run.to_str().unwrap(),
+    ];
+    let out = far_side(&bundle, &eval, true);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    for want in [
+        "data/data.jsonl was changed since it was packed",
+        "bundle.json records",
+        "pack --model",
+    ] {
+        assert!(err.contains(want), "want `{want}` in: {err}");
+    }
+    assert!(!run.exists(), "a refused run left a run folder");
+}

@@ -1,40 +1,84 @@
-//! The HTTP calls of the OpenAI backend (ureq, blocking, one call per worker thread), with bounded retries: a
-//! connection error, a timeout, 408, 409, 429 and any 5xx are tried again after `Retry-After` (`retry-after-ms`
-//! first, then `retry-after` in seconds) or an exponential backoff with jitter, `min(0.5 s · 2ⁿ, 8 s)` less up to
-//! a quarter (the rules of openai-python's `_base_client.py`); any other status is the request's answer.
+//! The HTTP calls of the OpenAI backend (ureq, blocking, one call per worker thread) under the program's retry
+//! policy ([`crate::retry`]): a 429 is waited out within a time budget, a connection error, a timeout, 408, 409 and
+//! any 5xx are tried again a bounded number of times, any other status is the request's answer.
+//!
+//! Every attempt also tells the client's [`Reachability`]: connection failures in a row, across all workers, past
+//! a limit mean the server is gone, and every call then stops instead of retrying against it.
 
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
 
 use crate::interrupt::Cancel;
 use crate::openai::{parse_error_body, ApiKey};
+use crate::retry::{self, Failure, GaveUp, Policy};
 
-/// The longest wait a `Retry-After` may ask for before it is cut short.
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 /// Most bytes of an answer read.
 const MAX_ANSWER_BYTES: u64 = 64 << 20;
 
-/// Why a call did not give an answer.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Failure {
-    /// Worth another try (after `after` when the server said so).
-    Retry {
-        /// What happened.
-        message: String,
-        /// The server's `Retry-After`.
-        after: Option<Duration>,
-    },
-    /// The server's final word (a 4xx), or an answer that cannot be read.
-    Final(String),
+/// Whether the server still answers: connection failures in a row (any answer, even an error status, ends a
+/// row), with their causes, shared by every worker of a client.
+#[derive(Debug)]
+pub(crate) struct Reachability {
+    limit: usize,
+    row: Mutex<BTreeMap<String, usize>>,
+    gone: AtomicBool,
 }
 
-impl Failure {
-    fn message(&self) -> &str {
-        match self {
-            Failure::Retry { message, .. } | Failure::Final(message) => message,
+impl Reachability {
+    /// The server counts as gone after `limit` connection failures in a row (0: never).
+    pub fn new(limit: usize) -> Self {
+        Self {
+            limit,
+            row: Mutex::new(BTreeMap::new()),
+            gone: AtomicBool::new(false),
         }
     }
+
+    fn failed(&self, cause: &str) {
+        let mut row = self.row.lock().unwrap_or_else(|p| p.into_inner());
+        *row.entry(cause.to_string()).or_default() += 1;
+        if self.limit > 0 && row.values().sum::<usize>() >= self.limit {
+            self.gone.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn answered(&self) {
+        if !self.is_gone() {
+            self.row.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        }
+    }
+
+    /// Whether the limit was reached.
+    pub fn is_gone(&self) -> bool {
+        self.gone.load(Ordering::Relaxed)
+    }
+
+    /// Why the server counts as gone (`10 connection failures in a row: 10 × connection refused`), if it does.
+    pub fn why_gone(&self) -> Option<String> {
+        if !self.is_gone() {
+            return None;
+        }
+        let row = self.row.lock().unwrap_or_else(|p| p.into_inner());
+        let n: usize = row.values().sum();
+        Some(format!(
+            "{n} connection failures in a row: {}",
+            tally_text(&row)
+        ))
+    }
+}
+
+/// `22 × connection refused, 3 × connection reset`, the commonest first.
+pub(crate) fn tally_text(counts: &BTreeMap<String, usize>) -> String {
+    let mut v: Vec<(&String, &usize)> = counts.iter().collect();
+    v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    v.iter()
+        .map(|(c, n)| format!("{n} × {c}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A client of one server.
@@ -42,8 +86,9 @@ impl Failure {
 pub(crate) struct Client {
     agent: ureq::Agent,
     key: Option<ApiKey>,
-    max_retries: u32,
+    policy: Policy,
     cancel: Cancel,
+    reach: Arc<Reachability>,
 }
 
 /// One call's outcome with the number of calls it took.
@@ -53,11 +98,19 @@ pub(crate) struct Called {
     pub result: Result<Value, String>,
     /// HTTP calls made.
     pub attempts: usize,
+    /// Of them, busy answers (429) waited out.
+    pub busy: usize,
 }
 
 impl Client {
-    /// A client sending `key`, each call given at most `timeout`, each request tried `max_retries` more times.
-    pub fn new(key: Option<ApiKey>, timeout: Duration, max_retries: u32, cancel: Cancel) -> Self {
+    /// A client sending `key`, each call given at most `timeout`, retried under `policy`, reporting to `reach`.
+    pub fn new(
+        key: Option<ApiKey>,
+        timeout: Duration,
+        policy: Policy,
+        cancel: Cancel,
+        reach: Arc<Reachability>,
+    ) -> Self {
         let agent = ureq::AgentBuilder::new()
             .timeout_connect(timeout.min(Duration::from_secs(10)))
             .timeout(timeout)
@@ -65,8 +118,9 @@ impl Client {
         Self {
             agent,
             key,
-            max_retries,
+            policy,
             cancel,
+            reach,
         }
     }
 
@@ -81,63 +135,37 @@ impl Client {
         self.with_retries(|| self.once(self.agent.post(url), Some(&bytes), url))
     }
 
-    fn with_retries(&self, call: impl Fn() -> Result<Value, Failure>) -> Called {
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            let failure = match call() {
-                Ok(v) => {
-                    return Called {
-                        result: Ok(v),
-                        attempts,
-                    }
-                }
-                Err(f) => f,
-            };
-            let tries = self.max_retries as usize + 1;
-            let after = match &failure {
-                Failure::Retry { after, .. } if attempts < tries => {
-                    after.map_or_else(|| backoff(attempts - 1), |a| a.min(MAX_RETRY_AFTER))
-                }
-                Failure::Retry { message, .. } => {
-                    let result = Err(format!("gave up after {attempts} attempts: {message}"));
-                    return Called { result, attempts };
-                }
-                Failure::Final(message) => {
-                    return Called {
-                        result: Err(message.clone()),
-                        attempts,
-                    }
-                }
-            };
-            tracing::debug!(
-                "retrying in {:.1} s: {}",
-                after.as_secs_f64(),
-                failure.message()
-            );
-            if !self.sleep(after) {
-                let result = Err(format!(
-                    "stopped while waiting to retry: {}",
-                    failure.message()
-                ));
-                return Called { result, attempts };
-            }
+    fn with_retries(&self, call: impl FnMut() -> Result<Value, Failure<String>>) -> Called {
+        let stopped = || self.cancel.is_cancelled() || self.reach.is_gone();
+        let log = |wait: Duration, message: &str| {
+            tracing::debug!("retrying in {:.1} s: {message}", wait.as_secs_f64());
+        };
+        let out = retry::run(self.policy, &stopped, &log, call);
+        let attempts = out.attempts;
+        let result = out.result.map_err(|e| match e {
+            GaveUp::Final(m) => m,
+            GaveUp::Retries(m) => format!("gave up after {attempts} attempts: {m}"),
+            GaveUp::Busy(m) => format!(
+                "the server stayed busy beyond {:.0} s of waiting ({} answers 429): {m}",
+                self.policy.busy_budget.as_secs_f64(),
+                out.busy
+            ),
+            GaveUp::Cancelled(Some(m)) => format!("stopped while waiting to retry: {m}"),
+            GaveUp::Cancelled(None) => "stopped before the request was sent".into(),
+        });
+        Called {
+            result,
+            attempts,
+            busy: out.busy,
         }
     }
 
-    /// Sleep `d` unless a stop is requested meanwhile (then `false`).
-    fn sleep(&self, d: Duration) -> bool {
-        let end = std::time::Instant::now() + d;
-        while std::time::Instant::now() < end {
-            if self.cancel.is_cancelled() {
-                return false;
-            }
-            std::thread::sleep((end - std::time::Instant::now()).min(Duration::from_millis(50)));
-        }
-        true
-    }
-
-    fn once(&self, req: ureq::Request, body: Option<&[u8]>, url: &str) -> Result<Value, Failure> {
+    fn once(
+        &self,
+        req: ureq::Request,
+        body: Option<&[u8]>,
+        url: &str,
+    ) -> Result<Value, Failure<String>> {
         let mut req = req.set("Accept", "application/json");
         if let Some(k) = &self.key {
             req = req.set("Authorization", &format!("Bearer {}", k.expose()));
@@ -148,10 +176,9 @@ impl Client {
         };
         match sent {
             Ok(resp) => {
-                let text = read(resp).map_err(|e| Failure::Retry {
-                    message: format!("{url}: reading the answer: {e}"),
-                    after: None,
-                })?;
+                self.reach.answered();
+                let text = read(resp)
+                    .map_err(|e| Failure::transient(format!("{url}: reading the answer: {e}")))?;
                 serde_json::from_str(&text).map_err(|e| {
                     Failure::Final(format!(
                         "{url}: the answer is not JSON ({e}): {}",
@@ -160,21 +187,45 @@ impl Client {
                 })
             }
             Err(ureq::Error::Status(code, resp)) => {
-                let after = retry_after(&resp);
+                self.reach.answered();
+                let after =
+                    retry::retry_after(resp.header("retry-after-ms"), resp.header("retry-after"));
                 let text = read(resp).unwrap_or_default();
                 let message = status_message(code, url, &text);
-                if retryable(code) {
-                    Err(Failure::Retry { message, after })
-                } else {
-                    Err(Failure::Final(message))
-                }
+                Err(Failure::of_status(code, message.clone(), after)
+                    .unwrap_or(Failure::Final(message)))
             }
-            // The transport error names the URL itself.
-            Err(ureq::Error::Transport(t)) => Err(Failure::Retry {
-                message: t.to_string(),
-                after: None,
-            }),
+            Err(ureq::Error::Transport(t)) => {
+                let (cause, connection) = transport_cause(&t);
+                if connection {
+                    self.reach.failed(&cause);
+                }
+                Err(Failure::transient(format!("{url}: {cause}")))
+            }
         }
+    }
+}
+
+/// A short cause of a transport failure (`connection refused`, `timed out`, …) and whether it is a failure to
+/// reach the server at all (not a timeout of a server that is there but slow).
+fn transport_cause(t: &ureq::Transport) -> (String, bool) {
+    use std::error::Error;
+    use std::io::ErrorKind as Io;
+    let io = t
+        .source()
+        .and_then(|s| s.downcast_ref::<std::io::Error>())
+        .map(std::io::Error::kind);
+    match (t.kind(), io) {
+        (_, Some(Io::TimedOut | Io::WouldBlock)) => ("timed out".into(), false),
+        (_, Some(Io::ConnectionRefused)) => ("connection refused".into(), true),
+        (_, Some(Io::ConnectionReset | Io::ConnectionAborted | Io::BrokenPipe)) => {
+            ("connection reset".into(), true)
+        }
+        (_, Some(Io::UnexpectedEof)) => ("connection closed without an answer".into(), true),
+        (ureq::ErrorKind::Dns, _) => ("the host name does not resolve".into(), true),
+        (ureq::ErrorKind::ConnectionFailed, _) => ("connection failed".into(), true),
+        _ if t.to_string().contains("timed out") => ("timed out".into(), false),
+        _ => (t.to_string(), false),
     }
 }
 
@@ -185,11 +236,6 @@ fn read(resp: ureq::Response) -> std::io::Result<String> {
         .take(MAX_ANSWER_BYTES)
         .read_to_string(&mut text)?;
     Ok(text)
-}
-
-/// Statuses worth another try.
-pub(crate) fn retryable(status: u16) -> bool {
-    matches!(status, 408 | 409 | 429) || status >= 500
 }
 
 /// `HTTP 400 from URL: message (code)`, from an error body in either shape, else its first characters.
@@ -215,50 +261,60 @@ fn excerpt(text: &str) -> String {
     }
 }
 
-/// The server's `retry-after-ms` or `retry-after` (seconds; an HTTP date is not read).
-fn retry_after(resp: &ureq::Response) -> Option<Duration> {
-    let ms = resp
-        .header("retry-after-ms")
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .map(|ms| ms / 1000.0);
-    let secs = ms.or_else(|| {
-        resp.header("retry-after")
-            .and_then(|v| v.trim().parse::<f64>().ok())
-    });
-    secs.filter(|s| s.is_finite() && *s >= 0.0)
-        .map(Duration::from_secs_f64)
-}
-
-/// The wait before retry `n` (0-based): `min(0.5 · 2ⁿ, 8)` seconds, less a random part of up to a quarter.
-pub(crate) fn backoff(n: usize) -> Duration {
-    use std::hash::{BuildHasher, Hasher};
-    let base = (0.5 * 2f64.powi(n.min(16) as i32)).min(8.0);
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_usize(n);
-    let jitter = (h.finish() % 1000) as f64 / 1000.0;
-    Duration::from_secs_f64(base * (1.0 - 0.25 * jitter))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn which_statuses_are_retried() {
-        for s in [408, 409, 429, 500, 502, 503, 504] {
-            assert!(retryable(s), "{s}");
-        }
-        for s in [400, 401, 403, 404, 413, 422] {
-            assert!(!retryable(s), "{s}");
-        }
+    fn connection_failures_in_a_row_mean_the_server_is_gone() {
+        let r = Reachability::new(3);
+        r.failed("connection refused");
+        r.failed("connection reset");
+        r.answered();
+        r.failed("connection refused");
+        r.failed("connection refused");
+        assert!(!r.is_gone() && r.why_gone().is_none());
+        r.failed("connection reset");
+        assert_eq!(
+            r.why_gone().unwrap(),
+            "3 connection failures in a row: 2 × connection refused, 1 × connection reset"
+        );
+        // Once gone, it stays gone.
+        r.answered();
+        assert!(r.is_gone());
+        let never = Reachability::new(0);
+        (0..100).for_each(|_| never.failed("connection refused"));
+        assert!(!never.is_gone());
     }
 
     #[test]
-    fn backoff_doubles_up_to_eight_seconds_with_jitter() {
-        for (n, base) in [(0, 0.5), (1, 1.0), (2, 2.0), (4, 8.0), (10, 8.0)] {
-            let d = backoff(n).as_secs_f64();
-            assert!(d <= base && d >= 0.75 * base, "retry {n}: {d}");
-        }
+    fn a_refused_connection_is_a_connection_failure_and_names_its_cause() {
+        // A port that was just free: nothing listens there.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let reach = Arc::new(Reachability::new(2));
+        let policy = Policy {
+            retries: 5,
+            busy_budget: Duration::ZERO,
+        };
+        let client = Client::new(
+            None,
+            Duration::from_secs(5),
+            policy,
+            Cancel::new(),
+            reach.clone(),
+        );
+        let t0 = std::time::Instant::now();
+        let called = client.get(&format!("http://127.0.0.1:{port}/v1/models"));
+        // The second refusal makes the server gone, which ends the retries at once.
+        assert_eq!(called.attempts, 2);
+        let err = called.result.unwrap_err();
+        assert!(err.contains("connection refused"), "{err}");
+        assert!(t0.elapsed() < Duration::from_secs(3));
+        assert!(reach.why_gone().unwrap().contains("2 × connection refused"));
     }
 
     #[test]

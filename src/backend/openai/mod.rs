@@ -4,20 +4,26 @@
 //! Coordinates must map back exactly, so the client resizes every screenshot itself to its smart-resized size
 //! under the run's pixel bounds (bit for bit as the local engine would) and sends it as a lossless PNG; a server
 //! whose own bounds contain that size leaves it as it is (`docs/openai.md`). A request that keeps failing
-//! (connection errors, timeouts, 429, 5xx, after bounded retries) or that the server refuses (a prompt too long,
-//! say) is recorded as that prompt's error and redone on resume.
+//! (connection errors, timeouts, 5xx, after bounded retries; 429 past the time budget) or that the server refuses
+//! (a prompt too long, say) is recorded as that prompt's error and redone on resume. A server that stops answering
+//! connections, or whose prompt token counts show it prepares prompts otherwise than the run's checkpoint, stops
+//! the phase ([`ServedStop`]): what was answered is saved, and the run says how to resume.
 
+mod checks;
 mod http;
 mod pictures;
+mod tally;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use serde_json::Value;
+
+use tally::{Reply, Tally};
 
 use super::{
     Backend, BackendInfo, ChatRequest, ChatResult, JobQueue, MakeRequest, Next, Sink, Taker,
@@ -25,7 +31,7 @@ use super::{
 use crate::interrupt::Cancel;
 use crate::openai::{chat_body, ApiKey, ChatCompletion, ClientParams, ModelCard, ModelList};
 use crate::preprocess::ImageProcessorConfig;
-use crate::records::{FinishReason, LatencySummary, OpsRecord, PhaseStats, RequestStats};
+use crate::records::{FinishReason, OpsRecord, PhaseStats};
 use crate::settings::{BatchLimits, ModelFamily};
 
 /// How to reach a server and what to send it.
@@ -47,6 +53,30 @@ pub struct OpenAiSettings {
     pub image: ImageProcessorConfig,
     /// The served model's family (`--model-family`); `None`: what the server's model list says, else Qwen2.5-VL.
     pub family: Option<ModelFamily>,
+    /// The longest time one request waits out busy answers (429) before it is recorded as failed (`--busy-wait`).
+    pub busy_wait: Duration,
+    /// Connection failures in a row, across all requests, after which the server counts as gone and the phase
+    /// stops (`--max-connection-failures`; 0: never).
+    pub max_connection_failures: usize,
+    /// A checkpoint folder (`--model DIR`) whose tokenizer and chat template count each prompt's tokens, to compare
+    /// with the server's `usage.prompt_tokens`; `None`: not compared.
+    pub prompt_check: Option<PathBuf>,
+}
+
+/// Why a phase against a server stopped before its end.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ServedStop {
+    /// The server stopped answering connections.
+    #[error("the server at {endpoint} cannot be reached ({why})")]
+    Gone {
+        /// Its base URL.
+        endpoint: String,
+        /// The failures in a row and their causes.
+        why: String,
+    },
+    /// The server's prompt token counts differ from the checkpoint's.
+    #[error("{0}")]
+    Mismatch(String),
 }
 
 /// `http(s)://host[:port][/path]` without a trailing slash; a URL without a path gets `/v1` (the API's root, as
@@ -76,6 +106,9 @@ pub(crate) struct OpenAiBackend {
     info: BackendInfo,
     limits: BatchLimits,
     cancel: Cancel,
+    reach: Arc<http::Reachability>,
+    count: Option<checks::PromptCount>,
+    mismatch: Mutex<Option<String>>,
 }
 
 impl OpenAiBackend {
@@ -86,11 +119,17 @@ impl OpenAiBackend {
         max_new_tokens: usize,
         cancel: Cancel,
     ) -> Result<Self> {
+        let reach = Arc::new(http::Reachability::new(settings.max_connection_failures));
+        let policy = crate::retry::Policy {
+            retries: settings.max_retries,
+            busy_budget: settings.busy_wait,
+        };
         let client = http::Client::new(
             settings.api_key.clone(),
             settings.request_timeout,
-            settings.max_retries,
+            policy,
             cancel.clone(),
+            reach.clone(),
         );
         let url = format!("{}/models", settings.endpoint);
         let listed = client.get(&url).result.map_err(anyhow::Error::msg)?;
@@ -113,6 +152,24 @@ impl OpenAiBackend {
                 .or(card.root.as_deref())
                 .unwrap_or("")
         );
+        let family = served_family(settings.family, card);
+        let checked = checks::check_card(
+            card,
+            &settings.endpoint,
+            &settings.image,
+            family,
+            max_new_tokens,
+        )
+        .map_err(anyhow::Error::msg)?;
+        if let Some(w) = checked {
+            tracing::warn!("{w}");
+        }
+        let count = settings
+            .prompt_check
+            .as_deref()
+            .map(|dir| checks::PromptCount::new(dir, &settings.image))
+            .transpose()
+            .map_err(anyhow::Error::msg)?;
         let info = BackendInfo {
             model: settings.api_model.clone(),
             model_path: PathBuf::new(),
@@ -122,7 +179,7 @@ impl OpenAiBackend {
             device: settings.endpoint.clone(),
             kv_bytes_per_token: 0,
             ops: served_ops(),
-            family: served_family(settings.family, card),
+            family,
         };
         let limits = BatchLimits {
             max_seqs: settings.concurrency.max(1),
@@ -135,11 +192,43 @@ impl OpenAiBackend {
             info,
             limits,
             cancel,
+            reach,
+            count,
+            mismatch: Mutex::new(None),
         })
     }
 
+    /// Why the phase must stop, if it must: the server is gone, or its prompt counts differ from the checkpoint's.
+    fn stop_reason(&self) -> Option<ServedStop> {
+        if let Some(why) = self.reach.why_gone() {
+            let endpoint = self.settings.endpoint.clone();
+            return Some(ServedStop::Gone { endpoint, why });
+        }
+        let m = self.mismatch.lock().unwrap_or_else(|p| p.into_inner());
+        m.clone().map(ServedStop::Mismatch)
+    }
+
+    /// Compare the server's prompt count with the checkpoint's (with `--model DIR`); a difference fails this
+    /// request and stops the phase.
+    fn check_count(
+        &self,
+        req: &ChatRequest,
+        sizes: &[[u32; 2]],
+        r: ChatResult,
+    ) -> Result<ChatResult, String> {
+        let Some(count) = &self.count else {
+            return Ok(r);
+        };
+        if let Err(e) = count.check(&req.messages, sizes, r.prompt_tokens) {
+            let mut m = self.mismatch.lock().unwrap_or_else(|p| p.into_inner());
+            m.get_or_insert_with(|| e.clone());
+            return Err(e);
+        }
+        Ok(r)
+    }
+
     /// One request, from its pictures to its answer.
-    fn ask(&self, req: &ChatRequest) -> (Result<ChatResult, String>, usize) {
+    fn ask(&self, req: &ChatRequest) -> (Result<ChatResult, String>, usize, usize) {
         let mut urls = Vec::with_capacity(req.images.len());
         let mut image_sizes = Vec::with_capacity(req.images.len());
         for path in &req.images {
@@ -148,7 +237,7 @@ impl OpenAiBackend {
                     urls.push(url);
                     image_sizes.push(size);
                 }
-                Err(e) => return (Err(e), 0),
+                Err(e) => return (Err(e), 0, 0),
             }
         }
         let params = ClientParams {
@@ -159,14 +248,30 @@ impl OpenAiBackend {
             ignore_eos: req.ignore_eos,
         };
         let body = match chat_body(&req.messages, &urls, &params) {
-            Ok(b) => b,
-            Err(e) => return (Err(format!("building the request: {e}")), 0),
+            Ok(b) => greedy(b),
+            Err(e) => return (Err(format!("building the request: {e}")), 0, 0),
         };
         let url = format!("{}/chat/completions", self.settings.endpoint);
         let called = self.client.post(&url, &body);
-        let result = called.result.and_then(|v| answer(&url, v, image_sizes));
-        (result, called.attempts)
+        let sizes = image_sizes.clone();
+        let result = called
+            .result
+            .and_then(|v| answer(&url, v, image_sizes))
+            .and_then(|r| self.check_count(req, &sizes, r));
+        (result, called.attempts, called.busy)
     }
+}
+
+/// `body` with every sampling setting of greedy decoding stated: a server fills the ones left out from the
+/// checkpoint's `generation_config.json` (vLLM does; Qwen2.5-VL's sets `repetition_penalty` 1.05, `top_k` and
+/// `top_p`), and a repetition penalty changes even a greedy answer. `top_k` -1 is "no limit" to vLLM and SGLang.
+fn greedy(mut body: Value) -> Value {
+    if let Some(map) = body.as_object_mut() {
+        map.insert("top_p".into(), serde_json::json!(1.0));
+        map.insert("top_k".into(), serde_json::json!(-1));
+        map.insert("repetition_penalty".into(), serde_json::json!(1.0));
+    }
+    body
 }
 
 /// The family a served model is prompted as: `--model-family`, else the one the server's model card names, else
@@ -241,15 +346,6 @@ fn answer(url: &str, v: Value, image_sizes: Vec<[u32; 2]>) -> Result<ChatResult,
     })
 }
 
-/// A worker's report of one request.
-struct Reply {
-    index: usize,
-    outcome: Result<ChatResult, String>,
-    attempts: usize,
-    seconds: f64,
-    images: usize,
-}
-
 impl OpenAiBackend {
     /// A worker: take ready requests until none is left, a stop is requested or the run failed.
     fn work(
@@ -259,7 +355,12 @@ impl OpenAiBackend {
         tx: mpsc::Sender<Reply>,
         halt: &AtomicBool,
     ) {
-        while !halt.load(Ordering::Relaxed) && !self.cancel.is_cancelled() {
+        let stop = || {
+            halt.load(Ordering::Relaxed)
+                || self.cancel.is_cancelled()
+                || self.stop_reason().is_some()
+        };
+        while !stop() {
             let next = taker.lock().unwrap_or_else(|p| p.into_inner()).next(true);
             let index = match next {
                 Next::Ready(i) => i,
@@ -267,18 +368,19 @@ impl OpenAiBackend {
                 Next::Done => return,
             };
             let t0 = Instant::now();
-            let (outcome, attempts, images) = match make(index) {
+            let (outcome, attempts, busy, images) = match make(index) {
                 Ok(req) => {
-                    let (o, a) = self.ask(&req);
-                    (o, a, req.images.len())
+                    let (o, a, b) = self.ask(&req);
+                    (o, a, b, req.images.len())
                 }
-                Err(e) => (Err(format!("{e:#}")), 0, 0),
+                Err(e) => (Err(format!("{e:#}")), 0, 0, 0),
             };
             let seconds = t0.elapsed().as_secs_f64();
             let reply = Reply {
                 index,
                 outcome,
                 attempts,
+                busy,
                 seconds,
                 images,
             };
@@ -286,47 +388,6 @@ impl OpenAiBackend {
                 return;
             }
         }
-    }
-}
-
-/// The phase's counters as replies arrive.
-#[derive(Default)]
-struct Tally {
-    stats: PhaseStats,
-    requests: RequestStats,
-    latencies: Vec<f64>,
-}
-
-impl Tally {
-    fn add(&mut self, r: &Reply) {
-        self.requests.requests += usize::from(r.attempts > 0);
-        self.requests.attempts += r.attempts;
-        self.requests.retries += r.attempts.saturating_sub(1);
-        match &r.outcome {
-            Ok(c) => {
-                self.stats.prompts += 1;
-                self.stats.images += r.images;
-                self.stats.prefill_tokens += c.prompt_tokens;
-                self.stats.decode_tokens += c.generated_tokens;
-                self.latencies.push(r.seconds);
-            }
-            Err(_) => {
-                self.stats.errors += 1;
-                self.requests.failed += usize::from(r.attempts > 0);
-            }
-        }
-    }
-
-    fn finish(mut self, concurrency: usize, seconds: f64) -> PhaseStats {
-        self.requests.concurrency = concurrency;
-        self.requests.requests_per_second = if seconds > 0.0 {
-            self.latencies.len() as f64 / seconds
-        } else {
-            0.0
-        };
-        self.requests.latency_seconds = LatencySummary::of(&self.latencies);
-        self.stats.requests = Some(self.requests);
-        self.stats
     }
 }
 
@@ -378,6 +439,9 @@ impl Backend for OpenAiBackend {
         });
         if let Some(e) = failure {
             return Err(e);
+        }
+        if let Some(stop) = self.stop_reason() {
+            return Err(stop.into());
         }
         Ok(tally.finish(self.settings.concurrency, t0.elapsed().as_secs_f64()))
     }

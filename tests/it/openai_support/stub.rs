@@ -20,6 +20,8 @@ pub enum Reply {
     Status(u16, Option<&'static str>),
     /// Wait this long, then answer.
     Slow(Duration),
+    /// A completion with [`ANSWER`] whose `usage.prompt_tokens` is this count.
+    Counted(usize),
 }
 
 /// The text of every completion: a valid `mobile_use` tool call.
@@ -32,6 +34,7 @@ pub struct Stub {
     /// `http://127.0.0.1:PORT/v1`.
     pub base: String,
     calls: Arc<Mutex<Vec<Instant>>>,
+    bodies: Arc<Mutex<Vec<serde_json::Value>>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -41,6 +44,7 @@ struct StubState {
     script: Script,
     count: Arc<AtomicUsize>,
     calls: Arc<Mutex<Vec<Instant>>>,
+    bodies: Arc<Mutex<Vec<serde_json::Value>>>,
 }
 
 impl Stub {
@@ -50,10 +54,12 @@ impl Stub {
         listener.set_nonblocking(true).unwrap();
         let base = format!("http://{}/v1", listener.local_addr().unwrap());
         let calls = Arc::new(Mutex::new(Vec::new()));
+        let bodies = Arc::new(Mutex::new(Vec::new()));
         let state = StubState {
             script: Arc::new(script),
             count: Arc::new(AtomicUsize::new(0)),
             calls: calls.clone(),
+            bodies: bodies.clone(),
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {
@@ -79,6 +85,7 @@ impl Stub {
         Self {
             base,
             calls,
+            bodies,
             stop: Some(stop),
             thread: Some(thread),
         }
@@ -87,6 +94,11 @@ impl Stub {
     /// When each chat call arrived.
     pub fn calls(&self) -> Vec<Instant> {
         self.calls.lock().unwrap().clone()
+    }
+
+    /// The body of each chat call, as JSON.
+    pub fn bodies(&self) -> Vec<serde_json::Value> {
+        self.bodies.lock().unwrap().clone()
     }
 }
 
@@ -114,10 +126,12 @@ async fn models() -> impl IntoResponse {
 /// would close the connection under it (a broken pipe, and a retry the script did not ask for).
 async fn chat(
     axum::extract::State(s): axum::extract::State<StubState>,
-    _body: axum::body::Bytes,
+    body: axum::body::Bytes,
 ) -> axum::response::Response {
     let n = s.count.fetch_add(1, Ordering::SeqCst);
     s.calls.lock().unwrap().push(Instant::now());
+    let json = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+    s.bodies.lock().unwrap().push(json);
     match (s.script)(n) {
         Reply::Status(code, retry_after) => {
             let body = serde_json::json!({"error": {"message": format!("scripted {code}"),
@@ -136,17 +150,19 @@ async fn chat(
         }
         Reply::Slow(d) => {
             tokio::time::sleep(d).await;
-            completion()
+            completion(100)
         }
-        Reply::Answer => completion(),
+        Reply::Answer => completion(100),
+        Reply::Counted(n) => completion(n),
     }
 }
 
-fn completion() -> axum::response::Response {
+fn completion(prompt_tokens: usize) -> axum::response::Response {
     let body = serde_json::json!({"id": "chatcmpl-stub", "object": "chat.completion", "created": 0,
         "model": "stub", "choices": [{"index": 0, "message": {"role": "assistant", "content": ANSWER},
         "logprobs": null, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}});
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 10,
+            "total_tokens": prompt_tokens + 10}});
     (
         [(header::CONTENT_TYPE, "application/json")],
         body.to_string(),
