@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::engine::{JobQueue, Next, Taker};
 pub use local::LocalBackend;
-pub use model::{fingerprint, open_device, LoadedModel, ModelSpec};
+pub use model::{choose_device, fingerprint, LoadedModel, ModelSpec};
 pub use multi::{DeviceBackend, MultiBackend};
 pub(crate) use openai::{OpenAiBackend, OpenAiSettings};
 

@@ -443,7 +443,7 @@ mod tests {
     #[test]
     fn release_field_types_are_accepted() {
         let ctx = Line {
-            file: Path::new("data.jsonl"),
+            file: Path::new(crate::dataset::DATA_FILE),
             line: 1,
         };
         let line = serde_json::json!({

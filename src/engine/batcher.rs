@@ -12,12 +12,13 @@ use anyhow::Result;
 use candle_core::{Tensor, D};
 
 use super::memory;
-use super::scheduler::{admit_count, prefill_chunks, BatchLimits, Occupancy};
+use super::scheduler::{admit_count, prefill_chunks, Occupancy};
 use super::{EngineSink, FinishReason, Generation, Next, Request, RequestSource, TokenScores};
 use crate::interrupt::Cancel;
 use crate::model::flops::{decode_attention_flops, prefill_attention_flops, PromptShape};
 use crate::model::{PrefillRequest, SeqCache, VlModel};
 use crate::records::PhaseStats;
+use crate::settings::BatchLimits;
 
 /// A sequence being decoded: its request's settings (not its input, which may be large) and its state.
 struct Running {

@@ -12,11 +12,13 @@ mod prefetch;
 mod sampling;
 mod scheduler;
 
+/// The server still names the limits through the engine.
+pub use crate::settings::BatchLimits;
 pub use batcher::{argmax_rows, is_oom, top_k_logprobs, Engine, MAX_PREFILL_TOKENS};
 pub use jobs::{JobQueue, Next, Taker, WAIT_SLICE};
 pub(crate) use prefetch::{prefetch, Feed};
 pub(crate) use sampling::Sampling;
-pub use scheduler::{admit_count, prefill_chunks, BatchLimits, Occupancy, MIN_AUTO_BATCH_TOKENS};
+pub use scheduler::{admit_count, prefill_chunks, Occupancy, MIN_AUTO_BATCH_TOKENS};
 
 use crate::preprocess::ModelInput;
 pub(crate) use crate::records::FinishReason;

@@ -5,7 +5,7 @@ use anyhow::{Context, Result};
 use crate::backend::{
     Backend, LoadedModel, LocalBackend, ModelSpec, MultiBackend, OpenAiBackend, OpenAiSettings,
 };
-use crate::engine::BatchLimits;
+use crate::settings::BatchLimits;
 
 use super::config::{EvalConfig, JudgeChoice};
 

@@ -6,10 +6,13 @@ use crate::backend::{ModelSpec, OpenAiSettings};
 use crate::interrupt::Cancel;
 use crate::records::{History, Procedure, SemiOnlineSettings};
 use crate::rundir::RunDir;
-use crate::score::{Metrics, RulePreset};
+use crate::score::RunMetrics;
+use crate::settings::RulePreset;
 use crate::settings::{CoordinateFrame, DeviceSpec, ModelFamily};
 
-use super::prompts::{self, SystemPrompt};
+use crate::settings::SystemPrompt;
+
+use super::prompts;
 
 /// Which model answers the aggregation prompts.
 #[derive(Debug, Clone, PartialEq)]
@@ -110,7 +113,7 @@ impl EvalConfig {
 #[derive(Debug)]
 pub struct EvalOutcome {
     /// `metrics.json` as written.
-    pub metrics: Metrics,
+    pub metrics: RunMetrics,
     /// The readable summary table.
     pub summary: String,
 }

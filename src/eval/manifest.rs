@@ -6,11 +6,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result};
 
 use crate::backend::{fingerprint, Backend};
-use crate::engine::{memory, BatchLimits};
+use crate::engine::memory;
 use crate::records::{
     JudgeSettings, Manifest, PhaseSummary, RunSettings, Throughput, Versions, LINE_SCHEMA_VERSION,
     MANIFEST_SCHEMA_VERSION,
 };
+use crate::settings::BatchLimits;
 
 use super::backends::{connect, judge_spec};
 use super::config::{EvalConfig, JudgeChoice, ServedConfig};
@@ -24,7 +25,7 @@ pub(super) fn now_secs() -> u64 {
 
 /// Everything that changes the predictions or verdicts: a resumed run must have the same.
 pub(super) fn settings(cfg: &EvalConfig, backend: &dyn Backend) -> Result<RunSettings> {
-    let data = cfg.data.join("data.jsonl");
+    let data = cfg.data.join(crate::dataset::DATA_FILE);
     let bytes = std::fs::read(&data).with_context(|| format!("reading {}", data.display()))?;
     let info = backend.info();
     // A served model is named by its id on the server; a checkpoint as `--model` gave it.

@@ -23,7 +23,6 @@ pub use config::{EvalConfig, EvalOutcome, JudgeChoice, ServedConfig};
 pub(crate) use dump::check_target as check_dump_target;
 pub(crate) use judge::{pending_trajectories, JudgePhase};
 pub use phase::{run_phase, run_phase_dumping, Phase};
-pub use prompts::SystemPrompt;
 pub use run::run_eval_with;
 pub(crate) use semi_online::{Decide, SemiOnlineConfig, SemiOnlinePhase};
 pub use steps::{pending_steps, prediction_line, StepJob, StepPhase};

@@ -7,7 +7,7 @@ use crate::dataset::Benchmark;
 use crate::predictions::PredictionSet;
 use crate::records::{JudgementLine, Manifest, PhaseStats, PredictionLine, Procedure};
 use crate::rundir;
-use crate::score::Metrics;
+use crate::score::RunMetrics;
 
 use super::backends::judge_backend;
 use super::config::{EvalConfig, EvalOutcome, JudgeChoice};
@@ -206,7 +206,7 @@ fn score_and_report(
     cfg: &EvalConfig,
     bench: &Benchmark,
     preds: &PredictionSet,
-) -> Result<(Metrics, String)> {
+) -> Result<(RunMetrics, String)> {
     let judgements: Vec<JudgementLine> = cfg.out.judgements()?;
     let judged = !matches!(cfg.judge, JudgeChoice::None);
     let history = cfg.history();

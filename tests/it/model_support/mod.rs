@@ -204,7 +204,8 @@ pub fn greedy(
     max_new_tokens: usize,
     top_logprobs: usize,
 ) -> Vec<mobile_r1_eval::engine::Generation> {
-    use mobile_r1_eval::engine::{BatchLimits, Engine, Generation, Request, Requests};
+    use mobile_r1_eval::engine::{Engine, Generation, Request, Requests};
+    use mobile_r1_eval::settings::BatchLimits;
     let limits = BatchLimits {
         max_seqs: inputs.len(),
         max_batch_tokens: usize::MAX,
