@@ -6,22 +6,30 @@
 //! [`Request`]s, and [`crate::eval`] drives the phases of an evaluation.
 
 mod batcher;
-mod jobs;
 pub mod memory;
-mod prefetch;
 mod sampling;
 mod scheduler;
 
 /// The server still names the limits through the engine.
 pub use crate::settings::BatchLimits;
 pub use batcher::{argmax_rows, is_oom, top_k_logprobs, Engine, MAX_PREFILL_TOKENS};
-pub use jobs::{JobQueue, Next, Taker, WAIT_SLICE};
-pub(crate) use prefetch::{prefetch, Feed};
 pub(crate) use sampling::Sampling;
 pub use scheduler::{admit_count, prefill_chunks, Occupancy, MIN_AUTO_BATCH_TOKENS};
 
 use crate::preprocess::ModelInput;
 pub(crate) use crate::records::FinishReason;
+
+/// What a source of work found when asked: ready work, nothing yet, or nothing more ([`RequestSource::next`],
+/// and the backends' job queue).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next<T> {
+    /// Ready work.
+    Ready(T),
+    /// Nothing ready now; more may be released later.
+    Pending,
+    /// Nothing more will come.
+    Done,
+}
 
 /// One prompt to generate for (greedy unless `sampling` says otherwise; no repetition penalty).
 #[derive(Debug, Clone)]
