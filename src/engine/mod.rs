@@ -6,6 +6,7 @@
 //! [`Request`]s, and [`crate::eval`] drives the phases of an evaluation.
 
 mod batcher;
+mod counters;
 pub mod memory;
 mod sampling;
 mod scheduler;
@@ -13,6 +14,7 @@ mod scheduler;
 /// The server still names the limits through the engine.
 pub use crate::settings::BatchLimits;
 pub use batcher::{argmax_rows, is_oom, top_k_logprobs, Engine, MAX_PREFILL_TOKENS};
+pub use counters::{Count, Counters};
 pub(crate) use sampling::Sampling;
 pub use scheduler::{admit_count, prefill_chunks, Occupancy, MIN_AUTO_BATCH_TOKENS};
 
@@ -81,8 +83,9 @@ impl RequestSource for std::sync::mpsc::Receiver<Request> {
     }
 }
 
-/// What the engine tells its caller about each sequence.
-pub trait EngineSink {
+/// What the engine tells its caller about each sequence, with the caller's counters `S` (the phase counters of a
+/// run by default).
+pub trait EngineSink<S = crate::records::PhaseStats> {
     /// Sequence `id` generated `token` (a stop token included, before the length check). Returning `false` ends
     /// the sequence now, with [`FinishReason::Stopped`] (e.g. a stop string appeared in its text).
     fn token(&mut self, id: usize, token: u32) -> bool {
@@ -97,12 +100,8 @@ pub trait EngineSink {
         self.token(id, token)
     }
 
-    /// Sequence `id` finished; `stats` are the phase's counters so far.
-    fn done(
-        &mut self,
-        generation: Generation,
-        stats: &crate::records::PhaseStats,
-    ) -> anyhow::Result<()>;
+    /// Sequence `id` finished; `stats` are the caller's counters so far.
+    fn done(&mut self, generation: Generation, stats: &S) -> anyhow::Result<()>;
 }
 
 /// A generated token's log-probability and its position's most likely tokens (id, log-probability), best first.
@@ -115,15 +114,11 @@ pub struct TokenScores<'a> {
 }
 
 /// Any closure taking each finished generation is a sink that never stops a sequence early.
-impl<F> EngineSink for F
+impl<S, F> EngineSink<S> for F
 where
-    F: FnMut(Generation, &crate::records::PhaseStats) -> anyhow::Result<()>,
+    F: FnMut(Generation, &S) -> anyhow::Result<()>,
 {
-    fn done(
-        &mut self,
-        generation: Generation,
-        stats: &crate::records::PhaseStats,
-    ) -> anyhow::Result<()> {
+    fn done(&mut self, generation: Generation, stats: &S) -> anyhow::Result<()> {
         self(generation, stats)
     }
 }

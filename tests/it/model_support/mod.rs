@@ -221,7 +221,7 @@ pub fn greedy(
         sampling: Default::default(),
     });
     let mut out = vec![None; inputs.len()];
-    let mut stats = Default::default();
+    let mut stats = mobile_r1_eval::records::PhaseStats::default();
     Engine::new(model, limits, Default::default())
         .run(
             &mut Requests(requests),
