@@ -100,7 +100,7 @@ impl<'m> Engine<'m> {
                     Next::Done => exhausted = true,
                 }
             }
-            stats.add(Count::WaitSeconds(t_wait.elapsed().as_secs_f64()));
+            stats.count(Count::WaitSeconds(t_wait.elapsed().as_secs_f64()));
             if self.waiting.is_empty() && self.running.is_empty() {
                 if exhausted {
                     return Ok(());
@@ -152,7 +152,7 @@ impl<'m> Engine<'m> {
                     "out of memory prefilling {} prompts; retrying in halves",
                     reqs.len()
                 );
-                stats.add(Count::OomRetry);
+                stats.count(Count::OomRetry);
                 let (a, b) = reqs.split_at(reqs.len() / 2);
                 self.prefill_with_retry(a, stats, sink)?;
                 self.prefill_with_retry(b, stats, sink)
@@ -191,7 +191,7 @@ impl<'m> Engine<'m> {
                 prefix: *p,
             })
             .collect();
-        stats.add(Count::PrefillAttentionFlops(
+        stats.count(Count::PrefillAttentionFlops(
             self.model.prefill_attention_flops(&batch),
         ));
         let out = self.model.prefill(&batch)?;
@@ -200,14 +200,14 @@ impl<'m> Engine<'m> {
         stats.device_in_use(memory::device_in_use(self.model.device()));
         for (r, p) in reqs.iter().zip(&prefixes) {
             let cached = p.map_or(0, |c| c.len());
-            stats.add(Count::PrefixCachedTokens(cached));
-            stats.add(Count::PrefillTokens(r.input.input_ids.len() - cached));
-            stats.add(Count::Images {
+            stats.count(Count::PrefixCachedTokens(cached));
+            stats.count(Count::PrefillTokens(r.input.input_ids.len() - cached));
+            stats.count(Count::Images {
                 images: r.input.images.len(),
                 patches: r.input.images.iter().map(|i| i.n_patches()).sum::<usize>(),
             });
         }
-        stats.add(Count::PrefillSeconds(t0.elapsed().as_secs_f64()));
+        stats.count(Count::PrefillSeconds(t0.elapsed().as_secs_f64()));
         Ok(out)
     }
 
@@ -225,13 +225,13 @@ impl<'m> Engine<'m> {
         }
         let ids = r.input.input_ids[..r.prefix_len].to_vec();
         let cache = self.model.prefill_prefix(&ids)?;
-        stats.add(Count::PrefillTokens(ids.len()));
+        stats.count(Count::PrefillTokens(ids.len()));
         let shape = PromptShape {
             grids: &[],
             new_tokens: ids.len(),
             cached_tokens: 0,
         };
-        stats.add(Count::PrefillAttentionFlops(prefill_attention_flops(
+        stats.count(Count::PrefillAttentionFlops(prefill_attention_flops(
             self.model.config(),
             &[shape],
         )));
@@ -302,13 +302,13 @@ impl<'m> Engine<'m> {
             let attention_flops = decode_attention_flops(self.model.config(), keys);
             match self.decode_range(start, end) {
                 Ok(logits) => {
-                    stats.add(Count::DecodeAttentionFlops(attention_flops));
+                    stats.count(Count::DecodeAttentionFlops(attention_flops));
                     self.push_tokens(start, &logits, stats, sink)?;
                     done_rows = end;
                 }
                 Err(e) if end - start > 1 && is_oom(&e) => {
                     self.decode_group = (end - start) / 2;
-                    stats.add(Count::OomRetry);
+                    stats.count(Count::OomRetry);
                     tracing::warn!(
                         "out of memory decoding {} sequences; now at most {} per call",
                         end - start,
@@ -319,7 +319,7 @@ impl<'m> Engine<'m> {
             }
         }
         stats.device_in_use(memory::device_in_use(self.model.device()));
-        stats.add(Count::DecodeStep {
+        stats.count(Count::DecodeStep {
             seqs: n,
             seconds: t0.elapsed().as_secs_f64(),
         });
@@ -381,7 +381,7 @@ impl<'m> Engine<'m> {
                 None => sink.token_scored(r.id, tok, None),
             };
             r.stopped = !keep;
-            stats.add(Count::DecodeToken);
+            stats.count(Count::DecodeToken);
         }
         Ok(())
     }
@@ -407,7 +407,7 @@ impl<'m> Engine<'m> {
                 FinishReason::Eos => r.generated.pop(),
                 FinishReason::Length | FinishReason::Stopped => None,
             };
-            stats.add(Count::Prompt);
+            stats.count(Count::Prompt);
             let generation = Generation {
                 id: r.id,
                 token_ids: r.generated,

@@ -44,14 +44,14 @@ pub enum Count {
 /// Where the engine's counts go.
 pub trait Counters {
     /// Count `event`.
-    fn add(&mut self, event: Count);
+    fn count(&mut self, event: Count);
     /// The device's memory in use now (`None` where it cannot be read): the caller keeps the peak.
     fn device_in_use(&mut self, bytes: Option<u64>);
 }
 
 /// The phase counters of a run (and of the server) keep the engine's counts as totals.
 impl Counters for PhaseStats {
-    fn add(&mut self, event: Count) {
+    fn count(&mut self, event: Count) {
         match event {
             Count::WaitSeconds(s) => self.wait_seconds += s,
             Count::OomRetry => self.oom_retries += 1,
@@ -86,19 +86,19 @@ mod tests {
     #[test]
     fn phase_counters_keep_totals_and_the_peak() {
         let mut s = PhaseStats::default();
-        s.add(Count::DecodeStep {
+        s.count(Count::DecodeStep {
             seqs: 3,
             seconds: 0.5,
         });
-        s.add(Count::DecodeStep {
+        s.count(Count::DecodeStep {
             seqs: 2,
             seconds: 0.25,
         });
-        s.add(Count::Images {
+        s.count(Count::Images {
             images: 2,
             patches: 40,
         });
-        s.add(Count::OomRetry);
+        s.count(Count::OomRetry);
         s.device_in_use(Some(7));
         s.device_in_use(Some(5));
         assert_eq!((s.decode_steps, s.decode_seq_sum), (2, 5));
