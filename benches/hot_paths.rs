@@ -18,7 +18,8 @@ use mobile_r1_eval::ops::{Ops, OpsConfig};
 use mobile_r1_eval::predictions::{Prediction, PredictionSet};
 use mobile_r1_eval::preprocess::{prepare_rgb8, ImageProcessorConfig, ModelInput, PreparedImage};
 use mobile_r1_eval::records::PredictionLine;
-use mobile_r1_eval::score::{aggregate, score_benchmark, RulePreset};
+use mobile_r1_eval::score::{aggregate, score_benchmark};
+use mobile_r1_eval::settings::RulePreset;
 
 fn screenshot(w: u32, h: u32) -> RgbImage {
     RgbImage::from_fn(w, h, |x, y| {

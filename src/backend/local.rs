@@ -6,15 +6,16 @@ use std::cell::RefCell;
 
 use anyhow::Result;
 
+use super::prefetch::{prefetch, Feed};
 use super::{
-    Backend, BackendInfo, ChatRequest, ChatResult, DeviceBackend, LoadedModel, MakeRequest, Sink,
+    Backend, BackendInfo, ChatRequest, ChatResult, DeviceBackend, JobQueue, LoadedModel,
+    MakeRequest, Sink, Taker,
 };
-use crate::engine::{
-    prefetch, BatchLimits, Engine, Feed, Generation, JobQueue, Next, Request, RequestSource, Taker,
-};
+use crate::engine::{Engine, Generation, Next, Request, RequestSource};
 use crate::interrupt::Cancel;
 use crate::preprocess::{self, ImageProcessorConfig};
 use crate::records::PhaseStats;
+use crate::settings::BatchLimits;
 
 /// A loaded checkpoint with its batch limits.
 pub struct LocalBackend {

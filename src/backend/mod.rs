@@ -3,22 +3,25 @@
 //! checkpoint on this machine through the engine, [`MultiBackend`] several devices, [`OpenAiBackend`] an
 //! OpenAI-compatible server over HTTP, all behind the same trait.
 
+mod jobs;
 mod local;
 mod model;
 mod multi;
 pub mod openai;
+mod prefetch;
 
 use std::path::PathBuf;
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-pub use crate::engine::{JobQueue, Next, Taker};
+pub use jobs::{JobQueue, Taker};
 pub use local::LocalBackend;
-pub use model::{fingerprint, open_device, LoadedModel, ModelSpec};
+pub use model::{choose_device, fingerprint, LoadedModel, ModelSpec};
 pub use multi::{DeviceBackend, MultiBackend};
 pub(crate) use openai::{OpenAiBackend, OpenAiSettings, ServedStop};
 
+use crate::engine::Next;
 use crate::settings::BatchLimits;
 
 use crate::preprocess::ImageProcessorConfig;

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use candle_core::{DType, Device};
+use candle_core::Device;
 
 use crate::chat::PromptBuilder;
 use crate::model::{self, ModelFiles, VlModel};
@@ -50,14 +50,8 @@ impl LoadedModel {
     pub fn load(spec: &ModelSpec) -> Result<Self> {
         let files = ModelFiles::resolve(&spec.model, &spec.hub)
             .with_context(|| format!("locating model {}", spec.model))?;
-        let (device, device_spec) = open_device(spec.device)?;
-        let dtype = match spec.dtype {
-            None if device.is_cpu() => DType::F32,
-            None => DType::BF16,
-            Some(DTypeSpec::F32) => DType::F32,
-            Some(DTypeSpec::Bf16) => DType::BF16,
-            Some(DTypeSpec::F16) => DType::F16,
-        };
+        let (device, device_spec) = choose_device(spec.device)?;
+        let dtype = model::dtype_for(spec.dtype, &device);
         let fingerprint = fingerprint(&files)?;
         let weights = crate::fingerprint::of_files(&files.weights)?;
         let model = VlModel::load(&files, &device, dtype, &spec.ops)
@@ -125,10 +119,9 @@ fn build_hint(spec: DeviceSpec) -> &'static str {
 
 /// Open the device `spec` names; `auto` takes the first CUDA GPU in a CUDA build, Metal in a Metal build, else
 /// the CPU, and logs the choice. Returns the device and its resolved spec (for the manifest).
-pub fn open_device(spec: DeviceSpec) -> Result<(Device, DeviceSpec)> {
+pub fn choose_device(spec: DeviceSpec) -> Result<(Device, DeviceSpec)> {
     let open = |s: DeviceSpec| {
-        model::parse_device(&s.to_string())
-            .with_context(|| format!("--device {s}{}", build_hint(s)))
+        model::open_device(s).with_context(|| format!("--device {s}{}", build_hint(s)))
     };
     if spec != DeviceSpec::Auto {
         return Ok((open(spec)?, spec));

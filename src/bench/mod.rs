@@ -18,15 +18,16 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use candle_core::{DType, Device};
+use candle_core::DType;
 
-use crate::backend::{open_device, Backend, LoadedModel, LocalBackend, MultiBackend};
+use crate::backend::{choose_device, Backend, LoadedModel, LocalBackend, MultiBackend};
 use crate::chat::{ChatTemplate, PromptBuilder, Tokenizer};
-use crate::engine::{memory, BatchLimits};
+use crate::engine::memory;
 use crate::model::VlModel;
 use crate::ops::gemm::peak::{best_rate, matmul_rates};
 use crate::preprocess::ImageProcessorConfig;
 use crate::records::{MatmulRate, PhaseStats};
+use crate::settings::BatchLimits;
 use crate::settings::BenchModel;
 use crate::settings::{DTypeSpec, DeviceSpec};
 use phases::{run_phases, StepRuns};
@@ -65,16 +66,6 @@ pub struct BenchConfig {
     pub semi_online: Option<crate::records::Procedure>,
 }
 
-/// The dtype `spec` names, or the device's default (f32 on the CPU, bf16 on a GPU).
-fn dtype_for(spec: Option<DTypeSpec>, device: &Device) -> DType {
-    match spec {
-        None if device.is_cpu() => DType::F32,
-        None | Some(DTypeSpec::Bf16) => DType::BF16,
-        Some(DTypeSpec::F32) => DType::F32,
-        Some(DTypeSpec::F16) => DType::F16,
-    }
-}
-
 /// The random model of `model_cfg` built on `spec` (its dtype from `cfg`), served under its own batch limits,
 /// and the seconds building the model took.
 /// The image processor of the family's released checkpoints for a random model of `model_cfg`: patch sizes
@@ -102,8 +93,8 @@ fn device_backend(
     spec: DeviceSpec,
     model_cfg: &crate::model::ModelConfig,
 ) -> Result<(LocalBackend, f64)> {
-    let (device, device_spec) = open_device(spec)?;
-    let dtype = dtype_for(cfg.dtype, &device);
+    let (device, device_spec) = choose_device(spec)?;
+    let dtype = crate::model::dtype_for(cfg.dtype, &device);
     let t_build = Instant::now();
     let model = random::random_model(model_cfg.clone(), cfg.seed, &device, dtype, &cfg.ops)?;
     let build_seconds = t_build.elapsed().as_secs_f64();

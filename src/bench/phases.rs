@@ -7,10 +7,11 @@ use super::{BenchConfig, HistoryCost};
 use crate::backend::Backend;
 use crate::eval::{
     pending_steps, pending_trajectories, run_phase, Decide, JudgePhase, SemiOnlineConfig,
-    SemiOnlinePhase, StepPhase, SystemPrompt,
+    SemiOnlinePhase, StepPhase,
 };
 use crate::predictions::PredictionSet;
 use crate::records::PhaseStats;
+use crate::settings::SystemPrompt;
 
 /// What the step phases of a benchmark run measured.
 pub(super) struct StepRuns {
@@ -38,7 +39,7 @@ pub(super) fn run_phases(
         image: backend.image_config(),
         max_new_tokens: cfg.max_new_tokens,
     };
-    let mut steps = run_phase(backend, &steps_phase, &dir.join("predictions.jsonl"))?;
+    let mut steps = run_phase(backend, &steps_phase, &dir.join(crate::rundir::PREDICTIONS))?;
     steps.phase = "bench".into();
     let mut history = None;
     if let Some(procedure) = cfg.semi_online {
@@ -62,7 +63,7 @@ pub(super) fn run_phases(
             history,
         });
     }
-    let preds = PredictionSet::read(dir.join("predictions.jsonl"))?;
+    let preds = PredictionSet::read(dir.join(crate::rundir::PREDICTIONS))?;
     let phase = JudgePhase {
         bench,
         preds: &preds,

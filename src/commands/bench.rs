@@ -14,7 +14,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         Some(a.max_pixels),
         crate::validate::PATCH_SIDE,
     )?;
-    let semi_online = super::eval::semi_online(a.history, a.semi_online)?;
+    let semi_online = super::setup::semi_online(a.history, a.semi_online)?;
     // Holds the embedded tokenizer's folder (when used) until the run ends.
     let mut embedded = None;
     let cfg = BenchConfig {

@@ -78,15 +78,15 @@ pub fn import(args: ImportArgs) -> anyhow::Result<()> {
 
 /// Entry point.
 pub fn validate(args: ValidateArgs) -> anyhow::Result<()> {
-    let hub = super::hub::hub(&args.hub, crate::interrupt::Cancel::new());
-    let (data, source) = super::hub::resolve_data(args.data, &hub)?;
+    let hub = super::setup::hub(&args.hub, crate::interrupt::Cancel::new());
+    let (data, source) = super::setup::resolve_data(args.data, &hub)?;
     if let Some(s) = &source {
         println!(
             "Hub dataset {} at {} (commit {})",
             s.repo, s.revision, s.commit
         );
     }
-    let bench = super::score::load_benchmark(data.as_deref())?;
+    let bench = super::setup::load_benchmark(data.as_deref())?;
     print!("{}", summary(&bench));
     let report = bench.validate_images();
     println!(

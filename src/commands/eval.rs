@@ -12,7 +12,6 @@ use crate::cli::{BackendKind, EvalArgs};
 use crate::eval::{run_eval_with, step_backend, EvalConfig, JudgeChoice, ServedConfig};
 use crate::interrupt::Cancel;
 use crate::preprocess::ImageProcessorConfig;
-use crate::records::{HistorySource, Procedure};
 use crate::rundir::{self, ClaimedRun, RunDir};
 use crate::shard::{SchedulerEnv, ShardSpec};
 
@@ -84,21 +83,6 @@ fn claim_out(out: Option<PathBuf>, model: &str, shard: Option<ShardSpec>) -> Res
     claim.context("--out")
 }
 
-/// The semi-online procedure of `--history` and `--semi-online` (`None`: the gold history); `--semi-online`
-/// without `--history predicted` is refused rather than ignored.
-pub fn semi_online(
-    history: HistorySource,
-    procedure: Option<Procedure>,
-) -> Result<Option<Procedure>> {
-    match (history, procedure) {
-        (HistorySource::Gold, None) => Ok(None),
-        (HistorySource::Gold, Some(p)) => anyhow::bail!(
-            "--semi-online {p} needs --history predicted (with the gold history every step is independent)"
-        ),
-        (HistorySource::Predicted, p) => Ok(Some(p.unwrap_or(Procedure::Uis1Sop))),
-    }
-}
-
 /// Fetch the hub checkpoints the run loads (the model unless a server answers the step prompts, a separate
 /// judge) into the cache, and check that folders carried in a bundle are whole.
 fn fetch_models(spec: &ModelSpec, served: bool, judge: &JudgeChoice, data: &Path) -> Result<()> {
@@ -129,7 +113,7 @@ pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<(EvalConfig, ClaimedRun
     let served = served_config(&a)?;
     let moved_judge = served_judge(&a);
     let spec = model_spec(&a.model);
-    let (data, mut data_source) = super::hub::resolve_data(a.data, &spec.hub)?;
+    let (data, mut data_source) = super::setup::resolve_data(a.data, &spec.hub)?;
     let data = match data {
         Some(d) => d,
         None => {
@@ -158,7 +142,7 @@ pub fn config(a: EvalArgs, env: &SchedulerEnv) -> Result<(EvalConfig, ClaimedRun
             _ => JudgeChoice::SameModel,
         },
     };
-    let semi_online = semi_online(a.history, a.semi_online)?;
+    let semi_online = super::setup::semi_online(a.history, a.semi_online)?;
     let name = match &served {
         Some(s) => s.steps.api_model.clone(),
         None => a.model.model.clone(),
@@ -227,7 +211,7 @@ fn served_config(a: &EvalArgs) -> Result<Option<ServedConfig>> {
     let steps = OpenAiSettings {
         endpoint: normalize_endpoint(endpoint)?,
         api_model: api_model.clone(),
-        api_key: super::serve::api_key("--api-key-env", s.api_key_env.as_deref())?,
+        api_key: super::setup::api_key("--api-key-env", s.api_key_env.as_deref())?,
         concurrency: s.concurrency,
         request_timeout: std::time::Duration::from_secs_f64(s.request_timeout),
         max_retries: s.max_retries,
@@ -303,7 +287,7 @@ pub fn run(args: EvalArgs, env: &SchedulerEnv) -> Result<()> {
         tracing::info!("shard {s}: writing into {}", out.display());
     }
     // Until the first prompt runs there is nothing to save: a stop while the model loads exits at once.
-    let loading = super::hub::ExitOnStop::start(cfg.cancel.clone(), "loading the model");
+    let loading = super::setup::ExitOnStop::start(cfg.cancel.clone(), "loading the model");
     let backend = step_backend(&cfg)?;
     drop(loading);
     let outcome = run_eval_with(&cfg, backend)?;

@@ -5,7 +5,6 @@ pub mod bench;
 pub mod data;
 pub mod eval;
 pub mod generate;
-pub mod hub;
 pub mod merge;
 pub mod pack;
 pub mod report;
@@ -13,6 +12,7 @@ pub mod sample;
 pub mod score;
 pub mod selftest;
 pub mod serve;
+mod setup;
 mod unmatched;
 
 use std::process::ExitCode;
@@ -44,7 +44,7 @@ pub fn main() -> ExitCode {
             });
             if stopped {
                 eprintln!("error: {}", error_chain(&e));
-                return ExitCode::from(hub::stop_exit_code());
+                return ExitCode::from(setup::stop_exit_code());
             }
             eprintln!("error: {}", error_chain(&e));
             ExitCode::FAILURE
@@ -129,7 +129,7 @@ pub(crate) fn model_spec(a: &ModelArgs) -> ModelSpec {
         min_pixels: a.min_pixels,
         max_pixels: a.max_pixels,
         ops: ops_config(&a.ops),
-        hub: hub::hub(&a.hub, crate::interrupt::Cancel::on_signals()),
+        hub: setup::hub(&a.hub, crate::interrupt::Cancel::on_signals()),
     }
 }
 

@@ -23,7 +23,7 @@ pub fn run(a: PackArgs) -> Result<()> {
     }
     crate::interrupt::install(); // Ctrl-C/SIGTERM stop a download or a copy between chunks
     let cancel = Cancel::on_signals();
-    let hub = super::hub::hub(&a.hub, cancel.clone());
+    let hub = super::setup::hub(&a.hub, cancel.clone());
     let resolve = |flag: &str, m: &str| -> Result<ModelInput> {
         let files = ModelFiles::resolve(m, &hub).with_context(|| format!("{flag} {m}"))?;
         Ok(ModelInput {
@@ -38,7 +38,7 @@ pub fn run(a: PackArgs) -> Result<()> {
         .map(|j| resolve("--judge-model", j))
         .transpose()?;
     let data_source = data.to_string();
-    let (dir, data_hub) = super::hub::resolve_data(Some(data), &hub)?;
+    let (dir, data_hub) = super::setup::resolve_data(Some(data), &hub)?;
     let input = PackInput {
         model,
         judge,

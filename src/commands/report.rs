@@ -7,8 +7,8 @@ use crate::rundir::RunDir;
 
 /// Entry point.
 pub fn run(args: ReportArgs) -> anyhow::Result<()> {
-    let hub = super::hub::hub(&args.hub, crate::interrupt::Cancel::new());
-    let (data, _) = super::hub::resolve_data(args.data.clone(), &hub)?;
+    let hub = super::setup::hub(&args.hub, crate::interrupt::Cancel::new());
+    let (data, _) = super::setup::resolve_data(args.data.clone(), &hub)?;
     let rules = match args.rules {
         Some(r) => Some(r.preset()),
         None => suggested_rules(args.run.as_deref(), data.as_deref())?,

@@ -20,17 +20,6 @@ use crate::report;
 use crate::rundir::{self, find_benchmark, FoundBenchmark, Origin, RunDir};
 use crate::score::score_run;
 
-/// Load `--data`, or the embedded sample when absent.
-pub(crate) fn load_benchmark(data: Option<&Path>) -> anyhow::Result<Benchmark> {
-    let dir = match data {
-        Some(d) => d.to_path_buf(),
-        None => {
-            crate::sample::materialize_default().context("writing the embedded sample benchmark")?
-        }
-    };
-    Benchmark::load(&dir).with_context(|| format!("loading benchmark {}", dir.display()))
-}
-
 /// The folder a predictions file lies in.
 fn folder_of(predictions: &Path) -> RunDir {
     match predictions.parent() {
@@ -63,8 +52,8 @@ pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
         Some(Origin::Scored(_)) => source.path(rundir::SCORED),
         _ => source.path(rundir::MANIFEST),
     };
-    let hub = super::hub::hub(&args.hub, crate::interrupt::Cancel::new());
-    let (data, _) = super::hub::resolve_data(args.data.clone(), &hub)?;
+    let hub = super::setup::hub(&args.hub, crate::interrupt::Cancel::new());
+    let (data, _) = super::setup::resolve_data(args.data.clone(), &hub)?;
     let found = find_benchmark(data.as_deref(), origin.as_ref(), &named_by, true)?;
     // A run's predictions are read in the run's frame unless the flag says otherwise; others in image pixels.
     let frame = args

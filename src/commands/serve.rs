@@ -6,22 +6,7 @@ use anyhow::{bail, Result};
 
 use super::model_spec;
 use crate::cli::ServeArgs;
-use crate::openai::ApiKey;
 use crate::serve::{ConnLimits, RequestLimits, ServeConfig};
-
-/// The API key held by the environment variable `var` (named by `flag`); `None` without a variable.
-pub(crate) fn api_key(flag: &str, var: Option<&str>) -> Result<Option<ApiKey>> {
-    let Some(var) = var else {
-        return Ok(None);
-    };
-    match std::env::var(var) {
-        Ok(v) => match ApiKey::new(v) {
-            Some(k) => Ok(Some(k)),
-            None => bail!("{flag} {var}: the environment variable is empty"),
-        },
-        Err(_) => bail!("{flag} {var}: no such environment variable (it should hold the API key)"),
-    }
-}
 
 /// `n`, refused when 0 (naming `flag`).
 fn positive(flag: &str, n: usize) -> Result<usize> {
@@ -73,7 +58,7 @@ pub fn config(a: ServeArgs) -> Result<ServeConfig> {
             body_timeout: Duration::from_secs_f64(a.body_timeout),
             shutdown_timeout: Duration::from_secs_f64(a.shutdown_timeout),
         },
-        api_key: api_key("--api-key-env", a.api_key_env.as_deref())?,
+        api_key: super::setup::api_key("--api-key-env", a.api_key_env.as_deref())?,
     };
     cfg.check()?;
     Ok(cfg)

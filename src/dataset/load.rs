@@ -5,7 +5,7 @@ use std::path::{Component, Path};
 
 use serde_json::{Map, Value};
 
-use super::{BBox, DatasetError, Step, Trajectory};
+use super::{BBox, DataStep, DatasetError, Step, Trajectory};
 use crate::action::Action;
 
 /// Context of one line, for building errors.
@@ -220,15 +220,19 @@ impl StepRefusal {
 /// The kind of a step whose gold point is off the screen.
 pub(crate) const OFF_SCREEN: &str = "gold point off the screen";
 
-/// Run the loader's checks of one step object (as written into `data.jsonl`) on a `screen` of `[w, h]` pixels:
-/// writers of benchmark folders call it so that they write only steps the loader accepts.
-pub(crate) fn check_step(v: &Value, [w, h]: [u32; 2]) -> Result<(), StepRefusal> {
+/// Run the loader's checks of one step (as it would be written into `data.jsonl`) on a `screen` of `[w, h]`
+/// pixels: writers of benchmark folders call it so that they write only steps the loader accepts.
+pub(crate) fn check_step(step: &DataStep, [w, h]: [u32; 2]) -> Result<(), StepRefusal> {
+    let v = serde_json::to_value(step).map_err(|e| StepRefusal::Field {
+        field: String::new(),
+        message: e.to_string(),
+    })?;
     let screen = [w as f64, h as f64];
     let ctx = Line {
         file: Path::new(super::DATA_FILE),
         line: 0,
     };
-    let step = parse_step_fields(v, "", screen, &ctx).map_err(|e| match e {
+    let step = parse_step_fields(&v, "", screen, &ctx).map_err(|e| match e {
         DatasetError::Field { field, message, .. } => StepRefusal::Field { field, message },
         other => StepRefusal::Field {
             field: String::new(),
@@ -411,8 +415,9 @@ mod tests {
     #[test]
     fn check_step_names_an_off_screen_point_apart_from_other_fields() {
         let step = |coordinate: [f64; 2], bbox: serde_json::Value| {
-            serde_json::json!({"image": "images/e/0.png", "bbox": bbox,
-                "action": {"name": "mobile_use", "arguments": {"action": "click", "coordinate": coordinate}}})
+            serde_json::from_value::<DataStep>(serde_json::json!({"image": "images/e/0.png", "bbox": bbox,
+                "action": {"name": "mobile_use", "arguments": {"action": "click", "coordinate": coordinate}}}))
+            .unwrap()
         };
         let ok = step([50.0, 60.0], serde_json::json!([[40, 50, 60, 70]]));
         assert_eq!(check_step(&ok, [100, 200]), Ok(()));
@@ -443,7 +448,7 @@ mod tests {
     #[test]
     fn release_field_types_are_accepted() {
         let ctx = Line {
-            file: Path::new("data.jsonl"),
+            file: Path::new(crate::dataset::DATA_FILE),
             line: 1,
         };
         let line = serde_json::json!({

@@ -5,6 +5,7 @@
 
 mod images;
 mod info;
+mod line;
 mod load;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -13,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 pub(crate) use images::{check_size as check_screenshot_size, ImageReport};
 pub(crate) use info::{BenchmarkInfo, ImportCounts, SourceInfo, INFO_FILE, INFO_SCHEMA_VERSION};
+pub(crate) use line::{pixel, BoxNumbers, DataLine, DataStep, GoldBoxes};
 pub(crate) use load::{check_step, OFF_SCREEN};
 
 use crate::action::Action;

@@ -11,13 +11,14 @@ use std::time::Instant;
 use anyhow::Result;
 use candle_core::{Tensor, D};
 
+use super::counters::{Count, Counters};
 use super::memory;
-use super::scheduler::{admit_count, prefill_chunks, BatchLimits, Occupancy};
+use super::scheduler::{admit_count, prefill_chunks, Occupancy};
 use super::{EngineSink, FinishReason, Generation, Next, Request, RequestSource, TokenScores};
 use crate::interrupt::Cancel;
 use crate::model::flops::{decode_attention_flops, prefill_attention_flops, PromptShape};
 use crate::model::{PrefillRequest, SeqCache, VlModel};
-use crate::records::PhaseStats;
+use crate::settings::BatchLimits;
 
 /// A sequence being decoded: its request's settings (not its input, which may be large) and its state.
 struct Running {
@@ -77,11 +78,11 @@ impl<'m> Engine<'m> {
     /// Generate for every request of `requests` (pulled as room frees up, so preparation overlaps compute, and
     /// without waiting while sequences run, so requests may arrive at any time), telling `sink` each token and each
     /// result as soon as it is complete.
-    pub fn run(
+    pub fn run<S: Counters>(
         &mut self,
         requests: &mut dyn RequestSource,
-        stats: &mut PhaseStats,
-        sink: &mut dyn EngineSink,
+        stats: &mut S,
+        sink: &mut dyn EngineSink<S>,
     ) -> Result<()> {
         let mut exhausted = false;
         loop {
@@ -99,7 +100,7 @@ impl<'m> Engine<'m> {
                     Next::Done => exhausted = true,
                 }
             }
-            stats.wait_seconds += t_wait.elapsed().as_secs_f64();
+            stats.count(Count::WaitSeconds(t_wait.elapsed().as_secs_f64()));
             if self.waiting.is_empty() && self.running.is_empty() {
                 if exhausted {
                     return Ok(());
@@ -120,7 +121,7 @@ impl<'m> Engine<'m> {
         }
     }
 
-    fn admit(&mut self, stats: &mut PhaseStats, sink: &mut dyn EngineSink) -> Result<()> {
+    fn admit<S: Counters>(&mut self, stats: &mut S, sink: &mut dyn EngineSink<S>) -> Result<()> {
         let lens: Vec<usize> = self
             .waiting
             .iter()
@@ -138,11 +139,11 @@ impl<'m> Engine<'m> {
     }
 
     /// Prefill `reqs`; on an out-of-memory error split the group in two and retry each half.
-    fn prefill_with_retry(
+    fn prefill_with_retry<S: Counters>(
         &mut self,
         reqs: &[Request],
-        stats: &mut PhaseStats,
-        sink: &mut dyn EngineSink,
+        stats: &mut S,
+        sink: &mut dyn EngineSink<S>,
     ) -> Result<()> {
         match self.prefill(reqs, stats) {
             Ok(logits) => self.start_sequences(reqs, logits, stats, sink),
@@ -151,7 +152,7 @@ impl<'m> Engine<'m> {
                     "out of memory prefilling {} prompts; retrying in halves",
                     reqs.len()
                 );
-                stats.oom_retries += 1;
+                stats.count(Count::OomRetry);
                 let (a, b) = reqs.split_at(reqs.len() / 2);
                 self.prefill_with_retry(a, stats, sink)?;
                 self.prefill_with_retry(b, stats, sink)
@@ -160,10 +161,10 @@ impl<'m> Engine<'m> {
         }
     }
 
-    fn prefill(
+    fn prefill<S: Counters>(
         &mut self,
         reqs: &[Request],
-        stats: &mut PhaseStats,
+        stats: &mut S,
     ) -> Result<(Vec<SeqCache>, Tensor)> {
         #[cfg(test)]
         if self.inject_oom.0 > 0 && reqs.len() > 1 {
@@ -190,24 +191,28 @@ impl<'m> Engine<'m> {
                 prefix: *p,
             })
             .collect();
-        stats.prefill_attention_flops += self.model.prefill_attention_flops(&batch);
+        stats.count(Count::PrefillAttentionFlops(
+            self.model.prefill_attention_flops(&batch),
+        ));
         let out = self.model.prefill(&batch)?;
         // GPU work is asynchronous: wait for it, so the prefill time is the prefill's and not the next step's.
         self.model.device().synchronize()?;
-        stats.note_device_in_use(memory::device_in_use(self.model.device()));
+        stats.device_in_use(memory::device_in_use(self.model.device()));
         for (r, p) in reqs.iter().zip(&prefixes) {
             let cached = p.map_or(0, |c| c.len());
-            stats.prefix_cached_tokens += cached;
-            stats.prefill_tokens += r.input.input_ids.len() - cached;
-            stats.images += r.input.images.len();
-            stats.patches += r.input.images.iter().map(|i| i.n_patches()).sum::<usize>();
+            stats.count(Count::PrefixCachedTokens(cached));
+            stats.count(Count::PrefillTokens(r.input.input_ids.len() - cached));
+            stats.count(Count::Images {
+                images: r.input.images.len(),
+                patches: r.input.images.iter().map(|i| i.n_patches()).sum::<usize>(),
+            });
         }
-        stats.prefill_seconds += t0.elapsed().as_secs_f64();
+        stats.count(Count::PrefillSeconds(t0.elapsed().as_secs_f64()));
         Ok(out)
     }
 
     /// Compute (once) the KV of a request's shared prefix.
-    fn ensure_prefix(&mut self, r: &Request, stats: &mut PhaseStats) -> Result<()> {
+    fn ensure_prefix<S: Counters>(&mut self, r: &Request, stats: &mut S) -> Result<()> {
         if r.prefix_len == 0
             || self
                 .prefixes
@@ -220,23 +225,26 @@ impl<'m> Engine<'m> {
         }
         let ids = r.input.input_ids[..r.prefix_len].to_vec();
         let cache = self.model.prefill_prefix(&ids)?;
-        stats.prefill_tokens += ids.len();
+        stats.count(Count::PrefillTokens(ids.len()));
         let shape = PromptShape {
             grids: &[],
             new_tokens: ids.len(),
             cached_tokens: 0,
         };
-        stats.prefill_attention_flops += prefill_attention_flops(self.model.config(), &[shape]);
+        stats.count(Count::PrefillAttentionFlops(prefill_attention_flops(
+            self.model.config(),
+            &[shape],
+        )));
         self.prefixes.insert(ids, cache);
         Ok(())
     }
 
-    fn start_sequences(
+    fn start_sequences<S: Counters>(
         &mut self,
         reqs: &[Request],
         (caches, logits): (Vec<SeqCache>, Tensor),
-        stats: &mut PhaseStats,
-        sink: &mut dyn EngineSink,
+        stats: &mut S,
+        sink: &mut dyn EngineSink<S>,
     ) -> Result<()> {
         let first = self.running.len();
         for (r, cache) in reqs.iter().zip(caches) {
@@ -280,7 +288,11 @@ impl<'m> Engine<'m> {
     /// One decode step for every running sequence, in groups of at most `decode_group` sequences; an
     /// out-of-memory error halves the group size for the rest of the run and retries (a failed call leaves the
     /// caches unchanged, so no sequence advances twice).
-    fn decode_step(&mut self, stats: &mut PhaseStats, sink: &mut dyn EngineSink) -> Result<()> {
+    fn decode_step<S: Counters>(
+        &mut self,
+        stats: &mut S,
+        sink: &mut dyn EngineSink<S>,
+    ) -> Result<()> {
         let t0 = Instant::now();
         let n = self.running.len();
         let mut done_rows = 0;
@@ -290,13 +302,13 @@ impl<'m> Engine<'m> {
             let attention_flops = decode_attention_flops(self.model.config(), keys);
             match self.decode_range(start, end) {
                 Ok(logits) => {
-                    stats.decode_attention_flops += attention_flops;
+                    stats.count(Count::DecodeAttentionFlops(attention_flops));
                     self.push_tokens(start, &logits, stats, sink)?;
                     done_rows = end;
                 }
                 Err(e) if end - start > 1 && is_oom(&e) => {
                     self.decode_group = (end - start) / 2;
-                    stats.oom_retries += 1;
+                    stats.count(Count::OomRetry);
                     tracing::warn!(
                         "out of memory decoding {} sequences; now at most {} per call",
                         end - start,
@@ -306,10 +318,11 @@ impl<'m> Engine<'m> {
                 Err(e) => return Err(e),
             }
         }
-        stats.note_device_in_use(memory::device_in_use(self.model.device()));
-        stats.decode_steps += 1;
-        stats.decode_seq_sum += n;
-        stats.decode_seconds += t0.elapsed().as_secs_f64();
+        stats.device_in_use(memory::device_in_use(self.model.device()));
+        stats.count(Count::DecodeStep {
+            seqs: n,
+            seconds: t0.elapsed().as_secs_f64(),
+        });
         self.retire(stats, sink)
     }
 
@@ -331,12 +344,12 @@ impl<'m> Engine<'m> {
 
     /// Append each row's token (greedy, or drawn by the row's sampler) and its log-probabilities when asked to
     /// running sequences `first..first + rows`, telling the sink.
-    fn push_tokens(
+    fn push_tokens<S: Counters>(
         &mut self,
         first: usize,
         logits: &Tensor,
-        stats: &mut PhaseStats,
-        sink: &mut dyn EngineSink,
+        stats: &mut S,
+        sink: &mut dyn EngineSink<S>,
     ) -> Result<()> {
         let mut next = argmax_rows(logits)?;
         let running = &mut self.running[first..first + next.len()];
@@ -368,13 +381,13 @@ impl<'m> Engine<'m> {
                 None => sink.token_scored(r.id, tok, None),
             };
             r.stopped = !keep;
-            stats.decode_tokens += 1;
+            stats.count(Count::DecodeToken);
         }
         Ok(())
     }
 
     /// Hand over and drop every sequence that hit a stop token or its length limit.
-    fn retire(&mut self, stats: &mut PhaseStats, sink: &mut dyn EngineSink) -> Result<()> {
+    fn retire<S: Counters>(&mut self, stats: &mut S, sink: &mut dyn EngineSink<S>) -> Result<()> {
         let mut i = 0;
         while i < self.running.len() {
             let r = &self.running[i];
@@ -394,7 +407,7 @@ impl<'m> Engine<'m> {
                 FinishReason::Eos => r.generated.pop(),
                 FinishReason::Length | FinishReason::Stopped => None,
             };
-            stats.prompts += 1;
+            stats.count(Count::Prompt);
             let generation = Generation {
                 id: r.id,
                 token_ids: r.generated,
@@ -456,6 +469,7 @@ mod tests {
     use super::*;
     use crate::model::{ModelFiles, VlModel};
     use crate::preprocess::{prepare_rgb8, ImageProcessorConfig, ModelInput};
+    use crate::records::PhaseStats;
 
     fn tiny() -> VlModel {
         let dir =

@@ -6,20 +6,31 @@
 //! [`Request`]s, and [`crate::eval`] drives the phases of an evaluation.
 
 mod batcher;
-mod jobs;
+mod counters;
 pub mod memory;
-mod prefetch;
 mod sampling;
 mod scheduler;
 
+/// The server still names the limits through the engine.
 pub use batcher::{argmax_rows, is_oom, top_k_logprobs, Engine, MAX_PREFILL_TOKENS};
-pub use jobs::{JobQueue, Next, Taker, WAIT_SLICE};
-pub(crate) use prefetch::{prefetch, Feed};
+pub use counters::{Count, Counters};
 pub(crate) use sampling::Sampling;
-pub use scheduler::{admit_count, prefill_chunks, BatchLimits, Occupancy, MIN_AUTO_BATCH_TOKENS};
+pub use scheduler::{admit_count, prefill_chunks, Occupancy, MIN_AUTO_BATCH_TOKENS};
 
 use crate::preprocess::ModelInput;
 pub(crate) use crate::records::FinishReason;
+
+/// What a source of work found when asked: ready work, nothing yet, or nothing more ([`RequestSource::next`],
+/// and the backends' job queue).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next<T> {
+    /// Ready work.
+    Ready(T),
+    /// Nothing ready now; more may be released later.
+    Pending,
+    /// Nothing more will come.
+    Done,
+}
 
 /// One prompt to generate for (greedy unless `sampling` says otherwise; no repetition penalty).
 #[derive(Debug, Clone)]
@@ -71,8 +82,9 @@ impl RequestSource for std::sync::mpsc::Receiver<Request> {
     }
 }
 
-/// What the engine tells its caller about each sequence.
-pub trait EngineSink {
+/// What the engine tells its caller about each sequence, with the caller's counters `S` (the phase counters of a
+/// run by default).
+pub trait EngineSink<S = crate::records::PhaseStats> {
     /// Sequence `id` generated `token` (a stop token included, before the length check). Returning `false` ends
     /// the sequence now, with [`FinishReason::Stopped`] (e.g. a stop string appeared in its text).
     fn token(&mut self, id: usize, token: u32) -> bool {
@@ -87,12 +99,8 @@ pub trait EngineSink {
         self.token(id, token)
     }
 
-    /// Sequence `id` finished; `stats` are the phase's counters so far.
-    fn done(
-        &mut self,
-        generation: Generation,
-        stats: &crate::records::PhaseStats,
-    ) -> anyhow::Result<()>;
+    /// Sequence `id` finished; `stats` are the caller's counters so far.
+    fn done(&mut self, generation: Generation, stats: &S) -> anyhow::Result<()>;
 }
 
 /// A generated token's log-probability and its position's most likely tokens (id, log-probability), best first.
@@ -105,15 +113,11 @@ pub struct TokenScores<'a> {
 }
 
 /// Any closure taking each finished generation is a sink that never stops a sequence early.
-impl<F> EngineSink for F
+impl<S, F> EngineSink<S> for F
 where
-    F: FnMut(Generation, &crate::records::PhaseStats) -> anyhow::Result<()>,
+    F: FnMut(Generation, &S) -> anyhow::Result<()>,
 {
-    fn done(
-        &mut self,
-        generation: Generation,
-        stats: &crate::records::PhaseStats,
-    ) -> anyhow::Result<()> {
+    fn done(&mut self, generation: Generation, stats: &S) -> anyhow::Result<()> {
         self(generation, stats)
     }
 }

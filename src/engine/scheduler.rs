@@ -5,7 +5,7 @@
 //! long prompt can never starve. Pure logic (but for [`BatchLimits::auto`]): the engine owns the model and the
 //! queue.
 
-pub use crate::settings::BatchLimits;
+use crate::settings::BatchLimits;
 
 /// Smallest automatic token budget, before `max_new_tokens`: room for a few step prompts of a real screen.
 pub const MIN_AUTO_BATCH_TOKENS: usize = 8192;

@@ -28,7 +28,7 @@ pub(crate) const STEP_TEMPLATE: &str = include_str!("../../prompts/step_user.jin
 /// tool_call per predicted step).
 pub(crate) const JUDGE_TEMPLATE: &str = include_str!("../../prompts/judge.jinja");
 
-pub use crate::settings::SystemPrompt;
+use crate::settings::SystemPrompt;
 use crate::settings::{CoordinateFrame, ModelFamily};
 
 /// What the step prompts' system turn is made from: its source, the evaluated model's family (which picks the

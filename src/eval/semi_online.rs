@@ -26,7 +26,8 @@ use crate::dataset::Benchmark;
 use crate::predictions::Prediction;
 use crate::preprocess::{image_dimensions, ImageProcessorConfig};
 use crate::records::{PredictionLine, Procedure};
-use crate::score::{score_step, RulePreset};
+use crate::score::score_step;
+use crate::settings::RulePreset;
 
 /// How a finished step is judged while the run goes.
 #[derive(Debug, Clone, Copy)]

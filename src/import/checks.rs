@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::episode::{step_json, ImageData, StepDraft, IMAGES_DIR, MISSING_SCREENSHOT};
+use super::episode::{data_step, ImageData, StepDraft, IMAGES_DIR, MISSING_SCREENSHOT};
 use crate::dataset::{check_screenshot_size, check_step};
 
 /// The kind of a step left out because its screenshot is not an image this program reads.
@@ -62,7 +62,7 @@ fn screenshot_header(image: &ImageData) -> Result<([u32; 2], String), &'static s
 pub(super) fn check_draft(s: &StepDraft) -> Result<String, (String, Option<String>)> {
     let (size, ext) = screenshot_header(&s.image).map_err(|k| (k.to_string(), None))?;
     check_screenshot_size(size, s.screen).map_err(|m| (SCREENSHOT_SIZE.to_string(), Some(m)))?;
-    let json = step_json(s, format!("{IMAGES_DIR}/episode/{}.{ext}", s.source_index));
-    check_step(&json, s.screen).map_err(|r| (r.kind(), Some(r.message().to_string())))?;
+    let step = data_step(s, format!("{IMAGES_DIR}/episode/{}.{ext}", s.source_index));
+    check_step(&step, s.screen).map_err(|r| (r.kind(), Some(r.message().to_string())))?;
     Ok(ext)
 }

@@ -6,12 +6,10 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use serde_json::{json, Map, Value};
-
 use super::checks::check_draft;
 use super::{io_err, ImportError};
 use crate::action::Action;
-use crate::dataset::{BBox, ImportCounts, DATA_FILE};
+use crate::dataset::{pixel, BBox, DataLine, DataStep, GoldBoxes, ImportCounts, DATA_FILE};
 
 /// The folder of the screenshots inside the benchmark folder.
 pub(super) const IMAGES_DIR: &str = "images";
@@ -293,19 +291,20 @@ impl Sink {
                 }
                 ImageData::Bytes(b) => std::fs::write(&dest, b).map_err(io_err(&dest))?,
             }
-            steps.push(step_json(s, format!("{IMAGES_DIR}/{dir}/{name}")));
+            steps.push(data_step(s, format!("{IMAGES_DIR}/{dir}/{name}")));
         }
         let [w, h] = ep.steps[0].screen;
-        let line = json!({
-            "id": ep.id,
-            "app_name": ep.app_name,
-            "instruction": ep.instruction,
-            "image_width": w,
-            "image_height": h,
-            "trajectory_length": steps.len(),
-            "trajectory": steps,
-        });
-        Ok(line.to_string())
+        let line = DataLine {
+            id: Some(ep.id.clone()),
+            app_name: ep.app_name.clone(),
+            trajectory_length: steps.len(),
+            instruction: ep.instruction.clone(),
+            system: None,
+            image_width: w,
+            image_height: h,
+            trajectory: steps,
+        };
+        Ok(line.to_line())
     }
 
     /// Close `data.jsonl` (flushed and synced) and hand back the counts, one example location per kind and the
@@ -322,35 +321,23 @@ impl Sink {
     }
 }
 
-/// A pixel value as JSON: integral values without a fraction.
-fn num(x: f64) -> Value {
-    if x.fract() == 0.0 && x.abs() < 1e15 {
-        Value::from(x as i64)
-    } else {
-        Value::from(x)
-    }
-}
-
-pub(super) fn step_json(s: &StepDraft, image: String) -> Value {
-    let mut m = Map::new();
-    m.insert("image".into(), image.into());
-    m.insert("thought".into(), s.thought.as_str().into());
+/// The `data.jsonl` step of a draft, its screenshot at `image`.
+pub(super) fn data_step(s: &StepDraft, image: String) -> DataStep {
     let subtask = if s.subtask.trim().is_empty() {
         s.action.to_tool_call().to_string()
     } else {
         s.subtask.clone()
     };
-    m.insert("subtask".into(), subtask.into());
-    m.insert("action".into(), s.action.to_tool_call());
-    m.insert("response".into(), "".into());
-    if !s.bboxes.is_empty() {
-        let boxes: Vec<Vec<Value>> = s.bboxes.iter().map(|b| b.map(num).to_vec()).collect();
-        m.insert("bbox".into(), json!(boxes));
+    let boxes = s.bboxes.iter().map(|b| b.map(pixel)).collect::<Vec<_>>();
+    DataStep {
+        image,
+        thought: s.thought.clone(),
+        subtask,
+        action: s.action.to_tool_call(),
+        response: String::new(),
+        bbox: (!boxes.is_empty()).then_some(GoldBoxes::Many(boxes)),
+        instruction: s.instruction.clone(),
     }
-    if let Some(i) = &s.instruction {
-        m.insert("instruction".into(), i.as_str().into());
-    }
-    Value::Object(m)
 }
 
 #[cfg(test)]
@@ -431,7 +418,7 @@ mod tests {
         );
         assert!(examples["missing screenshot"].contains("episode e/1 step 1"));
         let text = std::fs::read_to_string(staging.join(DATA_FILE)).unwrap();
-        let line: Value = serde_json::from_str(text.trim()).unwrap();
+        let line: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
         assert_eq!(line["trajectory"][0]["image"], "images/e_1/0.png");
         assert_eq!(
             line["trajectory"][0]["subtask"],

@@ -20,7 +20,8 @@ use crate::dataset::Benchmark;
 use crate::predictions::PredictionSet;
 use crate::records::{whole_lines, JudgementLine, RunSettings, Throughput};
 use crate::rundir::{self, find_benchmark, Origin, RunDir};
-use crate::score::{Metrics, RulePreset};
+use crate::score::RunMetrics;
+use crate::settings::RulePreset;
 
 /// Why a run could not be merged.
 #[derive(Debug, thiserror::Error)]
@@ -301,7 +302,7 @@ pub fn score(
     judged: bool,
     history: &crate::records::History,
     frame: crate::settings::CoordinateFrame,
-) -> (Metrics, Vec<crate::score::StepScore>) {
+) -> (RunMetrics, Vec<crate::score::StepScore>) {
     let preds = PredictionSet::parse(predictions).in_frame(frame);
     let judgements =
         crate::records::parse_lines::<JudgementLine>(judgements.unwrap_or_default()).records;

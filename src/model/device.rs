@@ -1,26 +1,23 @@
-//! Opening the compute device (`--device`), with its CUDA memory-pool setting, and choosing the dtype (`--dtype`).
+//! Opening the compute device (`--device`), with its CUDA memory-pool setting, and the dtype rule (`--dtype`, else
+//! the device's default).
 
 use candle_core::{DType, Device};
 
 use super::ModelError;
+use crate::settings::{DTypeSpec, DeviceSpec};
 
-/// Open the device `spec` names: `cpu`, `cuda`, `cuda:N` or `metal`. A CUDA device's memory pool is set to keep
-/// freed memory instead of handing it back at every synchronisation.
-pub fn open_device(spec: &str) -> Result<Device, ModelError> {
+/// Open the device `spec` names (`auto` must be resolved first: the backend layer chooses, and logs, the device
+/// it stands for). A CUDA device's memory pool is set to keep freed memory instead of handing it back at every
+/// synchronisation.
+pub fn open_device(spec: DeviceSpec) -> Result<Device, ModelError> {
     let dev = match spec {
-        "cpu" => return Ok(Device::Cpu),
-        "cuda" => Device::new_cuda(0),
-        "metal" => Device::new_metal(0),
-        s if s.starts_with("cuda:") => {
-            let n: usize = s[5..]
-                .parse()
-                .map_err(|_| ModelError::Input(format!("bad device `{s}`")))?;
-            Device::new_cuda(n)
-        }
-        s => {
-            return Err(ModelError::Input(format!(
-                "unknown device `{s}` (cpu, cuda, cuda:N, metal)"
-            )))
+        DeviceSpec::Cpu => return Ok(Device::Cpu),
+        DeviceSpec::Cuda(n) => Device::new_cuda(n),
+        DeviceSpec::Metal => Device::new_metal(0),
+        DeviceSpec::Auto => {
+            return Err(ModelError::Input(
+                "device `auto` names no device until it is resolved".into(),
+            ))
         }
     };
     let dev = dev.map_err(|e| {
@@ -58,16 +55,12 @@ fn keep_pool_memory(ordinal: usize) {
     }
 }
 
-/// Parse `f32`, `bf16` or `f16`; default bf16 on GPU and f32 on CPU.
-pub fn parse_dtype(spec: Option<&str>, device: &Device) -> Result<DType, ModelError> {
+/// The dtype `spec` names, or the device's default: f32 on the CPU, bf16 on a GPU.
+pub fn dtype_for(spec: Option<DTypeSpec>, device: &Device) -> DType {
     match spec {
-        None if device.is_cpu() => Ok(DType::F32),
-        None => Ok(DType::BF16),
-        Some("f32") => Ok(DType::F32),
-        Some("bf16") => Ok(DType::BF16),
-        Some("f16") => Ok(DType::F16),
-        Some(s) => Err(ModelError::Input(format!(
-            "unknown dtype `{s}` (f32, bf16, f16)"
-        ))),
+        None if device.is_cpu() => DType::F32,
+        None | Some(DTypeSpec::Bf16) => DType::BF16,
+        Some(DTypeSpec::F32) => DType::F32,
+        Some(DTypeSpec::F16) => DType::F16,
     }
 }

@@ -35,18 +35,16 @@ pub mod weights;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 
-pub use crate::ops::DecodeAttention;
 pub use cache::SeqCache;
 pub use config::{ModelConfig, TextConfig, VisionConfig};
-/// [`open_device`] under its former name.
-pub use device::open_device as parse_device;
-pub use device::{open_device, parse_dtype};
+pub use device::{dtype_for, open_device};
 pub use files::ModelFiles;
 pub use qwen2_5_vl::window;
 pub use tower::VisionTrace;
 
 use crate::ops::{Ops, OpsConfig, OpsManifest, ProfileSnapshot};
 use crate::preprocess::ModelInput;
+use crate::records::DecodeAttention;
 
 /// Errors of the model layer.
 #[derive(Debug, thiserror::Error)]

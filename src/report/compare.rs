@@ -12,11 +12,11 @@ pub(crate) use super::compare_types::{
 use super::input::RunData;
 use super::{write_atomic, ReportError};
 use crate::score::{
-    average_progress, mcnemar_exact, paired_intervals, paired_progress_interval, Metrics,
+    average_progress, mcnemar_exact, paired_intervals, paired_progress_interval, RunMetrics,
     StepScore, DEFAULT_RESAMPLES, DEFAULT_SEED, INTERVAL_METRICS,
 };
 
-fn metric_value(m: &Metrics, name: &str) -> f64 {
+fn metric_value(m: &RunMetrics, name: &str) -> f64 {
     match name {
         "accuracy" => m.accuracy,
         "task_success" => m.task_success,

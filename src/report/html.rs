@@ -13,7 +13,7 @@ use super::overlay::{step_json, StepPlace};
 use super::{charts, thumbs, write_atomic, ReportError};
 use crate::action::ActionType;
 use crate::rundir::{self, RunDir};
-use crate::score::{Figure, Metrics, Predicted};
+use crate::score::{Figure, Predicted, RunMetrics};
 
 /// The page's stylesheet (shared with `compare.html`).
 pub(crate) const STYLE: &str = include_str!("assets/report.css");
@@ -36,7 +36,7 @@ pub(crate) fn page(title: &str, body: &str, data: &Value) -> String {
 }
 
 /// `v` with its interval as `low – high`, or an empty cell.
-fn interval_cell(m: &Metrics, key: &str, digits: usize) -> String {
+fn interval_cell(m: &RunMetrics, key: &str, digits: usize) -> String {
     match m.intervals.as_ref().and_then(|iv| iv.metrics.get(key)) {
         Some(i) => format!("{:.digits$} – {:.digits$}", i.low, i.high),
         None => String::new(),
@@ -44,7 +44,7 @@ fn interval_cell(m: &Metrics, key: &str, digits: usize) -> String {
 }
 
 /// The rows of the metrics that have intervals.
-fn metric_rows(m: &Metrics) -> String {
+fn metric_rows(m: &RunMetrics) -> String {
     let mut s = String::new();
     let rows: [(&str, &str, f64, usize); 9] = [
         ("accuracy %", "accuracy", m.accuracy, 2),
@@ -83,7 +83,7 @@ fn metric_rows(m: &Metrics) -> String {
 }
 
 /// The rows of the counts and of the extra keys (judge success).
-fn count_rows(m: &Metrics) -> String {
+fn count_rows(m: &RunMetrics) -> String {
     let mut s = String::new();
     let counts = [
         (
@@ -209,7 +209,7 @@ fn run_section(input: &ReportInput<'_>) -> String {
 }
 
 /// The type confusion as a matrix over the gold types present × all types and `none`.
-fn confusion_chart(m: &Metrics) -> String {
+fn confusion_chart(m: &RunMetrics) -> String {
     let rows: Vec<String> = m.confusion.keys().map(|t| t.as_str().to_owned()).collect();
     let predicted: Vec<Predicted> = ActionType::ALL
         .iter()

@@ -14,7 +14,8 @@ use crate::dataset::Benchmark;
 use crate::predictions::PredictionSet;
 use crate::records::{JudgementLine, PredictionLine};
 use crate::rundir::{self, find_benchmark, Origin, RunDir};
-use crate::score::{score_run, Metrics, RulePreset, StepScore};
+use crate::score::{score_run, RunMetrics, StepScore};
+use crate::settings::RulePreset;
 
 /// A run's description for the report's header.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -57,7 +58,7 @@ pub struct ReportInput<'a> {
     /// One score per benchmark step, in benchmark order.
     pub steps: &'a [StepScore],
     /// The metrics of those steps (with intervals when computed).
-    pub metrics: &'a Metrics,
+    pub metrics: &'a RunMetrics,
     /// Trajectory id → judge verdict (empty without a judge phase).
     pub judgements: &'a HashMap<String, Judgement>,
     /// `(trajectory id, step)` → token counts (empty when the predictions have none).
@@ -87,7 +88,7 @@ pub struct RunData {
     /// Step scores.
     pub steps: Vec<StepScore>,
     /// Metrics, with bootstrap intervals and the judge summary.
-    pub metrics: Metrics,
+    pub metrics: RunMetrics,
     /// Judge verdicts.
     pub judgements: HashMap<String, Judgement>,
     /// Token counts.

@@ -18,7 +18,7 @@ mod thumbs;
 use std::path::{Path, PathBuf};
 
 use crate::rundir::{self, RunDir};
-use crate::score::{Metrics, StepScore};
+use crate::score::{RunMetrics, StepScore};
 
 pub use input::{
     flatten_settings, read_token_counts, verdicts, Judgement, ReportInput, RunData, RunInfo,
@@ -108,7 +108,7 @@ pub(crate) fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), ReportErr
 }
 
 /// Write `DIR/metrics.json` (pretty-printed).
-pub(crate) fn write_metrics(dir: &RunDir, metrics: &Metrics) -> Result<PathBuf, ReportError> {
+pub(crate) fn write_metrics(dir: &RunDir, metrics: &RunMetrics) -> Result<PathBuf, ReportError> {
     let path = dir.path(rundir::METRICS);
     let mut text = serde_json::to_string_pretty(metrics).map_err(|source| ReportError::Json {
         what: "metrics",
@@ -136,7 +136,7 @@ pub(crate) fn write_steps(dir: &RunDir, steps: &[StepScore]) -> Result<PathBuf, 
 }
 
 /// Write `DIR/summary.md` (the rendered summary).
-pub(crate) fn write_summary(dir: &RunDir, metrics: &Metrics) -> Result<PathBuf, ReportError> {
+pub(crate) fn write_summary(dir: &RunDir, metrics: &RunMetrics) -> Result<PathBuf, ReportError> {
     let path = dir.path(rundir::SUMMARY);
     write_atomic(&path, render_summary(metrics).as_bytes())?;
     Ok(path)
@@ -145,7 +145,7 @@ pub(crate) fn write_summary(dir: &RunDir, metrics: &Metrics) -> Result<PathBuf, 
 /// Write all three files into `dir` (created when absent).
 pub fn write_all(
     dir: &RunDir,
-    metrics: &Metrics,
+    metrics: &RunMetrics,
     steps: &[StepScore],
 ) -> Result<ReportPaths, ReportError> {
     Ok(ReportPaths {

@@ -8,7 +8,8 @@ use super::input::TokenCounts;
 use crate::action::{Action, Point};
 use crate::dataset::Trajectory;
 use crate::parse::parse_response;
-use crate::score::{ArgCheck, RulePreset, StepScore};
+use crate::score::{ArgCheck, StepScore};
+use crate::settings::RulePreset;
 
 /// Points and texts of an action: `point`, `to` (a swipe's end) and `text`, in screen pixels.
 fn geometry(a: &Action, map: impl Fn(Point) -> Point) -> Value {

@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use crate::score::{Metrics, SemiOnlineSummary, StepScore, TrajectoryRun};
+use crate::score::{RunMetrics, SemiOnlineSummary, StepScore, TrajectoryRun};
 
 /// One row of the semi-online figures.
 #[derive(Debug, Clone, PartialEq)]
@@ -19,7 +19,7 @@ pub(crate) struct Row {
 }
 
 /// The rows of `m`'s semi-online figures (none for a gold-history run).
-pub fn rows(m: &Metrics) -> Vec<Row> {
+pub fn rows(m: &RunMetrics) -> Vec<Row> {
     let Some(s) = &m.semi_online else {
         return Vec::new();
     };
@@ -90,7 +90,7 @@ fn reached(s: &SemiOnlineSummary) -> String {
 /// Where each trajectory's run of correct steps ended, by `traj_index`: the browser's `stop` of a trajectory
 /// (`step`: its first step that is not correct, null when every step is; `progress`: correct steps before it;
 /// `reachedAll`: whether a `uis1-sop` run prompted every step).
-pub fn stops(steps: &[StepScore], m: &Metrics) -> std::collections::HashMap<usize, Value> {
+pub fn stops(steps: &[StepScore], m: &RunMetrics) -> std::collections::HashMap<usize, Value> {
     let stops_early = m
         .semi_online
         .as_ref()

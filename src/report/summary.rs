@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::score::{Figure, Interval, Metrics};
+use crate::score::{Figure, Interval, RunMetrics};
 
 fn figure_text(f: Figure) -> String {
     match f {
@@ -21,7 +21,7 @@ fn fmt_num(f: f64) -> String {
 }
 
 /// Render the metrics as a Markdown summary: headline table, per-action table, per-app table.
-pub(crate) fn render_summary(m: &Metrics) -> String {
+pub(crate) fn render_summary(m: &RunMetrics) -> String {
     let mut s = String::new();
     let r = &m.rules;
     let _ = writeln!(s, "# Mobile-R1 evaluation\n");
@@ -79,7 +79,7 @@ pub(crate) fn render_summary(m: &Metrics) -> String {
 }
 
 /// ` | low – high` (a third table cell) for a metric with a bootstrap interval, else empty.
-fn interval_text(m: &Metrics, key: &str, digits: usize) -> String {
+fn interval_text(m: &RunMetrics, key: &str, digits: usize) -> String {
     match m.intervals.as_ref().and_then(|iv| iv.metrics.get(key)) {
         Some(Interval { low, high }) => format!(" | {low:.digits$} – {high:.digits$}"),
         None => String::new(),
@@ -87,7 +87,7 @@ fn interval_text(m: &Metrics, key: &str, digits: usize) -> String {
 }
 
 /// The headline rows of the summary table, with the bootstrap intervals where computed.
-fn headline_rows(m: &Metrics) -> [(&'static str, String); 12] {
+fn headline_rows(m: &RunMetrics) -> [(&'static str, String); 12] {
     let ci = |key: &str, digits: usize| interval_text(m, key, digits);
     [
         ("steps (N)", m.steps.to_string()),
@@ -130,7 +130,7 @@ fn headline_rows(m: &Metrics) -> [(&'static str, String); 12] {
 }
 
 /// The per-action and per-app tables.
-fn group_tables(m: &Metrics) -> String {
+fn group_tables(m: &RunMetrics) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,

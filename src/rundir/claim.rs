@@ -5,7 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{io_err, RunDir, RunDirError, RunLock, BENCHMARK_FILE, LOCK_FILE};
+use super::{io_err, RunDir, RunDirError, RunLock, LOCK_FILE};
+use crate::dataset::DATA_FILE;
 
 /// A run folder held by this process (see the module documentation).
 #[derive(Debug)]
@@ -30,7 +31,7 @@ impl RunDir {
         if root.exists() && !root.is_dir() {
             return Err(not_a_run_folder(root, "is a file, not a folder"));
         }
-        if root.join(BENCHMARK_FILE).exists() {
+        if root.join(DATA_FILE).exists() {
             return Err(not_a_run_folder(
                 root,
                 "holds a benchmark (data.jsonl); a run folder must be another folder",

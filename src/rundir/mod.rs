@@ -55,8 +55,6 @@ pub(crate) const REPORT_HTML: &str = "report.html";
 pub(crate) const REPORT_ASSETS: &str = "report";
 /// `shards/`: the shard folders of a sharded run (`shards/I-of-N/`).
 pub const SHARDS: &str = "shards";
-/// The benchmark file whose presence marks a benchmark folder (never a run folder).
-const BENCHMARK_FILE: &str = "data.jsonl";
 
 /// Errors of the run folder.
 #[derive(Debug, thiserror::Error)]

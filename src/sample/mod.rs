@@ -10,10 +10,11 @@ mod script;
 use std::path::{Path, PathBuf};
 
 use image::Rgb;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Number};
 use sha2::{Digest, Sha256};
 
 use crate::action::{Action, Point};
+use crate::dataset::{BoxNumbers, DataLine, DataStep, GoldBoxes};
 use draw::{Page, Rect};
 
 /// Bumped whenever the generated content changes (part of the cache folder's name).
@@ -79,8 +80,8 @@ fn centre(r: Rect) -> Point {
     [(r[0] + r[2] / 2) as f64, (r[1] + r[3] / 2) as f64]
 }
 
-fn bbox(r: Rect) -> Value {
-    json!([r[0], r[1], r[0] + r[2], r[1] + r[3]])
+fn bbox(r: Rect) -> BoxNumbers {
+    [r[0], r[1], r[0] + r[2], r[1] + r[3]].map(Number::from)
 }
 
 /// The Qwen-Agent function-calling system prompt with the `mobile_use` tool for this screen.
@@ -126,43 +127,44 @@ fn resolve(spec: &StepSpec, accent: Rgb<u8>) -> (Action, Vec<Rect>) {
 }
 
 /// The `data.jsonl` line of one trajectory (screenshots named `images/t{ti}_s{si}.png`).
-fn trajectory_json(ti: usize, t: &TrajSpec, system: &str) -> Value {
-    let steps: Vec<Value> = t
+fn trajectory_line(ti: usize, t: &TrajSpec, system: &str) -> DataLine {
+    let steps: Vec<DataStep> = t
         .steps
         .iter()
         .enumerate()
         .map(|(si, s)| {
             let (action, boxes) = resolve(s, t.accent);
             let call = action.to_tool_call().to_string();
-            let mut m = Map::new();
-            m.insert("image".into(), format!("images/t{ti}_s{si}.png").into());
-            m.insert("thought".into(), s.thought.into());
-            m.insert("subtask".into(), s.subtask.into());
-            m.insert("action".into(), call.clone().into());
             let response = format!(
                 "<think>{}</think>\n<action>{}</action>\n<tool_call>\n{call}\n</tool_call>",
                 s.thought, s.subtask
             );
-            m.insert("response".into(), response.into());
-            match boxes.as_slice() {
-                [] => {}
-                [one] => {
-                    m.insert("bbox".into(), bbox(*one));
-                }
-                many => {
-                    m.insert(
-                        "bbox".into(),
-                        Value::Array(many.iter().map(|r| bbox(*r)).collect()),
-                    );
-                }
+            let bbox = match boxes.as_slice() {
+                [] => None,
+                [one] => Some(GoldBoxes::One(bbox(*one))),
+                many => Some(GoldBoxes::Many(many.iter().map(|r| bbox(*r)).collect())),
+            };
+            DataStep {
+                image: format!("images/t{ti}_s{si}.png"),
+                thought: s.thought.into(),
+                subtask: s.subtask.into(),
+                action: call.into(),
+                response,
+                bbox,
+                instruction: None,
             }
-            Value::Object(m)
         })
         .collect();
-    json!({
-        "app_name": t.app, "trajectory_length": steps.len(), "instruction": t.instruction, "system": system,
-        "image_width": draw::W, "image_height": draw::H, "trajectory": steps,
-    })
+    DataLine {
+        id: None,
+        app_name: t.app.into(),
+        trajectory_length: steps.len(),
+        instruction: t.instruction.into(),
+        system: Some(system.into()),
+        image_width: draw::W,
+        image_height: draw::H,
+        trajectory: steps,
+    }
 }
 
 /// The sample's `data.jsonl` text (deterministic).
@@ -170,7 +172,7 @@ pub(crate) fn data_jsonl() -> String {
     let system = system_prompt();
     let mut out = String::new();
     for (ti, t) in script::trajectories().iter().enumerate() {
-        out.push_str(&trajectory_json(ti, t, &system).to_string());
+        out.push_str(&trajectory_line(ti, t, &system).to_line());
         out.push('\n');
     }
     out

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{percent_interval, score_predictions, Metrics, RulePreset, StepScore};
+use super::{percent_interval, score_predictions, RulePreset, RunMetrics, StepScore};
 use crate::dataset::{Benchmark, Trajectory};
 use crate::predictions::PredictionSet;
 use crate::records::{History, JudgementLine};
@@ -194,7 +194,7 @@ pub fn score_run(
     judgements: &[JudgementLine],
     judged: bool,
     history: &History,
-) -> (Metrics, Vec<StepScore>) {
+) -> (RunMetrics, Vec<StepScore>) {
     let (mut metrics, scored) = score_predictions(rules, bench, preds);
     if judged || !judgements.is_empty() {
         let reached_only = !history.is_gold();
@@ -212,7 +212,7 @@ pub fn score_run(
 
 /// Judge success's bootstrap interval (over each trajectory's "judged accomplished" flag), beside the other
 /// metrics' (when there are intervals).
-fn add_judge_interval(metrics: &mut Metrics, flags: &[bool]) {
+fn add_judge_interval(metrics: &mut RunMetrics, flags: &[bool]) {
     if let Some(iv) = metrics.intervals.as_mut() {
         let interval = percent_interval(flags, iv.resamples, iv.seed);
         iv.metrics.insert("judge_success".into(), interval);

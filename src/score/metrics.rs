@@ -56,9 +56,14 @@ pub enum Figure {
     Count(usize),
 }
 
+/// The layout version of `metrics.json` (a file written without the field has the same layout: version 1).
+pub const METRICS_SCHEMA_VERSION: u32 = 1;
+
 /// The benchmark metrics (`metrics.json`). Percentages are numbers in 0–100.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Metrics {
+pub struct RunMetrics {
+    /// [`METRICS_SCHEMA_VERSION`].
+    pub schema_version: u32,
     /// N: benchmark steps.
     pub steps: usize,
     /// T: benchmark trajectories.
@@ -132,7 +137,7 @@ pub const OUT_OF_FRAME_MIN_STEPS: usize = 3;
 /// Out-of-frame steps warn above this share of the steps (percent).
 pub const OUT_OF_FRAME_MAX_PERCENT: f64 = 2.0;
 
-impl Metrics {
+impl RunMetrics {
     /// A warning when more than [`OUT_OF_FRAME_MAX_PERCENT`] % of the steps, and at least
     /// [`OUT_OF_FRAME_MIN_STEPS`], answered points outside the coordinate frame: the agent likely answers in
     /// another frame, and the warning names the flag to try.
@@ -364,7 +369,7 @@ impl<'a> Tally<'a> {
 /// Aggregate step scores (every step of every trajectory, grouped by `traj_index`) into metrics.
 ///
 /// `unknown_predictions` and `malformed_prediction_lines` start at 0; the caller sets them.
-pub fn aggregate(steps: &[StepScore], rules: &RulePreset) -> Metrics {
+pub fn aggregate(steps: &[StepScore], rules: &RulePreset) -> RunMetrics {
     let mut tally = Tally::default();
     for s in steps {
         tally.step(s);
@@ -382,7 +387,8 @@ pub fn aggregate(steps: &[StepScore], rules: &RulePreset) -> Metrics {
     let correct = total.outcomes[Outcome::Correct as usize];
     let args = total.outcomes[Outcome::ArgsError as usize];
     let full_format = steps.iter().filter(|s| s.full_format).count();
-    Metrics {
+    RunMetrics {
+        schema_version: METRICS_SCHEMA_VERSION,
         steps: n,
         trajectories: t,
         accuracy: pct(correct, n),

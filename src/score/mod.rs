@@ -1,4 +1,4 @@
-//! Scoring: per-step judgement under a [`RulePreset`] and aggregation into [`Metrics`]. Pure (no I/O).
+//! Scoring: per-step judgement under a [`RulePreset`] and aggregation into [`RunMetrics`]. Pure (no I/O).
 //!
 //! A step is **correct** when the response parses, the type equals the gold type and the arguments match;
 //! otherwise it is an **args error** (right type), a **type error** (valid action, wrong type) or a
@@ -17,14 +17,14 @@ use serde::Serialize;
 
 pub use crate::settings::{
     BoxChoice, BoxGrowth, CoordinateFrame, DirectionSpace, DistanceMetric, PointSpace, Precision,
-    Reading, RuleName, RulePreset, SwipeRule, TextRule, ZeroMove,
+    Reading, RuleName, SwipeRule, TextRule, ZeroMove,
 };
 pub use judge::{is_current, judged_steps, score_run, summarize, JudgeSummary, JudgedSteps};
 pub use matching::{
     in_box, map_point, match_args, match_args_in, norm_distance, ArgCheck, Direction, Frames,
 };
 pub use metrics::{
-    aggregate, ActionStats, Confusion, ExtraFigure, Figure, GroupStats, Metrics, Predicted,
+    aggregate, ActionStats, Confusion, ExtraFigure, Figure, GroupStats, Predicted, RunMetrics,
 };
 pub use semi_online::{
     add_semi_online, average_progress, paired_progress_interval, semi_online_summary,
@@ -39,6 +39,7 @@ use crate::action::{Action, ActionType};
 use crate::dataset::{Benchmark, Trajectory};
 use crate::parse::ParseFailure;
 use crate::predictions::{Prediction, PredictionSet};
+use crate::settings::RulePreset;
 
 /// The four exclusive outcomes of a step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -242,7 +243,7 @@ pub(crate) fn score_predictions(
     rules: &RulePreset,
     bench: &Benchmark,
     preds: &PredictionSet,
-) -> (Metrics, ScoredRun) {
+) -> (RunMetrics, ScoredRun) {
     let scored = score_benchmark(rules, bench, preds);
     let mut metrics = aggregate(&scored.steps, rules);
     metrics.coordinate_frame = preds.frame;

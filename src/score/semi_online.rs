@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::stats::{bootstrap_mean, percent_interval};
-use super::{Interval, Metrics, Outcome, StepScore};
+use super::{Interval, Outcome, RunMetrics, StepScore};
 use crate::records::{History, Procedure};
 
 /// Where one trajectory's run of correct steps ends.
@@ -172,7 +172,7 @@ pub fn semi_online_summary(
 /// Add the semi-online figures of a run made with `history` to `metrics` (nothing for the gold history): the
 /// summary, its intervals beside the others (when there are intervals), and, for `uis1-sop`, the steps after a
 /// trajectory's stop counted under the format-error kind `not_reached` instead of `missing`.
-pub fn add_semi_online(metrics: &mut Metrics, steps: &[StepScore], history: &History) {
+pub fn add_semi_online(metrics: &mut RunMetrics, steps: &[StepScore], history: &History) {
     let Some(settings) = history.semi_online() else {
         return;
     };
@@ -236,7 +236,8 @@ mod tests {
     use crate::dataset::Benchmark;
     use crate::predictions::{Prediction, PredictionSet};
     use crate::records::{History, PredictionLine, SemiOnlineSettings};
-    use crate::score::{score_predictions, RulePreset};
+    use crate::score::score_predictions;
+    use crate::settings::RulePreset;
 
     fn click() -> Action {
         Action::Click {

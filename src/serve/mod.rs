@@ -32,7 +32,7 @@ pub use metrics::Metrics;
 pub(crate) use prepare::RequestLimits;
 
 use crate::backend::{LoadedModel, ModelSpec};
-use crate::engine::BatchLimits;
+use crate::settings::BatchLimits;
 use crate::openai::ApiKey;
 
 /// Everything `serve` needs, checked by the command layer.

@@ -14,10 +14,10 @@ use super::metrics::{Metrics, Ticket};
 use super::text::{token_bytes, StopScan};
 use crate::backend::LoadedModel;
 use crate::engine::{
-    BatchLimits, Engine, EngineSink, FinishReason, Generation, Next, Request, RequestSource,
-    TokenScores,
+    Engine, EngineSink, FinishReason, Generation, Next, Request, RequestSource, TokenScores,
 };
 use crate::interrupt::Cancel;
+use crate::settings::BatchLimits;
 use crate::openai::{Finish, TokenLogprob, TopLogprob, Usage};
 use crate::records::PhaseStats;
 

@@ -4,7 +4,8 @@ use std::path::PathBuf;
 use mobile_r1_eval::dataset::Benchmark;
 use mobile_r1_eval::predictions::PredictionSet;
 use mobile_r1_eval::report;
-use mobile_r1_eval::score::{aggregate, score_benchmark, Metrics, Outcome, RulePreset};
+use mobile_r1_eval::score::{aggregate, score_benchmark, Outcome, RunMetrics};
+use mobile_r1_eval::settings::RulePreset;
 
 fn small() -> (Benchmark, PredictionSet) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/small");
@@ -13,7 +14,7 @@ fn small() -> (Benchmark, PredictionSet) {
     (bench, preds)
 }
 
-fn metrics(rules: &RulePreset) -> (Metrics, Vec<Outcome>) {
+fn metrics(rules: &RulePreset) -> (RunMetrics, Vec<Outcome>) {
     let (bench, preds) = small();
     let run = score_benchmark(rules, &bench, &preds);
     assert_eq!(run.unknown, vec![("zzz".to_string(), 0)]);
@@ -141,6 +142,7 @@ fn metrics_json_top_level_keys_and_extra() {
         assert!(v.get(k).is_some(), "missing key {k}");
     }
     assert_eq!(v["rules"]["distance_threshold"], 0.14);
+    assert_eq!(v["schema_version"], 1);
     let dir = tempfile::tempdir().unwrap();
     let (bench, preds) = small();
     let run = score_benchmark(&RulePreset::mobile_r1(), &bench, &preds);

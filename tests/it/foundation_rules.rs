@@ -1,6 +1,7 @@
 //! Each matching rule of the `mobile-r1` and `qwen-ac` presets (`qwen-ac` is `qwen-ac-infigui`).
 use mobile_r1_eval::action::{Action, Button, Status};
-use mobile_r1_eval::score::{match_args, ArgCheck, Direction, RulePreset};
+use mobile_r1_eval::score::{match_args, ArgCheck, Direction};
+use mobile_r1_eval::settings::RulePreset;
 
 const SCREEN: [u32; 2] = [1000, 2000];
 

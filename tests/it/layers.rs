@@ -139,3 +139,67 @@ fn modules_import_only_lower_layers_and_pure_modules_never_candle() {
     problems.dedup();
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+/// The layers as `docs/architecture.md` shows them: one line per layer, from the bottom.
+fn diagram() -> String {
+    LAYERS
+        .iter()
+        .enumerate()
+        .map(|(i, layer)| format!("{i:>2}  {}\n", layer.join(" ")))
+        .collect()
+}
+
+fn architecture_doc() -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/architecture.md");
+    std::fs::read_to_string(path).unwrap()
+}
+
+#[test]
+fn the_documented_layer_diagram_is_the_checked_one() {
+    let doc = architecture_doc();
+    let marker = "<!-- layers -->\n```text\n";
+    let start = doc
+        .find(marker)
+        .expect("docs/architecture.md marks its layer diagram")
+        + marker.len();
+    let end = start + doc[start..].find("```").unwrap();
+    assert_eq!(
+        &doc[start..end],
+        diagram(),
+        "docs/architecture.md: replace the diagram under `<!-- layers -->` with the block above (right)"
+    );
+}
+
+#[test]
+fn every_module_and_file_the_architecture_document_names_exists() {
+    let doc = architecture_doc();
+    let known = modules();
+    let mut missing = Vec::new();
+    // The module map: the first cell of each row names top-level modules in backticks.
+    let map = &doc[doc.find("## Module map").unwrap()..doc.find("## Dependency rules").unwrap()];
+    for row in map.lines().filter(|l| l.starts_with("| `")) {
+        let first = row.split('|').nth(1).unwrap();
+        for name in first.split('`').skip(1).step_by(2) {
+            if !known.iter().any(|m| m == name) {
+                missing.push(format!("module `{name}`"));
+            }
+        }
+    }
+    // Every source path (`src/…`) the document cites.
+    for (i, _) in doc.match_indices("src/") {
+        let path: String = doc[i..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || "_/.".contains(*c))
+            .collect();
+        let path = path.trim_end_matches('.');
+        if !Path::new(env!("CARGO_MANIFEST_DIR")).join(path).exists() {
+            missing.push(format!("file {path}"));
+        }
+    }
+    missing.sort();
+    missing.dedup();
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md names what does not exist: {missing:?}"
+    );
+}

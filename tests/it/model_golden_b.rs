@@ -207,7 +207,7 @@ fn cloned_cache_is_copy_on_write() {
 
 #[test]
 fn padded_decode_equals_per_sequence_decode() {
-    use mobile_r1_eval::model::DecodeAttention;
+    use mobile_r1_eval::records::DecodeAttention;
     let gold = goldens("tiny-b");
     let mut model = load_model("tiny-b");
     let inputs = inputs();
@@ -246,8 +246,9 @@ fn padded_decode_equals_per_sequence_decode() {
 /// text prefix computed once and shared from the prefix cache.
 #[test]
 fn continuous_batcher_matches_golden_greedy_ids() {
-    use mobile_r1_eval::engine::{BatchLimits, Engine, Generation, Request, Requests};
+    use mobile_r1_eval::engine::{Engine, Generation, Request, Requests};
     use mobile_r1_eval::records::PhaseStats;
+    use mobile_r1_eval::settings::BatchLimits;
     let gold = goldens("tiny-b");
     let model = load_model("tiny-b");
     let inputs = inputs();

@@ -211,17 +211,16 @@ fn rope_index_two_images_and_trailing_text() {
 
 #[test]
 fn device_and_dtype_parsing() {
-    use mobile_r1_eval::model::{open_device as parse_device, parse_dtype};
-    assert!(parse_device("cpu").unwrap().is_cpu());
-    assert!(parse_device("tpu").is_err());
-    assert_eq!(parse_dtype(None, &Device::Cpu).unwrap(), DType::F32);
-    assert_eq!(
-        parse_dtype(Some("bf16"), &Device::Cpu).unwrap(),
-        DType::BF16
-    );
-    assert!(parse_dtype(Some("f64"), &Device::Cpu).is_err());
+    use mobile_r1_eval::model::{dtype_for, open_device};
+    use mobile_r1_eval::settings::{DTypeSpec, DeviceSpec};
+    assert!(open_device(DeviceSpec::Cpu).unwrap().is_cpu());
+    assert!("tpu".parse::<DeviceSpec>().is_err());
+    assert!(open_device(DeviceSpec::Auto).is_err());
+    assert_eq!(dtype_for(None, &Device::Cpu), DType::F32);
+    assert_eq!(dtype_for(Some(DTypeSpec::Bf16), &Device::Cpu), DType::BF16);
+    assert_eq!(dtype_for(Some(DTypeSpec::F16), &Device::Cpu), DType::F16);
     #[cfg(not(feature = "cuda"))]
-    assert!(parse_device("cuda:0").is_err());
+    assert!(open_device(DeviceSpec::Cuda(0)).is_err());
 }
 
 #[test]

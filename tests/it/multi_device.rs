@@ -17,11 +17,12 @@ use mobile_r1_eval::backend::{
 };
 use mobile_r1_eval::cli::{Cli, Command};
 use mobile_r1_eval::dataset::Benchmark;
-use mobile_r1_eval::engine::BatchLimits;
-use mobile_r1_eval::eval::{pending_steps, Phase, StepPhase, SystemPrompt};
+use mobile_r1_eval::eval::{pending_steps, Phase, StepPhase};
 use mobile_r1_eval::preprocess::ImageProcessorConfig;
 use mobile_r1_eval::records::PhaseStats;
+use mobile_r1_eval::settings::BatchLimits;
 use mobile_r1_eval::settings::DeviceSpec;
+use mobile_r1_eval::settings::SystemPrompt;
 
 use crate::util::ok;
 

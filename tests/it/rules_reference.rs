@@ -6,7 +6,8 @@ use std::path::PathBuf;
 
 use mobile_r1_eval::dataset::Benchmark;
 use mobile_r1_eval::predictions::PredictionSet;
-use mobile_r1_eval::score::{score_benchmark, RulePreset};
+use mobile_r1_eval::score::score_benchmark;
+use mobile_r1_eval::settings::RulePreset;
 
 /// A probe step on which the preset departs from its reference on purpose, and why.
 type Departure = (&'static str, &'static str);

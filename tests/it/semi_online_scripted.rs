@@ -14,9 +14,9 @@ use mobile_r1_eval::backend::{
 };
 use mobile_r1_eval::cli::{Cli, Command};
 use mobile_r1_eval::dataset::Benchmark;
-use mobile_r1_eval::engine::BatchLimits;
 use mobile_r1_eval::preprocess::ImageProcessorConfig;
 use mobile_r1_eval::records::PhaseStats;
+use mobile_r1_eval::settings::BatchLimits;
 use serde_json::Value;
 
 use crate::semi_online_support::*;

@@ -204,7 +204,8 @@ pub fn greedy(
     max_new_tokens: usize,
     top_logprobs: usize,
 ) -> Vec<mobile_r1_eval::engine::Generation> {
-    use mobile_r1_eval::engine::{BatchLimits, Engine, Generation, Request, Requests};
+    use mobile_r1_eval::engine::{Engine, Generation, Request, Requests};
+    use mobile_r1_eval::settings::BatchLimits;
     let limits = BatchLimits {
         max_seqs: inputs.len(),
         max_batch_tokens: usize::MAX,
@@ -220,7 +221,7 @@ pub fn greedy(
         sampling: Default::default(),
     });
     let mut out = vec![None; inputs.len()];
-    let mut stats = Default::default();
+    let mut stats = mobile_r1_eval::records::PhaseStats::default();
     Engine::new(model, limits, Default::default())
         .run(
             &mut Requests(requests),

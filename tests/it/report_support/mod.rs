@@ -11,9 +11,9 @@ use std::process::{Command, Output};
 
 use mobile_r1_eval::action::Action;
 use mobile_r1_eval::dataset::Benchmark;
-use mobile_r1_eval::eval::SystemPrompt;
 use mobile_r1_eval::records::{JudgeSettings, RunSettings};
-use mobile_r1_eval::score::RulePreset;
+use mobile_r1_eval::settings::RulePreset;
+use mobile_r1_eval::settings::SystemPrompt;
 use serde_json::{json, Value};
 
 /// The binary under test.

@@ -11,7 +11,8 @@ use std::sync::Mutex;
 
 use rayon::prelude::*;
 
-use super::{Next, Taker};
+use super::Taker;
+use crate::engine::Next;
 
 /// The requests one device takes from a job queue, and what is known of them on the way to the model.
 #[derive(Debug)]

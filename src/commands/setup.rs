@@ -1,17 +1,62 @@
-//! The Hub as the command line sets it up: [`HubArgs`] (and the proxy variables) into [`HubSettings`], `--data`
-//! resolved to a benchmark folder, and the guard that ends a run at once when it is stopped before any prompt ran.
+//! What several commands set up from their flags alike: the Hub ([`HubArgs`] and the proxy variables into
+//! [`HubSettings`]), `--data` resolved to a benchmark folder (or the embedded sample), the history procedure, an
+//! API key from the environment, and the guard that ends a run at once when it is stopped before any prompt ran.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
+use anyhow::{bail, Context, Result};
+
+use crate::dataset::Benchmark;
+use crate::openai::ApiKey;
+use crate::records::{HistorySource, Procedure};
 
 use crate::cli::HubArgs;
 use crate::hub::{DataLocation, Hub, HubSettings};
 use crate::interrupt::Cancel;
 use crate::records::DataSource;
+
+/// Load `--data`, or the embedded sample when absent.
+pub(crate) fn load_benchmark(data: Option<&Path>) -> anyhow::Result<Benchmark> {
+    let dir = match data {
+        Some(d) => d.to_path_buf(),
+        None => {
+            crate::sample::materialize_default().context("writing the embedded sample benchmark")?
+        }
+    };
+    Benchmark::load(&dir).with_context(|| format!("loading benchmark {}", dir.display()))
+}
+
+/// The semi-online procedure of `--history` and `--semi-online` (`None`: the gold history); `--semi-online`
+/// without `--history predicted` is refused rather than ignored.
+pub fn semi_online(
+    history: HistorySource,
+    procedure: Option<Procedure>,
+) -> Result<Option<Procedure>> {
+    match (history, procedure) {
+        (HistorySource::Gold, None) => Ok(None),
+        (HistorySource::Gold, Some(p)) => anyhow::bail!(
+            "--semi-online {p} needs --history predicted (with the gold history every step is independent)"
+        ),
+        (HistorySource::Predicted, p) => Ok(Some(p.unwrap_or(Procedure::Uis1Sop))),
+    }
+}
+
+/// The API key held by the environment variable `var` (named by `flag`); `None` without a variable.
+pub(crate) fn api_key(flag: &str, var: Option<&str>) -> Result<Option<ApiKey>> {
+    let Some(var) = var else {
+        return Ok(None);
+    };
+    match std::env::var(var) {
+        Ok(v) => match ApiKey::new(v) {
+            Some(k) => Ok(Some(k)),
+            None => bail!("{flag} {var}: the environment variable is empty"),
+        },
+        Err(_) => bail!("{flag} {var}: no such environment variable (it should hold the API key)"),
+    }
+}
 
 /// The hub the flags describe; transfers stop when `cancel` is set.
 pub fn hub(a: &HubArgs, cancel: Cancel) -> Hub {

@@ -9,16 +9,7 @@
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex};
 
-/// What [`JobQueue::next_group`] found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Next<T> {
-    /// Ready work.
-    Ready(T),
-    /// Nothing ready now; more may be released later.
-    Pending,
-    /// Nothing more will come.
-    Done,
-}
+use crate::engine::Next;
 
 /// The longest a taker waits in one [`JobQueue::next_group`] call.
 pub const WAIT_SLICE: std::time::Duration = std::time::Duration::from_millis(100);
