@@ -23,6 +23,10 @@ pub struct OpsManifest {
     /// How the CBLAS library was chosen (its corename, the calibration rates, why), on the CPU.
     #[serde(default)]
     pub cpu_blas_choice: Option<BlasChoice>,
+    /// Compute threads of the CPU kernels: rayon's pool, which the `gemm` crate and a CBLAS library share
+    /// (`--threads`).
+    #[serde(default)]
+    pub cpu_threads: usize,
     /// Rows per `gemm` crate product for independent rows where they take the `gemm` crate
     /// (`ops::ROW_BLOCK`).
     pub cpu_gemm_row_block: usize,
