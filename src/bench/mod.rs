@@ -407,7 +407,7 @@ fn report(cfg: &BenchConfig, device: &str, model: &VlModel, m: &Measured) -> Ben
             model.dtype().size_in_bytes(),
             (
                 steps.decode_steps,
-                steps.decode_tokens,
+                steps.decode_seq_sum,
                 steps.decode_seconds,
             ),
         ),

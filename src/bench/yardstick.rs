@@ -26,7 +26,7 @@ pub struct DecodeBandwidth {
     /// `weight_bytes_per_second / stream_read_bytes_per_second`: 1 is decode at the bandwidth bound (with one
     /// sequence per step; with more the steps also compute more per byte).
     pub share_of_bandwidth: f64,
-    /// Sequences per decode step on average (decode tokens / decode steps).
+    /// Sequences per decode step on average (the running sequences summed over the steps / the steps).
     pub sequences_per_step: f64,
 }
 
@@ -71,12 +71,13 @@ fn chunk_sum(xs: &[f32]) -> f32 {
 }
 
 /// Decode's weight traffic against `bandwidth` (bytes per second): `lm_params` parameters of `dtype_bytes` bytes
-/// read per step, `steps` steps of `tokens` tokens in `seconds`. `None` without decode steps or bandwidth.
+/// read per step, `steps` steps running `seq_sum` sequences in all, in `seconds`. `None` without decode steps or
+/// bandwidth.
 pub fn decode_bandwidth(
     bandwidth: f64,
     lm_params: u64,
     dtype_bytes: usize,
-    (steps, tokens, seconds): (usize, usize, f64),
+    (steps, seq_sum, seconds): (usize, usize, f64),
 ) -> Option<DecodeBandwidth> {
     if steps == 0 || seconds <= 0.0 || bandwidth <= 0.0 {
         return None;
@@ -89,7 +90,7 @@ pub fn decode_bandwidth(
         weight_bytes_per_step: per_step,
         weight_bytes_per_second: per_second,
         share_of_bandwidth: per_second / bandwidth,
-        sequences_per_step: tokens as f64 / steps as f64,
+        sequences_per_step: seq_sum as f64 / steps as f64,
     })
 }
 
@@ -99,7 +100,7 @@ mod tests {
 
     #[test]
     fn decode_traffic_is_the_weights_per_step_over_the_bandwidth() {
-        // 1e9 parameters of 4 bytes a step, 10 steps of 20 tokens in 4 s, against 20 GB/s: 10 GB/s, half.
+        // 1e9 parameters of 4 bytes a step, 10 steps of 2 sequences in 4 s, against 20 GB/s: 10 GB/s, half.
         let d = decode_bandwidth(20e9, 1_000_000_000, 4, (10, 20, 4.0)).unwrap();
         assert_eq!(d.weight_bytes_per_step, 4e9);
         assert_eq!(d.weight_bytes_per_second, 1e10);

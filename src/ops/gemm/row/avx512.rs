@@ -147,7 +147,7 @@ unsafe fn tile<const P: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::gemm::packed::check::{self, matches_reference, rows_stand_alone};
+    use crate::ops::gemm::packed::check;
 
     /// True, with a line saying so, where this CPU has no AVX-512F: the test then skips.
     fn skip_without_avx512() -> bool {
@@ -156,28 +156,6 @@ mod tests {
             eprintln!("skipped: this CPU has no AVX-512F");
         }
         skip
-    }
-
-    #[test]
-    fn matches_a_float64_reference_on_partial_tiles_and_tails() {
-        if skip_without_avx512() {
-            return;
-        }
-        // Odd rows (a half-empty last pair), partial pair and weight groups, depths with and without a tail,
-        // k = 0, several tasks.
-        matches_reference(
-            sgemm_nt_rows,
-            &[
-                (1, 1, 1),
-                (2, 8, 2),
-                (3, 13, 5),
-                (8, 16, 4),
-                (9, 31, 7),
-                (17, 45, 9),
-                (9, 0, 5),
-                (5, 20, 200),
-            ],
-        );
     }
 
     #[test]
@@ -202,16 +180,5 @@ mod tests {
                 .all(|(x, y)| x.to_bits() == y.to_bits());
             assert!(same, "({m}, {k}, {n}): the AVX-512 and AVX2 paths differ");
         }
-    }
-
-    #[test]
-    fn a_rows_bits_depend_neither_on_the_other_rows_nor_on_the_threads() {
-        if skip_without_avx512() {
-            return;
-        }
-        // Each row alone (its pair then half empty), rows 5..8 together (other pairs), all on one thread.
-        let mut parts: Vec<_> = (0..11).map(|i| i..i + 1).collect();
-        parts.push(5..8);
-        rows_stand_alone(sgemm_nt_rows, (11, 901, 301), &parts);
     }
 }

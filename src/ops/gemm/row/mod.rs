@@ -223,9 +223,14 @@ mod tests {
     use super::*;
     use crate::ops::gemm::packed::check::{self, matches_reference, rows_stand_alone, Kernel};
 
-    /// The AVX2 path, and the widest one where it differs.
+    /// The AVX2 path, the AVX-512 one at any row count where the CPU has it, and the dispatch between them.
     fn paths() -> Vec<Kernel> {
-        vec![sgemm_nt_rows_avx2, sgemm_nt_rows]
+        let mut paths: Vec<Kernel> = vec![sgemm_nt_rows_avx2, sgemm_nt_rows];
+        #[cfg(target_arch = "x86_64")]
+        if avx512_available() {
+            paths.push(avx512::sgemm_nt_rows);
+        }
+        paths
     }
 
     #[test]
@@ -233,7 +238,8 @@ mod tests {
         if check::skip_without_avx2() {
             return;
         }
-        // Partial row and weight groups, depths with and without a tail, k = 0, several tasks.
+        // Partial row and weight groups (odd rows: a half-empty last pair on AVX-512; 17 rows: three tiles of
+        // pairs), depths with and without a tail, k = 0, several tasks.
         for f in paths() {
             matches_reference(
                 f,
@@ -243,6 +249,7 @@ mod tests {
                     (2, 13, 4),
                     (4, 16, 3),
                     (5, 31, 7),
+                    (17, 45, 9),
                     (9, 0, 5),
                     (3, 20, 200),
                 ],
