@@ -25,7 +25,7 @@ const TC: usize = 3;
 /// Weight rows per parallel task, at least; more where the weight is large.
 const TASK_ROWS: usize = 24;
 
-/// What multiplies independent f32 rows on the CPU: the row kernel wherever the CPU has AVX2 and FMA (2–20× the
+/// What multiplies independent f32 rows on the CPU: the row kernel wherever the CPU has AVX2 and FMA (1.2–20× the
 /// `gemm` crate's 16-row products at 1–64 rows on every decode product timed, on AVX2-only and AVX-512 CPUs
 /// alike: `docs/performance.md`), else the `gemm` crate in products of [`crate::ops::ROW_BLOCK`] rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
