@@ -170,6 +170,7 @@ fn engine_end_to_end(c: &mut Criterion) {
         seed: 1,
         ops: Default::default(),
         semi_online: None,
+        torch_flops: None,
     };
     g.bench_function("tiny_8_steps", |b| {
         b.iter(|| mobile_r1_eval::bench::run_bench(&cfg).unwrap())

@@ -380,6 +380,24 @@ pub struct OpsArgs {
     /// `throughput.json` / `bench --json` under `profile`).
     #[arg(long, env = "MOBILE_R1_EVAL_PROFILE", value_parser = BoolishValueParser::new())]
     pub profile: bool,
+    /// Compute threads of the CPU kernels, one pool shared by the fused ops, the `gemm` crate and a CBLAS library
+    /// (default: `RAYON_NUM_THREADS`, else every CPU this process may run on).
+    #[arg(long, env = "MOBILE_R1_EVAL_THREADS", value_parser = at_least_one::<usize>)]
+    pub threads: Option<usize>,
+}
+
+impl Command {
+    /// The ops flags of a command that runs a model.
+    pub fn ops(&self) -> Option<&OpsArgs> {
+        match self {
+            Command::Eval(a) => Some(&a.model.ops),
+            Command::Generate(a) => Some(&a.model.ops),
+            Command::Serve(a) => Some(&a.model.ops),
+            Command::Bench(a) => Some(&a.ops),
+            Command::SelfTest(a) => Some(&a.ops),
+            _ => None,
+        }
+    }
 }
 
 /// `--cpu-gemm-calibration` as read: unset (or empty), or a value for the ops.
@@ -637,9 +655,21 @@ pub struct BenchArgs {
     /// How the ops run.
     #[command(flatten)]
     pub ops: OpsArgs,
+    /// torch's matmul rate on this machine in the run's dtype, GFLOP/s (`compare.py` prints it): one more rate
+    /// the MFU figures are held against, besides the ones measured in the run.
+    #[arg(long, value_name = "GFLOPS", value_parser = positive_gflops)]
+    pub torch_gflops: Option<f64>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// A positive, finite rate in GFLOP/s.
+fn positive_gflops(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("expected a positive rate in GFLOP/s, found {s:?}")),
+    }
 }
 
 /// A whole number (`--max-new-tokens 32`); a negative or fractional value, or one beyond the type's range, is

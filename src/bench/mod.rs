@@ -8,6 +8,7 @@ pub mod cpu;
 mod phases;
 pub mod random;
 mod report;
+pub mod yardstick;
 
 pub use report::{
     BenchReport, BenchmarkEstimate, HistoryCost, MfuTriple, Params, TimeSplit, BENCH_SCHEMA_VERSION,
@@ -64,6 +65,9 @@ pub struct BenchConfig {
     /// `--history predicted`: also run the steps as semi-online chains under this procedure (every step counted
     /// right, so each chain runs to its end) and compare with the gold history on the same prompts.
     pub semi_online: Option<crate::records::Procedure>,
+    /// torch's matmul rate on this machine in the run's dtype (FLOP/s, `--torch-gflops`), measured elsewhere
+    /// (`compare.py`): one more rate the MFU figures are held against.
+    pub torch_flops: Option<f64>,
 }
 
 /// The random model of `model_cfg` built on `spec` (its dtype from `cfg`), served under its own batch limits,
@@ -180,8 +184,19 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport> {
     let (device, dtype) = (model.device(), model.dtype());
     let (vision_seconds, vision_attention_flops) = time_vision(model, &loaded.kit, &bench)?;
     let n = if device.is_cpu() { 2048 } else { 8192 };
-    let rates = matmul_rates(device, dtype, n, model.ops().blas())?;
+    let mut rates = matmul_rates(device, dtype, n, model.ops().blas())?;
+    rates.extend(cfg.torch_flops.map(|flops| MatmulRate {
+        path: "torch".to_string(),
+        detail: "given with --torch-gflops, measured outside this run".to_string(),
+        flops,
+    }));
     let (peak, peak_source) = best_rate(&rates);
+    // The bandwidth pass allocates a large buffer: the run's peak RSS is read before it.
+    let peak_rss = memory::peak_rss_bytes();
+    let bandwidth = device
+        .is_cpu()
+        .then(yardstick::stream_read_bandwidth)
+        .unwrap_or(0.0);
     let cpu_info = cpu::CpuInfo::detect();
     let isa = (device.is_cpu() && dtype == DType::F32)
         .then(|| cpu::isa_peak(&cpu_info, rayon::current_num_threads()))
@@ -198,6 +213,8 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport> {
         isa,
         params,
         build_seconds,
+        peak_rss,
+        bandwidth,
         profile: model.profile_snapshot(),
     };
     let mut r = report(cfg, &backend.info().device, model, &measured);
@@ -229,6 +246,10 @@ struct Measured {
     params: (u64, u64),
     /// Seconds to build the random model.
     build_seconds: f64,
+    /// Peak host RSS of the run (bytes), read before the bandwidth pass.
+    peak_rss: Option<u64>,
+    /// The stream read bandwidth (bytes per second; 0 off the CPU).
+    bandwidth: f64,
     /// Section times of the step and judge phases (profiling on): name → calls and seconds.
     profile: Option<crate::ops::ProfileSnapshot>,
 }
@@ -337,8 +358,8 @@ fn report(cfg: &BenchConfig, device: &str, model: &VlModel, m: &Measured) -> Ben
         images_per_second: rate(steps.images, steps.wall_seconds),
         prefill_tokens_per_second: rate(steps.prefill_tokens, steps.prefill_seconds),
         decode_tokens_per_second: rate(steps.decode_tokens, steps.decode_seconds),
-        peak_memory_bytes: peak_device.or(memory::peak_rss_bytes()),
-        peak_host_rss_bytes: memory::peak_rss_bytes(),
+        peak_memory_bytes: peak_device.or(m.peak_rss),
+        peak_host_rss_bytes: m.peak_rss,
         peak_device_bytes: peak_device,
         mfu: measured.mfu,
         mfu_prefill: measured.mfu_prefill,
@@ -371,8 +392,34 @@ fn report(cfg: &BenchConfig, device: &str, model: &VlModel, m: &Measured) -> Ben
             .map(PhaseStats::summary)
             .collect(),
         benchmark_estimate: benchmark_estimate(steps, m.judge.as_ref()),
+        decode_bandwidth: yardstick::decode_bandwidth(
+            m.bandwidth,
+            params.1,
+            model.dtype().size_in_bytes(),
+            (
+                steps.decode_steps,
+                steps.decode_seq_sum,
+                steps.decode_seconds,
+            ),
+        ),
+        per_core: model
+            .device()
+            .is_cpu()
+            .then(|| per_core(steps, prefill_work)),
         profile: m.profile.clone(),
         history: None,
+    }
+}
+
+/// The step phase's rates per compute thread of the CPU.
+fn per_core(steps: &PhaseStats, prefill_work: f64) -> yardstick::PerCore {
+    let threads = rayon::current_num_threads().max(1);
+    let per = |n: f64, s: f64| if s > 0.0 { n / s / threads as f64 } else { 0.0 };
+    yardstick::PerCore {
+        threads,
+        steps_per_second: per(steps.prompts as f64, steps.wall_seconds),
+        prefill_flops_per_second: per(prefill_work, steps.prefill_seconds),
+        decode_tokens_per_second: per(steps.decode_tokens as f64, steps.decode_seconds),
     }
 }
 

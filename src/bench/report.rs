@@ -4,12 +4,13 @@
 use serde::{Deserialize, Serialize};
 
 use super::cpu::{CpuInfo, IsaPeak};
+use super::yardstick::{DecodeBandwidth, PerCore};
 use crate::ops::ProfileSnapshot;
 use crate::records::MatmulRate;
 use crate::records::{DeviceShare, PhaseSummary};
 
 /// Version of the report format.
-pub const BENCH_SCHEMA_VERSION: u32 = 2;
+pub const BENCH_SCHEMA_VERSION: u32 = 3;
 
 /// What one `bench` run measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -77,6 +78,12 @@ pub struct BenchReport {
     pub phases: Vec<PhaseSummary>,
     /// The full benchmark's time at these rates.
     pub benchmark_estimate: BenchmarkEstimate,
+    /// Decode's weight traffic against the stream read bandwidth measured in the run, on the CPU (since version 3).
+    #[serde(default)]
+    pub decode_bandwidth: Option<DecodeBandwidth>,
+    /// The step phase's rates per compute thread, on the CPU (since version 3).
+    #[serde(default)]
+    pub per_core: Option<PerCore>,
     /// Per-section model timings when profiling was on.
     pub profile: Option<ProfileSnapshot>,
     /// With `--history predicted`: the gold-history and the semi-online step phases on the same trajectories
@@ -212,8 +219,35 @@ impl BenchReport {
                 ", judge not measured"
             },
             e.seconds,
-        ) + &self.render_devices()
+        ) + &self.render_yardstick()
+            + &self.render_devices()
             + &self.render_history()
+    }
+
+    /// Decode against the memory bandwidth and the rates per thread, on the CPU (empty elsewhere).
+    fn render_yardstick(&self) -> String {
+        let mut out = String::new();
+        if let Some(d) = &self.decode_bandwidth {
+            out += &format!(
+                "\ndecode reads {:.2} GB of weights a step: {:.1} GB/s, {:.0}% of the {:.1} GB/s stream read \
+                 bandwidth measured ({:.2} sequences a step)",
+                d.weight_bytes_per_step / 1e9,
+                d.weight_bytes_per_second / 1e9,
+                100.0 * d.share_of_bandwidth,
+                d.stream_read_bytes_per_second / 1e9,
+                d.sequences_per_step,
+            );
+        }
+        if let Some(p) = &self.per_core {
+            out += &format!(
+                "\nper thread ({} threads): {:.4} steps/s, prefill {:.1} GFLOP/s, decode {:.2} tok/s",
+                p.threads,
+                p.steps_per_second,
+                p.prefill_flops_per_second / 1e9,
+                p.decode_tokens_per_second,
+            );
+        }
+        out
     }
 
     /// The gold against the semi-online history, when both ran (empty otherwise).

@@ -35,6 +35,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         seed: a.seed,
         ops: super::ops_config(&a.ops),
         semi_online,
+        torch_flops: a.torch_gflops.map(|g| g * 1e9),
     };
     let r = run_bench(&cfg)?;
     if a.json {

@@ -54,6 +54,9 @@ pub fn main() -> ExitCode {
 
 /// Dispatch a parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
+    if let Some(ops) = cli.command.ops() {
+        crate::ops::threads::use_threads(ops.threads)?;
+    }
     match cli.command {
         Command::Eval(a) => eval::run(a, &crate::shard::SchedulerEnv::from_process()),
         Command::Merge(a) => merge::run(a),

@@ -29,6 +29,7 @@ pub mod gemm;
 mod profile;
 pub mod selftest;
 mod simd;
+pub mod threads;
 
 /// The candle reference of every fused op, in transformers' order: what the fused paths are compared with.
 pub mod reference {
@@ -61,6 +62,8 @@ pub struct Ops {
     gemm_note: String,
     /// The built-in f32 GEMM of large segments when no library is used.
     builtin: BuiltinGemm,
+    /// What multiplies independent f32 rows (decode, last positions), chosen apart from `builtin`.
+    rows: gemm::row::RowGemm,
     /// How the library was chosen, on the CPU.
     blas_choice: Option<blas::BlasChoice>,
     profiler: Profiler,
@@ -95,6 +98,7 @@ impl Ops {
     /// required one that cannot be loaded is an error); elsewhere none is.
     pub fn new(config: &OpsConfig, device: &Device) -> std::result::Result<Self, blas::BlasError> {
         let builtin = BuiltinGemm::for_this_cpu(config.cpu_gemm == CpuGemm::GemmCrate);
+        let rows = gemm::row::RowGemm::for_this_cpu(config.cpu_gemm == CpuGemm::GemmCrate);
         let (blas, gemm_note, blas_choice) = if device.is_cpu() {
             let calibration = &config.cpu_gemm_calibration;
             let (blas, choice) = blas::choose(&config.cpu_gemm, calibration, builtin)?;
@@ -111,6 +115,7 @@ impl Ops {
             blas,
             gemm_note,
             builtin,
+            rows,
             blas_choice,
             profiler: Profiler::new(config.profile),
             attention_budget: composed::DEFAULT_MAX_SCORE_ELEMS,
@@ -164,8 +169,9 @@ impl Ops {
             kernels_sha256: kernels_sha256(),
             cpu_f32_gemm: self.gemm_description(),
             cpu_blas_choice: self.blas_choice.clone(),
+            cpu_threads: rayon::current_num_threads(),
             cpu_gemm_row_block: ROW_BLOCK,
-            cpu_gemm_independent_rows: self.builtin.independent_rows().to_string(),
+            cpu_gemm_independent_rows: self.rows.describe().to_string(),
             cpu_gemm_blas_min_rows: BLAS_MIN_ROWS,
             cpu_gemm_packed_min_rows: gemm::packed::MIN_ROWS,
             cpu_attention_tiled_min_keys: attention::cpu::TILED_MIN_KEYS,

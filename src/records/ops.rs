@@ -23,6 +23,10 @@ pub struct OpsManifest {
     /// How the CBLAS library was chosen (its corename, the calibration rates, why), on the CPU.
     #[serde(default)]
     pub cpu_blas_choice: Option<BlasChoice>,
+    /// Compute threads of the CPU kernels: rayon's pool, which the `gemm` crate and a CBLAS library share
+    /// (`--threads`).
+    #[serde(default)]
+    pub cpu_threads: usize,
     /// Rows per `gemm` crate product for independent rows where they take the `gemm` crate
     /// (`ops::ROW_BLOCK`).
     pub cpu_gemm_row_block: usize,
@@ -118,7 +122,7 @@ mod tests {
             r#"{"fused":true,"cuda_kernels":false,"tensor_core_attention":false,"kernels_sha256":"ab12","#,
             r#""cpu_f32_gemm":"cblas: OpenBLAS (libopenblas.so.0)","cpu_blas_choice":{"spec":"auto","#,
             r#""library":"OpenBLAS (libopenblas.so.0)","corename":"Haswell","used":true,"blas_gflops":100.5,"#,
-            r#""builtin_gflops":90.25,"calibration":"measured at load","reason":"fits"},"#,
+            r#""builtin_gflops":90.25,"calibration":"measured at load","reason":"fits"},"cpu_threads":2,"#,
             r#""cpu_gemm_row_block":16,"cpu_gemm_independent_rows":"the gemm crate","#,
             r#""cpu_gemm_blas_min_rows":4,"cpu_gemm_packed_min_rows":768,"#,
             r#""cpu_attention_tiled_min_keys":64,"cpu_attention_packed_min_keys":2048}"#

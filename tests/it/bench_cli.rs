@@ -93,27 +93,39 @@ fn bench_json_reports_throughput_memory_and_mfu() {
     assert!((got - want).abs() <= 1e-6 * want, "{got} vs {want}");
 }
 
-/// `bench --device cpu,cpu`: two copies of the random model share the step and judge prompts through the same
-/// queue as `eval`, and the report gives each device's share.
-#[test]
-fn bench_on_two_devices_reports_each_share() {
+/// `bench --config tiny --max-pixels 100352 --json` with `args` through the binary, its report read back.
+fn bench_report(args: &[&str]) -> mobile_r1_eval::bench::BenchReport {
     let o = crate::util::bin()
-        .args(["bench", "--config", "tiny", "--device", "cpu,cpu"])
         .args([
-            "--steps",
-            "16",
-            "--batch-size",
-            "2",
-            "--max-new-tokens",
-            "4",
+            "bench",
+            "--config",
+            "tiny",
+            "--max-pixels",
+            "100352",
+            "--json",
         ])
-        .args(["--max-pixels", "100352", "--json"])
+        .args(args)
         .env("RUST_LOG", "warn")
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let r: mobile_r1_eval::bench::BenchReport =
-        serde_json::from_slice(&o.stdout).expect("a BenchReport");
+    serde_json::from_slice(&o.stdout).expect("a BenchReport")
+}
+
+/// `bench --device cpu,cpu`: two copies of the random model share the step and judge prompts through the same
+/// queue as `eval`, and the report gives each device's share.
+#[test]
+fn bench_on_two_devices_reports_each_share() {
+    let r = bench_report(&[
+        "--device",
+        "cpu,cpu",
+        "--steps",
+        "16",
+        "--batch-size",
+        "2",
+        "--max-new-tokens",
+        "4",
+    ]);
     assert_eq!(r.device, "cpu,cpu");
     assert_eq!(r.steps, 16);
     let names: Vec<&str> = r.devices.iter().map(|d| d.device.as_str()).collect();
@@ -130,6 +142,58 @@ fn bench_on_two_devices_reports_each_share() {
     assert_eq!(judge.devices.iter().map(|d| d.prompts).sum::<usize>(), 4);
     assert!(r.steps_per_second > 0.0 && r.mfu > 0.0);
     assert!(r.render().contains("cpu#1: "), "{}", r.render());
+}
+
+/// `bench --threads 1 --torch-gflops G`: every kernel runs on one compute thread, the rates per thread are those
+/// of the run, a given torch rate above every measured one becomes the MFU's yardstick, and decode is held against
+/// the stream read bandwidth measured in the run (the language model's weights read once per step).
+#[test]
+fn bench_holds_its_figures_against_the_given_rate_and_the_bandwidth() {
+    let r = bench_report(&[
+        "--threads",
+        "1",
+        "--steps",
+        "4",
+        "--batch-size",
+        "1",
+        "--max-new-tokens",
+        "4",
+        "--no-judge",
+        "--torch-gflops",
+        "1000000",
+    ]);
+    assert_eq!(r.matmul_peak_source, "torch");
+    assert_eq!(r.matmul_peak_flops, 1e15);
+    let per = r.per_core.as_ref().expect("rates per thread on the CPU");
+    assert_eq!(per.threads, 1);
+    assert!((per.steps_per_second - r.steps_per_second).abs() <= 1e-9 * r.steps_per_second);
+    let d = r
+        .decode_bandwidth
+        .as_ref()
+        .expect("decode against the bandwidth");
+    assert_eq!(
+        d.weight_bytes_per_step,
+        r.params.language_model as f64 * 4.0
+    );
+    assert_eq!(d.sequences_per_step, 1.0);
+    assert!(d.stream_read_bytes_per_second > 1e8, "{d:?}");
+    let share = d.weight_bytes_per_second / d.stream_read_bytes_per_second;
+    assert!(share > 0.0 && (share - d.share_of_bandwidth).abs() < 1e-12);
+    let text = r.render();
+    assert!(
+        text.contains("stream read") && text.contains("per thread (1 threads)"),
+        "{text}"
+    );
+    // Bad values name their flag.
+    for (flag, value) in [("--threads", "0"), ("--torch-gflops", "0")] {
+        let o = crate::util::bin()
+            .args(["bench", "--config", "tiny", flag, value])
+            .output()
+            .unwrap();
+        assert!(!o.status.success());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(flag), "{err}");
+    }
 }
 
 /// Random weights are `bench`'s only mode: no flag is needed; an unknown `--config` names the presets.

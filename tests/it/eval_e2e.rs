@@ -344,8 +344,8 @@ fn the_cpu_blas_switch_is_recorded_and_a_bad_library_is_refused() {
         "{choice}"
     );
     assert_eq!(ops["cpu_gemm_row_block"], mobile_r1_eval::ops::ROW_BLOCK);
-    let builtin = mobile_r1_eval::ops::gemm::packed::BuiltinGemm::for_this_cpu(false);
-    assert_eq!(ops["cpu_gemm_independent_rows"], builtin.independent_rows());
+    let rows = mobile_r1_eval::ops::gemm::row::RowGemm::for_this_cpu(false);
+    assert_eq!(ops["cpu_gemm_independent_rows"], rows.describe());
     assert_eq!(
         ops["cpu_gemm_blas_min_rows"],
         mobile_r1_eval::ops::BLAS_MIN_ROWS

@@ -352,7 +352,9 @@ fn ops_settings_are_recorded_and_the_profiler_follows_its_setting() {
     assert!(!m.fused);
     let builtin = mobile_r1_eval::ops::gemm::packed::BuiltinGemm::for_this_cpu(false);
     assert_eq!(m.cpu_f32_gemm, builtin.describe());
-    assert_eq!(m.cpu_gemm_independent_rows, builtin.independent_rows());
+    let rows = mobile_r1_eval::ops::gemm::row::RowGemm::for_this_cpu(false);
+    assert_eq!(m.cpu_gemm_independent_rows, rows.describe());
+    assert_eq!(m.cpu_threads, rayon::current_num_threads());
     let packed = builtin == mobile_r1_eval::ops::gemm::packed::BuiltinGemm::Packed;
     assert_eq!(m.cpu_attention_packed_min_keys.is_some(), packed);
     let json = serde_json::to_value(&m).unwrap();
@@ -362,6 +364,7 @@ fn ops_settings_are_recorded_and_the_profiler_follows_its_setting() {
         "tensor_core_attention",
         "kernels_sha256",
         "cpu_f32_gemm",
+        "cpu_threads",
         "cpu_gemm_row_block",
         "cpu_gemm_independent_rows",
         "cpu_gemm_blas_min_rows",

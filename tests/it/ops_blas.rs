@@ -386,16 +386,15 @@ fn the_built_in_gemm_takes_the_packed_kernel_for_large_segments() {
     }
 }
 
-/// Independent rows (decode, last positions) under the built-in GEMM: on a CPU with AVX2 and no AVX-512, one dot
-/// product per output (`gemm::row`), a row's bits the same alone or with others; `gemm-crate`, and other CPUs,
-/// keep the `gemm` crate in products of `ROW_BLOCK` rows.
+/// Independent rows (decode, last positions) under the built-in GEMM: on a CPU with AVX2 and FMA (with or without
+/// AVX-512), one dot product per output (`gemm::row`), a row's bits the same alone or with others; `gemm-crate`,
+/// and CPUs without AVX2, keep the `gemm` crate in products of `ROW_BLOCK` rows.
 #[test]
-fn independent_rows_take_the_row_kernel_with_the_packed_built_in_gemm() {
-    use mobile_r1_eval::ops::gemm::packed::BuiltinGemm;
-    use mobile_r1_eval::ops::gemm::row;
+fn independent_rows_take_the_row_kernel_wherever_the_cpu_runs_it() {
+    use mobile_r1_eval::ops::gemm::row::{self, RowGemm};
     use mobile_r1_eval::ops::{Ops, Rows};
     let (builtin, crate_only) = builtin_and_gemm_crate();
-    let packed = BuiltinGemm::for_this_cpu(false) == BuiltinGemm::Packed;
+    let packed = RowGemm::for_this_cpu(false) != RowGemm::GemmCrate;
     let rows_manifest = builtin.manifest().cpu_gemm_independent_rows;
     eprintln!("independent rows here: {rows_manifest}");
     assert_eq!(rows_manifest.contains("dot product"), packed);

@@ -309,6 +309,7 @@ fn served_ops() -> OpsRecord {
             kernels_sha256: String::new(),
             cpu_f32_gemm: "served".into(),
             cpu_blas_choice: None,
+            cpu_threads: 0,
             cpu_gemm_row_block: 0,
             cpu_gemm_independent_rows: String::new(),
             cpu_gemm_blas_min_rows: 0,

@@ -23,7 +23,7 @@ use packed::BuiltinGemm;
 pub const BLAS_MIN_ROWS: usize = 4;
 
 /// Independent rows (decode, the logits of last positions) that take the `gemm` crate (where [`row`] does
-/// not run) are multiplied in products of exactly this many rows (the last one zero-padded): the `gemm` crate's
+/// not run: no AVX2/FMA, or `--cpu-gemm gemm-crate`) are multiplied in products of exactly this many rows (the last one zero-padded): the `gemm` crate's
 /// result for a row depends on the number of rows of the product but not on the row's place in it or on the
 /// other rows, so a fixed count makes it batch-invariant.
 pub const ROW_BLOCK: usize = 16;
@@ -34,8 +34,8 @@ impl Ops {
     /// (in f32 with a CBLAS library loaded, [`OpsConfig::cpu_gemm`](crate::ops::OpsConfig::cpu_gemm), for segments of at least [`BLAS_MIN_ROWS`]
     /// rows; else, where it is the built-in GEMM, by [`packed`] for segments of at least
     /// [`packed::MIN_ROWS`] rows; otherwise by candle's matmul, the `gemm` crate), independent f32 rows by
-    /// [`row`] where the packed kernel is the built-in GEMM, else in `gemm` crate products of
-    /// [`ROW_BLOCK`] rows. Elsewhere it is candle's matmul.
+    /// [`row`] where the CPU runs it ([`row::RowGemm`], whatever the GEMM of segments), else in `gemm` crate
+    /// products of [`ROW_BLOCK`] rows. Elsewhere it is candle's matmul.
     pub fn matmul_nt(&self, x: &Tensor, w: &Tensor, rows: Rows<'_>) -> Result<Tensor> {
         if !x.device().is_cpu() {
             return candle_matmul_nt(x, w);
@@ -69,7 +69,7 @@ impl Ops {
                 blas::matmul_nt_segments(large, &x2, w, &lens, min_rows, &small)?
             }
             (Some(lens), None) => per_block(&x2, w, &lens)?,
-            (None, _) if f32s && self.builtin == BuiltinGemm::Packed => independent_rows(&x2, w)?,
+            (None, _) if f32s && self.rows != row::RowGemm::GemmCrate => independent_rows(&x2, w)?,
             (None, _) => in_row_blocks(&x2, w)?,
         };
         y.reshape(dims)

@@ -65,14 +65,6 @@ impl BuiltinGemm {
         }
     }
 
-    /// What multiplies independent f32 rows (decode, last positions) with this built-in GEMM.
-    pub fn independent_rows(self) -> &'static str {
-        match self {
-            Self::GemmCrate => "gemm crate, in products of ROW_BLOCK rows",
-            Self::Packed => "row kernel: one AVX2 dot product per output (row_gemm)",
-        }
-    }
-
     /// Its name in logs and the manifest.
     pub fn describe(self) -> String {
         match self {

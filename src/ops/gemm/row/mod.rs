@@ -6,10 +6,17 @@
 //! `k mod 8` values through a masked load), then the eight lanes added in a fixed tree. Nothing depends on `m`, on
 //! the row's place, on `n` or on the thread count, so a row's result is the same whatever else is multiplied with
 //! it: batch-invariant by construction, with no padding rows.
+//!
+//! On CPUs with AVX-512F the products of two rows or more run 16 lanes wide ([`avx512`]): each 512-bit register
+//! holds the 8-lane chains of two rows of `a`, so every output keeps the AVX2 chain and tree and the two paths
+//! give the same bits. [`RowGemm`] says which path a run takes; it does not depend on the GEMM of long segments.
 
 use rayon::prelude::*;
 
 use super::packed::{supported, SharedOut};
+
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 
 /// Rows of `a` per register tile.
 const TR: usize = 4;
@@ -18,10 +25,83 @@ const TC: usize = 3;
 /// Weight rows per parallel task, at least; more where the weight is large.
 const TASK_ROWS: usize = 24;
 
+/// What multiplies independent f32 rows on the CPU: the row kernel wherever the CPU has AVX2 and FMA (1.2–20× the
+/// `gemm` crate's 16-row products at 1–64 rows on every decode product timed, on AVX2-only and AVX-512 CPUs
+/// alike: `docs/performance.md`), else the `gemm` crate in products of [`crate::ops::ROW_BLOCK`] rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowGemm {
+    /// The `gemm` crate in products of `ROW_BLOCK` rows (the last zero-padded).
+    GemmCrate,
+    /// The row kernel, 8 lanes.
+    Avx2,
+    /// The row kernel, two rows of 8 lanes per 512-bit register for two rows or more (the AVX2 path's bits).
+    Avx512,
+}
+
+impl RowGemm {
+    /// The path for this CPU: the row kernel at its widest, unless `gemm_crate_only` (`--cpu-gemm gemm-crate`)
+    /// or the CPU lacks AVX2/FMA.
+    pub fn for_this_cpu(gemm_crate_only: bool) -> Self {
+        if gemm_crate_only || !supported() {
+            Self::GemmCrate
+        } else if avx512_available() {
+            Self::Avx512
+        } else {
+            Self::Avx2
+        }
+    }
+
+    /// Its description in the manifest (`ops.cpu_gemm_independent_rows`).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::GemmCrate => "gemm crate, in products of ROW_BLOCK rows",
+            Self::Avx2 => "row kernel: one AVX2 dot product per output (row_gemm)",
+            Self::Avx512 => {
+                "row kernel: one 8-lane dot product per output (row_gemm), two rows per AVX-512 register \
+                 from two rows up (the AVX2 path's bits)"
+            }
+        }
+    }
+}
+
+/// Whether the CPU has AVX-512F (and AVX2/FMA), which [`avx512`] needs.
+fn avx512_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        supported() && is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// `c = a · wᵀ` for `a` (m × k) and `w` (n × k), both row-major, into `c` (m × n, row-major, overwritten),
-/// `dims` = (m, k, n), on rayon's threads. Panics where the CPU lacks AVX2/FMA ([`supported`]) or a slice is
-/// shorter than its shape.
+/// `dims` = (m, k, n), on rayon's threads, on the widest path the CPU has (the same bits on each). Panics where
+/// the CPU lacks AVX2/FMA ([`supported`]) or a slice is shorter than its shape.
 pub fn sgemm_nt_rows(a: &[f32], w: &[f32], dims: (usize, usize, usize), c: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if dims.0 >= 2 && avx512_available() {
+        return avx512::sgemm_nt_rows(a, w, dims, c);
+    }
+    sgemm_nt_rows_avx2(a, w, dims, c);
+}
+
+/// Split the `n` weight rows into tasks of at least [`TASK_ROWS`] rows (a multiple of `group`), enough for every
+/// thread to have several, and run `task` on each range on rayon's threads.
+fn for_column_tasks(n: usize, group: usize, task: impl Fn(std::ops::Range<usize>) + Sync + Send) {
+    let per = TASK_ROWS.next_multiple_of(group).max(
+        n.div_ceil(8 * rayon::current_num_threads())
+            .next_multiple_of(group),
+    );
+    let starts: Vec<usize> = (0..n).step_by(per).collect();
+    starts
+        .into_par_iter()
+        .for_each(|j0| task(j0..n.min(j0 + per)));
+}
+
+/// [`sgemm_nt_rows`] on the AVX2 path.
+pub(crate) fn sgemm_nt_rows_avx2(a: &[f32], w: &[f32], dims: (usize, usize, usize), c: &mut [f32]) {
     let (m, k, n) = dims;
     assert!(supported(), "row_gemm needs AVX2 and FMA");
     assert!(a.len() >= m * k && w.len() >= n * k && c.len() >= m * n);
@@ -29,16 +109,8 @@ pub fn sgemm_nt_rows(a: &[f32], w: &[f32], dims: (usize, usize, usize), c: &mut 
         return;
     }
     let out = SharedOut(c.as_mut_ptr());
-    let per = TASK_ROWS.max(
-        n.div_ceil(8 * rayon::current_num_threads())
-            .next_multiple_of(TC),
-    );
-    let starts: Vec<usize> = (0..n).step_by(per).collect();
-    starts.into_par_iter().for_each(|j0| {
-        let cols = j0..n.min(j0 + per);
-        // SAFETY: AVX2/FMA checked above; the tasks write disjoint columns of c, inside its m × n values.
-        unsafe { columns(a, w, dims, cols, &out) }
-    });
+    // SAFETY: AVX2/FMA checked above; the tasks write disjoint columns of c, inside its m × n values.
+    for_column_tasks(n, TC, |cols| unsafe { columns(a, w, dims, cols, &out) });
 }
 
 /// The outputs of weight rows `cols` for every row of `a`.
@@ -149,26 +221,40 @@ unsafe fn lanes_sum(v: std::arch::x86_64::__m256) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::gemm::packed::check::{self, matches_reference, rows_stand_alone};
+    use crate::ops::gemm::packed::check::{self, matches_reference, rows_stand_alone, Kernel};
+
+    /// The AVX2 path, the AVX-512 one at any row count where the CPU has it, and the dispatch between them.
+    fn paths() -> Vec<Kernel> {
+        let mut paths: Vec<Kernel> = vec![sgemm_nt_rows_avx2, sgemm_nt_rows];
+        #[cfg(target_arch = "x86_64")]
+        if avx512_available() {
+            paths.push(avx512::sgemm_nt_rows);
+        }
+        paths
+    }
 
     #[test]
     fn matches_a_float64_reference_on_partial_tiles_and_tails() {
         if check::skip_without_avx2() {
             return;
         }
-        // Partial row and weight groups, depths with and without a tail, k = 0, several tasks.
-        matches_reference(
-            sgemm_nt_rows,
-            &[
-                (1, 1, 1),
-                (1, 8, 2),
-                (2, 13, 4),
-                (4, 16, 3),
-                (5, 31, 7),
-                (9, 0, 5),
-                (3, 20, 200),
-            ],
-        );
+        // Partial row and weight groups (odd rows: a half-empty last pair on AVX-512; 17 rows: three tiles of
+        // pairs), depths with and without a tail, k = 0, several tasks.
+        for f in paths() {
+            matches_reference(
+                f,
+                &[
+                    (1, 1, 1),
+                    (1, 8, 2),
+                    (2, 13, 4),
+                    (4, 16, 3),
+                    (5, 31, 7),
+                    (17, 45, 9),
+                    (9, 0, 5),
+                    (3, 20, 200),
+                ],
+            );
+        }
     }
 
     #[test]
@@ -179,13 +265,27 @@ mod tests {
         // Each row alone, rows 5..8 together, and all rows on one thread.
         let mut parts: Vec<_> = (0..11).map(|i| i..i + 1).collect();
         parts.push(5..8);
-        rows_stand_alone(sgemm_nt_rows, (11, 901, 301), &parts);
+        for f in paths() {
+            rows_stand_alone(f, (11, 901, 301), &parts);
+        }
+    }
+
+    #[test]
+    fn the_path_follows_the_cpu_and_gemm_crate_only() {
+        assert_eq!(RowGemm::for_this_cpu(true), RowGemm::GemmCrate);
+        let want = match (supported(), avx512_available()) {
+            (false, _) => RowGemm::GemmCrate,
+            (true, false) => RowGemm::Avx2,
+            (true, true) => RowGemm::Avx512,
+        };
+        assert_eq!(RowGemm::for_this_cpu(false), want);
     }
 }
 
 /// `cargo test --release --lib gemm::row::timing -- --ignored --nocapture`: the `small` checkpoint's decode
 /// products (1, 4, 16 and 64 rows) through the `gemm` crate in products of 16 rows, as independent rows ran
-/// without this kernel, and through this kernel, alternated, best of seven each.
+/// without this kernel, through this kernel's AVX2 path and through its widest path (AVX-512 where the CPU has it),
+/// alternated, best of seven each.
 #[cfg(test)]
 mod timing {
     use super::*;
@@ -199,6 +299,7 @@ mod timing {
             return;
         }
         let block = crate::ops::ROW_BLOCK;
+        eprintln!("widest path: {:?}", RowGemm::for_this_cpu(false));
         for (k, n) in [
             (896, 1152),
             (896, 896),
@@ -214,24 +315,29 @@ mod timing {
             for m in [1usize, 4, 16, 64] {
                 // The `gemm` crate ran independent rows in products of `block` rows.
                 let blocks = m.div_ceil(block);
-                let mut best = [f64::INFINITY; 2];
+                let mut best = [f64::INFINITY; 3];
                 for round in 0..8 {
-                    let t0 = std::time::Instant::now();
+                    let mut t = [std::time::Instant::now(); 4];
                     for b in 0..blocks {
                         let (a, c) = (&a[b * block * k..], &mut c[b * block * n..]);
                         gemm_crate(a, &w, (block, k, n), c);
                     }
-                    let t1 = std::time::Instant::now();
+                    t[1] = std::time::Instant::now();
+                    sgemm_nt_rows_avx2(&a, &w, (m, k, n), &mut c);
+                    t[2] = std::time::Instant::now();
                     sgemm_nt_rows(&a, &w, (m, k, n), &mut c);
+                    t[3] = std::time::Instant::now();
                     if round > 0 {
-                        best[0] = best[0].min((t1 - t0).as_secs_f64());
-                        best[1] = best[1].min(t1.elapsed().as_secs_f64());
+                        for (i, b) in best.iter_mut().enumerate() {
+                            *b = b.min((t[i + 1] - t[i]).as_secs_f64());
+                        }
                     }
                 }
                 line += &format!(
-                    "  m {m}: gemm crate ({blocks} x 16 rows) {:.2} ms, rows {:.2} ms",
+                    "  m {m}: gemm crate ({blocks} x 16 rows) {:.2} ms, rows AVX2 {:.2} ms, widest {:.2} ms",
                     best[0] * 1e3,
                     best[1] * 1e3,
+                    best[2] * 1e3,
                 );
             }
             eprintln!("{line}");
