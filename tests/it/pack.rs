@@ -281,3 +281,46 @@ fn a_checkpoint_eval_refuses_is_not_packed_and_nothing_is_written() {
         );
     }
 }
+
+#[test]
+fn a_checkpoint_whose_image_processor_cuts_other_patches_is_not_packed() {
+    let home = tempfile::tempdir().unwrap();
+    let sample = sample(home.path());
+    // qwen3-tiny-a with a Qwen2.5-VL image processor (14-pixel patches) beside its 16-pixel vision tower.
+    let model = home.path().join("qwen3-patch14");
+    std::fs::create_dir(&model).unwrap();
+    for e in std::fs::read_dir(fixture("models/qwen3-tiny-a")).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), model.join(e.file_name())).unwrap();
+    }
+    let pre = model.join("preprocessor_config.json");
+    let mut json: Value = serde_json::from_str(&std::fs::read_to_string(&pre).unwrap()).unwrap();
+    json["patch_size"] = 14.into();
+    std::fs::write(&pre, json.to_string()).unwrap();
+    let bundle = home.path().join("bundle");
+    let out = pack_local(home.path(), &model, None, &sample, &bundle);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    for want in [
+        "qwen3-patch14/preprocessor_config.json",
+        "(14, 2, 2)",
+        "expects (16, 2, 2)",
+        "nothing was packed",
+    ] {
+        assert!(err.contains(want), "want `{want}` in: {err}");
+    }
+    assert!(
+        !bundle.exists(),
+        "a refused pack wrote {}",
+        bundle.display()
+    );
+    // The unchanged checkpoint packs.
+    let good = pack_local(
+        home.path(),
+        &fixture("models/qwen3-tiny-a"),
+        None,
+        &sample,
+        &bundle,
+    );
+    ok(&good);
+}
