@@ -1,13 +1,15 @@
 //! The tower's elementwise work in one pass per row where the activations are f32 on the CPU: torch's LayerNorm
 //! (candle composes it from nine tensor ops, each a pass over the activations with a broadcast), and the bias
 //! plus tanh-GELU that follow the MLP's first projection (two candle passes). Rows run in parallel, each on its
-//! own, so a row's result does not depend on the rows around it. Other devices and dtypes take candle's ops.
+//! own, so a row's result does not depend on the rows around it. Other devices and dtypes, and runs with the
+//! fused ops off (`--kernels off`), take candle's ops.
 
 use candle_core::{DType, Result, Storage, Tensor, D};
 use candle_nn::VarBuilder;
 use rayon::prelude::*;
 
 use crate::model::nn::weight;
+use crate::ops::Ops;
 
 /// Rows handed to one parallel task (a row is 1,024–4,608 values in the released towers).
 const MIN_ROWS_PER_TASK: usize = 8;
@@ -15,10 +17,12 @@ const MIN_ROWS_PER_TASK: usize = 8;
 /// `√(2/π)`, the tanh-GELU's scale.
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
 
-/// Whether every tensor is f32, contiguous and on the CPU: the fused loops' inputs.
-fn fused_input(ts: &[&Tensor]) -> bool {
-    ts.iter()
-        .all(|t| t.device().is_cpu() && t.dtype() == DType::F32 && t.is_contiguous())
+/// Whether the fused ops are on and every tensor is f32, contiguous and on the CPU: the fused loops' inputs.
+fn fused_input(ops: &Ops, ts: &[&Tensor]) -> bool {
+    ops.config().fused_kernels
+        && ts
+            .iter()
+            .all(|t| t.device().is_cpu() && t.dtype() == DType::F32 && t.is_contiguous())
 }
 
 /// Run `f` on the values of a contiguous f32 CPU tensor.
@@ -78,8 +82,8 @@ impl LayerNorm {
     }
 
     /// Normalise `x` over its last dimension.
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        if fused_input(&[x, &self.w, &self.b]) {
+    pub fn forward(&self, ops: &Ops, x: &Tensor) -> Result<Tensor> {
+        if fused_input(ops, &[x, &self.w, &self.b]) {
             return self.forward_rows(x);
         }
         let dtype = x.dtype();
@@ -112,8 +116,8 @@ impl LayerNorm {
 
 /// `gelu_tanh(y + b)` for a projection `y` (rows, width) and its bias (width): transformers' `gelu_pytorch_tanh`
 /// after the vision MLP's first layer.
-pub(crate) fn bias_gelu_tanh(y: &Tensor, b: &Tensor) -> Result<Tensor> {
-    if !fused_input(&[y, b]) {
+pub(crate) fn bias_gelu_tanh(ops: &Ops, y: &Tensor, b: &Tensor) -> Result<Tensor> {
+    if !fused_input(ops, &[y, b]) {
         return y.broadcast_add(b)?.gelu();
     }
     let width = b.elem_count();
@@ -133,6 +137,19 @@ pub(crate) fn bias_gelu_tanh(y: &Tensor, b: &Tensor) -> Result<Tensor> {
 mod tests {
     use super::*;
     use candle_core::Device;
+
+    use crate::ops::OpsConfig;
+
+    /// The fused ops on, and off (candle's ops).
+    fn both() -> (Ops, Ops) {
+        let on = OpsConfig::default();
+        let off = OpsConfig {
+            fused_kernels: false,
+            ..on.clone()
+        };
+        let ops = |c: &OpsConfig| Ops::new(c, &Device::Cpu).unwrap();
+        (ops(&on), ops(&off))
+    }
 
     fn rows(n: usize, d: usize, seed: u32) -> Tensor {
         let v: Vec<f32> = (0..n * d)
@@ -159,6 +176,7 @@ mod tests {
 
     #[test]
     fn fused_layer_norm_matches_the_composed_ops() {
+        let (on, off) = both();
         let (n, d) = (37, 1040);
         let norm = LayerNorm {
             w: rows(1, d, 3).reshape(d).unwrap(),
@@ -166,34 +184,25 @@ mod tests {
             eps: 1e-6,
         };
         let x = rows(n, d, 7);
-        let fused = norm.forward(&x).unwrap();
-        // A strided view is not a fused input: it takes the composed ops.
-        let composed = norm
-            .forward(&x.t().unwrap().contiguous().unwrap().t().unwrap())
-            .unwrap();
-        assert!(
-            max_diff(&fused, &composed) < 2e-5,
-            "{}",
-            max_diff(&fused, &composed)
-        );
+        let fused = norm.forward(&on, &x).unwrap();
+        let composed = norm.forward(&off, &x).unwrap();
+        let diff = max_diff(&fused, &composed);
+        assert!(diff < 2e-5, "{diff}");
         // Each row is its own: the first rows alone give the same bits.
-        let head = norm
-            .forward(&x.narrow(0, 0, 5).unwrap().contiguous().unwrap())
-            .unwrap();
+        let head = norm.forward(&on, &x.narrow(0, 0, 5).unwrap()).unwrap();
         assert_eq!(max_diff(&head, &fused.narrow(0, 0, 5).unwrap()), 0.0);
     }
 
     #[test]
     fn fused_bias_gelu_matches_candle() {
+        let (on, off) = both();
         let (n, d) = (19, 300);
         let (y, b) = (rows(n, d, 11), rows(1, d, 13).reshape(d).unwrap());
-        let fused = bias_gelu_tanh(&y, &b).unwrap();
-        let composed = y.broadcast_add(&b).unwrap().gelu().unwrap();
-        assert!(
-            max_diff(&fused, &composed) < 1e-5,
-            "{}",
-            max_diff(&fused, &composed)
-        );
-        assert!(bias_gelu_tanh(&y, &rows(1, d + 1, 1).reshape(d + 1).unwrap()).is_err());
+        let fused = bias_gelu_tanh(&on, &y, &b).unwrap();
+        let composed = bias_gelu_tanh(&off, &y, &b).unwrap();
+        let diff = max_diff(&fused, &composed);
+        assert!(diff < 1e-5, "{diff}");
+        let wrong = rows(1, d + 1, 1).reshape(d + 1).unwrap();
+        assert!(bias_gelu_tanh(&on, &y, &wrong).is_err());
     }
 }

@@ -40,9 +40,9 @@ impl VisionMlp {
             .bias()
             .ok_or_else(|| candle_core::Error::Msg("vision linear_fc1 without bias".into()))?;
         let y = self.fc1.matmul(p, x)?;
-        let h = p
-            .ops
-            .section("vision.mlp.bias_gelu", x.device(), || bias_gelu_tanh(&y, b))?;
+        let h = p.ops.section("vision.mlp.bias_gelu", x.device(), || {
+            bias_gelu_tanh(p.ops, &y, b)
+        })?;
         self.fc2.forward_residual(p, &h, residual)
     }
 }
@@ -71,10 +71,10 @@ impl VisionBlock {
         let (dev, ops) = (x.device(), p.ops);
         let x = ops.section("vision.attn.full", dev, || {
             self.attn
-                .forward(p, &self.norm1.forward(x)?, (ctx, true), x)
+                .forward(p, &self.norm1.forward(ops, x)?, (ctx, true), x)
         })?;
         ops.section("vision.mlp", dev, || {
-            self.mlp.forward(p, &self.norm2.forward(&x)?, &x)
+            self.mlp.forward(p, &self.norm2.forward(ops, &x)?, &x)
         })
     }
 }
@@ -109,10 +109,10 @@ impl Merger {
         let (n, d) = x.dims2()?;
         let x = if self.postshuffle {
             self.norm
-                .forward(&x.reshape((n / self.unit, d * self.unit))?)?
+                .forward(p.ops, &x.reshape((n / self.unit, d * self.unit))?)?
         } else {
             self.norm
-                .forward(x)?
+                .forward(p.ops, x)?
                 .reshape((n / self.unit, d * self.unit))?
         };
         self.fc2.forward(p, &self.fc1.forward(p, &x)?.gelu_erf()?)
