@@ -62,23 +62,10 @@ impl LoadedModel {
                 files.dir.display()
             )
         })?;
-        let v = &model.config().vision;
-        let (img, vis) = (
-            (
-                kit.image.patch_size,
-                kit.image.temporal_patch_size,
-                kit.image.merge_size,
-            ),
-            (v.patch_size, v.temporal_patch_size, v.spatial_merge_size),
-        );
-        if img != vis {
-            anyhow::bail!(
-                "{}: preprocessor_config.json has (patch_size, temporal_patch_size, merge_size) {img:?} but the \
-                 {} vision tower in config.json expects {vis:?}",
-                files.dir.display(),
-                model.family()
-            );
-        }
+        model
+            .config()
+            .check_image_processor(&kit.image)
+            .with_context(|| files.dir.display().to_string())?;
         if spec.min_pixels.is_some() || spec.max_pixels.is_some() {
             // The bounds combined with the checkpoint's must still make a usable image size.
             let (min, max) = crate::validate::effective_pixel_bounds(

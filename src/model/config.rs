@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::detect::detect_family;
 use super::ModelError;
+use crate::preprocess::ImageProcessorConfig;
 use crate::settings::ModelFamily;
 
 /// Language-model (Qwen2 decoder) hyper-parameters.
@@ -190,6 +191,26 @@ impl ModelConfig {
             eos_token_ids: eos,
         })
     }
+
+    /// Refuse an image processor that cuts pictures into other patches than the vision tower reads: its
+    /// (patch_size, temporal_patch_size, merge_size) must be `config.json`'s.
+    pub fn check_image_processor(&self, image: &ImageProcessorConfig) -> Result<(), ModelError> {
+        let v = &self.vision;
+        let img = (
+            image.patch_size,
+            image.temporal_patch_size,
+            image.merge_size,
+        );
+        let vis = (v.patch_size, v.temporal_patch_size, v.spatial_merge_size);
+        if img == vis {
+            return Ok(());
+        }
+        Err(cfg_err(format!(
+            "preprocessor_config.json has (patch_size, temporal_patch_size, merge_size) {img:?} but the {} vision \
+             tower in config.json expects {vis:?}",
+            self.family
+        )))
+    }
 }
 
 /// Text fields live in `text_config` (transformers 5) or at the top level (Hub).
@@ -372,6 +393,23 @@ mod tests {
         let err = ModelConfig::from_json(&arch, None).unwrap_err().to_string();
         assert!(
             err.contains("LlavaForCausal") && err.contains("supported"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn an_image_processor_with_other_patches_than_the_tower_is_refused() {
+        let tiny = include_str!("../../tests/fixtures/models/tiny-b/config.json");
+        let cfg = ModelConfig::from_json(tiny, None).unwrap();
+        let image = ImageProcessorConfig::default();
+        assert!(cfg.check_image_processor(&image).is_ok());
+        let sixteen = ImageProcessorConfig {
+            patch_size: 16,
+            ..image
+        };
+        let err = cfg.check_image_processor(&sixteen).unwrap_err().to_string();
+        assert!(
+            err.contains("(16, 2, 2)") && err.contains("expects (14, 2, 2)"),
             "{err}"
         );
     }

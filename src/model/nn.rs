@@ -1,4 +1,4 @@
-//! Small building blocks shaped like the checkpoint: `Linear`, HF-order `RmsNorm`, torch's `LayerNorm`, and a weight getter whose
+//! Small building blocks shaped like the checkpoint: `Linear`, HF-order `RmsNorm`, and a weight getter whose
 //! errors name the tensor.
 
 use candle_core::{Result, Tensor};
@@ -135,40 +135,5 @@ impl RmsNorm {
     /// Normalise `x` over its last dimension.
     pub fn forward(&self, ops: &Ops, x: &Tensor) -> Result<Tensor> {
         ops.rms_norm_hf(x, &self.w, self.eps)
-    }
-}
-
-/// torch's LayerNorm with weight and bias: mean and variance in f32, affine in f32, one rounding to the
-/// activation dtype at the end (as `torch.nn.functional.layer_norm` does for half-precision inputs).
-#[derive(Debug, Clone)]
-pub(crate) struct LayerNorm {
-    w: Tensor,
-    b: Tensor,
-    eps: f64,
-}
-
-impl LayerNorm {
-    /// Load `weight` and `bias` (dim).
-    pub fn new(dim: usize, eps: f64, vb: VarBuilder) -> Result<Self> {
-        let f32 = candle_core::DType::F32;
-        Ok(Self {
-            w: weight(&vb, dim, "weight")?.to_dtype(f32)?,
-            b: weight(&vb, dim, "bias")?.to_dtype(f32)?,
-            eps,
-        })
-    }
-
-    /// Normalise `x` over its last dimension.
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        use candle_core::D;
-        let dtype = x.dtype();
-        let x = x.to_dtype(candle_core::DType::F32)?;
-        let centred = x.broadcast_sub(&x.mean_keepdim(D::Minus1)?)?;
-        let var = centred.sqr()?.mean_keepdim(D::Minus1)?;
-        centred
-            .broadcast_div(&(var + self.eps)?.sqrt()?)?
-            .broadcast_mul(&self.w)?
-            .broadcast_add(&self.b)?
-            .to_dtype(dtype)
     }
 }

@@ -15,6 +15,7 @@ pub(crate) use sums::{check_path, hash_file, SumLine};
 use crate::dataset::{Benchmark, DatasetError, DATA_FILE};
 use crate::interrupt::Cancel;
 use crate::model::{ModelConfig, ModelError, ModelFiles};
+use crate::preprocess::ImageProcessorConfig;
 use crate::records::DataSource;
 
 /// The checksum file of a bundle.
@@ -268,10 +269,21 @@ fn check_model(files: &ModelFiles) -> Result<(), PackError> {
     let read = |p: &Path| std::fs::read_to_string(p).map_err(io_err(p));
     let config = read(&files.config)?;
     let generation = files.generation_config.as_deref().map(read).transpose()?;
-    ModelConfig::from_json(&config, generation.as_deref()).map_err(|source| PackError::Model {
-        path: files.config.clone(),
-        source: Box::new(source),
-    })?;
+    let model_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| PackError::Model {
+            path,
+            source: Box::new(source),
+        }
+    };
+    let model =
+        ModelConfig::from_json(&config, generation.as_deref()).map_err(model_err(&files.config))?;
+    // The image processor eval will load must cut pictures into the patches the vision tower reads.
+    if let Some(p) = &files.preprocessor_config {
+        let image = ImageProcessorConfig::from_file(p)
+            .map_err(|e| model_err(p)(ModelError::Config(e.to_string())))?;
+        model.check_image_processor(&image).map_err(model_err(p))?;
+    }
     Ok(())
 }
 

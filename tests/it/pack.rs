@@ -239,17 +239,37 @@ fn damage_and_gaps_are_named_with_the_command_that_packed_the_bundle() {
     assert!(!out.status.success() && err.contains("SHA256SUMS"), "{err}");
 }
 
+/// A copy of the fixture model `name` at `home/to`.
+fn copied_model(home: &Path, name: &str, to: &str) -> PathBuf {
+    let dir = home.join(to);
+    std::fs::create_dir(&dir).unwrap();
+    for e in std::fs::read_dir(fixture(&format!("models/{name}"))).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
+    }
+    dir
+}
+
+/// `pack` failed, its message holds every `want`, and it wrote no bundle.
+fn assert_refused(out: &Output, bundle: &Path, want: &[&str]) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    for w in want {
+        assert!(err.contains(w), "want `{w}` in: {err}");
+    }
+    assert!(
+        !bundle.exists(),
+        "a refused pack wrote {}",
+        bundle.display()
+    );
+}
+
 #[test]
 fn a_checkpoint_eval_refuses_is_not_packed_and_nothing_is_written() {
     let home = tempfile::tempdir().unwrap();
     let sample = sample(home.path());
     // tiny-b with the config of a Qwen2-VL checkpoint (same fields, another architecture).
-    let qwen2 = home.path().join("qwen2-vl");
-    std::fs::create_dir(&qwen2).unwrap();
-    for e in std::fs::read_dir(fixture("models/tiny-b")).unwrap() {
-        let e = e.unwrap();
-        std::fs::copy(e.path(), qwen2.join(e.file_name())).unwrap();
-    }
+    let qwen2 = copied_model(home.path(), "tiny-b", "qwen2-vl");
     let config = std::fs::read_to_string(qwen2.join("config.json"))
         .unwrap()
         .replace(
@@ -265,20 +285,12 @@ fn a_checkpoint_eval_refuses_is_not_packed_and_nothing_is_written() {
     ] {
         let bundle = home.path().join("bundle");
         let out = pack_local(home.path(), model, judge, &sample, &bundle);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{err}");
-        for want in [
+        let want = [
             "qwen2-vl/config.json",
             "model_type \"qwen2_vl\"",
             "nothing was packed",
-        ] {
-            assert!(err.contains(want), "want `{want}` in: {err}");
-        }
-        assert!(
-            !bundle.exists(),
-            "a refused pack wrote {}",
-            bundle.display()
-        );
+        ];
+        assert_refused(&out, &bundle, &want);
     }
 }
 
@@ -331,4 +343,34 @@ fn a_benchmark_changed_in_place_is_refused_naming_the_file() {
         assert!(err.contains(want), "want `{want}` in: {err}");
     }
     assert!(!run.exists(), "a refused run left a run folder");
+}
+
+#[test]
+fn a_checkpoint_whose_image_processor_cuts_other_patches_is_not_packed() {
+    let home = tempfile::tempdir().unwrap();
+    let sample = sample(home.path());
+    // qwen3-tiny-a with a Qwen2.5-VL image processor (14-pixel patches) beside its 16-pixel vision tower.
+    let model = copied_model(home.path(), "qwen3-tiny-a", "qwen3-patch14");
+    let pre = model.join("preprocessor_config.json");
+    let mut json: Value = serde_json::from_str(&std::fs::read_to_string(&pre).unwrap()).unwrap();
+    json["patch_size"] = 14.into();
+    std::fs::write(&pre, json.to_string()).unwrap();
+    let bundle = home.path().join("bundle");
+    let out = pack_local(home.path(), &model, None, &sample, &bundle);
+    let want = [
+        "qwen3-patch14/preprocessor_config.json",
+        "(14, 2, 2)",
+        "expects (16, 2, 2)",
+        "nothing was packed",
+    ];
+    assert_refused(&out, &bundle, &want);
+    // The unchanged checkpoint packs.
+    let good = pack_local(
+        home.path(),
+        &fixture("models/qwen3-tiny-a"),
+        None,
+        &sample,
+        &bundle,
+    );
+    ok(&good);
 }

@@ -6,9 +6,10 @@
 use candle_core::{DType, Device, Result, Tensor};
 use candle_nn::VarBuilder;
 
+use super::fused::{bias_gelu_tanh, LayerNorm};
 use super::pos_embed::position_taps;
 use crate::model::config::VisionConfig;
-use crate::model::nn::{weight, LayerNorm, Linear, Pass};
+use crate::model::nn::{weight, Linear, Pass};
 use crate::model::qwen2_5_vl::vision::{VisionAttention, VisionCtx};
 use crate::model::rope::vision_rope_tables;
 use crate::model::tower::{VisionOutput, VisionTrace};
@@ -34,7 +35,14 @@ impl VisionMlp {
     }
 
     fn forward(&self, p: Pass<'_>, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
-        let h = self.fc1.forward(p, x)?.gelu()?;
+        let b = self
+            .fc1
+            .bias()
+            .ok_or_else(|| candle_core::Error::Msg("vision linear_fc1 without bias".into()))?;
+        let y = self.fc1.matmul(p, x)?;
+        let h = p.ops.section("vision.mlp.bias_gelu", x.device(), || {
+            bias_gelu_tanh(p.ops, &y, b)
+        })?;
         self.fc2.forward_residual(p, &h, residual)
     }
 }
@@ -63,10 +71,10 @@ impl VisionBlock {
         let (dev, ops) = (x.device(), p.ops);
         let x = ops.section("vision.attn.full", dev, || {
             self.attn
-                .forward(p, &self.norm1.forward(x)?, (ctx, true), x)
+                .forward(p, &self.norm1.forward(ops, x)?, (ctx, true), x)
         })?;
         ops.section("vision.mlp", dev, || {
-            self.mlp.forward(p, &self.norm2.forward(&x)?, &x)
+            self.mlp.forward(p, &self.norm2.forward(ops, &x)?, &x)
         })
     }
 }
@@ -101,10 +109,10 @@ impl Merger {
         let (n, d) = x.dims2()?;
         let x = if self.postshuffle {
             self.norm
-                .forward(&x.reshape((n / self.unit, d * self.unit))?)?
+                .forward(p.ops, &x.reshape((n / self.unit, d * self.unit))?)?
         } else {
             self.norm
-                .forward(x)?
+                .forward(p.ops, x)?
                 .reshape((n / self.unit, d * self.unit))?
         };
         self.fc2.forward(p, &self.fc1.forward(p, &x)?.gelu_erf()?)
