@@ -42,7 +42,7 @@ use std::sync::Arc;
 use candle_core::{DType, Device};
 
 pub(crate) use crate::records::{OpsManifest, ProfileSnapshot};
-pub use attention::{composed, DecodeAttention, DecodeKv, DecodeStep, Varlen, VarlenSeg};
+pub use attention::{composed, DecodeKv, DecodeStep, Varlen, VarlenSeg};
 pub use config::{kernels_sha256, CpuGemm, GemmCalibration, OpsConfig};
 pub use elementwise::QkvRope;
 pub(crate) use gemm::peak::matmul_peak;

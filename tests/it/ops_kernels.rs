@@ -5,7 +5,8 @@
 
 use candle_core::{Device, Tensor};
 use mobile_r1_eval::ops::selftest as check;
-use mobile_r1_eval::ops::{self, DecodeAttention, DecodeKv, Ops, OpsConfig, VarlenSeg};
+use mobile_r1_eval::ops::{self, DecodeKv, Ops, OpsConfig, VarlenSeg};
+use mobile_r1_eval::records::DecodeAttention;
 
 fn cuda_or_cpu() -> Device {
     Device::new_cuda(0).unwrap_or(Device::Cpu)

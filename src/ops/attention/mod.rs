@@ -10,7 +10,7 @@ use candle_core::{DType, Device, Result, Tensor};
 
 #[cfg(feature = "cuda")]
 use super::cuda;
-pub use crate::records::DecodeAttention;
+use crate::records::DecodeAttention;
 
 use super::Ops;
 
