@@ -19,8 +19,8 @@ mod steps;
 
 pub use backends::load_devices;
 pub(crate) use backends::step_backend;
-pub use config::{EvalConfig, EvalOutcome, JudgeChoice, ServedConfig};
 pub(crate) use checks::{error_causes, step_errors};
+pub use config::{EvalConfig, EvalOutcome, JudgeChoice, ServedConfig};
 pub(crate) use dump::check_target as check_dump_target;
 pub(crate) use judge::{pending_trajectories, JudgePhase};
 pub use phase::{run_phase, run_phase_dumping, Phase};

@@ -32,8 +32,8 @@ pub use metrics::Metrics;
 pub(crate) use prepare::RequestLimits;
 
 use crate::backend::{LoadedModel, ModelSpec};
-use crate::settings::BatchLimits;
 use crate::openai::ApiKey;
+use crate::settings::BatchLimits;
 
 /// Everything `serve` needs, checked by the command layer.
 #[derive(Debug, Clone)]

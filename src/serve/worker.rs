@@ -17,9 +17,9 @@ use crate::engine::{
     Engine, EngineSink, FinishReason, Generation, Next, Request, RequestSource, TokenScores,
 };
 use crate::interrupt::Cancel;
-use crate::settings::BatchLimits;
 use crate::openai::{Finish, TokenLogprob, TopLogprob, Usage};
 use crate::records::PhaseStats;
+use crate::settings::BatchLimits;
 
 /// A prepared request on its way to the engine, and where its tokens go.
 pub struct Job {
