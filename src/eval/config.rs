@@ -60,7 +60,7 @@ pub struct EvalConfig {
     /// System prompt source.
     pub system_prompt: SystemPrompt,
     /// The evaluated model's family: its default system prompt and coordinate frame (the loaded backend's,
-    /// set by [`run_eval_with`]).
+    /// set by [`run_eval_with`](super::run_eval_with)).
     pub family: ModelFamily,
     /// `--coordinate-frame`; the family's default when `None`.
     pub coordinate_frame: Option<CoordinateFrame>,
