@@ -1,6 +1,7 @@
 //! The evaluation program: every step of every trajectory as an independent prompt (phase 1), one aggregation
 //! (judge) prompt per trajectory (phase 2), then the scorer. Both phases run through a
-//! [`Backend`](crate::backend::Backend) and append each result as it finishes, so a killed run resumes without losing or duplicating a step.
+//! [`Backend`](crate::backend::Backend) and append each result as it finishes, so a killed run resumes without
+//! losing or duplicating a step.
 
 mod backends;
 mod checks;
