@@ -18,10 +18,12 @@ const BARE_PREFIX: &str = r#"{"name": "mobile_use", "arguments":"#;
 pub fn read_as(reading: Reading, text: &str) -> Option<Result<Action, ParseFailure>> {
     let r = match reading {
         Reading::Lenient => return None,
-        Reading::QwenEvaluator | Reading::QwenConverted => qwen_extract(text)
-            .ok_or(ParseFailure::NoToolCall)
-            .and_then(|json| load_arguments(py_strip(&json)))
-            .and_then(|args| qwen_arguments(&args, reading).map_err(ParseFailure::from)),
+        Reading::QwenEvaluator | Reading::QwenConverted | Reading::AitwConverted => {
+            qwen_extract(text)
+                .ok_or(ParseFailure::NoToolCall)
+                .and_then(|json| load_arguments(py_strip(&json)))
+                .and_then(|args| qwen_arguments(&args, reading).map_err(ParseFailure::from))
+        }
         Reading::AgentCpm => agentcpm_extract(text)
             .ok_or(ParseFailure::NoToolCall)
             .and_then(load_arguments)
@@ -62,10 +64,11 @@ fn agentcpm_extract(text: &str) -> Option<&str> {
     body.split("\n</tool_call>").next()
 }
 
-/// `json.loads(text)['arguments']`.
+/// `json.loads(text)['arguments']`, with Python's `NaN`, `Infinity` and `-Infinity` read as marked strings
+/// ([`non_finite`]).
 fn load_arguments(text: &str) -> Result<Value, ParseFailure> {
-    let v: Value =
-        serde_json::from_str(text).map_err(|e| ParseFailure::InvalidJson(e.to_string()))?;
+    let v: Value = serde_json::from_str(&mark_non_finite(text))
+        .map_err(|e| ParseFailure::InvalidJson(e.to_string()))?;
     let map = v
         .as_object()
         .ok_or(ActionError::NotAnObject("another value"))?;
@@ -92,11 +95,55 @@ fn action_of(args: &Value) -> Result<(&Map<String, Value>, ActionType), ActionEr
     Ok((map, t))
 }
 
-/// A JSON number as Python reads it (a boolean is the integer 0 or 1).
+/// Starts the string that stands for a `NaN`, `Infinity` or `-Infinity` token; JSON strings cannot hold a raw
+/// U+0000, so no real string is taken for one.
+const NON_FINITE: char = '\u{0}';
+
+/// The text with each `NaN`, `Infinity` and `-Infinity` token outside strings (which Python's `json.loads` reads
+/// as floats) replaced by a string of [`NON_FINITE`] and the token.
+fn mark_non_finite(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let (mut in_string, mut escaped) = (false, false);
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        if !in_string {
+            let token = ["-Infinity", "Infinity", "NaN"]
+                .into_iter()
+                .find(|t| rest.starts_with(t));
+            if let Some(t) = token {
+                out.push_str(&format!("\"\\u0000{t}\""));
+                rest = &rest[t.len()..];
+                continue;
+            }
+        }
+        if in_string && escaped {
+            escaped = false;
+        } else if in_string && c == '\\' {
+            escaped = true;
+        } else if c == '"' {
+            in_string = !in_string;
+        }
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    out
+}
+
+/// The float a marked `NaN`, `Infinity` or `-Infinity` string stands for.
+fn non_finite(v: &Value) -> Option<f64> {
+    match v.as_str()?.strip_prefix(NON_FINITE)? {
+        "NaN" => Some(f64::NAN),
+        "Infinity" => Some(f64::INFINITY),
+        "-Infinity" => Some(f64::NEG_INFINITY),
+        _ => None,
+    }
+}
+
+/// A JSON number as Python reads it (a boolean is the integer 0 or 1, `NaN` and the infinities floats).
 fn number(v: &Value) -> Option<f64> {
     match v {
         Value::Bool(b) => Some(f64::from(u8::from(*b))),
-        other => other.as_f64(),
+        other => other.as_f64().or_else(|| non_finite(other)),
     }
 }
 
@@ -135,9 +182,38 @@ impl Fields<'_> {
         }
     }
 
+    /// [`Self::point`] of finite numbers: a `NaN` or infinite point is refused (a departure `docs/rules.md` lists
+    /// for swipes; a click or long press there is wrong by every reference).
+    fn finite_point(&self, arg: &'static str, exactly: bool) -> Result<[f64; 2], ActionError> {
+        let p = self.point(arg, exactly)?;
+        if p.iter().all(|v| v.is_finite()) {
+            Ok(p)
+        } else {
+            Err(self.wrong(arg, "an array of two finite numbers"))
+        }
+    }
+
+    /// `norm_coordinate`'s division of a `candidate_bbox`: an iterable (an empty string or object is one) of
+    /// sequences of at least four numbers; never read after that.
+    fn divisible_boxes(&self, arg: &'static str) -> Result<(), ActionError> {
+        let bad = || self.wrong(arg, "an array of boxes of four numbers");
+        let boxes = match self.map.get(arg) {
+            None => return Ok(()),
+            Some(Value::String(s)) if s.is_empty() => return Ok(()),
+            Some(Value::Object(m)) if m.is_empty() => return Ok(()),
+            Some(Value::Array(a)) => a,
+            Some(_) => return Err(bad()),
+        };
+        let four = |b: &Value| {
+            b.as_array()
+                .is_some_and(|b| b.len() >= 4 && b[..4].iter().all(|v| number(v).is_some()))
+        };
+        boxes.iter().all(four).then_some(()).ok_or_else(bad)
+    }
+
     fn string(&self, arg: &'static str) -> Result<String, ActionError> {
         match self.get(arg)? {
-            Value::String(s) => Ok(s.clone()),
+            Value::String(s) if !s.starts_with(NON_FINITE) => Ok(s.clone()),
             _ => Err(self.wrong(arg, "a string")),
         }
     }
@@ -176,27 +252,30 @@ fn qwen_arguments(args: &Value, reading: Reading) -> Result<Action, ActionError>
     let (map, action) = action_of(args)?;
     let f = Fields { map, action };
     if reading == Reading::QwenEvaluator {
+        f.divisible_boxes("candidate_bbox")?;
         for arg in ["coordinate", "coordinate2"] {
             if map.contains_key(arg) {
                 f.point(arg, false)?;
             }
         }
     }
-    let text = |arg| match reading {
-        Reading::QwenConverted => f.get(arg).map(py_str),
+    let unread = |arg| Ok(map.get(arg).map_or_else(String::new, py_str));
+    let text = |arg| match (reading, action) {
+        (Reading::QwenConverted, ActionType::Type) => f.get(arg).map(py_str),
+        (Reading::QwenConverted | Reading::AitwConverted, _) => unread(arg),
         _ => f.string(arg),
     };
     Ok(match action {
         ActionType::Click => Action::Click {
-            coordinate: f.point("coordinate", false)?,
+            coordinate: f.finite_point("coordinate", false)?,
         },
         ActionType::LongPress => Action::LongPress {
-            coordinate: f.point("coordinate", false)?,
+            coordinate: f.finite_point("coordinate", false)?,
             time: f.unread_seconds("time"),
         },
         ActionType::Swipe => Action::Swipe {
-            coordinate: f.point("coordinate", false)?,
-            coordinate2: f.point("coordinate2", false)?,
+            coordinate: f.finite_point("coordinate", false)?,
+            coordinate2: f.finite_point("coordinate2", false)?,
         },
         ActionType::Type => Action::Type {
             text: text("text")?,
@@ -238,18 +317,18 @@ fn agentcpm_arguments(args: &Value) -> Result<Action, ActionError> {
     };
     Ok(match action {
         ActionType::Click => Action::Click {
-            coordinate: f.point("coordinate", true)?,
+            coordinate: f.finite_point("coordinate", true)?,
         },
         ActionType::LongPress => {
-            let coordinate = f.point("coordinate", true)?;
+            let coordinate = f.finite_point("coordinate", true)?;
             Action::LongPress {
                 coordinate,
                 time: Some(millis("time")?),
             }
         }
         ActionType::Swipe => Action::Swipe {
-            coordinate: f.point("coordinate", true)?,
-            coordinate2: f.point("coordinate2", true)?,
+            coordinate: f.finite_point("coordinate", true)?,
+            coordinate2: f.finite_point("coordinate2", true)?,
         },
         ActionType::Type => Action::Type {
             text: f.string("text")?,
@@ -282,7 +361,7 @@ fn agentcpm_arguments(args: &Value) -> Result<Action, ActionError> {
 /// A JSON value as Python's `str()` writes the value `json.loads` makes of it.
 fn py_str(v: &Value) -> String {
     match v {
-        Value::String(s) => s.clone(),
+        Value::String(s) if !s.starts_with(NON_FINITE) => s.clone(),
         other => py_repr(other),
     }
 }
@@ -295,9 +374,12 @@ fn py_repr(v: &Value) -> String {
         Value::Bool(true) => "True".into(),
         Value::Bool(false) => "False".into(),
         Value::Number(n) => match n.as_f64() {
-            Some(x) if !n.is_i64() && !n.is_u64() => format!("{x:?}"),
+            Some(x) if !n.is_i64() && !n.is_u64() => py_float(x),
             _ => n.to_string(),
         },
+        Value::String(s) if s.starts_with(NON_FINITE) => {
+            non_finite(v).map_or_else(|| s.clone(), py_float)
+        }
         Value::String(s) if s.contains('\'') && !s.contains('"') => format!("\"{s}\""),
         Value::String(s) => format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'")),
         Value::Array(a) => {
@@ -312,6 +394,26 @@ fn py_repr(v: &Value) -> String {
             format!("{{{}}}", items.join(", "))
         }
     }
+}
+
+/// Python's `repr()` of a float: the shortest digits that read back, positional for decimal exponents from -4 to
+/// 15, else `d.ddde+XX` with a sign and at least two exponent digits; `nan`, `inf`, `-inf`.
+fn py_float(x: f64) -> String {
+    if x.is_nan() {
+        return "nan".into();
+    }
+    if x.is_infinite() {
+        return if x > 0.0 { "inf" } else { "-inf" }.into();
+    }
+    let sci = format!("{x:e}");
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if (-4..16).contains(&exp) {
+        let s = format!("{x:?}");
+        return if s.contains('.') { s } else { format!("{s}.0") };
+    }
+    let sign = if exp < 0 { '-' } else { '+' };
+    format!("{mantissa}e{sign}{:02}", exp.abs())
 }
 
 #[cfg(test)]
@@ -373,5 +475,117 @@ mod tests {
         assert!(read(Reading::AgentCpm, &wait).is_err());
         let list = Value::from(vec![Value::from(5), Value::Null, Value::from(1.5)]);
         assert_eq!(py_str(&list), "[5, None, 1.5]");
+    }
+
+    fn args(args: &str) -> String {
+        format!("<tool_call>\n{{\"name\": \"x\", \"arguments\": {args}}}\n</tool_call>")
+    }
+
+    #[test]
+    fn a_type_without_text_is_read_where_the_conversion_never_reads_it() {
+        let bare = args(r#"{"action": "type"}"#);
+        let typed = Ok(Action::Type { text: "".into() });
+        assert_eq!(read(Reading::AitwConverted, &bare), typed);
+        assert!(read(Reading::QwenConverted, &bare).is_err());
+        assert!(read(Reading::QwenEvaluator, &bare).is_err());
+        let open = args(r#"{"action": "open"}"#);
+        assert_eq!(
+            read(Reading::QwenConverted, &open),
+            Ok(Action::Open { text: "".into() })
+        );
+        assert_eq!(
+            read(
+                Reading::AitwConverted,
+                &args(r#"{"action": "type", "text": 1.5e16}"#)
+            ),
+            Ok(Action::Type {
+                text: "1.5e+16".into()
+            })
+        );
+    }
+
+    #[test]
+    fn an_answer_candidate_bbox_is_divided_by_the_qwen_evaluator_only() {
+        let q = Reading::QwenEvaluator;
+        let with = |boxes: &str| {
+            args(&format!(
+                r#"{{"action": "click", "coordinate": [5, 6], "candidate_bbox": {boxes}}}"#
+            ))
+        };
+        for fine in [
+            "[]",
+            "[[1, 2, 3, 4]]",
+            "[[1, 2, 3, 4, \"x\"], [0, true, 1, 2]]",
+            "\"\"",
+            "{}",
+        ] {
+            assert!(read(q, &with(fine)).is_ok(), "{fine}");
+        }
+        for bad in [
+            "5",
+            "null",
+            "[[1, 2, 3]]",
+            "[[1, 2, \"3\", 4]]",
+            "\"ab\"",
+            "[5]",
+        ] {
+            assert!(read(q, &with(bad)).is_err(), "{bad}");
+            assert!(read(Reading::QwenConverted, &with(bad)).is_ok(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn python_non_finite_numbers_are_read_where_json_loads_reads_them() {
+        let wait = args(r#"{"action": "wait", "time": NaN}"#);
+        assert_eq!(
+            read(Reading::QwenEvaluator, &wait),
+            Ok(Action::Wait { time: None })
+        );
+        assert!(read(Reading::AgentCpm, &wait).is_err());
+        let stray =
+            args(r#"{"action": "click", "coordinate": [5, 6], "coordinate2": [-Infinity, 1]}"#);
+        assert!(read(Reading::QwenEvaluator, &stray).is_ok());
+        for (token, text) in [("NaN", "nan"), ("Infinity", "inf"), ("-Infinity", "-inf")] {
+            let typed = args(&format!(r#"{{"action": "type", "text": {token}}}"#));
+            let want = Ok(Action::Type { text: text.into() });
+            assert_eq!(read(Reading::QwenConverted, &typed), want);
+            assert!(read(Reading::QwenEvaluator, &typed).is_err());
+        }
+        let listed = args(r#"{"action": "type", "text": [NaN, "NaN", 1e-05]}"#);
+        assert_eq!(
+            read(Reading::QwenConverted, &listed),
+            Ok(Action::Type {
+                text: "[nan, 'NaN', 1e-05]".into()
+            })
+        );
+        let click = args(r#"{"action": "click", "coordinate": [NaN, 6]}"#);
+        assert!(read(Reading::QwenEvaluator, &click).is_err());
+        let quoted = args(r#"{"action": "type", "text": "say NaN \"Infinity\""}"#);
+        assert_eq!(
+            read(Reading::QwenEvaluator, &quoted),
+            Ok(Action::Type {
+                text: "say NaN \"Infinity\"".into()
+            })
+        );
+    }
+
+    #[test]
+    fn floats_are_written_as_python_writes_them() {
+        let cases = [
+            (1e16, "1e+16"),
+            (1.5e16, "1.5e+16"),
+            (1e15, "1000000000000000.0"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (1.25e-123, "1.25e-123"),
+            (1e300, "1e+300"),
+            (-2.5, "-2.5"),
+            (-0.0, "-0.0"),
+            (5.0, "5.0"),
+            (0.1, "0.1"),
+        ];
+        for (x, want) in cases {
+            assert_eq!(py_float(x), want, "{x}");
+        }
     }
 }
