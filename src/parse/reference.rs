@@ -7,6 +7,10 @@
 
 use serde_json::{Map, Value};
 
+mod python;
+
+use python::{mark_non_finite, non_finite, py_str, NON_FINITE};
+
 use super::ParseFailure;
 use crate::action::{Action, ActionError, ActionType, Button, Status};
 use crate::settings::{py_strip, Reading};
@@ -18,10 +22,12 @@ const BARE_PREFIX: &str = r#"{"name": "mobile_use", "arguments":"#;
 pub fn read_as(reading: Reading, text: &str) -> Option<Result<Action, ParseFailure>> {
     let r = match reading {
         Reading::Lenient => return None,
-        Reading::QwenEvaluator | Reading::QwenConverted => qwen_extract(text)
-            .ok_or(ParseFailure::NoToolCall)
-            .and_then(|json| load_arguments(py_strip(&json)))
-            .and_then(|args| qwen_arguments(&args, reading).map_err(ParseFailure::from)),
+        Reading::QwenEvaluator | Reading::QwenConverted | Reading::AitwConverted => {
+            qwen_extract(text)
+                .ok_or(ParseFailure::NoToolCall)
+                .and_then(|json| load_arguments(py_strip(&json)))
+                .and_then(|args| qwen_arguments(&args, reading).map_err(ParseFailure::from))
+        }
         Reading::AgentCpm => agentcpm_extract(text)
             .ok_or(ParseFailure::NoToolCall)
             .and_then(load_arguments)
@@ -62,10 +68,11 @@ fn agentcpm_extract(text: &str) -> Option<&str> {
     body.split("\n</tool_call>").next()
 }
 
-/// `json.loads(text)['arguments']`.
+/// `json.loads(text)['arguments']`, with Python's `NaN`, `Infinity` and `-Infinity` read as marked strings
+/// ([`non_finite`]).
 fn load_arguments(text: &str) -> Result<Value, ParseFailure> {
-    let v: Value =
-        serde_json::from_str(text).map_err(|e| ParseFailure::InvalidJson(e.to_string()))?;
+    let v: Value = serde_json::from_str(&mark_non_finite(text))
+        .map_err(|e| ParseFailure::InvalidJson(e.to_string()))?;
     let map = v
         .as_object()
         .ok_or(ActionError::NotAnObject("another value"))?;
@@ -92,11 +99,11 @@ fn action_of(args: &Value) -> Result<(&Map<String, Value>, ActionType), ActionEr
     Ok((map, t))
 }
 
-/// A JSON number as Python reads it (a boolean is the integer 0 or 1).
+/// A JSON number as Python reads it (a boolean is the integer 0 or 1, `NaN` and the infinities floats).
 fn number(v: &Value) -> Option<f64> {
     match v {
         Value::Bool(b) => Some(f64::from(u8::from(*b))),
-        other => other.as_f64(),
+        other => other.as_f64().or_else(|| non_finite(other)),
     }
 }
 
@@ -135,9 +142,38 @@ impl Fields<'_> {
         }
     }
 
+    /// [`Self::point`] of finite numbers: a `NaN` or infinite point is refused (a departure `docs/rules.md` lists
+    /// for swipes; a click or long press there is wrong by every reference).
+    fn finite_point(&self, arg: &'static str, exactly: bool) -> Result<[f64; 2], ActionError> {
+        let p = self.point(arg, exactly)?;
+        if p.iter().all(|v| v.is_finite()) {
+            Ok(p)
+        } else {
+            Err(self.wrong(arg, "an array of two finite numbers"))
+        }
+    }
+
+    /// `norm_coordinate`'s division of a `candidate_bbox`: an iterable (an empty string or object is one) of
+    /// sequences of at least four numbers; never read after that.
+    fn divisible_boxes(&self, arg: &'static str) -> Result<(), ActionError> {
+        let bad = || self.wrong(arg, "an array of boxes of four numbers");
+        let boxes = match self.map.get(arg) {
+            None => return Ok(()),
+            Some(Value::String(s)) if s.is_empty() => return Ok(()),
+            Some(Value::Object(m)) if m.is_empty() => return Ok(()),
+            Some(Value::Array(a)) => a,
+            Some(_) => return Err(bad()),
+        };
+        let four = |b: &Value| {
+            b.as_array()
+                .is_some_and(|b| b.len() >= 4 && b[..4].iter().all(|v| number(v).is_some()))
+        };
+        boxes.iter().all(four).then_some(()).ok_or_else(bad)
+    }
+
     fn string(&self, arg: &'static str) -> Result<String, ActionError> {
         match self.get(arg)? {
-            Value::String(s) => Ok(s.clone()),
+            Value::String(s) if !s.starts_with(NON_FINITE) => Ok(s.clone()),
             _ => Err(self.wrong(arg, "a string")),
         }
     }
@@ -176,27 +212,30 @@ fn qwen_arguments(args: &Value, reading: Reading) -> Result<Action, ActionError>
     let (map, action) = action_of(args)?;
     let f = Fields { map, action };
     if reading == Reading::QwenEvaluator {
+        f.divisible_boxes("candidate_bbox")?;
         for arg in ["coordinate", "coordinate2"] {
             if map.contains_key(arg) {
                 f.point(arg, false)?;
             }
         }
     }
-    let text = |arg| match reading {
-        Reading::QwenConverted => f.get(arg).map(py_str),
+    let unread = |arg| Ok(map.get(arg).map_or_else(String::new, py_str));
+    let text = |arg| match (reading, action) {
+        (Reading::QwenConverted, ActionType::Type) => f.get(arg).map(py_str),
+        (Reading::QwenConverted | Reading::AitwConverted, _) => unread(arg),
         _ => f.string(arg),
     };
     Ok(match action {
         ActionType::Click => Action::Click {
-            coordinate: f.point("coordinate", false)?,
+            coordinate: f.finite_point("coordinate", false)?,
         },
         ActionType::LongPress => Action::LongPress {
-            coordinate: f.point("coordinate", false)?,
+            coordinate: f.finite_point("coordinate", false)?,
             time: f.unread_seconds("time"),
         },
         ActionType::Swipe => Action::Swipe {
-            coordinate: f.point("coordinate", false)?,
-            coordinate2: f.point("coordinate2", false)?,
+            coordinate: f.finite_point("coordinate", false)?,
+            coordinate2: f.finite_point("coordinate2", false)?,
         },
         ActionType::Type => Action::Type {
             text: text("text")?,
@@ -238,18 +277,18 @@ fn agentcpm_arguments(args: &Value) -> Result<Action, ActionError> {
     };
     Ok(match action {
         ActionType::Click => Action::Click {
-            coordinate: f.point("coordinate", true)?,
+            coordinate: f.finite_point("coordinate", true)?,
         },
         ActionType::LongPress => {
-            let coordinate = f.point("coordinate", true)?;
+            let coordinate = f.finite_point("coordinate", true)?;
             Action::LongPress {
                 coordinate,
                 time: Some(millis("time")?),
             }
         }
         ActionType::Swipe => Action::Swipe {
-            coordinate: f.point("coordinate", true)?,
-            coordinate2: f.point("coordinate2", true)?,
+            coordinate: f.finite_point("coordinate", true)?,
+            coordinate2: f.finite_point("coordinate2", true)?,
         },
         ActionType::Type => Action::Type {
             text: f.string("text")?,
@@ -277,41 +316,6 @@ fn agentcpm_arguments(args: &Value) -> Result<Action, ActionError> {
             return Err(ActionError::UnknownAction(action.as_str().to_owned()))
         }
     })
-}
-
-/// A JSON value as Python's `str()` writes the value `json.loads` makes of it.
-fn py_str(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        other => py_repr(other),
-    }
-}
-
-/// Python's `repr()` of the value `json.loads` makes of `v` (strings quoted as Python quotes them when they hold
-/// no quote or backslash of their own).
-fn py_repr(v: &Value) -> String {
-    match v {
-        Value::Null => "None".into(),
-        Value::Bool(true) => "True".into(),
-        Value::Bool(false) => "False".into(),
-        Value::Number(n) => match n.as_f64() {
-            Some(x) if !n.is_i64() && !n.is_u64() => format!("{x:?}"),
-            _ => n.to_string(),
-        },
-        Value::String(s) if s.contains('\'') && !s.contains('"') => format!("\"{s}\""),
-        Value::String(s) => format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'")),
-        Value::Array(a) => {
-            let items: Vec<String> = a.iter().map(py_repr).collect();
-            format!("[{}]", items.join(", "))
-        }
-        Value::Object(m) => {
-            let items: Vec<String> = m
-                .iter()
-                .map(|(k, v)| format!("{}: {}", py_repr(&Value::from(k.as_str())), py_repr(v)))
-                .collect();
-            format!("{{{}}}", items.join(", "))
-        }
-    }
 }
 
 #[cfg(test)]
@@ -373,5 +377,97 @@ mod tests {
         assert!(read(Reading::AgentCpm, &wait).is_err());
         let list = Value::from(vec![Value::from(5), Value::Null, Value::from(1.5)]);
         assert_eq!(py_str(&list), "[5, None, 1.5]");
+    }
+
+    fn args(args: &str) -> String {
+        format!("<tool_call>\n{{\"name\": \"x\", \"arguments\": {args}}}\n</tool_call>")
+    }
+
+    #[test]
+    fn a_type_without_text_is_read_where_the_conversion_never_reads_it() {
+        let bare = args(r#"{"action": "type"}"#);
+        let typed = Ok(Action::Type { text: "".into() });
+        assert_eq!(read(Reading::AitwConverted, &bare), typed);
+        assert!(read(Reading::QwenConverted, &bare).is_err());
+        assert!(read(Reading::QwenEvaluator, &bare).is_err());
+        let open = args(r#"{"action": "open"}"#);
+        assert_eq!(
+            read(Reading::QwenConverted, &open),
+            Ok(Action::Open { text: "".into() })
+        );
+        assert_eq!(
+            read(
+                Reading::AitwConverted,
+                &args(r#"{"action": "type", "text": 1.5e16}"#)
+            ),
+            Ok(Action::Type {
+                text: "1.5e+16".into()
+            })
+        );
+    }
+
+    #[test]
+    fn an_answer_candidate_bbox_is_divided_by_the_qwen_evaluator_only() {
+        let q = Reading::QwenEvaluator;
+        let with = |boxes: &str| {
+            args(&format!(
+                r#"{{"action": "click", "coordinate": [5, 6], "candidate_bbox": {boxes}}}"#
+            ))
+        };
+        for fine in [
+            "[]",
+            "[[1, 2, 3, 4]]",
+            "[[1, 2, 3, 4, \"x\"], [0, true, 1, 2]]",
+            "\"\"",
+            "{}",
+        ] {
+            assert!(read(q, &with(fine)).is_ok(), "{fine}");
+        }
+        for bad in [
+            "5",
+            "null",
+            "[[1, 2, 3]]",
+            "[[1, 2, \"3\", 4]]",
+            "\"ab\"",
+            "[5]",
+        ] {
+            assert!(read(q, &with(bad)).is_err(), "{bad}");
+            assert!(read(Reading::QwenConverted, &with(bad)).is_ok(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn python_non_finite_numbers_are_read_where_json_loads_reads_them() {
+        let wait = args(r#"{"action": "wait", "time": NaN}"#);
+        assert_eq!(
+            read(Reading::QwenEvaluator, &wait),
+            Ok(Action::Wait { time: None })
+        );
+        assert!(read(Reading::AgentCpm, &wait).is_err());
+        let stray =
+            args(r#"{"action": "click", "coordinate": [5, 6], "coordinate2": [-Infinity, 1]}"#);
+        assert!(read(Reading::QwenEvaluator, &stray).is_ok());
+        for (token, text) in [("NaN", "nan"), ("Infinity", "inf"), ("-Infinity", "-inf")] {
+            let typed = args(&format!(r#"{{"action": "type", "text": {token}}}"#));
+            let want = Ok(Action::Type { text: text.into() });
+            assert_eq!(read(Reading::QwenConverted, &typed), want);
+            assert!(read(Reading::QwenEvaluator, &typed).is_err());
+        }
+        let listed = args(r#"{"action": "type", "text": [NaN, "NaN", 1e-05]}"#);
+        assert_eq!(
+            read(Reading::QwenConverted, &listed),
+            Ok(Action::Type {
+                text: "[nan, 'NaN', 1e-05]".into()
+            })
+        );
+        let click = args(r#"{"action": "click", "coordinate": [NaN, 6]}"#);
+        assert!(read(Reading::QwenEvaluator, &click).is_err());
+        let quoted = args(r#"{"action": "type", "text": "say NaN \"Infinity\""}"#);
+        assert_eq!(
+            read(Reading::QwenEvaluator, &quoted),
+            Ok(Action::Type {
+                text: "say NaN \"Infinity\"".into()
+            })
+        );
     }
 }

@@ -157,9 +157,11 @@ pub enum Reading {
     /// else the literal bare prefix `{"name": "mobile_use", "arguments":`; `json.loads`; action names compared
     /// exactly; every `coordinate` and `coordinate2` divided first; texts and buttons must be strings.
     QwenEvaluator,
-    /// The same extraction, each action read only for what AITW's and GUI-Odyssey's conversions use (a typed
-    /// text as Python's `str()` writes any value).
+    /// The same extraction, each action read only for what GUI-Odyssey's conversion uses (a typed text required,
+    /// written as Python's `str()` writes any value; `open` and `key` texts not read).
     QwenConverted,
+    /// The same extraction, each action read only for what AITW's conversion uses (no text read at all).
+    AitwConverted,
     /// AgentCPM-GUI's Qwen2.5-VL conversion (`qwen2_5_2_minicpm`) and action schema: the text between
     /// `"<tool_call>\n"` and `"\n</tool_call>"`, points of exactly two numbers, `time` required for a long press and
     /// a wait, buttons as written, no `open` or `key`.

@@ -228,7 +228,7 @@ impl RulePreset {
             terminate_status: true,
             wait_is_terminate: false,
             short_swipe_is_tap: Some(0.04),
-            reading: Reading::QwenConverted,
+            reading: Reading::AitwConverted,
         }
     }
 

@@ -161,6 +161,8 @@ class Refs:
 def fma64(a, b, c):
     from fractions import Fraction
 
+    if not all(math.isfinite(x) for x in (a, b, c)):  # NaN and infinities propagate as in any fused multiply-add
+        return a * b + c
     return float(Fraction(a) * Fraction(b) + Fraction(c))
 
 
@@ -181,8 +183,11 @@ def round32(v):
 
 
 def fma32(a, b, c):
+    import numpy as np
     from fractions import Fraction
 
+    if not all(math.isfinite(float(x)) for x in (a, b, c)):
+        return np.float32(a) * np.float32(b) + np.float32(c)
     return round32(Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c)))
 
 
@@ -619,6 +624,19 @@ def reading_probes():
     for b in ("Back\n", "back"):
         out.append(Step("reading/button", (1080, 2400), None, {"action": "system_button", "button": "Back"}, [],
                         tool({"action": "system_button", "button": b})))
+    # A type without text; an answer's own candidate_bbox (divided, never read, by the Qwen evaluator); Python's
+    # NaN and infinities (json.loads reads them, json.dumps writes them); texts Python's str() writes in exponent
+    # form. Appended last so that earlier step ids stay.
+    out.append(Step("reading/type", (1080, 2400), None, ty, [], tool({"action": "type"})))
+    for bb in ([], [[1, 2, 3]], [[1, 2, 3, 4, "x"]], 5, "ab", ""):
+        out.append(Step("reading/click", (1080, 2400), None, g, boxes, tool({**click, "candidate_bbox": bb})))
+    nan, inf = float("nan"), float("inf")
+    out.append(Step("reading/click", (1080, 2400), None, g, boxes, tool({**click, "coordinate2": [nan, -inf]})))
+    out.append(Step("reading/click", (1080, 2400), None, g, boxes, tool({"action": "click", "coordinate": [nan, 1200]})))
+    out.append(Step("reading/wait", (1080, 2400), None, {"action": "wait"}, [], tool({"action": "wait", "time": nan})))
+    for gold, p in (("nan", nan), ("inf", inf), ("-inf", -inf), ("1e+16", 1e16), ("1e-05", 1e-05), ("1.5e+16", 1.5e16)):
+        out.append(Step("reading/type", (1080, 2400), None, {"action": "type", "text": gold}, [],
+                        tool({"action": "type", "text": p})))
     return out
 
 
