@@ -8,8 +8,8 @@ use anyhow::Result;
 
 use super::prefetch::{prefetch, Feed};
 use super::{
-    Backend, BackendInfo, ChatRequest, ChatResult, DeviceBackend, JobQueue, LoadedModel,
-    MakeRequest, Sink, Taker,
+    Backend, BackendInfo, BackendKind, ChatRequest, ChatResult, DeviceBackend, JobQueue,
+    LoadedModel, LocalInfo, MakeRequest, Sink, Taker,
 };
 use crate::engine::{Engine, Generation, Next, Request, RequestSource};
 use crate::interrupt::Cancel;
@@ -40,14 +40,15 @@ impl LocalBackend {
         let m = &loaded.model;
         let info = BackendInfo {
             model: model.to_string(),
-            model_path: loaded.dir.clone(),
-            fingerprint: loaded.fingerprint.clone(),
-            weights: loaded.weights.clone(),
-            dtype: loaded.dtype_name(),
-            device: loaded.device.to_string(),
-            kv_bytes_per_token: m.kv_bytes_per_token(),
-            ops: ops_record(m),
+            fingerprint: loaded.source.fingerprint(),
             family: m.family(),
+            kind: BackendKind::Local(LocalInfo {
+                source: loaded.source.clone(),
+                dtype: loaded.dtype_name(),
+                device: loaded.device.to_string(),
+                kv_bytes_per_token: m.kv_bytes_per_token(),
+                ops: ops_record(m),
+            }),
         };
         let mut stop_tokens = m.config().eos_token_ids.clone();
         if stop_tokens.is_empty() {

@@ -13,11 +13,10 @@ mod prefetch;
 use std::path::PathBuf;
 
 use anyhow::Result;
-use serde::{Deserialize, Serialize};
 
 pub use jobs::{JobQueue, Taker};
 pub use local::LocalBackend;
-pub use model::{choose_device, fingerprint, LoadedModel, ModelSpec};
+pub use model::{choose_device, fingerprint, LoadedModel, ModelSource, ModelSpec};
 pub use multi::{DeviceBackend, MultiBackend};
 pub(crate) use openai::{OpenAiBackend, OpenAiSettings, ServedStop};
 
@@ -25,7 +24,7 @@ use crate::engine::Next;
 use crate::settings::BatchLimits;
 
 use crate::preprocess::ImageProcessorConfig;
-use crate::records::{FinishReason, OpsRecord, PhaseStats};
+use crate::records::{FinishReason, OpsRecord, PhaseStats, PublishedModel};
 
 /// One chat prompt.
 #[derive(Debug, Clone, PartialEq)]
@@ -64,29 +63,82 @@ pub struct ChatResult {
     pub image_sizes: Vec<[u32; 2]>,
 }
 
-/// What a backend is, for the run manifest.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// What a backend is, for the run manifest: the model it answers with and, by kind, where it runs.
+#[derive(Debug, Clone, PartialEq)]
 pub struct BackendInfo {
-    /// The model as named by the user.
+    /// The model as named by the user (a served model: its id on the server).
     pub model: String,
-    /// The local folder it was read from.
-    pub model_path: PathBuf,
-    /// Fingerprint of its config and safetensors headers.
+    /// What identifies the model: a fingerprint of a checkpoint's config and safetensors headers, of random
+    /// weights' seed, or of a served model's id and the checkpoint its server names.
     pub fingerprint: String,
-    /// Content fingerprint of its weight files.
-    pub weights: crate::fingerprint::FilesFingerprint,
-    /// Activation dtype.
+    /// The model family (from the checkpoint's `config.json`; for a served model, `--model-family` or the server's
+    /// model list, else Qwen2.5-VL).
+    pub family: crate::settings::ModelFamily,
+    /// A checkpoint on this machine or a served model.
+    pub kind: BackendKind,
+}
+
+/// The kinds of backend.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BackendKind {
+    /// A model on this machine, through the engine.
+    Local(LocalInfo),
+    /// A model served over an OpenAI-compatible API.
+    Served(ServedInfo),
+}
+
+/// A model on this machine.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalInfo {
+    /// Where its weights came from.
+    pub source: ModelSource,
+    /// Activation dtype (`f32`, `bf16`, `f16`).
     pub dtype: String,
-    /// The device it runs on.
+    /// The device it runs on (several joined by commas).
     pub device: String,
     /// KV-cache bytes per cached token.
     pub kv_bytes_per_token: usize,
     /// The fused ops and GEMM library it runs with.
     pub ops: OpsRecord,
-    /// The model family (from the checkpoint's `config.json`; for a served model, `--model-family` or the server's
-    /// model list, else Qwen2.5-VL).
-    #[serde(default = "crate::records::default_family")]
-    pub family: crate::settings::ModelFamily,
+}
+
+/// A model served over an OpenAI-compatible API.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServedInfo {
+    /// The server's base URL (`…/v1`), without credentials or query.
+    pub endpoint: String,
+    /// What the server's model list publishes about the model.
+    pub published: PublishedModel,
+}
+
+impl BackendInfo {
+    /// Content fingerprint of the checkpoint's weight files; empty for random weights and a served model, whose
+    /// files this program does not read.
+    pub fn weights(&self) -> crate::fingerprint::FilesFingerprint {
+        match &self.kind {
+            BackendKind::Local(LocalInfo {
+                source: ModelSource::Checkpoint { weights, .. },
+                ..
+            }) => weights.clone(),
+            _ => Default::default(),
+        }
+    }
+
+    /// Where it runs: the local device(s), or the server's base URL.
+    pub fn place(&self) -> &str {
+        match &self.kind {
+            BackendKind::Local(l) => &l.device,
+            BackendKind::Served(s) => &s.endpoint,
+        }
+    }
+
+    /// The activation dtype of a local model; `None` for a served one (its server does not say).
+    pub fn dtype(&self) -> Option<&str> {
+        match &self.kind {
+            BackendKind::Local(l) => Some(&l.dtype),
+            BackendKind::Served(_) => None,
+        }
+    }
 }
 
 /// A model on this machine's CPU, for the estimate of a run's time ([`Backend::cpu_facts`]).

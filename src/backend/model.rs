@@ -35,14 +35,47 @@ pub struct LoadedModel {
     pub model: VlModel,
     /// Tokenizer, chat template and image settings.
     pub kit: PromptBuilder,
-    /// The local folder the files came from.
-    pub dir: PathBuf,
     /// The device it runs on (`auto` resolved).
     pub device: DeviceSpec,
-    /// SHA-256 over the checkpoint's config and weight index (see [`fingerprint`]).
-    pub fingerprint: String,
-    /// Content fingerprint of every weight file (checked on resume).
-    pub weights: crate::fingerprint::FilesFingerprint,
+    /// Where its weights came from.
+    pub source: ModelSource,
+}
+
+/// Where a loaded model's weights came from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelSource {
+    /// A checkpoint folder.
+    Checkpoint {
+        /// The local folder the files came from.
+        dir: PathBuf,
+        /// SHA-256 over the checkpoint's config and weight index (see [`fingerprint`]).
+        fingerprint: String,
+        /// Content fingerprint of every weight file (checked on resume).
+        weights: crate::fingerprint::FilesFingerprint,
+    },
+    /// Drawn from a seeded generator (`bench`).
+    Random {
+        /// The generator's seed.
+        seed: u64,
+    },
+}
+
+impl ModelSource {
+    /// What identifies the weights: the checkpoint's fingerprint, or the seed they were drawn with.
+    pub fn fingerprint(&self) -> String {
+        match self {
+            Self::Checkpoint { fingerprint, .. } => fingerprint.clone(),
+            Self::Random { seed } => format!("random weights, seed {seed}"),
+        }
+    }
+
+    /// The checkpoint's folder; `None` for random weights.
+    pub fn dir(&self) -> Option<&std::path::Path> {
+        match self {
+            Self::Checkpoint { dir, .. } => Some(dir),
+            Self::Random { .. } => None,
+        }
+    }
 }
 
 impl LoadedModel {
@@ -78,10 +111,12 @@ impl LoadedModel {
         Ok(Self {
             model,
             kit,
-            dir: files.dir.clone(),
             device: device_spec,
-            fingerprint,
-            weights,
+            source: ModelSource::Checkpoint {
+                dir: files.dir.clone(),
+                fingerprint,
+                weights,
+            },
         })
     }
 

@@ -8,7 +8,9 @@ use std::sync::mpsc::{self, Receiver, Sender};
 
 use anyhow::{anyhow, bail, Result};
 
-use super::{Backend, BackendInfo, ChatResult, JobQueue, LocalBackend, MakeRequest, Sink, Taker};
+use super::{
+    Backend, BackendInfo, BackendKind, ChatResult, JobQueue, LocalBackend, MakeRequest, Sink, Taker,
+};
 use crate::preprocess::ImageProcessorConfig;
 use crate::records::{DeviceShare, PhaseStats};
 use crate::settings::BatchLimits;
@@ -65,11 +67,10 @@ impl<'d> MultiBackend<'d> {
             bail!("no device to run on");
         };
         let mut info = first.info().clone();
-        info.device = devices
-            .iter()
-            .map(|d| d.info().device.clone())
-            .collect::<Vec<_>>()
-            .join(",");
+        let places: Vec<&str> = devices.iter().map(|d| d.info().place()).collect();
+        if let BackendKind::Local(local) = &mut info.kind {
+            local.device = places.join(",");
+        }
         Ok(Self { devices, info })
     }
 
@@ -85,7 +86,7 @@ impl<'d> MultiBackend<'d> {
 
     /// Device `k` as named in errors and shares: `cuda:1#1` (the device, then its worker number).
     fn label(&self, k: usize) -> String {
-        format!("{}#{k}", self.devices[k].info().device)
+        format!("{}#{k}", self.devices[k].info().place())
     }
 
     /// Each device's result in order: its counters, or the error that stopped it.

@@ -21,7 +21,9 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use candle_core::DType;
 
-use crate::backend::{choose_device, Backend, LoadedModel, LocalBackend, MultiBackend};
+use crate::backend::{
+    choose_device, Backend, LoadedModel, LocalBackend, ModelSource, MultiBackend,
+};
 use crate::chat::{ChatTemplate, PromptBuilder, Tokenizer};
 use crate::engine::memory;
 use crate::model::VlModel;
@@ -119,14 +121,8 @@ fn device_backend(
     let loaded = LoadedModel {
         model,
         kit,
-        dir: PathBuf::new(),
         device: device_spec,
-        fingerprint: format!("random weights, seed {}", cfg.seed),
-        weights: crate::fingerprint::FilesFingerprint {
-            schema_version: 1,
-            scheme: crate::fingerprint::SCHEME.into(),
-            files: Vec::new(),
-        },
+        source: ModelSource::Random { seed: cfg.seed },
     };
     Ok((
         LocalBackend::new(&cfg.config.to_string(), loaded, limits),
@@ -217,7 +213,7 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport> {
         bandwidth,
         profile: model.profile_snapshot(),
     };
-    let mut r = report(cfg, &backend.info().device, model, &measured);
+    let mut r = report(cfg, backend.info().place(), model, &measured);
     r.history = history;
     Ok(r)
 }

@@ -5,11 +5,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 
-use crate::backend::{fingerprint, Backend};
+use crate::backend::openai::public_endpoint;
+use crate::backend::{fingerprint, Backend, BackendInfo, BackendKind, ModelSource, ServedInfo};
 use crate::engine::memory;
 use crate::records::{
-    JudgeSettings, Manifest, PhaseSummary, RunSettings, Throughput, Versions, LINE_SCHEMA_VERSION,
-    MANIFEST_SCHEMA_VERSION,
+    BackendRecord, JudgeSettings, LocalRecord, Manifest, PhaseSummary, RunSettings, ServedRecord,
+    Throughput, Versions, LINE_SCHEMA_VERSION, MANIFEST_SCHEMA_VERSION,
 };
 use crate::settings::BatchLimits;
 
@@ -37,7 +38,7 @@ pub(super) fn settings(cfg: &EvalConfig, backend: &dyn Backend) -> Result<RunSet
         (JudgeChoice::SameModel, _) => Some(JudgeSettings {
             model: model.clone(),
             hash: info.fingerprint.clone(),
-            weights: info.weights.clone(),
+            weights: info.weights(),
         }),
         (JudgeChoice::Served(s), _) => Some(JudgeSettings {
             model: s.api_model.clone(),
@@ -58,8 +59,8 @@ pub(super) fn settings(cfg: &EvalConfig, backend: &dyn Backend) -> Result<RunSet
     Ok(RunSettings {
         model,
         model_hash: info.fingerprint.clone(),
-        weights: info.weights.clone(),
-        dtype: info.dtype.clone(),
+        weights: info.weights(),
+        dtype: info.dtype().map(str::to_string),
         data_hash: crate::fingerprint::sha256_hex(&bytes),
         prompt_hashes: prompts::template_hashes()
             .into_iter()
@@ -89,41 +90,65 @@ pub(super) fn manifest(
     backend: &dyn Backend,
     settings: RunSettings,
     previous: Option<Manifest>,
-) -> Manifest {
-    let info = backend.info();
+) -> Result<Manifest> {
     let now = now_secs();
-    Manifest {
+    Ok(Manifest {
         schema_version: MANIFEST_SCHEMA_VERSION,
         line_schema_version: LINE_SCHEMA_VERSION,
         settings,
-        model_path: info.model_path.clone(),
-        device: info.device.clone(),
+        backend: backend_record(cfg, backend.info())?,
         data: cfg.data.clone(),
         rules: cfg.rules.clone(),
         batch_limits: backend.limits(),
-        kv_bytes_per_token: info.kv_bytes_per_token,
-        ops: info.ops.clone(),
         versions: Versions::current(),
         started_at_unix: previous.as_ref().map_or(now, |p| p.started_at_unix),
         resumed_at_unix: previous.map(|_| now),
         finished_at_unix: None,
         shard: None,
         screenshots: Default::default(),
-        served: cfg.served.as_ref().map(|s| served_record(cfg, s)),
         data_source: cfg.data_source.clone(),
+    })
+}
+
+/// The manifest's record of what answered the step prompts: the checkpoint, or the servers (never the key).
+fn backend_record(cfg: &EvalConfig, info: &BackendInfo) -> Result<BackendRecord> {
+    match (&info.kind, &cfg.served) {
+        (BackendKind::Local(local), None) => {
+            let ModelSource::Checkpoint { dir, .. } = &local.source else {
+                anyhow::bail!("model {}: a run's model is a checkpoint", info.model);
+            };
+            Ok(BackendRecord::Local(LocalRecord {
+                model_path: dir.clone(),
+                device: local.device.clone(),
+                kv_bytes_per_token: local.kv_bytes_per_token,
+                ops: local.ops.clone(),
+            }))
+        }
+        (BackendKind::Served(served), Some(s)) => {
+            Ok(BackendRecord::Served(served_record(cfg, s, info, served)))
+        }
+        _ => anyhow::bail!(
+            "model {}: the backend is not the one configured",
+            info.model
+        ),
     }
 }
 
 /// The manifest's record of the servers (never the key).
-pub(super) fn served_record(cfg: &EvalConfig, s: &ServedConfig) -> crate::records::ServedRecord {
+fn served_record(
+    cfg: &EvalConfig,
+    s: &ServedConfig,
+    info: &BackendInfo,
+    served: &ServedInfo,
+) -> ServedRecord {
     let judge = match &cfg.judge {
         JudgeChoice::Served(j) => Some(j),
         _ => None,
     };
-    crate::records::ServedRecord {
-        endpoint: s.steps.endpoint.clone(),
-        model: s.steps.api_model.clone(),
-        judge_endpoint: judge.map(|j| j.endpoint.clone()),
+    ServedRecord {
+        endpoint: served.endpoint.clone(),
+        model: info.model.clone(),
+        judge_endpoint: judge.map(|j| public_endpoint(&j.endpoint)),
         judge_model: judge.map(|j| j.api_model.clone()),
         concurrency: s.steps.concurrency,
         request_timeout_seconds: s.steps.request_timeout.as_secs_f64(),
@@ -131,6 +156,7 @@ pub(super) fn served_record(cfg: &EvalConfig, s: &ServedConfig) -> crate::record
         busy_wait_seconds: Some(s.steps.busy_wait.as_secs_f64()),
         max_connection_failures: Some(s.steps.max_connection_failures),
         pixel_bounds_from: s.pixel_bounds_from.clone(),
+        published: served.published.clone(),
     }
 }
 

@@ -90,7 +90,7 @@ fn open_run(
     if let Some(p) = &previous {
         screens::check_resume(&cfg.out, &bench, p, &screenshots)?;
     }
-    let mut manifest = manifest(cfg, backend, settings, previous);
+    let mut manifest = manifest(cfg, backend, settings, previous)?;
     manifest.screenshots = screenshots;
     manifest.shard = cfg.shard.map(|s| {
         let ids = bench.trajectories.iter().map(|t| t.id.clone()).collect();

@@ -5,14 +5,17 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::backend::BackendRecord;
 use super::{DecodeAttention, History, OpsManifest, PhaseSummary, ProfileSnapshot};
 use crate::fingerprint::FilesFingerprint;
 use crate::preprocess::ImageProcessorConfig;
 use crate::settings::{BatchLimits, CoordinateFrame, ModelFamily, RulePreset, SystemPrompt};
 use crate::shard::ShardManifestEntry;
 
-/// Version of the manifest format.
-pub const MANIFEST_SCHEMA_VERSION: u32 = 1;
+/// Version of the manifest format. Version 2 describes the backend in one tagged `backend` field (a local
+/// checkpoint or a served model) instead of top-level `model_path`, `device`, `kv_bytes_per_token`, `ops` and
+/// `served`; version-1 manifests read into the same shape.
+pub const MANIFEST_SCHEMA_VERSION: u32 = 2;
 /// Version of the throughput format.
 pub const THROUGHPUT_SCHEMA_VERSION: u32 = 1;
 
@@ -31,8 +34,14 @@ pub struct RunSettings {
     /// predate it, which therefore do not resume).
     #[serde(default)]
     pub weights: FilesFingerprint,
-    /// Activation and weight dtype (`f32`, `bf16`, `f16`).
-    pub dtype: String,
+    /// Activation and weight dtype of a local checkpoint (`f32`, `bf16`, `f16`); `None` for a served model,
+    /// whose server does not say (older manifests wrote `"served"`, read as `None`).
+    #[serde(
+        default,
+        deserialize_with = "served_dtype",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub dtype: Option<String>,
     /// SHA-256 of the benchmark's `data.jsonl`.
     pub data_hash: String,
     /// SHA-256 of every prompt template, by file name.
@@ -59,6 +68,12 @@ pub struct RunSettings {
     /// The model family (Qwen2.5-VL in manifests that predate the field).
     #[serde(default = "default_family")]
     pub family: ModelFamily,
+}
+
+/// A dtype as recorded: the placeholder `"served"` of older served runs' manifests is no dtype.
+fn served_dtype<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let dtype = Option::<String>::deserialize(d)?;
+    Ok(dtype.filter(|t| t != "served"))
 }
 
 /// The family of runs whose manifest does not name one: every model was Qwen2.5-VL then.
@@ -180,20 +195,19 @@ pub struct Manifest {
     pub line_schema_version: u32,
     /// What must not change on resume.
     pub settings: RunSettings,
-    /// The local folder the checkpoint was read from.
-    pub model_path: PathBuf,
-    /// The device the model ran on.
-    pub device: String,
+    /// What answered the prompts (read from the top-level fields of version-1 manifests too).
+    #[serde(
+        flatten,
+        serialize_with = "super::backend::write_backend",
+        deserialize_with = "super::backend::read_backend"
+    )]
+    pub backend: BackendRecord,
     /// The benchmark folder.
     pub data: PathBuf,
     /// The matching-rule preset of the metrics.
     pub rules: RulePreset,
     /// Batch limits.
     pub batch_limits: BatchLimits,
-    /// KV-cache bytes per cached token.
-    pub kv_bytes_per_token: usize,
-    /// The fused ops and GEMM library the model ran with.
-    pub ops: OpsRecord,
     /// Versions of the program.
     pub versions: Versions,
     /// When the run was first started (Unix seconds).
@@ -209,9 +223,6 @@ pub struct Manifest {
     /// empty in manifests that predate it, which resume unchecked).
     #[serde(default)]
     pub screenshots: FilesFingerprint,
-    /// The servers that answered the prompts, for a run through an OpenAI-compatible API.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub served: Option<ServedRecord>,
     /// The Hub dataset the benchmark was fetched from (absent for a local folder, and in older manifests).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_source: Option<DataSource>,
@@ -247,6 +258,34 @@ pub struct ServedRecord {
     /// Where the pixel bounds of the screenshots came from (the client resizes them to the smart-resized size
     /// itself): `--model DIR`'s `preprocessor_config.json`, or the Qwen2-VL processor's defaults.
     pub pixel_bounds_from: String,
+    /// What the step prompts' server publishes about the model in its model list (absent in older manifests).
+    #[serde(default, skip_serializing_if = "PublishedModel::is_empty")]
+    pub published: PublishedModel,
+}
+
+/// What a server's model list (`GET /v1/models`) says of a model beyond its id; each field absent when the
+/// server does not say.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublishedModel {
+    /// Who serves it (`owned_by`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owned_by: Option<String>,
+    /// Where its weights came from (vLLM's `root`: the model path).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
+    /// The checkpoint's fingerprint (`serve`'s `fingerprint`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
+    /// The longest prompt plus completion (vLLM's `max_model_len`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_model_len: Option<usize>,
+}
+
+impl PublishedModel {
+    /// Whether the server said nothing of these.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// The part of `manifest.json` that every run folder's manifest has — a run's or a shard's ([`Manifest`]) and a
@@ -287,8 +326,8 @@ pub struct OpsRecord {
     /// Fused ops, CUDA kernels, GEMM library and blocking.
     #[serde(flatten)]
     pub ops: OpsManifest,
-    /// How decode attention ran (`PerSequence`, `Padded`, `Fused`); null for a served model, whose server does
-    /// not say.
+    /// How decode attention ran (`PerSequence`, `Padded`, `Fused`); null in the placeholder records of older
+    /// served runs' manifests.
     #[serde(default)]
     pub decode_attention: Option<DecodeAttention>,
     /// Whether the model's sections were timed (a slower run).

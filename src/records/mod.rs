@@ -6,6 +6,7 @@
 //! JSON files carry their `schema_version`; the two JSONL files are versioned by the manifest of their run
 //! (`Manifest::line_schema_version`), so every line stays a plain record that any JSONL tool can write.
 
+mod backend;
 mod history;
 mod jsonl;
 mod manifest;
@@ -15,11 +16,12 @@ mod scored;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+pub use backend::{BackendRecord, LocalRecord};
 pub(crate) use history::{History, HistorySource, Procedure, SemiOnlineSettings};
 pub(crate) use jsonl::{parse_lines, read_lines, whole_lines, BadLine};
 pub use manifest::{
-    default_family, DataSource, JudgeSettings, Manifest, ManifestHeader, OpsRecord, RunSettings,
-    ServedRecord, SettingDiff, Throughput, Versions, MANIFEST_SCHEMA_VERSION,
+    default_family, DataSource, JudgeSettings, Manifest, ManifestHeader, OpsRecord, PublishedModel,
+    RunSettings, ServedRecord, SettingDiff, Throughput, Versions, MANIFEST_SCHEMA_VERSION,
     THROUGHPUT_SCHEMA_VERSION,
 };
 pub use ops::{BlasChoice, DecodeAttention, MatmulRate, OpsManifest, ProfileSnapshot, SectionTime};

@@ -81,7 +81,7 @@ fn a_resume_with_other_settings_names_each_difference() {
         model: "m".into(),
         model_hash: "h".into(),
         weights: Default::default(),
-        dtype: "f32".into(),
+        dtype: Some("f32".into()),
         data_hash: "d".into(),
         prompt_hashes: Default::default(),
         system_prompt: crate::settings::SystemPrompt::Default,
@@ -113,7 +113,7 @@ fn a_resume_with_other_settings_names_each_difference() {
     write(&run.path(MANIFEST), &manifest.to_string());
     assert!(run.check_resume(&settings).unwrap().is_some());
     let other = crate::records::RunSettings {
-        dtype: "bf16".into(),
+        dtype: Some("bf16".into()),
         max_new_tokens: 9,
         coordinate_frame: crate::settings::CoordinateFrame::Relative(999),
         ..settings.clone()

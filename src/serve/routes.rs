@@ -205,8 +205,8 @@ fn card(app: &App) -> ModelCard {
         object: "model".into(),
         created: app.started,
         owned_by: "mobile-r1-eval".into(),
-        root: Some(app.model.dir.display().to_string()),
-        fingerprint: Some(app.model.fingerprint.clone()),
+        root: app.model.source.dir().map(|d| d.display().to_string()),
+        fingerprint: Some(app.model.source.fingerprint()),
         max_model_len: Some(app.limits.context_tokens),
         family: Some(family.model_type().into()),
         image: Some(crate::openai::ImageSettings {
@@ -371,7 +371,7 @@ async fn answer(app: Arc<App>, body: Body) -> Result<Response, ApiError> {
     if sent != Some(true) {
         return Err(ApiError::unavailable("the server is stopping"));
     }
-    let meta = Meta::new(&app.served_name, &app.model.fingerprint);
+    let meta = Meta::new(&app.served_name, &app.model.source.fingerprint());
     let abort = app.abort.subscribe();
     if req.stream {
         let body = sse_body(rx, meta, abort, req.include_usage, req.logprobs);

@@ -242,12 +242,19 @@ fn a_separate_judge_model_answers_the_aggregation_prompts() {
         .unwrap()
         .ends_with("tiny-a"));
     assert!(manifest["finished_at_unix"].as_u64().is_some());
-    assert_eq!(manifest["ops"]["fused"], true);
+    assert_eq!(manifest["backend"]["kind"], "local");
+    assert_eq!(manifest["settings"]["dtype"], "f32");
+    assert_eq!(manifest["backend"]["ops"]["fused"], true);
     assert_eq!(
-        manifest["ops"]["kernels_sha256"].as_str().map(str::len),
+        manifest["backend"]["ops"]["kernels_sha256"]
+            .as_str()
+            .map(str::len),
         Some(64)
     );
-    assert_eq!(manifest["ops"]["decode_attention"], "PerSequence");
+    assert_eq!(
+        manifest["backend"]["ops"]["decode_attention"],
+        "PerSequence"
+    );
     // Resuming a finished run redoes nothing and keeps every line.
     ok(&eval(
         &out,
@@ -279,10 +286,10 @@ fn fused_ops_and_their_references_give_the_same_predictions() {
         ];
         ok(&eval_env(&out, None, &["--no-judge"], &envs));
         let manifest = json_file(&out.join("manifest.json"));
-        assert_eq!(manifest["ops"]["fused"], kernels == "on");
+        assert_eq!(manifest["backend"]["ops"]["fused"], kernels == "on");
         // The tensor-core attention is opt-in (MOBILE_R1_EVAL_MMA) and the profiler follows its switch.
-        assert_eq!(manifest["ops"]["tensor_core_attention"], false);
-        assert_eq!(manifest["ops"]["profiled"], kernels == "on");
+        assert_eq!(manifest["backend"]["ops"]["tensor_core_attention"], false);
+        assert_eq!(manifest["backend"]["ops"]["profiled"], kernels == "on");
         let profile = &json_file(&out.join("throughput.json"))["profile"];
         if kernels == "on" {
             for section in [
@@ -326,7 +333,7 @@ fn the_cpu_blas_switch_is_recorded_and_a_bad_library_is_refused() {
     };
     let (off, o) = run("off", "off");
     ok(&o);
-    let ops = &json_file(&off.join("manifest.json"))["ops"];
+    let ops = &json_file(&off.join("manifest.json"))["backend"]["ops"];
     // The built-in GEMM: the packed AVX2 kernel for large segments on a CPU without AVX-512, else the gemm crate.
     let builtin = mobile_r1_eval::ops::gemm::packed::BuiltinGemm::for_this_cpu(false);
     assert_eq!(ops["cpu_f32_gemm"], builtin.describe().as_str());
@@ -352,7 +359,7 @@ fn the_cpu_blas_switch_is_recorded_and_a_bad_library_is_refused() {
     );
     let (auto, o) = run("auto", "auto");
     ok(&o);
-    let ops = json_file(&auto.join("manifest.json"))["ops"].clone();
+    let ops = json_file(&auto.join("manifest.json"))["backend"]["ops"].clone();
     let (gemm, choice) = (ops["cpu_f32_gemm"].clone(), &ops["cpu_blas_choice"]);
     // The choice and its measured rates are recorded: a library found was timed against the built-in GEMM.
     assert_eq!(
@@ -368,7 +375,7 @@ fn the_cpu_blas_switch_is_recorded_and_a_bad_library_is_refused() {
         assert!(calibration.is_file(), "{choice}");
         let (again, o) = run("auto-again", "auto");
         ok(&o);
-        let again = &json_file(&again.join("manifest.json"))["ops"]["cpu_blas_choice"];
+        let again = &json_file(&again.join("manifest.json"))["backend"]["ops"]["cpu_blas_choice"];
         assert_eq!(again["blas_gflops"], choice["blas_gflops"]);
         assert!(
             again["calibration"]
@@ -420,5 +427,8 @@ fn two_devices_give_the_one_device_results() {
         devices.iter().all(|d| d["prompts"].as_u64().unwrap() > 0),
         "{devices:?}"
     );
-    assert_eq!(json_file(&two.join("manifest.json"))["device"], "cpu,cpu");
+    assert_eq!(
+        json_file(&two.join("manifest.json"))["backend"]["device"],
+        "cpu,cpu"
+    );
 }

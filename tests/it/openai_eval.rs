@@ -192,15 +192,30 @@ fn a_served_run_gives_the_local_predictions_and_verdicts() {
     );
 
     let manifest = json_file(&out.join("manifest.json"));
-    assert_eq!(manifest["served"]["endpoint"], server.base.as_str());
+    // A served model is described as one: no dtype, device or ops of this machine.
+    assert_eq!(manifest["backend"]["kind"], "served");
+    for placeholder in ["ops", "device", "kv_bytes_per_token", "model_path"] {
+        assert!(
+            manifest["backend"].get(placeholder).is_none(),
+            "{placeholder}"
+        );
+        assert!(manifest.get(placeholder).is_none(), "{placeholder}");
+    }
+    assert!(manifest["settings"].get("dtype").is_none());
+    // What `serve` publishes of its checkpoint: its fingerprint, and the local run's is the same.
+    assert_eq!(
+        manifest["backend"]["published"]["fingerprint"],
+        json_file(&local.join("manifest.json"))["settings"]["model_hash"]
+    );
+    assert_eq!(manifest["backend"]["endpoint"], server.base.as_str());
     assert_eq!(
         (
-            manifest["served"]["model"].clone(),
+            manifest["backend"]["model"].clone(),
             manifest["settings"]["model"].clone()
         ),
         ("tiny".into(), "tiny".into())
     );
-    assert!(manifest["served"]["pixel_bounds_from"]
+    assert!(manifest["backend"]["pixel_bounds_from"]
         .as_str()
         .unwrap()
         .contains("preprocessor_config.json"));

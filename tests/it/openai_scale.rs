@@ -44,8 +44,8 @@ fn thirty_two_clients_finish_every_step_on_a_four_slot_server() {
     assert_eq!(req["failed"].as_u64(), Some(0), "{req}");
     assert!(req["busy"].as_u64().unwrap() > 0, "no 429 was seen: {req}");
     let manifest = json_file(&out.join("manifest.json"));
-    assert_eq!(manifest["served"]["busy_wait_seconds"], 600.0);
-    assert_eq!(manifest["served"]["max_connection_failures"], 10);
+    assert_eq!(manifest["backend"]["busy_wait_seconds"], 600.0);
+    assert_eq!(manifest["backend"]["max_connection_failures"], 10);
 }
 
 #[test]

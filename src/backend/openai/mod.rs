@@ -26,12 +26,13 @@ use serde_json::Value;
 use tally::{Reply, Tally};
 
 use super::{
-    Backend, BackendInfo, ChatRequest, ChatResult, JobQueue, MakeRequest, Next, Sink, Taker,
+    Backend, BackendInfo, BackendKind, ChatRequest, ChatResult, JobQueue, MakeRequest, Next,
+    ServedInfo, Sink, Taker,
 };
 use crate::interrupt::Cancel;
 use crate::openai::{chat_body, ApiKey, ChatCompletion, ClientParams, ModelCard, ModelList};
 use crate::preprocess::ImageProcessorConfig;
-use crate::records::{FinishReason, OpsRecord, PhaseStats};
+use crate::records::{FinishReason, PhaseStats, PublishedModel};
 use crate::settings::{BatchLimits, ModelFamily};
 
 /// How to reach a server and what to send it.
@@ -172,14 +173,17 @@ impl OpenAiBackend {
             .map_err(anyhow::Error::msg)?;
         let info = BackendInfo {
             model: settings.api_model.clone(),
-            model_path: PathBuf::new(),
             fingerprint: crate::fingerprint::sha256_hex(identity.as_bytes()),
-            weights: Default::default(),
-            dtype: "served".into(),
-            device: settings.endpoint.clone(),
-            kv_bytes_per_token: 0,
-            ops: served_ops(),
             family,
+            kind: BackendKind::Served(ServedInfo {
+                endpoint: public_endpoint(&settings.endpoint),
+                published: PublishedModel {
+                    owned_by: Some(card.owned_by.clone()).filter(|o| !o.is_empty()),
+                    root: card.root.clone(),
+                    fingerprint: card.fingerprint.clone(),
+                    max_model_len: card.max_model_len,
+                },
+            }),
         };
         let limits = BatchLimits {
             max_seqs: settings.concurrency.max(1),
@@ -299,27 +303,15 @@ fn served_family(flag: Option<ModelFamily>, card: &ModelCard) -> ModelFamily {
     }
 }
 
-/// The manifest's ops record of a served model: nothing of this machine's ops ran.
-fn served_ops() -> OpsRecord {
-    OpsRecord {
-        ops: crate::ops::OpsManifest {
-            fused: false,
-            cuda_kernels: false,
-            tensor_core_attention: false,
-            kernels_sha256: String::new(),
-            cpu_f32_gemm: "served".into(),
-            cpu_blas_choice: None,
-            cpu_threads: 0,
-            cpu_gemm_row_block: 0,
-            cpu_gemm_independent_rows: String::new(),
-            cpu_gemm_blas_min_rows: 0,
-            cpu_gemm_packed_min_rows: 0,
-            cpu_attention_tiled_min_keys: 0,
-            cpu_attention_packed_min_keys: None,
-        },
-        decode_attention: None,
-        profiled: false,
-    }
+/// A base URL as it may be recorded: without the credentials of `user:password@` and without a query.
+pub(crate) fn public_endpoint(url: &str) -> String {
+    let url = url.split(['?', '#']).next().unwrap_or_default();
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    format!("{scheme}://{host}{path}")
 }
 
 /// A completion as the phase's result: the first choice's text, its finish reason and the server's token counts.
@@ -468,6 +460,16 @@ mod tests {
         );
         assert!(normalize_endpoint("h:8000").is_err());
         assert!(normalize_endpoint("http://").is_err());
+    }
+
+    #[test]
+    fn a_recorded_endpoint_keeps_no_credentials() {
+        assert_eq!(
+            public_endpoint("https://user:secret@h:1/v1?key=k"),
+            "https://h:1/v1"
+        );
+        assert_eq!(public_endpoint("http://h/v1"), "http://h/v1");
+        assert_eq!(public_endpoint("http://a@b@h"), "http://h");
     }
 
     #[test]

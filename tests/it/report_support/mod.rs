@@ -157,7 +157,7 @@ fn settings(data: &Path) -> RunSettings {
         model: "tiny <b>model</b>".into(),
         model_hash: "0".repeat(16),
         weights: Default::default(),
-        dtype: "f32".into(),
+        dtype: Some("f32".into()),
         data_hash: format!("{:x}", sha2::Sha256::digest(&bytes)),
         prompt_hashes: Default::default(),
         system_prompt: SystemPrompt::Default,
