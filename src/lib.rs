@@ -41,6 +41,7 @@ pub mod predictions;
 pub mod preprocess;
 pub mod records;
 pub mod report;
+mod rescore;
 mod retry;
 pub mod rundir;
 mod safe_io;

@@ -13,7 +13,6 @@ pub mod score;
 pub mod selftest;
 pub mod serve;
 mod setup;
-mod unmatched;
 
 use std::process::ExitCode;
 
@@ -105,22 +104,10 @@ pub(crate) fn rules_for(
     flag: Option<crate::settings::RuleName>,
     data: &std::path::Path,
 ) -> anyhow::Result<crate::settings::RulePreset> {
-    use crate::settings::{RuleName, RulePreset};
-    if let Some(r) = flag {
-        return Ok(r.preset());
-    }
-    let info = crate::dataset::BenchmarkInfo::read(data)?;
-    let Some(name) = info.and_then(|i| i.rules) else {
-        return Ok(RulePreset::default());
-    };
-    match name.parse::<RuleName>() {
-        Ok(r) => Ok(r.preset()),
-        Err(_) => anyhow::bail!(
-            "{}: suggested rule preset {name:?} is not one this program knows (known: {}); pass --rules",
-            data.join(crate::dataset::INFO_FILE).display(),
-            RulePreset::NAMES.join(", ")
-        ),
-    }
+    Ok(match flag {
+        Some(r) => r.preset(),
+        None => crate::dataset::BenchmarkInfo::suggested_rules(data)?,
+    })
 }
 
 /// The model-loading arguments as a model spec (on the first device of `--device`).

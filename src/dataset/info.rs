@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::DatasetError;
+use crate::settings::{RuleName, RulePreset};
 
 /// The file name inside a benchmark folder.
 pub(crate) const INFO_FILE: &str = "benchmark.json";
@@ -87,6 +88,23 @@ impl BenchmarkInfo {
             Err(source) => return Err(DatasetError::Io { path: file, source }),
         };
         Self::parse(&text, &file).map(Some)
+    }
+
+    /// The rule preset `DIR/benchmark.json` suggests (an unknown name is an error naming the file), else the
+    /// default (`mobile-r1`).
+    pub fn suggested_rules(dir: &Path) -> Result<RulePreset, DatasetError> {
+        let Some(name) = Self::read(dir)?.and_then(|i| i.rules) else {
+            return Ok(RulePreset::default());
+        };
+        name.parse::<RuleName>()
+            .map(RuleName::preset)
+            .map_err(|_| DatasetError::Info {
+                file: dir.join(INFO_FILE),
+                message: format!(
+                    "suggested rule preset {name:?} is not one this program knows (known: {}); pass --rules",
+                    RulePreset::NAMES.join(", ")
+                ),
+            })
     }
 
     /// Parse the text of a `benchmark.json`; `file` names it in errors.

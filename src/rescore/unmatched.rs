@@ -1,5 +1,6 @@
-//! `score`'s refusal of predictions that match no step of the benchmark: scoring them would write 0 % for every
-//! step, which reads as a result, when the predictions were made on another benchmark.
+//! Predictions that match no step of the benchmark: refused when none matches (scoring them would write 0 % for
+//! every step, which reads as a result, when the predictions were made on another benchmark), told about when
+//! some do not.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -12,7 +13,7 @@ const SHOWN: usize = 5;
 
 /// Refuse `preds` (read from `file`) when not one of them is a step of `bench` (`unknown` of them match no
 /// step), naming both and a sample of each side's trajectory ids.
-pub(crate) fn refuse_unmatched(
+pub(super) fn refuse_unmatched(
     bench: &Benchmark,
     preds: &PredictionSet,
     unknown: usize,
@@ -42,4 +43,31 @@ fn sample<'a>(ids: impl ExactSizeIterator<Item = &'a str>) -> String {
         shown.push(format!("… ({n} in all)"));
     }
     shown.join(", ")
+}
+
+/// One line about predictions that match no benchmark step; a hint about `--data` when they are most of them.
+pub(super) fn warn_unknown(bench: &Benchmark, preds: &PredictionSet, unknown: &[(String, usize)]) {
+    if unknown.is_empty() {
+        return;
+    }
+    let total = preds.len();
+    let shown: Vec<String> = unknown
+        .iter()
+        .take(10)
+        .map(|(t, s)| format!("({t}, {s})"))
+        .collect();
+    let more = if unknown.len() > 10 { " …" } else { "" };
+    let hint = if 2 * unknown.len() > total {
+        format!(
+            "; most predictions are for another benchmark than {} (pass the right --data)",
+            bench.root.display()
+        )
+    } else {
+        String::new()
+    };
+    eprintln!(
+        "warning: {} of {total} predictions match no benchmark step (trajectory, step): {}{more}{hint}",
+        unknown.len(),
+        shown.join(" "),
+    );
 }
