@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::{OpsRecord, ServedRecord};
+use super::{DecodeAttention, OpsManifest};
 
 /// What answered a run's prompts (`manifest.json`'s `backend`, tagged by `kind`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -31,6 +31,80 @@ pub struct LocalRecord {
     pub kv_bytes_per_token: usize,
     /// The fused ops and GEMM library it ran with.
     pub ops: OpsRecord,
+}
+
+/// The ops a model ran with: the ops' own record, the decode attention path, and whether sections were timed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpsRecord {
+    /// Fused ops, CUDA kernels, GEMM library and blocking.
+    #[serde(flatten)]
+    pub ops: OpsManifest,
+    /// How decode attention ran (`PerSequence`, `Padded`, `Fused`); null in the placeholder records of older
+    /// served runs' manifests.
+    #[serde(default)]
+    pub decode_attention: Option<DecodeAttention>,
+    /// Whether the model's sections were timed (a slower run).
+    pub profiled: bool,
+}
+
+/// Where the prompts of a run through an OpenAI-compatible API went (`eval --backend openai`); never the API key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServedRecord {
+    /// The base URL of the step prompts' server (`…/v1`).
+    pub endpoint: String,
+    /// The model id it served them with.
+    pub model: String,
+    /// The judge prompts' server, when the judge ran elsewhere (`--judge-endpoint`, `--judge-api-model`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge_endpoint: Option<String>,
+    /// The judge's model id there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge_model: Option<String>,
+    /// Most requests in flight (`--concurrency`).
+    pub concurrency: usize,
+    /// Seconds one HTTP call may take (`--request-timeout`).
+    pub request_timeout_seconds: f64,
+    /// Retries of one prompt after a connection error, a timeout, a 429 or a 5xx (`--max-retries`).
+    pub max_retries: u32,
+    /// Seconds one prompt may wait out busy answers (429) before it fails (`--busy-wait`; absent in older
+    /// manifests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busy_wait_seconds: Option<f64>,
+    /// Connection failures in a row after which the run stops (`--max-connection-failures`; absent in older
+    /// manifests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connection_failures: Option<usize>,
+    /// Where the pixel bounds of the screenshots came from (the client resizes them to the smart-resized size
+    /// itself): `--model DIR`'s `preprocessor_config.json`, or the Qwen2-VL processor's defaults.
+    pub pixel_bounds_from: String,
+    /// What the step prompts' server publishes about the model in its model list (absent in older manifests).
+    #[serde(default, skip_serializing_if = "PublishedModel::is_empty")]
+    pub published: PublishedModel,
+}
+
+/// What a server's model list (`GET /v1/models`) says of a model beyond its id; each field absent when the
+/// server does not say.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublishedModel {
+    /// Who serves it (`owned_by`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owned_by: Option<String>,
+    /// Where its weights came from (vLLM's `root`: the model path).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
+    /// The checkpoint's fingerprint (`serve`'s `fingerprint`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
+    /// The longest prompt plus completion (vLLM's `max_model_len`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_model_len: Option<usize>,
+}
+
+impl PublishedModel {
+    /// Whether the server said nothing of these.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// `manifest.json`'s `backend` in the current format, or built from the fields by which a manifest of schema

@@ -16,13 +16,12 @@ mod scored;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-pub use backend::{BackendRecord, LocalRecord};
+pub use backend::{BackendRecord, LocalRecord, OpsRecord, PublishedModel, ServedRecord};
 pub(crate) use history::{History, HistorySource, Procedure, SemiOnlineSettings};
 pub(crate) use jsonl::{parse_lines, read_lines, whole_lines, BadLine};
 pub use manifest::{
-    default_family, DataSource, JudgeSettings, Manifest, ManifestHeader, OpsRecord, PublishedModel,
-    RunSettings, ServedRecord, SettingDiff, Throughput, Versions, MANIFEST_SCHEMA_VERSION,
-    THROUGHPUT_SCHEMA_VERSION,
+    default_family, DataSource, JudgeSettings, Manifest, ManifestHeader, RunSettings, SettingDiff,
+    Throughput, Versions, MANIFEST_SCHEMA_VERSION, THROUGHPUT_SCHEMA_VERSION,
 };
 pub use ops::{BlasChoice, DecodeAttention, MatmulRate, OpsManifest, ProfileSnapshot, SectionTime};
 pub use phase::{DeviceShare, LatencySummary, PhaseStats, PhaseSummary, RequestStats};
