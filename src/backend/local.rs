@@ -42,13 +42,13 @@ impl LocalBackend {
             model: model.to_string(),
             fingerprint: loaded.source.fingerprint(),
             family: m.family(),
-            kind: BackendKind::Local(LocalInfo {
+            kind: BackendKind::Local(Box::new(LocalInfo {
                 source: loaded.source.clone(),
                 dtype: loaded.dtype_name(),
                 device: loaded.device.to_string(),
                 kv_bytes_per_token: m.kv_bytes_per_token(),
                 ops: ops_record(m),
-            }),
+            })),
         };
         let mut stop_tokens = m.config().eos_token_ids.clone();
         if stop_tokens.is_empty() {

@@ -81,8 +81,8 @@ pub struct BackendInfo {
 /// The kinds of backend.
 #[derive(Debug, Clone, PartialEq)]
 pub enum BackendKind {
-    /// A model on this machine, through the engine.
-    Local(LocalInfo),
+    /// A model on this machine, through the engine (boxed: its ops record is large).
+    Local(Box<LocalInfo>),
     /// A model served over an OpenAI-compatible API.
     Served(ServedInfo),
 }
@@ -116,11 +116,11 @@ impl BackendInfo {
     /// files this program does not read.
     pub fn weights(&self) -> crate::fingerprint::FilesFingerprint {
         match &self.kind {
-            BackendKind::Local(LocalInfo {
-                source: ModelSource::Checkpoint { weights, .. },
-                ..
-            }) => weights.clone(),
-            _ => Default::default(),
+            BackendKind::Local(local) => match &local.source {
+                ModelSource::Checkpoint { weights, .. } => weights.clone(),
+                ModelSource::Random { .. } => Default::default(),
+            },
+            BackendKind::Served(_) => Default::default(),
         }
     }
 
