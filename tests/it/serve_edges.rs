@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::openai_support::{closed_by_server, connect, get, signal, wait_exit, wait_for, Server};
+use crate::openai_support::{
+    closed_by_server, connect, get, one_at_a_time, signal, wait_exit, wait_for, Server,
+};
 
 /// Read one answer with a `Content-Length` from `s` (head and body), leaving the connection open.
 fn read_answer(s: &mut TcpStream) -> String {
@@ -101,17 +103,7 @@ fn a_slow_body_gets_408_after_the_body_timeout() {
 
 #[test]
 fn a_stream_running_at_the_shutdown_deadline_ends_with_an_error_event() {
-    let mut server = Server::start(
-        &[
-            "--batch-size",
-            "1",
-            "--max-new-tokens",
-            "30000",
-            "--shutdown-timeout",
-            "2",
-        ],
-        &[],
-    );
+    let mut server = one_at_a_time("2");
     let body = json!({"messages": [{"role": "user", "content": "Write a long story."}],
         "max_tokens": 30000, "ignore_eos": true, "stream": true})
     .to_string();

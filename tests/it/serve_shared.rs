@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::openai_support::{
-    closed_by_server, connect, get, post, raw_post, signal, start_long_request, wait_exit,
-    wait_for, Server,
+    closed_by_server, connect, get, one_at_a_time, post, raw_post, signal, start_long_request,
+    wait_exit, wait_for, Server,
 };
 
 /// A short greedy chat request.
@@ -74,17 +74,7 @@ fn a_slowloris_does_not_keep_sigterm_from_exiting() {
 
 #[test]
 fn draining_answers_503_and_the_deadline_cuts_off_what_still_runs() {
-    let mut server = Server::start(
-        &[
-            "--batch-size",
-            "1",
-            "--max-new-tokens",
-            "30000",
-            "--shutdown-timeout",
-            "3",
-        ],
-        &[],
-    );
+    let mut server = one_at_a_time("3");
     let url = format!("{}/chat/completions", server.base);
     let running = start_long_request(&server, 30000);
     let t0 = Instant::now();

@@ -108,6 +108,15 @@ impl Drop for Server {
     }
 }
 
+/// A `serve` that runs one sequence at a time, of up to 30000 tokens, with `--shutdown-timeout` `seconds`.
+pub fn one_at_a_time(seconds: &str) -> Server {
+    let flags = ["--batch-size", "1", "--max-new-tokens", "30000"];
+    Server::start(
+        &[&flags[..], &["--shutdown-timeout", seconds]].concat(),
+        &[],
+    )
+}
+
 /// Send `kill -SIG pid`.
 pub fn signal(pid: u32, sig: &str) {
     let ok = std::process::Command::new("kill")
