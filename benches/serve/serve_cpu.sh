@@ -41,11 +41,11 @@ fi
   echo "binary: $BIN ($("$BIN" --version 2>/dev/null))"
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) threads"
   echo "vector flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx|avx2|fma|f16c|avx512f|avx512bw|avx512_bf16|avx512_vnni|amx_tile)$' | tr '\n' ' ')"
-  echo "settings: small f32, $STEPS steps, max_pixels $MAX_PIXELS, max_new_tokens $MAX_NEW_TOKENS, batch $BATCH, clients $CLIENTS"
+  echo "settings: $(basename "$MODEL") f32, $STEPS steps, max_pixels $MAX_PIXELS, max_new_tokens $MAX_NEW_TOKENS, batch $BATCH, clients $CLIENTS"
   echo "load before: $(uptime)"
 } >"$OUT/env.txt"
 
-BIN=$BIN OUT=$OUT MODEL=$MODEL DATA=$DATA DEVICE=cpu DTYPE=f32 CLIENTS=$CLIENTS BATCH=$BATCH \
+BIN=$BIN OUT=$OUT MODEL=$MODEL DATA=${DATA:-} DEVICE=cpu DTYPE=f32 CLIENTS=$CLIENTS BATCH=$BATCH \
   MAX_PIXELS=$MAX_PIXELS MAX_NEW_TOKENS=$MAX_NEW_TOKENS VLLM=off WORK=${WORK:-/tmp/mre-serve-cpu-runs} \
   bash benches/gpu/serve_bench.sh
 status=$?
