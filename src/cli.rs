@@ -161,10 +161,13 @@ pub struct ServeArgs {
     /// Most open connections; more wait to be accepted.
     #[arg(long, default_value_t = 256, value_parser = whole::<usize>, allow_negative_numbers = true)]
     pub max_connections: usize,
-    /// Seconds a client has to send a whole request head, counted from when the server waits for one (so an idle
-    /// kept-alive connection is closed after it too).
+    /// Seconds a client has to send a whole request head: from the accept on a new connection, from the head's
+    /// first byte on a kept-alive one.
     #[arg(long, default_value_t = 10.0, value_parser = seconds)]
     pub header_timeout: f64,
+    /// Seconds a kept-alive connection may stay silent between requests before the server closes it.
+    #[arg(long, default_value_t = 15.0, value_parser = seconds)]
+    pub keep_alive_timeout: f64,
     /// Seconds a client has to send a whole request body, once the server reads it (408 beyond).
     #[arg(long, default_value_t = 60.0, value_parser = seconds)]
     pub body_timeout: f64,

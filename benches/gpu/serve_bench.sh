@@ -17,6 +17,7 @@
 #   MAX_PIXELS      1003520; MAX_NEW_TOKENS 64
 #   VLLM            auto (run it when `python3 -c "import vllm"` works) or off
 #
+# Peak RSS (GNU time, and serve's VmHWM read and reset after each client run) is recorded where Linux allows it.
 # Every run is a run folder under $WORK; $OUT/serve-bench.json and serve-bench.txt hold the summary, and
 # $OUT/serve-bench.tgz every log, manifest, throughput.json and /metrics scrape. One `serve` answers every client
 # run in turn, so the batch occupancy read from /metrics after a run counts all requests since it started.
@@ -56,15 +57,22 @@ wait_for() {  # wait_for SECONDS CMD...: poll CMD once a second until it succeed
   return 1
 }
 scrape() { python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' "$1"; }
+# peak resident memory in kB of the command it runs, into $LOGS/NAME.rss (GNU time, where installed)
+peak() { local name=$1; shift; if [ -x /usr/bin/time ]; then /usr/bin/time -f %M -o "$LOGS/$name.rss" "$@"; else "$@"; fi; }
+# serve's peak resident memory in kB since the last call, into $LOGS/serve-NAME.rss; the peak is then reset
+serve_peak() {
+  awk '/^VmHWM/ {print $2}' "/proc/$serve_pid/status" >"$LOGS/serve-$1.rss" 2>/dev/null
+  echo 5 >"/proc/$serve_pid/clear_refs" 2>/dev/null
+}
 client() {  # client NAME ENDPOINT CONCURRENCY: the step prompts through `eval --backend openai`
   echo "== $1"
-  "$BIN" eval --backend openai --endpoint "$2" --api-model bench --model "$MODEL" --concurrency "$3" \
+  peak "$1" "$BIN" eval --backend openai --endpoint "$2" --api-model bench --model "$MODEL" --concurrency "$3" \
     --request-timeout 900 "${common[@]}" --out "$WORK/$1" >"$LOGS/$1.out" 2>"$LOGS/$1.log"
   echo "   rc=$?"
 }
 
 echo "== local: eval --device $DEVICE --dtype $DTYPE --batch-size $BATCH"
-"$BIN" eval --model "$MODEL" --device "$DEVICE" --dtype "$DTYPE" --batch-size "$BATCH" "${common[@]}" \
+peak local "$BIN" eval --model "$MODEL" --device "$DEVICE" --dtype "$DTYPE" --batch-size "$BATCH" "${common[@]}" \
   --out "$WORK/local" >"$LOGS/local.out" 2>"$LOGS/local.log"
 echo "   rc=$?"
 
@@ -75,9 +83,11 @@ echo "== serve"
 serve_pid=$!
 if wait_for 900 grep -q "listening on" "$LOGS/serve.out"; then
   url=$(grep -o 'http://[^ ]*/v1' "$LOGS/serve.out" | head -1)
+  serve_peak start
   for c in $CLIENTS; do
     client "serve-c$c" "$url" "$c"
     scrape "${url%/v1}/metrics" >"$LOGS/metrics-serve-c$c.txt" 2>&1
+    serve_peak "serve-c$c"
   done
 else
   echo "   serve did not start:"; tail -5 "$LOGS/serve.log"
@@ -133,7 +143,18 @@ for run in ["local"] + sorted((os.path.basename(d) for d in served), key=lambda 
         "latency_seconds": req.get("latency_seconds"), "retries": req.get("retries"),
         "same_answer_as_local": sum(mine.get(k) == v for k, v in local.items()), "of": len(local),
     })
+def rss_mib(name):
+    p = os.path.join(work, "logs", f"{name}.rss")
+    try:
+        return round(int(open(p).read().split()[-1]) / 1024, 1)
+    except (OSError, ValueError, IndexError):
+        return None
+
 for run in runs:
+    # peak RSS of the run's own process (the client, for a served run) and of `serve` during the run
+    for key, name in (("peak_rss_mib", run["run"]), ("serve_peak_rss_mib", f"serve-{run['run']}")):
+        if rss_mib(name) is not None:
+            run[key] = rss_mib(name)
     scrape = os.path.join(work, "logs", f"metrics-{run['run']}.txt")
     if os.path.exists(scrape):
         for line in open(scrape):

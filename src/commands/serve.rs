@@ -55,6 +55,7 @@ pub fn config(a: ServeArgs) -> Result<ServeConfig> {
         conn: ConnLimits {
             max_connections: positive("--max-connections", a.max_connections)?,
             header_timeout: Duration::from_secs_f64(a.header_timeout),
+            keep_alive_timeout: Duration::from_secs_f64(a.keep_alive_timeout),
             body_timeout: Duration::from_secs_f64(a.body_timeout),
             shutdown_timeout: Duration::from_secs_f64(a.shutdown_timeout),
         },

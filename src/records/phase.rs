@@ -61,6 +61,10 @@ pub struct PhaseStats {
 pub struct RequestStats {
     /// Most requests in flight at once (`--concurrency`).
     pub concurrency: usize,
+    /// The fewest requests allowed in flight at once, after the server's busy answers (429) lowered the allowance
+    /// (absent in older files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lowest_concurrency: Option<usize>,
     /// Prompts sent (each once, however often it was retried).
     pub requests: usize,
     /// HTTP calls, retries included.

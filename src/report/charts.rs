@@ -208,7 +208,11 @@ pub(crate) fn heatmap(
             .x_label_formatter(&|_| String::new())
             .y_label_formatter(&|v| match v {
                 // Row 0 is drawn at the top.
-                SegmentValue::CenterOf(i) => rows.get(nr - 1 - i).cloned().unwrap_or_default(),
+                SegmentValue::CenterOf(i) => nr
+                    .checked_sub(1 + i)
+                    .and_then(|k| rows.get(k))
+                    .cloned()
+                    .unwrap_or_default(),
                 _ => String::new(),
             })
             .draw()?;

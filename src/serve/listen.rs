@@ -1,7 +1,7 @@
 //! The accept loop of `serve` (hyper's HTTP/1 connections under tokio, with the bounds a shared server needs): at
 //! most `max_connections` connections at once (beyond them, new ones wait in the kernel's backlog and cost no file
-//! descriptor), a deadline on each request head (from the moment the server waits for one, so it also closes an
-//! idle kept-alive connection and a slowloris), and a stop in three phases: draining (still accepting, each new
+//! descriptor), a deadline on each request head and on the idle time of a kept-alive connection ([`idle`](super::idle),
+//! so a slowloris or a silent connection is closed), and a stop in three phases: draining (still accepting, each new
 //! connection answered once, `/health` and new requests 503) until no request holds a slot; closing (each
 //! connection ends after its answer); and, at the shutdown deadline, cutting off what is left (the requests still
 //! waiting get an error) and returning.
@@ -18,6 +18,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
+use super::idle::{IdleLimits, TimedStream, Tracked, Tracker};
 use super::routes::App;
 
 /// The connection bounds of a server.
@@ -25,8 +26,11 @@ use super::routes::App;
 pub struct ConnLimits {
     /// Most open connections (`--max-connections`).
     pub max_connections: usize,
-    /// Time to send a whole request head, counted from when the server waits for it (`--header-timeout`).
+    /// Time to send a whole request head: from the accept on a new connection, from the head's first byte on a
+    /// kept-alive one (`--header-timeout`).
     pub header_timeout: Duration,
+    /// Time a kept-alive connection may stay silent between requests (`--keep-alive-timeout`).
+    pub keep_alive_timeout: Duration,
     /// Time to send a whole request body, once the server reads it (`--body-timeout`).
     pub body_timeout: Duration,
     /// Time from a stop signal to the exit, in-flight requests included (`--shutdown-timeout`).
@@ -44,7 +48,10 @@ pub(crate) async fn serve(listener: TcpListener, app: Arc<App>, limits: ConnLimi
         slots: Arc::new(Semaphore::new(total as usize)),
         total,
         closing: watch::channel(false).0,
-        header_timeout: limits.header_timeout,
+        idle: IdleLimits {
+            header: limits.header_timeout,
+            keep_alive: limits.keep_alive_timeout,
+        },
     };
     let signal = super::stop_signal();
     tokio::pin!(signal);
@@ -89,23 +96,23 @@ struct Conns {
     /// How many slots there are (all free: every connection ended).
     total: u32,
     closing: watch::Sender<bool>,
-    header_timeout: Duration,
+    idle: IdleLimits,
 }
 
 impl Conns {
     /// Serve one connection on its own task, holding `permit` until it ends; with `keep_alive` false, it ends
     /// after one answer.
     fn spawn(&self, stream: tokio::net::TcpStream, permit: OwnedSemaphorePermit, keep_alive: bool) {
-        let service = TowerToHyperService::new(self.router.clone());
+        let tracker = Tracker::new(self.idle);
+        let service = tracked_service(self.router.clone(), tracker.clone());
         let mut closing = self.closing.subscribe();
         let mut builder = http1::Builder::new();
-        builder
-            .timer(TokioTimer::new())
-            .header_read_timeout(self.header_timeout)
-            .keep_alive(keep_alive);
+        // The request-head and idle deadlines are the stream's: hyper's own header timer would also run while a
+        // kept-alive connection is idle.
+        builder.timer(TokioTimer::new()).keep_alive(keep_alive);
         tokio::spawn(async move {
-            let _permit = permit;
-            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            let io = TokioIo::new(TimedStream::new(stream, tracker, permit));
+            let conn = builder.serve_connection(io, service);
             tokio::pin!(conn);
             tokio::select! {
                 r = conn.as_mut() => return log_end(r),
@@ -141,6 +148,28 @@ impl Conns {
     }
 }
 
+/// The router as a hyper service whose requests mark `tracker` busy until their answer is written.
+fn tracked_service(
+    router: axum::Router,
+    tracker: Tracker,
+) -> impl hyper::service::Service<
+    hyper::Request<hyper::body::Incoming>,
+    Response = hyper::Response<Tracked>,
+    Error = std::convert::Infallible,
+    Future = impl Send,
+> + Clone {
+    let inner = TowerToHyperService::new(router);
+    hyper::service::service_fn(move |req| {
+        use hyper::service::Service;
+        let guard = tracker.begin();
+        let answer = inner.call(req);
+        async move {
+            let response = answer.await?;
+            Ok(response.map(|body| Tracked::new(body, guard)))
+        }
+    })
+}
+
 /// The next connection, once one of the connection slots is free; `None` after a failed accept (out of file
 /// descriptors, say), after a short pause so that a persistent failure does not spin.
 async fn next_connection(
@@ -161,7 +190,7 @@ async fn next_connection(
 /// Log how a connection ended, when it was not a plain close.
 fn log_end(r: hyper::Result<()>) {
     if let Err(e) = r {
-        if e.is_timeout() {
+        if e.is_timeout() || e.to_string().contains("--header-timeout") {
             tracing::debug!("closed a connection that sent no whole request head in time");
         } else {
             tracing::debug!("connection ended: {e}");

@@ -8,10 +8,11 @@
 //! answers); a body is read only once its request holds a queue slot and one of the few preparing places; bodies,
 //! text, pictures per request and pixels per picture are capped, and a prompt that cannot fit the context is
 //! refused from the text's length and the pictures' headers, before anything is tokenised or decoded; connections
-//! are capped and each request head has a deadline ([`listen`](mod@listen)); a bad request gets a 4xx in OpenAI's error shape.
+//! are capped, each request head has a deadline and an idle kept-alive connection is closed ([`listen`](mod@listen)); a bad request gets a 4xx in OpenAI's error shape.
 //! Ctrl-C or SIGTERM answers new requests 503, lets the requests in flight finish within a deadline, then returns
 //! (a second one exits at once).
 
+mod idle;
 mod listen;
 mod meta;
 mod metrics;

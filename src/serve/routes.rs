@@ -104,14 +104,19 @@ async fn guard(State(app): State<Arc<App>>, req: Request, next: Next) -> Respons
     } else {
         response
     };
-    let known = ["/v1/chat/completions", "/v1/models", "/health", "/metrics"];
-    let label = if known.contains(&path.as_str()) {
-        path.as_str()
-    } else {
-        "other"
-    };
-    app.metrics.request(label, response.status().as_u16());
+    app.metrics
+        .request(route_label(&path), response.status().as_u16());
     response
+}
+
+/// The route a path is counted under in `/metrics` (a model id is not a label of its own).
+fn route_label(path: &str) -> &str {
+    let known = ["/v1/chat/completions", "/v1/models", "/health", "/metrics"];
+    match path.strip_prefix("/v1/models/") {
+        Some(id) if !id.is_empty() && !id.contains('/') => "/v1/models/{id}",
+        _ if known.contains(&path) => path,
+        _ => "other",
+    }
 }
 
 /// A 405 (the router's, with no body) in the protocol's shape, keeping its `Allow` header.

@@ -55,4 +55,5 @@ mod scale_out;
 mod semi_online;
 mod semi_online_scored;
 mod semi_online_scripted;
+mod serve_edges;
 mod serve_shared;

@@ -1,5 +1,6 @@
 //! `eval --backend openai` at scale and against servers that differ from the run, through the binary: busy
-//! answers (429) are waited out without costing retries, so 32 clients finish every step on a 4-slot `serve`;
+//! answers (429) are waited out without costing retries and lower the client's concurrency, so 32 clients finish
+//! every step on a 4-slot `serve`;
 //! `serve` publishes its image settings (also under `GET /v1/models/{id}`) and a client whose pixel bounds the
 //! server would change is refused with the fix; with `--model DIR` a server whose prompt token counts differ stops
 //! the run; a server that publishes nothing (as vLLM) is named in a warning; greedy sampling is sent explicitly.
@@ -43,6 +44,9 @@ fn thirty_two_clients_finish_every_step_on_a_four_slot_server() {
     let req = &json_file(&out.join("throughput.json"))["phases"][0]["requests"];
     assert_eq!(req["failed"].as_u64(), Some(0), "{req}");
     assert!(req["busy"].as_u64().unwrap() > 0, "no 429 was seen: {req}");
+    // The 429s lowered the client's own concurrency for a while.
+    let lowest = req["lowest_concurrency"].as_u64().unwrap();
+    assert!((1..32).contains(&lowest), "{req}");
     let manifest = json_file(&out.join("manifest.json"));
     assert_eq!(manifest["backend"]["busy_wait_seconds"], 600.0);
     assert_eq!(manifest["backend"]["max_connection_failures"], 10);

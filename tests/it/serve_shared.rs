@@ -5,7 +5,7 @@
 //! large bodies, bodies announced over the limit) never lifts the server's peak memory more than 1 GiB over its
 //! footprint after the start; and without `--max-pixels` a picture costs at most 1280 image tokens.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,28 +13,9 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::openai_support::{
-    get, post, raw_post, signal, start_long_request, wait_exit, wait_for, Server,
+    closed_by_server, connect, get, one_at_a_time, post, raw_post, signal, start_long_request,
+    wait_exit, wait_for, Server,
 };
-
-/// A connection to the server at `root` (`http://127.0.0.1:PORT`).
-fn connect(root: &str) -> TcpStream {
-    let s = TcpStream::connect(root.trim_start_matches("http://")).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    s
-}
-
-/// Whether the server closed `s` (a read returns end of file, or the connection was reset).
-fn closed_by_server(s: &mut TcpStream) -> bool {
-    let mut buf = [0u8; 4096];
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) => return true,
-            Ok(_) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
-            Err(_) => return false,
-        }
-    }
-}
 
 /// A short greedy chat request.
 fn small() -> Vec<u8> {
@@ -60,21 +41,6 @@ fn idle_connections_beyond_the_cap_do_not_block_a_request() {
     assert!(
         closed_by_server(&mut idle[0]),
         "an idle connection was kept open"
-    );
-
-    // A kept-alive connection that goes quiet after its answer is closed by the same deadline.
-    let mut s = connect(&root);
-    let addr = root.trim_start_matches("http://");
-    write!(s, "GET /health HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut head = [0u8; 12];
-    s.read_exact(&mut head).unwrap();
-    assert_eq!(&head, b"HTTP/1.1 200");
-    let quiet = Instant::now();
-    assert!(closed_by_server(&mut s));
-    assert!(
-        quiet.elapsed() < Duration::from_secs(20),
-        "{:?}",
-        quiet.elapsed()
     );
 }
 
@@ -108,17 +74,7 @@ fn a_slowloris_does_not_keep_sigterm_from_exiting() {
 
 #[test]
 fn draining_answers_503_and_the_deadline_cuts_off_what_still_runs() {
-    let mut server = Server::start(
-        &[
-            "--batch-size",
-            "1",
-            "--max-new-tokens",
-            "30000",
-            "--shutdown-timeout",
-            "3",
-        ],
-        &[],
-    );
+    let mut server = one_at_a_time("3");
     let url = format!("{}/chat/completions", server.base);
     let running = start_long_request(&server, 30000);
     let t0 = Instant::now();

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::throttle::Throttle;
 use crate::interrupt::Cancel;
 use crate::openai::{parse_error_body, ApiKey};
 use crate::retry::{self, Failure, GaveUp, Policy};
@@ -89,6 +90,8 @@ pub(crate) struct Client {
     policy: Policy,
     cancel: Cancel,
     reach: Arc<Reachability>,
+    /// The allowance of chat calls in flight, lowered while the server answers 429.
+    throttle: Option<Arc<Throttle>>,
 }
 
 /// One call's outcome with the number of calls it took.
@@ -121,7 +124,14 @@ impl Client {
             policy,
             cancel,
             reach,
+            throttle: None,
         }
+    }
+
+    /// This client with its `POST` calls sent within `throttle`'s allowance, and their answers told to it.
+    pub fn with_throttle(mut self, throttle: Arc<Throttle>) -> Self {
+        self.throttle = Some(throttle);
+        self
     }
 
     /// `GET url`, with retries.
@@ -132,7 +142,22 @@ impl Client {
     /// `POST url` with a JSON body, with retries.
     pub fn post(&self, url: &str, body: &Value) -> Called {
         let bytes = serde_json::to_vec(body).unwrap_or_default();
-        self.with_retries(|| self.once(self.agent.post(url), Some(&bytes), url))
+        self.with_retries(|| {
+            let Some(throttle) = &self.throttle else {
+                return self.once(self.agent.post(url), Some(&bytes), url);
+            };
+            let stopped = || self.cancel.is_cancelled() || self.reach.is_gone();
+            let Some(_place) = throttle.acquire(&stopped) else {
+                return Err(Failure::Cancelled);
+            };
+            let r = self.once(self.agent.post(url), Some(&bytes), url);
+            match &r {
+                Ok(_) => throttle.answered(),
+                Err(Failure::Busy { .. }) => throttle.busy(),
+                Err(_) => {}
+            }
+            r
+        })
     }
 
     fn with_retries(&self, call: impl FnMut() -> Result<Value, Failure<String>>) -> Called {

@@ -13,6 +13,7 @@ mod checks;
 mod http;
 mod pictures;
 mod tally;
+mod throttle;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -108,6 +109,7 @@ pub(crate) struct OpenAiBackend {
     limits: BatchLimits,
     cancel: Cancel,
     reach: Arc<http::Reachability>,
+    throttle: Arc<throttle::Throttle>,
     count: Option<checks::PromptCount>,
     mismatch: Mutex<Option<String>>,
 }
@@ -190,6 +192,8 @@ impl OpenAiBackend {
             max_batch_tokens: 0,
             max_new_tokens,
         };
+        let throttle = Arc::new(throttle::Throttle::new(settings.concurrency));
+        let client = client.with_throttle(throttle.clone());
         Ok(Self {
             settings,
             client,
@@ -197,6 +201,7 @@ impl OpenAiBackend {
             limits,
             cancel,
             reach,
+            throttle,
             count,
             mismatch: Mutex::new(None),
         })
@@ -436,7 +441,15 @@ impl Backend for OpenAiBackend {
         if let Some(stop) = self.stop_reason() {
             return Err(stop.into());
         }
-        Ok(tally.finish(self.settings.concurrency, t0.elapsed().as_secs_f64()))
+        let lowest = self.throttle.lowest();
+        if lowest < self.settings.concurrency {
+            tracing::info!(
+                "the server answered 429: as few as {lowest} of --concurrency {} requests were in flight at times",
+                self.settings.concurrency
+            );
+        }
+        let seconds = t0.elapsed().as_secs_f64();
+        Ok(tally.finish(self.settings.concurrency, lowest, seconds))
     }
 }
 

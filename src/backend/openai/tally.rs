@@ -51,9 +51,11 @@ impl Tally {
         }
     }
 
-    /// The phase's counters, with the request figures of `concurrency` workers over `seconds`.
-    pub fn finish(mut self, concurrency: usize, seconds: f64) -> PhaseStats {
+    /// The phase's counters, with the request figures of `concurrency` workers over `seconds`, at times as few as
+    /// `lowest` in flight.
+    pub fn finish(mut self, concurrency: usize, lowest: usize, seconds: f64) -> PhaseStats {
         self.requests.concurrency = concurrency;
+        self.requests.lowest_concurrency = Some(lowest);
         self.requests.requests_per_second = if seconds > 0.0 {
             self.latencies.len() as f64 / seconds
         } else {

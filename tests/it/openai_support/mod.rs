@@ -108,6 +108,15 @@ impl Drop for Server {
     }
 }
 
+/// A `serve` that runs one sequence at a time, of up to 30000 tokens, with `--shutdown-timeout` `seconds`.
+pub fn one_at_a_time(seconds: &str) -> Server {
+    let flags = ["--batch-size", "1", "--max-new-tokens", "30000"];
+    Server::start(
+        &[&flags[..], &["--shutdown-timeout", seconds]].concat(),
+        &[],
+    )
+}
+
 /// Send `kill -SIG pid`.
 pub fn signal(pid: u32, sig: &str) {
     let ok = std::process::Command::new("kill")
@@ -242,4 +251,24 @@ pub fn raw_post(root: &str, length: usize) -> String {
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
     out
+}
+
+/// A connection to the server at `root` (`http://127.0.0.1:PORT`).
+pub fn connect(root: &str) -> std::net::TcpStream {
+    let s = std::net::TcpStream::connect(root.trim_start_matches("http://")).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s
+}
+
+/// Whether the server closed `s` (a read returns end of file, or the connection was reset).
+pub fn closed_by_server(s: &mut std::net::TcpStream) -> bool {
+    let mut buf = [0u8; 4096];
+    loop {
+        match std::io::Read::read(s, &mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
 }
