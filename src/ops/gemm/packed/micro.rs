@@ -158,7 +158,14 @@ unsafe fn avx2_kernel(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc:
 /// [`Avx512::kernel`].
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn avx512_kernel(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, add: bool) {
+unsafe fn avx512_kernel(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    add: bool,
+) {
     use std::arch::x86_64::*;
     const MR: usize = Avx512::MR;
     const NR: usize = Avx512::NR;
@@ -195,4 +202,22 @@ unsafe fn avx2_kernel(_: usize, _: *const f32, _: *const f32, _: *mut f32, _: us
 #[cfg(not(target_arch = "x86_64"))]
 unsafe fn avx512_kernel(_: usize, _: *const f32, _: *const f32, _: *mut f32, _: usize, _: bool) {
     unreachable!("Isa::detect() is None off x86-64")
+}
+
+/// [`Avx512`]'s tile with depth blocks of `K` (and `MC` rows, `NC` columns) instead: the timing runs compare the
+/// blockings.
+#[cfg(test)]
+pub(super) struct Avx512Blocked<const K: usize, const MC: usize, const NC: usize>;
+
+#[cfg(test)]
+impl<const K: usize, const MC: usize, const NC: usize> Micro for Avx512Blocked<K, MC, NC> {
+    const MR: usize = Avx512::MR;
+    const NR: usize = Avx512::NR;
+    const KC: usize = K;
+    const MC: usize = MC;
+    const NC: usize = NC;
+
+    unsafe fn kernel(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, add: bool) {
+        avx512_kernel(kc, a, b, c, ldc, add)
+    }
 }

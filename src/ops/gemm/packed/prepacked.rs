@@ -43,7 +43,12 @@ impl PackedW {
         }
     }
 
-    fn rows_with<'a, M: Micro>(isa: Isa, n: usize, k: usize, row: impl Fn(usize) -> &'a [f32]) -> Self {
+    fn rows_with<'a, M: Micro>(
+        isa: Isa,
+        n: usize,
+        k: usize,
+        row: impl Fn(usize) -> &'a [f32],
+    ) -> Self {
         let mut me = Self::zeros::<M>(isa, n, k);
         let panels = n.div_ceil(M::NR);
         for pc in (0..k).step_by(M::KC) {
@@ -56,7 +61,12 @@ impl PackedW {
         me
     }
 
-    fn columns_with<'a, M: Micro>(isa: Isa, n: usize, k: usize, row: impl Fn(usize) -> &'a [f32]) -> Self {
+    fn columns_with<'a, M: Micro>(
+        isa: Isa,
+        n: usize,
+        k: usize,
+        row: impl Fn(usize) -> &'a [f32],
+    ) -> Self {
         let mut me = Self::zeros::<M>(isa, n, k);
         let (nr, kcmax) = (M::NR, M::KC);
         let panels = n.div_ceil(nr);

@@ -92,6 +92,22 @@ fn model_shapes() {
             let (a, w) = (&a, &w);
             paths.push((name, Box::new(move |c| sgemm_nt_on(isa, a, w, dims, c))));
         }
+        if active() == Some(Isa::Avx512) {
+            use super::micro::Avx512Blocked;
+            let (a, w) = (&a, &w);
+            paths.push((
+                "AVX-512 KC 192",
+                Box::new(move |c| sgemm_nt_with::<Avx512Blocked<192, 168, 4096>>(a, w, dims, c)),
+            ));
+            paths.push((
+                "AVX-512 KC 128 MC 336",
+                Box::new(move |c| sgemm_nt_with::<Avx512Blocked<128, 336, 4096>>(a, w, dims, c)),
+            ));
+            paths.push((
+                "AVX-512 KC 384 MC 112",
+                Box::new(move |c| sgemm_nt_with::<Avx512Blocked<384, 112, 2048>>(a, w, dims, c)),
+            ));
+        }
         if let Some(b) = &blas {
             paths.push(("OpenBLAS", Box::new(|c| b.sgemm_nt_into(&a, &w, dims, c))));
         }
