@@ -12,8 +12,8 @@ use crate::ops::CpuGemm;
 pub(crate) use crate::records::MatmulRate;
 
 /// Measured matmul throughput of `device` in `dtype` of every path available (FLOP/s): the best of a few square
-/// GEMMs of size `n` through candle's matmul and, for f32 on the CPU, through the built-in packed AVX2 kernel
-/// where the CPU runs it, the run's CBLAS library and OpenBLAS where it is installed (each whether or not this
+/// GEMMs of size `n` through candle's matmul and, for f32 on the CPU, through the built-in packed kernel
+/// (its widest tile) where the CPU runs it, the run's CBLAS library and OpenBLAS where it is installed (each whether or not this
 /// run uses it), so that the MFU is against the best GEMM the machine has.
 pub fn matmul_rates(
     device: &Device,
@@ -44,8 +44,9 @@ pub fn matmul_rates(
             rates.push(MatmulRate {
                 path: "packed".to_string(),
                 detail: format!(
-                    "the built-in packed AVX2 kernel (the built-in GEMM of segments of {} rows or more on \
+                    "the built-in packed kernel, {} (the built-in GEMM of segments of {} rows or more on \
                      CPUs without AVX-512)",
+                    packed::active().map_or_else(String::new, packed::Isa::describe),
                     packed::MIN_ROWS
                 ),
                 flops: flops / secs,
