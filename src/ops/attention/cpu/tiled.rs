@@ -1,9 +1,10 @@
-//! Attention of long segments through GEMM tiles: for each query head and block of [`TILE`] query rows, the
-//! scores of every visible key are one product (queries × keysᵀ, the `gemm` crate), softmax runs along each
-//! row, and the output is a second product (probabilities × values). The products read the keys and values
-//! where they lie, through strides (a cached prefix is a second product into the same rows), and the `gemm`
-//! crate blocks them for the caches, which the four-row fused kernel cannot do once a segment's keys outgrow
-//! them (a full-attention layer of the vision tower sees 5,088 keys per 1080×2400 screenshot).
+//! Attention of long segments through GEMM tiles: for each query head and block of [`TILE`] query rows, the keys
+//! are taken [`KEY_CHUNK`] at a time; a chunk's scores are one product (queries × keysᵀ, the `gemm` crate), `exp`
+//! runs along each row, the chunk's output is a second product (exponentials × values), and an online softmax
+//! merges the chunks, each row divided by its sum of exponentials at the end. The products read the keys and
+//! values where they lie, through strides (a cached prefix is a second product into the same rows), and the
+//! `gemm` crate blocks them for the caches, which the four-row fused kernel cannot do once a segment's keys
+//! outgrow them (a full-attention layer of the vision tower sees 5,088 keys per 1080×2400 screenshot).
 //!
 //! Where the packed AVX2 kernel is the built-in GEMM ([`crate::ops::gemm::packed`]), segments of at least
 //! [`PACKED_MIN_KEYS`] keys run on it instead: each KV head's keys and values are packed once per segment, blocks
