@@ -1,6 +1,6 @@
-//! The tower's elementwise work in one pass per row where the activations are f32 on the CPU: torch's LayerNorm
-//! (candle composes it from nine tensor ops, each a pass over the activations with a broadcast), and the bias
-//! plus tanh-GELU that follow the MLP's first projection (two candle passes). Rows run in parallel, each on its
+//! The tower's LayerNorm in one pass per row where the activations are f32 on the CPU (candle composes torch's
+//! LayerNorm from nine tensor ops, each a pass over the activations with a broadcast; the bias plus tanh-GELU
+//! after the MLP's first projection is [`Ops::bias_gelu_tanh`]). Rows run in parallel, each on its
 //! own, so a row's result does not depend on the rows around it. Other devices and dtypes, and runs with the
 //! fused ops off (`--kernels off`), take candle's ops.
 
@@ -13,9 +13,6 @@ use crate::ops::Ops;
 
 /// Rows handed to one parallel task (a row is 1,024–4,608 values in the released towers).
 const MIN_ROWS_PER_TASK: usize = 8;
-
-/// `√(2/π)`, the tanh-GELU's scale.
-const SQRT_2_OVER_PI: f32 = 0.797_884_6;
 
 /// Whether the fused ops are on and every tensor is f32, contiguous and on the CPU: the fused loops' inputs.
 fn fused_input(ops: &Ops, ts: &[&Tensor]) -> bool {
@@ -114,25 +111,6 @@ impl LayerNorm {
     }
 }
 
-/// `gelu_tanh(y + b)` for a projection `y` (rows, width) and its bias (width): transformers' `gelu_pytorch_tanh`
-/// after the vision MLP's first layer.
-pub(crate) fn bias_gelu_tanh(ops: &Ops, y: &Tensor, b: &Tensor) -> Result<Tensor> {
-    if !fused_input(ops, &[y, b]) {
-        return y.broadcast_add(b)?.gelu();
-    }
-    let width = b.elem_count();
-    if y.dim(D::Minus1)? != width {
-        candle_core::bail!("bias of {width} values for rows of {}", y.dim(D::Minus1)?);
-    }
-    let b = b.to_vec1::<f32>()?;
-    map_rows(y, width, |row, out| {
-        for ((o, v), b) in out.iter_mut().zip(row).zip(&b) {
-            let v = v + b;
-            *o = 0.5 * v * (1.0 + (SQRT_2_OVER_PI * v * (1.0 + 0.044_715 * v * v)).tanh());
-        }
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -191,18 +169,5 @@ mod tests {
         // Each row is its own: the first rows alone give the same bits.
         let head = norm.forward(&on, &x.narrow(0, 0, 5).unwrap()).unwrap();
         assert_eq!(max_diff(&head, &fused.narrow(0, 0, 5).unwrap()), 0.0);
-    }
-
-    #[test]
-    fn fused_bias_gelu_matches_candle() {
-        let (on, off) = both();
-        let (n, d) = (19, 300);
-        let (y, b) = (rows(n, d, 11), rows(1, d, 13).reshape(d).unwrap());
-        let fused = bias_gelu_tanh(&on, &y, &b).unwrap();
-        let composed = bias_gelu_tanh(&off, &y, &b).unwrap();
-        let diff = max_diff(&fused, &composed);
-        assert!(diff < 1e-5, "{diff}");
-        let wrong = rows(1, d + 1, 1).reshape(d + 1).unwrap();
-        assert!(bias_gelu_tanh(&on, &y, &wrong).is_err());
     }
 }

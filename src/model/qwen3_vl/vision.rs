@@ -6,7 +6,7 @@
 use candle_core::{DType, Device, Result, Tensor};
 use candle_nn::VarBuilder;
 
-use super::fused::{bias_gelu_tanh, LayerNorm};
+use super::fused::LayerNorm;
 use super::pos_embed::position_taps;
 use crate::model::config::VisionConfig;
 use crate::model::nn::{weight, Linear, Pass};
@@ -41,7 +41,7 @@ impl VisionMlp {
             .ok_or_else(|| candle_core::Error::Msg("vision linear_fc1 without bias".into()))?;
         let y = self.fc1.matmul(p, x)?;
         let h = p.ops.section("vision.mlp.bias_gelu", x.device(), || {
-            bias_gelu_tanh(p.ops, &y, b)
+            p.ops.bias_gelu_tanh(&y, b)
         })?;
         self.fc2.forward_residual(p, &h, residual)
     }

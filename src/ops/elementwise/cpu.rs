@@ -1,8 +1,8 @@
 //! Fused elementwise ops on the CPU in f32, each one parallel pass over the rows without the composed reference's
-//! intermediate tensors: the packed q/k/v bias + rotary (the reference's arithmetic in its order, so the same bits)
-//! and SwiGLU of a packed `[gate | up]` projection (with AVX2 or AVX-512, `exp` is the vectorised Cephes scheme of
-//! [`crate::ops::simd`], within about an ulp of libm's, so the result may differ from the reference's in the last
-//! bit; the AVX2 and AVX-512 paths give the same bits).
+//! intermediate tensors: the packed q/k/v bias + rotary and a projection's bias + residual (the reference's
+//! arithmetic in its order, so the same bits) and SwiGLU of a packed `[gate | up]` projection (with AVX2 or
+//! AVX-512, `exp` is the vectorised Cephes scheme of [`crate::ops::simd`], within about an ulp of libm's, so the
+//! result may differ from the reference's in the last bit; the AVX2 and AVX-512 paths give the same bits).
 
 use candle_core::{DType, Result, Tensor};
 use rayon::prelude::*;
@@ -73,6 +73,40 @@ fn swiglu_packed_at(gu: &Tensor, bias: Option<&Tensor>, level: Level) -> Result<
             });
     }
     Tensor::from_vec(out, shape, gu.device())
+}
+
+/// See [`crate::ops::Ops::bias_residual`] (f32 `y` and `r` of the same shape, bias over the last dimension):
+/// `r + (y + b)` in one parallel pass over the rows, the reference's two additions in its order (the same bits).
+pub fn bias_residual(y: &Tensor, b: &Tensor, r: &Tensor) -> Result<Tensor> {
+    let width = y.dim(candle_core::D::Minus1)?;
+    if b.dims() != [width] || r.dims() != y.dims() {
+        candle_core::bail!(
+            "bias_residual: y {:?}, bias {:?}, residual {:?}",
+            y.dims(),
+            b.dims(),
+            r.dims()
+        );
+    }
+    let b = f32_data(b)?;
+    let (y, r) = (y.contiguous()?, r.contiguous()?);
+    let (ys, yl) = y.storage_and_layout();
+    let (rs, rl) = r.storage_and_layout();
+    let (yd, rd) = (
+        cpu_slice(&ys, yl, y.elem_count())?,
+        cpu_slice(&rs, rl, r.elem_count())?,
+    );
+    let mut out = vec![0f32; yd.len()];
+    if width > 0 {
+        out.par_chunks_mut(width)
+            .zip(yd.par_chunks(width).zip(rd.par_chunks(width)))
+            .with_min_len(8)
+            .for_each(|(o, (yr, rr))| {
+                for (((o, y), r), b) in o.iter_mut().zip(yr).zip(rr).zip(&b) {
+                    *o = r + (y + b);
+                }
+            });
+    }
+    Tensor::from_vec(out, y.shape(), y.device())
 }
 
 /// See [`crate::ops::Ops::qkv_rope`] (f32 projection, bias and tables): rows in parallel; per rotated head and j < d/2,
@@ -232,6 +266,22 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The fused bias + residual has the reference's bits; mismatched shapes are an error.
+    #[test]
+    fn bias_residual_has_the_reference_bits() {
+        let dev = Device::Cpu;
+        let y = Tensor::rand(-3f32, 3f32, (11, 1030), &dev).unwrap();
+        let r = Tensor::rand(-3f32, 3f32, (11, 1030), &dev).unwrap();
+        let b = Tensor::rand(-1f32, 1f32, 1030, &dev).unwrap();
+        let got = bias_residual(&y, &b, &r).unwrap();
+        assert_eq!(
+            bits(&got),
+            bits(&reference::bias_residual(&y, &b, &r).unwrap())
+        );
+        let short = r.narrow(0, 0, 10).unwrap();
+        assert!(bias_residual(&y, &b, &short).is_err());
     }
 
     /// q/k/v + rotary on every path this CPU supports has the composed reference's bits.

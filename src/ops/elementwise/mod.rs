@@ -1,8 +1,10 @@
 //! The elementwise ops of the model: Qwen2's RMSNorm, the bias epilogues of the linear layers, SwiGLU of a packed
-//! `[gate | up]` projection and the q/k/v split with its bias and rotary. [`Ops`] picks each call's path: the CUDA
+//! `[gate | up]` projection, the bias plus tanh-GELU of the Qwen3-VL tower's MLP and the q/k/v split with its bias
+//! and rotary. [`Ops`] picks each call's path: the CUDA
 //! kernel, the fused CPU loop ([`cpu`]) or the candle reference ([`reference`](mod@reference)).
 
 mod cpu;
+mod gelu;
 pub(super) mod reference;
 
 use candle_core::{Result, Tensor};
@@ -47,11 +49,23 @@ impl Ops {
         reference::swiglu_packed(gu, bias)
     }
 
+    /// `gelu_tanh(y + b)` over the last dimension of `y` (transformers' `gelu_pytorch_tanh` after a biased
+    /// projection): one fused pass for f32 on the CPU with the fused ops on, candle's ops otherwise.
+    pub fn bias_gelu_tanh(&self, y: &Tensor, b: &Tensor) -> Result<Tensor> {
+        if self.config.fused_kernels && cpu::supported(&[y, b]) {
+            return gelu::bias_gelu_tanh(y, b);
+        }
+        reference::bias_gelu_tanh(y, b)
+    }
+
     /// `r + (y + b)`, each op rounded to the dtype: a biased projection closing a residual branch.
     pub fn bias_residual(&self, y: &Tensor, b: &Tensor, r: &Tensor) -> Result<Tensor> {
         #[cfg(feature = "cuda")]
         if self.kernel_for(y) && b.dtype() == y.dtype() && r.dtype() == y.dtype() {
             return cuda::bias_op("bias_residual", &[y, r], &[b]);
+        }
+        if self.config.fused_kernels && cpu::supported(&[y, b, r]) && r.dims() == y.dims() {
+            return cpu::bias_residual(y, b, r);
         }
         reference::bias_residual(y, b, r)
     }

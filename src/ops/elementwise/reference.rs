@@ -41,6 +41,11 @@ pub fn bias_residual(y: &Tensor, b: &Tensor, r: &Tensor) -> Result<Tensor> {
     r + y.broadcast_add(b)?
 }
 
+/// `gelu_tanh(y + b)`: candle's tanh-approximated GELU after the bias.
+pub fn bias_gelu_tanh(y: &Tensor, b: &Tensor) -> Result<Tensor> {
+    y.broadcast_add(b)?.gelu()
+}
+
 /// [`crate::ops::Ops::qkv_rope`] composed: bias, split, candle's `rope_thd` on q and k in the tables' dtype.
 pub fn qkv_rope(a: super::QkvRope<'_>) -> Result<(Tensor, Tensor, Tensor)> {
     let (n, d) = a.dims()?;

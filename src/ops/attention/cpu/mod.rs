@@ -353,7 +353,8 @@ mod tests {
 /// the `gemm` crate and (where it is the built-in GEMM) tiles on the packed kernel, alternated, best of three: one
 /// 1080×2400 screenshot at `max_pixels` 1,003,520 (5,088 rows, 16 heads of 80) as windows of 64 rows and as one
 /// full-attention segment, a full-attention segment of 1,272 rows (`max_pixels` 250,880), and causal prompts of
-/// 1,306 and 4,096 tokens (14 heads of 64 over 2 KV heads):
+/// 1,306 and 4,096 tokens (14 heads of 64 over 2 KV heads), and the Qwen3-VL-2B tower's full attention over one
+/// such screenshot (3,864 rows, 16 heads of 64):
 /// `cargo test --release --lib ops::attention::cpu::timing -- --ignored --nocapture`.
 #[cfg(test)]
 mod timing {
@@ -375,6 +376,7 @@ mod timing {
             ("full", (16, 16, 80), &[seg(0, 5088)][..], false),
             ("full 1272", (16, 16, 80), &[seg(0, 1272)][..], false),
             ("full 2304", (16, 16, 80), &[seg(0, 2304)][..], false),
+            ("qwen3 full 3864", (16, 16, 64), &[seg(0, 3864)][..], false),
             ("prompt 1306", (14, 2, 64), &[seg(0, 1306)][..], true),
             ("prompt 4096", (14, 2, 64), &[seg(0, 4096)][..], true),
         ];

@@ -1,9 +1,10 @@
-//! Attention of long segments through GEMM tiles: for each query head and block of [`TILE`] query rows, the
-//! scores of every visible key are one product (queries × keysᵀ, the `gemm` crate), softmax runs along each
-//! row, and the output is a second product (probabilities × values). The products read the keys and values
-//! where they lie, through strides (a cached prefix is a second product into the same rows), and the `gemm`
-//! crate blocks them for the caches, which the four-row fused kernel cannot do once a segment's keys outgrow
-//! them (a full-attention layer of the vision tower sees 5,088 keys per 1080×2400 screenshot).
+//! Attention of long segments through GEMM tiles: for each query head and block of [`TILE`] query rows, the keys
+//! are taken [`KEY_CHUNK`] at a time; a chunk's scores are one product (queries × keysᵀ, the `gemm` crate), `exp`
+//! runs along each row, the chunk's output is a second product (exponentials × values), and an online softmax
+//! merges the chunks, each row divided by its sum of exponentials at the end. The products read the keys and
+//! values where they lie, through strides (a cached prefix is a second product into the same rows), and the
+//! `gemm` crate blocks them for the caches, which the four-row fused kernel cannot do once a segment's keys
+//! outgrow them (a full-attention layer of the vision tower sees 5,088 keys per 1080×2400 screenshot).
 //!
 //! Where the packed AVX2 kernel is the built-in GEMM ([`crate::ops::gemm::packed`]), segments of at least
 //! [`PACKED_MIN_KEYS`] keys run on it instead: each KV head's keys and values are packed once per segment, blocks
@@ -22,6 +23,10 @@ use crate::ops::VarlenSeg;
 
 /// Query rows per product.
 pub(crate) const TILE: usize = 128;
+/// Keys per chunk of a block on the `gemm` crate: the chunk's scores (128 rows × 512, 256 KiB) and its keys and
+/// values stay in L2 between the products and the `exp` pass, instead of a whole segment's scores (2.5 MiB for the
+/// 5,088 keys of a screenshot) streaming through memory three times.
+pub(crate) const KEY_CHUNK: usize = 512;
 /// Scores of one block on the packed kernel (512 KiB, an L2's worth): 24 query rows of 5,088 keys.
 const PACKED_SCORES: usize = 128 * 1024;
 /// Fewest keys of a segment attended on the packed kernel where it is the built-in GEMM
@@ -243,7 +248,26 @@ fn keys_seen(inp: &Inputs<'_>, it: Item) -> (usize, usize) {
     (p, width)
 }
 
-/// The attention output (rows × d) of one query block.
+/// The view `v` from its row `r` on.
+fn from_row(v: View<'_>, r: usize) -> View<'_> {
+    View {
+        at: v.at + r * v.rs,
+        ..v
+    }
+}
+
+/// Running softmax state of a block's rows over the key chunks seen so far: each row's largest score, its sum of
+/// exponentials (relative to that score) and its unnormalised output.
+struct Online {
+    max: Vec<f32>,
+    sum: Vec<f32>,
+    out: Vec<f32>,
+}
+
+/// The attention output (rows × d) of one query block, its keys taken [`KEY_CHUNK`] at a time: each chunk's scores
+/// (one product per part, cached prefix and segment), `exp` of each row's visible scores less the chunk's largest,
+/// their product with the chunk's values, merged into the running output with the rescaling of an online softmax;
+/// each row is divided by its sum of exponentials at the end.
 fn block(inp: &Inputs<'_>, it: Item, dims: Dims) -> Vec<f32> {
     let (d, seg) = (dims.d, &inp.segs[it.si]);
     let (p, width) = keys_seen(inp, it);
@@ -254,48 +278,122 @@ fn block(inp: &Inputs<'_>, it: Item, dims: Dims) -> Vec<f32> {
         cs: 1,
     };
     let kv_head = (it.si, it.head / (dims.heads / dims.kv_heads));
-    let (kp, ks) = kv_views(inp, kv_head, dims, false);
-    let mut s = vec![0f32; it.rows * width];
-    product(&mut s, width, it.rows, p, d, q, kp.t(), false, inp.scale);
-    product(
-        &mut s[p..],
-        width,
-        it.rows,
-        width - p,
-        d,
-        q,
-        ks.t(),
-        false,
-        inp.scale,
-    );
-    probabilities(inp, it, (p, width), dims, &mut s);
-    let (vp, vs) = kv_views(inp, kv_head, dims, true);
-    let mut o = vec![0f32; it.rows * d];
-    let probs = |at: usize| View {
-        data: &s,
-        at,
-        rs: width,
-        cs: 1,
+    let keys = kv_views(inp, kv_head, dims, false);
+    let values = kv_views(inp, kv_head, dims, true);
+    let mut run = Online {
+        max: vec![f32::NEG_INFINITY; it.rows],
+        sum: vec![0f32; it.rows],
+        out: vec![0f32; it.rows * d],
     };
-    product(&mut o, d, it.rows, d, p, probs(0), vp, false, 1.0);
-    product(&mut o, d, it.rows, d, width - p, probs(p), vs, p > 0, 1.0);
-    o
+    let mut s = vec![0f32; it.rows * KEY_CHUNK.min(width)];
+    let mut t = vec![0f32; it.rows * d];
+    for c0 in (0..width).step_by(KEY_CHUNK) {
+        let cw = KEY_CHUNK.min(width - c0);
+        let s = &mut s[..it.rows * cw];
+        // The chunk's keys c0..c0 + cw: the prefix's first (up to p), then the segment's.
+        let (pre, own) = (p.saturating_sub(c0).min(cw), c0.saturating_sub(p));
+        let (rows, scale) = (it.rows, inp.scale);
+        product(
+            s,
+            cw,
+            rows,
+            pre,
+            d,
+            q,
+            from_row(keys.0, c0).t(),
+            false,
+            scale,
+        );
+        let (ks, vs) = (from_row(keys.1, own).t(), from_row(values.1, own));
+        product(&mut s[pre..], cw, rows, cw - pre, d, q, ks, false, scale);
+        let (maxes, sums) = chunk_exp(inp, it, (p, c0), dims, s);
+        let probs = |at: usize| View {
+            data: s,
+            at,
+            rs: cw,
+            cs: 1,
+        };
+        product(
+            &mut t,
+            d,
+            rows,
+            d,
+            pre,
+            probs(0),
+            from_row(values.0, c0),
+            false,
+            1.0,
+        );
+        product(&mut t, d, rows, d, cw - pre, probs(pre), vs, pre > 0, 1.0);
+        merge(&mut run, &t, &maxes, &sums, d);
+    }
+    for (row, sum) in run.out.chunks_exact_mut(d).zip(&run.sum) {
+        let inv = 1.0 / sum;
+        row.iter_mut().for_each(|x| *x *= inv);
+    }
+    run.out
 }
 
-/// Softmax along each row of the block's scores `s` (rows × `width`, the prefix's `p` keys first) over the keys
-/// the row sees; the keys it does not see get 0.
-fn probabilities(
+/// `exp(score − the row's largest visible score of the chunk)` over each row of the chunk's scores `s` (rows ×
+/// width, the chunk's first key at `c0` of the `p`-key prefix and the segment), the keys the row does not see set
+/// to 0; returns each row's largest score (−∞ where the row sees none of the chunk's keys) and its sum.
+fn chunk_exp(
     inp: &Inputs<'_>,
     it: Item,
-    (p, width): (usize, usize),
+    (p, c0): (usize, usize),
     dims: Dims,
     s: &mut [f32],
-) {
-    for (i, row) in s.chunks_exact_mut(width).enumerate() {
-        let visible = if inp.causal { p + it.r0 + i + 1 } else { width };
-        let (seen, rest) = row.split_at_mut(visible);
-        kernels::softmax(seen, dims.level);
-        rest.fill(0.0);
+) -> (Vec<f32>, Vec<f32>) {
+    let width = s.len() / it.rows;
+    s.chunks_exact_mut(width)
+        .enumerate()
+        .map(|(i, row)| {
+            let visible = if inp.causal {
+                (p + it.r0 + i + 1).saturating_sub(c0).min(width)
+            } else {
+                width
+            };
+            let (seen, rest) = row.split_at_mut(visible);
+            rest.fill(0.0);
+            if seen.is_empty() {
+                return (f32::NEG_INFINITY, 0.0);
+            }
+            let m = row_max(seen);
+            (m, kernels::exp_shifted(seen, dims.level))
+        })
+        .unzip()
+}
+
+/// The largest value of a non-empty row, in 16 interleaved lanes (so that the loop vectorises).
+fn row_max(row: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; 16];
+    let chunks = row.chunks_exact(16);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a = if v > *a { v } else { *a };
+        }
+    }
+    rest.iter()
+        .chain(&acc)
+        .fold(f32::NEG_INFINITY, |m, &v| m.max(v))
+}
+
+/// Merge a chunk's output `t` (rows × d, against `exp(score − maxes[i])`, summing to `sums[i]`) into the running
+/// state: both sides rescaled to the larger of the two maxima.
+fn merge(run: &mut Online, t: &[f32], maxes: &[f32], sums: &[f32], d: usize) {
+    for (i, (&mc, &sc)) in maxes.iter().zip(sums).enumerate() {
+        if mc == f32::NEG_INFINITY {
+            continue;
+        }
+        let m = run.max[i].max(mc);
+        let (a, b) = ((run.max[i] - m).exp(), (mc - m).exp());
+        run.max[i] = m;
+        run.sum[i] = run.sum[i] * a + sc * b;
+        let o = &mut run.out[i * d..(i + 1) * d];
+        for (x, y) in o.iter_mut().zip(&t[i * d..(i + 1) * d]) {
+            *x = *x * a + y * b;
+        }
     }
 }
 
