@@ -316,6 +316,7 @@ fn served_ops() -> OpsRecord {
             cpu_gemm_packed_min_rows: 0,
             cpu_attention_tiled_min_keys: 0,
             cpu_attention_packed_min_keys: None,
+            cpu_bf16_gemm: String::new(),
         },
         decode_attention: None,
         profiled: false,
