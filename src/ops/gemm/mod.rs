@@ -58,7 +58,8 @@ impl Ops {
             return candle_matmul_nt(x, w);
         }
         let x2 = x.reshape((count, k))?;
-        if (x.dtype(), w.dtype()) == (DType::BF16, DType::BF16) && self.bf16 == Bf16Gemm::Avx512Bf16 {
+        if (x.dtype(), w.dtype()) == (DType::BF16, DType::BF16) && self.bf16 == Bf16Gemm::Avx512Bf16
+        {
             // bf16 on AVX512-BF16: every row's bits stand alone in both kernels, whatever the segments.
             return bf16::matmul_nt(&x2, w, lens.as_deref())?.reshape(dims);
         }

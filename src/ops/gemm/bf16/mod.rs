@@ -13,6 +13,8 @@
 
 pub mod packed;
 pub mod row;
+#[cfg(test)]
+mod timing;
 
 use candle_core::{Result, Storage, Tensor};
 use half::bf16;
@@ -209,16 +211,31 @@ mod tests {
         }
         let (m, k, n) = (37, 130, 45);
         let dev = Device::Cpu;
-        let x = Tensor::from_vec(check::values(m * k, 7), (k, m), &dev).unwrap().t().unwrap();
+        let x = Tensor::from_vec(check::values(m * k, 7), (k, m), &dev)
+            .unwrap()
+            .t()
+            .unwrap();
         let w = Tensor::from_vec(check::values(n * k, 8), (n, k), &dev).unwrap();
-        let want = x.to_dtype(DType::F32).unwrap().matmul(&w.to_dtype(DType::F32).unwrap().t().unwrap());
+        let want = x
+            .to_dtype(DType::F32)
+            .unwrap()
+            .matmul(&w.to_dtype(DType::F32).unwrap().t().unwrap());
         let want: Vec<f32> = want.unwrap().flatten_all().unwrap().to_vec1().unwrap();
         for lens in [None, Some(vec![5, 0, 32])] {
             let got = matmul_nt(&x, &w, lens.as_deref()).unwrap();
             assert_eq!(got.dtype(), DType::BF16);
-            let got: Vec<f32> = got.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+            let got: Vec<f32> = got
+                .to_dtype(DType::F32)
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1()
+                .unwrap();
             for (g, w) in got.iter().zip(&want) {
-                assert!((g - w).abs() <= w.abs() / 256.0 + 1e-3, "{lens:?}: {g} vs {w}");
+                assert!(
+                    (g - w).abs() <= w.abs() / 256.0 + 1e-3,
+                    "{lens:?}: {g} vs {w}"
+                );
             }
         }
     }

@@ -125,11 +125,15 @@ unsafe fn tile(k: usize, a: *const u32, w: [*const bf16; NJ], sums: &mut [[f32; 
     }
     let full = k / 2;
     for q in 0..full {
-        step!(q, |wt: *const half::bf16| wt.add(2 * q).cast::<u32>().read_unaligned());
+        step!(q, |wt: *const half::bf16| wt
+            .add(2 * q)
+            .cast::<u32>()
+            .read_unaligned());
     }
     if k % 2 == 1 {
         // The last depth alone: its pair's high half is zero, as in the packed rows.
-        step!(full, |wt: *const half::bf16| (*wt.add(k - 1)).to_bits() as u32);
+        step!(full, |wt: *const half::bf16| (*wt.add(k - 1)).to_bits()
+            as u32);
     }
     for (v, row) in acc.iter().enumerate() {
         for (t, s) in row.iter().enumerate() {

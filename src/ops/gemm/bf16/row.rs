@@ -32,7 +32,10 @@ pub fn gemm_nt_rows(a: &[bf16], w: &[bf16], dims: (usize, usize, usize), c: &mut
         return;
     }
     let out = SharedOut(c.as_mut_ptr());
-    let per = TASK_ROWS.max(n.div_ceil(8 * rayon::current_num_threads()).next_multiple_of(TC));
+    let per = TASK_ROWS.max(
+        n.div_ceil(8 * rayon::current_num_threads())
+            .next_multiple_of(TC),
+    );
     let starts: Vec<usize> = (0..n).step_by(per).collect();
     starts.into_par_iter().for_each(|j0| {
         // SAFETY: AVX512-BF16 checked above; the tasks write disjoint columns of c, inside its m × n values.
@@ -92,7 +95,8 @@ unsafe fn tile<const R: usize>(
     // One step of 32 values: the weight vectors, then each row's vector times them.
     macro_rules! step {
         ($p:expr, $load:expr) => {{
-            let wv: [__m512bh; TC] = std::array::from_fn(|t| std::mem::transmute($load(w[t].add($p))));
+            let wv: [__m512bh; TC] =
+                std::array::from_fn(|t| std::mem::transmute($load(w[t].add($p))));
             for (r, row) in acc.iter_mut().enumerate() {
                 let x: __m512bh = std::mem::transmute($load(a[r].add($p)));
                 for (s, wt) in row.iter_mut().zip(&wv) {
@@ -107,7 +111,10 @@ unsafe fn tile<const R: usize>(
     }
     if full < k {
         let mask: __mmask32 = (1u32 << (k - full)) - 1;
-        step!(full, |ptr: *const half::bf16| _mm512_maskz_loadu_epi16(mask, ptr.cast()));
+        step!(full, |ptr: *const half::bf16| _mm512_maskz_loadu_epi16(
+            mask,
+            ptr.cast()
+        ));
     }
     for (r, row) in acc.iter().enumerate() {
         for (t, v) in row.iter().enumerate() {
