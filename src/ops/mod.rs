@@ -180,7 +180,7 @@ impl Ops {
             cpu_gemm_packed_min_rows: gemm::packed::MIN_ROWS,
             cpu_attention_tiled_min_keys: attention::cpu::TILED_MIN_KEYS,
             cpu_attention_packed_min_keys: attention::cpu::packed_min_keys(self.builtin),
-            cpu_bf16_gemm: self.bf16.describe().to_string(),
+            cpu_bf16_gemm: self.bf16.describe(),
         }
     }
 

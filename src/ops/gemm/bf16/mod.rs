@@ -20,34 +20,118 @@ use candle_core::{Result, Storage, Tensor};
 use half::bf16;
 
 /// What multiplies bf16 activations by bf16 weights on the CPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Bf16Gemm {
-    /// candle's bf16 matmul (the `gemm` crate's bf16 path, without bf16 dot products).
+    /// candle's bf16 matmul (the `gemm` crate's bf16 path: bf16 widened to f32 while packing, f32 FMA).
     Candle,
-    /// This module's kernels on AVX512-BF16.
-    Avx512Bf16,
+    /// The row kernel for independent rows; segments on candle's matmul, which measured faster at load (where
+    /// `vdpbf16ps` runs at half the f32 FMA's rate, as on Intel's AVX512-BF16 cores): the two rates in GFLOP/s.
+    RowKernelOnly {
+        /// The packed kernel's rate on the calibration product.
+        packed_gflops: f64,
+        /// candle's rate on it.
+        candle_gflops: f64,
+    },
+    /// Both kernels of this module: the packed one measured at least as fast as candle's at load.
+    Kernels {
+        /// The packed kernel's rate on the calibration product.
+        packed_gflops: f64,
+        /// candle's rate on it.
+        candle_gflops: f64,
+    },
 }
 
+/// The calibration product (rows, k, n): a text-model shape of the `small` checkpoint, a few milliseconds.
+const CALIBRATION: (usize, usize, usize) = (192, 896, 1152);
+
 impl Bf16Gemm {
-    /// The kernels of this module where the CPU has AVX512-BF16, unless `gemm_crate_only`.
+    /// The kernels of this module where the CPU has AVX512-BF16, unless `gemm_crate_only`; the segments' kernel
+    /// chosen by timing the packed kernel against candle's bf16 matmul on [`CALIBRATION`] (once per process).
     pub fn for_this_cpu(gemm_crate_only: bool) -> Self {
-        if supported() && !gemm_crate_only {
-            Self::Avx512Bf16
-        } else {
-            Self::Candle
+        static CHOICE: std::sync::OnceLock<Bf16Gemm> = std::sync::OnceLock::new();
+        if !supported() || gemm_crate_only {
+            return Self::Candle;
         }
+        *CHOICE.get_or_init(|| {
+            let (packed_gflops, candle_gflops) = calibrate();
+            if packed_gflops >= candle_gflops {
+                Self::Kernels {
+                    packed_gflops,
+                    candle_gflops,
+                }
+            } else {
+                Self::RowKernelOnly {
+                    packed_gflops,
+                    candle_gflops,
+                }
+            }
+        })
+    }
+
+    /// Whether independent rows take [`row`].
+    pub fn row_kernel(self) -> bool {
+        self != Self::Candle
+    }
+
+    /// Whether row segments take [`packed`].
+    pub fn packed_kernel(self) -> bool {
+        matches!(self, Self::Kernels { .. })
     }
 
     /// Its description in the manifest (`ops.cpu_bf16_gemm`).
-    pub fn describe(self) -> &'static str {
+    pub fn describe(self) -> String {
         match self {
-            Self::Candle => "gemm crate (candle's bf16 matmul)",
-            Self::Avx512Bf16 => {
-                "AVX512-BF16 (vdpbf16ps, f32 sums, bf16 output): packed kernel for row segments, \
-                 row kernel for independent rows"
-            }
+            Self::Candle => "gemm crate (candle's bf16 matmul)".to_string(),
+            Self::RowKernelOnly {
+                packed_gflops,
+                candle_gflops,
+            } => format!(
+                "AVX512-BF16 row kernel (vdpbf16ps, f32 sums) for independent rows; gemm crate (candle's bf16 \
+                 matmul) for row segments: {candle_gflops:.1} GFLOP/s vs the packed kernel's {packed_gflops:.1} \
+                 at load"
+            ),
+            Self::Kernels {
+                packed_gflops,
+                candle_gflops,
+            } => format!(
+                "AVX512-BF16 (vdpbf16ps, f32 sums, bf16 output): packed kernel for row segments \
+                 ({packed_gflops:.1} GFLOP/s vs candle's {candle_gflops:.1} at load), row kernel for \
+                 independent rows"
+            ),
         }
     }
+}
+
+/// GFLOP/s of the packed kernel and of candle's bf16 matmul on [`CALIBRATION`], best of three each.
+fn calibrate() -> (f64, f64) {
+    let (m, k, n) = CALIBRATION;
+    let value = |i: usize| bf16::from_f32(((i * 7919) % 1000) as f32 / 1000.0 - 0.5);
+    let (a, w): (Vec<bf16>, Vec<bf16>) = (
+        (0..m * k).map(value).collect(),
+        (0..n * k).map(value).collect(),
+    );
+    let mut c = vec![bf16::ZERO; m * n];
+    let best = |f: &mut dyn FnMut()| {
+        (0..4)
+            .map(|_| {
+                let t0 = std::time::Instant::now();
+                f();
+                t0.elapsed().as_secs_f64()
+            })
+            .skip(1)
+            .fold(f64::INFINITY, f64::min)
+    };
+    let packed = best(&mut || packed::gemm_nt(&a, &w, (m, k, n), &mut c));
+    let x = Tensor::from_slice(&a, (m, k), &candle_core::Device::Cpu);
+    let wt = Tensor::from_slice(&w, (n, k), &candle_core::Device::Cpu).and_then(|w| w.t());
+    let candle = match (x, wt) {
+        (Ok(x), Ok(wt)) => best(&mut || {
+            let _ = x.matmul(&wt);
+        }),
+        _ => f64::INFINITY,
+    };
+    let gflops = |s: f64| 2.0 * (m * k * n) as f64 / s / 1e9;
+    (gflops(packed), gflops(candle))
 }
 
 /// Whether this CPU runs the kernels (AVX-512F, AVX-512BW and AVX512-BF16).
@@ -194,12 +278,68 @@ mod tests {
     #[test]
     fn the_path_follows_the_cpu_and_gemm_crate_only() {
         assert_eq!(Bf16Gemm::for_this_cpu(true), Bf16Gemm::Candle);
-        let want = if supported() {
-            Bf16Gemm::Avx512Bf16
-        } else {
-            Bf16Gemm::Candle
+        let got = Bf16Gemm::for_this_cpu(false);
+        assert_eq!(got == Bf16Gemm::Candle, !supported());
+        assert_eq!(got.row_kernel(), supported());
+        eprintln!("{}", got.describe());
+    }
+
+    /// `Ops::matmul_nt` on bf16 tensors: the packed kernel's bits for segments, the row kernel's for independent
+    /// rows (3-d input), candle's matmul under `--cpu-gemm gemm-crate`; the manifest says which.
+    #[test]
+    fn ops_matmul_nt_dispatches_bf16_by_cpu_and_setting() {
+        use crate::ops::{CpuGemm, Ops, OpsConfig, Rows};
+        let (m, k, n) = (6, 70, 33);
+        let dev = Device::Cpu;
+        let (a, w) = (check::values(m * k, 9), check::values(n * k, 10));
+        let x = Tensor::from_slice(&a, (2, m / 2, k), &dev).unwrap();
+        let wt = Tensor::from_slice(&w, (n, k), &dev).unwrap();
+        let bits = |t: Tensor| t.flatten_all().unwrap().to_vec1::<bf16>().unwrap();
+        let ops = Ops::new(&OpsConfig::default(), &dev).unwrap();
+        let want = Bf16Gemm::for_this_cpu(false);
+        assert_eq!(ops.manifest().cpu_bf16_gemm, want.describe());
+        let seg = bits(ops.matmul_nt(&x, &wt, Rows::Segments(&[2, 4])).unwrap());
+        let ind = bits(ops.matmul_nt(&x, &wt, Rows::Independent).unwrap());
+        let config = OpsConfig {
+            cpu_gemm: CpuGemm::GemmCrate,
+            ..OpsConfig::default()
         };
-        assert_eq!(Bf16Gemm::for_this_cpu(false), want);
+        let crate_only = Ops::new(&config, &dev).unwrap();
+        assert_eq!(
+            crate_only.manifest().cpu_bf16_gemm,
+            Bf16Gemm::Candle.describe()
+        );
+        let candle = bits(x.reshape((m, k)).unwrap().matmul(&wt.t().unwrap()).unwrap());
+        assert_eq!(
+            bits(crate_only.matmul_nt(&x, &wt, Rows::Independent).unwrap()),
+            candle
+        );
+        let x2 = x.reshape((m, k)).unwrap();
+        let per_segment = bits(
+            Tensor::cat(
+                &[
+                    x2.narrow(0, 0, 2)
+                        .unwrap()
+                        .matmul(&wt.t().unwrap())
+                        .unwrap(),
+                    x2.narrow(0, 2, 4)
+                        .unwrap()
+                        .matmul(&wt.t().unwrap())
+                        .unwrap(),
+                ],
+                0,
+            )
+            .unwrap(),
+        );
+        match want.packed_kernel() {
+            true => assert_eq!(seg, check::product(packed::gemm_nt, &a, &w, (m, k, n))),
+            false => assert_eq!(seg, per_segment),
+        }
+        if !want.row_kernel() {
+            eprintln!("skipped the row kernel's part: this CPU has no AVX512-BF16");
+            return;
+        }
+        assert_eq!(ind, check::product(row::gemm_nt_rows, &a, &w, (m, k, n)));
     }
 
     /// Segments through the packed kernel, independent rows through the row kernel, both close to candle's
