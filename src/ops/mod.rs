@@ -101,7 +101,10 @@ impl Ops {
     pub fn new(config: &OpsConfig, device: &Device) -> std::result::Result<Self, blas::BlasError> {
         let builtin = BuiltinGemm::for_this_cpu(config.cpu_gemm == CpuGemm::GemmCrate);
         let rows = gemm::row::RowGemm::for_this_cpu(config.cpu_gemm == CpuGemm::GemmCrate);
-        let bf16 = gemm::bf16::Bf16Gemm::for_this_cpu(config.cpu_gemm == CpuGemm::GemmCrate);
+        let bf16 = match device.is_cpu() {
+            true => gemm::bf16::Bf16Gemm::for_this_cpu(config.cpu_gemm == CpuGemm::GemmCrate),
+            false => gemm::bf16::Bf16Gemm::Candle,
+        };
         let (blas, gemm_note, blas_choice) = if device.is_cpu() {
             let calibration = &config.cpu_gemm_calibration;
             let (blas, choice) = blas::choose(&config.cpu_gemm, calibration, builtin)?;
