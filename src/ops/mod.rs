@@ -64,6 +64,8 @@ pub struct Ops {
     builtin: BuiltinGemm,
     /// What multiplies independent f32 rows (decode, last positions), chosen apart from `builtin`.
     rows: gemm::row::RowGemm,
+    /// What multiplies bf16 activations by bf16 weights.
+    bf16: gemm::bf16::Bf16Gemm,
     /// How the library was chosen, on the CPU.
     blas_choice: Option<blas::BlasChoice>,
     profiler: Profiler,
@@ -99,6 +101,10 @@ impl Ops {
     pub fn new(config: &OpsConfig, device: &Device) -> std::result::Result<Self, blas::BlasError> {
         let builtin = BuiltinGemm::for_this_cpu(config.cpu_gemm == CpuGemm::GemmCrate);
         let rows = gemm::row::RowGemm::for_this_cpu(config.cpu_gemm == CpuGemm::GemmCrate);
+        let bf16 = match device.is_cpu() {
+            true => gemm::bf16::Bf16Gemm::for_this_cpu(config.cpu_gemm == CpuGemm::GemmCrate),
+            false => gemm::bf16::Bf16Gemm::Candle,
+        };
         let (blas, gemm_note, blas_choice) = if device.is_cpu() {
             let calibration = &config.cpu_gemm_calibration;
             let (blas, choice) = blas::choose(&config.cpu_gemm, calibration, builtin)?;
@@ -116,6 +122,7 @@ impl Ops {
             gemm_note,
             builtin,
             rows,
+            bf16,
             blas_choice,
             profiler: Profiler::new(config.profile),
             attention_budget: composed::DEFAULT_MAX_SCORE_ELEMS,
@@ -176,6 +183,7 @@ impl Ops {
             cpu_gemm_packed_min_rows: gemm::packed::MIN_ROWS,
             cpu_attention_tiled_min_keys: attention::cpu::TILED_MIN_KEYS,
             cpu_attention_packed_min_keys: attention::cpu::packed_min_keys(self.builtin),
+            cpu_bf16_gemm: self.bf16.describe(),
         }
     }
 

@@ -47,6 +47,9 @@ pub struct OpsManifest {
     /// built-in GEMM; `None` elsewhere: the `gemm` crate's tiles).
     #[serde(default)]
     pub cpu_attention_packed_min_keys: Option<usize>,
+    /// What multiplies bf16 activations by bf16 weights on the CPU (`ops::gemm::bf16`).
+    #[serde(default)]
+    pub cpu_bf16_gemm: String,
 }
 
 /// What the run's CPU f32 GEMMs use and why: the manifest's record of the choice, also logged in one line.
@@ -125,7 +128,8 @@ mod tests {
             r#""builtin_gflops":90.25,"calibration":"measured at load","reason":"fits"},"cpu_threads":2,"#,
             r#""cpu_gemm_row_block":16,"cpu_gemm_independent_rows":"the gemm crate","#,
             r#""cpu_gemm_blas_min_rows":4,"cpu_gemm_packed_min_rows":768,"#,
-            r#""cpu_attention_tiled_min_keys":64,"cpu_attention_packed_min_keys":2048}"#
+            r#""cpu_attention_tiled_min_keys":64,"cpu_attention_packed_min_keys":2048,"#,
+            r#""cpu_bf16_gemm":"gemm crate (candle's bf16 matmul)"}"#
         );
         let m: OpsManifest = serde_json::from_str(json).unwrap();
         assert_eq!(serde_json::to_string(&m).unwrap(), json);

@@ -2,6 +2,7 @@
 //! and decode attention, each on the fused CUDA kernel, the fused CPU path ([`cpu`]), or the composed fallback
 //! ([`composed`]); their candle references ([`reference`](mod@reference)).
 
+mod bf16;
 pub mod composed;
 pub(super) mod cpu;
 pub(super) mod reference;
@@ -82,6 +83,8 @@ pub struct DecodeStep<'a> {
     layers: Vec<Vec<DecodeKv<'a>>>,
     how: StepPath,
     budget: usize,
+    /// bf16 on the CPU with the fused ops on: the per-sequence attention runs on f32 copies ([`bf16`]).
+    widen: bool,
 }
 
 enum StepPath {
@@ -117,6 +120,9 @@ impl DecodeStep<'_> {
             .ok_or_else(|| candle_core::Error::Msg(format!("decode step: no layer {layer}")))?;
         match &self.how {
             StepPath::Fused(plan) => plan.attend(q, k_new, v_new, layer, scale),
+            StepPath::PerSequence if self.widen => {
+                bf16::decode_attention(q, (k_new, v_new), kv, scale, self.budget)
+            }
             StepPath::PerSequence => {
                 reference::decode_attention_budget(q, k_new, v_new, kv, scale, self.budget)
             }
@@ -167,8 +173,8 @@ impl Ops {
 
     /// Attention of packed segments: the queries of each segment (its rows of `q`) attend to the segment's keys
     /// (its prefix, then its rows of `k`/`v`), causally or not. Returns (N, heads, d). One launch on CUDA and
-    /// the fused f32 path on the CPU where [`Self::varlen_supported`] holds, else [`composed::varlen`] within
-    /// the attention budget.
+    /// the fused f32 path on the CPU where [`Self::varlen_supported`] holds (bf16 on the CPU with the fused ops on:
+    /// that path on f32 copies, [`bf16`]), else [`composed::varlen`] within the attention budget.
     pub fn varlen_attention(&self, a: Varlen<'_>) -> Result<Tensor> {
         let q = a.q;
         // Empty inputs take the composed path: the kernels would launch an empty grid.
@@ -180,6 +186,12 @@ impl Ops {
                 return cuda::varlen_attention(a, mma);
             }
             return cpu::varlen_attention(a, self.builtin);
+        }
+        if self.config.fused_kernels
+            && bf16::covers(q.device(), q.dtype(), q.dim(2)?)
+            && q.elem_count() > 0
+        {
+            return bf16::varlen_attention(a, self.builtin);
         }
         composed::varlen(a, self.attention_budget)
     }
@@ -247,6 +259,7 @@ impl Ops {
             layers,
             how,
             budget: self.attention_budget,
+            widen: self.config.fused_kernels && bf16::covers(device, dtype, head_dim),
         })
     }
 

@@ -3,6 +3,7 @@
 //! ([`packed`]), the row kernel for independent rows ([`row`]), the optional CBLAS library with its choice and
 //! calibration ([`blas`]), and the matmul rates a machine reaches ([`peak`]).
 
+pub mod bf16;
 pub mod blas;
 pub mod packed;
 pub(crate) mod peak;
@@ -35,7 +36,9 @@ impl Ops {
     /// rows; else, where it is the built-in GEMM, by [`packed`] for segments of at least
     /// [`packed::MIN_ROWS`] rows; otherwise by candle's matmul, the `gemm` crate), independent f32 rows by
     /// [`row`] where the CPU runs it ([`row::RowGemm`], whatever the GEMM of segments), else in `gemm` crate
-    /// products of [`ROW_BLOCK`] rows. Elsewhere it is candle's matmul.
+    /// products of [`ROW_BLOCK`] rows. bf16 `x` and `w` on a CPU with AVX512-BF16 take [`bf16`]'s kernels
+    /// (independent rows: the row one; segments: the packed one where it measured faster than candle's bf16
+    /// matmul at load). Elsewhere it is candle's matmul.
     pub fn matmul_nt(&self, x: &Tensor, w: &Tensor, rows: Rows<'_>) -> Result<Tensor> {
         if !x.device().is_cpu() {
             return candle_matmul_nt(x, w);
@@ -55,6 +58,14 @@ impl Ops {
             return candle_matmul_nt(x, w);
         }
         let x2 = x.reshape((count, k))?;
+        let bf16_kernel = match lens {
+            None => self.bf16.row_kernel(),
+            Some(_) => self.bf16.packed_kernel(),
+        };
+        if (x.dtype(), w.dtype()) == (DType::BF16, DType::BF16) && bf16_kernel {
+            // bf16 on AVX512-BF16: every row's bits stand alone in both kernels, whatever the segments.
+            return bf16::matmul_nt(&x2, w, lens.as_deref())?.reshape(dims);
+        }
         let f32s = x.dtype() == DType::F32 && w.dtype() == DType::F32;
         let y = match (
             lens,

@@ -1,0 +1,214 @@
+//! bf16 attention on the CPU as torch's CPU attention computes it: the bf16 queries, keys and values widened to
+//! f32 (exactly), scores, softmax and the weighted sum in f32, the output rounded to bf16 once. Both paths run the
+//! f32 implementations on f32 copies: the fused varlen attention ([`super::cpu`]) and the per-sequence decode
+//! attention ([`super::reference`]); candle's composed bf16 attention would round the scores to bf16 before the
+//! softmax.
+
+use candle_core::{DType, Result, Tensor};
+
+use super::{cpu, reference, DecodeKv, Varlen, VarlenSeg};
+use crate::ops::gemm::packed::BuiltinGemm;
+
+/// Whether a call in `dtype` on `device` with this head_dim runs here: CPU, bf16, and the fused f32 path covers
+/// the head_dim.
+pub(super) fn covers(device: &candle_core::Device, dtype: DType, head_dim: usize) -> bool {
+    dtype == DType::BF16 && cpu::supported(device, DType::F32, head_dim)
+}
+
+fn f32s(t: &Tensor) -> Result<Tensor> {
+    t.to_dtype(DType::F32)
+}
+
+/// [`cpu::varlen_attention`] on f32 copies of `a`'s tensors (a cached prefix: its valid positions), the result
+/// in `a.q`'s dtype.
+pub(super) fn varlen_attention(a: Varlen<'_>, builtin: BuiltinGemm) -> Result<Tensor> {
+    let (q, k, v) = (f32s(a.q)?, f32s(a.k)?, f32s(a.v)?);
+    let prefixes = a
+        .segs
+        .iter()
+        .map(|s| match s.prefix {
+            Some((pk, pv, p)) => Ok(Some((
+                f32s(&pk.narrow(1, 0, p)?)?,
+                f32s(&pv.narrow(1, 0, p)?)?,
+                p,
+            ))),
+            None => Ok(None),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let segs: Vec<VarlenSeg<'_>> = a
+        .segs
+        .iter()
+        .zip(&prefixes)
+        .map(|(s, p)| VarlenSeg {
+            prefix: p.as_ref().map(|(k, v, p)| (k, v, *p)),
+            ..*s
+        })
+        .collect();
+    let wide = Varlen {
+        q: &q,
+        k: &k,
+        v: &v,
+        segs: &segs,
+        ..a
+    };
+    cpu::varlen_attention(wide, builtin)?.to_dtype(a.q.dtype())
+}
+
+/// One decode step of attention for B sequences ([`reference::decode_attention_budget`]): the new K/V written
+/// into the bf16 buffers, then the attention on f32 copies of each sequence's valid positions; the result in
+/// `q`'s dtype.
+pub(super) fn decode_attention(
+    q: &Tensor,
+    (k_new, v_new): (&Tensor, &Tensor),
+    kv: &[DecodeKv<'_>],
+    scale: f32,
+    budget: usize,
+) -> Result<Tensor> {
+    let mut copies = Vec::with_capacity(kv.len());
+    for (i, c) in kv.iter().enumerate() {
+        c.k.slice_set(&k_new.get(i)?.unsqueeze(1)?.contiguous()?, 1, c.len)?;
+        c.v.slice_set(&v_new.get(i)?.unsqueeze(1)?.contiguous()?, 1, c.len)?;
+        let wide = |t: &Tensor| f32s(&t.narrow(1, 0, c.len + 1)?);
+        copies.push((wide(c.k)?, wide(c.v)?, c.len));
+    }
+    // The f32 attention writes the new K/V again into the copies (the same values, widened).
+    let kv32: Vec<DecodeKv<'_>> = copies
+        .iter()
+        .map(|(k, v, len)| DecodeKv { k, v, len: *len })
+        .collect();
+    let (k_new, v_new) = (f32s(k_new)?, f32s(v_new)?);
+    reference::decode_attention_budget(&f32s(q)?, &k_new, &v_new, &kv32, scale, budget)?
+        .to_dtype(q.dtype())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    fn ramp(shape: &[usize], seed: usize) -> Tensor {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n)
+            .map(|i| ((i * 7919 + seed * 104_729) % 2000) as f32 / 1000.0 - 1.0)
+            .collect();
+        Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
+    }
+
+    /// The bf16 varlen attention (with a cached prefix) and decode step equal the f32 attention of the same
+    /// (bf16-exact) values rounded to bf16, and the decode step writes the new K/V into the bf16 buffers.
+    #[test]
+    fn bf16_attention_is_the_f32_attention_of_the_same_values_rounded_once() {
+        let (n, heads, kv_heads, d) = (9, 4, 2, 16);
+        let bf = |t: Tensor| t.to_dtype(DType::BF16).unwrap();
+        let (q, k, v) = (
+            bf(ramp(&[n, heads, d], 1)),
+            bf(ramp(&[n, kv_heads, d], 2)),
+            bf(ramp(&[n, kv_heads, d], 3)),
+        );
+        let (pk, pv) = (
+            bf(ramp(&[kv_heads, 8, d], 4)),
+            bf(ramp(&[kv_heads, 8, d], 5)),
+        );
+        let segs = [
+            VarlenSeg {
+                start: 0,
+                len: 4,
+                prefix: Some((&pk, &pv, 5)),
+            },
+            VarlenSeg {
+                start: 4,
+                len: 5,
+                prefix: None,
+            },
+        ];
+        let a = Varlen {
+            q: &q,
+            k: &k,
+            v: &v,
+            segs: &segs,
+            causal: true,
+            scale: 0.25,
+        };
+        let got = varlen_attention(a, BuiltinGemm::GemmCrate).unwrap();
+        assert_eq!(got.dtype(), DType::BF16);
+        let (q32, k32, v32, pk32, pv32) = (
+            f32s(&q).unwrap(),
+            f32s(&k).unwrap(),
+            f32s(&v).unwrap(),
+            f32s(&pk).unwrap(),
+            f32s(&pv).unwrap(),
+        );
+        let segs32 = [
+            VarlenSeg {
+                start: 0,
+                len: 4,
+                prefix: Some((&pk32, &pv32, 5)),
+            },
+            VarlenSeg {
+                start: 4,
+                len: 5,
+                prefix: None,
+            },
+        ];
+        let a32 = Varlen {
+            q: &q32,
+            k: &k32,
+            v: &v32,
+            segs: &segs32,
+            ..a
+        };
+        let want = cpu::varlen_attention(a32, BuiltinGemm::GemmCrate)
+            .unwrap()
+            .to_dtype(DType::BF16)
+            .unwrap();
+        let bits = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<half::bf16>().unwrap();
+        assert_eq!(bits(&got), bits(&want));
+
+        // Decode: one step of two sequences over their buffers (capacity 8, 5 and 2 valid positions).
+        let (qd, kn, vn) = (
+            bf(ramp(&[2, heads, d], 6)),
+            bf(ramp(&[2, kv_heads, d], 7)),
+            bf(ramp(&[2, kv_heads, d], 8)),
+        );
+        let bufs: Vec<(Tensor, Tensor)> = (0..2)
+            .map(|s| {
+                (
+                    bf(ramp(&[kv_heads, 8, d], 9 + s)),
+                    bf(ramp(&[kv_heads, 8, d], 11 + s)),
+                )
+            })
+            .collect();
+        let kv: Vec<DecodeKv<'_>> = bufs
+            .iter()
+            .zip([5, 2])
+            .map(|((k, v), len)| DecodeKv { k, v, len })
+            .collect();
+        let got = decode_attention(&qd, (&kn, &vn), &kv, 0.25, usize::MAX).unwrap();
+        assert_eq!(got.dtype(), DType::BF16);
+        assert_eq!(
+            bits(&bufs[1].0.narrow(1, 2, 1).unwrap()),
+            bits(&kn.get(1).unwrap())
+        );
+        let bufs32: Vec<(Tensor, Tensor)> = bufs
+            .iter()
+            .map(|(k, v)| (f32s(k).unwrap(), f32s(v).unwrap()))
+            .collect();
+        let kv32: Vec<DecodeKv<'_>> = bufs32
+            .iter()
+            .zip([5, 2])
+            .map(|((k, v), len)| DecodeKv { k, v, len })
+            .collect();
+        let want = reference::decode_attention_budget(
+            &f32s(&qd).unwrap(),
+            &f32s(&kn).unwrap(),
+            &f32s(&vn).unwrap(),
+            &kv32,
+            0.25,
+            usize::MAX,
+        );
+        assert_eq!(
+            bits(&got),
+            bits(&want.unwrap().to_dtype(DType::BF16).unwrap())
+        );
+    }
+}

@@ -1,0 +1,382 @@
+//! The bf16 GEMM `c = a · wᵀ` on CPUs with AVX512-BF16: bf16 activations and weights, products summed in f32
+//! by `vdpbf16ps` (32 bf16 pairs per instruction), each output rounded to bf16 once at the end, as torch's
+//! oneDNN path does. Weights stay in bf16 (half the bytes of f32) and are read in place, not packed.
+//!
+//! Two kernels, each with every output a fixed sum whatever else is multiplied with it:
+//!
+//! * [`packed`] for row segments (prefill, the vision tower): the activation is packed in pairs of depths, 16
+//!   rows per vector; each output is one f32 chain over the depth pairs in order.
+//! * [`row`] for independent rows (decode, the logits of last positions): one 16-lane dot product per output,
+//!   the lanes added in a fixed tree at the end; each weight row is read once for all rows.
+//!
+//! CPUs without AVX512-BF16, and `--cpu-gemm gemm-crate`, keep candle's bf16 matmul ([`Bf16Gemm::Candle`]).
+
+pub mod packed;
+pub mod row;
+#[cfg(test)]
+mod timing;
+
+use candle_core::{Result, Storage, Tensor};
+use half::bf16;
+
+/// What multiplies bf16 activations by bf16 weights on the CPU.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Bf16Gemm {
+    /// candle's bf16 matmul (the `gemm` crate's bf16 path: bf16 widened to f32 while packing, f32 FMA).
+    Candle,
+    /// The row kernel for independent rows; segments on candle's matmul, which measured faster at load (where
+    /// `vdpbf16ps` runs at half the f32 FMA's rate, as on Intel's AVX512-BF16 cores): the two rates in GFLOP/s.
+    RowKernelOnly {
+        /// The packed kernel's rate on the calibration product.
+        packed_gflops: f64,
+        /// candle's rate on it.
+        candle_gflops: f64,
+    },
+    /// Both kernels of this module: the packed one measured at least as fast as candle's at load.
+    Kernels {
+        /// The packed kernel's rate on the calibration product.
+        packed_gflops: f64,
+        /// candle's rate on it.
+        candle_gflops: f64,
+    },
+}
+
+/// The calibration product (rows, k, n): a text-model shape of the `small` checkpoint, a few milliseconds.
+const CALIBRATION: (usize, usize, usize) = (192, 896, 1152);
+
+impl Bf16Gemm {
+    /// The kernels of this module where the CPU has AVX512-BF16, unless `gemm_crate_only`; the segments' kernel
+    /// chosen by timing the packed kernel against candle's bf16 matmul on [`CALIBRATION`] (once per process).
+    pub fn for_this_cpu(gemm_crate_only: bool) -> Self {
+        static CHOICE: std::sync::OnceLock<Bf16Gemm> = std::sync::OnceLock::new();
+        if !supported() || gemm_crate_only {
+            return Self::Candle;
+        }
+        *CHOICE.get_or_init(|| {
+            let (packed_gflops, candle_gflops) = calibrate();
+            if packed_gflops >= candle_gflops {
+                Self::Kernels {
+                    packed_gflops,
+                    candle_gflops,
+                }
+            } else {
+                Self::RowKernelOnly {
+                    packed_gflops,
+                    candle_gflops,
+                }
+            }
+        })
+    }
+
+    /// Whether independent rows take [`row`].
+    pub fn row_kernel(self) -> bool {
+        self != Self::Candle
+    }
+
+    /// Whether row segments take [`packed`].
+    pub fn packed_kernel(self) -> bool {
+        matches!(self, Self::Kernels { .. })
+    }
+
+    /// Its description in the manifest (`ops.cpu_bf16_gemm`).
+    pub fn describe(self) -> String {
+        match self {
+            Self::Candle => "gemm crate (candle's bf16 matmul)".to_string(),
+            Self::RowKernelOnly {
+                packed_gflops,
+                candle_gflops,
+            } => format!(
+                "AVX512-BF16 row kernel (vdpbf16ps, f32 sums) for independent rows; gemm crate (candle's bf16 \
+                 matmul) for row segments: {candle_gflops:.1} GFLOP/s vs the packed kernel's {packed_gflops:.1} \
+                 at load"
+            ),
+            Self::Kernels {
+                packed_gflops,
+                candle_gflops,
+            } => format!(
+                "AVX512-BF16 (vdpbf16ps, f32 sums, bf16 output): packed kernel for row segments \
+                 ({packed_gflops:.1} GFLOP/s vs candle's {candle_gflops:.1} at load), row kernel for \
+                 independent rows"
+            ),
+        }
+    }
+}
+
+/// GFLOP/s of the packed kernel and of candle's bf16 matmul on [`CALIBRATION`], best of three each.
+fn calibrate() -> (f64, f64) {
+    let (m, k, n) = CALIBRATION;
+    let value = |i: usize| bf16::from_f32(((i * 7919) % 1000) as f32 / 1000.0 - 0.5);
+    let (a, w): (Vec<bf16>, Vec<bf16>) = (
+        (0..m * k).map(value).collect(),
+        (0..n * k).map(value).collect(),
+    );
+    let mut c = vec![bf16::ZERO; m * n];
+    let best = |f: &mut dyn FnMut()| {
+        (0..4)
+            .map(|_| {
+                let t0 = std::time::Instant::now();
+                f();
+                t0.elapsed().as_secs_f64()
+            })
+            .skip(1)
+            .fold(f64::INFINITY, f64::min)
+    };
+    let packed = best(&mut || packed::gemm_nt(&a, &w, (m, k, n), &mut c));
+    let x = Tensor::from_slice(&a, (m, k), &candle_core::Device::Cpu);
+    let wt = Tensor::from_slice(&w, (n, k), &candle_core::Device::Cpu).and_then(|w| w.t());
+    let candle = match (x, wt) {
+        (Ok(x), Ok(wt)) => best(&mut || {
+            let _ = x.matmul(&wt);
+        }),
+        _ => f64::INFINITY,
+    };
+    let gflops = |s: f64| 2.0 * (m * k * n) as f64 / s / 1e9;
+    (gflops(packed), gflops(candle))
+}
+
+/// Whether this CPU runs the kernels (AVX-512F, AVX-512BW and AVX512-BF16).
+pub fn supported() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512bf16")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// `x · wᵀ` for bf16 `x` (rows, k) and bf16 `w` (n, k) on the CPU: the rows of each segment of `lens` by
+/// [`packed`], or every row by [`row`] where `lens` is `None` (independent rows). Needs [`supported`].
+pub(crate) fn matmul_nt(x: &Tensor, w: &Tensor, lens: Option<&[usize]>) -> Result<Tensor> {
+    let ((m, k), (n, _)) = (x.dims2()?, w.dims2()?);
+    let mut c = vec![bf16::ZERO; m * n];
+    with_bf16(x, |a| {
+        with_bf16(w, |b| {
+            match lens {
+                None => row::gemm_nt_rows(a, b, (m, k, n), &mut c),
+                Some(lens) => {
+                    let mut r0 = 0;
+                    for &len in lens {
+                        let (a, c) = (&a[r0 * k..(r0 + len) * k], &mut c[r0 * n..(r0 + len) * n]);
+                        packed::gemm_nt(a, b, (len, k, n), c);
+                        r0 += len;
+                    }
+                }
+            }
+            Ok(())
+        })
+    })?;
+    Tensor::from_vec(c, (m, n), x.device())
+}
+
+/// Run `f` on the bf16 data of a CPU tensor (made contiguous).
+fn with_bf16<R>(t: &Tensor, f: impl FnOnce(&[bf16]) -> Result<R>) -> Result<R> {
+    let t = t.contiguous()?;
+    let (storage, layout) = t.storage_and_layout();
+    let Storage::Cpu(cs) = &*storage else {
+        candle_core::bail!("bf16 GEMM: expected a CPU tensor");
+    };
+    let start = layout.start_offset();
+    f(&cs.as_slice::<bf16>()?[start..start + t.elem_count()])
+}
+
+/// A kernel's output shared by its rayon tasks, which write disjoint parts of it.
+struct SharedOut(*mut bf16);
+// SAFETY: the tasks write disjoint outputs inside one rayon scope.
+unsafe impl Send for SharedOut {}
+unsafe impl Sync for SharedOut {}
+
+impl SharedOut {
+    /// Write `v` at output `i`.
+    ///
+    /// # Safety
+    /// `i` lies inside the output and no other task writes it.
+    unsafe fn set(&self, i: usize, v: f32) {
+        *self.0.add(i) = bf16::from_f32(v);
+    }
+}
+
+/// What the bf16 kernels' tests share: inputs and the check against an f64 reference.
+#[cfg(test)]
+mod check {
+    use std::ops::Range;
+
+    use half::bf16;
+
+    /// A bf16 kernel `c = a · wᵀ` with `dims` = (m, k, n).
+    pub type Kernel = fn(&[bf16], &[bf16], (usize, usize, usize), &mut [bf16]);
+
+    /// True, with a line saying so, where this CPU has no AVX512-BF16: the test then skips.
+    pub fn skip() -> bool {
+        let skip = !super::supported();
+        if skip {
+            eprintln!("skipped: this CPU has no AVX512-BF16");
+        }
+        skip
+    }
+
+    /// `len` bf16 values in [-1, 1), different for each `seed`.
+    pub fn values(len: usize, seed: usize) -> Vec<bf16> {
+        (0..len)
+            .map(|i| bf16::from_f32(((i * 7919 + seed * 104_729) % 2000) as f32 / 1000.0 - 1.0))
+            .collect()
+    }
+
+    /// `f`'s product, into an output that starts as NaN.
+    pub fn product(f: Kernel, a: &[bf16], w: &[bf16], dims: (usize, usize, usize)) -> Vec<bf16> {
+        let mut c = vec![bf16::NAN; dims.0 * dims.2];
+        f(a, w, dims, &mut c);
+        c
+    }
+
+    /// Assert `f` gives `a · wᵀ` on random inputs of each shape (m, k, n) of `shapes`, within the output's bf16
+    /// rounding (and f32 sums) of an f64 reference.
+    pub fn matches_reference(f: Kernel, shapes: &[(usize, usize, usize)]) {
+        for &(m, k, n) in shapes {
+            let (a, w) = (values(m * k, 1), values(n * k, 2));
+            let c = product(f, &a, &w, (m, k, n));
+            for i in 0..m {
+                for j in 0..n {
+                    let want: f64 = (0..k)
+                        .map(|p| a[i * k + p].to_f64() * w[j * k + p].to_f64())
+                        .sum();
+                    let got = c[i * n + j].to_f64();
+                    assert!(
+                        (got - want).abs() <= want.abs() / 256.0 + 1e-5 * (1.0 + k as f64),
+                        "({m},{k},{n}) at ({i},{j}): {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Assert that `f`'s rows `r` of a product of shape `dims` have the same bits when computed without the
+    /// other rows, for each range `r` of `parts`, and that the whole product has the same bits on one thread.
+    pub fn rows_stand_alone(f: Kernel, (m, k, n): (usize, usize, usize), parts: &[Range<usize>]) {
+        let (a, w) = (values(m * k, 3), values(n * k, 4));
+        let all = product(f, &a, &w, (m, k, n));
+        for r in parts {
+            let part = product(f, &a[r.start * k..r.end * k], &w, (r.len(), k, n));
+            assert_eq!(part, all[r.start * n..r.end * n].to_vec(), "rows {r:?}");
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        assert_eq!(pool.install(|| product(f, &a, &w, (m, k, n))), all);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{DType, Device};
+
+    #[test]
+    fn the_path_follows_the_cpu_and_gemm_crate_only() {
+        assert_eq!(Bf16Gemm::for_this_cpu(true), Bf16Gemm::Candle);
+        let got = Bf16Gemm::for_this_cpu(false);
+        assert_eq!(got == Bf16Gemm::Candle, !supported());
+        assert_eq!(got.row_kernel(), supported());
+        eprintln!("{}", got.describe());
+    }
+
+    /// `Ops::matmul_nt` on bf16 tensors: the packed kernel's bits for segments, the row kernel's for independent
+    /// rows (3-d input), candle's matmul under `--cpu-gemm gemm-crate`; the manifest says which.
+    #[test]
+    fn ops_matmul_nt_dispatches_bf16_by_cpu_and_setting() {
+        use crate::ops::{CpuGemm, Ops, OpsConfig, Rows};
+        let (m, k, n) = (6, 70, 33);
+        let dev = Device::Cpu;
+        let (a, w) = (check::values(m * k, 9), check::values(n * k, 10));
+        let x = Tensor::from_slice(&a, (2, m / 2, k), &dev).unwrap();
+        let wt = Tensor::from_slice(&w, (n, k), &dev).unwrap();
+        let bits = |t: Tensor| t.flatten_all().unwrap().to_vec1::<bf16>().unwrap();
+        let ops = Ops::new(&OpsConfig::default(), &dev).unwrap();
+        let want = Bf16Gemm::for_this_cpu(false);
+        assert_eq!(ops.manifest().cpu_bf16_gemm, want.describe());
+        let seg = bits(ops.matmul_nt(&x, &wt, Rows::Segments(&[2, 4])).unwrap());
+        let ind = bits(ops.matmul_nt(&x, &wt, Rows::Independent).unwrap());
+        let config = OpsConfig {
+            cpu_gemm: CpuGemm::GemmCrate,
+            ..OpsConfig::default()
+        };
+        let crate_only = Ops::new(&config, &dev).unwrap();
+        assert_eq!(
+            crate_only.manifest().cpu_bf16_gemm,
+            Bf16Gemm::Candle.describe()
+        );
+        let candle = bits(x.reshape((m, k)).unwrap().matmul(&wt.t().unwrap()).unwrap());
+        assert_eq!(
+            bits(crate_only.matmul_nt(&x, &wt, Rows::Independent).unwrap()),
+            candle
+        );
+        let x2 = x.reshape((m, k)).unwrap();
+        let per_segment = bits(
+            Tensor::cat(
+                &[
+                    x2.narrow(0, 0, 2)
+                        .unwrap()
+                        .matmul(&wt.t().unwrap())
+                        .unwrap(),
+                    x2.narrow(0, 2, 4)
+                        .unwrap()
+                        .matmul(&wt.t().unwrap())
+                        .unwrap(),
+                ],
+                0,
+            )
+            .unwrap(),
+        );
+        match want.packed_kernel() {
+            true => assert_eq!(seg, check::product(packed::gemm_nt, &a, &w, (m, k, n))),
+            false => assert_eq!(seg, per_segment),
+        }
+        if !want.row_kernel() {
+            eprintln!("skipped the row kernel's part: this CPU has no AVX512-BF16");
+            return;
+        }
+        assert_eq!(ind, check::product(row::gemm_nt_rows, &a, &w, (m, k, n)));
+    }
+
+    /// Segments through the packed kernel, independent rows through the row kernel, both close to candle's
+    /// bf16 matmul, on a strided (transposed twice) input.
+    #[test]
+    fn tensors_in_segments_or_independent_rows_match_candles_product() {
+        if check::skip() {
+            return;
+        }
+        let (m, k, n) = (37, 130, 45);
+        let dev = Device::Cpu;
+        let x = Tensor::from_vec(check::values(m * k, 7), (k, m), &dev)
+            .unwrap()
+            .t()
+            .unwrap();
+        let w = Tensor::from_vec(check::values(n * k, 8), (n, k), &dev).unwrap();
+        let want = x
+            .to_dtype(DType::F32)
+            .unwrap()
+            .matmul(&w.to_dtype(DType::F32).unwrap().t().unwrap());
+        let want: Vec<f32> = want.unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        for lens in [None, Some(vec![5, 0, 32])] {
+            let got = matmul_nt(&x, &w, lens.as_deref()).unwrap();
+            assert_eq!(got.dtype(), DType::BF16);
+            let got: Vec<f32> = got
+                .to_dtype(DType::F32)
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1()
+                .unwrap();
+            for (g, w) in got.iter().zip(&want) {
+                assert!(
+                    (g - w).abs() <= w.abs() / 256.0 + 1e-3,
+                    "{lens:?}: {g} vs {w}"
+                );
+            }
+        }
+    }
+}
