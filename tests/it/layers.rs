@@ -66,9 +66,41 @@ fn files_of(module: &str) -> Vec<PathBuf> {
     out
 }
 
-/// The library code of a file: a `tests.rs` has none, and an inline `#[cfg(test)] mod tests` ends it.
+/// Whether the module in `path` is declared `#[cfg(test)] mod name;` by its parent (`mod.rs`, `name.rs` beside
+/// the folder, or `lib.rs`).
+fn declared_for_tests(path: &Path) -> bool {
+    let (name, dir) = match path.file_name().and_then(|n| n.to_str()) {
+        Some("mod.rs") => match path.parent() {
+            Some(d) => (d.file_name(), d.parent()),
+            None => return false,
+        },
+        _ => (path.file_stem(), path.parent()),
+    };
+    let (Some(name), Some(dir)) = (name.and_then(|n| n.to_str()), dir) else {
+        return false;
+    };
+    let parents = [
+        dir.join("mod.rs"),
+        dir.with_extension("rs"),
+        dir.join("lib.rs"),
+    ];
+    parents.iter().filter(|p| p.as_path() != path).any(|p| {
+        let Ok(text) = std::fs::read_to_string(p) else {
+            return false;
+        };
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        lines.windows(2).any(|w| {
+            w[0] == "#[cfg(test)]"
+                && w[1].ends_with(&format!("mod {name};"))
+                && w[1].split_whitespace().rev().nth(1) == Some("mod")
+        })
+    })
+}
+
+/// The library code of a file: a `tests.rs` or a module its parent declares under `#[cfg(test)]` (timing runs)
+/// has none, and an inline `#[cfg(test)] mod tests` ends it.
 fn library_code(path: &Path) -> String {
-    if path.file_name().is_some_and(|n| n == "tests.rs") {
+    if path.file_name().is_some_and(|n| n == "tests.rs") || declared_for_tests(path) {
         return String::new();
     }
     let text = std::fs::read_to_string(path).unwrap();
