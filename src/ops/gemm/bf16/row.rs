@@ -6,11 +6,10 @@
 //! masked load, zeros past the end), then the 16 lanes added in a fixed tree and the sum rounded to bf16. Nothing
 //! depends on `m`, on the row's place, on `n` or on the thread count: batch-invariant by construction.
 
-use rayon::prelude::*;
-
 use half::bf16;
 
 use super::SharedOut;
+use crate::ops::gemm::row::for_column_tasks;
 
 /// Rows of `a` per register tile.
 const TR: usize = 4;
@@ -32,14 +31,9 @@ pub fn gemm_nt_rows(a: &[bf16], w: &[bf16], dims: (usize, usize, usize), c: &mut
         return;
     }
     let out = SharedOut(c.as_mut_ptr());
-    let per = TASK_ROWS.max(
-        n.div_ceil(8 * rayon::current_num_threads())
-            .next_multiple_of(TC),
-    );
-    let starts: Vec<usize> = (0..n).step_by(per).collect();
-    starts.into_par_iter().for_each(|j0| {
-        // SAFETY: AVX512-BF16 checked above; the tasks write disjoint columns of c, inside its m × n values.
-        unsafe { columns(a, w, dims, j0..n.min(j0 + per), &out) }
+    // SAFETY: AVX512-BF16 checked above; the tasks write disjoint columns of c, inside its m × n values.
+    for_column_tasks(n, (TC, TASK_ROWS), |cols| unsafe {
+        columns(a, w, dims, cols, &out)
     });
 }
 

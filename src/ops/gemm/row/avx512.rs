@@ -34,7 +34,7 @@ pub(super) fn sgemm_nt_rows(a: &[f32], w: &[f32], dims: (usize, usize, usize), c
     let pairs = pack_pairs(a, m, k);
     let out = SharedOut(c.as_mut_ptr());
     // SAFETY: AVX-512F/AVX2/FMA checked above; the tasks write disjoint columns of c, inside its m × n values.
-    for_column_tasks(n, TC, |cols| unsafe {
+    for_column_tasks(n, (TC, super::TASK_ROWS), |cols| unsafe {
         columns(&pairs, w, dims, cols, &out)
     });
 }

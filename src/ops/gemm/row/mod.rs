@@ -87,10 +87,14 @@ pub fn sgemm_nt_rows(a: &[f32], w: &[f32], dims: (usize, usize, usize), c: &mut 
     sgemm_nt_rows_avx2(a, w, dims, c);
 }
 
-/// Split the `n` weight rows into tasks of at least [`TASK_ROWS`] rows (a multiple of `group`), enough for every
+/// Split the `n` weight rows into tasks of at least `min_rows` rows (a multiple of `group`), enough for every
 /// thread to have several, and run `task` on each range on rayon's threads.
-fn for_column_tasks(n: usize, group: usize, task: impl Fn(std::ops::Range<usize>) + Sync + Send) {
-    let per = TASK_ROWS.next_multiple_of(group).max(
+pub(in crate::ops::gemm) fn for_column_tasks(
+    n: usize,
+    (group, min_rows): (usize, usize),
+    task: impl Fn(std::ops::Range<usize>) + Sync + Send,
+) {
+    let per = min_rows.next_multiple_of(group).max(
         n.div_ceil(8 * rayon::current_num_threads())
             .next_multiple_of(group),
     );
@@ -110,7 +114,9 @@ pub(crate) fn sgemm_nt_rows_avx2(a: &[f32], w: &[f32], dims: (usize, usize, usiz
     }
     let out = SharedOut(c.as_mut_ptr());
     // SAFETY: AVX2/FMA checked above; the tasks write disjoint columns of c, inside its m × n values.
-    for_column_tasks(n, TC, |cols| unsafe { columns(a, w, dims, cols, &out) });
+    for_column_tasks(n, (TC, TASK_ROWS), |cols| unsafe {
+        columns(a, w, dims, cols, &out)
+    });
 }
 
 /// The outputs of weight rows `cols` for every row of `a`.
