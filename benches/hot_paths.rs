@@ -183,7 +183,7 @@ fn engine_end_to_end(c: &mut Criterion) {
 fn varlen_attention(c: &mut Criterion) {
     use candle_core::Tensor;
     use mobile_r1_eval::ops::{reference, Varlen, VarlenSeg};
-    let ops = Ops::new(&OpsConfig::default(), &Device::Cpu).unwrap();
+    let ops = Ops::new(&OpsConfig::default(), &Device::Cpu, candle_core::DType::F32).unwrap();
     let (n, h, d) = (1280, 16, 80);
     let t = || Tensor::randn(0f32, 1.0, (n, h, d), &Device::Cpu).unwrap();
     let (q, k, v) = (t(), t(), t());
@@ -226,7 +226,7 @@ fn varlen_attention(c: &mut Criterion) {
 fn gemm(c: &mut Criterion) {
     use candle_core::Tensor;
     use mobile_r1_eval::ops::Rows;
-    let ops = Ops::new(&OpsConfig::default(), &Device::Cpu).unwrap();
+    let ops = Ops::new(&OpsConfig::default(), &Device::Cpu, candle_core::DType::F32).unwrap();
     let mut g = c.benchmark_group("gemm_f32");
     g.sample_size(10);
     for (rows, k, n) in [(4992, 1280, 3420), (4, 896, 9728), (1, 896, 9728)] {

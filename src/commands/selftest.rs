@@ -9,7 +9,11 @@ use crate::ops::selftest as check;
 /// Run every comparison, print them, and fail when one is out of tolerance.
 pub fn run(a: SelfTestArgs) -> Result<()> {
     let (device, spec) = crate::backend::choose_device(a.device)?;
-    let ops = crate::ops::Ops::new(&super::ops_config(&a.ops), &device)?;
+    let ops = crate::ops::Ops::new(
+        &super::ops_config(&a.ops),
+        &device,
+        candle_core::DType::BF16,
+    )?;
     let results = check::run(&ops, &device)?;
     let failed = results.iter().filter(|r| !r.passed).count();
     if a.json {

@@ -173,7 +173,8 @@ impl VlModel {
         vb: VarBuilder,
         ops: &OpsConfig,
     ) -> Result<Self> {
-        let ops = Ops::new(ops, vb.device()).map_err(|e| ModelError::Input(e.to_string()))?;
+        let ops =
+            Ops::new(ops, vb.device(), vb.dtype()).map_err(|e| ModelError::Input(e.to_string()))?;
         let (vis_prefix, lm_prefix) = detect_prefixes(&vb)?;
         let (v, d) = (cfg.text.vocab_size, cfg.text.hidden_size);
         let lm_head = if !cfg.tie_word_embeddings && vb.contains_tensor("lm_head.weight") {

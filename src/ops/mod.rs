@@ -96,12 +96,17 @@ fn log_blas_choice(c: &blas::BlasChoice, builtin: BuiltinGemm) {
 }
 
 impl Ops {
-    /// The context of `config` for work on `device`: on the CPU the CBLAS library asked for is loaded here (a
-    /// required one that cannot be loaded is an error); elsewhere none is.
-    pub fn new(config: &OpsConfig, device: &Device) -> std::result::Result<Self, blas::BlasError> {
+    /// The context of `config` for work on `device` with weights of `dtype`: on the CPU the CBLAS library asked for
+    /// is loaded here (a required one that cannot be loaded is an error), and the bf16 kernels are chosen (timed)
+    /// only for bf16 weights; elsewhere neither.
+    pub fn new(
+        config: &OpsConfig,
+        device: &Device,
+        dtype: DType,
+    ) -> std::result::Result<Self, blas::BlasError> {
         let builtin = BuiltinGemm::for_this_cpu(config.cpu_gemm == CpuGemm::GemmCrate);
         let rows = gemm::row::RowGemm::for_this_cpu(config.cpu_gemm == CpuGemm::GemmCrate);
-        let bf16 = match device.is_cpu() {
+        let bf16 = match device.is_cpu() && dtype == DType::BF16 {
             true => gemm::bf16::Bf16Gemm::for_this_cpu(config.cpu_gemm == CpuGemm::GemmCrate),
             false => gemm::bf16::Bf16Gemm::Candle,
         };

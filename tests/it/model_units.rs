@@ -273,7 +273,7 @@ fn linear_concat_stacks_outputs_and_refuses_mixed_biases() {
     use mobile_r1_eval::model::nn::{Linear, Pass};
     use mobile_r1_eval::ops::{Ops, Rows};
     let dev = Device::Cpu;
-    let ops = Ops::new(&OpsConfig::default(), &dev).unwrap();
+    let ops = Ops::new(&OpsConfig::default(), &dev, candle_core::DType::F32).unwrap();
     let p = Pass {
         ops: &ops,
         rows: Rows::Independent,

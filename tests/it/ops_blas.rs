@@ -133,7 +133,7 @@ fn matmul_nt_on_tensors_agrees_with_candle_and_is_batch_invariant() {
             cpu_gemm,
             ..OpsConfig::default()
         };
-        matmul_nt_cases(&Ops::new(&config, &Device::Cpu).unwrap());
+        matmul_nt_cases(&Ops::new(&config, &Device::Cpu, candle_core::DType::F32).unwrap());
     }
 
     fn matmul_nt_cases(ops: &Ops) {
@@ -320,7 +320,7 @@ fn builtin_and_gemm_crate() -> (mobile_r1_eval::ops::Ops, mobile_r1_eval::ops::O
             cpu_gemm,
             ..OpsConfig::default()
         };
-        Ops::new(&config, &Device::Cpu).unwrap()
+        Ops::new(&config, &Device::Cpu, candle_core::DType::F32).unwrap()
     };
     (ops(CpuGemm::Builtin), ops(CpuGemm::GemmCrate))
 }

@@ -18,7 +18,7 @@ fn ops_with(device: &Device, fused_kernels: bool) -> Ops {
         fused_kernels,
         ..OpsConfig::default()
     };
-    Ops::new(&config, device).unwrap()
+    Ops::new(&config, device, candle_core::DType::BF16).unwrap()
 }
 
 /// The values of any tensor as f32, flattened.

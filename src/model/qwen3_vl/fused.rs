@@ -125,7 +125,7 @@ mod tests {
             fused_kernels: false,
             ..on.clone()
         };
-        let ops = |c: &OpsConfig| Ops::new(c, &Device::Cpu).unwrap();
+        let ops = |c: &OpsConfig| Ops::new(c, &Device::Cpu, candle_core::DType::F32).unwrap();
         (ops(&on), ops(&off))
     }
 

@@ -295,7 +295,7 @@ mod tests {
         let x = Tensor::from_slice(&a, (2, m / 2, k), &dev).unwrap();
         let wt = Tensor::from_slice(&w, (n, k), &dev).unwrap();
         let bits = |t: Tensor| t.flatten_all().unwrap().to_vec1::<bf16>().unwrap();
-        let ops = Ops::new(&OpsConfig::default(), &dev).unwrap();
+        let ops = Ops::new(&OpsConfig::default(), &dev, DType::BF16).unwrap();
         let want = Bf16Gemm::for_this_cpu(false);
         assert_eq!(ops.manifest().cpu_bf16_gemm, want.describe());
         let seg = bits(ops.matmul_nt(&x, &wt, Rows::Segments(&[2, 4])).unwrap());
@@ -304,7 +304,7 @@ mod tests {
             cpu_gemm: CpuGemm::GemmCrate,
             ..OpsConfig::default()
         };
-        let crate_only = Ops::new(&config, &dev).unwrap();
+        let crate_only = Ops::new(&config, &dev, DType::BF16).unwrap();
         assert_eq!(
             crate_only.manifest().cpu_bf16_gemm,
             Bf16Gemm::Candle.describe()
