@@ -700,7 +700,6 @@ fn at_least_one<T: Whole>(s: &str) -> Result<T, String> {
     Ok(v)
 }
 
-/// A positive, finite number of seconds (`--request-timeout 2.5`).
 /// `qwen2.5-vl` or `qwen3-vl` (case-insensitive; the `config.json` spellings `qwen2_5_vl` and `qwen3_vl` too).
 fn model_family(s: &str) -> Result<crate::settings::ModelFamily, String> {
     use crate::settings::ModelFamily;
@@ -711,11 +710,15 @@ fn model_family(s: &str) -> Result<crate::settings::ModelFamily, String> {
         .ok_or_else(|| format!("unknown model family {s:?}: expected qwen2.5-vl or qwen3-vl"))
 }
 
+/// The longest time a duration flag takes: 30 days (larger values would overflow the clock's arithmetic).
+const LONGEST_SECONDS: f64 = 30.0 * 86_400.0;
+
+/// A positive number of seconds up to 30 days (`--request-timeout 2.5`).
 fn seconds(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
-        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+        Ok(v) if v > 0.0 && v <= LONGEST_SECONDS => Ok(v),
         _ => Err(format!(
-            "expected a positive number of seconds (e.g. 30 or 2.5), found {s:?}"
+            "expected a positive number of seconds up to {LONGEST_SECONDS} (30 days; e.g. 30 or 2.5), found {s:?}"
         )),
     }
 }

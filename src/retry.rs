@@ -180,15 +180,18 @@ pub fn backoff(n: usize) -> Duration {
     Duration::from_secs_f64(base * (1.0 - 0.25 * jitter))
 }
 
+/// The longest wait a server's `Retry-After` is taken for: a larger (or absurd) value waits this long.
+const LONGEST_RETRY_AFTER_S: f64 = 3600.0;
+
 /// The server's `Retry-After` from the values of its `retry-after-ms` and `retry-after` headers (seconds, possibly
-/// fractional; an HTTP date is not read).
+/// fractional, at most an hour; an HTTP date is not read).
 pub fn retry_after(ms: Option<&str>, secs: Option<&str>) -> Option<Duration> {
     let number = |v: Option<&str>| v.and_then(|v| v.trim().parse::<f64>().ok());
     number(ms)
         .map(|ms| ms / 1000.0)
         .or_else(|| number(secs))
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .map(Duration::from_secs_f64)
+        .filter(|s| !s.is_nan() && *s >= 0.0)
+        .map(|s| Duration::from_secs_f64(s.min(LONGEST_RETRY_AFTER_S)))
 }
 
 /// Sleep `d` unless `stopped` becomes true meanwhile (then `false`).
@@ -255,6 +258,10 @@ mod tests {
             None
         );
         assert_eq!(retry_after(None, Some("-1")), None);
+        assert_eq!(retry_after(None, Some("NaN")), None);
+        let hour = Some(Duration::from_secs(3600));
+        assert_eq!(retry_after(None, Some("1e300")), hour);
+        assert_eq!(retry_after(Some("inf"), None), hour);
     }
 
     #[test]

@@ -140,6 +140,11 @@ fn negative_and_out_of_range_numbers_name_their_flag_and_range() {
             "invalid value '-1' for '--request-timeout <S>': expected a positive number of seconds",
         ),
         (
+            &["serve", "--model", model, "--header-timeout", "1e300"],
+            "invalid value '1e300' for '--header-timeout <HEADER_TIMEOUT>': expected a positive number of seconds \
+             up to 2592000 (30 days",
+        ),
+        (
             &["eval", "--model", model, "--max-retries", "-1"],
             "invalid value '-1' for '--max-retries <MAX_RETRIES>'",
         ),
