@@ -17,7 +17,7 @@ use anyhow::Result;
 pub use jobs::{JobQueue, Taker};
 pub use local::LocalBackend;
 pub use model::{choose_device, fingerprint, LoadedModel, ModelSource, ModelSpec};
-pub use multi::{DeviceBackend, MultiBackend};
+pub use multi::MultiBackend;
 pub(crate) use openai::{OpenAiBackend, OpenAiSettings, ServedStop};
 
 use crate::engine::Next;
@@ -234,5 +234,35 @@ impl<B: Backend + ?Sized> Backend for &B {
         sink: &mut Sink<'_>,
     ) -> Result<PhaseStats> {
         (**self).run(jobs, make, sink)
+    }
+}
+
+/// One device as a [`MultiBackend`] drives it: a [`Backend`] that can also answer requests pulled from a queue
+/// shared with other devices. [`LocalBackend`] is one; anything that runs on (or stands in for) one device can be.
+pub trait DeviceBackend: Backend {
+    /// Answer the requests `taker` takes from a queue shared with other devices (indices below `count`), taking
+    /// at most `chunk` at a time as they are prepared (so the queue is shared fairly), and calling `sink` with
+    /// each outcome as soon as it is known. An error stops this device only: requests it took and did not answer
+    /// are left for a resume.
+    fn run_taking(
+        &self,
+        taker: Taker<'_>,
+        count: usize,
+        chunk: usize,
+        make: &MakeRequest<'_>,
+        sink: &mut Sink<'_>,
+    ) -> Result<PhaseStats>;
+}
+
+impl<D: DeviceBackend + ?Sized> DeviceBackend for &D {
+    fn run_taking(
+        &self,
+        taker: Taker<'_>,
+        count: usize,
+        chunk: usize,
+        make: &MakeRequest<'_>,
+        sink: &mut Sink<'_>,
+    ) -> Result<PhaseStats> {
+        (**self).run_taking(taker, count, chunk, make, sink)
     }
 }

@@ -9,41 +9,12 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use anyhow::{anyhow, bail, Result};
 
 use super::{
-    Backend, BackendInfo, BackendKind, ChatResult, JobQueue, LocalBackend, MakeRequest, Sink, Taker,
+    Backend, BackendInfo, BackendKind, ChatResult, DeviceBackend, JobQueue, LocalBackend,
+    MakeRequest, Sink, Taker,
 };
 use crate::preprocess::ImageProcessorConfig;
 use crate::records::{DeviceShare, PhaseStats};
 use crate::settings::BatchLimits;
-
-impl<D: DeviceBackend + ?Sized> DeviceBackend for &D {
-    fn run_taking(
-        &self,
-        taker: Taker<'_>,
-        count: usize,
-        chunk: usize,
-        make: &MakeRequest<'_>,
-        sink: &mut Sink<'_>,
-    ) -> Result<PhaseStats> {
-        (**self).run_taking(taker, count, chunk, make, sink)
-    }
-}
-
-/// One device as a [`MultiBackend`] drives it: a [`Backend`] that can also answer requests pulled from a queue
-/// shared with other devices. [`LocalBackend`] is one; anything that runs on (or stands in for) one device can be.
-pub trait DeviceBackend: Backend {
-    /// Answer the requests `taker` takes from a queue shared with other devices (indices below `count`), taking
-    /// at most `chunk` at a time as they are prepared (so the queue is shared fairly), and calling `sink` with
-    /// each outcome as soon as it is known. An error stops this device only: requests it took and did not answer
-    /// are left for a resume.
-    fn run_taking(
-        &self,
-        taker: Taker<'_>,
-        count: usize,
-        chunk: usize,
-        make: &MakeRequest<'_>,
-        sink: &mut Sink<'_>,
-    ) -> Result<PhaseStats>;
-}
 
 /// One backend per device, sharing the work.
 pub struct MultiBackend<'d> {
