@@ -13,7 +13,7 @@ use candle_core::{Tensor, D};
 
 use super::counters::{Count, Counters};
 use super::memory;
-use super::scheduler::{admit_count, prefill_chunks, Occupancy};
+use super::scheduler::{admit_count, prefill_chunks, Occupancy, MAX_PREFILL_TOKENS};
 use super::{EngineSink, FinishReason, Generation, Next, Request, RequestSource, TokenScores};
 use crate::interrupt::Cancel;
 use crate::model::flops::{decode_attention_flops, prefill_attention_flops, PromptShape};
@@ -37,8 +37,6 @@ struct Running {
     sampler: Option<candle_transformers::generation::LogitsProcessor>,
 }
 
-/// Cap on prompt tokens prefilled in one model call (bounds prefill activations).
-pub const MAX_PREFILL_TOKENS: usize = 16_384;
 /// How many prefix caches are kept (distinct system prompts, e.g. one per screen resolution).
 const PREFIX_CACHE_ENTRIES: usize = 8;
 

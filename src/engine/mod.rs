@@ -11,11 +11,13 @@ pub mod memory;
 mod sampling;
 mod scheduler;
 
-/// The server still names the limits through the engine.
-pub use batcher::{argmax_rows, is_oom, top_k_logprobs, Engine, MAX_PREFILL_TOKENS};
+pub use batcher::{argmax_rows, is_oom, top_k_logprobs, Engine};
 pub use counters::{Count, Counters};
 pub(crate) use sampling::Sampling;
-pub use scheduler::{admit_count, prefill_chunks, Occupancy, MIN_AUTO_BATCH_TOKENS};
+/// The server still names the limits through the engine.
+pub use scheduler::{
+    admit_count, prefill_chunks, Occupancy, MAX_PREFILL_TOKENS, MIN_AUTO_BATCH_TOKENS,
+};
 
 use crate::preprocess::ModelInput;
 pub(crate) use crate::records::FinishReason;

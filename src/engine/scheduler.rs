@@ -10,6 +10,9 @@ use crate::settings::BatchLimits;
 /// Smallest automatic token budget, before `max_new_tokens`: room for a few step prompts of a real screen.
 pub const MIN_AUTO_BATCH_TOKENS: usize = 8192;
 
+/// Cap on prompt tokens prefilled in one model call (bounds prefill activations).
+pub const MAX_PREFILL_TOKENS: usize = 16_384;
+
 impl BatchLimits {
     /// The limits of a run: `max_seqs` sequences, `max_new_tokens` per sequence, and `max_batch_tokens` or, when
     /// `None`, the budget the device's free memory allows for `model`'s KV cache after one prefill's activations
@@ -21,7 +24,7 @@ impl BatchLimits {
         max_batch_tokens: Option<usize>,
     ) -> Self {
         let max_batch_tokens = max_batch_tokens.unwrap_or_else(|| {
-            let reserve = super::memory::prefill_reserve(model, super::MAX_PREFILL_TOKENS);
+            let reserve = super::memory::prefill_reserve(model, MAX_PREFILL_TOKENS);
             super::memory::auto_batch_tokens(
                 super::memory::free_bytes(model.device()),
                 model.kv_bytes_per_token(),
