@@ -40,11 +40,13 @@ pub use config::{ModelConfig, TextConfig, VisionConfig};
 pub use device::{dtype_for, open_device};
 pub use files::ModelFiles;
 pub use qwen2_5_vl::window;
+use tower::VisionOutput;
 pub use tower::VisionTrace;
 
 use crate::ops::{Ops, OpsConfig, OpsManifest, ProfileSnapshot};
 use crate::preprocess::ModelInput;
 use crate::records::DecodeAttention;
+use crate::settings::ModelFamily;
 
 /// Errors of the model layer.
 #[derive(Debug, thiserror::Error)]
@@ -112,7 +114,7 @@ pub struct Trace {
 #[derive(Debug, Clone)]
 pub struct VlModel {
     cfg: ModelConfig,
-    vision: tower::VisionTower,
+    vision: VisionTower,
     text: text::TextModel,
     device: Device,
     dtype: DType,
@@ -122,6 +124,42 @@ pub struct VlModel {
     ops: Ops,
     /// A decode attention forced by [`VlModel::set_decode_attention`] instead of the ops' choice.
     decode_attention: Option<DecodeAttention>,
+}
+
+/// A family's vision tower.
+#[derive(Debug, Clone)]
+enum VisionTower {
+    /// Window attention, RMSNorm, SwiGLU (Qwen2.5-VL).
+    Qwen25(qwen2_5_vl::vision::VisionModel),
+    /// Learned positions, LayerNorm, DeepStack (Qwen3-VL).
+    Qwen3(qwen3_vl::vision::VisionModel),
+}
+
+impl VisionTower {
+    /// Load the family's tower under `vb`.
+    fn new(family: ModelFamily, cfg: &VisionConfig, vb: VarBuilder) -> candle_core::Result<Self> {
+        Ok(match family {
+            ModelFamily::Qwen25Vl => Self::Qwen25(qwen2_5_vl::vision::VisionModel::new(cfg, vb)?),
+            ModelFamily::Qwen3Vl => Self::Qwen3(qwen3_vl::vision::VisionModel::new(cfg, vb)?),
+        })
+    }
+
+    /// Encode `pixels` (N, patch_dim) of images `grids`.
+    fn forward(
+        &self,
+        ops: &Ops,
+        pixels: &Tensor,
+        grids: &[[usize; 3]],
+        trace: Option<&mut VisionTrace>,
+    ) -> candle_core::Result<VisionOutput> {
+        match self {
+            Self::Qwen25(m) => Ok(VisionOutput {
+                merged: m.forward(ops, pixels, grids, trace)?,
+                deepstack: Vec::new(),
+            }),
+            Self::Qwen3(m) => m.forward(ops, pixels, grids, trace),
+        }
+    }
 }
 
 /// [`VlModel`] under its former name.
@@ -185,7 +223,7 @@ impl VlModel {
             }
             None
         };
-        let vision = tower::VisionTower::new(cfg.family, &cfg.vision, vb.pp(vis_prefix))?;
+        let vision = VisionTower::new(cfg.family, &cfg.vision, vb.pp(vis_prefix))?;
         let text = text::TextModel::new(&cfg.text, vb.pp(lm_prefix), lm_head)?;
         let t = &cfg.text;
         Ok(Self {
