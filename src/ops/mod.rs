@@ -11,11 +11,12 @@
 //! * [`gemm`]: the linear layers' `matmul_nt` on the CPU: row segmentation ([`Rows`]), the built-in packed and
 //!   row kernels, the optional CBLAS library with its choice and calibration, and the matmul rates measured
 //!   for MFU figures.
-//! * `attention`: varlen (prefill, vision) and decode attention: their selection, the fused CPU path, and the
-//!   composed candle fallback ([`composed`]).
-//! * `elementwise`: RMSNorm, bias epilogues, SwiGLU, q/k/v + rotary: selection, fused CPU loops, references.
+//! * `attention`: varlen (prefill, vision) and decode attention: their selection, the fused CPU path, the CUDA
+//!   launchers, and the composed candle fallback ([`composed`]).
+//! * `elementwise`: RMSNorm, bias epilogues, SwiGLU, q/k/v + rotary: selection, fused CPU loops, CUDA launchers,
+//!   references.
 //! * [`cuda`]: how the kernels are launched (also used by their CPU emulation) and, with the `cuda` feature, the
-//!   launchers.
+//!   kernel module and the helpers of the launchers, which sit with their ops (`attention`, `elementwise`).
 //! * [`reference`](mod@reference): every fused op's candle reference, the ground truth of the comparisons.
 //! * [`selftest`]: the comparisons behind `self-test`.
 //! * `profile`: the optional section timings; `simd` and `cpu_data`: helpers of the fused CPU paths.

@@ -5,12 +5,12 @@
 mod bf16;
 pub mod composed;
 pub(super) mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
 pub(super) mod reference;
 
 use candle_core::{DType, Device, Result, Tensor};
 
-#[cfg(feature = "cuda")]
-use super::cuda;
 use crate::records::DecodeAttention;
 
 use super::Ops;

@@ -4,13 +4,13 @@
 //! kernel, the fused CPU loop ([`cpu`]) or the candle reference ([`reference`](mod@reference)).
 
 mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod gelu;
 pub(super) mod reference;
 
 use candle_core::{Result, Tensor};
 
-#[cfg(feature = "cuda")]
-use super::cuda;
 use super::Ops;
 
 impl Ops {

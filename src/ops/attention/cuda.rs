@@ -6,9 +6,9 @@ use candle_core::cuda_backend::{CudaDType, WrapErr};
 use candle_core::{bail, CudaDevice, DType, Result, Storage, Tensor};
 use half::{bf16, f16};
 
-use super::kernels::{config, cuda_device, kernel, tensor_of, with_view};
-use super::launch;
-use crate::ops::{DecodeKv, Varlen};
+use super::{DecodeKv, Varlen};
+use crate::ops::cuda::kernels::{config, cuda_device, kernel, tensor_of, with_view};
+use crate::ops::cuda::launch;
 
 /// The per-step tables of the fused decode attention, uploaded once per decode step for all layers: each
 /// sequence's K and V buffer addresses per layer (layer-major), its capacity and its length before the step.
