@@ -17,7 +17,7 @@ use axum::Router;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::{watch, Semaphore};
 
-use super::listen::{discard_body, read_body, BodyError};
+use super::body::{discard_body, read_body, BodyError};
 use super::meta::{cut_off, next_event, random_seed, Meta};
 use super::metrics::{Metrics, Ticket};
 use super::prepare::{check_counts, prepare, RequestLimits};

@@ -465,17 +465,11 @@ fn circles(edges: &BTreeSet<(ModPath, String, String)>) -> Vec<String> {
 const KNOWN_CIRCLES: &[&str] = &[
     "backend: local → multi → local",
     "engine: batcher → scheduler → batcher",
-    "import: checks → episode → checks",
     "model: qwen2_5_vl → tower → qwen2_5_vl",
     "model: qwen2_5_vl → tower → qwen3_vl → qwen2_5_vl",
     "model: qwen3_vl → tower → qwen3_vl",
     "ops: attention → cuda → attention",
     "ops: cuda → elementwise → cuda",
-    "score: geometry → matching → geometry",
-    "score: judge → metrics → judge",
-    "score: judge → semi_online → metrics → judge",
-    "score: metrics → semi_online → metrics",
-    "serve: listen → routes → listen",
 ];
 
 #[test]
