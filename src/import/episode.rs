@@ -95,6 +95,7 @@ pub(super) fn data_step(s: &StepDraft, image: String) -> DataStep {
         action: s.action.to_tool_call(),
         response: String::new(),
         bbox: (!boxes.is_empty()).then_some(GoldBoxes::Many(boxes)),
+        candidate_bbox: None,
         instruction: s.instruction.clone(),
     }
 }
