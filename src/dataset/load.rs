@@ -1,11 +1,15 @@
-//! Parsing `data.jsonl` lines into trajectories, with errors naming file, line and field.
+//! Reading `data.jsonl` into trajectories: each line is deserialized as a [`DataLine`] (its fields read in the
+//! forms released files use too), then checked as a whole (a non-empty trajectory of the length it states, boxes
+//! inside the screen, gold points on it, a gold action that parses); every error names the file, the line and
+//! the field.
 
 use std::collections::HashMap;
 use std::path::{Component, Path};
 
 use serde_json::{Map, Value};
 
-use super::{BBox, DataStep, DatasetError, Step, Trajectory};
+use super::line::MISSING;
+use super::{BBox, BoxNumbers, DataLine, DataStep, DatasetError, Step, Trajectory};
 use crate::action::Action;
 
 /// Context of one line, for building errors.
@@ -24,74 +28,12 @@ impl Line<'_> {
         }
     }
 
-    fn req<'v>(
-        &self,
-        obj: &'v Map<String, Value>,
-        prefix: &str,
-        key: &str,
-    ) -> Result<&'v Value, DatasetError> {
-        match obj.get(key) {
-            None | Some(Value::Null) => Err(self.err(format!("{prefix}{key}"), "missing")),
-            Some(v) => Ok(v),
+    fn json(&self, message: String) -> DatasetError {
+        DatasetError::Json {
+            file: self.file.to_path_buf(),
+            line: self.line,
+            message,
         }
-    }
-
-    fn string(
-        &self,
-        obj: &Map<String, Value>,
-        prefix: &str,
-        key: &str,
-    ) -> Result<String, DatasetError> {
-        let v = self.req(obj, prefix, key)?;
-        v.as_str()
-            .map(str::to_owned)
-            .ok_or_else(|| self.err(format!("{prefix}{key}"), "must be a string"))
-    }
-
-    fn opt_string(
-        &self,
-        obj: &Map<String, Value>,
-        prefix: &str,
-        key: &str,
-    ) -> Result<Option<String>, DatasetError> {
-        match obj.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(_) => Err(self.err(format!("{prefix}{key}"), "must be a string")),
-        }
-    }
-
-    fn positive(&self, obj: &Map<String, Value>, key: &str) -> Result<u32, DatasetError> {
-        let v = self.req(obj, "", key)?;
-        match whole_number(v) {
-            Some(n) if n > 0 && n <= u32::MAX as u64 => Ok(n as u32),
-            _ => Err(self.err(key, format!("must be a positive integer, found {v}"))),
-        }
-    }
-}
-
-/// A non-negative whole number written as a JSON integer, a float with no fraction (`1080.0`) or a string of
-/// digits (`"1080"`): releases store sizes and lengths each way.
-fn whole_number(v: &Value) -> Option<u64> {
-    match v {
-        Value::Number(n) => n.as_u64().or_else(|| {
-            n.as_f64()
-                .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < 9.0e15)
-                .map(|f| f as u64)
-        }),
-        Value::String(s) => s.trim().parse::<u64>().ok(),
-        _ => None,
-    }
-}
-
-/// A value that may be stored as JSON text inside a string (`"[...]"`, `"{...}"`), parsed; other values as
-/// they are.
-fn unquoted(v: &Value) -> Result<std::borrow::Cow<'_, Value>, String> {
-    match v {
-        Value::String(s) if s.trim_start().starts_with(['[', '{']) => serde_json::from_str(s)
-            .map(std::borrow::Cow::Owned)
-            .map_err(|e| format!("not valid JSON: {e}")),
-        other => Ok(std::borrow::Cow::Borrowed(other)),
     }
 }
 
@@ -123,65 +65,77 @@ pub(super) fn parse_jsonl(text: &str, file: &Path) -> Result<Vec<Trajectory>, Da
 }
 
 fn parse_line(raw: &str, index: usize, ctx: &Line) -> Result<Trajectory, DatasetError> {
-    let v: Value = serde_json::from_str(raw).map_err(|e| DatasetError::Json {
-        file: ctx.file.to_path_buf(),
-        line: ctx.line,
-        message: e.to_string(),
-    })?;
-    let obj = v.as_object().ok_or_else(|| DatasetError::Json {
-        file: ctx.file.to_path_buf(),
-        line: ctx.line,
-        message: "a line must be a JSON object".into(),
-    })?;
-    let id = match obj.get("id") {
-        None | Some(Value::Null) => index.to_string(),
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Number(n)) if n.is_u64() || n.is_i64() => n.to_string(),
-        Some(_) => return Err(ctx.err("id", "must be a string or an integer")),
-    };
-    let image_width = ctx.positive(obj, "image_width")?;
-    let image_height = ctx.positive(obj, "image_height")?;
-    let steps_v =
-        unquoted(ctx.req(obj, "", "trajectory")?).map_err(|m| ctx.err("trajectory", m))?;
-    let steps_arr = steps_v
-        .as_array()
-        .ok_or_else(|| ctx.err("trajectory", "must be a list of steps"))?;
-    if steps_arr.is_empty() {
-        return Err(ctx.err("trajectory", "is empty"));
-    }
-    let screen = [image_width as f64, image_height as f64];
-    let steps = steps_arr
-        .iter()
-        .enumerate()
-        .map(|(k, s)| parse_step(s, &format!("trajectory[{k}]."), screen, ctx))
-        .collect::<Result<Vec<_>, _>>()?;
-    let len_v = ctx.req(obj, "", "trajectory_length")?;
-    match whole_number(len_v) {
-        Some(n) if n as usize == steps.len() => {}
-        Some(n) => {
-            return Err(ctx.err(
-                "trajectory_length",
-                format!("is {n} but `trajectory` has {} steps", steps.len()),
-            ))
-        }
-        None => return Err(ctx.err("trajectory_length", "must be a non-negative integer")),
-    }
-    Ok(Trajectory {
-        id,
-        line: ctx.line,
-        app_name: ctx.string(obj, "", "app_name")?,
-        instruction: ctx.string(obj, "", "instruction")?,
-        system: ctx.opt_string(obj, "", "system")?,
-        image_width,
-        image_height,
-        steps,
-    })
+    let mut v: Value = serde_json::from_str(raw).map_err(|e| ctx.json(e.to_string()))?;
+    let obj = v
+        .as_object_mut()
+        .ok_or_else(|| ctx.json("a line must be a JSON object".into()))?;
+    unquote_trajectory(obj).map_err(|m| ctx.err("trajectory", m))?;
+    let line: DataLine = serde_path_to_error::deserialize(v).map_err(|e| field_error(&e, ctx))?;
+    trajectory(line, index, ctx)
 }
 
-fn parse_step(v: &Value, prefix: &str, screen: [f64; 2], ctx: &Line) -> Result<Step, DatasetError> {
-    let step = parse_step_fields(v, prefix, screen, ctx)?;
-    check_on_screen(&step.action, screen).map_err(|m| ctx.err(format!("{prefix}action"), m))?;
-    Ok(step)
+/// Some releases store the trajectory as the JSON text of its list: it is read as the list.
+fn unquote_trajectory(obj: &mut Map<String, Value>) -> Result<(), String> {
+    if let Some(Value::String(s)) = obj.get("trajectory") {
+        if s.trim_start().starts_with(['[', '{']) {
+            let list = serde_json::from_str(s).map_err(|e| format!("not valid JSON: {e}"))?;
+            obj.insert("trajectory".into(), list);
+        }
+    }
+    Ok(())
+}
+
+/// A line that does not deserialize, as the error of the field it failed at. An absent required field fails at
+/// the object holding it (serde's "missing field `name`"): the error names the field itself.
+fn field_error(e: &serde_path_to_error::Error<serde_json::Error>, ctx: &Line) -> DatasetError {
+    let path = e.path().to_string();
+    let path = if path == "." { String::new() } else { path };
+    let message = e.inner().to_string();
+    let absent = message
+        .strip_prefix("missing field `")
+        .and_then(|m| m.strip_suffix('`'));
+    match absent {
+        Some(name) if path.is_empty() => ctx.err(name, MISSING),
+        Some(name) => ctx.err(format!("{path}.{name}"), MISSING),
+        None => ctx.err(path, message),
+    }
+}
+
+/// The checks of a whole line, and its trajectory: `index` is its id when it has none.
+fn trajectory(line: DataLine, index: usize, ctx: &Line) -> Result<Trajectory, DatasetError> {
+    if line.trajectory.is_empty() {
+        return Err(ctx.err("trajectory", "is empty"));
+    }
+    let screen = [line.image_width, line.image_height];
+    let steps = line
+        .trajectory
+        .iter()
+        .enumerate()
+        .map(|(k, s)| {
+            step(s, screen)
+                .map_err(|r| ctx.err(format!("trajectory[{k}].{}", r.field()), r.message()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if line.trajectory_length != steps.len() {
+        return Err(ctx.err(
+            "trajectory_length",
+            format!(
+                "is {} but `trajectory` has {} steps",
+                line.trajectory_length,
+                steps.len()
+            ),
+        ));
+    }
+    Ok(Trajectory {
+        id: line.id.unwrap_or_else(|| index.to_string()),
+        line: ctx.line,
+        app_name: line.app_name,
+        instruction: line.instruction,
+        system: line.system,
+        image_width: line.image_width,
+        image_height: line.image_height,
+        steps,
+    })
 }
 
 /// Why the loader refuses one step (see [`check_step`]).
@@ -209,6 +163,14 @@ impl StepRefusal {
         }
     }
 
+    /// The field refused (an off-screen point is the `action`'s).
+    pub(crate) fn field(&self) -> &str {
+        match self {
+            StepRefusal::OffScreen(_) => "action",
+            StepRefusal::Field { field, .. } => field,
+        }
+    }
+
     /// What is wrong, with the values involved.
     pub(crate) fn message(&self) -> &str {
         match self {
@@ -220,77 +182,38 @@ impl StepRefusal {
 /// The kind of a step whose gold point is off the screen.
 pub(crate) const OFF_SCREEN: &str = "gold point off the screen";
 
-/// Run the loader's checks of one step (as it would be written into `data.jsonl`) on a `screen` of `[w, h]`
-/// pixels: writers of benchmark folders call it so that they write only steps the loader accepts.
-pub(crate) fn check_step(step: &DataStep, [w, h]: [u32; 2]) -> Result<(), StepRefusal> {
-    let v = serde_json::to_value(step).map_err(|e| StepRefusal::Field {
-        field: String::new(),
-        message: e.to_string(),
-    })?;
+/// Run the loader's checks of one step (as it is written into `data.jsonl`) on a `screen` of `[w, h]` pixels:
+/// writers of benchmark folders call it so that they write only steps the loader accepts.
+pub(crate) fn check_step(step: &DataStep, screen: [u32; 2]) -> Result<(), StepRefusal> {
+    self::step(step, screen).map(|_| ())
+}
+
+/// A step of a line on a `[w, h]` screen, checked: its screenshot path stays inside the folder, its gold action
+/// parses and lies on the screen, its boxes are boxes inside it.
+fn step(s: &DataStep, [w, h]: [u32; 2]) -> Result<Step, StepRefusal> {
     let screen = [w as f64, h as f64];
-    let ctx = Line {
-        file: Path::new(super::DATA_FILE),
-        line: 0,
+    let refused = |field: &str| {
+        let field = field.to_string();
+        move |message: String| StepRefusal::Field { field, message }
     };
-    let step = parse_step_fields(&v, "", screen, &ctx).map_err(|e| match e {
-        DatasetError::Field { field, message, .. } => StepRefusal::Field { field, message },
-        other => StepRefusal::Field {
-            field: String::new(),
-            message: other.to_string(),
-        },
-    })?;
-    check_on_screen(&step.action, screen).map_err(StepRefusal::OffScreen)
-}
-
-/// A step's fields, each checked on its own (the gold point's place is checked by the caller).
-fn parse_step_fields(
-    v: &Value,
-    prefix: &str,
-    screen: [f64; 2],
-    ctx: &Line,
-) -> Result<Step, DatasetError> {
-    let obj = v
-        .as_object()
-        .ok_or_else(|| ctx.err(prefix.trim_end_matches('.'), "a step must be an object"))?;
-    let image = step_image(obj, prefix, ctx)?;
-    check_image_path(&image).map_err(|m| ctx.err(format!("{prefix}image"), m))?;
-    let action_v = ctx.req(obj, prefix, "action")?;
-    let action = parse_gold_action(action_v).map_err(|m| ctx.err(format!("{prefix}action"), m))?;
-    let bbox_key = if obj.contains_key("bbox") {
-        "bbox"
-    } else {
-        "candidate_bbox"
-    };
-    let bboxes = match obj.get(bbox_key) {
-        None | Some(Value::Null) => Vec::new(),
-        Some(b) => parse_boxes(b, screen).map_err(|m| ctx.err(format!("{prefix}{bbox_key}"), m))?,
-    };
+    check_image_path(&s.image).map_err(refused("image"))?;
+    let action = parse_gold_action(&s.action).map_err(refused("action"))?;
+    let (key, boxes) = s.gold_boxes();
+    let bboxes = boxes
+        .iter()
+        .map(|b| check_box(b, screen))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(refused(key))?;
+    check_on_screen(&action, screen).map_err(StepRefusal::OffScreen)?;
     Ok(Step {
-        image,
-        thought: ctx.opt_string(obj, prefix, "thought")?.unwrap_or_default(),
-        subtask: ctx.opt_string(obj, prefix, "subtask")?.unwrap_or_default(),
+        image: s.image.clone(),
+        thought: s.thought.clone(),
+        subtask: s.subtask.clone(),
         action,
-        response: ctx.opt_string(obj, prefix, "response")?.unwrap_or_default(),
+        response: s.response.clone(),
         bboxes,
-        instruction: ctx
-            .opt_string(obj, prefix, "instruction")?
-            .filter(|s| !s.trim().is_empty()),
+        instruction: s.instruction.clone().filter(|i| !i.trim().is_empty()),
     })
-}
-
-/// The screenshot of a step: a path string, or an image record `{"path": …}` as dataset tools write them.
-fn step_image(obj: &Map<String, Value>, prefix: &str, ctx: &Line) -> Result<String, DatasetError> {
-    match ctx.req(obj, prefix, "image")? {
-        Value::String(s) => Ok(s.clone()),
-        Value::Object(o) => match o.get("path") {
-            Some(Value::String(s)) => Ok(s.clone()),
-            _ => Err(ctx.err(
-                format!("{prefix}image"),
-                "an image record needs a `path` string",
-            )),
-        },
-        _ => Err(ctx.err(format!("{prefix}image"), "must be a string")),
-    }
 }
 
 /// A gold point must lie on the screen (edges included): one outside it cannot be scored against.
@@ -359,14 +282,12 @@ fn check_image_path(p: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn parse_box(v: &Value, screen: [f64; 2]) -> Result<BBox, String> {
-    let arr = v
-        .as_array()
-        .filter(|a| a.len() == 4)
-        .ok_or_else(|| format!("a box must be [x1, y1, x2, y2], found {v}"))?;
+/// A gold box in screen pixels: no negative coordinate, its corners in order, inside the screen.
+fn check_box(numbers: &BoxNumbers, screen: [f64; 2]) -> Result<BBox, String> {
+    let v = Value::from(numbers.to_vec());
     let mut b = [0.0; 4];
-    for (slot, x) in b.iter_mut().zip(arr) {
-        *slot = x
+    for (slot, n) in b.iter_mut().zip(numbers) {
+        *slot = n
             .as_f64()
             .filter(|f| f.is_finite())
             .ok_or_else(|| format!("box coordinates must be numbers, found {v}"))?;
@@ -384,17 +305,6 @@ fn parse_box(v: &Value, screen: [f64; 2]) -> Result<BBox, String> {
         ));
     }
     Ok(b)
-}
-
-/// One box `[x1, y1, x2, y2]` or a list of boxes.
-fn parse_boxes(v: &Value, screen: [f64; 2]) -> Result<Vec<BBox>, String> {
-    let arr = v
-        .as_array()
-        .ok_or_else(|| format!("must be a box or a list of boxes, found {v}"))?;
-    if arr.iter().all(Value::is_number) && !arr.is_empty() {
-        return Ok(vec![parse_box(v, screen)?]);
-    }
-    arr.iter().map(|b| parse_box(b, screen)).collect()
 }
 
 #[cfg(test)]
@@ -480,22 +390,83 @@ mod tests {
 
     #[test]
     fn boxes() {
-        let s = [100.0, 200.0];
+        let screen = [100, 200];
+        let read = |bbox: serde_json::Value| -> Result<Vec<BBox>, String> {
+            let s = serde_json::from_value::<DataStep>(
+                serde_json::json!({"image": "a.png", "bbox": bbox,
+                "action": {"action": "wait"}}),
+            )
+            .map_err(|e| e.to_string())?;
+            step(&s, screen)
+                .map(|s| s.bboxes)
+                .map_err(|r| r.message().to_string())
+        };
+        assert_eq!(read(serde_json::json!([1, 2, 3, 4])).unwrap().len(), 1);
+        let two = serde_json::json!([[1, 2, 3, 4], [0, 0, 100, 200]]);
+        assert_eq!(read(two).unwrap().len(), 2);
+        assert!(read(serde_json::json!([])).unwrap().is_empty());
+        for (bad, why) in [
+            (serde_json::json!([-1, 2, 3, 4]), "negative"),
+            (
+                serde_json::json!([1, 2, 300, 4]),
+                "outside the 100x200 screen",
+            ),
+            (serde_json::json!([5, 2, 3, 4]), "x1 > x2"),
+            (serde_json::json!([1, 2, 3]), "[x1, y1, x2, y2]"),
+            (serde_json::json!([[1, 2, "3", 4]]), "must be numbers"),
+            (serde_json::json!("1,2,3,4"), "a box or a list of boxes"),
+        ] {
+            let e = read(bad).unwrap_err();
+            assert!(e.contains(why), "{e}");
+        }
+    }
+
+    #[test]
+    fn candidate_boxes_are_read_when_there_is_no_bbox_and_named_in_errors() {
+        let s: DataStep = serde_json::from_value(serde_json::json!({"image": "a.png",
+            "candidate_bbox": [[1, 2, 300, 4]], "action": {"action": "wait"}}))
+        .unwrap();
+        let r = step(&s, [100, 200]).unwrap_err();
+        assert_eq!(r.field(), "candidate_bbox");
+        let s = DataStep {
+            bbox: Some(crate::dataset::GoldBoxes::One(
+                [1, 2, 3, 4].map(serde_json::Number::from),
+            )),
+            ..s
+        };
         assert_eq!(
-            parse_boxes(&serde_json::json!([1, 2, 3, 4]), s)
-                .unwrap()
-                .len(),
-            1
+            step(&s, [100, 200]).unwrap().bboxes,
+            vec![[1.0, 2.0, 3.0, 4.0]]
         );
+    }
+
+    #[test]
+    fn a_missing_field_is_named_where_it_is_missing() {
+        let ctx = Line {
+            file: Path::new(crate::dataset::DATA_FILE),
+            line: 3,
+        };
+        let line = serde_json::json!({"app_name": "a", "trajectory_length": 1, "instruction": "i",
+            "image_width": 10, "image_height": 20, "trajectory": [{"image": "a.png", "action": {"action": "wait"}}]});
+        assert!(parse_line(&line.to_string(), 0, &ctx).is_ok());
+        let mut no_action = line.clone();
+        no_action["trajectory"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("action");
+        let e = parse_line(&no_action.to_string(), 0, &ctx).unwrap_err();
+        assert_eq!(e.field(), Some("trajectory[0].action"));
         assert_eq!(
-            parse_boxes(&serde_json::json!([[1, 2, 3, 4], [0, 0, 100, 200]]), s)
-                .unwrap()
-                .len(),
-            2
+            e.to_string(),
+            "data.jsonl:3: field `trajectory[0].action`: missing"
         );
-        assert!(parse_boxes(&serde_json::json!([]), s).unwrap().is_empty());
-        assert!(parse_boxes(&serde_json::json!([-1, 2, 3, 4]), s).is_err());
-        assert!(parse_boxes(&serde_json::json!([1, 2, 300, 4]), s).is_err());
-        assert!(parse_boxes(&serde_json::json!([5, 2, 3, 4]), s).is_err());
+        let mut no_app = line.clone();
+        no_app.as_object_mut().unwrap().remove("app_name");
+        let e = parse_line(&no_app.to_string(), 0, &ctx).unwrap_err();
+        assert_eq!(e.to_string(), "data.jsonl:3: field `app_name`: missing");
+        let mut null_steps = line;
+        null_steps["trajectory"] = serde_json::Value::Null;
+        let e = parse_line(&null_steps.to_string(), 0, &ctx).unwrap_err();
+        assert_eq!(e.to_string(), "data.jsonl:3: field `trajectory`: missing");
     }
 }

@@ -10,8 +10,9 @@ use serde_json::Value;
 
 use super::checks::image_size;
 use super::episode::{
-    clip_box, round2, skip_location, Episode, ImageData, Sink, StepDraft, MISSING_SCREENSHOT,
+    clip_box, round2, skip_location, Episode, ImageData, StepDraft, MISSING_SCREENSHOT,
 };
+use super::sink::Sink;
 use super::{io_err, ImportError};
 use crate::action::{Action, Button, Status};
 use crate::dataset::BBox;

@@ -11,7 +11,7 @@
 //! * `coat_action_think` becomes the step's `thought`, `coat_action_desc` its `subtask`.
 
 use super::aitw::{self, Flavor};
-use super::episode::Sink;
+use super::sink::Sink;
 use super::{ImportError, ImportOptions};
 
 /// Import every AITZ episode under `--source`.

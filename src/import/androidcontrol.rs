@@ -12,8 +12,9 @@ use prost::Message;
 use serde_json::Value;
 
 use super::checks::UNREADABLE_SCREENSHOT;
-use super::episode::{clip_box, round2, Episode, ImageData, Sink, StepDraft, MISSING_SCREENSHOT};
+use super::episode::{clip_box, round2, Episode, ImageData, StepDraft, MISSING_SCREENSHOT};
 use super::proto::Example;
+use super::sink::Sink;
 use super::{a11y, io_err, tfrecord, ImportError, ImportOptions, Level};
 use crate::action::{Action, Button};
 

@@ -11,7 +11,7 @@
 //!   (`eval/utils/action_type.py`: `LONG_POINT = 0`, `NO_ACTION = 1`); `time` = `duration` / 1000 s.
 
 use super::aitw::{self, Flavor};
-use super::episode::Sink;
+use super::sink::Sink;
 use super::{ImportError, ImportOptions};
 
 /// Import every CAGUI episode under `--source`.

@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::episode::{clip_box, round2, Episode, ImageData, Sink, StepDraft};
+use super::episode::{clip_box, round2, Episode, ImageData, StepDraft};
+use super::sink::Sink;
 use super::{io_err, ImportError, ImportOptions, Level};
 use crate::action::{Action, Button, Status};
 

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::checks::image_size;
-use super::episode::{clip_box, round2, skip_location, Episode, ImageData, Sink, StepDraft};
+use super::episode::{clip_box, round2, skip_location, Episode, ImageData, StepDraft};
+use super::sink::Sink;
 use super::{io_err, ImportError, ImportOptions, Level};
 use crate::action::Action;
 use crate::dataset::{BBox, OFF_SCREEN};

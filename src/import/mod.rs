@@ -3,8 +3,9 @@
 //!
 //! One file per source format (`androidcontrol`, `mobile_use`, `aitz`, `gui_odyssey`, `cagui`) turns source
 //! episodes into [`Episode`](episode::Episode)s; shared pieces: the AITW dual-point rules (`aitw`), the TFRecord
-//! reader (`tfrecord`), the protobuf messages (`proto`), the accessibility-tree lookup (`a11y`), the episode sink
-//! with its counts (`episode`) and the output folder (`writer`). Every source step that cannot be imported is
+//! reader (`tfrecord`), the protobuf messages (`proto`), the accessibility-tree lookup (`a11y`), the episode and
+//! its `data.jsonl` steps (`episode`), the sink that writes episodes and counts them (`sink`), the checks a step
+//! passes before it is written (`checks`) and the output folder (`writer`). Every source step that cannot be imported is
 //! counted by kind (an error under `--strict`), never dropped silently. Pure: no candle. The conventions of each
 //! format, with their sources, are in `docs/importers.md`.
 
@@ -19,6 +20,7 @@ mod gui_odyssey;
 mod mobile_use;
 mod proto;
 mod report;
+mod sink;
 mod tfrecord;
 mod writer;
 
@@ -283,7 +285,7 @@ pub fn run(opts: &ImportOptions) -> Result<ImportReport, ImportError> {
     check_options(opts)?;
     let source = source_info(opts);
     let target = writer::Target::prepare(&opts.out, &source)?;
-    let mut sink = episode::Sink::new(target.staging(), opts.strict, opts.limit)?;
+    let mut sink = sink::Sink::new(target.staging(), opts.strict, opts.limit)?;
     match opts.format {
         ImportFormat::AndroidControl => androidcontrol::import(opts, &mut sink)?,
         ImportFormat::AndroidControlMobileUse => mobile_use::import(opts, &mut sink)?,
@@ -291,7 +293,7 @@ pub fn run(opts: &ImportOptions) -> Result<ImportReport, ImportError> {
         ImportFormat::GuiOdyssey => gui_odyssey::import(opts, &mut sink)?,
         ImportFormat::Cagui => cagui::import(opts, &mut sink)?,
     }
-    let episode::Finished {
+    let sink::Finished {
         counts,
         examples,
         warnings,

@@ -23,6 +23,7 @@ pub use request::{
     parse_chat_request, ChatCompletionRequest, ChatMessage, Content, Part, Role, MAX_STOP_STRINGS,
     MAX_TOP_LOGPROBS,
 };
+pub use response::PublishedModel;
 pub(crate) use response::{
     AssistantMessage, ChatCompletion, ChatCompletionChunk, Choice, ChoiceLogprobs, ChunkChoice,
     Delta, ImageSettings, ModelCard, ModelList, TokenLogprob, TopLogprob, Usage,

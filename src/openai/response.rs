@@ -170,10 +170,31 @@ pub(crate) struct ModelCard {
     /// Unix seconds.
     #[serde(default)]
     pub created: u64,
-    /// Who serves it.
-    #[serde(default)]
-    pub owned_by: String,
-    /// Where the weights came from (vLLM's field: the model path).
+    /// Who serves it and which weights (written here, between `created` and `family`).
+    #[serde(flatten)]
+    pub published: PublishedModel,
+    /// `serve`'s extension: the model family as its `config.json` names it (`qwen2_5_vl`, `qwen3_vl`), so a
+    /// client can prompt it as its family expects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub family: Option<String>,
+    /// `serve`'s extension: how it prepares pictures, so a client can check that the pictures it sends are
+    /// left at their size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageSettings>,
+}
+
+/// What a model list says of a model beyond its name: who serves it and which weights, each absent when the
+/// server does not say. A client records it in its run's manifest as it reads it here.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublishedModel {
+    /// Who serves it (`owned_by`; an empty one reads as absent).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "non_empty"
+    )]
+    pub owned_by: Option<String>,
+    /// Where the weights came from (vLLM's `root`: the model path).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root: Option<String>,
     /// `serve`'s extension: the checkpoint's fingerprint, so a client can tell two checkpoints served under one
@@ -183,14 +204,18 @@ pub(crate) struct ModelCard {
     /// vLLM's extension: the longest prompt plus completion.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_model_len: Option<usize>,
-    /// `serve`'s extension: the model family as its `config.json` names it (`qwen2_5_vl`, `qwen3_vl`), so a
-    /// client can prompt it as its family expects.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub family: Option<String>,
-    /// `serve`'s extension: how it prepares pictures, so a client can check that the pictures it sends are
-    /// left at their size.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image: Option<ImageSettings>,
+}
+
+impl PublishedModel {
+    /// Whether the server said nothing of these.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// A string, absent when null or empty.
+fn non_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.filter(|s| !s.is_empty()))
 }
 
 /// How a server prepares a picture: smart-resized so its sides are multiples of `factor` and its area lies within
@@ -220,4 +245,44 @@ pub(crate) struct ModelList {
     pub object: String,
     /// The served models.
     pub data: Vec<ModelCard>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_card_writes_what_it_publishes_between_created_and_family_and_reads_back() {
+        let card = ModelCard {
+            id: "m".into(),
+            object: "model".into(),
+            created: 7,
+            published: PublishedModel {
+                owned_by: Some("me".into()),
+                root: Some("/ckpt".into()),
+                fingerprint: Some("f".into()),
+                max_model_len: Some(4096),
+            },
+            family: Some("qwen2_5_vl".into()),
+            image: None,
+        };
+        let text = serde_json::to_string(&card).unwrap();
+        assert_eq!(
+            text,
+            r#"{"id":"m","object":"model","created":7,"owned_by":"me","root":"/ckpt","fingerprint":"f","max_model_len":4096,"family":"qwen2_5_vl"}"#
+        );
+        assert_eq!(serde_json::from_str::<ModelCard>(&text).unwrap(), card);
+    }
+
+    #[test]
+    fn a_card_saying_nothing_publishes_nothing() {
+        let card: ModelCard =
+            serde_json::from_str(r#"{"id": "m", "owned_by": "", "root": null}"#).unwrap();
+        assert!(card.published.is_empty(), "{card:?}");
+        assert_eq!(
+            serde_json::to_string(&card.published).unwrap(),
+            "{}",
+            "the manifest leaves it out"
+        );
+    }
 }

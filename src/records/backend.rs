@@ -9,6 +9,8 @@ use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::{DecodeAttention, OpsManifest};
+/// What the server's model list says of the model: the protocol's own type, recorded as read.
+pub use crate::openai::PublishedModel;
 
 /// What answered a run's prompts (`manifest.json`'s `backend`, tagged by `kind`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -80,31 +82,6 @@ pub struct ServedRecord {
     /// What the step prompts' server publishes about the model in its model list (absent in older manifests).
     #[serde(default, skip_serializing_if = "PublishedModel::is_empty")]
     pub published: PublishedModel,
-}
-
-/// What a server's model list (`GET /v1/models`) says of a model beyond its id; each field absent when the
-/// server does not say.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PublishedModel {
-    /// Who serves it (`owned_by`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub owned_by: Option<String>,
-    /// Where its weights came from (vLLM's `root`: the model path).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub root: Option<String>,
-    /// The checkpoint's fingerprint (`serve`'s `fingerprint`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fingerprint: Option<String>,
-    /// The longest prompt plus completion (vLLM's `max_model_len`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_model_len: Option<usize>,
-}
-
-impl PublishedModel {
-    /// Whether the server said nothing of these.
-    pub fn is_empty(&self) -> bool {
-        *self == Self::default()
-    }
 }
 
 /// `manifest.json`'s `backend` in the current format, or built from the fields by which a manifest of schema

@@ -151,6 +151,7 @@ fn trajectory_line(ti: usize, t: &TrajSpec, system: &str) -> DataLine {
                 action: call.into(),
                 response,
                 bbox,
+                candidate_bbox: None,
                 instruction: None,
             }
         })

@@ -4,7 +4,6 @@
 //! 0–1000 grid; enlarge; compare with `<=`), so a point exactly on an edge or a threshold falls on the same side
 //! as in the reference. The first-version arithmetic ([`PointSpace::ScreenPixels`]) lives in `matching.rs`.
 
-use super::matching::map_point;
 use crate::action::Point;
 use crate::dataset::BBox;
 use crate::settings::{
@@ -31,6 +30,17 @@ impl Frames {
     /// A predicted point in screen pixels.
     pub fn to_screen(&self, p: Point) -> Point {
         map_point(p, self.screen, self.points())
+    }
+}
+
+/// Map a point from the model's image pixels to screen pixels.
+pub fn map_point(p: Point, screen: [u32; 2], image_size: Option<[u32; 2]>) -> Point {
+    match image_size {
+        Some([w, h]) if w > 0 && h > 0 => [
+            p[0] * screen[0] as f64 / w as f64,
+            p[1] * screen[1] as f64 / h as f64,
+        ],
+        _ => p,
     }
 }
 

@@ -9,36 +9,10 @@
 
 use std::collections::HashMap;
 
-use serde::{Deserialize, Serialize};
-
-use super::{percent_interval, score_predictions, RulePreset, RunMetrics, StepScore};
+use super::{percent_interval, score_predictions, JudgeSummary, RulePreset, RunMetrics, StepScore};
 use crate::dataset::{Benchmark, Trajectory};
 use crate::predictions::PredictionSet;
 use crate::records::{History, JudgementLine};
-
-/// The judge's figures in `metrics.json`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct JudgeSummary {
-    /// 100 · trajectories whose current verdict is success / T (every trajectory counts in the denominator).
-    pub judge_success: f64,
-    /// Current verdict lines without a parseable verdict.
-    pub judge_unparseable: usize,
-    /// Trajectories without a current verdict (no line, a failed judge prompt, a stale verdict, or left unjudged
-    /// for step errors).
-    pub judge_missing: usize,
-    /// Trajectories with a current verdict line.
-    pub judge_judged: usize,
-    /// Verdict lines made from other step answers than the saved ones (a step redone since): not counted.
-    #[serde(default)]
-    pub judge_stale: usize,
-    /// Current verdicts whose prompt lacked some steps (failed or absent; judged under `--allow-step-errors`).
-    #[serde(default)]
-    pub judge_with_missing_steps: usize,
-    /// Trajectories without a current verdict that have failed or absent steps: the judge phase leaves them
-    /// unjudged unless `--allow-step-errors`.
-    #[serde(default)]
-    pub judge_skipped_step_errors: usize,
-}
 
 /// The steps a trajectory's judge prompt shows and what the predictions hold for them.
 #[derive(Debug, Clone, PartialEq, Eq)]

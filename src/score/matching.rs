@@ -121,17 +121,6 @@ pub enum ArgCheck {
 /// Tolerance of the box and distance comparisons (absorbs floating-point rounding at exact boundaries).
 pub(crate) const EPS: f64 = 1e-9;
 
-/// Map a point from the model's image pixels to screen pixels.
-pub fn map_point(p: Point, screen: [u32; 2], image_size: Option<[u32; 2]>) -> Point {
-    match image_size {
-        Some([w, h]) if w > 0 && h > 0 => [
-            p[0] * screen[0] as f64 / w as f64,
-            p[1] * screen[1] as f64 / h as f64,
-        ],
-        _ => p,
-    }
-}
-
 /// Whether `p` lies in `b` scaled by `scale` about its centre (edges included when `edges`).
 pub fn in_box(p: Point, b: &BBox, scale: f64, edges: bool) -> bool {
     let (cx, cy) = ((b[0] + b[2]) / 2.0, (b[1] + b[3]) / 2.0);

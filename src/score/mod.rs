@@ -10,6 +10,7 @@ mod matching;
 mod metrics;
 mod semi_online;
 mod stats;
+mod summaries;
 
 use std::collections::HashMap;
 
@@ -19,21 +20,21 @@ pub use crate::settings::{
     BoxChoice, BoxGrowth, CoordinateFrame, DirectionSpace, DistanceMetric, PointSpace, Precision,
     Reading, RuleName, SwipeRule, TextRule, ZeroMove,
 };
-pub use judge::{is_current, judged_steps, score_run, summarize, JudgeSummary, JudgedSteps};
-pub use matching::{
-    in_box, map_point, match_args, match_args_in, norm_distance, ArgCheck, Direction, Frames,
-};
+pub use geometry::map_point;
+pub use judge::{is_current, judged_steps, score_run, summarize, JudgedSteps};
+pub use matching::{in_box, match_args, match_args_in, norm_distance, ArgCheck, Direction, Frames};
 pub use metrics::{
     aggregate, ActionStats, Confusion, ExtraFigure, Figure, GroupStats, Predicted, RunMetrics,
 };
 pub use semi_online::{
     add_semi_online, average_progress, paired_progress_interval, semi_online_summary,
-    trajectory_runs, SemiOnlineSummary, TrajectoryRun, SEMI_ONLINE_INTERVALS,
+    trajectory_runs, TrajectoryRun, SEMI_ONLINE_INTERVALS,
 };
 pub use stats::{
     bootstrap_mean, intervals, mcnemar_exact, paired_intervals, percent_interval, Interval,
     Intervals, McNemar, CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED, INTERVAL_METRICS,
 };
+pub use summaries::{JudgeSummary, SemiOnlineSummary};
 
 use crate::action::{Action, ActionType};
 use crate::dataset::{Benchmark, Trajectory};

@@ -15,10 +15,8 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
-
 use super::stats::{bootstrap_mean, percent_interval};
-use super::{Interval, Outcome, RunMetrics, StepScore};
+use super::{Interval, Outcome, RunMetrics, SemiOnlineSummary, StepScore};
 use crate::records::{History, Procedure};
 
 /// Where one trajectory's run of correct steps ends.
@@ -82,36 +80,6 @@ pub fn trajectory_runs(steps: &[StepScore]) -> Vec<TrajectoryRun> {
         t.predicted += usize::from(!s.missing);
     }
     by.into_values().collect()
-}
-
-/// The semi-online figures of `metrics.json` (`semi_online`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SemiOnlineSummary {
-    /// The procedure the run followed.
-    pub procedure: Procedure,
-    /// Screenshots per prompt, the current one included.
-    pub images: usize,
-    /// 100 · trajectories whose every step is correct / T: both references' Success Rate (the same trajectories
-    /// as `task_success`, named as the references name it).
-    pub success_rate: f64,
-    /// 100 · mean over trajectories of (correct steps before the first wrong one) / (its steps): UI-S1's Average
-    /// Progress and GUIEvalKit's `goal_progress`, an unparsable reply counting as a wrong step.
-    pub average_progress: f64,
-    /// `uis1-sop` only: [`Self::average_progress`] with a trajectory that stopped at an unparsable reply counted
-    /// as 0, as UI-S1's code does when parsing raises.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub average_progress_zeroed: Option<f64>,
-    /// Steps with a prediction.
-    pub steps_reached: usize,
-    /// `uis1-sop` only: steps after a trajectory's stop, never prompted (scored as format errors of kind
-    /// `not_reached`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub steps_not_reached: Option<usize>,
-    /// `guievalkit` only: history entries that were the gold action (a wrong step before a trajectory's last).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub gold_history_entries: Option<usize>,
-    /// Trajectories that stopped at an unparsable reply.
-    pub stopped_unparsable: usize,
 }
 
 /// The names of the semi-online figures that get a bootstrap interval (in `intervals.metrics`).

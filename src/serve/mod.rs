@@ -12,6 +12,7 @@
 //! Ctrl-C or SIGTERM answers new requests 503, lets the requests in flight finish within a deadline, then returns
 //! (a second one exits at once).
 
+mod body;
 mod idle;
 mod listen;
 mod meta;

@@ -17,7 +17,7 @@ use axum::Router;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::{watch, Semaphore};
 
-use super::listen::{discard_body, read_body, BodyError};
+use super::body::{discard_body, read_body, BodyError};
 use super::meta::{cut_off, next_event, random_seed, Meta};
 use super::metrics::{Metrics, Ticket};
 use super::prepare::{check_counts, prepare, RequestLimits};
@@ -27,7 +27,7 @@ use crate::backend::LoadedModel;
 use crate::engine::Sampling;
 use crate::openai::{
     parse_chat_request, ApiError, ApiKey, AssistantMessage, ChatCompletion, ChatCompletionRequest,
-    Choice, ChoiceLogprobs, ModelCard, ModelList,
+    Choice, ChoiceLogprobs, ModelCard, ModelList, PublishedModel,
 };
 
 /// Everything the handlers share.
@@ -209,10 +209,12 @@ fn card(app: &App) -> ModelCard {
         id: app.served_name.clone(),
         object: "model".into(),
         created: app.started,
-        owned_by: "mobile-r1-eval".into(),
-        root: app.model.source.dir().map(|d| d.display().to_string()),
-        fingerprint: Some(app.model.source.fingerprint()),
-        max_model_len: Some(app.limits.context_tokens),
+        published: PublishedModel {
+            owned_by: Some("mobile-r1-eval".into()),
+            root: app.model.source.dir().map(|d| d.display().to_string()),
+            fingerprint: Some(app.model.source.fingerprint()),
+            max_model_len: Some(app.limits.context_tokens),
+        },
         family: Some(family.model_type().into()),
         image: Some(crate::openai::ImageSettings {
             min_pixels: im.min_pixels,

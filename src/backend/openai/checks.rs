@@ -27,7 +27,11 @@ pub(crate) fn check_card(
     max_new_tokens: usize,
 ) -> Result<Option<String>, String> {
     let at = format!("the server at {endpoint} (model `{}`)", card.id);
-    if let Some(len) = card.max_model_len.filter(|&n| n <= max_new_tokens) {
+    if let Some(len) = card
+        .published
+        .max_model_len
+        .filter(|&n| n <= max_new_tokens)
+    {
         return Err(format!(
             "{at} has a context of {len} tokens, not more than --max-new-tokens {max_new_tokens}: lower \
              --max-new-tokens"
@@ -156,10 +160,10 @@ mod tests {
             id: "m".into(),
             object: "model".into(),
             created: 0,
-            owned_by: String::new(),
-            root: None,
-            fingerprint: None,
-            max_model_len: Some(4096),
+            published: crate::openai::PublishedModel {
+                max_model_len: Some(4096),
+                ..Default::default()
+            },
             family: None,
             image,
         }
@@ -209,7 +213,7 @@ mod tests {
         );
         // A context too short for the answers.
         let mut short = wide.clone();
-        short.max_model_len = Some(64);
+        short.published.max_model_len = Some(64);
         assert!(check(&short, q25).unwrap_err().contains("--max-new-tokens"));
         // Nothing published: a warning.
         let w = check(&card(None), q25).unwrap().unwrap();

@@ -33,7 +33,7 @@ use super::{
 use crate::interrupt::Cancel;
 use crate::openai::{chat_body, ApiKey, ChatCompletion, ClientParams, ModelCard, ModelList};
 use crate::preprocess::ImageProcessorConfig;
-use crate::records::{FinishReason, PhaseStats, PublishedModel};
+use crate::records::{FinishReason, PhaseStats};
 use crate::settings::{BatchLimits, ModelFamily};
 
 /// How to reach a server and what to send it.
@@ -150,9 +150,10 @@ impl OpenAiBackend {
         let identity = format!(
             "openai-model\0{}\0{}",
             card.id,
-            card.fingerprint
+            card.published
+                .fingerprint
                 .as_deref()
-                .or(card.root.as_deref())
+                .or(card.published.root.as_deref())
                 .unwrap_or("")
         );
         let family = served_family(settings.family, card);
@@ -179,12 +180,7 @@ impl OpenAiBackend {
             family,
             kind: BackendKind::Served(ServedInfo {
                 endpoint: public_endpoint(&settings.endpoint),
-                published: PublishedModel {
-                    owned_by: Some(card.owned_by.clone()).filter(|o| !o.is_empty()),
-                    root: card.root.clone(),
-                    fingerprint: card.fingerprint.clone(),
-                    max_model_len: card.max_model_len,
-                },
+                published: card.published.clone(),
             }),
         };
         let limits = BatchLimits {
