@@ -111,15 +111,10 @@ fn decode_step() {
         }
         let bytes = |s: usize| (shapes[s].0 * shapes[s].1 * layers * dtype_bytes) as f64;
         let total: f64 = (0..4).map(bytes).sum();
-        let mut line = format!(
-            "{:.1} ms, {:.1} GB/s:",
-            best.1 * 1e3,
-            total / best.1 / 1e9
-        );
-        for s in 0..4 {
+        let mut line = format!("{:.1} ms, {:.1} GB/s:", best.1 * 1e3, total / best.1 / 1e9);
+        for (s, name) in names.iter().enumerate() {
             line += &format!(
-                "  {} {:.2} ms/layer {:.1} GB/s",
-                names[s],
+                "  {name} {:.2} ms/layer {:.1} GB/s",
                 best.0[s] / layers as f64 * 1e3,
                 bytes(s) / best.0[s] / 1e9
             );
