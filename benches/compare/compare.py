@@ -19,6 +19,15 @@
    the run's dtype (torch, square and vision-MLP shapes) measured in the same run, mobile-r1-eval's prefill rate
    (vision included) in FLOP/s, the CPU model and flags, and the load average before and after.
 
+6. Compares each step's greedy tokens and their top-5 log-probs (`logprob_parity` in the result; skip with
+   `--no-logprobs`): transformers' come from the logits of the timed run (log_softmax in f32), mobile-r1-eval's
+   from its `serve` command sent the very messages transformers rendered, one step at a time, after the timed
+   rounds. Per step: tokens identical, the first differing position, and the largest |Δ log-prob| over the tokens
+   in both top-5 lists at each position whose context the two engines share (benches/compare/logprob_parity.py).
+   `--transformers-other-dtype` also runs transformers in the other dtype (f32 for a bf16 or f16 run, bf16 for
+   f32) and reports whether its tokens agree with its run in `--dtype`, and how many of the steps where they do
+   mobile-r1-eval matches.
+
 With `--rounds R` both engines run R times, alternating (transformers, mobile-r1-eval, transformers, ...), on the
 same checkpoint and prompts; each round is reported and the summary uses the best round of each engine.
 `--screenshots DIR` takes the step screenshots from the PNG files of DIR (sorted, cycled) instead of synthetic
@@ -189,14 +198,15 @@ def run_transformers(ckpt, data, lines, batch, max_new, device, dtype, qwen3=Fal
     model = cls.from_pretrained(ckpt, dtype=DTYPES[dtype], attn_implementation="sdpa", **placement).eval()
     patch = proc.image_processor.patch_size
     jobs = [(t, si) for t in lines for si in range(len(t["trajectory"]))]
-    texts, images = [], []
+    texts, images, messages = [], [], []
     for t, si in jobs:
         img = Image.open(os.path.join(data, t["trajectory"][si]["image"])).convert("RGB")
         grid = proc.image_processor(images=[img], return_tensors="pt")["image_grid_thw"][0].tolist()
         msgs = hf_messages(t, si, grid[2] * patch, grid[1] * patch, qwen3)
+        messages.append([msgs, t["trajectory"][si]["image"]])
         texts.append(proc.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False))
         images.append(img)
-    outputs, lengths = [], []
+    outputs, lengths, scored = [], [], []
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     sync()
     t0 = time.time()
@@ -206,10 +216,13 @@ def run_transformers(ckpt, data, lines, batch, max_new, device, dtype, qwen3=Fal
             inputs = inputs.to(device)
             lengths += [int(n) for n in inputs["attention_mask"].sum(dim=1)]
             gen = model.generate(**inputs, max_new_tokens=max_new, do_sample=False, repetition_penalty=1.0,
-                                 eos_token_id=[151645, 151643], pad_token_id=151643)
-            for row in gen[:, inputs["input_ids"].shape[1]:]:
+                                 eos_token_id=[151645, 151643], pad_token_id=151643,
+                                 return_dict_in_generate=True, output_logits=True)
+            rows = gen.sequences[:, inputs["input_ids"].shape[1]:]
+            for b, row in enumerate(rows):
                 ids = [int(x) for x in row if int(x) not in (151645, 151643)]
                 outputs.append(proc.tokenizer.decode(ids, skip_special_tokens=True))
+                scored.append(top_logprobs(proc.tokenizer, row, [step[b] for step in gen.logits]))
     sync()
     wall = time.time() - t0
     keys = [(t["id"], si) for t, si in jobs]
@@ -219,7 +232,46 @@ def run_transformers(ckpt, data, lines, batch, max_new, device, dtype, qwen3=Fal
     body = sum(p.numel() for p in model.model.language_model.parameters()) - embed
     params = {"vision": vision, "language_model_body": body}
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return dict(zip(keys, outputs)), wall, rss, gpu, params, dict(zip(keys, lengths))
+    return (dict(zip(keys, outputs)), wall, rss, gpu, params, dict(zip(keys, lengths)), dict(zip(keys, scored)),
+            dict(zip(keys, messages)))
+
+
+STOP_IDS = (151645, 151643)
+
+
+def byte_decoder():
+    """The inverse of the byte-level BPE alphabet: printable Latin-1 bytes stand for themselves, the other 68 byte
+    values for the characters from U+0100 on, in byte order."""
+    kept = [b for b in range(256) if 33 <= b <= 126 or 161 <= b <= 172 or 174 <= b <= 255]
+    chars = {b: chr(b) for b in kept}
+    for i, b in enumerate(b for b in range(256) if b not in chars):
+        chars[b] = chr(256 + i)
+    return {c: b for b, c in chars.items()}
+
+
+def token_bytes(tokenizer, token_id, _decoder=byte_decoder()):
+    """The bytes one token stands for (an added token such as `<|im_end|>`: its text), as the server reports them,
+    so the two engines' top-5 lists compare token by token."""
+    piece = tokenizer.convert_ids_to_tokens(int(token_id))
+    if piece is None:
+        return b""
+    if all(c in _decoder for c in piece):
+        return bytes(_decoder[c] for c in piece)
+    return piece.encode("utf-8")
+
+
+def top_logprobs(tokenizer, row, logits, k=5):
+    """One generated row's tokens up to the first stop token (as bytes, hex) and each position's top-`k`
+    (token bytes hex, log-prob) from log_softmax over the full logit row in f32."""
+    tokens, tops = [], []
+    for tid, step in zip(row.tolist(), logits):
+        if tid in STOP_IDS:
+            break
+        lp = torch.log_softmax(step.float(), dim=-1)
+        vals, ids = lp.topk(k)
+        tokens.append(token_bytes(tokenizer, tid).hex())
+        tops.append([[token_bytes(tokenizer, i).hex(), float(v)] for i, v in zip(ids.tolist(), vals.tolist())])
+    return {"tokens": tokens, "top5": tops}
 
 
 def matmul_tflops(device, dtype, shape=None):
@@ -256,11 +308,11 @@ def cpu_description():
     return {"model": model, "vector_flags": flags, "logical_cpus": os.cpu_count()}
 
 
-def run_hf(args):
-    """transformers in a child process (its peak RSS is its own)."""
+def run_hf(args, dtype=None):
+    """transformers in a child process (its peak RSS is its own), in `dtype` (default the run's)."""
     child = subprocess.run([sys.executable, __file__, "--role", "hf", "--preset", args.preset, "--work", args.work,
                             "--batch", str(args.batch), "--max-new-tokens", str(args.max_new_tokens),
-                            "--device", args.device, "--dtype", args.dtype],
+                            "--device", args.device, "--dtype", dtype or args.dtype],
                            capture_output=True, text=True)
     if child.returncode != 0:
         sys.exit(f"transformers run failed:\n{child.stderr[-4000:]}")
@@ -288,6 +340,33 @@ def prefill_flops(phase, params):
             + phase.get("prefill_attention_flops", 0))
 
 
+OTHER_DTYPE = {"f32": "bf16", "bf16": "f32", "f16": "f32"}
+
+
+def logprob_parity_pass(args, ckpt, data, first, hf_lengths):
+    """Each step's top-5 log-probs from `serve` against transformers' (first round), and with
+    --transformers-other-dtype transformers in the other dtype against itself; prints one line per total."""
+    import logprob_parity as lp
+    keyed = lambda rows: {(t, s): v for t, s, v in rows}
+    hf = first["hf"]
+    jobs, hf_scored = keyed(hf["messages"]), keyed(hf["scored"])
+    ours, ours_texts, ours_lengths = lp.run_ours(args, ckpt, data, jobs, os.path.join(args.work, "serve.log"))
+    other = None
+    if args.transformers_other_dtype:
+        other_dtype = OTHER_DTYPE[args.dtype]
+        other = keyed(run_hf(args, other_dtype)["scored"])
+    out = lp.parity(sorted(jobs), hf_scored, ours, (ours_texts, first["ours"]), (ours_lengths, hf_lengths), other)
+    if other is not None:
+        out["transformers_other_dtype"]["dtype"] = other_dtype
+    print(f"log-probs: tokens identical in {out['tokens_identical_steps']} steps, max |Δ top-5 log-prob| "
+          f"{out['max_abs_top5_logprob_delta']:.3g}" + (
+              f"; transformers {args.dtype} vs {other_dtype}: tokens agree in "
+              f"{out['transformers_other_dtype']['tokens_identical_steps']} steps, ours identical in "
+              f"{out['ours_identical_where_transformers_dtypes_agree']} of those" if other is not None else ""),
+          file=sys.stderr, flush=True)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--preset", default="small", choices=sorted(PRESETS) + sorted(QWEN3_PRESETS))
@@ -304,15 +383,22 @@ def main():
     ap.add_argument("--json-out", help="also write the result object to this file")
     ap.add_argument("--rounds", type=int, default=1, help="alternate the two engines this many times each")
     ap.add_argument("--screenshots", help="folder of PNG screenshots to use instead of synthetic screens")
+    ap.add_argument("--no-logprobs", action="store_true",
+                    help="skip the log-prob parity pass (mobile-r1-eval serve sent each step's messages)")
+    ap.add_argument("--transformers-other-dtype", action="store_true",
+                    help="also run transformers in the other dtype (f32 for bf16/f16, bf16 for f32) and report "
+                         "whether its tokens agree with its run in --dtype")
     args = ap.parse_args()
     ckpt, data = os.path.join(args.work, f"{args.preset}-ckpt"), os.path.join(args.work, "data")
 
     if args.role == "hf":  # child process: transformers alone, so its peak RSS is its own
         lines = [json.loads(l) for l in open(os.path.join(data, "data.jsonl"))]
-        out, wall, rss, gpu, params, lengths = run_transformers(ckpt, data, lines, args.batch, args.max_new_tokens,
-                                                       args.device, args.dtype, args.preset in QWEN3_PRESETS)
+        out, wall, rss, gpu, params, lengths, scored, messages = run_transformers(
+            ckpt, data, lines, args.batch, args.max_new_tokens, args.device, args.dtype, args.preset in QWEN3_PRESETS)
         json.dump({"outputs": [[k[0], k[1], v] for k, v in out.items()], "wall": wall, "rss": rss, "gpu": gpu,
-                   "params": params, "prompt_tokens": [[k[0], k[1], v] for k, v in lengths.items()]}, sys.stdout)
+                   "params": params, "prompt_tokens": [[k[0], k[1], v] for k, v in lengths.items()],
+                   "scored": [[k[0], k[1], v] for k, v in scored.items()],
+                   "messages": [[k[0], k[1], v] for k, v in messages.items()]}, sys.stdout)
         return
 
     fx = fixtures_module()
@@ -347,6 +433,7 @@ def main():
             "transformers_peak_rss_bytes": r["hf"]["rss"], "ours_peak_rss_bytes": r["tp"]["peak_rss_bytes"],
             "load_average_after": r["load"],
         })
+    logprobs = None if args.no_logprobs else logprob_parity_pass(args, ckpt, data, rounds[0], hf_lengths)
     hf_wall = min(x["transformers_wall_seconds"] for x in per_round)
     ours_wall = min(x["ours_wall_seconds"] for x in per_round)
     torch_rates = {"square": matmul_tflops(args.device, args.dtype)}
@@ -379,6 +466,8 @@ def main():
         "versions": {"torch": torch.__version__, "numpy": np.__version__},
         "cpu_threads": torch.get_num_threads(),
     }
+    if logprobs is not None:
+        result["logprob_parity"] = logprobs
     print(json.dumps(result, indent=1))
     if args.json_out:
         json.dump(result, open(args.json_out, "w"), indent=1)

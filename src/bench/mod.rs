@@ -192,7 +192,7 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport> {
     let bandwidth = device
         .is_cpu()
         .then(yardstick::stream_read_bandwidth)
-        .unwrap_or(0.0);
+        .unwrap_or((0.0, ""));
     let cpu_info = cpu::CpuInfo::detect();
     let isa = (device.is_cpu() && dtype == DType::F32)
         .then(|| cpu::isa_peak(&cpu_info, rayon::current_num_threads()))
@@ -244,8 +244,8 @@ struct Measured {
     build_seconds: f64,
     /// Peak host RSS of the run (bytes), read before the bandwidth pass.
     peak_rss: Option<u64>,
-    /// The stream read bandwidth (bytes per second; 0 off the CPU).
-    bandwidth: f64,
+    /// The stream read bandwidth (bytes per second; 0 off the CPU) and the read loop that reached it.
+    bandwidth: (f64, &'static str),
     /// Section times of the step and judge phases (profiling on): name → calls and seconds.
     profile: Option<crate::ops::ProfileSnapshot>,
 }

@@ -230,11 +230,12 @@ impl BenchReport {
         if let Some(d) = &self.decode_bandwidth {
             out += &format!(
                 "\ndecode reads {:.2} GB of weights a step: {:.1} GB/s, {:.0}% of the {:.1} GB/s stream read \
-                 bandwidth measured ({:.2} sequences a step)",
+                 bandwidth measured ({} loads; {:.2} sequences a step)",
                 d.weight_bytes_per_step / 1e9,
                 d.weight_bytes_per_second / 1e9,
                 100.0 * d.share_of_bandwidth,
                 d.stream_read_bytes_per_second / 1e9,
+                d.stream_read_kernel,
                 d.sequences_per_step,
             );
         }

