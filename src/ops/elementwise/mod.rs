@@ -5,7 +5,11 @@
 
 mod cpu;
 mod gelu;
+mod gelu_erf;
+mod norm;
 pub(super) mod reference;
+
+pub use norm::QkHeads;
 
 use candle_core::{Result, Tensor};
 
@@ -22,6 +26,31 @@ impl Ops {
             return cuda::rms_norm_hf(x, w, eps);
         }
         reference::rms_norm_hf(x, w, eps)
+    }
+
+    /// The per-head RMSNorm of the q and k heads of a packed projection `y` (N, (heads + 2·kv_heads)·d) with the
+    /// weights `qw` and `kw` (d each), v left as is ([`Self::rms_norm_hf`] per head): one fused pass for f32 on
+    /// the CPU with the fused ops on, the parts copied out, normalised and concatenated otherwise.
+    pub fn rms_norm_qk(
+        &self,
+        y: &Tensor,
+        (qw, kw): (&Tensor, &Tensor),
+        heads: QkHeads,
+        eps: f32,
+    ) -> Result<Tensor> {
+        if self.config.fused_kernels && cpu::supported(&[y, qw, kw]) {
+            return norm::rms_norm_qk(y, (qw, kw), heads, eps);
+        }
+        norm::composed(y, (qw, kw), heads, |x, w| self.rms_norm_hf(x, w, eps))
+    }
+
+    /// The exact (erf) GELU of `x`: one vectorised parallel pass for f32 on the CPU with the fused ops on,
+    /// candle's `gelu_erf` otherwise.
+    pub fn gelu_erf(&self, x: &Tensor) -> Result<Tensor> {
+        if self.config.fused_kernels && cpu::supported(&[x]) {
+            return gelu_erf::gelu_erf(x);
+        }
+        x.gelu_erf()
     }
 
     /// `y + b` over the last dimension (a Linear layer's bias), rounded to the dtype.
