@@ -192,7 +192,10 @@ impl Ops {
             cpu_gemm_blas_min_rows: BLAS_MIN_ROWS,
             cpu_gemm_packed_min_rows: gemm::packed::MIN_ROWS,
             cpu_attention_tiled_min_keys: attention::cpu::TILED_MIN_KEYS,
-            cpu_attention_packed_min_keys: attention::cpu::packed_min_keys(self.attention_tiles, false),
+            cpu_attention_packed_min_keys: attention::cpu::packed_min_keys(
+                self.attention_tiles,
+                false,
+            ),
             cpu_bf16_gemm: self.bf16.describe(),
         }
     }

@@ -116,7 +116,9 @@ impl Merger {
                 .reshape((n / self.unit, d * self.unit))?
         };
         let h = self.fc1.forward(p, &x)?;
-        let h = p.ops.section("vision.merger.gelu", x.device(), || p.ops.gelu_erf(&h))?;
+        let h = p
+            .ops
+            .section("vision.merger.gelu", x.device(), || p.ops.gelu_erf(&h))?;
         self.fc2.forward(p, &h)
     }
 }

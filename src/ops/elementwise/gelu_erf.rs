@@ -22,7 +22,7 @@ const P: [f32; 9] = [
     0.096_784_18,
     -0.186_288_06,
     0.278_868_07,
-    -1.135_203_9,
+    -1.135_204,
     1.488_515_9,
     -0.822_152_2,
     0.170_872_77,
@@ -174,13 +174,9 @@ mod x86 {
 
 #[cfg(test)]
 mod tests {
+    use super::super::check::{bits, every_level};
     use super::*;
     use candle_core::Device;
-
-    fn bits(t: &Tensor) -> Vec<u32> {
-        let v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-        v.iter().map(|x| x.to_bits()).collect()
-    }
 
     /// Every vector path this CPU supports against candle's `gelu_erf` (lengths with a 16-, 8- and scalar tail,
     /// values out to where `erfc` underflows, and zero); the AVX2 and AVX-512 paths give the same bits, and a
@@ -194,35 +190,16 @@ mod tests {
             let zero = Tensor::zeros(1, candle_core::DType::F32, &dev).unwrap();
             let x = Tensor::cat(&[&wide, &near, &zero], 0).unwrap();
             let want = x.gelu_erf().unwrap();
-            let mut vector = Vec::new();
-            for level in Level::supported() {
-                eprintln!("gelu_erf len={len} at {level:?}");
-                let got = gelu_erf_at(&x, level).unwrap();
-                // Against 1 + |want|: candle's `1 + erf` loses the small values of large negative inputs to
-                // cancellation, where `erfc` keeps them.
-                let err = ((&got - &want).unwrap().abs().unwrap()
-                    / (want.abs().unwrap() + 1.0).unwrap())
-                .unwrap()
-                .max_all()
-                .unwrap()
-                .to_scalar::<f32>()
-                .unwrap();
-                assert!(err < 1e-6, "{level:?} len={len}: error {err}");
+            eprintln!("gelu_erf len={len}");
+            for (level, got) in every_level(&want, 1e-6, |l| gelu_erf_at(&x, l).unwrap()) {
                 let part = gelu_erf_at(&x.narrow(0, 5, 21).unwrap(), level).unwrap();
                 assert_eq!(bits(&part), bits(&got.narrow(0, 5, 21).unwrap()));
-                if level != Level::Portable {
-                    vector.push(bits(&got));
-                }
             }
-            assert!(
-                vector.windows(2).all(|w| w[0] == w[1]),
-                "AVX2 and AVX-512 bits differ"
-            );
         }
     }
 
     /// Where `erfc` is tiny, the result keeps its relative accuracy (against `0.5·v·erfc(−v/√2)` with libm's
-    /// `erfc` in f64).
+    /// `erfc` in f64): the fit's 1.2·10⁻⁷ plus the f32 rounding of `exp`'s argument `−z²…`, which grows with z².
     #[test]
     fn negative_inputs_keep_relative_accuracy() {
         let xs: Vec<f32> = (0..200).map(|i| -0.5 - i as f32 * 0.05).collect();
@@ -230,12 +207,18 @@ mod tests {
         for level in Level::supported() {
             let got = gelu_erf_at(&x, level).unwrap().to_vec1::<f32>().unwrap();
             for (&v, &g) in xs.iter().zip(&got) {
-                let want = 0.5 * v as f64 * candle_core::cpu::erf::erfc_f64(-(v as f64) / std::f64::consts::SQRT_2);
+                let want = 0.5
+                    * v as f64
+                    * candle_core::cpu::erf::erfc_f64(-(v as f64) / std::f64::consts::SQRT_2);
                 if want.abs() < 1e-30 {
                     continue;
                 }
                 let rel = ((g as f64 - want) / want).abs();
-                assert!(rel < 2e-6, "{level:?}: gelu_erf({v}) = {g}, want {want} ({rel})");
+                let z2 = (v * v / 2.0) as f64;
+                assert!(
+                    rel < 3e-7 * (1.0 + z2),
+                    "{level:?}: gelu_erf({v}) = {g}, want {want} ({rel})"
+                );
             }
         }
     }

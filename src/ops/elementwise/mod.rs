@@ -177,3 +177,50 @@ impl QkvRope<'_> {
         Ok((n, d))
     }
 }
+
+/// Checks the vector paths' tests share.
+#[cfg(test)]
+pub(super) mod check {
+    use candle_core::Tensor;
+
+    use crate::ops::simd::Level;
+
+    /// The f32 values' bits.
+    pub fn bits(t: &Tensor) -> Vec<u32> {
+        let v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// `run` at every vector path this CPU supports, each result within `tol` of `want` relative to 1 + |want|
+    /// (the references lose the small values of large negative inputs to cancellation, which the vector forms
+    /// keep); the AVX2 and AVX-512 paths give the same bits. Returns each path's result.
+    pub fn every_level(
+        want: &Tensor,
+        tol: f32,
+        run: impl Fn(Level) -> Tensor,
+    ) -> Vec<(Level, Tensor)> {
+        let mut out = Vec::new();
+        for level in Level::supported() {
+            let got = run(level);
+            let err = ((&got - want).unwrap().abs().unwrap()
+                / (want.abs().unwrap() + 1.0).unwrap())
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+            assert!(err < tol, "{level:?}: error {err}");
+            out.push((level, got));
+        }
+        let vector: Vec<Vec<u32>> = out
+            .iter()
+            .filter(|(l, _)| *l != Level::Portable)
+            .map(|(_, t)| bits(t))
+            .collect();
+        assert!(
+            vector.windows(2).all(|w| w[0] == w[1]),
+            "AVX2 and AVX-512 bits differ"
+        );
+        out
+    }
+}

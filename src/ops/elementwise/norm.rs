@@ -65,7 +65,12 @@ pub fn composed(
 }
 
 /// The fused pass over an f32 CPU projection `y` with f32 weights.
-pub fn rms_norm_qk(y: &Tensor, (qw, kw): (&Tensor, &Tensor), h: QkHeads, eps: f32) -> Result<Tensor> {
+pub fn rms_norm_qk(
+    y: &Tensor,
+    (qw, kw): (&Tensor, &Tensor),
+    h: QkHeads,
+    eps: f32,
+) -> Result<Tensor> {
     let (_, d) = dims(y, qw, kw, h)?;
     let (qw, kw) = (qw.to_vec1::<f32>()?, kw.to_vec1::<f32>()?);
     let y = y.contiguous()?;
