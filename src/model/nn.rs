@@ -136,4 +136,9 @@ impl RmsNorm {
     pub fn forward(&self, ops: &Ops, x: &Tensor) -> Result<Tensor> {
         ops.rms_norm_hf(x, &self.w, self.eps)
     }
+
+    /// Its weight and epsilon, for the ops that fuse the norm into a larger pass.
+    pub fn parts(&self) -> (&Tensor, f32) {
+        (&self.w, self.eps)
+    }
 }

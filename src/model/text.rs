@@ -91,14 +91,12 @@ impl TextAttention {
     /// RMS-normalise each q and k head of the packed projection (N, (H + 2·KV)·d) over its d values; v is
     /// left as is.
     fn norm_qk(&self, ops: &Ops, y: &Tensor, (qn, kn): &(RmsNorm, RmsNorm)) -> Result<Tensor> {
-        let (n, _) = y.dims2()?;
-        let (h, kv, d) = (self.heads, self.kv_heads, self.head_dim);
-        let part = |start: usize, heads: usize| -> Result<Tensor> {
-            y.narrow(1, start * d, heads * d)?.reshape((n, heads, d))
+        let heads = crate::ops::QkHeads {
+            heads: self.heads,
+            kv_heads: self.kv_heads,
         };
-        let q = qn.forward(ops, &part(0, h)?)?.reshape((n, h * d))?;
-        let k = kn.forward(ops, &part(h, kv)?)?.reshape((n, kv * d))?;
-        Tensor::cat(&[&q, &k, &y.narrow(1, (h + kv) * d, kv * d)?], 1)
+        let (qw, eps) = qn.parts();
+        ops.rms_norm_qk(y, (qw, kn.parts().0), heads, eps)
     }
 
     /// Attention scale 1/√head_dim.

@@ -45,7 +45,7 @@ use candle_core::{DType, Device};
 pub(crate) use crate::records::{OpsManifest, ProfileSnapshot};
 pub use attention::{composed, DecodeKv, DecodeStep, Varlen, VarlenSeg};
 pub use config::{kernels_sha256, CpuGemm, GemmCalibration, OpsConfig};
-pub use elementwise::QkvRope;
+pub use elementwise::{QkHeads, QkvRope};
 pub(crate) use gemm::peak::matmul_peak;
 pub use gemm::{Rows, BLAS_MIN_ROWS, ROW_BLOCK};
 
@@ -63,6 +63,8 @@ pub struct Ops {
     gemm_note: String,
     /// The built-in f32 GEMM of large segments when no library is used.
     builtin: BuiltinGemm,
+    /// What runs the f32 CPU attention's tiles of long segments, chosen apart from `builtin`.
+    attention_tiles: attention::cpu::Tiles,
     /// What multiplies independent f32 rows (decode, last positions), chosen apart from `builtin`.
     rows: gemm::row::RowGemm,
     /// What multiplies bf16 activations by bf16 weights.
@@ -127,6 +129,9 @@ impl Ops {
             blas,
             gemm_note,
             builtin,
+            attention_tiles: attention::cpu::Tiles::for_this_cpu(
+                config.cpu_gemm == CpuGemm::GemmCrate,
+            ),
             rows,
             bf16,
             blas_choice,
@@ -188,7 +193,10 @@ impl Ops {
             cpu_gemm_blas_min_rows: BLAS_MIN_ROWS,
             cpu_gemm_packed_min_rows: gemm::packed::MIN_ROWS,
             cpu_attention_tiled_min_keys: attention::cpu::TILED_MIN_KEYS,
-            cpu_attention_packed_min_keys: attention::cpu::packed_min_keys(self.builtin),
+            cpu_attention_packed_min_keys: attention::cpu::packed_min_keys(
+                self.attention_tiles,
+                false,
+            ),
             cpu_bf16_gemm: self.bf16.describe(),
         }
     }

@@ -43,8 +43,9 @@ pub struct OpsManifest {
     /// (the ops' `TILED_MIN_KEYS`).
     #[serde(default)]
     pub cpu_attention_tiled_min_keys: usize,
-    /// Fewest keys of a segment whose attention tiles run on the built-in packed kernel (where it is the run's
-    /// built-in GEMM; `None` elsewhere: the `gemm` crate's tiles).
+    /// Fewest keys of a full-attention segment whose attention tiles run on the built-in packed kernel (where the
+    /// CPU runs it and the run did not ask for the `gemm` crate only; `None` elsewhere: the `gemm` crate's tiles;
+    /// with the AVX-512 tile causal segments always take the `gemm` crate's).
     #[serde(default)]
     pub cpu_attention_packed_min_keys: Option<usize>,
     /// What multiplies bf16 activations by bf16 weights on the CPU (`ops::gemm::bf16`).

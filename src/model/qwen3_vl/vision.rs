@@ -115,7 +115,11 @@ impl Merger {
                 .forward(p.ops, x)?
                 .reshape((n / self.unit, d * self.unit))?
         };
-        self.fc2.forward(p, &self.fc1.forward(p, &x)?.gelu_erf()?)
+        let h = self.fc1.forward(p, &x)?;
+        let h = p
+            .ops
+            .section("vision.merger.gelu", x.device(), || p.ops.gelu_erf(&h))?;
+        self.fc2.forward(p, &h)
     }
 }
 

@@ -7,7 +7,6 @@
 use candle_core::{DType, Result, Tensor};
 
 use super::{cpu, reference, DecodeKv, Varlen, VarlenSeg};
-use crate::ops::gemm::packed::BuiltinGemm;
 
 /// Whether a call in `dtype` on `device` with this head_dim runs here: CPU, bf16, and the fused f32 path covers
 /// the head_dim.
@@ -21,7 +20,7 @@ fn f32s(t: &Tensor) -> Result<Tensor> {
 
 /// [`cpu::varlen_attention`] on f32 copies of `a`'s tensors (a cached prefix: its valid positions), the result
 /// in `a.q`'s dtype.
-pub(super) fn varlen_attention(a: Varlen<'_>, builtin: BuiltinGemm) -> Result<Tensor> {
+pub(super) fn varlen_attention(a: Varlen<'_>, tiles: cpu::Tiles) -> Result<Tensor> {
     let (q, k, v) = (f32s(a.q)?, f32s(a.k)?, f32s(a.v)?);
     let prefixes = a
         .segs
@@ -51,7 +50,7 @@ pub(super) fn varlen_attention(a: Varlen<'_>, builtin: BuiltinGemm) -> Result<Te
         segs: &segs,
         ..a
     };
-    cpu::varlen_attention(wide, builtin)?.to_dtype(a.q.dtype())
+    cpu::varlen_attention(wide, tiles)?.to_dtype(a.q.dtype())
 }
 
 /// One decode step of attention for B sequences ([`reference::decode_attention_budget`]): the new K/V written
@@ -129,7 +128,7 @@ mod tests {
             causal: true,
             scale: 0.25,
         };
-        let got = varlen_attention(a, BuiltinGemm::GemmCrate).unwrap();
+        let got = varlen_attention(a, cpu::Tiles::GemmCrate).unwrap();
         assert_eq!(got.dtype(), DType::BF16);
         let (q32, k32, v32, pk32, pv32) = (
             f32s(&q).unwrap(),
@@ -157,7 +156,7 @@ mod tests {
             segs: &segs32,
             ..a
         };
-        let want = cpu::varlen_attention(a32, BuiltinGemm::GemmCrate)
+        let want = cpu::varlen_attention(a32, cpu::Tiles::GemmCrate)
             .unwrap()
             .to_dtype(DType::BF16)
             .unwrap();

@@ -185,13 +185,13 @@ impl Ops {
                 let mma = self.config.tensor_core_attention && q.dtype() != DType::F32;
                 return cuda::varlen_attention(a, mma);
             }
-            return cpu::varlen_attention(a, self.builtin);
+            return cpu::varlen_attention(a, self.attention_tiles);
         }
         if self.config.fused_kernels
             && bf16::covers(q.device(), q.dtype(), q.dim(2)?)
             && q.elem_count() > 0
         {
-            return bf16::varlen_attention(a, self.builtin);
+            return bf16::varlen_attention(a, self.attention_tiles);
         }
         composed::varlen(a, self.attention_budget)
     }

@@ -7,7 +7,11 @@ mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod gelu;
+mod gelu_erf;
+mod norm;
 pub(super) mod reference;
+
+pub use norm::QkHeads;
 
 use candle_core::{Result, Tensor};
 
@@ -22,6 +26,31 @@ impl Ops {
             return cuda::rms_norm_hf(x, w, eps);
         }
         reference::rms_norm_hf(x, w, eps)
+    }
+
+    /// The per-head RMSNorm of the q and k heads of a packed projection `y` (N, (heads + 2·kv_heads)·d) with the
+    /// weights `qw` and `kw` (d each), v left as is ([`Self::rms_norm_hf`] per head): one fused pass for f32 on
+    /// the CPU with the fused ops on, the parts copied out, normalised and concatenated otherwise.
+    pub fn rms_norm_qk(
+        &self,
+        y: &Tensor,
+        (qw, kw): (&Tensor, &Tensor),
+        heads: QkHeads,
+        eps: f32,
+    ) -> Result<Tensor> {
+        if self.config.fused_kernels && cpu::supported(&[y, qw, kw]) {
+            return norm::rms_norm_qk(y, (qw, kw), heads, eps);
+        }
+        norm::composed(y, (qw, kw), heads, |x, w| self.rms_norm_hf(x, w, eps))
+    }
+
+    /// The exact (erf) GELU of `x`: one vectorised parallel pass for f32 on the CPU with the fused ops on,
+    /// candle's `gelu_erf` otherwise.
+    pub fn gelu_erf(&self, x: &Tensor) -> Result<Tensor> {
+        if self.config.fused_kernels && cpu::supported(&[x]) {
+            return gelu_erf::gelu_erf(x);
+        }
+        x.gelu_erf()
     }
 
     /// `y + b` over the last dimension (a Linear layer's bias), rounded to the dtype.
@@ -146,5 +175,52 @@ impl QkvRope<'_> {
             );
         }
         Ok((n, d))
+    }
+}
+
+/// Checks the vector paths' tests share.
+#[cfg(test)]
+pub(super) mod check {
+    use candle_core::Tensor;
+
+    use crate::ops::simd::Level;
+
+    /// The f32 values' bits.
+    pub fn bits(t: &Tensor) -> Vec<u32> {
+        let v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// `run` at every vector path this CPU supports, each result within `tol` of `want` relative to 1 + |want|
+    /// (the references lose the small values of large negative inputs to cancellation, which the vector forms
+    /// keep); the AVX2 and AVX-512 paths give the same bits. Returns each path's result.
+    pub fn every_level(
+        want: &Tensor,
+        tol: f32,
+        run: impl Fn(Level) -> Tensor,
+    ) -> Vec<(Level, Tensor)> {
+        let mut out = Vec::new();
+        for level in Level::supported() {
+            let got = run(level);
+            let err = ((&got - want).unwrap().abs().unwrap()
+                / (want.abs().unwrap() + 1.0).unwrap())
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+            assert!(err < tol, "{level:?}: error {err}");
+            out.push((level, got));
+        }
+        let vector: Vec<Vec<u32>> = out
+            .iter()
+            .filter(|(l, _)| *l != Level::Portable)
+            .map(|(_, t)| bits(t))
+            .collect();
+        assert!(
+            vector.windows(2).all(|w| w[0] == w[1]),
+            "AVX2 and AVX-512 bits differ"
+        );
+        out
     }
 }

@@ -11,7 +11,6 @@ use rayon::prelude::*;
 
 use super::VarlenSeg;
 use crate::ops::cpu_data::with_f32;
-use crate::ops::gemm::packed::BuiltinGemm;
 use crate::ops::simd::Level;
 
 /// Query rows processed together against each key row.
@@ -39,20 +38,52 @@ struct Dims {
     level: Level,
 }
 
-/// See [`Ops::varlen_attention`](crate::ops::Ops::varlen_attention); `q` (N, H, d), `k`/`v` (N, KV, d), all f32 on the CPU. The GEMM tiles run on
-/// the packed kernel where it is the run's built-in GEMM (`builtin`), else on the `gemm` crate.
-pub fn varlen_attention(a: super::Varlen<'_>, builtin: BuiltinGemm) -> Result<Tensor> {
+/// See [`Ops::varlen_attention`](crate::ops::Ops::varlen_attention); `q` (N, H, d), `k`/`v` (N, KV, d), all f32 on the CPU. The GEMM tiles of
+/// long segments run on the kernel `tiles` names.
+pub fn varlen_attention(a: super::Varlen<'_>, tiles: Tiles) -> Result<Tensor> {
     varlen_attention_at(
         a,
         Level::detect(),
-        (TILED_MIN_KEYS, packed_min_keys(builtin)),
+        (TILED_MIN_KEYS, packed_min_keys(tiles, a.causal)),
     )
 }
 
-/// Fewest keys of a segment whose tiles run on the packed kernel with the built-in GEMM `builtin`; `None` where it
-/// is not the packed kernel.
-pub(crate) fn packed_min_keys(builtin: BuiltinGemm) -> Option<usize> {
-    (builtin == BuiltinGemm::Packed).then_some(tiled::PACKED_MIN_KEYS)
+/// What runs the GEMM tiles of long segments ([`packed_min_keys`]), chosen apart from the run's built-in GEMM:
+/// the packed kernel wherever the CPU runs it, since its tiles beat the `gemm` crate's there (`timing` below: on
+/// a Zen 3 with its AVX2 tile 1.1–1.4× from 2,304 keys; on an AVX-512 Xeon with its AVX-512 tile, where the
+/// `gemm` crate stays the built-in GEMM, 1.1–1.2× over the 3,864 keys of a Qwen3-VL screenshot, even over
+/// 5,088).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tiles {
+    /// The `gemm` crate's products, 512 keys at a time with an online softmax.
+    GemmCrate,
+    /// The packed kernel ([`crate::ops::gemm::packed`]), each KV head's keys and values packed once.
+    Packed,
+}
+
+impl Tiles {
+    /// The packed kernel where the CPU runs it (AVX2 and FMA) unless `gemm_crate_only`, else the `gemm` crate.
+    pub fn for_this_cpu(gemm_crate_only: bool) -> Self {
+        if crate::ops::gemm::packed::supported() && !gemm_crate_only {
+            Self::Packed
+        } else {
+            Self::GemmCrate
+        }
+    }
+}
+
+/// Fewest keys of a segment whose tiles run on the packed kernel with `tiles`, attending causally or not; `None`
+/// where they never do. With the AVX-512 tile only full attention of at least
+/// [`tiled::PACKED_MIN_KEYS_AVX512`] keys runs on it (`timing` on an AVX-512 Xeon: 0.9× the `gemm` crate's tiles
+/// at 2,304 keys, 0.85× for a causal prompt of 4,096); with the AVX2 tile every segment of at least
+/// [`tiled::PACKED_MIN_KEYS`].
+pub(crate) fn packed_min_keys(tiles: Tiles, causal: bool) -> Option<usize> {
+    use crate::ops::gemm::packed::{active, Isa};
+    match (tiles, active()) {
+        (Tiles::GemmCrate, _) | (_, None) => None,
+        (Tiles::Packed, Some(Isa::Avx512)) => (!causal).then_some(tiled::PACKED_MIN_KEYS_AVX512),
+        (Tiles::Packed, Some(Isa::Avx2)) => Some(tiled::PACKED_MIN_KEYS),
+    }
 }
 
 /// [`varlen_attention`] on the vector path `level`, which must be one the CPU supports (at most [`Level::detect`]),
@@ -270,18 +301,18 @@ mod tests {
         }
     }
 
-    /// The four-row kernel, GEMM tiles on the `gemm` crate, and where it is the built-in GEMM tiles on the packed
-    /// kernel, each for every segment: `(tiled, packed)` fewest keys.
+    /// The four-row kernel, GEMM tiles on the `gemm` crate, and where the CPU runs it tiles on the packed kernel,
+    /// each for every segment: `(tiled, packed)` fewest keys.
     fn paths() -> Vec<(usize, Option<usize>)> {
         let mut p = vec![(usize::MAX, None), (1, None)];
-        if BuiltinGemm::for_this_cpu(false) == BuiltinGemm::Packed {
+        if crate::ops::gemm::packed::supported() {
             p.push((1, Some(1)));
         }
         p
     }
 
     /// Every vector path this CPU supports, through the four-row kernel and through GEMM tiles (on the `gemm`
-    /// crate and, where it is the built-in GEMM, on the packed kernel), against the
+    /// crate and, where the CPU runs it, on the packed kernel), against the
     /// composed reference, on window-like segments (one with a cached prefix), a segment of several tiles,
     /// causal and not, and head dims 80 (16·5: the AVX-512 32/16-dim steps and no 8-dim tail) and 72 (an 8-dim
     /// tail); the AVX2 and AVX-512 paths give the same bits.
@@ -350,7 +381,7 @@ mod tests {
 }
 
 /// Times of the CPU attention at each vector path this CPU supports, through the four-row kernel, GEMM tiles on
-/// the `gemm` crate and (where it is the built-in GEMM) tiles on the packed kernel, alternated, best of three: one
+/// the `gemm` crate and (where the CPU runs it) tiles on the packed kernel, alternated, best of three: one
 /// 1080×2400 screenshot at `max_pixels` 1,003,520 (5,088 rows, 16 heads of 80) as windows of 64 rows and as one
 /// full-attention segment, a full-attention segment of 1,272 rows (`max_pixels` 250,880), and causal prompts of
 /// 1,306 and 4,096 tokens (14 heads of 64 over 2 KV heads), and the Qwen3-VL-2B tower's full attention over one
@@ -381,7 +412,7 @@ mod timing {
             ("prompt 4096", (14, 2, 64), &[seg(0, 4096)][..], true),
         ];
         let mut paths = vec![("kernel", (usize::MAX, None)), ("tiled", (1, None))];
-        if BuiltinGemm::for_this_cpu(false) == BuiltinGemm::Packed {
+        if crate::ops::gemm::packed::supported() {
             paths.push(("tiled packed", (1, Some(1))));
         }
         for (name, (h, kv, d), segs, causal) in cases {

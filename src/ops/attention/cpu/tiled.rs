@@ -6,10 +6,11 @@
 //! `gemm` crate blocks them for the caches, which the four-row fused kernel cannot do once a segment's keys
 //! outgrow them (a full-attention layer of the vision tower sees 5,088 keys per 1080×2400 screenshot).
 //!
-//! Where the packed AVX2 kernel is the built-in GEMM ([`crate::ops::gemm::packed`]), segments of at least
-//! [`PACKED_MIN_KEYS`] keys run on it instead: each KV head's keys and values are packed once per segment, blocks
-//! of query rows sized so that their scores stay in L2 take their scores from the packed keys, and each output row
-//! is divided by its sum of exponentials at the end.
+//! Where the run attends on the packed kernel ([`crate::ops::gemm::packed`], [`super::Tiles`]), segments of at
+//! least [`PACKED_MIN_KEYS`] keys run on it instead: each KV head's keys and values are packed once per segment,
+//! blocks of query rows (a whole number of register tiles) sized so that their scores stay in L2 take their scores
+//! from the packed keys into a per-thread buffer, and each output row is divided by its sum of exponentials at the
+//! end.
 //!
 //! Each (segment, head, block) is computed on its own, with shapes that depend only on that segment, so a
 //! sequence's result does not depend on the batch around it.
@@ -18,7 +19,7 @@ use gemm::{gemm, Parallelism};
 use rayon::prelude::*;
 
 use super::{kernels, Dims, Prefix};
-use crate::ops::gemm::packed::{gemm_nt_packed, PackedW};
+use crate::ops::gemm::packed::{active, gemm_nt_packed, Isa, PackedW};
 use crate::ops::VarlenSeg;
 
 /// Query rows per product.
@@ -27,12 +28,20 @@ pub(crate) const TILE: usize = 128;
 /// values stay in L2 between the products and the `exp` pass, instead of a whole segment's scores (2.5 MiB for the
 /// 5,088 keys of a screenshot) streaming through memory three times.
 pub(crate) const KEY_CHUNK: usize = 512;
-/// Scores of one block on the packed kernel (512 KiB, an L2's worth): 24 query rows of 5,088 keys.
-const PACKED_SCORES: usize = 128 * 1024;
-/// Fewest keys of a segment attended on the packed kernel where it is the built-in GEMM
+/// Scores of one block on the packed kernel's AVX2 tile (512 KiB, the L2 of a Zen 3 core): 18 query rows of
+/// 5,088 keys.
+const PACKED_SCORES_AVX2: usize = 128 * 1024;
+/// Scores of one block on its AVX-512 tile (1.6 MB of the 2 MiB L2 of a recent Xeon core): 98 query rows of the
+/// 3,864 keys of a Qwen3-VL screenshot, 70 of 5,088 (`timing` on such a Xeon: 1.2× the rate of 28 and 14 rows
+/// at 3,864 keys; 1 MiB or 4 MiB of scores ran slower than 1.6 MB).
+const PACKED_SCORES_AVX512: usize = 400_000;
+/// Fewest keys of a segment attended on the packed kernel's AVX2 tile where the run attends on it
 /// (`ops::attention::cpu::timing` on a Zen 3: 1.1–1.4× the `gemm` crate's tiles from 2,304 keys, even at 1,272,
 /// 0.6× for a window's 64).
 pub(crate) const PACKED_MIN_KEYS: usize = 2048;
+/// Fewest keys of a full-attention segment attended on its AVX-512 tile (`timing` on an AVX-512 Xeon: 1.1–1.2× the
+/// `gemm` crate's tiles at 3,864 keys, even at 5,088, 0.9–1.0× at 2,304, 0.85–0.95× at 1,272).
+pub(crate) const PACKED_MIN_KEYS_AVX512: usize = 3072;
 
 /// A row-major f32 matrix view: `rows` × `cols` at `data[at + r·rs + c·cs]`.
 #[derive(Clone, Copy)]
@@ -102,12 +111,23 @@ pub(super) fn attend(inp: &Inputs<'_>, which: &[usize], dims: Dims, out: &mut [f
             .collect();
         let group = dims.heads / dims.kv_heads;
         // As many query rows as keep their scores within the budget, a whole number of register tiles.
-        let tile = (PACKED_SCORES / keys(si)).clamp(6, TILE) / 6 * 6;
+        let (mr, budget) = packed_blocking();
+        let tile = (budget / keys(si)).clamp(mr, TILE) / mr * mr;
         run_items(inp, &[si], tile, dims, out, |it| {
             block_packed(inp, it, dims, &kv[it.head / group])
         });
     }
     run_items(inp, &by_crate, TILE, dims, out, |it| block(inp, it, dims));
+}
+
+/// The rows of the packed kernel's register tile on this CPU ([`Isa::describe`]: 14 × 32 with AVX-512F, 6 × 16
+/// with AVX2), of which a block of query rows is a whole number so that no tile runs mostly on padding rows, and
+/// the scores a block may hold.
+fn packed_blocking() -> (usize, usize) {
+    match active() {
+        Some(Isa::Avx512) => (14, PACKED_SCORES_AVX512),
+        _ => (6, PACKED_SCORES_AVX2),
+    }
 }
 
 /// Every (segment of `which`, head, block of `tile` query rows) through `f` on rayon, scattered into `out`.
@@ -407,20 +427,45 @@ fn block_packed(
     (keys, values): &(PackedW, PackedW),
 ) -> Vec<f32> {
     let (d, seg) = (dims.d, &inp.segs[it.si]);
-    let (p, width) = keys_seen(inp, it);
+    let width = keys_seen(inp, it).1;
     let q: Vec<f32> = (0..it.rows)
         .flat_map(|i| {
             let at = ((seg.start + it.r0 + i) * dims.heads + it.head) * d;
             inp.qs[at..at + d].iter().map(|x| x * inp.scale)
         })
         .collect();
-    let mut s = vec![0f32; it.rows * width];
+    SCORES.with_borrow_mut(|s| {
+        if s.len() < it.rows * width {
+            s.resize(it.rows * width, 0.0);
+        }
+        let s = &mut s[..it.rows * width];
+        attend_packed(inp, it, dims, (&q, keys, values), s)
+    })
+}
+
+thread_local! {
+    /// Each thread's scores of its packed blocks, kept between blocks: a block's megabyte of scores taken fresh
+    /// from the allocator would be zeroed (and its pages faulted in) once per block.
+    static SCORES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The rest of [`block_packed`] with the block's scaled queries `q` (rows × d) and its scores buffer `s` (rows ×
+/// the keys the block sees).
+fn attend_packed(
+    inp: &Inputs<'_>,
+    it: Item,
+    dims: Dims,
+    (q, keys, values): (&[f32], &PackedW, &PackedW),
+    s: &mut [f32],
+) -> Vec<f32> {
+    let d = dims.d;
+    let (p, width) = keys_seen(inp, it);
     gemm_nt_packed(
         it.rows,
         (d, width),
         |i| &q[i * d..(i + 1) * d],
         keys,
-        &mut s,
+        s,
         width,
     );
     let sums: Vec<f32> = s
