@@ -248,8 +248,8 @@ impl RowBlock<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::check::{self, matches_reference, rows_stand_alone};
-    use super::super::micro::{Avx512, Isa};
+    use super::super::check::{self, matches_reference, rows_stand_alone, skip_without_avx512};
+    use super::super::micro::Avx512;
     use super::*;
 
     /// Blocks far smaller than the caches': rows of `a` in blocks of two micro-panels at the depth of the
@@ -260,14 +260,6 @@ mod tests {
             nc: 2 * Avx512::NR,
         };
         sgemm_nt_blis::<Avx512>(a, w, dims, c, blocking);
-    }
-
-    fn skip_without_avx512() -> bool {
-        let skip = Isa::detect() != Some(Isa::Avx512);
-        if skip {
-            eprintln!("skipped: this CPU has no AVX-512F");
-        }
-        skip
     }
 
     #[test]

@@ -359,6 +359,15 @@ pub(super) mod check {
         skip
     }
 
+    /// True, with a line saying so, where this CPU has no AVX-512F: the test then skips.
+    pub(crate) fn skip_without_avx512() -> bool {
+        let skip = super::Isa::detect() != Some(super::Isa::Avx512);
+        if skip {
+            eprintln!("skipped: this CPU has no AVX-512F");
+        }
+        skip
+    }
+
     /// A kernel `c = a · wᵀ` with `dims` = (m, k, n).
     pub(crate) type Kernel = fn(&[f32], &[f32], (usize, usize, usize), &mut [f32]);
 

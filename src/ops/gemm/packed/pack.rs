@@ -82,14 +82,13 @@ pub(super) unsafe fn transpose_into(_: &[*const f32], _: usize, _: *mut f32, _: 
 
 #[cfg(test)]
 mod tests {
-    use super::super::micro::Isa;
+    use super::super::check::skip_without_avx512;
 
     /// Fewer rows than lanes, depths not a multiple of 16, and the lanes masked: each value lands at its place,
     /// missing rows as zeros, lanes outside the mask untouched.
     #[test]
     fn transposes_ragged_rows_and_depths_into_the_masked_lanes() {
-        if Isa::detect() != Some(Isa::Avx512) {
-            eprintln!("skipped: this CPU has no AVX-512F");
+        if skip_without_avx512() {
             return;
         }
         for (rows, kc, stride, lanes) in [
