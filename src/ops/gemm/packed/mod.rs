@@ -2,8 +2,9 @@
 //! blocked for the caches with packed panels and a register tile per instruction set ([`micro`]): 14 × 32 with
 //! AVX-512F, 6 × 16 with AVX2/FMA (the layout of BLIS and OpenBLAS). On a Zen 3 the AVX2 tile runs the vision
 //! tower's products 13–29% faster than the `gemm` crate's AVX2 kernels, the text model's within 10%; on an
-//! AVX-512 Xeon the AVX-512 tile runs them faster than the `gemm` crate's `x86-v4` kernels (docs/performance.md
-//! has the figures).
+//! AVX-512 Xeon the AVX-512 tile, in the loop order of BLIS ([`blis`]) with panels packed by AVX-512 transposes
+//! ([`pack`]), runs them within a few percent of the `gemm` crate's `x86-v4` kernels, some faster, some slower
+//! (docs/performance.md has the figures).
 //!
 //! Every output is `Σ` over `k` in a fixed order: one FMA chain per block of `KC` values from zero, the blocks
 //! added to the output in order. Nothing depends on `m`, on the row's place, on `n` or on the thread count
@@ -16,7 +17,9 @@ use std::sync::OnceLock;
 
 use rayon::prelude::*;
 
+mod blis;
 mod micro;
+mod pack;
 mod prepacked;
 #[cfg(test)]
 pub(super) mod timing;
@@ -55,9 +58,9 @@ pub enum BuiltinGemm {
 
 impl BuiltinGemm {
     /// The built-in GEMM for this CPU: the packed kernel where the CPU has AVX2 and FMA but no AVX-512F, unless
-    /// `gemm_crate_only`. With AVX-512F the `gemm` crate's `x86-v4` kernels stay: the AVX-512 tile ran the model's
-    /// products at 0.75–0.92× their rate on an AVX-512 Xeon (docs/performance.md), though the tile alone runs at
-    /// the core's FMA peak.
+    /// `gemm_crate_only`. With AVX-512F the `gemm` crate's `x86-v4` kernels stay: the AVX-512 tile does not run
+    /// every one of the model's products faster than they on an AVX-512 Xeon (docs/performance.md), though the
+    /// tile alone runs at the core's FMA peak.
     pub fn for_this_cpu(gemm_crate_only: bool) -> Self {
         if active() == Some(Isa::Avx2) && !gemm_crate_only {
             Self::Packed
@@ -94,11 +97,15 @@ pub fn sgemm_nt_on(isa: Isa, a: &[f32], w: &[f32], dims: (usize, usize, usize), 
     );
     match isa {
         Isa::Avx2 => sgemm_nt_with::<Avx2>(a, w, dims, c),
-        Isa::Avx512 => sgemm_nt_with::<Avx512>(a, w, dims, c),
+        Isa::Avx512 => {
+            let blocking = blis::Blocking::for_caches::<Avx512>(blis::Caches::this_cpu());
+            blis::sgemm_nt_blis::<Avx512>(a, w, dims, c, blocking)
+        }
     }
 }
 
-/// [`sgemm_nt`] with the tile `M` (which the CPU runs).
+/// [`sgemm_nt`] with the tile `M` (which the CPU runs), in the loop order of GotoBLAS: per depth block, the `w`
+/// columns packed once and shared by the threads, each task packing `MC` rows of `a` (the AVX2 tile's order).
 fn sgemm_nt_with<M: Micro>(a: &[f32], w: &[f32], dims: (usize, usize, usize), c: &mut [f32]) {
     let (m, k, n) = dims;
     assert!(a.len() >= m * k && w.len() >= n * k && c.len() >= m * n);
@@ -223,6 +230,18 @@ fn pack_rows<'a, M: Micro>(
     (pc, kc): (usize, usize),
     dst: &mut [f32],
 ) {
+    if M::PACK16 {
+        for (t, panel) in dst.chunks_mut(M::MR * kc).enumerate() {
+            let first = rows.0 + t * M::MR;
+            let srcs: Vec<*const f32> = (first..rows.1.min(first + M::MR))
+                .map(|i| row(i)[pc..pc + kc].as_ptr())
+                .collect();
+            // SAFETY: M::PACK16 tiles run only on CPUs with AVX-512F; each source row holds kc values from its
+            // pointer, the panel kc × MR (MR ≤ 16).
+            unsafe { pack::transpose_into(&srcs, kc, panel.as_mut_ptr(), M::MR, lanes(M::MR)) };
+        }
+        return;
+    }
     for (t, panel) in dst.chunks_mut(M::MR * kc).enumerate() {
         for r in 0..M::MR {
             let i = rows.0 + t * M::MR + r;
@@ -248,6 +267,22 @@ fn pack_panel<'a, M: Micro>(
     dst: &mut [f32],
 ) {
     let valid = cols.1 - cols.0;
+    if M::PACK16 {
+        let srcs: Vec<*const f32> = (cols.0..cols.1)
+            .map(|j| row(j)[pc..pc + kc].as_ptr())
+            .collect();
+        for (h, part) in srcs
+            .chunks(16)
+            .chain(std::iter::repeat(&[][..]))
+            .take(M::NR / 16)
+            .enumerate()
+        {
+            // SAFETY: M::PACK16 tiles run only on CPUs with AVX-512F; each source row holds kc values from its
+            // pointer, the panel kc × NR (NR a multiple of 16).
+            unsafe { pack::transpose_into(part, kc, dst[h * 16..].as_mut_ptr(), M::NR, u16::MAX) };
+        }
+        return;
+    }
     if valid < M::NR {
         dst.fill(0.0);
     }
@@ -256,6 +291,15 @@ fn pack_panel<'a, M: Micro>(
         for (o, r) in out.iter_mut().zip(&rows) {
             *o = r[p];
         }
+    }
+}
+
+/// The mask of the first `n` of 16 lanes.
+fn lanes(n: usize) -> u16 {
+    if n >= 16 {
+        u16::MAX
+    } else {
+        (1u16 << n) - 1
     }
 }
 
@@ -311,6 +355,15 @@ pub(super) mod check {
         let skip = !super::supported();
         if skip {
             eprintln!("skipped: this CPU has no AVX2/FMA");
+        }
+        skip
+    }
+
+    /// True, with a line saying so, where this CPU has no AVX-512F: the test then skips.
+    pub(crate) fn skip_without_avx512() -> bool {
+        let skip = super::Isa::detect() != Some(super::Isa::Avx512);
+        if skip {
+            eprintln!("skipped: this CPU has no AVX-512F");
         }
         skip
     }

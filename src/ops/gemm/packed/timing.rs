@@ -2,7 +2,7 @@
 //! that stay in L1 (its ceiling), and the f32 products of the `small` checkpoint at `max_pixels` 1,003,520 (one
 //! screenshot's 5,088 patches, the merger's 1,272 rows, a 1,306-token prompt), 2048³ and two shorter segments,
 //! through the `gemm` crate as candle calls it, this kernel with each tile the CPU runs and OpenBLAS where installed, alternated, best of
-//! seven each.
+//! seven each; with AVX-512 also its tile at depth blocks of 256 and in the older loop order (the AVX2 tile's).
 
 use super::micro::{Avx2, Avx512, Micro};
 use super::*;
@@ -93,19 +93,18 @@ fn model_shapes() {
             paths.push((name, Box::new(move |c| sgemm_nt_on(isa, a, w, dims, c))));
         }
         if active() == Some(Isa::Avx512) {
+            use super::blis::{sgemm_nt_blis, Blocking, Caches};
             use super::micro::Avx512Blocked;
             let (a, w) = (&a, &w);
+            type Kc256 = Avx512Blocked<256, 8>;
+            let blocking = Blocking::for_caches::<Kc256>(Caches::this_cpu());
             paths.push((
-                "AVX-512 KC 192",
-                Box::new(move |c| sgemm_nt_with::<Avx512Blocked<192, 168, 4096>>(a, w, dims, c)),
+                "AVX-512 KC 256",
+                Box::new(move |c| sgemm_nt_blis::<Kc256>(a, w, dims, c, blocking)),
             ));
             paths.push((
-                "AVX-512 KC 128 MC 336",
-                Box::new(move |c| sgemm_nt_with::<Avx512Blocked<128, 336, 4096>>(a, w, dims, c)),
-            ));
-            paths.push((
-                "AVX-512 KC 384 MC 112",
-                Box::new(move |c| sgemm_nt_with::<Avx512Blocked<384, 112, 2048>>(a, w, dims, c)),
+                "AVX-512 Goto order KC 256",
+                Box::new(move |c| sgemm_nt_with::<Avx512Blocked<256, 0>>(a, w, dims, c)),
             ));
         }
         if let Some(b) = &blas {
