@@ -98,14 +98,14 @@ fn step(image: String, i: usize, w: u32, h: u32) -> Step {
 /// Write `n_steps` step screenshots (rounded up to whole trajectories) under `dir/images` and return the
 /// benchmark (not written as `data.jsonl`: the engine takes it in memory).
 pub fn write(dir: &Path, n_steps: usize) -> Result<Benchmark> {
-    std::fs::create_dir_all(dir.join("images"))?;
+    std::fs::create_dir_all(dir.join(crate::dataset::IMAGES_DIR))?;
     let n_traj = n_steps.div_ceil(STEPS_PER_TRAJECTORY).max(1);
     let mut trajectories = Vec::with_capacity(n_traj);
     for t in 0..n_traj {
         let (w, h) = SCREENS[t % SCREENS.len()];
         let mut steps = Vec::new();
         for s in 0..STEPS_PER_TRAJECTORY {
-            let name = format!("images/t{t}_s{s}.png");
+            let name = format!("{}/t{t}_s{s}.png", crate::dataset::IMAGES_DIR);
             draw_screen(w, h, t, s).save(dir.join(&name))?;
             steps.push(step(name, s, w, h));
         }

@@ -6,8 +6,7 @@ use std::path::PathBuf;
 use crate::action::Action;
 use crate::dataset::{pixel, BBox, DataStep, GoldBoxes};
 
-/// The folder of the screenshots inside the benchmark folder.
-pub(super) const IMAGES_DIR: &str = "images";
+pub(super) use crate::dataset::IMAGES_DIR;
 
 /// Where a step's screenshot comes from.
 #[derive(Debug, Clone, PartialEq)]

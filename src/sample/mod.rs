@@ -145,7 +145,7 @@ fn trajectory_line(ti: usize, t: &TrajSpec, system: &str) -> DataLine {
                 many => Some(GoldBoxes::Many(many.iter().map(|r| bbox(*r)).collect())),
             };
             DataStep {
-                image: format!("images/t{ti}_s{si}.png"),
+                image: format!("{}/t{ti}_s{si}.png", crate::dataset::IMAGES_DIR),
                 thought: s.thought.into(),
                 subtask: s.subtask.into(),
                 action: call.into(),
@@ -185,7 +185,7 @@ pub fn write(dir: &Path) -> Result<(), SampleError> {
         let path = path.to_path_buf();
         move |source| SampleError::Io { path, source }
     };
-    let images = dir.join("images");
+    let images = dir.join(crate::dataset::IMAGES_DIR);
     std::fs::create_dir_all(&images).map_err(io(&images))?;
     let scripts = script::trajectories();
     let jobs: Vec<(PathBuf, Page, Rgb<u8>)> = scripts
