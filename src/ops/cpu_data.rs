@@ -1,7 +1,8 @@
 //! The f32 values of CPU tensors as slices, without a copy where the tensor is contiguous: what the fused CPU
 //! paths (GEMM segments, attention, elementwise loops) read their operands through.
 
-use candle_core::{Result, Storage, Tensor};
+use candle_core::{Result, Shape, Storage, Tensor};
+use rayon::prelude::*;
 
 /// The `n` f32 values of a contiguous CPU tensor's storage, from its layout's start.
 pub(super) fn cpu_slice<'a>(
@@ -21,4 +22,31 @@ pub(super) fn with_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<R>) -> Re
     let t = t.contiguous()?;
     let (storage, layout) = t.storage_and_layout();
     f(cpu_slice(&storage, layout, t.elem_count())?)
+}
+
+/// A new f32 CPU tensor of `shape` made row by row from the f32 CPU tensor `t` (made contiguous): `f(input, output)`
+/// for each run of `in_width` input values and its run of `out_width` output values (the last runs may be shorter
+/// where the widths are equal), the runs split over rayon's threads at least `min_rows` at a time.
+pub(crate) fn map_rows(
+    t: &Tensor,
+    (in_width, out_width): (usize, usize),
+    min_rows: usize,
+    shape: impl Into<Shape>,
+    f: impl Fn(&[f32], &mut [f32]) + Sync + Send,
+) -> Result<Tensor> {
+    let t = t.contiguous()?;
+    let (storage, layout) = t.storage_and_layout();
+    let data = cpu_slice(&storage, layout, t.elem_count())?;
+    let len = data
+        .len()
+        .checked_div(in_width)
+        .map_or(0, |rows| rows * out_width + data.len() % in_width);
+    let mut out = vec![0f32; len];
+    if in_width > 0 && out_width > 0 {
+        out.par_chunks_mut(out_width)
+            .zip(data.par_chunks(in_width))
+            .with_min_len(min_rows)
+            .for_each(|(o, row)| f(row, o));
+    }
+    Tensor::from_vec(out, shape, t.device())
 }

@@ -45,6 +45,7 @@ use candle_core::{DType, Device};
 pub(crate) use crate::records::{OpsManifest, ProfileSnapshot};
 pub use attention::{composed, DecodeKv, DecodeStep, Varlen, VarlenSeg};
 pub use config::{kernels_sha256, CpuGemm, GemmCalibration, OpsConfig};
+pub(crate) use cpu_data::map_rows;
 pub use elementwise::{QkHeads, QkvRope};
 pub(crate) use gemm::peak::matmul_peak;
 pub use gemm::{Rows, BLAS_MIN_ROWS, ROW_BLOCK};

@@ -4,12 +4,11 @@
 //! own, so a row's result does not depend on the rows around it. Other devices and dtypes, and runs with the
 //! fused ops off (`--kernels off`), take candle's ops.
 
-use candle_core::{DType, Result, Storage, Tensor, D};
+use candle_core::{DType, Result, Tensor, D};
 use candle_nn::VarBuilder;
-use rayon::prelude::*;
 
 use crate::model::nn::weight;
-use crate::ops::Ops;
+use crate::ops::{map_rows, Ops};
 
 /// Rows handed to one parallel task (a row is 1,024–4,608 values in the released towers).
 const MIN_ROWS_PER_TASK: usize = 8;
@@ -20,28 +19,6 @@ fn fused_input(ops: &Ops, ts: &[&Tensor]) -> bool {
         && ts
             .iter()
             .all(|t| t.device().is_cpu() && t.dtype() == DType::F32 && t.is_contiguous())
-}
-
-/// Run `f` on the values of a contiguous f32 CPU tensor.
-fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
-    let (storage, layout) = t.storage_and_layout();
-    let Storage::Cpu(cs) = &*storage else {
-        candle_core::bail!("fused tower op: expected a CPU tensor");
-    };
-    let start = layout.start_offset();
-    Ok(f(&cs.as_slice::<f32>()?[start..start + t.elem_count()]))
-}
-
-/// A tensor of `x`'s shape whose rows of `width` values are `row(input row, output row)` of `x`'s rows.
-fn map_rows(x: &Tensor, width: usize, row: impl Fn(&[f32], &mut [f32]) + Sync) -> Result<Tensor> {
-    let mut out = vec![0f32; x.elem_count()];
-    with_values(x, |xs| {
-        out.par_chunks_mut(width)
-            .zip(xs.par_chunks(width))
-            .with_min_len(MIN_ROWS_PER_TASK)
-            .for_each(|(o, i)| row(i, o))
-    })?;
-    Tensor::from_vec(out, x.shape(), x.device())
 }
 
 /// Sum of `f` over `row` in 16 interleaved partial sums (so that the loop vectorises), then those in order and
@@ -99,7 +76,7 @@ impl LayerNorm {
         let d = x.dim(D::Minus1)?;
         let (w, b) = (self.w.to_vec1::<f32>()?, self.b.to_vec1::<f32>()?);
         let eps = self.eps as f32;
-        map_rows(x, d, |row, out| {
+        map_rows(x, (d, d), MIN_ROWS_PER_TASK, x.shape(), |row, out| {
             let n = d as f32;
             let mean = sum16(row, |v| v) / n;
             let var = sum16(row, |v| (v - mean) * (v - mean)) / n;

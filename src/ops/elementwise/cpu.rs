@@ -7,7 +7,7 @@
 use candle_core::{DType, Result, Tensor};
 use rayon::prelude::*;
 
-use crate::ops::cpu_data::cpu_slice;
+use crate::ops::cpu_data::{cpu_slice, map_rows};
 use crate::ops::simd::{self, Level};
 
 /// Whether this path serves `tensors`: all f32 and on the CPU.
@@ -52,27 +52,18 @@ fn swiglu_packed_at(gu: &Tensor, bias: Option<&Tensor>, level: Level) -> Result<
     let cols = *shape.last().expect("rank ≥ 1");
     let width = 2 * cols;
     let bias = bias.map(f32_data).transpose()?;
-    let gu = gu.contiguous()?;
-    let (storage, layout) = gu.storage_and_layout();
-    let data = cpu_slice(&storage, layout, gu.elem_count())?;
-    let mut out = vec![0f32; data.len() / 2];
-    if cols > 0 {
-        out.par_chunks_mut(cols)
-            .zip(data.par_chunks(width))
-            .for_each(|(o, row)| {
-                let (g, u) = row.split_at(cols);
-                let bias = bias.as_deref().map(|b| b.split_at(cols));
-                let done = vector_swiglu(g, u, bias, o, level);
-                for c in done..cols {
-                    let (gv, uv) = match bias {
-                        Some((bg, bu)) => (g[c] + bg[c], u[c] + bu[c]),
-                        None => (g[c], u[c]),
-                    };
-                    o[c] = gv / (1.0 + (-gv).exp()) * uv;
-                }
-            });
-    }
-    Tensor::from_vec(out, shape, gu.device())
+    map_rows(gu, (width, cols), 1, shape, |row, o| {
+        let (g, u) = row.split_at(cols);
+        let bias = bias.as_deref().map(|b| b.split_at(cols));
+        let done = vector_swiglu(g, u, bias, o, level);
+        for c in done..cols {
+            let (gv, uv) = match bias {
+                Some((bg, bu)) => (g[c] + bg[c], u[c] + bu[c]),
+                None => (g[c], u[c]),
+            };
+            o[c] = gv / (1.0 + (-gv).exp()) * uv;
+        }
+    })
 }
 
 /// See [`crate::ops::Ops::bias_residual`] (f32 `y` and `r` of the same shape, bias over the last dimension):

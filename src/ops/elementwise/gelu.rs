@@ -5,9 +5,8 @@
 //! The result is within a few ulps of candle's `gelu`; the AVX2 and AVX-512 paths give the same bits.
 
 use candle_core::{Result, Tensor, D};
-use rayon::prelude::*;
 
-use crate::ops::cpu_data::cpu_slice;
+use crate::ops::cpu_data::map_rows;
 use crate::ops::simd::Level;
 
 /// `√(2/π)`, the tanh-GELU's scale.
@@ -36,22 +35,12 @@ fn bias_gelu_tanh_at(y: &Tensor, b: &Tensor, level: Level) -> Result<Tensor> {
         candle_core::bail!("bias_gelu_tanh: bias {:?} for rows of {width}", b.dims());
     }
     let b = b.to_vec1::<f32>()?;
-    let y = y.contiguous()?;
-    let (storage, layout) = y.storage_and_layout();
-    let data = cpu_slice(&storage, layout, y.elem_count())?;
-    let mut out = vec![0f32; data.len()];
-    if width > 0 {
-        out.par_chunks_mut(width)
-            .zip(data.par_chunks(width))
-            .with_min_len(MIN_ROWS_PER_TASK)
-            .for_each(|(o, row)| {
-                let done = vector_row(row, &b, o, level);
-                for ((o, &y), &b) in o[done..].iter_mut().zip(&row[done..]).zip(&b[done..]) {
-                    *o = gelu_one(y, b);
-                }
-            });
-    }
-    Tensor::from_vec(out, y.shape(), y.device())
+    map_rows(y, (width, width), MIN_ROWS_PER_TASK, y.shape(), |row, o| {
+        let done = vector_row(row, &b, o, level);
+        for ((o, &y), &b) in o[done..].iter_mut().zip(&row[done..]).zip(&b[done..]) {
+            *o = gelu_one(y, b);
+        }
+    })
 }
 
 /// The vector part of one row at `level` (one the CPU supports): how many leading columns it wrote.

@@ -7,9 +7,8 @@
 //! `gelu_erf`. The AVX2 and AVX-512 paths give the same bits.
 
 use candle_core::{Result, Tensor};
-use rayon::prelude::*;
 
-use crate::ops::cpu_data::cpu_slice;
+use crate::ops::cpu_data::map_rows;
 use crate::ops::simd::Level;
 
 /// `1/√2`.
@@ -53,19 +52,12 @@ pub fn gelu_erf(x: &Tensor) -> Result<Tensor> {
 
 /// [`gelu_erf`] on the vector path `level`, which must be one the CPU supports.
 fn gelu_erf_at(x: &Tensor, level: Level) -> Result<Tensor> {
-    let x = x.contiguous()?;
-    let (storage, layout) = x.storage_and_layout();
-    let data = cpu_slice(&storage, layout, x.elem_count())?;
-    let mut out = vec![0f32; data.len()];
-    out.par_chunks_mut(MIN_PER_TASK)
-        .zip(data.par_chunks(MIN_PER_TASK))
-        .for_each(|(o, xs)| {
-            let done = vector_part(xs, o, level);
-            for (o, &v) in o[done..].iter_mut().zip(&xs[done..]) {
-                *o = gelu_one(v);
-            }
-        });
-    Tensor::from_vec(out, x.shape(), x.device())
+    map_rows(x, (MIN_PER_TASK, MIN_PER_TASK), 1, x.shape(), |xs, o| {
+        let done = vector_part(xs, o, level);
+        for (o, &v) in o[done..].iter_mut().zip(&xs[done..]) {
+            *o = gelu_one(v);
+        }
+    })
 }
 
 /// The vector part of a run of values at `level` (one the CPU supports): how many leading values it wrote.

@@ -6,9 +6,8 @@
 //! of the composed reference, and the same bits on every x86 vector path.
 
 use candle_core::{Result, Tensor};
-use rayon::prelude::*;
 
-use crate::ops::cpu_data::cpu_slice;
+use crate::ops::cpu_data::map_rows;
 
 /// Rows handed to one parallel task.
 const MIN_ROWS_PER_TASK: usize = 16;
@@ -73,24 +72,14 @@ pub fn rms_norm_qk(
 ) -> Result<Tensor> {
     let (_, d) = dims(y, qw, kw, h)?;
     let (qw, kw) = (qw.to_vec1::<f32>()?, kw.to_vec1::<f32>()?);
-    let y = y.contiguous()?;
-    let (storage, layout) = y.storage_and_layout();
-    let data = cpu_slice(&storage, layout, y.elem_count())?;
     let width = (h.heads + 2 * h.kv_heads) * d;
-    let mut out = vec![0f32; data.len()];
-    if width > 0 {
-        out.par_chunks_mut(width)
-            .zip(data.par_chunks(width))
-            .with_min_len(MIN_ROWS_PER_TASK)
-            .for_each(|(o, row)| {
-                let (qk, v) = row.split_at((h.heads + h.kv_heads) * d);
-                for (i, (o, x)) in o.chunks_exact_mut(d).zip(qk.chunks_exact(d)).enumerate() {
-                    norm_head(x, if i < h.heads { &qw } else { &kw }, eps, o);
-                }
-                o[qk.len()..].copy_from_slice(v);
-            });
-    }
-    Tensor::from_vec(out, y.shape(), y.device())
+    map_rows(y, (width, width), MIN_ROWS_PER_TASK, y.shape(), |row, o| {
+        let (qk, v) = row.split_at((h.heads + h.kv_heads) * d);
+        for (i, (o, x)) in o.chunks_exact_mut(d).zip(qk.chunks_exact(d)).enumerate() {
+            norm_head(x, if i < h.heads { &qw } else { &kw }, eps, o);
+        }
+        o[qk.len()..].copy_from_slice(v);
+    })
 }
 
 /// `o = x / √(mean(x²) + ε) · w` over one head.
