@@ -277,3 +277,21 @@ fn profile_sections_and_the_kernel_switch() {
         plain["phases"][0]["decode_tokens"]
     );
 }
+
+/// The unit tests of `compare.py`'s log-prob parity (standard-library Python), run where `python3` is installed.
+#[test]
+fn compare_py_log_prob_parity_unit_tests_pass() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/compare");
+    let run = std::process::Command::new("python3")
+        .args(["-m", "unittest", "discover", "-s"])
+        .arg(&dir)
+        .args(["-p", "test_*.py"])
+        .output();
+    let Ok(o) = run else {
+        eprintln!("skipped: python3 is not installed");
+        return;
+    };
+    let text = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{text}");
+    assert!(text.contains("OK"), "{text}");
+}
