@@ -48,6 +48,10 @@ pub struct OpsManifest {
     /// with the AVX-512 tile causal segments always take the `gemm` crate's).
     #[serde(default)]
     pub cpu_attention_packed_min_keys: Option<usize>,
+    /// How the segments of `cpu_attention_packed_min_keys` keys or more attend on the packed kernel, in words
+    /// (`None` where none does).
+    #[serde(default)]
+    pub cpu_attention_packed: Option<String>,
     /// What multiplies bf16 activations by bf16 weights on the CPU (`ops::gemm::bf16`).
     #[serde(default)]
     pub cpu_bf16_gemm: String,
@@ -130,6 +134,7 @@ mod tests {
             r#""cpu_gemm_row_block":16,"cpu_gemm_independent_rows":"the gemm crate","#,
             r#""cpu_gemm_blas_min_rows":4,"cpu_gemm_packed_min_rows":768,"#,
             r#""cpu_attention_tiled_min_keys":64,"cpu_attention_packed_min_keys":2048,"#,
+            r#""cpu_attention_packed":"attention of 2048 keys or more in query blocks on the packed kernel","#,
             r#""cpu_bf16_gemm":"gemm crate (candle's bf16 matmul)"}"#
         );
         let m: OpsManifest = serde_json::from_str(json).unwrap();

@@ -11,6 +11,7 @@ use rayon::prelude::*;
 
 use super::VarlenSeg;
 use crate::ops::cpu_data::with_f32;
+use crate::ops::gemm::packed::{active, Isa};
 use crate::ops::simd::Level;
 
 /// Query rows processed together against each key row.
@@ -44,11 +45,11 @@ pub fn varlen_attention(a: super::Varlen<'_>, tiles: Tiles) -> Result<Tensor> {
     varlen_attention_at(
         a,
         Level::detect(),
-        (TILED_MIN_KEYS, packed_min_keys(tiles, a.causal)),
+        (TILED_MIN_KEYS, packed_plan(tiles, a.causal)),
     )
 }
 
-/// What runs the GEMM tiles of long segments ([`packed_min_keys`]), chosen apart from the run's built-in GEMM:
+/// What runs the GEMM tiles of long segments ([`packed_plan`]), chosen apart from the run's built-in GEMM:
 /// the packed kernel wherever the CPU runs it, since its tiles beat the `gemm` crate's there (`timing` below: on
 /// a Zen 3 with its AVX2 tile 1.1–1.4× from 2,304 keys; on an AVX-512 Xeon with its AVX-512 tile, where the
 /// `gemm` crate stays the built-in GEMM, 1.1–1.2× over the 3,864 keys of a Qwen3-VL screenshot, even over
@@ -72,27 +73,58 @@ impl Tiles {
     }
 }
 
-/// Fewest keys of a segment whose tiles run on the packed kernel with `tiles`, attending causally or not; `None`
-/// where they never do. With the AVX-512 tile only full attention of at least
-/// [`tiled::PACKED_MIN_KEYS_AVX512`] keys runs on it (`timing` on an AVX-512 Xeon: 0.9× the `gemm` crate's tiles
-/// at 2,304 keys, 0.85× for a causal prompt of 4,096); with the AVX2 tile every segment of at least
-/// [`tiled::PACKED_MIN_KEYS`].
-pub(crate) fn packed_min_keys(tiles: Tiles, causal: bool) -> Option<usize> {
-    use crate::ops::gemm::packed::{active, Isa};
+/// Which long segments attend on the packed kernel ([`Tiles::Packed`]): those of at least `min_keys` keys, and
+/// how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PackedPlan {
+    /// Fewest keys of a segment (its cached prefix's included).
+    pub min_keys: usize,
+    /// The tile whose full-attention (non-causal) segments run with the scores transposed ([`transposed`]);
+    /// `None`: every segment in query blocks ([`tiled`]).
+    pub transposed: Option<Isa>,
+}
+
+/// Where segments attend on the packed kernel with `tiles`, attending causally or not; `None` where none does.
+/// With the AVX-512 tile only full attention of at least [`transposed::MIN_KEYS_AVX512`] keys runs on it, with the
+/// scores transposed (`timing` on an AVX-512 Xeon: 1.3–1.5× the `gemm` crate's tiles from 1,272 keys to 5,088,
+/// 1.1× at 512, 0.7× for a window's 64; causal prompts stay on the `gemm` crate, which the query-block tiles did
+/// not beat there); with the AVX2 tile every segment of at least [`tiled::PACKED_MIN_KEYS`], in query blocks.
+pub(crate) fn packed_plan(tiles: Tiles, causal: bool) -> Option<PackedPlan> {
     match (tiles, active()) {
         (Tiles::GemmCrate, _) | (_, None) => None,
-        (Tiles::Packed, Some(Isa::Avx512)) => (!causal).then_some(tiled::PACKED_MIN_KEYS_AVX512),
-        (Tiles::Packed, Some(Isa::Avx2)) => Some(tiled::PACKED_MIN_KEYS),
+        (Tiles::Packed, Some(Isa::Avx512)) => (!causal).then_some(PackedPlan {
+            min_keys: transposed::MIN_KEYS_AVX512,
+            transposed: Some(Isa::Avx512),
+        }),
+        (Tiles::Packed, Some(Isa::Avx2)) => Some(PackedPlan {
+            min_keys: tiled::PACKED_MIN_KEYS,
+            transposed: None,
+        }),
     }
 }
 
+/// The packed kernel's plan for full attention, in words for the manifest.
+pub(crate) fn describe_packed_plan(tiles: Tiles) -> Option<String> {
+    packed_plan(tiles, false).map(|p| match p.transposed {
+        Some(isa) => format!(
+            "full attention of {} keys or more with transposed scores on the packed kernel's {}",
+            p.min_keys,
+            isa.describe()
+        ),
+        None => format!(
+            "attention of {} keys or more in query blocks on the packed kernel",
+            p.min_keys
+        ),
+    })
+}
+
 /// [`varlen_attention`] on the vector path `level`, which must be one the CPU supports (at most [`Level::detect`]),
-/// with segments of at least `tiled` keys through GEMM tiles, and of at least `packed` keys (where given) through
-/// tiles on the packed kernel, which needs AVX2/FMA.
+/// with segments of at least `tiled` keys through GEMM tiles, and those `packed` names (where given) through tiles
+/// on the packed kernel, which needs AVX2/FMA.
 fn varlen_attention_at(
     a: super::Varlen<'_>,
     level: Level,
-    (tiled_min_keys, packed): (usize, Option<usize>),
+    (tiled_min_keys, packed): (usize, Option<PackedPlan>),
 ) -> Result<Tensor> {
     let (q, k, v, segs, causal, scale) = (a.q, a.k, a.v, a.segs, a.causal, a.scale);
     let (n, heads, d) = q.dims3()?;
@@ -131,7 +163,7 @@ fn varlen_attention_at(
                     prefixes: &prefixes,
                     causal,
                     scale,
-                    packed_min_keys: packed,
+                    packed,
                 };
                 tiled::attend(&inputs, &long, dims, &mut out);
                 let items: Vec<(usize, usize)> = short
@@ -267,6 +299,7 @@ fn scatter(
 
 mod kernels;
 mod tiled;
+mod transposed;
 
 #[cfg(test)]
 mod tests {
@@ -301,13 +334,21 @@ mod tests {
         }
     }
 
-    /// The four-row kernel, GEMM tiles on the `gemm` crate, and where the CPU runs it tiles on the packed kernel,
-    /// each for every segment: `(tiled, packed)` fewest keys.
-    fn paths() -> Vec<(usize, Option<usize>)> {
+    /// The four-row kernel, GEMM tiles on the `gemm` crate, and where the CPU runs it tiles on the packed kernel in
+    /// query blocks and, on each of its tiles, with the scores transposed, each for every segment: `(tiled,
+    /// packed)`.
+    fn paths() -> Vec<(usize, Option<PackedPlan>)> {
         let mut p = vec![(usize::MAX, None), (1, None)];
+        let plan = |transposed| {
+            Some(PackedPlan {
+                min_keys: 1,
+                transposed,
+            })
+        };
         if crate::ops::gemm::packed::supported() {
-            p.push((1, Some(1)));
+            p.push((1, plan(None)));
         }
+        p.extend(Isa::all_supported().into_iter().map(|i| (1, plan(Some(i)))));
         p
     }
 
@@ -393,6 +434,8 @@ mod timing {
     use crate::ops::{Varlen, VarlenSeg};
     use candle_core::Device;
 
+    /// Each case on each vector path and attention path, best of three; `ATTN_CASE` and `ATTN_PATH` (a case's
+    /// or a path's name as printed) keep only that one, for a profiler.
     #[test]
     #[ignore = "a timing run: use --release --ignored --nocapture"]
     fn levels_and_paths() {
@@ -405,6 +448,7 @@ mod timing {
         let cases = [
             ("windows", (16, 16, 80), &windows[..], false),
             ("full", (16, 16, 80), &[seg(0, 5088)][..], false),
+            ("full 512", (16, 16, 80), &[seg(0, 512)][..], false),
             ("full 1272", (16, 16, 80), &[seg(0, 1272)][..], false),
             ("full 2304", (16, 16, 80), &[seg(0, 2304)][..], false),
             ("qwen3 full 3864", (16, 16, 64), &[seg(0, 3864)][..], false),
@@ -412,10 +456,26 @@ mod timing {
             ("prompt 4096", (14, 2, 64), &[seg(0, 4096)][..], true),
         ];
         let mut paths = vec![("kernel", (usize::MAX, None)), ("tiled", (1, None))];
+        let plan = |transposed| {
+            Some(PackedPlan {
+                min_keys: 1,
+                transposed,
+            })
+        };
         if crate::ops::gemm::packed::supported() {
-            paths.push(("tiled packed", (1, Some(1))));
+            paths.push(("tiled packed", (1, plan(None))));
+        }
+        for isa in Isa::all_supported() {
+            let name = match isa {
+                Isa::Avx2 => "transposed AVX2 tile",
+                Isa::Avx512 => "transposed AVX-512 tile",
+            };
+            paths.push((name, (1, plan(Some(isa)))));
         }
         for (name, (h, kv, d), segs, causal) in cases {
+            if std::env::var("ATTN_CASE").is_ok_and(|c| c != name) {
+                continue;
+            }
             let n: usize = segs.iter().map(|s| s.len).sum();
             let t = |heads| Tensor::randn(0f32, 1.0, (n, heads, d), &Device::Cpu).unwrap();
             let (q, k, v) = (t(h), t(kv), t(kv));
@@ -444,7 +504,10 @@ mod timing {
             {
                 let mut best = vec![f64::INFINITY; paths.len()];
                 for _ in 0..3 {
-                    for (i, (_, path)) in paths.iter().enumerate() {
+                    for (i, (pn, path)) in paths.iter().enumerate() {
+                        if std::env::var("ATTN_PATH").is_ok_and(|c| c != *pn) {
+                            continue;
+                        }
                         let t0 = std::time::Instant::now();
                         varlen_attention_at(a, level, *path).unwrap();
                         best[i] = best[i].min(t0.elapsed().as_secs_f64());

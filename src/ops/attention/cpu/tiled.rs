@@ -7,10 +7,10 @@
 //! outgrow them (a full-attention layer of the vision tower sees 5,088 keys per 1080×2400 screenshot).
 //!
 //! Where the run attends on the packed kernel ([`crate::ops::gemm::packed`], [`super::Tiles`]), segments of at
-//! least [`PACKED_MIN_KEYS`] keys run on it instead: each KV head's keys and values are packed once per segment,
-//! blocks of query rows (a whole number of register tiles) sized so that their scores stay in L2 take their scores
-//! from the packed keys into a per-thread buffer, and each output row is divided by its sum of exponentials at the
-//! end.
+//! least the plan's keys run on it instead ([`super::PackedPlan`]): full attention with the scores transposed where
+//! the plan says so ([`transposed`]), otherwise each KV head's keys and values are packed once per segment, blocks
+//! of query rows (a whole number of register tiles) sized so that their scores stay in L2 take their scores from
+//! the packed keys into a per-thread buffer, and each output row is divided by its sum of exponentials at the end.
 //!
 //! Each (segment, head, block) is computed on its own, with shapes that depend only on that segment, so a
 //! sequence's result does not depend on the batch around it.
@@ -18,7 +18,7 @@
 use gemm::{gemm, Parallelism};
 use rayon::prelude::*;
 
-use super::{kernels, Dims, Prefix};
+use super::{kernels, transposed, Dims, PackedPlan, Prefix};
 use crate::ops::gemm::packed::{active, gemm_nt_packed, Isa, PackedW};
 use crate::ops::VarlenSeg;
 
@@ -39,9 +39,6 @@ const PACKED_SCORES_AVX512: usize = 400_000;
 /// (`ops::attention::cpu::timing` on a Zen 3: 1.1–1.4× the `gemm` crate's tiles from 2,304 keys, even at 1,272,
 /// 0.6× for a window's 64).
 pub(crate) const PACKED_MIN_KEYS: usize = 2048;
-/// Fewest keys of a full-attention segment attended on its AVX-512 tile (`timing` on an AVX-512 Xeon: 1.1–1.2× the
-/// `gemm` crate's tiles at 3,864 keys, even at 5,088, 0.9–1.0× at 2,304, 0.85–0.95× at 1,272).
-pub(crate) const PACKED_MIN_KEYS_AVX512: usize = 3072;
 
 /// A row-major f32 matrix view: `rows` × `cols` at `data[at + r·rs + c·cs]`.
 #[derive(Clone, Copy)]
@@ -92,19 +89,30 @@ pub(crate) struct Inputs<'a> {
     pub causal: bool,
     /// Score scale.
     pub scale: f32,
-    /// Fewest keys of a segment whose products run on the packed AVX2 kernel, with each (segment, KV head)'s keys
-    /// and values packed once ([`PackedW`]); `None`: every segment's run on the `gemm` crate.
-    pub packed_min_keys: Option<usize>,
+    /// The segments that run on the packed kernel, with each (segment, KV head)'s keys and values packed once,
+    /// and how; `None`: every segment's products run on the `gemm` crate.
+    pub packed: Option<PackedPlan>,
+}
+
+impl Inputs<'_> {
+    /// The keys segment `si` attends to: its cached prefix's, then its own.
+    pub(super) fn keys(&self, si: usize) -> usize {
+        self.segs[si].len + self.prefixes[si].as_ref().map_or(0, |x| x.3)
+    }
 }
 
 /// Attention of segments `which` into `out` (N, heads, d).
 pub(super) fn attend(inp: &Inputs<'_>, which: &[usize], dims: Dims, out: &mut [f32]) {
-    let keys = |si: usize| inp.segs[si].len + inp.prefixes[si].as_ref().map_or(0, |x| x.3);
+    let keys = |si: usize| inp.keys(si);
     let (packed, by_crate): (Vec<usize>, Vec<usize>) = which
         .iter()
-        .partition(|&&si| inp.packed_min_keys.is_some_and(|min| keys(si) >= min));
+        .partition(|&&si| inp.packed.is_some_and(|p| keys(si) >= p.min_keys));
     // One segment at a time, so that only its keys and values are held packed.
     for si in packed {
+        if let (false, Some(isa)) = (inp.causal, inp.packed.and_then(|p| p.transposed)) {
+            transposed::attend(inp, si, dims, isa, out);
+            continue;
+        }
         let kv: Vec<(PackedW, PackedW)> = (0..dims.kv_heads)
             .into_par_iter()
             .map(|kh| pack_kv(inp, si, kh, dims))
@@ -167,20 +175,26 @@ fn run_items(
 /// Segment `si`'s keys (the cached prefix's first) packed as `w` rows, and its values as `w` columns, for KV
 /// head `kh`.
 fn pack_kv(inp: &Inputs<'_>, si: usize, kh: usize, dims: Dims) -> (PackedW, PackedW) {
-    let d = dims.d;
-    let p = inp.prefixes[si].as_ref().map_or(0, |x| x.3);
-    let keys = p + inp.segs[si].len;
-    let row = |values: bool| {
-        let (prefix, rows) = kv_views(inp, (si, kh), dims, values);
-        move |j: usize| {
-            let (v, j) = if j < p { (prefix, j) } else { (rows, j - p) };
-            &v.data[v.at + j * v.rs..][..d]
-        }
-    };
+    let keys = inp.keys(si);
     (
-        PackedW::rows(keys, d, row(false)),
-        PackedW::columns(d, keys, row(true)),
+        PackedW::rows(keys, dims.d, kv_row(inp, (si, kh), dims, false)),
+        PackedW::columns(dims.d, keys, kv_row(inp, (si, kh), dims, true)),
     )
+}
+
+/// Key (or value) `j` of segment `si`'s KV head `kh`, counting the cached prefix's first: its `d` values.
+pub(super) fn kv_row<'a>(
+    inp: &Inputs<'a>,
+    (si, kh): (usize, usize),
+    dims: Dims,
+    values: bool,
+) -> impl Fn(usize) -> &'a [f32] + Sync {
+    let p = inp.prefixes[si].as_ref().map_or(0, |x| x.3);
+    let (prefix, rows) = kv_views(inp, (si, kh), dims, values);
+    move |j: usize| {
+        let (v, j) = if j < p { (prefix, j) } else { (rows, j - p) };
+        &v.data[v.at + j * v.rs..][..dims.d]
+    }
 }
 
 /// The keys (or values) of segment `si`'s KV head `kh`: the cached prefix's `p` rows, then the segment's rows.

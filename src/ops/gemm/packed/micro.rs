@@ -50,7 +50,7 @@ impl Isa {
 }
 
 /// A register tile and the blocking its panels are packed for.
-pub(super) trait Micro {
+pub(crate) trait Micro {
     /// Rows of the register tile.
     const MR: usize;
     /// Columns of the register tile.
@@ -76,7 +76,7 @@ pub(super) trait Micro {
 }
 
 /// The AVX2/FMA tile: 6 × 16, twelve accumulators (the layout of BLIS and OpenBLAS on Haswell and Zen).
-pub(super) struct Avx2;
+pub(crate) struct Avx2;
 
 impl Micro for Avx2 {
     const MR: usize = 6;
@@ -96,7 +96,7 @@ impl Micro for Avx2 {
 /// The AVX-512 tile: 14 × 32, 28 zmm accumulators, two 16-lane loads of `w` and fourteen broadcasts of `a` per
 /// depth, so 28 FMAs per two loads. Its products run in the loop order of BLIS ([`super::blis`]): the `a`
 /// micro-panel stays in L1 while the `w` panels stream from L2, prefetched [`AVX512_PREFETCH`] depths ahead.
-pub(super) struct Avx512;
+pub(crate) struct Avx512;
 
 /// Depths ahead of the one being multiplied at which the AVX-512 tile prefetches its `w` panel into L1.
 const AVX512_PREFETCH: usize = 8;

@@ -25,7 +25,7 @@ mod prepacked;
 pub(super) mod timing;
 
 pub use micro::Isa;
-use micro::{Avx2, Avx512, Micro};
+pub(crate) use micro::{Avx2, Avx512, Micro};
 pub(crate) use prepacked::{gemm_nt_packed, PackedW};
 
 /// The largest tile's values, the size of the stack copy of a partial tile.
@@ -224,7 +224,7 @@ fn blocks(m: usize, panels: usize, mc: usize) -> Vec<(usize, std::ops::Range<usi
 
 /// Pack rows `row(i)` for `i` in `rows` (each at least `pc + kc` values), the `kc` depths from `pc`, as panels of
 /// `MR` rows: value (p, r) of a panel at `p * MR + r`; rows past the end are zeros.
-fn pack_rows<'a, M: Micro>(
+pub(crate) fn pack_rows<'a, M: Micro>(
     row: impl Fn(usize) -> &'a [f32],
     rows: (usize, usize),
     (pc, kc): (usize, usize),
@@ -260,7 +260,7 @@ fn pack_rows<'a, M: Micro>(
 
 /// Pack weight rows (output columns) `row(j)` for `j` in `cols` (at most `NR`; each at least `pc + kc` values),
 /// the `kc` depths from `pc`, as one panel: value (p, c) at `p * NR + c`; columns past the end are zeros.
-fn pack_panel<'a, M: Micro>(
+pub(crate) fn pack_panel<'a, M: Micro>(
     row: impl Fn(usize) -> &'a [f32],
     cols: (usize, usize),
     (pc, kc): (usize, usize),

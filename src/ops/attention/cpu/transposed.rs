@@ -1,0 +1,458 @@
+//! Full (non-causal) attention of long segments on the packed kernel with the scores transposed: the keys are the
+//! register tile's rows and the queries its columns, so that no product needs a packing pass over the scores.
+//!
+//! For each (segment, KV head) the keys are packed once as the tile's row panels (depth: the head dimension) and
+//! the values, transposed, as row panels over the keys. A work item is a head and a group of query panels (the
+//! tile's columns, [`Micro::NR`] queries each): its scaled queries are packed as column panels; the first product
+//! (keys × queries) writes each panel's scores key after key, `NR` queries per key, which is the layout of a
+//! column panel over the keys, so the second product (valuesᵀ × probabilities) reads the scores where they lie.
+//! The softmax runs down the columns (each query's maximum and sum are whole-register maxima and additions, no
+//! horizontal reductions), and each output column is divided by its sum at the end.
+//!
+//! Each query's result depends only on its segment and head (every column of the products and of the softmax is
+//! computed on its own, in a fixed order), so it does not depend on the batch or on the query's place in a panel.
+
+use rayon::prelude::*;
+
+use super::tiled::{kv_row, Inputs};
+use super::Dims;
+use crate::ops::gemm::packed::{pack_panel, pack_rows, Avx2, Avx512, Isa, Micro};
+use crate::ops::simd::Level;
+
+/// Scores one work item holds (floats: 1 MiB, in the L2 of the cores the packed kernel runs on): as many query
+/// panels as fit, at least one.
+const SCORES: usize = 256 * 1024;
+/// Fewest keys of a full-attention segment attended with transposed scores on the AVX-512 tile (`timing` on an
+/// AVX-512 Xeon: 1.1× the `gemm` crate's query-block tiles at 512 keys, 0.7× for a window's 64).
+pub(crate) const MIN_KEYS_AVX512: usize = 512;
+/// Most query panels in one work item.
+const MAX_PANELS: usize = 4;
+
+/// Attention of segment `si` (not causal) into `out` (N, heads, d) on the tile of `isa`.
+pub(super) fn attend(inp: &Inputs<'_>, si: usize, dims: Dims, isa: Isa, out: &mut [f32]) {
+    match isa {
+        Isa::Avx2 => attend_with::<Avx2>(inp, si, dims, out),
+        Isa::Avx512 => attend_with::<Avx512>(inp, si, dims, out),
+    }
+}
+
+/// One (segment, KV head)'s keys and values, packed.
+struct KeysValues {
+    /// Keys as row panels of `MR` keys over the head dimension (the last panel padded with zero keys).
+    keys: Vec<f32>,
+    /// Valuesᵀ: for each block of `KC` keys, row panels of `MR` value dimensions over the block's keys (the last
+    /// panel padded with zero rows).
+    values_t: Vec<f32>,
+}
+
+/// Shapes of one segment's products.
+#[derive(Clone, Copy)]
+struct Shape {
+    /// Keys the segment's queries see.
+    keys: usize,
+    /// `keys` rounded up to whole row panels.
+    keys_pad: usize,
+    /// The head dimension.
+    d: usize,
+    /// `d` rounded up to whole row panels.
+    d_pad: usize,
+    /// The vector path of the softmax.
+    level: Level,
+}
+
+fn attend_with<M: Micro>(inp: &Inputs<'_>, si: usize, dims: Dims, out: &mut [f32]) {
+    let keys = inp.keys(si);
+    let shape = Shape {
+        keys,
+        keys_pad: keys.div_ceil(M::MR) * M::MR,
+        d: dims.d,
+        d_pad: dims.d.div_ceil(M::MR) * M::MR,
+        level: dims.level,
+    };
+    let kv: Vec<KeysValues> = (0..dims.kv_heads)
+        .into_par_iter()
+        .map(|kh| pack::<M>(inp, (si, kh), dims, shape))
+        .collect();
+    let len = inp.segs[si].len;
+    let per_item = (SCORES / (shape.keys_pad * M::NR)).clamp(1, MAX_PANELS) * M::NR;
+    let items: Vec<(usize, usize)> = (0..dims.heads)
+        .flat_map(|h| (0..len).step_by(per_item).map(move |q0| (h, q0)))
+        .collect();
+    let group = dims.heads / dims.kv_heads;
+    let blocks: Vec<Vec<f32>> = items
+        .par_iter()
+        .map(|&(h, q0)| {
+            let rows = per_item.min(len - q0);
+            let queries = scaled_queries(inp, (si, h, q0, rows), dims);
+            block::<M>(&queries, rows, &kv[h / group], shape)
+        })
+        .collect();
+    let (start, d) = (inp.segs[si].start, dims.d);
+    for (&(h, q0), o) in items.iter().zip(blocks) {
+        for (i, row) in o.chunks_exact(d).enumerate() {
+            let at = ((start + q0 + i) * dims.heads + h) * d;
+            out[at..at + d].copy_from_slice(row);
+        }
+    }
+}
+
+/// Pack segment `si`'s KV head `kh`.
+fn pack<M: Micro>(inp: &Inputs<'_>, sk: (usize, usize), dims: Dims, s: Shape) -> KeysValues {
+    let mut keys = vec![0f32; s.keys_pad * s.d];
+    pack_rows::<M>(
+        kv_row(inp, sk, dims, false),
+        (0, s.keys),
+        (0, s.d),
+        &mut keys,
+    );
+    let value = kv_row(inp, sk, dims, true);
+    let mut values_t = vec![0f32; s.d_pad * s.keys];
+    for pc in (0..s.keys).step_by(M::KC) {
+        let kc = M::KC.min(s.keys - pc);
+        let block = &mut values_t[pc * s.d_pad..][..s.d_pad * kc];
+        for p in 0..kc {
+            let v = value(pc + p);
+            for (t, panel) in block.chunks_exact_mut(M::MR * kc).enumerate() {
+                let dims = t * M::MR..s.d.min((t + 1) * M::MR);
+                panel[p * M::MR..][..dims.len()].copy_from_slice(&v[dims]);
+            }
+        }
+    }
+    KeysValues { keys, values_t }
+}
+
+/// Rows `q0..q0 + rows` of head `h` of segment `si`'s queries, times the score scale (rows × d).
+fn scaled_queries(
+    inp: &Inputs<'_>,
+    (si, h, q0, rows): (usize, usize, usize, usize),
+    dims: Dims,
+) -> Vec<f32> {
+    let (d, start) = (dims.d, inp.segs[si].start + q0);
+    let mut q = Vec::with_capacity(rows * d);
+    for i in 0..rows {
+        let at = ((start + i) * dims.heads + h) * d;
+        q.extend(inp.qs[at..at + d].iter().map(|x| x * inp.scale));
+    }
+    q
+}
+
+thread_local! {
+    /// Each thread's scores and transposed outputs, kept between work items (a megabyte taken fresh from the
+    /// allocator would be zeroed and faulted in once per item).
+    static BUFFERS: std::cell::RefCell<(Vec<f32>, Vec<f32>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// The attention output (rows × d) of the scaled queries `q` (rows × d) against one KV head.
+fn block<M: Micro>(q: &[f32], rows: usize, kv: &KeysValues, s: Shape) -> Vec<f32> {
+    let (nr, panels) = (M::NR, rows.div_ceil(M::NR));
+    let mut qp = vec![0f32; panels * nr * s.d];
+    for (g, panel) in qp.chunks_exact_mut(nr * s.d).enumerate() {
+        let cols = (g * nr, rows.min((g + 1) * nr));
+        pack_panel::<M>(|i| &q[i * s.d..(i + 1) * s.d], cols, (0, s.d), panel);
+    }
+    BUFFERS.with_borrow_mut(|(scores, out_t)| {
+        grow(scores, panels * s.keys_pad * nr);
+        grow(out_t, panels * s.d_pad * nr);
+        let scores = &mut scores[..panels * s.keys_pad * nr];
+        let out_t = &mut out_t[..panels * s.d_pad * nr];
+        score::<M>(&qp, kv, s, scores);
+        let sums: Vec<f32> = scores
+            .chunks_exact_mut(s.keys_pad * nr)
+            .flat_map(|panel| softmax_columns(&mut panel[..s.keys * nr], nr, s.level))
+            .collect();
+        weigh::<M>(scores, kv, s, out_t);
+        let mut o = vec![0f32; rows * s.d];
+        for (i, row) in o.chunks_exact_mut(s.d).enumerate() {
+            let (g, c) = (i / nr, i % nr);
+            let col = &out_t[g * s.d_pad * nr + c..];
+            let inv = 1.0 / sums[i];
+            for (r, x) in row.iter_mut().enumerate() {
+                *x = col[r * nr] * inv;
+            }
+        }
+        o
+    })
+}
+
+fn grow(v: &mut Vec<f32>, len: usize) {
+    if v.len() < len {
+        v.resize(len, 0.0);
+    }
+}
+
+/// The scores of every key (rows, `MR` at a time) against every packed query panel `qp` (columns): panel `g`'s
+/// scores at `scores[g · keys_pad · NR..]`, key `j`'s `NR` queries at `j · NR`.
+fn score<M: Micro>(qp: &[f32], kv: &KeysValues, s: Shape, scores: &mut [f32]) {
+    let nr = M::NR;
+    for (t, keys) in kv.keys.chunks_exact(M::MR * s.d).enumerate() {
+        for (panel, sp) in qp
+            .chunks_exact(nr * s.d)
+            .zip(scores.chunks_exact_mut(s.keys_pad * nr))
+        {
+            // SAFETY: the packed kernel's tile runs on this CPU (the caller's `Isa`); the key panel holds d × MR
+            // values, the query panel d × NR, and the scores MR rows of NR from the panel's key t · MR.
+            unsafe {
+                M::kernel(
+                    s.d,
+                    keys.as_ptr(),
+                    panel.as_ptr(),
+                    sp[t * M::MR * nr..].as_mut_ptr(),
+                    nr,
+                    false,
+                )
+            };
+        }
+    }
+}
+
+/// Each panel's output transposed (value dimensions × NR queries, `d_pad` rows) at `out_t[g · d_pad · NR..]`:
+/// valuesᵀ × the panel's probabilities, in blocks of `KC` keys added in order.
+fn weigh<M: Micro>(scores: &[f32], kv: &KeysValues, s: Shape, out_t: &mut [f32]) {
+    let nr = M::NR;
+    for pc in (0..s.keys).step_by(M::KC) {
+        let kc = M::KC.min(s.keys - pc);
+        let block = &kv.values_t[pc * s.d_pad..][..s.d_pad * kc];
+        for (t, values) in block.chunks_exact(M::MR * kc).enumerate() {
+            for (sp, op) in scores
+                .chunks_exact(s.keys_pad * nr)
+                .zip(out_t.chunks_exact_mut(s.d_pad * nr))
+            {
+                // SAFETY: as in `score`; the values panel holds kc × MR values, the probabilities from key pc hold
+                // kc rows of NR (pc + kc ≤ keys), the output MR rows of NR from row t · MR.
+                unsafe {
+                    M::kernel(
+                        kc,
+                        values.as_ptr(),
+                        sp[pc * nr..].as_ptr(),
+                        op[t * M::MR * nr..].as_mut_ptr(),
+                        nr,
+                        pc > 0,
+                    )
+                };
+            }
+        }
+    }
+}
+
+/// `x ← exp(x − the column's largest)` down each of the `nr` columns of `panel` (rows of `nr`), returning each
+/// column's sum of exponentials, on the vector path `level` (the same bits on each: the AVX-512 `exp` is the
+/// AVX2 one lane for lane, and every column's sum runs down the rows in order).
+fn softmax_columns(panel: &mut [f32], nr: usize, level: Level) -> Vec<f32> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if level == Level::Avx512 && nr.is_multiple_of(16) && nr <= 64 {
+            // SAFETY: the CPU supports `level` (AVX-512F, AVX2 and FMA).
+            return unsafe { vector::softmax_columns_avx512(panel, nr) };
+        }
+        if level != Level::Portable && nr.is_multiple_of(8) && nr <= 32 {
+            // SAFETY: the CPU supports `level`, AVX2 and FMA at least.
+            return unsafe { vector::softmax_columns_avx2(panel, nr) };
+        }
+    }
+    let mut max = vec![f32::NEG_INFINITY; nr];
+    for row in panel.chunks_exact(nr) {
+        max.iter_mut().zip(row).for_each(|(m, &x)| *m = m.max(x));
+    }
+    let mut sum = vec![0f32; nr];
+    for row in panel.chunks_exact_mut(nr) {
+        for ((x, m), s) in row.iter_mut().zip(&max).zip(&mut sum) {
+            *x = (*x - m).exp();
+            *s += *x;
+        }
+    }
+    sum
+}
+
+#[cfg(target_arch = "x86_64")]
+mod vector {
+    use std::arch::x86_64::*;
+
+    use crate::ops::simd::{avx2::exp8, avx512::exp16};
+
+    /// [`super::softmax_columns`] 16 columns at a time, a row's registers side by side.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F, AVX2 and FMA; `nr` is a multiple of 16, at most 64, and `panel` whole rows of it.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(super) unsafe fn softmax_columns_avx512(panel: &mut [f32], nr: usize) -> Vec<f32> {
+        let (rows, regs, p) = (panel.len() / nr, nr / 16, panel.as_mut_ptr());
+        let mut m = [_mm512_set1_ps(f32::NEG_INFINITY); 4];
+        for r in 0..rows {
+            for (g, m) in m.iter_mut().take(regs).enumerate() {
+                *m = _mm512_max_ps(*m, _mm512_loadu_ps(p.add(r * nr + g * 16)));
+            }
+        }
+        let mut s = [_mm512_setzero_ps(); 4];
+        for r in 0..rows {
+            for (g, (s, m)) in s.iter_mut().zip(&m).take(regs).enumerate() {
+                let x = p.add(r * nr + g * 16);
+                let e = exp16(_mm512_sub_ps(_mm512_loadu_ps(x), *m));
+                _mm512_storeu_ps(x, e);
+                *s = _mm512_add_ps(*s, e);
+            }
+        }
+        let mut sums = vec![0f32; nr];
+        for (g, s) in s.iter().take(regs).enumerate() {
+            _mm512_storeu_ps(sums.as_mut_ptr().add(g * 16), *s);
+        }
+        sums
+    }
+
+    /// [`super::softmax_columns`] 8 columns at a time, a row's registers side by side.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA; `nr` is a multiple of 8, at most 32, and `panel` whole rows of it.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn softmax_columns_avx2(panel: &mut [f32], nr: usize) -> Vec<f32> {
+        let (rows, regs, p) = (panel.len() / nr, nr / 8, panel.as_mut_ptr());
+        let mut m = [_mm256_set1_ps(f32::NEG_INFINITY); 4];
+        for r in 0..rows {
+            for (g, m) in m.iter_mut().take(regs).enumerate() {
+                *m = _mm256_max_ps(*m, _mm256_loadu_ps(p.add(r * nr + g * 8)));
+            }
+        }
+        let mut s = [_mm256_setzero_ps(); 4];
+        for r in 0..rows {
+            for (g, (s, m)) in s.iter_mut().zip(&m).take(regs).enumerate() {
+                let x = p.add(r * nr + g * 8);
+                let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x), *m));
+                _mm256_storeu_ps(x, e);
+                *s = _mm256_add_ps(*s, e);
+            }
+        }
+        let mut sums = vec![0f32; nr];
+        for (g, s) in s.iter().take(regs).enumerate() {
+            _mm256_storeu_ps(sums.as_mut_ptr().add(g * 8), *s);
+        }
+        sums
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::VarlenSeg;
+
+    /// `len` values in [-1, 1), different for each `seed`.
+    fn values(len: usize, seed: usize) -> Vec<f32> {
+        (0..len)
+            .map(|i| ((i * 7919 + seed * 104_729) % 2000) as f32 / 1000.0 - 1.0)
+            .collect()
+    }
+
+    /// Vector `i` of `d` values in `data`.
+    fn vec_of(data: &[f32], i: usize, d: usize) -> &[f32] {
+        &data[i * d..][..d]
+    }
+
+    /// The attention output of query `q` over the given keys and values, in f64.
+    fn reference(q: &[f32], keys: &[&[f32]], vals: &[&[f32]], scale: f32) -> Vec<f64> {
+        let s: Vec<f64> = keys
+            .iter()
+            .map(|k| q.iter().zip(*k).map(|(a, b)| (a * b) as f64).sum::<f64>() * scale as f64)
+            .collect();
+        let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+        let z: f64 = e.iter().sum();
+        (0..q.len())
+            .map(|c| {
+                e.iter()
+                    .zip(vals)
+                    .map(|(w, v)| w * v[c] as f64)
+                    .sum::<f64>()
+                    / z
+            })
+            .collect()
+    }
+
+    /// Each tile this CPU runs, against an f64 reference: a cached prefix, more keys than one depth block of the
+    /// tile (so several blocks of the second product), query rows not a whole number of panels, grouped KV heads,
+    /// and a head dimension that is not a whole number of tile rows; the second segment's result is the same bits
+    /// as when it is attended alone.
+    #[test]
+    fn every_tile_matches_the_reference_and_each_segment_stands_alone() {
+        let (heads, kv_heads, d, scale) = (4, 2, 72, 0.09f32);
+        let (first, second, p, cap) = (45, 437, 300, 310);
+        let n = first + second;
+        let (qs, ks, vs) = (
+            values(n * heads * d, 1),
+            values(n * kv_heads * d, 2),
+            values(n * kv_heads * d, 3),
+        );
+        let (pk, pv) = (values(kv_heads * cap * d, 4), values(kv_heads * cap * d, 5));
+        let seg = |start, len| VarlenSeg {
+            start,
+            len,
+            prefix: None,
+        };
+        let segs = [seg(0, first), seg(first, second)];
+        let prefixes = [None, Some((pk.clone(), pv.clone(), cap, p))];
+        let inp = Inputs {
+            qs: &qs,
+            ks: &ks,
+            vs: &vs,
+            segs: &segs,
+            prefixes: &prefixes,
+            causal: false,
+            scale,
+            packed: None,
+        };
+        for isa in Isa::all_supported() {
+            for level in Level::supported() {
+                let dims = Dims {
+                    heads,
+                    kv_heads,
+                    d,
+                    level,
+                };
+                let mut out = vec![0f32; n * heads * d];
+                attend(&inp, 0, dims, isa, &mut out);
+                attend(&inp, 1, dims, isa, &mut out);
+                for (i, h) in (0..n).flat_map(|i| (0..heads).map(move |h| (i, h))) {
+                    let kh = h / (heads / kv_heads);
+                    let row = |j: usize| j * kv_heads + kh;
+                    let (keys, vals): (Vec<&[f32]>, Vec<&[f32]>) = if i < first {
+                        (0..first)
+                            .map(|j| (vec_of(&ks, row(j), d), vec_of(&vs, row(j), d)))
+                            .unzip()
+                    } else {
+                        (0..p)
+                            .map(|j| (vec_of(&pk, kh * cap + j, d), vec_of(&pv, kh * cap + j, d)))
+                            .chain(
+                                (first..n)
+                                    .map(|j| (vec_of(&ks, row(j), d), vec_of(&vs, row(j), d))),
+                            )
+                            .unzip()
+                    };
+                    let at = (i * heads + h) * d;
+                    let want = reference(&qs[at..at + d], &keys, &vals, scale);
+                    for (c, w) in want.iter().enumerate() {
+                        let got = out[at + c] as f64;
+                        assert!(
+                            (got - w).abs() < 2e-6,
+                            "{isa:?} {level:?} row {i} head {h} dim {c}: {got} vs {w}"
+                        );
+                    }
+                }
+                let alone_segs = [seg(0, second)];
+                let (q2, k2, v2) = (
+                    &qs[first * heads * d..],
+                    &ks[first * kv_heads * d..],
+                    &vs[first * kv_heads * d..],
+                );
+                let alone = Inputs {
+                    qs: q2,
+                    ks: k2,
+                    vs: v2,
+                    segs: &alone_segs,
+                    prefixes: &prefixes[1..],
+                    ..inp
+                };
+                let mut out2 = vec![0f32; second * heads * d];
+                attend(&alone, 0, dims, isa, &mut out2);
+                assert_eq!(out2, out[first * heads * d..], "{isa:?} {level:?}");
+            }
+        }
+    }
+}
