@@ -194,7 +194,7 @@ impl Ops {
             cpu_gemm_blas_min_rows: BLAS_MIN_ROWS,
             cpu_gemm_packed_min_rows: gemm::packed::MIN_ROWS,
             cpu_attention_tiled_min_keys: attention::cpu::TILED_MIN_KEYS,
-            cpu_attention_packed_min_keys: attention::cpu::packed_plan(self.attention_tiles, false)
+            cpu_attention_packed_min_keys: attention::cpu::packed_plan(self.attention_tiles)
                 .map(|p| p.min_keys),
             cpu_attention_packed: attention::cpu::describe_packed_plan(self.attention_tiles),
             cpu_bf16_gemm: self.bf16.describe(),

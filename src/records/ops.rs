@@ -43,9 +43,8 @@ pub struct OpsManifest {
     /// (the ops' `TILED_MIN_KEYS`).
     #[serde(default)]
     pub cpu_attention_tiled_min_keys: usize,
-    /// Fewest keys of a full-attention segment whose attention tiles run on the built-in packed kernel (where the
-    /// CPU runs it and the run did not ask for the `gemm` crate only; `None` elsewhere: the `gemm` crate's tiles;
-    /// with the AVX-512 tile causal segments always take the `gemm` crate's).
+    /// Fewest keys of a segment whose attention tiles run on the built-in packed kernel (where the CPU runs it and
+    /// the run did not ask for the `gemm` crate only; `None` elsewhere: the `gemm` crate's tiles).
     #[serde(default)]
     pub cpu_attention_packed_min_keys: Option<usize>,
     /// How the segments of `cpu_attention_packed_min_keys` keys or more attend on the packed kernel, in words

@@ -42,11 +42,7 @@ struct Dims {
 /// See [`Ops::varlen_attention`](crate::ops::Ops::varlen_attention); `q` (N, H, d), `k`/`v` (N, KV, d), all f32 on the CPU. The GEMM tiles of
 /// long segments run on the kernel `tiles` names.
 pub fn varlen_attention(a: super::Varlen<'_>, tiles: Tiles) -> Result<Tensor> {
-    varlen_attention_at(
-        a,
-        Level::detect(),
-        (TILED_MIN_KEYS, packed_plan(tiles, a.causal)),
-    )
+    varlen_attention_at(a, Level::detect(), (TILED_MIN_KEYS, packed_plan(tiles)))
 }
 
 /// What runs the GEMM tiles of long segments ([`packed_plan`]), chosen apart from the run's built-in GEMM:
@@ -79,20 +75,21 @@ impl Tiles {
 pub(crate) struct PackedPlan {
     /// Fewest keys of a segment (its cached prefix's included).
     pub min_keys: usize,
-    /// The tile whose full-attention (non-causal) segments run with the scores transposed ([`transposed`]);
-    /// `None`: every segment in query blocks ([`tiled`]).
+    /// The tile on which the segments run with the scores transposed ([`transposed`]); `None`: in query blocks
+    /// ([`tiled`]).
     pub transposed: Option<Isa>,
 }
 
-/// Where segments attend on the packed kernel with `tiles`, attending causally or not; `None` where none does.
-/// With the AVX-512 tile only full attention of at least [`transposed::MIN_KEYS_AVX512`] keys runs on it, with the
-/// scores transposed (`timing` on an AVX-512 Xeon: 1.3–1.5× the `gemm` crate's tiles from 1,272 keys to 5,088,
-/// 1.1× at 512, 0.7× for a window's 64; causal prompts stay on the `gemm` crate, which the query-block tiles did
-/// not beat there); with the AVX2 tile every segment of at least [`tiled::PACKED_MIN_KEYS`], in query blocks.
-pub(crate) fn packed_plan(tiles: Tiles, causal: bool) -> Option<PackedPlan> {
+/// Where segments attend on the packed kernel with `tiles` (causal or not); `None` where none does.
+/// With the AVX-512 tile segments of at least [`transposed::MIN_KEYS_AVX512`] keys run on it with the scores
+/// transposed (`timing` on an AVX-512 Xeon: 1.3–1.5× the `gemm` crate's tiles for full attention from 1,272 keys to
+/// 5,088, 1.2× at 512, 0.7× for a window's 64; 1.15–1.55× for causal prompts of 1,306 and 4,096 keys, where the
+/// query-block tiles ran at 1.0–1.3×); with the AVX2 tile every segment of at least [`tiled::PACKED_MIN_KEYS`], in
+/// query blocks (there the transposed scores ran at 0.7× the query blocks).
+pub(crate) fn packed_plan(tiles: Tiles) -> Option<PackedPlan> {
     match (tiles, active()) {
         (Tiles::GemmCrate, _) | (_, None) => None,
-        (Tiles::Packed, Some(Isa::Avx512)) => (!causal).then_some(PackedPlan {
+        (Tiles::Packed, Some(Isa::Avx512)) => Some(PackedPlan {
             min_keys: transposed::MIN_KEYS_AVX512,
             transposed: Some(Isa::Avx512),
         }),
@@ -103,11 +100,11 @@ pub(crate) fn packed_plan(tiles: Tiles, causal: bool) -> Option<PackedPlan> {
     }
 }
 
-/// The packed kernel's plan for full attention, in words for the manifest.
+/// The packed kernel's plan, in words for the manifest.
 pub(crate) fn describe_packed_plan(tiles: Tiles) -> Option<String> {
-    packed_plan(tiles, false).map(|p| match p.transposed {
+    packed_plan(tiles).map(|p| match p.transposed {
         Some(isa) => format!(
-            "full attention of {} keys or more with transposed scores on the packed kernel's {}",
+            "attention of {} keys or more with transposed scores on the packed kernel's {}",
             p.min_keys,
             isa.describe()
         ),
@@ -453,6 +450,7 @@ mod timing {
             ("full 2304", (16, 16, 80), &[seg(0, 2304)][..], false),
             ("qwen3 full 3864", (16, 16, 64), &[seg(0, 3864)][..], false),
             ("prompt 1306", (14, 2, 64), &[seg(0, 1306)][..], true),
+            ("qwen3 prompt 1306", (16, 8, 128), &[seg(0, 1306)][..], true),
             ("prompt 4096", (14, 2, 64), &[seg(0, 4096)][..], true),
         ];
         let mut paths = vec![("kernel", (usize::MAX, None)), ("tiled", (1, None))];

@@ -7,7 +7,7 @@
 //! outgrow them (a full-attention layer of the vision tower sees 5,088 keys per 1080×2400 screenshot).
 //!
 //! Where the run attends on the packed kernel ([`crate::ops::gemm::packed`], [`super::Tiles`]), segments of at
-//! least the plan's keys run on it instead ([`super::PackedPlan`]): full attention with the scores transposed where
+//! least the plan's keys run on it instead ([`super::PackedPlan`]): with the scores transposed where
 //! the plan says so ([`transposed`]), otherwise each KV head's keys and values are packed once per segment, blocks
 //! of query rows (a whole number of register tiles) sized so that their scores stay in L2 take their scores from
 //! the packed keys into a per-thread buffer, and each output row is divided by its sum of exponentials at the end.
@@ -109,7 +109,7 @@ pub(super) fn attend(inp: &Inputs<'_>, which: &[usize], dims: Dims, out: &mut [f
         .partition(|&&si| inp.packed.is_some_and(|p| keys(si) >= p.min_keys));
     // One segment at a time, so that only its keys and values are held packed.
     for si in packed {
-        if let (false, Some(isa)) = (inp.causal, inp.packed.and_then(|p| p.transposed)) {
+        if let Some(isa) = inp.packed.and_then(|p| p.transposed) {
             transposed::attend(inp, si, dims, isa, out);
             continue;
         }

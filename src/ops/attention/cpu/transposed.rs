@@ -1,5 +1,5 @@
-//! Full (non-causal) attention of long segments on the packed kernel with the scores transposed: the keys are the
-//! register tile's rows and the queries its columns, so that no product needs a packing pass over the scores.
+//! Attention of long segments on the packed kernel with the scores transposed: the keys are the register tile's
+//! rows and the queries its columns, so that no product needs a packing pass over the scores.
 //!
 //! For each (segment, KV head) the keys are packed once as the tile's row panels (depth: the head dimension) and
 //! the values, transposed, as row panels over the keys. A work item is a head and a group of query panels (the
@@ -7,10 +7,12 @@
 //! (keys × queries) writes each panel's scores key after key, `NR` queries per key, which is the layout of a
 //! column panel over the keys, so the second product (valuesᵀ × probabilities) reads the scores where they lie.
 //! The softmax runs down the columns (each query's maximum and sum are whole-register maxima and additions, no
-//! horizontal reductions), and each output column is divided by its sum at the end.
+//! horizontal reductions), and each output column is divided by its sum at the end. Causal attention takes each
+//! panel over the keys its last query sees and hides the later keys from the earlier queries.
 //!
 //! Each query's result depends only on its segment and head (every column of the products and of the softmax is
-//! computed on its own, in a fixed order), so it does not depend on the batch or on the query's place in a panel.
+//! computed on its own, in a fixed order, and the keys a query does not see add exact zeros), so it does not depend
+//! on the batch or on the query's place in a panel.
 
 use rayon::prelude::*;
 
@@ -28,7 +30,7 @@ pub(crate) const MIN_KEYS_AVX512: usize = 512;
 /// Most query panels in one work item.
 const MAX_PANELS: usize = 4;
 
-/// Attention of segment `si` (not causal) into `out` (N, heads, d) on the tile of `isa`.
+/// Attention of segment `si` into `out` (N, heads, d) on the tile of `isa`.
 pub(super) fn attend(inp: &Inputs<'_>, si: usize, dims: Dims, isa: Isa, out: &mut [f32]) {
     match isa {
         Isa::Avx2 => attend_with::<Avx2>(inp, si, dims, out),
@@ -84,7 +86,8 @@ fn attend_with<M: Micro>(inp: &Inputs<'_>, si: usize, dims: Dims, out: &mut [f32
         .map(|&(h, q0)| {
             let rows = per_item.min(len - q0);
             let queries = scaled_queries(inp, (si, h, q0, rows), dims);
-            block::<M>(&queries, rows, &kv[h / group], shape)
+            let first = inp.causal.then(|| keys - len + q0);
+            block::<M>(&queries, (rows, first), &kv[h / group], shape)
         })
         .collect();
     let (start, d) = (inp.segs[si].start, dims.d);
@@ -143,25 +146,49 @@ thread_local! {
         const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
-/// The attention output (rows × d) of the scaled queries `q` (rows × d) against one KV head.
-fn block<M: Micro>(q: &[f32], rows: usize, kv: &KeysValues, s: Shape) -> Vec<f32> {
+/// The attention output (rows × d) of the scaled queries `q` (rows × d) against one KV head; causal attention
+/// where `first` is given (the first query's place in the sequence, counted with the prefix: it sees the keys up to
+/// its own).
+fn block<M: Micro>(
+    q: &[f32],
+    (rows, first): (usize, Option<usize>),
+    kv: &KeysValues,
+    s: Shape,
+) -> Vec<f32> {
     let (nr, panels) = (M::NR, rows.div_ceil(M::NR));
     let mut qp = vec![0f32; panels * nr * s.d];
     for (g, panel) in qp.chunks_exact_mut(nr * s.d).enumerate() {
         let cols = (g * nr, rows.min((g + 1) * nr));
         pack_panel::<M>(|i| &q[i * s.d..(i + 1) * s.d], cols, (0, s.d), panel);
     }
+    // The keys each panel's queries see, and the first query of each panel's place.
+    let depths: Vec<usize> = (0..panels)
+        .map(|g| first.map_or(s.keys, |f| f + rows.min((g + 1) * nr)))
+        .collect();
+    let hide = |scores: &mut [f32], value: f32| {
+        if let Some(f) = first {
+            let panels = scores.chunks_exact_mut(s.keys_pad * nr).zip(&depths);
+            for (g, (panel, &depth)) in panels.enumerate() {
+                hide_future(panel, (f + g * nr, depth), nr, value);
+            }
+        }
+    };
     BUFFERS.with_borrow_mut(|(scores, out_t)| {
         grow(scores, panels * s.keys_pad * nr);
         grow(out_t, panels * s.d_pad * nr);
         let scores = &mut scores[..panels * s.keys_pad * nr];
         let out_t = &mut out_t[..panels * s.d_pad * nr];
-        score::<M>(&qp, kv, s, scores);
+        score::<M>(&qp, kv, (s, &depths), scores);
+        hide(scores, f32::NEG_INFINITY);
+        // Each column's largest score is a key it sees, so its sum is at least 1 before the hidden keys' (clamped)
+        // exponentials of about 1e-38 join it, which leaves it as it was; the hidden keys are then weighed by 0.
         let sums: Vec<f32> = scores
             .chunks_exact_mut(s.keys_pad * nr)
-            .flat_map(|panel| softmax_columns(&mut panel[..s.keys * nr], nr, s.level))
+            .zip(&depths)
+            .flat_map(|(panel, &depth)| softmax_columns(&mut panel[..depth * nr], nr, s.level))
             .collect();
-        weigh::<M>(scores, kv, s, out_t);
+        hide(scores, 0.0);
+        weigh::<M>(scores, kv, (s, &depths), out_t);
         let mut o = vec![0f32; rows * s.d];
         for (i, row) in o.chunks_exact_mut(s.d).enumerate() {
             let (g, c) = (i / nr, i % nr);
@@ -181,15 +208,21 @@ fn grow(v: &mut Vec<f32>, len: usize) {
     }
 }
 
-/// The scores of every key (rows, `MR` at a time) against every packed query panel `qp` (columns): panel `g`'s
-/// scores at `scores[g · keys_pad · NR..]`, key `j`'s `NR` queries at `j · NR`.
-fn score<M: Micro>(qp: &[f32], kv: &KeysValues, s: Shape, scores: &mut [f32]) {
+/// The scores of the keys (rows, `MR` at a time) against every packed query panel `qp` (columns), panel `g` over
+/// its first `depths[g]` keys (rounded up to whole key panels): its scores at `scores[g · keys_pad · NR..]`, key
+/// `j`'s `NR` queries at `j · NR`.
+fn score<M: Micro>(
+    qp: &[f32],
+    kv: &KeysValues,
+    (s, depths): (Shape, &[usize]),
+    scores: &mut [f32],
+) {
     let nr = M::NR;
     for (t, keys) in kv.keys.chunks_exact(M::MR * s.d).enumerate() {
-        for (panel, sp) in qp
+        let panels = qp
             .chunks_exact(nr * s.d)
-            .zip(scores.chunks_exact_mut(s.keys_pad * nr))
-        {
+            .zip(scores.chunks_exact_mut(s.keys_pad * nr));
+        for ((panel, sp), _) in panels.zip(depths).filter(|x| t * M::MR < *x.1) {
             // SAFETY: the packed kernel's tile runs on this CPU (the caller's `Isa`); the key panel holds d × MR
             // values, the query panel d × NR, and the scores MR rows of NR from the panel's key t · MR.
             unsafe {
@@ -207,22 +240,28 @@ fn score<M: Micro>(qp: &[f32], kv: &KeysValues, s: Shape, scores: &mut [f32]) {
 }
 
 /// Each panel's output transposed (value dimensions × NR queries, `d_pad` rows) at `out_t[g · d_pad · NR..]`:
-/// valuesᵀ × the panel's probabilities, in blocks of `KC` keys added in order.
-fn weigh<M: Micro>(scores: &[f32], kv: &KeysValues, s: Shape, out_t: &mut [f32]) {
+/// valuesᵀ × the panel's probabilities over its first `depths[g]` keys, in blocks of `KC` keys added in order.
+fn weigh<M: Micro>(
+    scores: &[f32],
+    kv: &KeysValues,
+    (s, depths): (Shape, &[usize]),
+    out_t: &mut [f32],
+) {
     let nr = M::NR;
     for pc in (0..s.keys).step_by(M::KC) {
         let kc = M::KC.min(s.keys - pc);
         let block = &kv.values_t[pc * s.d_pad..][..s.d_pad * kc];
         for (t, values) in block.chunks_exact(M::MR * kc).enumerate() {
-            for (sp, op) in scores
+            let panels = scores
                 .chunks_exact(s.keys_pad * nr)
-                .zip(out_t.chunks_exact_mut(s.d_pad * nr))
-            {
-                // SAFETY: as in `score`; the values panel holds kc × MR values, the probabilities from key pc hold
-                // kc rows of NR (pc + kc ≤ keys), the output MR rows of NR from row t · MR.
+                .zip(out_t.chunks_exact_mut(s.d_pad * nr));
+            for ((sp, op), &depth) in panels.zip(depths).filter(|x| pc < *x.1) {
+                // SAFETY: as in `score`; the values panel holds kc × MR values (its first depths are those of a
+                // shorter block), the probabilities from key pc hold kc rows of NR (pc + kc ≤ keys), the output MR
+                // rows of NR from row t · MR.
                 unsafe {
                     M::kernel(
-                        kc,
+                        kc.min(depth - pc),
                         values.as_ptr(),
                         sp[pc * nr..].as_ptr(),
                         op[t * M::MR * nr..].as_mut_ptr(),
@@ -232,6 +271,16 @@ fn weigh<M: Micro>(scores: &[f32], kv: &KeysValues, s: Shape, out_t: &mut [f32])
                 };
             }
         }
+    }
+}
+
+/// Set the scores of the keys that causal attention hides from each query of a panel to `value`: the panel's
+/// column `c` (query `first + c` of the sequence, keys counted with the prefix) sees keys up to `first + c`, and
+/// the panel holds `depth` keys.
+fn hide_future(panel: &mut [f32], (first, depth): (usize, usize), nr: usize, value: f32) {
+    for j in first + 1..depth {
+        let hidden = (j - first).min(nr);
+        panel[j * nr..j * nr + hidden].fill(value);
     }
 }
 
@@ -366,93 +415,124 @@ mod tests {
             .collect()
     }
 
-    /// Each tile this CPU runs, against an f64 reference: a cached prefix, more keys than one depth block of the
-    /// tile (so several blocks of the second product), query rows not a whole number of panels, grouped KV heads,
-    /// and a head dimension that is not a whole number of tile rows; the second segment's result is the same bits
-    /// as when it is attended alone.
+    /// Two segments of four heads of 72 dims over two KV heads: 45 rows, then 437 rows after a cached prefix of
+    /// 300 keys (more keys than one depth block of a tile).
+    struct Case {
+        heads: usize,
+        kv_heads: usize,
+        d: usize,
+        first: usize,
+        n: usize,
+        p: usize,
+        cap: usize,
+        /// Queries, keys and values of the rows, then the prefix's keys and values.
+        data: [Vec<f32>; 5],
+    }
+
+    impl Case {
+        fn new() -> Self {
+            let (heads, kv_heads, d, first, n, p, cap) = (4, 2, 72, 45, 482, 300, 310);
+            let len = |i| match i {
+                0 => n * heads * d,
+                1 | 2 => n * kv_heads * d,
+                _ => kv_heads * cap * d,
+            };
+            Self {
+                heads,
+                kv_heads,
+                d,
+                first,
+                n,
+                p,
+                cap,
+                data: std::array::from_fn(|i| values(len(i), i + 1)),
+            }
+        }
+
+        /// Row `i`'s head `h` attended over the keys it sees, in f64.
+        fn expected(&self, i: usize, h: usize, (causal, scale): (bool, f32)) -> Vec<f64> {
+            let (d, kh) = (self.d, h / (self.heads / self.kv_heads));
+            let [qs, ks, vs, pk, pv] = &self.data;
+            let row = |j: usize| j * self.kv_heads + kh;
+            let (own, prefix) = if i < self.first {
+                (0..self.first, 0)
+            } else {
+                (self.first..self.n, self.p)
+            };
+            let last = if causal { i + 1 } else { own.end };
+            let (keys, vals): (Vec<&[f32]>, Vec<&[f32]>) = (0..prefix)
+                .map(|j| {
+                    (
+                        vec_of(pk, kh * self.cap + j, d),
+                        vec_of(pv, kh * self.cap + j, d),
+                    )
+                })
+                .chain((own.start..last).map(|j| (vec_of(ks, row(j), d), vec_of(vs, row(j), d))))
+                .unzip();
+            reference(vec_of(qs, i * self.heads + h, d), &keys, &vals, scale)
+        }
+    }
+
+    /// Each tile this CPU runs on each vector path, causal and not, against an f64 reference (a cached prefix,
+    /// query rows not a whole number of panels, grouped KV heads, a head dimension that is not a whole number of
+    /// tile rows); the second segment's result is the same bits as when it is attended alone.
     #[test]
     fn every_tile_matches_the_reference_and_each_segment_stands_alone() {
-        let (heads, kv_heads, d, scale) = (4, 2, 72, 0.09f32);
-        let (first, second, p, cap) = (45, 437, 300, 310);
-        let n = first + second;
-        let (qs, ks, vs) = (
-            values(n * heads * d, 1),
-            values(n * kv_heads * d, 2),
-            values(n * kv_heads * d, 3),
-        );
-        let (pk, pv) = (values(kv_heads * cap * d, 4), values(kv_heads * cap * d, 5));
+        let (c, scale) = (Case::new(), 0.09f32);
+        let (first, n, d) = (c.first, c.n, c.d);
+        let [qs, ks, vs, pk, pv] = &c.data;
         let seg = |start, len| VarlenSeg {
             start,
             len,
             prefix: None,
         };
-        let segs = [seg(0, first), seg(first, second)];
-        let prefixes = [None, Some((pk.clone(), pv.clone(), cap, p))];
-        let inp = Inputs {
-            qs: &qs,
-            ks: &ks,
-            vs: &vs,
-            segs: &segs,
-            prefixes: &prefixes,
-            causal: false,
-            scale,
-            packed: None,
-        };
-        for isa in Isa::all_supported() {
-            for level in Level::supported() {
-                let dims = Dims {
-                    heads,
-                    kv_heads,
-                    d,
-                    level,
-                };
-                let mut out = vec![0f32; n * heads * d];
-                attend(&inp, 0, dims, isa, &mut out);
-                attend(&inp, 1, dims, isa, &mut out);
-                for (i, h) in (0..n).flat_map(|i| (0..heads).map(move |h| (i, h))) {
-                    let kh = h / (heads / kv_heads);
-                    let row = |j: usize| j * kv_heads + kh;
-                    let (keys, vals): (Vec<&[f32]>, Vec<&[f32]>) = if i < first {
-                        (0..first)
-                            .map(|j| (vec_of(&ks, row(j), d), vec_of(&vs, row(j), d)))
-                            .unzip()
-                    } else {
-                        (0..p)
-                            .map(|j| (vec_of(&pk, kh * cap + j, d), vec_of(&pv, kh * cap + j, d)))
-                            .chain(
-                                (first..n)
-                                    .map(|j| (vec_of(&ks, row(j), d), vec_of(&vs, row(j), d))),
-                            )
-                            .unzip()
-                    };
-                    let at = (i * heads + h) * d;
-                    let want = reference(&qs[at..at + d], &keys, &vals, scale);
-                    for (c, w) in want.iter().enumerate() {
-                        let got = out[at + c] as f64;
-                        assert!(
-                            (got - w).abs() < 2e-6,
-                            "{isa:?} {level:?} row {i} head {h} dim {c}: {got} vs {w}"
-                        );
-                    }
+        let segs = [seg(0, first), seg(first, n - first)];
+        let prefixes = [None, Some((pk.clone(), pv.clone(), c.cap, c.p))];
+        for (isa, level, causal) in Isa::all_supported().into_iter().flat_map(|isa| {
+            Level::supported()
+                .into_iter()
+                .flat_map(move |l| [(isa, l, false), (isa, l, true)])
+        }) {
+            let inp = Inputs {
+                qs,
+                ks,
+                vs,
+                segs: &segs,
+                prefixes: &prefixes,
+                causal,
+                scale,
+                packed: None,
+            };
+            let (heads, kv_heads) = (c.heads, c.kv_heads);
+            let dims = Dims {
+                heads,
+                kv_heads,
+                d,
+                level,
+            };
+            let mut out = vec![0f32; n * heads * d];
+            attend(&inp, 0, dims, isa, &mut out);
+            attend(&inp, 1, dims, isa, &mut out);
+            for (i, h) in (0..n).flat_map(|i| (0..heads).map(move |h| (i, h))) {
+                let want = c.expected(i, h, (causal, scale));
+                let got = vec_of(&out, i * heads + h, d);
+                for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+                    let at = format!("{isa:?} {level:?} causal {causal} row {i} head {h} dim {k}");
+                    assert!((*g as f64 - w).abs() < 2e-6, "{at}: {g} vs {w}");
                 }
-                let alone_segs = [seg(0, second)];
-                let (q2, k2, v2) = (
-                    &qs[first * heads * d..],
-                    &ks[first * kv_heads * d..],
-                    &vs[first * kv_heads * d..],
-                );
-                let alone = Inputs {
-                    qs: q2,
-                    ks: k2,
-                    vs: v2,
-                    segs: &alone_segs,
-                    prefixes: &prefixes[1..],
-                    ..inp
-                };
-                let mut out2 = vec![0f32; second * heads * d];
-                attend(&alone, 0, dims, isa, &mut out2);
-                assert_eq!(out2, out[first * heads * d..], "{isa:?} {level:?}");
             }
+            let alone_segs = [seg(0, n - first)];
+            let alone = Inputs {
+                qs: &qs[first * heads * d..],
+                ks: &ks[first * kv_heads * d..],
+                vs: &vs[first * kv_heads * d..],
+                segs: &alone_segs,
+                prefixes: &prefixes[1..],
+                ..inp
+            };
+            let mut out2 = vec![0f32; (n - first) * heads * d];
+            attend(&alone, 0, dims, isa, &mut out2);
+            assert_eq!(out2, out[first * heads * d..], "{isa:?} {level:?} {causal}");
         }
     }
 }
