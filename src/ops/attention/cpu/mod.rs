@@ -162,7 +162,21 @@ fn varlen_attention_at(
                     scale,
                     packed,
                 };
-                tiled::attend(&inputs, &long, dims, &mut out);
+                // Segments the plan puts on transposed scores, one at a time (only its keys and values are held
+                // packed); the rest in query blocks.
+                let (transposed, blocks): (Vec<usize>, Vec<usize>) = match packed {
+                    Some(PackedPlan {
+                        min_keys,
+                        transposed: Some(_),
+                    }) => long.iter().partition(|&&s| keys(s) >= min_keys),
+                    _ => (Vec::new(), long),
+                };
+                if let Some(isa) = packed.and_then(|p| p.transposed) {
+                    for si in transposed {
+                        transposed::attend(&inputs, si, dims, isa, &mut out);
+                    }
+                }
+                tiled::attend(&inputs, &blocks, dims, &mut out);
                 let items: Vec<(usize, usize)> = short
                     .iter()
                     .flat_map(|&s| (0..kv_heads).map(move |h| (s, h)))

@@ -7,10 +7,11 @@
 //! outgrow them (a full-attention layer of the vision tower sees 5,088 keys per 1080×2400 screenshot).
 //!
 //! Where the run attends on the packed kernel ([`crate::ops::gemm::packed`], [`super::Tiles`]), segments of at
-//! least the plan's keys run on it instead ([`super::PackedPlan`]): with the scores transposed where
-//! the plan says so ([`transposed`]), otherwise each KV head's keys and values are packed once per segment, blocks
-//! of query rows (a whole number of register tiles) sized so that their scores stay in L2 take their scores from
-//! the packed keys into a per-thread buffer, and each output row is divided by its sum of exponentials at the end.
+//! least the plan's keys run on it instead ([`super::PackedPlan`]; those whose plan transposes the scores go to
+//! `super::transposed` before this module sees them): each KV head's keys and values are packed once per segment,
+//! blocks of query rows (a whole number of register tiles) sized so that their scores stay in L2 take their scores
+//! from the packed keys into a per-thread buffer, and each output row is divided by its sum of exponentials at the
+//! end.
 //!
 //! Each (segment, head, block) is computed on its own, with shapes that depend only on that segment, so a
 //! sequence's result does not depend on the batch around it.
@@ -18,7 +19,7 @@
 use gemm::{gemm, Parallelism};
 use rayon::prelude::*;
 
-use super::{kernels, transposed, Dims, PackedPlan, Prefix};
+use super::{kernels, Dims, PackedPlan, Prefix};
 use crate::ops::gemm::packed::{active, gemm_nt_packed, Isa, PackedW};
 use crate::ops::VarlenSeg;
 
@@ -109,10 +110,6 @@ pub(super) fn attend(inp: &Inputs<'_>, which: &[usize], dims: Dims, out: &mut [f
         .partition(|&&si| inp.packed.is_some_and(|p| keys(si) >= p.min_keys));
     // One segment at a time, so that only its keys and values are held packed.
     for si in packed {
-        if let Some(isa) = inp.packed.and_then(|p| p.transposed) {
-            transposed::attend(inp, si, dims, isa, out);
-            continue;
-        }
         let kv: Vec<(PackedW, PackedW)> = (0..dims.kv_heads)
             .into_par_iter()
             .map(|kh| pack_kv(inp, si, kh, dims))
