@@ -116,8 +116,8 @@ fn pack<M: Micro>(inp: &Inputs<'_>, sk: (usize, usize), dims: Dims, s: Shape) ->
         for p in 0..kc {
             let v = value(pc + p);
             for (t, panel) in block.chunks_exact_mut(M::MR * kc).enumerate() {
-                let dims = t * M::MR..s.d.min((t + 1) * M::MR);
-                panel[p * M::MR..][..dims.len()].copy_from_slice(&v[dims]);
+                let rows = t * M::MR..s.d.min((t + 1) * M::MR);
+                panel[p * M::MR..][..rows.len()].copy_from_slice(&v[rows]);
             }
         }
     }
