@@ -358,6 +358,12 @@ fn ops_settings_are_recorded_and_the_profiler_follows_its_setting() {
     // The attention tiles take the packed kernel wherever the CPU runs it, whatever the built-in GEMM.
     let packed = mobile_r1_eval::ops::gemm::packed::supported();
     assert_eq!(m.cpu_attention_packed_min_keys.is_some(), packed);
+    // With the AVX-512 tile the packed attention transposes the scores; the manifest says how.
+    let avx512 = mobile_r1_eval::ops::gemm::packed::active()
+        == Some(mobile_r1_eval::ops::gemm::packed::Isa::Avx512);
+    let plan = m.cpu_attention_packed.as_deref().unwrap_or("");
+    assert_eq!(plan.is_empty(), !packed, "{plan}");
+    assert_eq!(plan.contains("transposed scores"), avx512, "{plan}");
     let json = serde_json::to_value(&m).unwrap();
     for key in [
         "fused",

@@ -115,6 +115,26 @@ pub(crate) fn describe_packed_plan(tiles: Tiles) -> Option<String> {
     })
 }
 
+/// The segments `long` through GEMM tiles: those the plan puts on transposed scores one at a time (only that
+/// segment's keys and values are held packed), the rest in query blocks.
+fn attend_long(inputs: &tiled::Inputs<'_>, long: Vec<usize>, dims: Dims, out: &mut [f32]) {
+    let mut blocks = long;
+    if let Some(PackedPlan {
+        min_keys,
+        transposed: Some(isa),
+    }) = inputs.packed
+    {
+        let wide;
+        (wide, blocks) = blocks
+            .into_iter()
+            .partition(|&s| inputs.keys(s) >= min_keys);
+        for si in wide {
+            transposed::attend(inputs, si, dims, isa, out);
+        }
+    }
+    tiled::attend(inputs, &blocks, dims, out);
+}
+
 /// [`varlen_attention`] on the vector path `level`, which must be one the CPU supports (at most [`Level::detect`]),
 /// with segments of at least `tiled` keys through GEMM tiles, and those `packed` names (where given) through tiles
 /// on the packed kernel, which needs AVX2/FMA.
@@ -149,9 +169,6 @@ fn varlen_attention_at(
     with_f32(q, |qs| {
         with_f32(k, |ks| {
             with_f32(v, |vs| {
-                let keys = |s: usize| segs[s].len + prefixes[s].as_ref().map_or(0, |x| x.3);
-                let (long, short): (Vec<usize>, Vec<usize>) =
-                    (0..segs.len()).partition(|&s| keys(s) >= tiled_min_keys);
                 let inputs = tiled::Inputs {
                     qs,
                     ks,
@@ -162,21 +179,9 @@ fn varlen_attention_at(
                     scale,
                     packed,
                 };
-                // Segments the plan puts on transposed scores, one at a time (only its keys and values are held
-                // packed); the rest in query blocks.
-                let (transposed, blocks): (Vec<usize>, Vec<usize>) = match packed {
-                    Some(PackedPlan {
-                        min_keys,
-                        transposed: Some(_),
-                    }) => long.iter().partition(|&&s| keys(s) >= min_keys),
-                    _ => (Vec::new(), long),
-                };
-                if let Some(isa) = packed.and_then(|p| p.transposed) {
-                    for si in transposed {
-                        transposed::attend(&inputs, si, dims, isa, &mut out);
-                    }
-                }
-                tiled::attend(&inputs, &blocks, dims, &mut out);
+                let (long, short): (Vec<usize>, Vec<usize>) =
+                    (0..segs.len()).partition(|&s| inputs.keys(s) >= tiled_min_keys);
+                attend_long(&inputs, long, dims, &mut out);
                 let items: Vec<(usize, usize)> = short
                     .iter()
                     .flat_map(|&s| (0..kv_heads).map(move |h| (s, h)))

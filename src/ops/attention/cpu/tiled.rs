@@ -104,10 +104,9 @@ impl Inputs<'_> {
 
 /// Attention of segments `which` into `out` (N, heads, d).
 pub(super) fn attend(inp: &Inputs<'_>, which: &[usize], dims: Dims, out: &mut [f32]) {
-    let keys = |si: usize| inp.keys(si);
     let (packed, by_crate): (Vec<usize>, Vec<usize>) = which
         .iter()
-        .partition(|&&si| inp.packed.is_some_and(|p| keys(si) >= p.min_keys));
+        .partition(|&&si| inp.packed.is_some_and(|p| inp.keys(si) >= p.min_keys));
     // One segment at a time, so that only its keys and values are held packed.
     for si in packed {
         let kv: Vec<(PackedW, PackedW)> = (0..dims.kv_heads)
@@ -117,7 +116,7 @@ pub(super) fn attend(inp: &Inputs<'_>, which: &[usize], dims: Dims, out: &mut [f
         let group = dims.heads / dims.kv_heads;
         // As many query rows as keep their scores within the budget, a whole number of register tiles.
         let (mr, budget) = packed_blocking();
-        let tile = (budget / keys(si)).clamp(mr, TILE) / mr * mr;
+        let tile = (budget / inp.keys(si)).clamp(mr, TILE) / mr * mr;
         run_items(inp, &[si], tile, dims, out, |it| {
             block_packed(inp, it, dims, &kv[it.head / group])
         });

@@ -381,14 +381,8 @@ mod vector {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::gemm::packed::check::values;
     use crate::ops::VarlenSeg;
-
-    /// `len` values in [-1, 1), different for each `seed`.
-    fn values(len: usize, seed: usize) -> Vec<f32> {
-        (0..len)
-            .map(|i| ((i * 7919 + seed * 104_729) % 2000) as f32 / 1000.0 - 1.0)
-            .collect()
-    }
 
     /// Vector `i` of `d` values in `data`.
     fn vec_of(data: &[f32], i: usize, d: usize) -> &[f32] {

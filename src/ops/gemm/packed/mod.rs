@@ -340,7 +340,7 @@ unsafe fn run_tile<M: Micro>(
 
 /// What the CPU GEMM kernels' tests share: inputs, and the check against an f64 reference.
 #[cfg(test)]
-pub(super) mod check {
+pub(crate) mod check {
     use std::ops::Range;
 
     /// `len` values in [-1, 1), different for each `seed`.
