@@ -82,13 +82,15 @@ pub struct BlasChoice {
 /// it by its variant's name (`PerSequence`, `Padded`, `Fused`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum DecodeAttention {
-    /// One small composed attention per sequence over its exact cache (no copies; the CPU's choice).
+    /// One small composed attention per sequence over its exact cache (the CPU's choice where the fused one does
+    /// not cover the shape).
     PerSequence,
     /// One composed attention over caches padded to the longest, with a length mask (fewer kernel launches;
     /// the choice on GPUs without a fused kernel for the head shape).
     Padded,
-    /// One launch per layer of the project's CUDA kernel: it writes every new K/V and attends over each
-    /// sequence's own cache, no padding and no copies (the choice on CUDA where the kernel covers the shape).
+    /// The project's fused decode attention: it writes every new K/V and attends over each sequence's own cache,
+    /// no padding and no copies; on CUDA one kernel launch per layer, on the CPU one pass per (sequence, KV head,
+    /// chunk of keys) reading f32 or bf16 buffers directly (the choice wherever it covers the shape).
     Fused,
 }
 

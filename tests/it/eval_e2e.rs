@@ -251,10 +251,7 @@ fn a_separate_judge_model_answers_the_aggregation_prompts() {
             .map(str::len),
         Some(64)
     );
-    assert_eq!(
-        manifest["backend"]["ops"]["decode_attention"],
-        "PerSequence"
-    );
+    assert_eq!(manifest["backend"]["ops"]["decode_attention"], "Fused");
     // Resuming a finished run redoes nothing and keeps every line.
     ok(&eval(
         &out,

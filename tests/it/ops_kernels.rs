@@ -248,20 +248,26 @@ fn decode_attention_writes_the_new_position_and_attends_over_it() {
         .collect();
     let t = |v: &[f32], s: (usize, usize, usize)| Tensor::from_slice(v, s, &dev).unwrap();
     let scale = 0.5;
-    // The CPU's choice (one composed attention per sequence), then the padded path forced, and the fused kernel
-    // asked for where it does not exist; the zero-length cache's buffer is shorter than the longest, so the
-    // padded path pads it and views the others.
+    // The CPU's choice (the fused CPU decode with the fused ops on, one composed attention per sequence without
+    // them), the composed and padded paths forced, and the fused path asked for with the fused ops off; the
+    // zero-length cache's buffer is shorter than the longest, so the padded path pads it and views the others.
     for (fused, path, want) in [
-        (true, None, DecodeAttention::PerSequence),
+        (true, None, DecodeAttention::Fused),
         (false, None, DecodeAttention::PerSequence),
+        (
+            true,
+            Some(DecodeAttention::PerSequence),
+            DecodeAttention::PerSequence,
+        ),
         (true, Some(DecodeAttention::Padded), DecodeAttention::Padded),
         (
             false,
             Some(DecodeAttention::Padded),
             DecodeAttention::Padded,
         ),
+        (true, Some(DecodeAttention::Fused), DecodeAttention::Fused),
         (
-            true,
+            false,
             Some(DecodeAttention::Fused),
             DecodeAttention::PerSequence,
         ),
@@ -424,11 +430,17 @@ fn every_kernel_matches_its_reference_on_this_machine() {
         } else if !fused_kernels {
             assert_eq!(fused, Vec::<&str>::new(), "the fused paths are off");
         } else {
-            // On the CPU the f32 varlen attention, SwiGLU and q/k/v + rotary have fused implementations.
-            assert_eq!(fused.len(), 3 + 5 + 3, "{fused:?}");
-            assert!(fused.iter().all(|c| ["varlen", "swiglu_packed", "qkv_rope"]
-                .iter()
-                .any(|p| c.starts_with(p))));
+            // On the CPU the f32 varlen attention, SwiGLU and q/k/v + rotary have fused implementations, and
+            // the decode attention in f32 and bf16.
+            assert_eq!(fused.len(), 3 + 5 + 3 + 2 * 4, "{fused:?}");
+            assert!(fused.iter().all(|c| [
+                "varlen",
+                "swiglu_packed",
+                "qkv_rope",
+                "decode_attention"
+            ]
+            .iter()
+            .any(|p| c.starts_with(p))));
             eprintln!("no CUDA device: the CUDA kernels were not exercised (run `self-test --device cuda` on a GPU)");
         }
     }

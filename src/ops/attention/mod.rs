@@ -92,6 +92,8 @@ enum StepPath {
     /// Longest length after this step and the (B, 1, lmax) additive mask hiding each sequence's tail.
     Padded(usize, Tensor),
     Fused(Box<DecodePlan>),
+    /// The fused CPU decode attention ([`cpu::decode`]).
+    FusedCpu,
 }
 
 impl DecodeStep<'_> {
@@ -100,7 +102,7 @@ impl DecodeStep<'_> {
         match self.how {
             StepPath::PerSequence => DecodeAttention::PerSequence,
             StepPath::Padded(..) => DecodeAttention::Padded,
-            StepPath::Fused(_) => DecodeAttention::Fused,
+            StepPath::Fused(_) | StepPath::FusedCpu => DecodeAttention::Fused,
         }
     }
 
@@ -120,6 +122,7 @@ impl DecodeStep<'_> {
             .ok_or_else(|| candle_core::Error::Msg(format!("decode step: no layer {layer}")))?;
         match &self.how {
             StepPath::Fused(plan) => plan.attend(q, k_new, v_new, layer, scale),
+            StepPath::FusedCpu => cpu::decode::attention(q, (k_new, v_new), kv, scale),
             StepPath::PerSequence if self.widen => {
                 bf16::decode_attention(q, (k_new, v_new), kv, scale, self.budget)
             }
@@ -131,6 +134,17 @@ impl DecodeStep<'_> {
             }
         }
     }
+}
+
+/// The bf16 decode attention on f32 copies, for the fused CPU path's timing.
+#[cfg(test)]
+pub(crate) fn bf16_decode_for_timing(
+    q: &Tensor,
+    new: (&Tensor, &Tensor),
+    kv: &[DecodeKv<'_>],
+    scale: f32,
+) -> Tensor {
+    bf16::decode_attention(q, new, kv, scale, composed::DEFAULT_MAX_SCORE_ELEMS).unwrap()
 }
 
 /// One segment of a packed varlen attention: rows `start..start+len` of q/k/v, optionally continuing a cached
@@ -196,8 +210,9 @@ impl Ops {
         composed::varlen(a, self.attention_budget)
     }
 
-    /// Whether decode attention has a fused kernel for these shapes on this device: CUDA, fused ops on,
-    /// head_dim 32, 64 or 128, at most 8 query heads per KV head.
+    /// Whether decode attention has a fused kernel for these shapes on this device, the fused ops on: CUDA with
+    /// head_dim 32, 64 or 128 and at most 8 query heads per KV head, or the CPU in f32 or bf16 with head_dim a
+    /// multiple of 8 ([`cpu::decode`]).
     pub(crate) fn fused_decode_supported(
         &self,
         device: &Device,
@@ -205,13 +220,14 @@ impl Ops {
         head_dim: usize,
         group: usize,
     ) -> bool {
-        self.on_kernel_path(device, dtype)
+        (self.on_kernel_path(device, dtype)
             && matches!(head_dim, 32 | 64 | 128)
-            && (1..=8).contains(&group)
+            && (1..=8).contains(&group))
+            || (self.config.fused_kernels && cpu::decode::supported(device, dtype, head_dim))
     }
 
     /// The decode attention chosen for this device and shape: the fused kernel where it covers them, else one
-    /// attention per sequence on the CPU and a padded batch elsewhere.
+    /// composed attention per sequence on the CPU and a padded batch elsewhere.
     pub(crate) fn decode_attention_path(
         &self,
         device: &Device,
@@ -245,6 +261,7 @@ impl Ops {
             None => auto,
         };
         let how = match path {
+            DecodeAttention::Fused if device.is_cpu() => StepPath::FusedCpu,
             DecodeAttention::Fused => StepPath::Fused(Box::new(DecodePlan::new(dtype, &layers)?)),
             DecodeAttention::PerSequence => StepPath::PerSequence,
             DecodeAttention::Padded => {
@@ -266,7 +283,7 @@ impl Ops {
     /// One decode step of attention for B sequences with separate KV buffers (one layer): writes each
     /// sequence's new K/V (`k_new`, `v_new`: (B, kv_heads, head_dim)) at position `len` of its buffers, then
     /// attends its queries `q` (B, kv_heads·group, head_dim) over positions `0..=len`. Returns
-    /// (B, heads, head_dim). One launch where [`Self::fused_decode_supported`] holds.
+    /// (B, heads, head_dim). One fused call where [`Self::fused_decode_supported`] holds.
     pub fn decode_attention(
         &self,
         q: &Tensor,

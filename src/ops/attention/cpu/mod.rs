@@ -313,6 +313,7 @@ fn scatter(
     }
 }
 
+pub(super) mod decode;
 mod kernels;
 mod tiled;
 mod transposed;
