@@ -4,17 +4,17 @@
 use candle_core::{Result, Shape, Storage, Tensor};
 use rayon::prelude::*;
 
-/// The `n` f32 values of a contiguous CPU tensor's storage, from its layout's start.
-pub(super) fn cpu_slice<'a>(
+/// The `n` values of a contiguous CPU tensor's storage (f32 unless named), from its layout's start.
+pub(super) fn cpu_slice<'a, T: candle_core::WithDType>(
     storage: &'a Storage,
     layout: &candle_core::Layout,
     n: usize,
-) -> Result<&'a [f32]> {
+) -> Result<&'a [T]> {
     let Storage::Cpu(cs) = storage else {
         candle_core::bail!("fused CPU op: expected a CPU tensor");
     };
     let start = layout.start_offset();
-    Ok(&cs.as_slice::<f32>()?[start..start + n])
+    Ok(&cs.as_slice::<T>()?[start..start + n])
 }
 
 /// Run `f` on the f32 data of a CPU tensor (made contiguous).

@@ -83,8 +83,8 @@ pub fn bias_residual(y: &Tensor, b: &Tensor, r: &Tensor) -> Result<Tensor> {
     let (ys, yl) = y.storage_and_layout();
     let (rs, rl) = r.storage_and_layout();
     let (yd, rd) = (
-        cpu_slice(&ys, yl, y.elem_count())?,
-        cpu_slice(&rs, rl, r.elem_count())?,
+        cpu_slice::<f32>(&ys, yl, y.elem_count())?,
+        cpu_slice::<f32>(&rs, rl, r.elem_count())?,
     );
     let mut out = vec![0f32; yd.len()];
     if width > 0 {

@@ -1,8 +1,10 @@
 //! The elementwise ops of the model: Qwen2's RMSNorm, the bias epilogues of the linear layers, SwiGLU of a packed
 //! `[gate | up]` projection, the bias plus tanh-GELU of the Qwen3-VL tower's MLP and the q/k/v split with its bias
 //! and rotary. [`Ops`] picks each call's path: the CUDA
-//! kernel, the fused CPU loop ([`cpu`]) or the candle reference ([`reference`](mod@reference)).
+//! kernel, the fused CPU loop ([`cpu`], f32), the fused bias additions of bf16 on the CPU ([`bf16`], the rest of
+//! the op composed) or the candle reference ([`reference`](mod@reference)).
 
+mod bf16;
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
@@ -59,6 +61,9 @@ impl Ops {
         if self.kernel_for(y) && b.dtype() == y.dtype() {
             return cuda::bias_op("bias_add", &[y], &[b]);
         }
+        if self.bf16_epilogue(&[y, b]) {
+            return bf16::bias_add(y, b);
+        }
         reference::bias_add(y, b)
     }
 
@@ -75,6 +80,9 @@ impl Ops {
         {
             return cpu::swiglu_packed(gu, bias);
         }
+        if let Some(b) = bias.filter(|b| self.bf16_epilogue(&[gu, b])) {
+            return reference::swiglu_packed(&bf16::bias_add(gu, b)?, None);
+        }
         reference::swiglu_packed(gu, bias)
     }
 
@@ -83,6 +91,9 @@ impl Ops {
     pub fn bias_gelu_tanh(&self, y: &Tensor, b: &Tensor) -> Result<Tensor> {
         if self.config.fused_kernels && cpu::supported(&[y, b]) {
             return gelu::bias_gelu_tanh(y, b);
+        }
+        if self.bf16_epilogue(&[y, b]) {
+            return bf16::bias_add(y, b)?.gelu();
         }
         reference::bias_gelu_tanh(y, b)
     }
@@ -95,6 +106,9 @@ impl Ops {
         }
         if self.config.fused_kernels && cpu::supported(&[y, b, r]) && r.dims() == y.dims() {
             return cpu::bias_residual(y, b, r);
+        }
+        if self.bf16_epilogue(&[y, b, r]) && r.dims() == y.dims() {
+            return bf16::bias_residual(y, b, r);
         }
         reference::bias_residual(y, b, r)
     }
@@ -115,7 +129,15 @@ impl Ops {
         if self.config.fused_kernels && cpu::supported(&[a.y, a.bias, a.cos, a.sin]) {
             return cpu::qkv_rope(a);
         }
+        if self.bf16_epilogue(&[a.y, a.bias]) {
+            return reference::qkv_rope_biased(&bf16::bias_add(a.y, a.bias)?, a);
+        }
         reference::qkv_rope(a)
+    }
+
+    /// Whether the bias additions of bf16 CPU tensors take the fused pass ([`bf16`]): the fused ops on.
+    fn bf16_epilogue(&self, tensors: &[&Tensor]) -> bool {
+        self.config.fused_kernels && bf16::supported(tensors)
     }
 }
 

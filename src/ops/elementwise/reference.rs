@@ -48,9 +48,16 @@ pub fn bias_gelu_tanh(y: &Tensor, b: &Tensor) -> Result<Tensor> {
 
 /// [`crate::ops::Ops::qkv_rope`] composed: bias, split, candle's `rope_thd` on q and k in the tables' dtype.
 pub fn qkv_rope(a: super::QkvRope<'_>) -> Result<(Tensor, Tensor, Tensor)> {
+    qkv_rope_biased(&a.y.broadcast_add(a.bias)?, a)
+}
+
+/// [`qkv_rope`] on `x`, the projection `a.y` with its bias already added.
+pub(super) fn qkv_rope_biased(
+    x: &Tensor,
+    a: super::QkvRope<'_>,
+) -> Result<(Tensor, Tensor, Tensor)> {
     let (n, d) = a.dims()?;
     let (heads, kv_heads) = (a.heads, a.kv_heads);
-    let x = a.y.broadcast_add(a.bias)?;
     let part = |first: usize, count: usize| -> Result<Tensor> {
         x.narrow(1, first * d, count * d)?
             .reshape((n, count, d))?
