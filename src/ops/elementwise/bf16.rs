@@ -1,6 +1,6 @@
-//! The bias epilogues of bf16 activations on the CPU as one parallel pass over the rows: each addition in f32 and
-//! rounded to bf16 (to nearest, ties to even), exactly as the composed reference's bf16 ops round each op, so the
-//! same bits. The composed ops widen and round 8 values per call of an intrinsic the binary was not compiled to
+//! The bias epilogues and the RMSNorm of bf16 activations on the CPU as one parallel pass over the rows: each op
+//! in f32 and rounded to bf16 (to nearest, ties to even), exactly as the composed reference's bf16 ops round each
+//! op, so the same bits. The composed ops widen and round 8 values per call of an intrinsic the binary was not compiled to
 //! inline; here the rounding is a few integer operations the compiler vectorises.
 
 use candle_core::{DType, Result, Tensor};
@@ -61,7 +61,7 @@ fn rows(
 fn bias_values(op: &str, y: &Tensor, b: &Tensor) -> Result<(usize, Vec<f32>)> {
     let width = y.dim(candle_core::D::Minus1)?;
     if b.dims() != [width] {
-        candle_core::bail!("{op}: y {:?}, bias {:?}", y.dims(), b.dims());
+        candle_core::bail!("{op}: rows {:?}, vector {:?}", y.dims(), b.dims());
     }
     Ok((width, b.to_dtype(DType::F32)?.to_vec1::<f32>()?))
 }
@@ -90,6 +90,19 @@ pub fn bias_residual(y: &Tensor, b: &Tensor, r: &Tensor) -> Result<Tensor> {
     })
 }
 
+/// Qwen2 RMSNorm of bf16 rows as the composed reference computes it: per row the sum of squares in f32 in order,
+/// `x / sqrt(mean + eps)` in f32 rounded to bf16, then times the weight rounded to bf16.
+pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
+    let (width, w) = bias_values("rms_norm", x, w)?;
+    rows(x, None, width, |x, _, o| {
+        let sum2 = x.iter().map(|v| v.to_f32() * v.to_f32()).sum::<f32>();
+        let m = (sum2 / width as f32 + eps).sqrt();
+        for ((o, x), w) in o.iter_mut().zip(x).zip(&w) {
+            *o = round(round(x.to_f32() / m).to_f32() * w);
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,7 +119,7 @@ mod tests {
             .collect()
     }
 
-    /// Both epilogues give the composed reference's bits on values whose sums need rounding (ties included),
+    /// Both epilogues and the RMSNorm give the composed reference's bits on values whose sums need rounding (ties included),
     /// and the rounding is half's for every finite sum and for NaN.
     #[test]
     fn bf16_epilogues_give_the_reference_bits() {
@@ -142,6 +155,10 @@ mod tests {
                 assert_eq!(round(v).to_bits(), bf16::from_f32(v).to_bits(), "{v:e}");
             }
         }
+        assert_eq!(
+            bits(&rms_norm(&res, &b, 1e-6).unwrap()),
+            bits(&reference::rms_norm_hf(&res, &b, 1e-6).unwrap())
+        );
         assert!(bias_add(&y, &b.narrow(0, 0, 10).unwrap()).is_err());
     }
 }

@@ -1,8 +1,8 @@
 //! The elementwise ops of the model: Qwen2's RMSNorm, the bias epilogues of the linear layers, SwiGLU of a packed
 //! `[gate | up]` projection, the bias plus tanh-GELU of the Qwen3-VL tower's MLP and the q/k/v split with its bias
 //! and rotary. [`Ops`] picks each call's path: the CUDA
-//! kernel, the fused CPU loop ([`cpu`], f32), the fused bias additions of bf16 on the CPU ([`bf16`], the rest of
-//! the op composed) or the candle reference ([`reference`](mod@reference)).
+//! kernel, the fused CPU loop ([`cpu`], f32), the fused bias additions and RMSNorm of bf16 on the CPU ([`bf16`],
+//! the rest of an op composed) or the candle reference ([`reference`](mod@reference)).
 
 mod bf16;
 mod cpu;
@@ -26,6 +26,9 @@ impl Ops {
         #[cfg(feature = "cuda")]
         if self.kernel_for(x) && w.dtype() == x.dtype() {
             return cuda::rms_norm_hf(x, w, eps);
+        }
+        if self.bf16_epilogue(&[x, w]) {
+            return bf16::rms_norm(x, w, eps);
         }
         reference::rms_norm_hf(x, w, eps)
     }
@@ -135,7 +138,7 @@ impl Ops {
         reference::qkv_rope(a)
     }
 
-    /// Whether the bias additions of bf16 CPU tensors take the fused pass ([`bf16`]): the fused ops on.
+    /// Whether the bias additions and RMSNorm of bf16 CPU tensors take the fused pass ([`bf16`]): the fused ops on.
     fn bf16_epilogue(&self, tensors: &[&Tensor]) -> bool {
         self.config.fused_kernels && bf16::supported(tensors)
     }
