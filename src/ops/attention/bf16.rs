@@ -65,8 +65,7 @@ pub(super) fn decode_attention(
 ) -> Result<Tensor> {
     let mut copies = Vec::with_capacity(kv.len());
     for (i, c) in kv.iter().enumerate() {
-        c.k.slice_set(&k_new.get(i)?.unsqueeze(1)?.contiguous()?, 1, c.len)?;
-        c.v.slice_set(&v_new.get(i)?.unsqueeze(1)?.contiguous()?, 1, c.len)?;
+        c.write_new(i, k_new, v_new)?;
         let wide = |t: &Tensor| f32s(&t.narrow(1, 0, c.len + 1)?);
         copies.push((wide(c.k)?, wide(c.v)?, c.len));
     }

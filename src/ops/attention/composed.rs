@@ -328,8 +328,7 @@ pub(crate) fn decode_padded(
     let mut ks = Vec::with_capacity(b);
     let mut vs = Vec::with_capacity(b);
     for (i, c) in kv.iter().enumerate() {
-        c.k.slice_set(&k_new.get(i)?.unsqueeze(1)?.contiguous()?, 1, c.len)?;
-        c.v.slice_set(&v_new.get(i)?.unsqueeze(1)?.contiguous()?, 1, c.len)?;
+        c.write_new(i, k_new, v_new)?;
         let padded = |buf: &Tensor| -> Result<Tensor> {
             if buf.dim(1)? >= lmax {
                 return buf.narrow(1, 0, lmax);

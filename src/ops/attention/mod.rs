@@ -28,6 +28,16 @@ pub struct DecodeKv<'a> {
     pub len: usize,
 }
 
+impl DecodeKv<'_> {
+    /// Write row `i` of the step's new keys and values (B, kv_heads, d) at position `len` of these buffers.
+    pub(crate) fn write_new(&self, i: usize, k_new: &Tensor, v_new: &Tensor) -> Result<()> {
+        self.k
+            .slice_set(&k_new.get(i)?.unsqueeze(1)?.contiguous()?, 1, self.len)?;
+        self.v
+            .slice_set(&v_new.get(i)?.unsqueeze(1)?.contiguous()?, 1, self.len)
+    }
+}
+
 /// The fused decode attention of one step over all layers: the buffer tables are checked and uploaded once per
 /// step instead of once per layer. CUDA only (where [`Ops::fused_decode_supported`] holds).
 pub(crate) struct DecodePlan {

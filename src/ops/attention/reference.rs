@@ -43,8 +43,7 @@ pub(crate) fn decode_attention_budget(
 ) -> Result<Tensor> {
     let mut outs = Vec::with_capacity(kv.len());
     for (i, c) in kv.iter().enumerate() {
-        c.k.slice_set(&k_new.get(i)?.unsqueeze(1)?.contiguous()?, 1, c.len)?;
-        c.v.slice_set(&v_new.get(i)?.unsqueeze(1)?.contiguous()?, 1, c.len)?;
+        c.write_new(i, k_new, v_new)?;
         let (k, v) = (c.k.narrow(1, 0, c.len + 1)?, c.v.narrow(1, 0, c.len + 1)?);
         outs.push(decode_one(&q.get(i)?, &k, &v, scale as f64, budget)?);
     }

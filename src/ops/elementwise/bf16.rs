@@ -57,8 +57,8 @@ fn rows(
     Tensor::from_vec(out, y.shape(), y.device())
 }
 
-/// The bias's values, checked against the last dimension of `y`.
-fn bias_values(op: &str, y: &Tensor, b: &Tensor) -> Result<(usize, Vec<f32>)> {
+/// The values of a vector (a bias, a norm's weight), its length checked against the last dimension of `y`.
+fn vector_values(op: &str, y: &Tensor, b: &Tensor) -> Result<(usize, Vec<f32>)> {
     let width = y.dim(candle_core::D::Minus1)?;
     if b.dims() != [width] {
         candle_core::bail!("{op}: rows {:?}, vector {:?}", y.dims(), b.dims());
@@ -68,7 +68,7 @@ fn bias_values(op: &str, y: &Tensor, b: &Tensor) -> Result<(usize, Vec<f32>)> {
 
 /// `y + b` over the last dimension, rounded to bf16.
 pub fn bias_add(y: &Tensor, b: &Tensor) -> Result<Tensor> {
-    let (width, b) = bias_values("bias_add", y, b)?;
+    let (width, b) = vector_values("bias_add", y, b)?;
     rows(y, None, width, |y, _, o| {
         for ((o, y), b) in o.iter_mut().zip(y).zip(&b) {
             *o = round(y.to_f32() + b);
@@ -78,7 +78,7 @@ pub fn bias_add(y: &Tensor, b: &Tensor) -> Result<Tensor> {
 
 /// `r + (y + b)`, each addition rounded to bf16.
 pub fn bias_residual(y: &Tensor, b: &Tensor, r: &Tensor) -> Result<Tensor> {
-    let (width, b) = bias_values("bias_residual", y, b)?;
+    let (width, b) = vector_values("bias_residual", y, b)?;
     if r.dims() != y.dims() {
         candle_core::bail!("bias_residual: y {:?}, residual {:?}", y.dims(), r.dims());
     }
@@ -93,7 +93,7 @@ pub fn bias_residual(y: &Tensor, b: &Tensor, r: &Tensor) -> Result<Tensor> {
 /// Qwen2 RMSNorm of bf16 rows as the composed reference computes it: per row the sum of squares in f32 in order,
 /// `x / sqrt(mean + eps)` in f32 rounded to bf16, then times the weight rounded to bf16.
 pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
-    let (width, w) = bias_values("rms_norm", x, w)?;
+    let (width, w) = vector_values("rms_norm", x, w)?;
     rows(x, None, width, |x, _, o| {
         let sum2 = x.iter().map(|v| v.to_f32() * v.to_f32()).sum::<f32>();
         let m = (sum2 / width as f32 + eps).sqrt();

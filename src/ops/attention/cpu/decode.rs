@@ -14,6 +14,8 @@ use rayon::prelude::*;
 
 use super::super::DecodeKv;
 use super::kernels::exp_shifted;
+use super::Dims;
+use crate::ops::cpu_data::cpu_slice;
 use crate::ops::simd::Level;
 
 /// Keys per work item.
@@ -38,15 +40,6 @@ pub(crate) fn attention(
     scale: f32,
 ) -> Result<Tensor> {
     attention_at(q, (k_new, v_new), kv, scale, Level::detect())
-}
-
-/// Shapes of one step.
-#[derive(Clone, Copy)]
-struct Dims {
-    heads: usize,
-    kv_heads: usize,
-    d: usize,
-    level: Level,
 }
 
 /// [`attention`] on the vector path `level`, one the CPU supports (at most [`Level::detect`]).
@@ -75,8 +68,7 @@ fn attention_at(
                 c.len
             );
         }
-        c.k.slice_set(&k_new.get(i)?.unsqueeze(1)?.contiguous()?, 1, c.len)?;
-        c.v.slice_set(&v_new.get(i)?.unsqueeze(1)?.contiguous()?, 1, c.len)?;
+        c.write_new(i, k_new, v_new)?;
     }
     let qs: Vec<f32> = q
         .to_dtype(DType::F32)?
@@ -157,14 +149,10 @@ fn with_buffers<E: Kv>(
 
 /// The values of a contiguous CPU buffer.
 fn values<'a, E: Kv>(s: &'a Storage, l: &candle_core::Layout) -> Result<&'a [E]> {
-    let Storage::Cpu(cs) = s else {
-        candle_core::bail!("decode attention on the CPU: a cache is not on the CPU");
-    };
     if !l.is_contiguous() {
         candle_core::bail!("decode attention on the CPU: a cache buffer is not contiguous");
     }
-    let n = l.shape().elem_count();
-    Ok(&cs.as_slice::<E>()?[l.start_offset()..l.start_offset() + n])
+    cpu_slice::<E>(s, l, l.shape().elem_count())
 }
 
 /// One chunk's result for the head group's queries: each query's score maximum and sum of `exp(s − max)`, and
