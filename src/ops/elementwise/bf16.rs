@@ -1,13 +1,15 @@
-//! The bias epilogues and the RMSNorm of bf16 activations on the CPU as one parallel pass over the rows: each op
-//! in f32 and rounded to bf16 (to nearest, ties to even), exactly as the composed reference's bf16 ops round each
-//! op, so the same bits. The composed ops widen and round 8 values per call of an intrinsic the binary was not compiled to
-//! inline; here the rounding is a few integer operations the compiler vectorises.
+//! The bias epilogues, the RMSNorm, the q/k/v bias + rotary and the SwiGLU of bf16 activations on the CPU as one
+//! parallel pass over the rows: each op in f32 and rounded to bf16 (to nearest, ties to even). The epilogues, the
+//! norm and the rotary round each op exactly as the composed reference's bf16 ops do, so the same bits; the SwiGLU
+//! rounds as torch's bf16 ops do (below). The composed ops widen and round 8 values per call of an intrinsic the
+//! binary was not compiled to inline; here the rounding is a few integer operations the compiler vectorises.
 
 use candle_core::{DType, Result, Tensor};
 use half::bf16;
 use rayon::prelude::*;
 
 use crate::ops::cpu_data::cpu_slice;
+use crate::ops::simd::Level;
 
 /// Whether this path serves `tensors`: all bf16 and on the CPU.
 pub fn supported(tensors: &[&Tensor]) -> bool {
@@ -103,6 +105,131 @@ pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
     })
 }
 
+/// `silu(g)·u` of a packed bf16 projection `gu` (rows, 2·I) = [gate | up] after its bias (2·I, if any; each
+/// half's sum rounded as in [`bias_add`]): the SiLU in f32 rounded once to bf16 and the product rounded to bf16,
+/// as torch computes `act_fn(gate) * up` in bf16 (the composed candle ops round inside the SiLU too). The SiLU's
+/// `exp` is the vectorised one of the f32 SwiGLU (within about an ulp of libm's). Returns (rows, I).
+pub fn swiglu_packed(gu: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    let shape = super::swiglu_out_shape(gu, bias)?;
+    let cols = *shape.last().expect("rank ≥ 1");
+    let bias = match bias {
+        Some(b) => Some(vector_values("swiglu_packed", gu, b)?.1),
+        None => None,
+    };
+    let gu = gu.contiguous()?;
+    let (gs, gl) = gu.storage_and_layout();
+    let data = cpu_slice::<bf16>(&gs, gl, gu.elem_count())?;
+    let (level, ones) = (Level::detect(), vec![1f32; cols]);
+    let mut out = vec![bf16::ZERO; data.len() / 2];
+    if cols > 0 {
+        let scratch = || (vec![0f32; cols], vec![0f32; cols], vec![0f32; cols]);
+        out.par_chunks_mut(cols)
+            .zip(data.par_chunks(2 * cols))
+            .with_min_len(8)
+            .for_each_init(scratch, |(g, u, silu), (o, row)| {
+                let (rg, ru) = row.split_at(cols);
+                let (bg, bu) = match &bias {
+                    Some(b) => b.split_at(cols),
+                    None => (&[][..], &[][..]),
+                };
+                widen(rg, bg, g);
+                widen(ru, bu, u);
+                // silu(g)·1 is silu(g), bit for bit.
+                let done = super::cpu::vector_swiglu(g, &ones, None, silu, level);
+                for c in done..cols {
+                    silu[c] = g[c] / (1.0 + (-g[c]).exp());
+                }
+                for ((o, s), u) in o.iter_mut().zip(silu.iter()).zip(u.iter()) {
+                    *o = round(round(*s).to_f32() * u);
+                }
+            });
+    }
+    Tensor::from_vec(out, shape, gu.device())
+}
+
+/// `out = x + b` in f32 with the sum rounded to bf16 (as [`bias_add`]), or `x` widened where `b` is empty.
+fn widen(x: &[bf16], b: &[f32], out: &mut [f32]) {
+    match b.is_empty() {
+        true => out.iter_mut().zip(x).for_each(|(o, x)| *o = x.to_f32()),
+        false => {
+            for ((o, x), b) in out.iter_mut().zip(x).zip(b) {
+                *o = round(x.to_f32() + b).to_f32();
+            }
+        }
+    }
+}
+
+/// [`crate::ops::Ops::qkv_rope`] of a bf16 projection: per row `x = y + b` rounded to bf16, then for each q and
+/// k head and j < d/2 `x[j]·cos − x[j+d/2]·sin` and `x[j]·sin + x[j+d/2]·cos` as candle's `rope_thd` computes
+/// them in the tables' dtype: with f32 tables (the vision tower) in f32 and rounded once, with bf16 tables (the
+/// text model) each product and sum rounded to bf16. The composed reference's bits.
+pub fn qkv_rope(a: super::QkvRope<'_>) -> Result<(Tensor, Tensor, Tensor)> {
+    let (n, d) = a.dims()?;
+    let (heads, kv_heads, half) = (a.heads, a.kv_heads, d / 2);
+    let width = (heads + 2 * kv_heads) * d;
+    let (_, bias) = vector_values("qkv_rope", a.y, a.bias)?;
+    let table = |t: &Tensor| t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>();
+    let (cos, sin) = (table(a.cos)?, table(a.sin)?);
+    let f32_tables = a.cos.dtype() == DType::F32;
+    let y = a.y.contiguous()?;
+    let (ys, yl) = y.storage_and_layout();
+    let data = cpu_slice::<bf16>(&ys, yl, n * width)?;
+    let (mut q, mut k, mut v) = (
+        vec![bf16::ZERO; n * heads * d],
+        vec![bf16::ZERO; n * kv_heads * d],
+        vec![bf16::ZERO; n * kv_heads * d],
+    );
+    let rotate = |x: &[bf16], b: &[f32], (c, s): (&[f32], &[f32]), o: &mut [bf16]| {
+        let x: Vec<f32> = x
+            .iter()
+            .zip(b)
+            .map(|(x, b)| round(x.to_f32() + b).to_f32())
+            .collect();
+        for (head, o) in x.chunks(d).zip(o.chunks_mut(d)) {
+            let (x1, x2) = head.split_at(half);
+            for j in 0..half {
+                let (a, b) = (x1[j], x2[j]);
+                (o[j], o[half + j]) = match f32_tables {
+                    true => (round(a * c[j] - b * s[j]), round(a * s[j] + b * c[j])),
+                    false => {
+                        let m = |x: f32, y: f32| round(x * y).to_f32();
+                        (
+                            round(m(a, c[j]) - m(b, s[j])),
+                            round(m(a, s[j]) + m(b, c[j])),
+                        )
+                    }
+                };
+            }
+        }
+    };
+    if n > 0 && d > 0 {
+        let (qw, kw) = (heads * d, kv_heads * d);
+        q.par_chunks_mut(qw)
+            .zip(k.par_chunks_mut(kw))
+            .zip(v.par_chunks_mut(kw))
+            .enumerate()
+            .with_min_len(8)
+            .for_each(|(i, ((qo, ko), vo))| {
+                let row = &data[i * width..(i + 1) * width];
+                let cs = (
+                    &cos[i * half..(i + 1) * half],
+                    &sin[i * half..(i + 1) * half],
+                );
+                rotate(&row[..qw], &bias[..qw], cs, qo);
+                rotate(&row[qw..qw + kw], &bias[qw..qw + kw], cs, ko);
+                for ((o, x), b) in vo.iter_mut().zip(&row[qw + kw..]).zip(&bias[qw + kw..]) {
+                    *o = round(x.to_f32() + b);
+                }
+            });
+    }
+    let dev = a.y.device();
+    Ok((
+        Tensor::from_vec(q, (n, heads, d), dev)?,
+        Tensor::from_vec(k, (n, kv_heads, d), dev)?,
+        Tensor::from_vec(v, (n, kv_heads, d), dev)?,
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,5 +287,93 @@ mod tests {
             bits(&reference::rms_norm_hf(&res, &b, 1e-6).unwrap())
         );
         assert!(bias_add(&y, &b.narrow(0, 0, 10).unwrap()).is_err());
+    }
+
+    /// The q/k/v rotary gives the composed reference's bits with f32 tables (the vision tower) and bf16 tables
+    /// (the text model), grouped heads included.
+    #[test]
+    fn qkv_rope_gives_the_reference_bits() {
+        let dev = Device::Cpu;
+        let (n, heads, kv_heads, d) = (9, 4, 2, 16);
+        let r = |shape: &[usize], s: f64| {
+            (Tensor::randn(0f32, 1.0, shape, &dev).unwrap() * s)
+                .unwrap()
+                .to_dtype(DType::BF16)
+                .unwrap()
+        };
+        let (y, bias) = (
+            r(&[n, (heads + 2 * kv_heads) * d], 2.0),
+            r(&[(heads + 2 * kv_heads) * d], 1.0),
+        );
+        let angles = Tensor::randn(0f32, 2.0, (n, d / 2), &dev).unwrap();
+        for dtype in [DType::F32, DType::BF16] {
+            let (cos, sin) = (
+                angles.cos().unwrap().to_dtype(dtype).unwrap(),
+                angles.sin().unwrap().to_dtype(dtype).unwrap(),
+            );
+            let a = super::super::QkvRope {
+                y: &y,
+                bias: &bias,
+                cos: &cos,
+                sin: &sin,
+                heads,
+                kv_heads,
+            };
+            let (got, want) = (qkv_rope(a).unwrap(), reference::qkv_rope(a).unwrap());
+            for (g, w) in [(&got.0, &want.0), (&got.1, &want.1), (&got.2, &want.2)] {
+                assert_eq!(g.dims(), w.dims());
+                assert_eq!(bits(g), bits(w), "{dtype:?} tables");
+            }
+        }
+    }
+
+    /// The SwiGLU rounds as torch does: `round(round(silu(g + b_g)) · (u + b_u))`, the biased halves rounded
+    /// first; against libm's `exp` the bits agree but where the vectorised `exp`'s last f32 bit moves a
+    /// rounding (within one bf16 step), with and without a bias, on rows with a vector tail.
+    #[test]
+    fn swiglu_rounds_as_torch_does() {
+        let dev = Device::Cpu;
+        let (rows, cols) = (13, 75);
+        let gu = (Tensor::randn(0f32, 1.0, (rows, 2 * cols), &dev).unwrap() * 4.0)
+            .unwrap()
+            .to_dtype(DType::BF16)
+            .unwrap();
+        let b = Tensor::randn(0f32, 1.0, 2 * cols, &dev)
+            .unwrap()
+            .to_dtype(DType::BF16)
+            .unwrap();
+        let x: Vec<f32> = gu
+            .flatten_all()
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let bv: Vec<f32> = b.to_dtype(DType::F32).unwrap().to_vec1().unwrap();
+        for bias in [None, Some(&b)] {
+            let got = bits(&swiglu_packed(&gu, bias).unwrap());
+            assert_eq!(got.len(), rows * cols);
+            let mut exact = 0;
+            for (i, got) in got.iter().enumerate() {
+                let (r, c) = (i / cols, i % cols);
+                let add = |v: f32, j: usize| match bias {
+                    Some(_) => bf16::from_f32(v + bv[j]).to_f32(),
+                    None => v,
+                };
+                let (g, u) = (
+                    add(x[r * 2 * cols + c], c),
+                    add(x[r * 2 * cols + cols + c], cols + c),
+                );
+                let silu = bf16::from_f32(g / (1.0 + (-g).exp())).to_f32();
+                let want = bf16::from_f32(silu * u).to_bits();
+                assert!(got.abs_diff(want) <= 1, "({r},{c}): {got:#x} vs {want:#x}");
+                exact += usize::from(*got == want);
+            }
+            assert!(
+                exact * 100 >= 99 * rows * cols,
+                "{exact} of {} exact",
+                rows * cols
+            );
+        }
     }
 }

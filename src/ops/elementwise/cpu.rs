@@ -23,7 +23,7 @@ fn f32_data(t: &Tensor) -> Result<Vec<f32>> {
 }
 
 /// The vector part of a SwiGLU row at `level` (one the CPU supports): how many leading columns it wrote.
-fn vector_swiglu(
+pub(super) fn vector_swiglu(
     g: &[f32],
     u: &[f32],
     bias: Option<(&[f32], &[f32])>,

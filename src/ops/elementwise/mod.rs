@@ -83,8 +83,8 @@ impl Ops {
         {
             return cpu::swiglu_packed(gu, bias);
         }
-        if let Some(b) = bias.filter(|b| self.bf16_epilogue(&[gu, b])) {
-            return reference::swiglu_packed(&bf16::bias_add(gu, b)?, None);
+        if self.bf16_epilogue(&[gu]) && bias.is_none_or(|b| b.dtype() == gu.dtype()) {
+            return bf16::swiglu_packed(gu, bias);
         }
         reference::swiglu_packed(gu, bias)
     }
@@ -132,8 +132,8 @@ impl Ops {
         if self.config.fused_kernels && cpu::supported(&[a.y, a.bias, a.cos, a.sin]) {
             return cpu::qkv_rope(a);
         }
-        if self.bf16_epilogue(&[a.y, a.bias]) {
-            return reference::qkv_rope_biased(&bf16::bias_add(a.y, a.bias)?, a);
+        if self.bf16_epilogue(&[a.y, a.bias]) && a.sin.dtype() == a.cos.dtype() {
+            return bf16::qkv_rope(a);
         }
         reference::qkv_rope(a)
     }

@@ -52,10 +52,7 @@ pub fn qkv_rope(a: super::QkvRope<'_>) -> Result<(Tensor, Tensor, Tensor)> {
 }
 
 /// [`qkv_rope`] on `x`, the projection `a.y` with its bias already added.
-pub(super) fn qkv_rope_biased(
-    x: &Tensor,
-    a: super::QkvRope<'_>,
-) -> Result<(Tensor, Tensor, Tensor)> {
+fn qkv_rope_biased(x: &Tensor, a: super::QkvRope<'_>) -> Result<(Tensor, Tensor, Tensor)> {
     let (n, d) = a.dims()?;
     let (heads, kv_heads) = (a.heads, a.kv_heads);
     let part = |first: usize, count: usize| -> Result<Tensor> {

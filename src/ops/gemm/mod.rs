@@ -59,12 +59,16 @@ impl Ops {
         }
         let x2 = x.reshape((count, k))?;
         let bf16_kernel = match lens {
-            None => self.bf16.row_kernel(),
-            Some(_) => self.bf16.packed_kernel(),
+            None => self
+                .bf16
+                .row_kernel()
+                .then_some(bf16::row::gemm_nt_rows as bf16::Kernel),
+            Some(_) => self.bf16.segment_kernel(),
         };
-        if (x.dtype(), w.dtype()) == (DType::BF16, DType::BF16) && bf16_kernel {
-            // bf16 on AVX512-BF16: every row's bits stand alone in both kernels, whatever the segments.
-            return bf16::matmul_nt(&x2, w, lens.as_deref())?.reshape(dims);
+        if let (Some(segments), (DType::BF16, DType::BF16)) = (bf16_kernel, (x.dtype(), w.dtype()))
+        {
+            // bf16 on AVX512-BF16 or AMX: every row's bits stand alone in each kernel, whatever the segments.
+            return bf16::matmul_nt(&x2, w, lens.as_deref(), segments)?.reshape(dims);
         }
         let f32s = x.dtype() == DType::F32 && w.dtype() == DType::F32;
         let y = match (

@@ -11,6 +11,7 @@
 //!
 //! CPUs without AVX512-BF16, and `--cpu-gemm gemm-crate`, keep candle's bf16 matmul ([`Bf16Gemm::Candle`]).
 
+pub mod amx;
 pub mod packed;
 pub mod row;
 #[cfg(test)]
@@ -39,6 +40,16 @@ pub enum Bf16Gemm {
         /// candle's rate on it.
         candle_gflops: f64,
     },
+    /// The AMX tile kernel ([`amx`]) for row segments, measured the fastest at load, and the row kernel for
+    /// independent rows.
+    Amx {
+        /// The AMX kernel's rate on the calibration product.
+        amx_gflops: f64,
+        /// The packed kernel's rate on it.
+        packed_gflops: f64,
+        /// candle's rate on it.
+        candle_gflops: f64,
+    },
 }
 
 /// The calibration product (rows, k, n): a text-model shape of the `small` checkpoint, a few milliseconds.
@@ -53,8 +64,14 @@ impl Bf16Gemm {
             return Self::Candle;
         }
         *CHOICE.get_or_init(|| {
-            let (packed_gflops, candle_gflops) = calibrate();
-            if packed_gflops >= candle_gflops {
+            let (amx_gflops, packed_gflops, candle_gflops) = calibrate();
+            if amx_gflops >= packed_gflops.max(candle_gflops) {
+                Self::Amx {
+                    amx_gflops,
+                    packed_gflops,
+                    candle_gflops,
+                }
+            } else if packed_gflops >= candle_gflops {
                 Self::Kernels {
                     packed_gflops,
                     candle_gflops,
@@ -73,9 +90,13 @@ impl Bf16Gemm {
         self != Self::Candle
     }
 
-    /// Whether row segments take [`packed`].
-    pub fn packed_kernel(self) -> bool {
-        matches!(self, Self::Kernels { .. })
+    /// The kernel of row segments where it is one of this module's: [`packed`] or [`amx`].
+    pub fn segment_kernel(self) -> Option<Kernel> {
+        match self {
+            Self::Kernels { .. } => Some(packed::gemm_nt),
+            Self::Amx { .. } => Some(amx::gemm_nt),
+            Self::Candle | Self::RowKernelOnly { .. } => None,
+        }
     }
 
     /// Its description in the manifest (`ops.cpu_bf16_gemm`).
@@ -98,12 +119,25 @@ impl Bf16Gemm {
                  ({packed_gflops:.1} GFLOP/s vs candle's {candle_gflops:.1} at load), row kernel for \
                  independent rows"
             ),
+            Self::Amx {
+                amx_gflops,
+                packed_gflops,
+                candle_gflops,
+            } => format!(
+                "AMX tiles (tdpbf16ps, f32 sums, bf16 output) for row segments ({amx_gflops:.1} GFLOP/s vs the \
+                 AVX512-BF16 packed kernel's {packed_gflops:.1} and candle's {candle_gflops:.1} at load), \
+                 AVX512-BF16 row kernel for independent rows"
+            ),
         }
     }
 }
 
-/// GFLOP/s of the packed kernel and of candle's bf16 matmul on [`CALIBRATION`], best of three each.
-fn calibrate() -> (f64, f64) {
+/// A bf16 kernel `c = a · wᵀ` with `dims` = (m, k, n).
+pub type Kernel = fn(&[bf16], &[bf16], (usize, usize, usize), &mut [bf16]);
+
+/// GFLOP/s of the AMX kernel (0 where the CPU has none), of the packed kernel and of candle's bf16 matmul on
+/// [`CALIBRATION`], best of three each.
+fn calibrate() -> (f64, f64, f64) {
     let (m, k, n) = CALIBRATION;
     let value = |i: usize| bf16::from_f32(((i * 7919) % 1000) as f32 / 1000.0 - 0.5);
     let (a, w): (Vec<bf16>, Vec<bf16>) = (
@@ -122,6 +156,10 @@ fn calibrate() -> (f64, f64) {
             .fold(f64::INFINITY, f64::min)
     };
     let packed = best(&mut || packed::gemm_nt(&a, &w, (m, k, n), &mut c));
+    let amx = match amx::supported() {
+        true => best(&mut || amx::gemm_nt(&a, &w, (m, k, n), &mut c)),
+        false => f64::INFINITY,
+    };
     let x = Tensor::from_slice(&a, (m, k), &candle_core::Device::Cpu);
     let wt = Tensor::from_slice(&w, (n, k), &candle_core::Device::Cpu).and_then(|w| w.t());
     let candle = match (x, wt) {
@@ -131,7 +169,7 @@ fn calibrate() -> (f64, f64) {
         _ => f64::INFINITY,
     };
     let gflops = |s: f64| 2.0 * (m * k * n) as f64 / s / 1e9;
-    (gflops(packed), gflops(candle))
+    (gflops(amx), gflops(packed), gflops(candle))
 }
 
 /// Whether this CPU runs the kernels (AVX-512F, AVX-512BW and AVX512-BF16).
@@ -149,8 +187,14 @@ pub fn supported() -> bool {
 }
 
 /// `x · wᵀ` for bf16 `x` (rows, k) and bf16 `w` (n, k) on the CPU: the rows of each segment of `lens` by
-/// [`packed`], or every row by [`row`] where `lens` is `None` (independent rows). Needs [`supported`].
-pub(crate) fn matmul_nt(x: &Tensor, w: &Tensor, lens: Option<&[usize]>) -> Result<Tensor> {
+/// `segments` (each segment alone), or every row by [`row`] where `lens` is `None` (independent rows). Needs
+/// [`supported`].
+pub(crate) fn matmul_nt(
+    x: &Tensor,
+    w: &Tensor,
+    lens: Option<&[usize]>,
+    segments: Kernel,
+) -> Result<Tensor> {
     let ((m, k), (n, _)) = (x.dims2()?, w.dims2()?);
     let mut c = vec![bf16::ZERO; m * n];
     with_bf16(x, |a| {
@@ -161,7 +205,7 @@ pub(crate) fn matmul_nt(x: &Tensor, w: &Tensor, lens: Option<&[usize]>) -> Resul
                     let mut r0 = 0;
                     for &len in lens {
                         let (a, c) = (&a[r0 * k..(r0 + len) * k], &mut c[r0 * n..(r0 + len) * n]);
-                        packed::gemm_nt(a, b, (len, k, n), c);
+                        segments(a, b, (len, k, n), c);
                         r0 += len;
                     }
                 }
@@ -206,8 +250,7 @@ mod check {
 
     use half::bf16;
 
-    /// A bf16 kernel `c = a · wᵀ` with `dims` = (m, k, n).
-    pub type Kernel = fn(&[bf16], &[bf16], (usize, usize, usize), &mut [bf16]);
+    pub use super::Kernel;
 
     /// True, with a line saying so, where this CPU has no AVX512-BF16: the test then skips.
     pub fn skip() -> bool {
@@ -331,9 +374,9 @@ mod tests {
             )
             .unwrap(),
         );
-        match want.packed_kernel() {
-            true => assert_eq!(seg, check::product(packed::gemm_nt, &a, &w, (m, k, n))),
-            false => assert_eq!(seg, per_segment),
+        match want.segment_kernel() {
+            Some(f) => assert_eq!(seg, check::product(f, &a, &w, (m, k, n))),
+            None => assert_eq!(seg, per_segment),
         }
         if !want.row_kernel() {
             eprintln!("skipped the row kernel's part: this CPU has no AVX512-BF16");
@@ -361,8 +404,15 @@ mod tests {
             .unwrap()
             .matmul(&w.to_dtype(DType::F32).unwrap().t().unwrap());
         let want: Vec<f32> = want.unwrap().flatten_all().unwrap().to_vec1().unwrap();
-        for lens in [None, Some(vec![5, 0, 32])] {
-            let got = matmul_nt(&x, &w, lens.as_deref()).unwrap();
+        let mut kernels: Vec<Kernel> = vec![packed::gemm_nt];
+        if amx::supported() {
+            kernels.push(amx::gemm_nt);
+        }
+        let cases = kernels
+            .iter()
+            .flat_map(|&f| [(None, f), (Some(vec![5, 0, 32]), f)]);
+        for (lens, f) in cases {
+            let got = matmul_nt(&x, &w, lens.as_deref(), f).unwrap();
             assert_eq!(got.dtype(), DType::BF16);
             let got: Vec<f32> = got
                 .to_dtype(DType::F32)

@@ -54,19 +54,25 @@ fn model_shapes() {
             x.matmul(&wt.t().unwrap()).unwrap();
         });
         let packed = best(rounds, || super::packed::gemm_nt(&a, &w, (m, k, n), &mut c));
+        let amx = match super::amx::supported() {
+            true => best(rounds, || super::amx::gemm_nt(&a, &w, (m, k, n), &mut c)),
+            false => f64::INFINITY,
+        };
         let row = best(rounds, || {
             super::row::gemm_nt_rows(&a, &w, (m, k, n), &mut c)
         });
         let f32s = best(rounds, || gemm_crate(&a32, &w32, (m, k, n), &mut c32));
         let rate = |s: f64| 2.0 * (m * k * n) as f64 / s / 1e9;
         eprintln!(
-            "{m} x {k} x {n}: candle bf16 {:.1}, packed bf16 {:.1}, row bf16 {:.1}, gemm crate f32 {:.1} GFLOP/s \
-             ({:.2} / {:.2} / {:.2} / {:.2} ms)",
+            "{m} x {k} x {n}: candle bf16 {:.1}, AMX bf16 {:.1}, packed bf16 {:.1}, row bf16 {:.1}, gemm crate f32 \
+             {:.1} GFLOP/s ({:.2} / {:.2} / {:.2} / {:.2} / {:.2} ms)",
             rate(candle),
+            rate(amx),
             rate(packed),
             rate(row),
             rate(f32s),
             candle * 1e3,
+            amx * 1e3,
             packed * 1e3,
             row * 1e3,
             f32s * 1e3
