@@ -15,7 +15,15 @@ pub(super) fn covers(device: &candle_core::Device, dtype: DType, head_dim: usize
 }
 
 fn f32s(t: &Tensor) -> Result<Tensor> {
-    t.to_dtype(DType::F32)
+    crate::ops::elementwise::bf16::to_f32(t)
+}
+
+/// The f32 result rounded to `dtype` (bf16 in one parallel pass).
+fn narrow(t: &Tensor, dtype: DType) -> Result<Tensor> {
+    match dtype {
+        DType::BF16 => crate::ops::elementwise::bf16::to_bf16(t),
+        other => t.to_dtype(other),
+    }
 }
 
 /// [`cpu::varlen_attention`] on f32 copies of `a`'s tensors (a cached prefix: its valid positions), the result
@@ -50,7 +58,7 @@ pub(super) fn varlen_attention(a: Varlen<'_>, tiles: cpu::Tiles) -> Result<Tenso
         segs: &segs,
         ..a
     };
-    cpu::varlen_attention(wide, tiles)?.to_dtype(a.q.dtype())
+    narrow(&cpu::varlen_attention(wide, tiles)?, a.q.dtype())
 }
 
 /// One decode step of attention for B sequences ([`reference::decode_attention_budget`]): the new K/V written
@@ -75,8 +83,8 @@ pub(super) fn decode_attention(
         .map(|(k, v, len)| DecodeKv { k, v, len: *len })
         .collect();
     let (k_new, v_new) = (f32s(k_new)?, f32s(v_new)?);
-    reference::decode_attention_budget(&f32s(q)?, &k_new, &v_new, &kv32, scale, budget)?
-        .to_dtype(q.dtype())
+    let out = reference::decode_attention_budget(&f32s(q)?, &k_new, &v_new, &kv32, scale, budget)?;
+    narrow(&out, q.dtype())
 }
 
 #[cfg(test)]

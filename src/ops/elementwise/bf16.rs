@@ -147,6 +147,39 @@ pub fn swiglu_packed(gu: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     Tensor::from_vec(out, shape, gu.device())
 }
 
+/// `t` (bf16 on the CPU) widened to f32, exactly, in one parallel pass; other tensors through `to_dtype`.
+pub fn to_f32(t: &Tensor) -> Result<Tensor> {
+    if !supported(&[t]) {
+        return t.to_dtype(DType::F32);
+    }
+    convert(t, |x: &bf16| x.to_f32())
+}
+
+/// `t` (f32 on the CPU) rounded to bf16 as `half` rounds (to nearest, ties to even) in one parallel pass;
+/// other tensors through `to_dtype`.
+pub fn to_bf16(t: &Tensor) -> Result<Tensor> {
+    if !t.device().is_cpu() || t.dtype() != DType::F32 {
+        return t.to_dtype(DType::BF16);
+    }
+    convert(t, |x: &f32| round(*x))
+}
+
+/// `f` over every value of the CPU tensor `t` (made contiguous), in parallel blocks.
+fn convert<A, B>(t: &Tensor, f: impl Fn(&A) -> B + Sync) -> Result<Tensor>
+where
+    A: candle_core::WithDType,
+    B: candle_core::WithDType,
+{
+    let t = t.contiguous()?;
+    let (ts, tl) = t.storage_and_layout();
+    let data = cpu_slice::<A>(&ts, tl, t.elem_count())?;
+    let mut out = vec![B::zero(); data.len()];
+    out.par_chunks_mut(1 << 14)
+        .zip(data.par_chunks(1 << 14))
+        .for_each(|(o, x)| o.iter_mut().zip(x).for_each(|(o, x)| *o = f(x)));
+    Tensor::from_vec(out, t.shape(), t.device())
+}
+
 /// `out = x + b` in f32 with the sum rounded to bf16 (as [`bias_add`]), or `x` widened where `b` is empty.
 fn widen(x: &[bf16], b: &[f32], out: &mut [f32]) {
     match b.is_empty() {
@@ -287,6 +320,33 @@ mod tests {
             bits(&reference::rms_norm_hf(&res, &b, 1e-6).unwrap())
         );
         assert!(bias_add(&y, &b.narrow(0, 0, 10).unwrap()).is_err());
+    }
+
+    /// The conversions give `to_dtype`'s bits (strided inputs and NaN included).
+    #[test]
+    fn conversions_give_to_dtypes_bits() {
+        let dev = Device::Cpu;
+        let x = (Tensor::randn(0f32, 1.0, (70, 300), &dev).unwrap() * 1e3)
+            .unwrap()
+            .t()
+            .unwrap();
+        let x = Tensor::cat(&[x, Tensor::new(&[[f32::NAN; 70]], &dev).unwrap()], 0).unwrap();
+        let b = to_bf16(&x).unwrap();
+        assert_eq!(bits(&b), bits(&x.to_dtype(DType::BF16).unwrap()));
+        let (w, want) = (
+            to_f32(&b.t().unwrap()).unwrap(),
+            b.t().unwrap().to_dtype(DType::F32).unwrap(),
+        );
+        let f = |t: &Tensor| {
+            t.flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(f(&w), f(&want));
     }
 
     /// The q/k/v rotary gives the composed reference's bits with f32 tables (the vision tower) and bf16 tables

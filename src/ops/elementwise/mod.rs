@@ -4,7 +4,7 @@
 //! kernel, the fused CPU loop ([`cpu`], f32), the fused bias additions and RMSNorm of bf16 on the CPU ([`bf16`],
 //! the rest of an op composed) or the candle reference ([`reference`](mod@reference)).
 
-mod bf16;
+pub(crate) mod bf16;
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;

@@ -1,6 +1,6 @@
 //! The matmul rates a machine reaches, the denominator of MFU figures (`bench`) and of the CPU time estimate of
 //! `eval`: the best of a few square GEMMs through every path the ops have (candle's matmul, the built-in packed
-//! kernel, the run's CBLAS library and an installed OpenBLAS).
+//! kernel, the run's CBLAS library and an installed OpenBLAS; in bf16 the AVX512-BF16 and AMX kernels).
 
 use std::time::Instant;
 
@@ -76,6 +76,44 @@ pub fn matmul_rates(
             });
         }
     }
+    if device.is_cpu() && dtype == DType::BF16 {
+        rates.extend(bf16_rates(&a, &b, n)?);
+    }
+    Ok(rates)
+}
+
+/// The rates of this program's bf16 kernels of row segments on `n`³ (bf16 CPU tensors `a`, `b`): the AVX512-BF16
+/// packed kernel and the AMX kernel, where the CPU runs them (each whether or not the run uses it).
+fn bf16_rates(a: &Tensor, b: &Tensor, n: usize) -> Result<Vec<MatmulRate>> {
+    use super::bf16::{amx, packed, Kernel};
+    let (av, bv) = (
+        a.flatten_all()?.to_vec1::<half::bf16>()?,
+        b.flatten_all()?.to_vec1::<half::bf16>()?,
+    );
+    let mut kernels: Vec<(&str, &str, Kernel)> = Vec::new();
+    if super::bf16::supported() {
+        kernels.push((
+            "bf16 packed",
+            "AVX512-BF16 vdpbf16ps, f32 sums",
+            packed::gemm_nt,
+        ));
+    }
+    if amx::supported() {
+        kernels.push(("bf16 AMX", "AMX tiles, tdpbf16ps, f32 sums", amx::gemm_nt));
+    }
+    let mut c = vec![half::bf16::ZERO; n * n];
+    let mut rates = Vec::new();
+    for (path, detail, f) in kernels {
+        let secs = best_seconds(&Device::Cpu, || {
+            f(&av, &bv, (n, n, n), &mut c);
+            Ok(())
+        })?;
+        rates.push(MatmulRate {
+            path: path.to_string(),
+            detail: detail.to_string(),
+            flops: 2.0 * (n as f64).powi(3) / secs,
+        });
+    }
     Ok(rates)
 }
 
@@ -127,4 +165,25 @@ fn best_seconds(device: &Device, mut f: impl FnMut() -> Result<()>) -> Result<f6
         best = best.min(t.elapsed().as_secs_f64());
     }
     Ok(best)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// In bf16 on the CPU the rates list candle's matmul and each bf16 kernel this CPU runs, all positive.
+    #[test]
+    fn bf16_rates_list_the_kernels_this_cpu_runs() {
+        let rates = matmul_rates(&Device::Cpu, DType::BF16, 96, None).unwrap();
+        let paths: Vec<&str> = rates.iter().map(|r| r.path.as_str()).collect();
+        let want = [
+            (true, "candle"),
+            (super::super::bf16::supported(), "bf16 packed"),
+            (super::super::bf16::amx::supported(), "bf16 AMX"),
+        ];
+        for (runs, path) in want {
+            assert_eq!(paths.contains(&path), runs, "{path} in {paths:?}");
+        }
+        assert!(rates.iter().all(|r| r.flops > 0.0), "{rates:?}");
+    }
 }
