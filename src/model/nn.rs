@@ -92,10 +92,24 @@ impl Linear {
         self.b.as_ref()
     }
 
+    /// `x·Wᵀ` and the bias still to add: the biased product and `None` where the ops add the bias inside a bf16
+    /// product, before its one rounding (torch's order: [`Ops::matmul_nt_bias`]), else the product and the bias.
+    pub fn matmul_bias(&self, p: Pass<'_>, x: &Tensor) -> Result<(Tensor, Option<&Tensor>)> {
+        if let Some(b) = &self.b {
+            let folded = p.ops.section("linear.matmul", x.device(), || {
+                p.ops.matmul_nt_bias(x, &self.w, b, p.rows)
+            })?;
+            if let Some(y) = folded {
+                return Ok((y, None));
+            }
+        }
+        Ok((self.matmul(p, x)?, self.b.as_ref()))
+    }
+
     /// `x·Wᵀ + b`.
     pub fn forward(&self, p: Pass<'_>, x: &Tensor) -> Result<Tensor> {
-        let y = self.matmul(p, x)?;
-        match &self.b {
+        let (y, b) = self.matmul_bias(p, x)?;
+        match b {
             Some(b) => p
                 .ops
                 .section("linear.bias_add", x.device(), || p.ops.bias_add(&y, b)),
@@ -106,9 +120,9 @@ impl Linear {
     /// `r + (x·Wᵀ + b)`: the layer closing a residual branch, bias and residual in one pass
     /// ([`Ops::bias_residual`]).
     pub(crate) fn forward_residual(&self, p: Pass<'_>, x: &Tensor, r: &Tensor) -> Result<Tensor> {
-        let y = self.matmul(p, x)?;
+        let (y, b) = self.matmul_bias(p, x)?;
         p.ops
-            .section("linear.bias_residual", x.device(), || match &self.b {
+            .section("linear.bias_residual", x.device(), || match b {
                 Some(b) => p.ops.bias_residual(&y, b, r),
                 None => r + y,
             })

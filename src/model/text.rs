@@ -17,8 +17,9 @@ use crate::ops::{DecodeStep, Ops, Rows, Varlen, VarlenSeg};
 #[derive(Debug, Clone)]
 pub(crate) struct TextAttention {
     qkv_proj: Linear,
-    /// The projection's bias, zeros when the checkpoint has none (the fused rotary adds one; `+0` is exact).
-    qkv_bias: Tensor,
+    /// Zeros: the bias the rotary pass adds where the projection has none or its product holds it already (`+0`
+    /// is exact).
+    qkv_zeros: Tensor,
     /// `q_norm` and `k_norm` (head_dim each), Qwen3-VL.
     qk_norm: Option<(RmsNorm, RmsNorm)>,
     o_proj: Linear,
@@ -45,10 +46,7 @@ impl TextAttention {
             Linear::new(d, kv * hd, bias, vb.pp("k_proj"))?,
             Linear::new(d, kv * hd, bias, vb.pp("v_proj"))?,
         ])?;
-        let qkv_bias = match qkv_proj.bias() {
-            Some(b) => b.clone(),
-            None => Tensor::zeros((h + 2 * kv) * hd, vb.dtype(), vb.device())?,
-        };
+        let qkv_zeros = Tensor::zeros((h + 2 * kv) * hd, vb.dtype(), vb.device())?;
         let qk_norm = if cfg.qk_norm {
             Some((
                 RmsNorm::new(hd, cfg.rms_norm_eps, vb.pp("q_norm"))?,
@@ -59,7 +57,7 @@ impl TextAttention {
         };
         Ok(Self {
             qkv_proj,
-            qkv_bias,
+            qkv_zeros,
             qk_norm,
             o_proj: Linear::new(h * hd, d, false, vb.pp("o_proj"))?,
             heads: h,
@@ -70,7 +68,8 @@ impl TextAttention {
 
     /// Project packed rows (N, hidden) and rotate q and k with cos/sin half-tables (N, head_dim/2).
     pub(crate) fn qkv(&self, p: Pass<'_>, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Qkv> {
-        let mut y = self.qkv_proj.matmul(p, x)?;
+        // The bias goes into the product where the ops fold it in ([`Linear::matmul_bias`]), else into the rotary.
+        let (mut y, bias) = self.qkv_proj.matmul_bias(p, x)?;
         if let Some(norms) = &self.qk_norm {
             y = p.ops.section("text.qk_norm", x.device(), || {
                 self.norm_qk(p.ops, &y, norms)
@@ -79,7 +78,7 @@ impl TextAttention {
         p.ops.section("text.qkv_rope", x.device(), || {
             p.ops.qkv_rope(crate::ops::QkvRope {
                 y: &y,
-                bias: &self.qkv_bias,
+                bias: bias.unwrap_or(&self.qkv_zeros),
                 cos,
                 sin,
                 heads: self.heads,

@@ -88,11 +88,17 @@ impl VisionAttention {
         let (h, d) = (self.heads, dm / self.heads);
         let ops = p.ops;
         // Bias, split and the f32 rotary (transformers' apply_rotary_pos_emb_vision) in one pass.
-        let y = self.qkv.matmul(p, x)?;
-        let b = self
-            .qkv
-            .bias()
-            .ok_or_else(|| candle_core::Error::Msg("vision qkv without bias".into()))?;
+        let (y, b) = self.qkv.matmul_bias(p, x)?;
+        let zeros;
+        let b = match (b, self.qkv.bias()) {
+            (Some(b), _) => b,
+            // The bias is in the product already.
+            (None, Some(b)) => {
+                zeros = b.zeros_like()?;
+                &zeros
+            }
+            (None, None) => candle_core::bail!("vision qkv without bias"),
+        };
         let (q, k, v) = ops.section("vision.qkv_rope", x.device(), || {
             ops.qkv_rope(crate::ops::QkvRope {
                 y: &y,
@@ -157,9 +163,9 @@ impl VisionMlp {
     /// `residual + down(silu(gate(x)) · up(x))`; the biases of gate and up are folded into the SwiGLU, the one of
     /// down into the residual add.
     pub fn forward(&self, p: Pass<'_>, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
-        let gu = self.gate_up.matmul(p, x)?;
+        let (gu, b) = self.gate_up.matmul_bias(p, x)?;
         let h = p.ops.section("vision.mlp.swiglu", x.device(), || {
-            p.ops.swiglu_packed(&gu, self.gate_up.bias())
+            p.ops.swiglu_packed(&gu, b)
         })?;
         self.down_proj.forward_residual(p, &h, residual)
     }

@@ -35,11 +35,17 @@ impl VisionMlp {
     }
 
     fn forward(&self, p: Pass<'_>, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
-        let b = self
-            .fc1
-            .bias()
-            .ok_or_else(|| candle_core::Error::Msg("vision linear_fc1 without bias".into()))?;
-        let y = self.fc1.matmul(p, x)?;
+        let (y, b) = self.fc1.matmul_bias(p, x)?;
+        let zeros;
+        let b = match (b, self.fc1.bias()) {
+            (Some(b), _) => b,
+            // The bias is in the product already.
+            (None, Some(b)) => {
+                zeros = b.zeros_like()?;
+                &zeros
+            }
+            (None, None) => candle_core::bail!("vision linear_fc1 without bias"),
+        };
         let h = p.ops.section("vision.mlp.bias_gelu", x.device(), || {
             p.ops.bias_gelu_tanh(&y, b)
         })?;

@@ -37,38 +37,21 @@ impl Ops {
     /// [`packed::MIN_ROWS`] rows; otherwise by candle's matmul, the `gemm` crate), independent f32 rows by
     /// [`row`] where the CPU runs it ([`row::RowGemm`], whatever the GEMM of segments), else in `gemm` crate
     /// products of [`ROW_BLOCK`] rows. bf16 `x` and `w` on a CPU with AVX512-BF16 take [`bf16`]'s kernels
-    /// (independent rows: the row one; segments: the packed one where it measured faster than candle's bf16
-    /// matmul at load). Elsewhere it is candle's matmul.
+    /// (independent rows: the row one; segments: the AMX or packed one, whichever measured fastest at load, where
+    /// it beat candle's bf16 matmul). Elsewhere it is candle's matmul.
     pub fn matmul_nt(&self, x: &Tensor, w: &Tensor, rows: Rows<'_>) -> Result<Tensor> {
         if !x.device().is_cpu() {
             return candle_matmul_nt(x, w);
         }
+        let (dims, count, lens) = product_shape(x, w, rows)?;
         let (n, k) = w.dims2()?;
-        let mut dims = x.dims().to_vec();
-        match dims.last_mut() {
-            Some(last) if *last == k => *last = n,
-            _ => candle_core::bail!(
-                "matmul_nt: x {:?} does not end in w's input size {k}",
-                x.dims()
-            ),
-        }
-        let count = x.elem_count() / k.max(1);
-        let lens = rows.lens(count)?;
         if count == 0 {
             return candle_matmul_nt(x, w);
         }
         let x2 = x.reshape((count, k))?;
-        let bf16_kernel = match lens {
-            None => self
-                .bf16
-                .row_kernel()
-                .then_some(bf16::row::gemm_nt_rows as bf16::Kernel),
-            Some(_) => self.bf16.segment_kernel(),
-        };
-        if let (Some(segments), (DType::BF16, DType::BF16)) = (bf16_kernel, (x.dtype(), w.dtype()))
-        {
+        if let Some(segments) = self.bf16_kernel(x, w, lens.is_some()) {
             // bf16 on AVX512-BF16 or AMX: every row's bits stand alone in each kernel, whatever the segments.
-            return bf16::matmul_nt(&x2, w, lens.as_deref(), segments)?.reshape(dims);
+            return bf16::matmul_nt(&x2, w, None, lens.as_deref(), segments)?.reshape(dims);
         }
         let f32s = x.dtype() == DType::F32 && w.dtype() == DType::F32;
         let y = match (
@@ -90,6 +73,46 @@ impl Ops {
         y.reshape(dims)
     }
 
+    /// `x · wᵀ + b` for bf16 `x` (…, in), `w` (out, in) and `b` (out) with the bias added to each f32 sum before
+    /// its one rounding to bf16, as torch's bf16 linear layers add theirs, where a bf16 kernel of this CPU runs the
+    /// product ([`bf16`]) and the fused ops are on; `None` elsewhere (`--kernels off` included: the composed order),
+    /// where the caller adds the bias to [`Self::matmul_nt`]'s product.
+    pub fn matmul_nt_bias(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        b: &Tensor,
+        rows: Rows<'_>,
+    ) -> Result<Option<Tensor>> {
+        if !self.config.fused_kernels || !x.device().is_cpu() || b.dtype() != DType::BF16 {
+            return Ok(None);
+        }
+        let (dims, count, lens) = product_shape(x, w, rows)?;
+        match self.bf16_kernel(x, w, lens.is_some()) {
+            Some(segments) if count > 0 => {
+                let x2 = x.reshape((count, w.dim(1)?))?;
+                let y = bf16::matmul_nt(&x2, w, Some(b), lens.as_deref(), segments)?;
+                Ok(Some(y.reshape(dims)?))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The bf16 kernel of segments (or, for independent rows, the row kernel) where `x` and `w` are bf16 and this
+    /// CPU runs one for such rows.
+    fn bf16_kernel(&self, x: &Tensor, w: &Tensor, segments: bool) -> Option<bf16::Kernel> {
+        if (x.dtype(), w.dtype()) != (DType::BF16, DType::BF16) {
+            return None;
+        }
+        match segments {
+            false => self
+                .bf16
+                .row_kernel()
+                .then_some(bf16::row::gemm_nt_rows as bf16::Kernel),
+            true => self.bf16.segment_kernel(),
+        }
+    }
+
     /// The product of f32 segments that take something other than the `gemm` crate, with the fewest rows it
     /// takes: the CBLAS library, else the packed kernel where it is the built-in GEMM; `None` otherwise or
     /// unless `eligible`.
@@ -106,6 +129,27 @@ impl Ops {
             (None, BuiltinGemm::GemmCrate) => None,
         }
     }
+}
+
+/// The output dims of `x · wᵀ` (x's with the last one `w`'s outputs), the number of rows and their segments'
+/// lengths (`None`: independent rows), after checking that `x` ends in `w`'s input size.
+fn product_shape(
+    x: &Tensor,
+    w: &Tensor,
+    rows: Rows<'_>,
+) -> Result<(Vec<usize>, usize, Option<Vec<usize>>)> {
+    let (n, k) = w.dims2()?;
+    let mut dims = x.dims().to_vec();
+    match dims.last_mut() {
+        Some(last) if *last == k => *last = n,
+        _ => candle_core::bail!(
+            "matmul_nt: x {:?} does not end in w's input size {k}",
+            x.dims()
+        ),
+    }
+    let count = x.elem_count() / k.max(1);
+    let lens = rows.lens(count)?;
+    Ok((dims, count, lens))
 }
 
 /// A product of f32 slices `c = a · wᵀ` ([`blas::Product`]).

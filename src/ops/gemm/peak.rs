@@ -105,7 +105,7 @@ fn bf16_rates(a: &Tensor, b: &Tensor, n: usize) -> Result<Vec<MatmulRate>> {
     let mut rates = Vec::new();
     for (path, detail, f) in kernels {
         let secs = best_seconds(&Device::Cpu, || {
-            f(&av, &bv, (n, n, n), &mut c);
+            f(&av, &bv, &[], (n, n, n), &mut c);
             Ok(())
         })?;
         rates.push(MatmulRate {

@@ -77,10 +77,11 @@ struct Tile([u32; TILE_LEN]);
 
 const ZERO_TILE: Tile = Tile([0; TILE_LEN]);
 
-/// `c = a · wᵀ` for `a` (m × k) and `w` (n × k), both row-major bf16, into `c` (m × n, row-major, overwritten),
+/// `c = a · wᵀ (+ bias)` for `a` (m × k) and `w` (n × k), both row-major bf16, and `bias` ([`super::Kernel`]),
+/// into `c` (m × n, row-major, overwritten),
 /// `dims` = (m, k, n), on rayon's threads. Panics where the CPU lacks AMX ([`supported`]) or a slice is
 /// shorter than its shape.
-pub fn gemm_nt(a: &[bf16], w: &[bf16], dims: (usize, usize, usize), c: &mut [bf16]) {
+pub fn gemm_nt(a: &[bf16], w: &[bf16], bias: &[f32], dims: (usize, usize, usize), c: &mut [bf16]) {
     let (m, k, n) = dims;
     assert!(supported(), "the AMX bf16 GEMM needs AMX-BF16");
     assert!(a.len() >= m * k && w.len() >= n * k && c.len() >= m * n);
@@ -94,7 +95,7 @@ pub fn gemm_nt(a: &[bf16], w: &[bf16], dims: (usize, usize, usize), c: &mut [bf1
     let chunks = k.div_ceil(CHUNK);
     let packed = pack_a(a, m, k);
     let weights = Weights::new(w, n, k);
-    let out = SharedOut(c.as_mut_ptr());
+    let out = SharedOut::new(c, n, bias);
     // Tasks: groups of row-tile pairs (as many as fit A_BYTES_PER_TASK) by groups of weight-tile pairs, at
     // least four per thread where the product allows.
     let (row_pairs, weight_pairs) = (m.div_ceil(2 * TILE), n.div_ceil(2 * TILE));
@@ -236,7 +237,7 @@ unsafe fn task(
                     let (j0, i0) = (wt[wi] * TILE, rt[ri] * TILE);
                     let part = (TILE.min(m - i0), TILE.min(n - j0));
                     // SAFETY: the tile's rows and columns lie inside c; this task alone writes them.
-                    unsafe { tiles::store_transposed(sum, out, n, (i0, j0), part) };
+                    unsafe { tiles::store_transposed(sum, out, (i0, j0), part) };
                 }
             }
         }
@@ -269,9 +270,9 @@ mod tiles {
     }
 
     /// Write the accumulator tile `sum` (weight row `j`, row `r` of `a` at `j · 16 + r`) transposed into `c`
-    /// (m × n): `c[(i0 + r) · n + j0 + j]` for `r < rows`, `j < cols`, each rounded to bf16 as
-    /// `bf16::from_f32` rounds (to nearest, ties to even; a NaN stays a quiet NaN). A row at a time: one gather
-    /// of its 16 sums, rounded in integer lanes, one masked store.
+    /// (m × n): `c[(i0 + r) · n + j0 + j]` for `r < rows`, `j < cols`, each plus its column's bias (where there is
+    /// one) rounded to bf16 as `bf16::from_f32` rounds (to nearest, ties to even; a NaN stays a quiet NaN). A row
+    /// at a time: one gather of its 16 sums, the bias added, rounded in integer lanes, one masked store.
     ///
     /// # Safety
     /// The CPU has AVX-512F, BW and VL; those outputs lie inside `c` and no other task writes them.
@@ -279,7 +280,6 @@ mod tiles {
     pub(super) unsafe fn store_transposed(
         sum: &Tile,
         c: &super::SharedOut,
-        n: usize,
         (i0, j0): (usize, usize),
         (rows, cols): (usize, usize),
     ) {
@@ -294,17 +294,26 @@ mod tiles {
             _mm512_set1_epi32(0x7f80_0000),
             _mm512_set1_epi32(0x40),
         );
+        // SAFETY: the bias holds n values (masked past column n).
+        let bias = match c.bias.is_null() {
+            true => _mm512_setzero_ps(),
+            false => unsafe { _mm512_maskz_loadu_ps(mask, c.bias.add(j0)) },
+        };
         for r in 0..rows {
             // SAFETY: the gather reads the tile's column r; the store writes row i0 + r's columns j0.. j0 + cols.
             unsafe {
-                let v = _mm512_i32gather_epi32::<4>(column, sum.0.as_ptr().add(r).cast());
+                let v = _mm512_i32gather_ps::<4>(column, sum.0.as_ptr().add(r).cast());
+                let v = _mm512_castps_si512(match c.bias.is_null() {
+                    true => v,
+                    false => _mm512_add_ps(v, bias),
+                });
                 let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(v), one);
                 let rounded =
                     _mm512_srli_epi32::<16>(_mm512_add_epi32(_mm512_add_epi32(v, half_ulp), lsb));
                 let nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(v, abs_mask), inf);
                 let nan_bits = _mm512_or_si512(_mm512_srli_epi32::<16>(v), quiet);
                 let bits = _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, nan_bits));
-                _mm256_mask_storeu_epi16(c.0.add((i0 + r) * n + j0).cast(), mask, bits);
+                _mm256_mask_storeu_epi16(c.c.add((i0 + r) * c.n + j0).cast(), mask, bits);
             }
         }
     }
@@ -399,7 +408,6 @@ mod tiles {
     pub(super) unsafe fn store_transposed(
         _: &Tile,
         _: &super::SharedOut,
-        _: usize,
         _: (usize, usize),
         _: (usize, usize),
     ) {

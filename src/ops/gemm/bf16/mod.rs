@@ -132,8 +132,9 @@ impl Bf16Gemm {
     }
 }
 
-/// A bf16 kernel `c = a · wᵀ` with `dims` = (m, k, n).
-pub type Kernel = fn(&[bf16], &[bf16], (usize, usize, usize), &mut [bf16]);
+/// A bf16 kernel `c = a · wᵀ + bias` with `dims` = (m, k, n): `bias` holds `n` values added to each output's f32
+/// sum before its one rounding to bf16 (as torch's bf16 linear layers add theirs), or none (empty).
+pub type Kernel = fn(&[bf16], &[bf16], &[f32], (usize, usize, usize), &mut [bf16]);
 
 /// GFLOP/s of the AMX kernel (0 where the CPU has none), of the packed kernel and of candle's bf16 matmul on
 /// [`CALIBRATION`], best of three each.
@@ -155,9 +156,9 @@ fn calibrate() -> (f64, f64, f64) {
             .skip(1)
             .fold(f64::INFINITY, f64::min)
     };
-    let packed = best(&mut || packed::gemm_nt(&a, &w, (m, k, n), &mut c));
+    let packed = best(&mut || packed::gemm_nt(&a, &w, &[], (m, k, n), &mut c));
     let amx = match amx::supported() {
-        true => best(&mut || amx::gemm_nt(&a, &w, (m, k, n), &mut c)),
+        true => best(&mut || amx::gemm_nt(&a, &w, &[], (m, k, n), &mut c)),
         false => f64::INFINITY,
     };
     let x = Tensor::from_slice(&a, (m, k), &candle_core::Device::Cpu);
@@ -186,26 +187,34 @@ pub fn supported() -> bool {
     }
 }
 
-/// `x · wᵀ` for bf16 `x` (rows, k) and bf16 `w` (n, k) on the CPU: the rows of each segment of `lens` by
-/// `segments` (each segment alone), or every row by [`row`] where `lens` is `None` (independent rows). Needs
-/// [`supported`].
+/// `x · wᵀ (+ b)` for bf16 `x` (rows, k), bf16 `w` (n, k) and an optional bias `b` (n) on the CPU, the bias added
+/// to the f32 sums before their rounding: the rows of each segment of `lens` by `segments` (each segment alone), or
+/// every row by [`row`] where `lens` is `None` (independent rows). Needs [`supported`].
 pub(crate) fn matmul_nt(
     x: &Tensor,
     w: &Tensor,
+    b: Option<&Tensor>,
     lens: Option<&[usize]>,
     segments: Kernel,
 ) -> Result<Tensor> {
     let ((m, k), (n, _)) = (x.dims2()?, w.dims2()?);
+    let bias = match b {
+        Some(b) if b.dims() != [n] => {
+            candle_core::bail!("bf16 GEMM: bias {:?} for {n} outputs", b.dims())
+        }
+        Some(b) => b.to_dtype(candle_core::DType::F32)?.to_vec1::<f32>()?,
+        None => Vec::new(),
+    };
     let mut c = vec![bf16::ZERO; m * n];
     with_bf16(x, |a| {
         with_bf16(w, |b| {
             match lens {
-                None => row::gemm_nt_rows(a, b, (m, k, n), &mut c),
+                None => row::gemm_nt_rows(a, b, &bias, (m, k, n), &mut c),
                 Some(lens) => {
                     let mut r0 = 0;
                     for &len in lens {
                         let (a, c) = (&a[r0 * k..(r0 + len) * k], &mut c[r0 * n..(r0 + len) * n]);
-                        segments(a, b, (len, k, n), c);
+                        segments(a, b, &bias, (len, k, n), c);
                         r0 += len;
                     }
                 }
@@ -227,19 +236,49 @@ fn with_bf16<R>(t: &Tensor, f: impl FnOnce(&[bf16]) -> Result<R>) -> Result<R> {
     f(&cs.as_slice::<bf16>()?[start..start + t.elem_count()])
 }
 
-/// A kernel's output shared by its rayon tasks, which write disjoint parts of it.
-struct SharedOut(*mut bf16);
-// SAFETY: the tasks write disjoint outputs inside one rayon scope.
+/// A kernel's output (m × n, row-major) shared by its rayon tasks, which write disjoint parts of it, with the
+/// bias added to each column's sums before they are rounded (where there is one).
+struct SharedOut {
+    c: *mut bf16,
+    n: usize,
+    /// `n` values, or null.
+    bias: *const f32,
+}
+// SAFETY: the tasks write disjoint outputs inside one rayon scope; the bias is only read.
 unsafe impl Send for SharedOut {}
 unsafe impl Sync for SharedOut {}
 
 impl SharedOut {
-    /// Write `v` at output `i`.
+    /// The output `c` of `n` columns and the `bias` (`n` values, or empty: none). Panics on another bias length.
+    fn new(c: &mut [bf16], n: usize, bias: &[f32]) -> Self {
+        assert!(
+            bias.is_empty() || bias.len() == n,
+            "bias of {} for {n} columns",
+            bias.len()
+        );
+        let bias = if bias.is_empty() {
+            std::ptr::null()
+        } else {
+            bias.as_ptr()
+        };
+        Self {
+            c: c.as_mut_ptr(),
+            n,
+            bias,
+        }
+    }
+
+    /// Write the sum `v` (plus column `j`'s bias) rounded to bf16 at row `i`, column `j`.
     ///
     /// # Safety
-    /// `i` lies inside the output and no other task writes it.
-    unsafe fn set(&self, i: usize, v: f32) {
-        *self.0.add(i) = bf16::from_f32(v);
+    /// (i, j) lies inside the output and no other task writes it.
+    unsafe fn set(&self, i: usize, j: usize, v: f32) {
+        let v = if self.bias.is_null() {
+            v
+        } else {
+            v + *self.bias.add(j)
+        };
+        *self.c.add(i * self.n + j) = bf16::from_f32(v);
     }
 }
 
@@ -271,7 +310,7 @@ mod check {
     /// `f`'s product, into an output that starts as NaN.
     pub fn product(f: Kernel, a: &[bf16], w: &[bf16], dims: (usize, usize, usize)) -> Vec<bf16> {
         let mut c = vec![bf16::NAN; dims.0 * dims.2];
-        f(a, w, dims, &mut c);
+        f(a, w, &[], dims, &mut c);
         c
     }
 

@@ -29,10 +29,11 @@ const NJ: usize = 12;
 /// Panels of `a` per task: the weight rows of a tile are read once for this many panels.
 const PANELS_PER_TASK: usize = 4;
 
-/// `c = a · wᵀ` for `a` (m × k) and `w` (n × k), both row-major bf16, into `c` (m × n, row-major, overwritten),
+/// `c = a · wᵀ (+ bias)` for `a` (m × k) and `w` (n × k), both row-major bf16, and `bias` ([`super::Kernel`]),
+/// into `c` (m × n, row-major, overwritten),
 /// `dims` = (m, k, n), on rayon's threads. Panics where the CPU lacks AVX512-BF16 ([`super::supported`]) or a
 /// slice is shorter than its shape.
-pub fn gemm_nt(a: &[bf16], w: &[bf16], dims: (usize, usize, usize), c: &mut [bf16]) {
+pub fn gemm_nt(a: &[bf16], w: &[bf16], bias: &[f32], dims: (usize, usize, usize), c: &mut [bf16]) {
     let (m, k, n) = dims;
     assert!(super::supported(), "the bf16 GEMM needs AVX512-BF16");
     assert!(a.len() >= m * k && w.len() >= n * k && c.len() >= m * n);
@@ -45,7 +46,7 @@ pub fn gemm_nt(a: &[bf16], w: &[bf16], dims: (usize, usize, usize), c: &mut [bf1
     }
     let packed = pack_a(a, m, k);
     let panel_len = k.div_ceil(2) * MR;
-    let out = SharedOut(c.as_mut_ptr());
+    let out = SharedOut::new(c, n, bias);
     let row_tasks = m.div_ceil(MR * PANELS_PER_TASK);
     let groups = n.div_ceil(NJ);
     let want = 4 * rayon::current_num_threads();
@@ -70,7 +71,7 @@ pub fn gemm_nt(a: &[bf16], w: &[bf16], dims: (usize, usize, usize), c: &mut [bf1
                     for (r, &v) in col.iter().take(rows).enumerate() {
                         // SAFETY: (i0 + r, j0 + jt) lies inside c; this task alone writes these columns of
                         // these panels' rows.
-                        unsafe { out.set((i0 + r) * n + j0 + jt, v) };
+                        unsafe { out.set(i0 + r, j0 + jt, v) };
                     }
                 }
             }

@@ -22,17 +22,24 @@ const STEP: usize = 32;
 /// How many tiles of weight rows ahead the kernel prefetches.
 const PREFETCH_TILES: usize = 2;
 
-/// `c = a · wᵀ` for `a` (m × k) and `w` (n × k), both row-major bf16, into `c` (m × n, row-major, overwritten),
+/// `c = a · wᵀ (+ bias)` for `a` (m × k) and `w` (n × k), both row-major bf16, and `bias` ([`super::Kernel`]),
+/// into `c` (m × n, row-major, overwritten),
 /// `dims` = (m, k, n), on rayon's threads. Panics where the CPU lacks AVX512-BF16 ([`super::supported`]) or a
 /// slice is shorter than its shape.
-pub fn gemm_nt_rows(a: &[bf16], w: &[bf16], dims: (usize, usize, usize), c: &mut [bf16]) {
+pub fn gemm_nt_rows(
+    a: &[bf16],
+    w: &[bf16],
+    bias: &[f32],
+    dims: (usize, usize, usize),
+    c: &mut [bf16],
+) {
     let (m, k, n) = dims;
     assert!(super::supported(), "the bf16 GEMM needs AVX512-BF16");
     assert!(a.len() >= m * k && w.len() >= n * k && c.len() >= m * n);
     if m == 0 || n == 0 {
         return;
     }
-    let out = SharedOut(c.as_mut_ptr());
+    let out = SharedOut::new(c, n, bias);
     // SAFETY: AVX512-BF16 checked above; the tasks write disjoint columns of c, inside its m × n values.
     for_column_tasks(n, (TC, TASK_ROWS), |cols| unsafe {
         columns(a, w, dims, cols, &out)
@@ -46,7 +53,7 @@ pub fn gemm_nt_rows(a: &[bf16], w: &[bf16], dims: (usize, usize, usize), c: &mut
 unsafe fn columns(
     a: &[bf16],
     w: &[bf16],
-    (m, k, n): (usize, usize, usize),
+    (m, k, _): (usize, usize, usize),
     cols: std::ops::Range<usize>,
     out: &SharedOut,
 ) {
@@ -67,7 +74,7 @@ unsafe fn columns(
             }
             for (r, row) in sums.iter().take(rows).enumerate() {
                 for (t, &v) in row.iter().take(valid).enumerate() {
-                    out.set((i0 + r) * n + j0 + t, v);
+                    out.set(i0 + r, j0 + t, v);
                 }
             }
         }

@@ -53,13 +53,17 @@ fn model_shapes() {
         let candle = best(rounds, || {
             x.matmul(&wt.t().unwrap()).unwrap();
         });
-        let packed = best(rounds, || super::packed::gemm_nt(&a, &w, (m, k, n), &mut c));
+        let packed = best(rounds, || {
+            super::packed::gemm_nt(&a, &w, &[], (m, k, n), &mut c)
+        });
         let amx = match super::amx::supported() {
-            true => best(rounds, || super::amx::gemm_nt(&a, &w, (m, k, n), &mut c)),
+            true => best(rounds, || {
+                super::amx::gemm_nt(&a, &w, &[], (m, k, n), &mut c)
+            }),
             false => f64::INFINITY,
         };
         let row = best(rounds, || {
-            super::row::gemm_nt_rows(&a, &w, (m, k, n), &mut c)
+            super::row::gemm_nt_rows(&a, &w, &[], (m, k, n), &mut c)
         });
         let f32s = best(rounds, || gemm_crate(&a32, &w32, (m, k, n), &mut c32));
         let rate = |s: f64| 2.0 * (m * k * n) as f64 / s / 1e9;
@@ -129,7 +133,7 @@ fn decode_step() {
     };
     let line = per_shape(2, &mut |i| {
         let (k, n) = shapes[i % 4];
-        super::row::gemm_nt_rows(&a16[..k], &w16[i], (1, k, n), &mut c16[..n]);
+        super::row::gemm_nt_rows(&a16[..k], &w16[i], &[], (1, k, n), &mut c16[..n]);
     });
     eprintln!("bf16 row kernel, one decode step: {line}");
     drop(w16);
