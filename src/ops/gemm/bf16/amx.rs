@@ -89,7 +89,7 @@ pub fn gemm_nt(a: &[bf16], w: &[bf16], bias: &[f32], dims: (usize, usize, usize)
         return;
     }
     if k == 0 {
-        c[..m * n].fill(bf16::ZERO);
+        super::no_depth(c, (m, n), bias);
         return;
     }
     let chunks = k.div_ceil(CHUNK);

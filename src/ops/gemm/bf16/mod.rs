@@ -236,6 +236,16 @@ fn with_bf16<R>(t: &Tensor, f: impl FnOnce(&[bf16]) -> Result<R>) -> Result<R> {
     f(&cs.as_slice::<bf16>()?[start..start + t.elem_count()])
 }
 
+/// The product over no depth (k = 0) into `c` (m × n): each output its column's bias (zero without one), rounded
+/// to bf16.
+fn no_depth(c: &mut [bf16], (m, n): (usize, usize), bias: &[f32]) {
+    for row in c[..m * n].chunks_mut(n) {
+        for (j, o) in row.iter_mut().enumerate() {
+            *o = bf16::from_f32(bias.get(j).copied().unwrap_or(0.0));
+        }
+    }
+}
+
 /// A kernel's output (m × n, row-major) shared by its rayon tasks, which write disjoint parts of it, with the
 /// bias added to each column's sums before they are rounded (where there is one).
 struct SharedOut {
@@ -314,25 +324,56 @@ mod check {
         c
     }
 
-    /// Assert `f` gives `a · wᵀ` on random inputs of each shape (m, k, n) of `shapes`, within the output's bf16
-    /// rounding (and f32 sums) of an f64 reference.
+    /// Assert `f` gives `a · wᵀ`, and `a · wᵀ + bias`, on random inputs of each shape (m, k, n) of `shapes`,
+    /// within the output's bf16 rounding (and f32 sums) of an f64 reference.
     pub fn matches_reference(f: Kernel, shapes: &[(usize, usize, usize)]) {
+        bias_is_added_before_the_rounding(f);
         for &(m, k, n) in shapes {
             let (a, w) = (values(m * k, 1), values(n * k, 2));
-            let c = product(f, &a, &w, (m, k, n));
-            for i in 0..m {
-                for j in 0..n {
-                    let want: f64 = (0..k)
-                        .map(|p| a[i * k + p].to_f64() * w[j * k + p].to_f64())
-                        .sum();
-                    let got = c[i * n + j].to_f64();
-                    assert!(
-                        (got - want).abs() <= want.abs() / 256.0 + 1e-5 * (1.0 + k as f64),
-                        "({m},{k},{n}) at ({i},{j}): {got} vs {want}"
-                    );
+            // Without a bias, then with one (added to the f32 sums before their rounding).
+            let bias: Vec<f32> = values(n, 5).iter().map(|b| 4.0 * b.to_f32()).collect();
+            for bias in [&[][..], &bias[..]] {
+                let mut c = vec![bf16::NAN; m * n];
+                f(&a, &w, bias, (m, k, n), &mut c);
+                for i in 0..m {
+                    for j in 0..n {
+                        let want: f64 = (0..k)
+                            .map(|p| a[i * k + p].to_f64() * w[j * k + p].to_f64())
+                            .sum::<f64>()
+                            + bias.get(j).map_or(0.0, |&b| b as f64);
+                        let got = c[i * n + j].to_f64();
+                        assert!(
+                            (got - want).abs() <= want.abs() / 256.0 + 1e-5 * (1.0 + k as f64),
+                            "({m},{k},{n}) at ({i},{j}), bias {}: {got} vs {want}",
+                            !bias.is_empty()
+                        );
+                    }
                 }
             }
         }
+    }
+
+    /// Assert that `f` rounds `a·w + bias` once: at depth 1 each sum `a·w` is exact in f32, so the output must be
+    /// `bf16(a·w + b)` bit for bit, which differs from `bf16(bf16(a·w) + b)` somewhere among these values.
+    fn bias_is_added_before_the_rounding(f: Kernel) {
+        let (m, n) = (7, 40);
+        let (a, w) = (values(m, 6), values(n, 7));
+        let bias: Vec<f32> = values(n, 8).iter().map(|b| b.to_f32() / 3.0).collect();
+        let mut c = vec![bf16::NAN; m * n];
+        f(&a, &w, &bias, (m, 1, n), &mut c);
+        let mut twice_differs = false;
+        for i in 0..m {
+            for j in 0..n {
+                let s = a[i].to_f32() * w[j].to_f32();
+                let once = bf16::from_f32(s + bias[j]);
+                assert_eq!(c[i * n + j].to_bits(), once.to_bits(), "at ({i},{j})");
+                twice_differs |= bf16::from_f32(bf16::from_f32(s).to_f32() + bias[j]) != once;
+            }
+        }
+        assert!(
+            twice_differs,
+            "the values do not tell one rounding from two"
+        );
     }
 
     /// Assert that `f`'s rows `r` of a product of shape `dims` have the same bits when computed without the
@@ -424,6 +465,60 @@ mod tests {
         assert_eq!(ind, check::product(row::gemm_nt_rows, &a, &w, (m, k, n)));
     }
 
+    /// `Ops::matmul_nt_bias` adds the bias inside the bf16 kernels (their bits with the bias) and leaves it to the
+    /// caller (`None`) where no bf16 kernel runs the rows, with `--kernels off` and in f32.
+    #[test]
+    fn ops_fold_the_bias_into_the_bf16_kernels_only() {
+        use crate::ops::{Ops, OpsConfig, Rows};
+        let (m, k, n) = (6, 70, 33);
+        let dev = Device::Cpu;
+        let (a, w, bv) = (
+            check::values(m * k, 9),
+            check::values(n * k, 10),
+            check::values(n, 11),
+        );
+        let x = Tensor::from_slice(&a, (m, k), &dev).unwrap();
+        let wt = Tensor::from_slice(&w, (n, k), &dev).unwrap();
+        let b = Tensor::from_slice(&bv, n, &dev).unwrap();
+        let bias: Vec<f32> = bv.iter().map(|v| v.to_f32()).collect();
+        let ops = Ops::new(&OpsConfig::default(), &dev, DType::BF16).unwrap();
+        let choice = Bf16Gemm::for_this_cpu(false);
+        let row = choice.row_kernel().then_some(row::gemm_nt_rows as Kernel);
+        for (rows, kernel) in [
+            (Rows::Segments(&[m]), choice.segment_kernel()),
+            (Rows::Independent, row),
+        ] {
+            let got = ops.matmul_nt_bias(&x, &wt, &b, rows).unwrap();
+            match kernel {
+                Some(f) => {
+                    let mut want = vec![bf16::NAN; m * n];
+                    f(&a, &w, &bias, (m, k, n), &mut want);
+                    let got = got
+                        .expect("folded")
+                        .flatten_all()
+                        .unwrap()
+                        .to_vec1::<bf16>()
+                        .unwrap();
+                    assert_eq!(got, want);
+                }
+                None => assert!(got.is_none()),
+            }
+        }
+        let off = OpsConfig {
+            fused_kernels: false,
+            ..OpsConfig::default()
+        };
+        let off = Ops::new(&off, &dev, DType::BF16).unwrap();
+        assert!(off
+            .matmul_nt_bias(&x, &wt, &b, Rows::Independent)
+            .unwrap()
+            .is_none());
+        let f32s = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
+        let ops32 = Ops::new(&OpsConfig::default(), &dev, DType::F32).unwrap();
+        let folded = ops32.matmul_nt_bias(&f32s(&x), &f32s(&wt), &f32s(&b), Rows::Independent);
+        assert!(folded.unwrap().is_none());
+    }
+
     /// Segments through the packed kernel, independent rows through the row kernel, both close to candle's
     /// bf16 matmul, on a strided (transposed twice) input.
     #[test]
@@ -451,7 +546,7 @@ mod tests {
             .iter()
             .flat_map(|&f| [(None, f), (Some(vec![5, 0, 32]), f)]);
         for (lens, f) in cases {
-            let got = matmul_nt(&x, &w, lens.as_deref(), f).unwrap();
+            let got = matmul_nt(&x, &w, None, lens.as_deref(), f).unwrap();
             assert_eq!(got.dtype(), DType::BF16);
             let got: Vec<f32> = got
                 .to_dtype(DType::F32)
