@@ -124,7 +124,7 @@ impl Linear {
         p.ops
             .section("linear.bias_residual", x.device(), || match b {
                 Some(b) => p.ops.bias_residual(&y, b, r),
-                None => r + y,
+                None => p.ops.residual_add(&y, r),
             })
     }
 }

@@ -92,6 +92,20 @@ pub fn bias_residual(y: &Tensor, b: &Tensor, r: &Tensor) -> Result<Tensor> {
     })
 }
 
+/// `r + y` rounded to bf16 (the composed bf16 add's bits).
+pub fn add(y: &Tensor, r: &Tensor) -> Result<Tensor> {
+    if r.dims() != y.dims() {
+        candle_core::bail!("residual add: y {:?}, residual {:?}", y.dims(), r.dims());
+    }
+    let width = y.dims().last().copied().unwrap_or(1);
+    rows(y, Some(r), width, |y, r, o| {
+        let r = r.unwrap_or_default();
+        for ((o, y), r) in o.iter_mut().zip(y).zip(r) {
+            *o = round(r.to_f32() + y.to_f32());
+        }
+    })
+}
+
 /// Qwen2 RMSNorm of bf16 rows as the composed reference computes it: per row the sum of squares in f32 in order,
 /// `x / sqrt(mean + eps)` in f32 rounded to bf16, then times the weight rounded to bf16.
 pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
@@ -300,6 +314,8 @@ mod tests {
             bits(&bias_residual(&y, &b, &res).unwrap()),
             bits(&reference::bias_residual(&y, &b, &res).unwrap())
         );
+        assert_eq!(bits(&add(&y, &res).unwrap()), bits(&(&res + &y).unwrap()));
+        assert!(add(&y, &b).is_err());
         for x in [
             1.0f32 + 1.0 / 256.0,
             1.0 + 3.0 / 256.0,

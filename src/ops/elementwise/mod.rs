@@ -116,6 +116,15 @@ impl Ops {
         reference::bias_residual(y, b, r)
     }
 
+    /// `r + y` of two tensors of one shape (a residual branch closing without a bias): one parallel pass for
+    /// bf16 on the CPU with the fused ops on (the same bits), candle's add otherwise.
+    pub fn residual_add(&self, y: &Tensor, r: &Tensor) -> Result<Tensor> {
+        if self.bf16_epilogue(&[y, r]) && r.dims() == y.dims() {
+            return bf16::add(y, r);
+        }
+        r + y
+    }
+
     /// q (N, heads, d), k and v (N, kv_heads, d) from a packed projection ([`QkvRope`]): bias added, q and k
     /// rotated as transformers does (`x·cos + rotate_half(x)·sin`). The rotary runs in the tables' dtype: the
     /// activation dtype for the text model (each op rounded to it), f32 for the vision tower (rounded once at the
