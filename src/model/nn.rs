@@ -87,11 +87,6 @@ impl Linear {
         })
     }
 
-    /// The bias, if the layer has one.
-    pub fn bias(&self) -> Option<&Tensor> {
-        self.b.as_ref()
-    }
-
     /// `x·Wᵀ` and the bias still to add: the biased product and `None` where the ops add the bias inside a bf16
     /// product, before its one rounding (torch's order: [`Ops::matmul_nt_bias`]), else the product and the bias.
     pub fn matmul_bias(&self, p: Pass<'_>, x: &Tensor) -> Result<(Tensor, Option<&Tensor>)> {
@@ -104,6 +99,23 @@ impl Linear {
             }
         }
         Ok((self.matmul(p, x)?, self.b.as_ref()))
+    }
+
+    /// [`Self::matmul_bias`] for a layer whose next op adds the bias: the product and the bias still to add,
+    /// zeros where the product holds it already (`+0` is exact). An error names `what` where there is no bias.
+    pub fn matmul_bias_or_zeros(
+        &self,
+        p: Pass<'_>,
+        x: &Tensor,
+        what: &str,
+    ) -> Result<(Tensor, Tensor)> {
+        let (y, rest) = self.matmul_bias(p, x)?;
+        let b = match (rest, &self.b) {
+            (Some(b), _) => b.clone(),
+            (None, Some(b)) => b.zeros_like()?,
+            (None, None) => candle_core::bail!("{what} without bias"),
+        };
+        Ok((y, b))
     }
 
     /// `x·Wᵀ + b`.

@@ -88,21 +88,11 @@ impl VisionAttention {
         let (h, d) = (self.heads, dm / self.heads);
         let ops = p.ops;
         // Bias, split and the f32 rotary (transformers' apply_rotary_pos_emb_vision) in one pass.
-        let (y, b) = self.qkv.matmul_bias(p, x)?;
-        let zeros;
-        let b = match (b, self.qkv.bias()) {
-            (Some(b), _) => b,
-            // The bias is in the product already.
-            (None, Some(b)) => {
-                zeros = b.zeros_like()?;
-                &zeros
-            }
-            (None, None) => candle_core::bail!("vision qkv without bias"),
-        };
+        let (y, b) = self.qkv.matmul_bias_or_zeros(p, x, "vision qkv")?;
         let (q, k, v) = ops.section("vision.qkv_rope", x.device(), || {
             ops.qkv_rope(crate::ops::QkvRope {
                 y: &y,
-                bias: b,
+                bias: &b,
                 cos: &ctx.cos,
                 sin: &ctx.sin,
                 heads: h,

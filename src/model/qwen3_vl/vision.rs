@@ -35,19 +35,9 @@ impl VisionMlp {
     }
 
     fn forward(&self, p: Pass<'_>, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
-        let (y, b) = self.fc1.matmul_bias(p, x)?;
-        let zeros;
-        let b = match (b, self.fc1.bias()) {
-            (Some(b), _) => b,
-            // The bias is in the product already.
-            (None, Some(b)) => {
-                zeros = b.zeros_like()?;
-                &zeros
-            }
-            (None, None) => candle_core::bail!("vision linear_fc1 without bias"),
-        };
+        let (y, b) = self.fc1.matmul_bias_or_zeros(p, x, "vision linear_fc1")?;
         let h = p.ops.section("vision.mlp.bias_gelu", x.device(), || {
-            p.ops.bias_gelu_tanh(&y, b)
+            p.ops.bias_gelu_tanh(&y, &b)
         })?;
         self.fc2.forward_residual(p, &h, residual)
     }
