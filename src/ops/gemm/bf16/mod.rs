@@ -101,6 +101,9 @@ impl Bf16Gemm {
 
     /// Its description in the manifest (`ops.cpu_bf16_gemm`).
     pub fn describe(self) -> String {
+        // Where this module's kernels run a product, a linear layer's bias joins the f32 sums (fused ops on).
+        const BIAS: &str = "; a linear layer's bias added to the f32 sums before the rounding where these kernels \
+                            run the product (fused ops on)";
         match self {
             Self::Candle => "gemm crate (candle's bf16 matmul)".to_string(),
             Self::RowKernelOnly {
@@ -109,7 +112,7 @@ impl Bf16Gemm {
             } => format!(
                 "AVX512-BF16 row kernel (vdpbf16ps, f32 sums) for independent rows; gemm crate (candle's bf16 \
                  matmul) for row segments: {candle_gflops:.1} GFLOP/s vs the packed kernel's {packed_gflops:.1} \
-                 at load"
+                 at load{BIAS}"
             ),
             Self::Kernels {
                 packed_gflops,
@@ -117,7 +120,7 @@ impl Bf16Gemm {
             } => format!(
                 "AVX512-BF16 (vdpbf16ps, f32 sums, bf16 output): packed kernel for row segments \
                  ({packed_gflops:.1} GFLOP/s vs candle's {candle_gflops:.1} at load), row kernel for \
-                 independent rows"
+                 independent rows{BIAS}"
             ),
             Self::Amx {
                 amx_gflops,
@@ -126,7 +129,7 @@ impl Bf16Gemm {
             } => format!(
                 "AMX tiles (tdpbf16ps, f32 sums, bf16 output) for row segments ({amx_gflops:.1} GFLOP/s vs the \
                  AVX512-BF16 packed kernel's {packed_gflops:.1} and candle's {candle_gflops:.1} at load), \
-                 AVX512-BF16 row kernel for independent rows"
+                 AVX512-BF16 row kernel for independent rows{BIAS}"
             ),
         }
     }
