@@ -227,15 +227,11 @@ pub fn qkv_rope(a: super::QkvRope<'_>) -> Result<(Tensor, Tensor, Tensor)> {
         vec![bf16::ZERO; n * kv_heads * d],
     );
     let rotate = |x: &[bf16], b: &[f32], (c, s): (&[f32], &[f32]), o: &mut [bf16]| {
-        let x: Vec<f32> = x
-            .iter()
-            .zip(b)
-            .map(|(x, b)| round(x.to_f32() + b).to_f32())
-            .collect();
-        for (head, o) in x.chunks(d).zip(o.chunks_mut(d)) {
-            let (x1, x2) = head.split_at(half);
+        // Each value with its bias, rounded, as it is read (no per-row buffer).
+        let biased = |i: usize| round(x[i].to_f32() + b[i]).to_f32();
+        for (h, o) in o.chunks_mut(d).enumerate() {
             for j in 0..half {
-                let (a, b) = (x1[j], x2[j]);
+                let (a, b) = (biased(h * d + j), biased(h * d + half + j));
                 (o[j], o[half + j]) = match f32_tables {
                     true => (round(a * c[j] - b * s[j]), round(a * s[j] + b * c[j])),
                     false => {
