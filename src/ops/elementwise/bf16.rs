@@ -9,7 +9,7 @@ use half::bf16;
 use rayon::prelude::*;
 
 use crate::ops::cpu_data::cpu_slice;
-use crate::ops::simd::Level;
+use crate::ops::simd::{vectorised, Level};
 
 /// Whether this path serves `tensors`: all bf16 and on the CPU.
 pub fn supported(tensors: &[&Tensor]) -> bool {
@@ -19,15 +19,13 @@ pub fn supported(tensors: &[&Tensor]) -> bool {
 }
 
 /// `x` rounded to bf16, to nearest with ties to even (a NaN stays a quiet NaN).
+/// Branch-free (a select), so loops of it vectorise.
 #[inline(always)]
 fn round(x: f32) -> bf16 {
     let b = x.to_bits();
-    let rounded = if x.is_nan() {
-        (b >> 16) | 0x40
-    } else {
-        (b + 0x7fff + ((b >> 16) & 1)) >> 16
-    };
-    bf16::from_bits(rounded as u16)
+    let nan = (b >> 16) | 0x40;
+    let rounded = b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16;
+    bf16::from_bits(if x.is_nan() { nan } else { rounded } as u16)
 }
 
 /// Rows of `width` values of `y` (and of `r`, where given), each turned into an output row by `f`.
@@ -53,7 +51,10 @@ fn rows(
             .with_min_len(8)
             .for_each(|(i, o)| {
                 let row = i * width..(i + 1) * width;
-                f(&yd[row.clone()], rd.map(|r| &r[row]), o)
+                vectorised(
+                    #[inline(always)]
+                    || f(&yd[row.clone()], rd.map(|r| &r[row]), o),
+                )
             });
     }
     Tensor::from_vec(out, y.shape(), y.device())
@@ -71,11 +72,17 @@ fn vector_values(op: &str, y: &Tensor, b: &Tensor) -> Result<(usize, Vec<f32>)> 
 /// `y + b` over the last dimension, rounded to bf16.
 pub fn bias_add(y: &Tensor, b: &Tensor) -> Result<Tensor> {
     let (width, b) = vector_values("bias_add", y, b)?;
-    rows(y, None, width, |y, _, o| {
-        for ((o, y), b) in o.iter_mut().zip(y).zip(&b) {
-            *o = round(y.to_f32() + b);
-        }
-    })
+    rows(
+        y,
+        None,
+        width,
+        #[inline(always)]
+        |y, _, o| {
+            for ((o, y), b) in o.iter_mut().zip(y).zip(&b) {
+                *o = round(y.to_f32() + b);
+            }
+        },
+    )
 }
 
 /// `r + (y + b)`, each addition rounded to bf16.
@@ -84,12 +91,18 @@ pub fn bias_residual(y: &Tensor, b: &Tensor, r: &Tensor) -> Result<Tensor> {
     if r.dims() != y.dims() {
         candle_core::bail!("bias_residual: y {:?}, residual {:?}", y.dims(), r.dims());
     }
-    rows(y, Some(r), width, |y, r, o| {
-        let r = r.unwrap_or_default();
-        for (((o, y), r), b) in o.iter_mut().zip(y).zip(r).zip(&b) {
-            *o = round(r.to_f32() + round(y.to_f32() + b).to_f32());
-        }
-    })
+    rows(
+        y,
+        Some(r),
+        width,
+        #[inline(always)]
+        |y, r, o| {
+            let r = r.unwrap_or_default();
+            for (((o, y), r), b) in o.iter_mut().zip(y).zip(r).zip(&b) {
+                *o = round(r.to_f32() + round(y.to_f32() + b).to_f32());
+            }
+        },
+    )
 }
 
 /// `r + y` rounded to bf16 (the composed bf16 add's bits).
@@ -98,25 +111,37 @@ pub fn add(y: &Tensor, r: &Tensor) -> Result<Tensor> {
         candle_core::bail!("residual add: y {:?}, residual {:?}", y.dims(), r.dims());
     }
     let width = y.dims().last().copied().unwrap_or(1);
-    rows(y, Some(r), width, |y, r, o| {
-        let r = r.unwrap_or_default();
-        for ((o, y), r) in o.iter_mut().zip(y).zip(r) {
-            *o = round(r.to_f32() + y.to_f32());
-        }
-    })
+    rows(
+        y,
+        Some(r),
+        width,
+        #[inline(always)]
+        |y, r, o| {
+            let r = r.unwrap_or_default();
+            for ((o, y), r) in o.iter_mut().zip(y).zip(r) {
+                *o = round(r.to_f32() + y.to_f32());
+            }
+        },
+    )
 }
 
 /// Qwen2 RMSNorm of bf16 rows as the composed reference computes it: per row the sum of squares in f32 in order,
 /// `x / sqrt(mean + eps)` in f32 rounded to bf16, then times the weight rounded to bf16.
 pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
     let (width, w) = vector_values("rms_norm", x, w)?;
-    rows(x, None, width, |x, _, o| {
-        let sum2 = x.iter().map(|v| v.to_f32() * v.to_f32()).sum::<f32>();
-        let m = (sum2 / width as f32 + eps).sqrt();
-        for ((o, x), w) in o.iter_mut().zip(x).zip(&w) {
-            *o = round(round(x.to_f32() / m).to_f32() * w);
-        }
-    })
+    rows(
+        x,
+        None,
+        width,
+        #[inline(always)]
+        |x, _, o| {
+            let sum2 = x.iter().map(|v| v.to_f32() * v.to_f32()).sum::<f32>();
+            let m = (sum2 / width as f32 + eps).sqrt();
+            for ((o, x), w) in o.iter_mut().zip(x).zip(&w) {
+                *o = round(round(x.to_f32() / m).to_f32() * w);
+            }
+        },
+    )
 }
 
 /// `silu(g)·u` of a packed bf16 projection `gu` (rows, 2·I) = [gate | up] after its bias (2·I, if any; each
@@ -141,21 +166,26 @@ pub fn swiglu_packed(gu: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
             .zip(data.par_chunks(2 * cols))
             .with_min_len(8)
             .for_each_init(scratch, |(g, u, silu), (o, row)| {
-                let (rg, ru) = row.split_at(cols);
-                let (bg, bu) = match &bias {
-                    Some(b) => b.split_at(cols),
-                    None => (&[][..], &[][..]),
-                };
-                widen(rg, bg, g);
-                widen(ru, bu, u);
-                // silu(g)·1 is silu(g), bit for bit.
-                let done = super::cpu::vector_swiglu(g, &ones, None, silu, level);
-                for c in done..cols {
-                    silu[c] = g[c] / (1.0 + (-g[c]).exp());
-                }
-                for ((o, s), u) in o.iter_mut().zip(silu.iter()).zip(u.iter()) {
-                    *o = round(round(*s).to_f32() * u);
-                }
+                vectorised(
+                    #[inline(always)]
+                    || {
+                        let (rg, ru) = row.split_at(cols);
+                        let (bg, bu) = match &bias {
+                            Some(b) => b.split_at(cols),
+                            None => (&[][..], &[][..]),
+                        };
+                        widen(rg, bg, g);
+                        widen(ru, bu, u);
+                        // silu(g)·1 is silu(g), bit for bit.
+                        let done = super::cpu::vector_swiglu(g, &ones, None, silu, level);
+                        for c in done..cols {
+                            silu[c] = g[c] / (1.0 + (-g[c]).exp());
+                        }
+                        for ((o, s), u) in o.iter_mut().zip(silu.iter()).zip(u.iter()) {
+                            *o = round(round(*s).to_f32() * u);
+                        }
+                    },
+                )
             });
     }
     Tensor::from_vec(out, shape, gu.device())
@@ -166,7 +196,11 @@ pub fn to_f32(t: &Tensor) -> Result<Tensor> {
     if !supported(&[t]) {
         return t.to_dtype(DType::F32);
     }
-    convert(t, |x: &bf16| x.to_f32())
+    convert(
+        t,
+        #[inline(always)]
+        |x: &bf16| x.to_f32(),
+    )
 }
 
 /// `t` (f32 on the CPU) rounded to bf16 as `half` rounds (to nearest, ties to even) in one parallel pass;
@@ -175,7 +209,11 @@ pub fn to_bf16(t: &Tensor) -> Result<Tensor> {
     if !t.device().is_cpu() || t.dtype() != DType::F32 {
         return t.to_dtype(DType::BF16);
     }
-    convert(t, |x: &f32| round(*x))
+    convert(
+        t,
+        #[inline(always)]
+        |x: &f32| round(*x),
+    )
 }
 
 /// `f` over every value of the CPU tensor `t` (made contiguous), in parallel blocks.
@@ -190,7 +228,12 @@ where
     let mut out = vec![B::zero(); data.len()];
     out.par_chunks_mut(1 << 14)
         .zip(data.par_chunks(1 << 14))
-        .for_each(|(o, x)| o.iter_mut().zip(x).for_each(|(o, x)| *o = f(x)));
+        .for_each(|(o, x)| {
+            vectorised(
+                #[inline(always)]
+                || o.iter_mut().zip(x).for_each(|(o, x)| *o = f(x)),
+            )
+        });
     Tensor::from_vec(out, t.shape(), t.device())
 }
 
@@ -226,25 +269,6 @@ pub fn qkv_rope(a: super::QkvRope<'_>) -> Result<(Tensor, Tensor, Tensor)> {
         vec![bf16::ZERO; n * kv_heads * d],
         vec![bf16::ZERO; n * kv_heads * d],
     );
-    let rotate = |x: &[bf16], b: &[f32], (c, s): (&[f32], &[f32]), o: &mut [bf16]| {
-        // Each value with its bias, rounded, as it is read (no per-row buffer).
-        let biased = |i: usize| round(x[i].to_f32() + b[i]).to_f32();
-        for (h, o) in o.chunks_mut(d).enumerate() {
-            for j in 0..half {
-                let (a, b) = (biased(h * d + j), biased(h * d + half + j));
-                (o[j], o[half + j]) = match f32_tables {
-                    true => (round(a * c[j] - b * s[j]), round(a * s[j] + b * c[j])),
-                    false => {
-                        let m = |x: f32, y: f32| round(x * y).to_f32();
-                        (
-                            round(m(a, c[j]) - m(b, s[j])),
-                            round(m(a, s[j]) + m(b, c[j])),
-                        )
-                    }
-                };
-            }
-        }
-    };
     if n > 0 && d > 0 {
         let (qw, kw) = (heads * d, kv_heads * d);
         q.par_chunks_mut(qw)
@@ -253,16 +277,22 @@ pub fn qkv_rope(a: super::QkvRope<'_>) -> Result<(Tensor, Tensor, Tensor)> {
             .enumerate()
             .with_min_len(8)
             .for_each(|(i, ((qo, ko), vo))| {
-                let row = &data[i * width..(i + 1) * width];
-                let cs = (
-                    &cos[i * half..(i + 1) * half],
-                    &sin[i * half..(i + 1) * half],
-                );
-                rotate(&row[..qw], &bias[..qw], cs, qo);
-                rotate(&row[qw..qw + kw], &bias[qw..qw + kw], cs, ko);
-                for ((o, x), b) in vo.iter_mut().zip(&row[qw + kw..]).zip(&bias[qw + kw..]) {
-                    *o = round(x.to_f32() + b);
-                }
+                vectorised(
+                    #[inline(always)]
+                    || {
+                        let row = &data[i * width..(i + 1) * width];
+                        let cs = (
+                            &cos[i * half..(i + 1) * half],
+                            &sin[i * half..(i + 1) * half],
+                        );
+                        rotate(&row[..qw], &bias[..qw], cs, qo, d, f32_tables);
+                        rotate(&row[qw..qw + kw], &bias[qw..qw + kw], cs, ko, d, f32_tables);
+                        for ((o, x), b) in vo.iter_mut().zip(&row[qw + kw..]).zip(&bias[qw + kw..])
+                        {
+                            *o = round(x.to_f32() + b);
+                        }
+                    },
+                )
             });
     }
     let dev = a.y.device();
@@ -271,6 +301,56 @@ pub fn qkv_rope(a: super::QkvRope<'_>) -> Result<(Tensor, Tensor, Tensor)> {
         Tensor::from_vec(k, (n, kv_heads, d), dev)?,
         Tensor::from_vec(v, (n, kv_heads, d), dev)?,
     ))
+}
+
+/// The q or k heads (`d` values each) of one row of [`qkv_rope`].
+#[inline(always)]
+fn rotate(x: &[bf16], b: &[f32], cs: (&[f32], &[f32]), o: &mut [bf16], d: usize, f32_tables: bool) {
+    for ((o, x), b) in o.chunks_mut(d).zip(x.chunks(d)).zip(b.chunks(d)) {
+        match f32_tables {
+            true => rotate_head(
+                x,
+                b,
+                cs,
+                o,
+                #[inline(always)]
+                |a, b, c, s| (round(a * c - b * s), round(a * s + b * c)),
+            ),
+            false => rotate_head(
+                x,
+                b,
+                cs,
+                o,
+                #[inline(always)]
+                |a, b, c, s| {
+                    let m = |x: f32, y: f32| round(x * y).to_f32();
+                    (round(m(a, c) - m(b, s)), round(m(a, s) + m(b, c)))
+                },
+            ),
+        }
+    }
+}
+
+/// One head of [`qkv_rope`]: each value with its bias, rounded, as it is read (no per-row buffer), then the
+/// pair (x[j], x[j + d/2]) through `pair` with the tables' (cos, sin) of j.
+#[inline(always)]
+fn rotate_head(
+    x: &[bf16],
+    b: &[f32],
+    (cos, sin): (&[f32], &[f32]),
+    o: &mut [bf16],
+    pair: impl Fn(f32, f32, f32, f32) -> (bf16, bf16),
+) {
+    let half = x.len() / 2;
+    let (x1, x2) = x.split_at(half);
+    let (b1, b2) = b.split_at(half);
+    let (o1, o2) = o.split_at_mut(half);
+    let biased = |x: &bf16, b: &f32| round(x.to_f32() + b).to_f32();
+    let inputs = x1.iter().zip(b1).zip(x2.iter().zip(b2));
+    let tables = cos.iter().zip(sin);
+    for ((o1, o2), ((p, q), (c, s))) in o1.iter_mut().zip(o2).zip(inputs.zip(tables)) {
+        (*o1, *o2) = pair(biased(p.0, p.1), biased(q.0, q.1), *c, *s);
+    }
 }
 
 #[cfg(test)]

@@ -43,6 +43,42 @@ impl Level {
     }
 }
 
+/// `f()` inlined into a function compiled for the widest vector level this CPU has, so that plain loops in `f`
+/// (conversions, roundings, elementwise arithmetic without a reduction) are vectorised at that width; the
+/// binary itself targets baseline x86-64. Elementwise IEEE arithmetic gives the same bits at every width.
+#[inline(always)]
+pub(crate) fn vectorised<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    match Level::detect() {
+        // SAFETY (both arms): the CPU has the features the wrappers enable (Level::detect checked them).
+        Level::Avx512 => return unsafe { wide::avx512(f) },
+        Level::Avx2 => return unsafe { wide::avx2(f) },
+        Level::Portable => {}
+    }
+    f()
+}
+
+#[cfg(target_arch = "x86_64")]
+mod wide {
+    /// `f()` compiled with AVX-512F enabled.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F, AVX2 and FMA.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(super) unsafe fn avx512<R>(f: impl FnOnce() -> R) -> R {
+        f()
+    }
+
+    /// `f()` compiled with AVX2 and FMA enabled.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn avx2<R>(f: impl FnOnce() -> R) -> R {
+        f()
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
 
