@@ -125,9 +125,18 @@ fn pack_a(a: &[bf16], m: usize, k: usize) -> Vec<Tile> {
         .par_chunks_mut(chunks)
         .enumerate()
         .for_each(|(rt, tiles)| {
-            for r in 0..TILE.min(m - rt * TILE) {
+            let rows = TILE.min(m - rt * TILE);
+            let whole = match rows == TILE && k % 2 == 0 {
+                // SAFETY: supported() (the caller's check) includes AVX-512F; 16 rows of k values from rt · 16.
+                true => unsafe { tiles::pack_whole(&a[rt * TILE * k..][..TILE * k], k, tiles) },
+                false => 0,
+            };
+            if whole == chunks {
+                return;
+            }
+            for r in 0..rows {
                 let row = &a[(rt * TILE + r) * k..][..k];
-                for (q, pair) in row.chunks(2).enumerate() {
+                for (q, pair) in row.chunks(2).enumerate().skip(whole * TILE) {
                     let hi = pair.get(1).map_or(0, |v| v.to_bits() as u32);
                     tiles[q / TILE].0[(q % TILE) * TILE + r] = pair[0].to_bits() as u32 | hi << 16;
                 }
@@ -271,8 +280,9 @@ mod tiles {
 
     /// Write the accumulator tile `sum` (weight row `j`, row `r` of `a` at `j · 16 + r`) transposed into `c`
     /// (m × n): `c[(i0 + r) · n + j0 + j]` for `r < rows`, `j < cols`, each plus its column's bias (where there is
-    /// one) rounded to bf16 as `bf16::from_f32` rounds (to nearest, ties to even; a NaN stays a quiet NaN). A row
-    /// at a time: one gather of its 16 sums, the bias added, rounded in integer lanes, one masked store.
+    /// one) rounded to bf16 as `bf16::from_f32` rounds (to nearest, ties to even; a NaN stays a quiet NaN). The
+    /// tile transposed in registers, then a row at a time: the bias added, rounded in integer lanes, one masked
+    /// store.
     ///
     /// # Safety
     /// The CPU has AVX-512F, BW and VL; those outputs lie inside `c` and no other task writes them.
@@ -284,9 +294,6 @@ mod tiles {
         (rows, cols): (usize, usize),
     ) {
         use std::arch::x86_64::*;
-        let column = _mm512_setr_epi32(
-            0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240,
-        );
         let mask: __mmask16 = ((1u32 << cols) - 1) as u16;
         let (one, half_ulp) = (_mm512_set1_epi32(1), _mm512_set1_epi32(0x7fff));
         let (abs_mask, inf, quiet) = (
@@ -299,23 +306,90 @@ mod tiles {
             true => _mm512_setzero_ps(),
             false => unsafe { _mm512_maskz_loadu_ps(mask, c.bias.add(j0)) },
         };
-        for r in 0..rows {
-            // SAFETY: the gather reads the tile's column r; the store writes row i0 + r's columns j0.. j0 + cols.
-            unsafe {
-                let v = _mm512_i32gather_ps::<4>(column, sum.0.as_ptr().add(r).cast());
-                let v = _mm512_castps_si512(match c.bias.is_null() {
-                    true => v,
-                    false => _mm512_add_ps(v, bias),
-                });
-                let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(v), one);
-                let rounded =
-                    _mm512_srli_epi32::<16>(_mm512_add_epi32(_mm512_add_epi32(v, half_ulp), lsb));
-                let nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(v, abs_mask), inf);
-                let nan_bits = _mm512_or_si512(_mm512_srli_epi32::<16>(v), quiet);
-                let bits = _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, nan_bits));
-                _mm256_mask_storeu_epi16(c.c.add((i0 + r) * c.n + j0).cast(), mask, bits);
+        // SAFETY: the tile is 16 rows of 16 f32, aligned to 64 bytes.
+        let sums = transpose(std::array::from_fn(|j| unsafe {
+            _mm512_load_ps(sum.0.as_ptr().add(j * TILE).cast())
+        }));
+        for (r, &v) in sums.iter().enumerate().take(rows) {
+            let v = _mm512_castps_si512(match c.bias.is_null() {
+                true => v,
+                false => _mm512_add_ps(v, bias),
+            });
+            let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(v), one);
+            let rounded =
+                _mm512_srli_epi32::<16>(_mm512_add_epi32(_mm512_add_epi32(v, half_ulp), lsb));
+            let nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(v, abs_mask), inf);
+            let nan_bits = _mm512_or_si512(_mm512_srli_epi32::<16>(v), quiet);
+            let bits = _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, nan_bits));
+            // SAFETY: the store writes row i0 + r's columns j0 .. j0 + cols.
+            unsafe { _mm256_mask_storeu_epi16(c.c.add((i0 + r) * c.n + j0).cast(), mask, bits) };
+        }
+    }
+
+    /// The 16 × 16 transpose of `rows` (row `j` → lane `j` of every output): 32-bit then 64-bit interleaves
+    /// within 128-bit lanes, then two rounds of 128-bit lane shuffles.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn transpose(r: [std::arch::x86_64::__m512; 16]) -> [std::arch::x86_64::__m512; 16] {
+        use std::arch::x86_64::*;
+        // a[2i], a[2i + 1]: rows 2i and 2i + 1 interleaved (low, high halves of each 128-bit lane).
+        let a: [__m512; 16] = std::array::from_fn(|x| match x % 2 {
+            0 => _mm512_unpacklo_ps(r[x], r[x + 1]),
+            _ => _mm512_unpackhi_ps(r[x - 1], r[x]),
+        });
+        // b[4i + c]: column c of each 128-bit lane for rows 4i .. 4i + 4.
+        let b: [__m512; 16] = std::array::from_fn(|x| {
+            let (i, c) = (x / 4, x % 4);
+            let (p, q) = (
+                _mm512_castps_pd(a[4 * i + c / 2]),
+                _mm512_castps_pd(a[4 * i + 2 + c / 2]),
+            );
+            _mm512_castpd_ps(match c % 2 {
+                0 => _mm512_unpacklo_pd(p, q),
+                _ => _mm512_unpackhi_pd(p, q),
+            })
+        });
+        let mut out = [_mm512_setzero_ps(); 16];
+        for c in 0..4 {
+            let s0 = _mm512_shuffle_f32x4::<0x88>(b[c], b[4 + c]);
+            let s1 = _mm512_shuffle_f32x4::<0xdd>(b[c], b[4 + c]);
+            let s2 = _mm512_shuffle_f32x4::<0x88>(b[8 + c], b[12 + c]);
+            let s3 = _mm512_shuffle_f32x4::<0xdd>(b[8 + c], b[12 + c]);
+            out[c] = _mm512_shuffle_f32x4::<0x88>(s0, s2);
+            out[8 + c] = _mm512_shuffle_f32x4::<0xdd>(s0, s2);
+            out[4 + c] = _mm512_shuffle_f32x4::<0x88>(s1, s3);
+            out[12 + c] = _mm512_shuffle_f32x4::<0xdd>(s1, s3);
+        }
+        out
+    }
+
+    /// The whole chunks (32 depths) of 16 rows `a` (16 × k, `k` even) as activation tiles (see `pack_a`): tile
+    /// row `p` of chunk `q` gathers depth pair `16q + p` of the 16 rows, one 32-bit gather each. Returns how
+    /// many chunks it wrote (⌊k / 32⌋).
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; `a` holds 16 · k values and `tiles` at least ⌊k / 32⌋ tiles.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn pack_whole(a: &[half::bf16], k: usize, tiles: &mut [Tile]) -> usize {
+        use std::arch::x86_64::*;
+        let whole = k / super::CHUNK;
+        assert!(a.len() >= TILE * k && tiles.len() >= whole);
+        let stride = (2 * k) as i32;
+        let rows = _mm512_mullo_epi32(
+            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+            _mm512_set1_epi32(stride),
+        );
+        for (q, tile) in tiles[..whole].iter_mut().enumerate() {
+            for p in 0..TILE {
+                // SAFETY: row r's depth pair 16q + p lies inside a (16q + p < k / 2); the store fills row p.
+                unsafe {
+                    let base = a.as_ptr().add(super::CHUNK * q + 2 * p).cast::<i32>();
+                    let v = _mm512_i32gather_epi32::<1>(rows, base);
+                    _mm512_store_si512(tile.0.as_mut_ptr().add(p * TILE).cast(), v);
+                }
             }
         }
+        whole
     }
 
     /// Return the tiles to their initial state (cheaper context switches).
@@ -404,6 +478,10 @@ mod tiles {
     }
 
     pub(super) unsafe fn release() {}
+
+    pub(super) unsafe fn pack_whole(_: &[half::bf16], _: usize, _: &mut [Tile]) -> usize {
+        0
+    }
 
     pub(super) unsafe fn store_transposed(
         _: &Tile,
