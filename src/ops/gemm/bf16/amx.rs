@@ -126,7 +126,7 @@ fn pack_a(a: &[bf16], m: usize, k: usize) -> Vec<Tile> {
         .enumerate()
         .for_each(|(rt, tiles)| {
             let rows = TILE.min(m - rt * TILE);
-            let whole = match rows == TILE && k % 2 == 0 {
+            let whole = match rows == TILE && k.is_multiple_of(2) {
                 // SAFETY: supported() (the caller's check) includes AVX-512F; 16 rows of k values from rt · 16.
                 true => unsafe { tiles::pack_whole(&a[rt * TILE * k..][..TILE * k], k, tiles) },
                 false => 0,
