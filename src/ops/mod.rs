@@ -198,6 +198,7 @@ impl Ops {
                 .map(|p| p.min_keys),
             cpu_attention_packed: attention::cpu::describe_packed_plan(self.attention_tiles),
             cpu_bf16_gemm: self.bf16.describe(),
+            cpu_bf16_attention: attention::describe_bf16(self.bf16.amx()),
         }
     }
 

@@ -54,6 +54,9 @@ pub struct OpsManifest {
     /// What multiplies bf16 activations by bf16 weights on the CPU (`ops::gemm::bf16`).
     #[serde(default)]
     pub cpu_bf16_gemm: String,
+    /// What computes the bf16 prefill attention on the CPU, in words.
+    #[serde(default)]
+    pub cpu_bf16_attention: String,
 }
 
 /// What the run's CPU f32 GEMMs use and why: the manifest's record of the choice, also logged in one line.
@@ -136,7 +139,8 @@ mod tests {
             r#""cpu_gemm_blas_min_rows":4,"cpu_gemm_packed_min_rows":768,"#,
             r#""cpu_attention_tiled_min_keys":64,"cpu_attention_packed_min_keys":2048,"#,
             r#""cpu_attention_packed":"attention of 2048 keys or more in query blocks on the packed kernel","#,
-            r#""cpu_bf16_gemm":"gemm crate (candle's bf16 matmul)"}"#
+            r#""cpu_bf16_gemm":"gemm crate (candle's bf16 matmul)","#,
+            r#""cpu_bf16_attention":"the f32 attention on f32 copies"}"#
         );
         let m: OpsManifest = serde_json::from_str(json).unwrap();
         assert_eq!(serde_json::to_string(&m).unwrap(), json);

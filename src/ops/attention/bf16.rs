@@ -7,6 +7,7 @@
 use candle_core::{DType, Result, Tensor};
 
 use super::{cpu, reference, DecodeKv, Varlen, VarlenSeg};
+use crate::ops::cpu_data::cpu_slice;
 
 /// Whether a call in `dtype` on `device` with this head_dim runs here: CPU, bf16, and the fused f32 path covers
 /// the head_dim.
@@ -26,9 +27,55 @@ fn narrow(t: &Tensor, dtype: DType) -> Result<Tensor> {
     }
 }
 
+/// What computes the bf16 varlen attention on the CPU, in words for the manifest; `amx`: whether the bf16
+/// GEMMs run on AMX tiles (the tile attention then serves whole segments where the CPU runs it).
+pub(crate) fn describe(amx: bool) -> String {
+    let wide = "f32 attention on f32 copies (widened exactly), the output rounded to bf16 once";
+    match amx {
+        true => format!(
+            "AMX tiles for segments without a cached prefix, not causal (torch's CPU flash attention order: \
+             f32 scores of bf16 products, softmax in blocks of {} keys, weights rounded to bf16); else the {wide}",
+            super::amx::KEY_BLOCK
+        ),
+        false => format!("the {wide}"),
+    }
+}
+
+/// The attention on AMX tiles ([`super::amx`]) where it serves `a`: whole segments (no cached prefix), not
+/// causal, shapes it covers; `None` elsewhere.
+fn on_tiles(a: &Varlen<'_>) -> Result<Option<Tensor>> {
+    let (n, heads, d) = a.q.dims3()?;
+    let h = super::amx::Heads {
+        heads,
+        kv_heads: a.k.dim(1)?,
+        d,
+    };
+    if a.causal || a.segs.iter().any(|s| s.prefix.is_some()) || !super::amx::covers(h) {
+        return Ok(None);
+    }
+    let (q, k, v) = (a.q.contiguous()?, a.k.contiguous()?, a.v.contiguous()?);
+    let (qs, ql) = q.storage_and_layout();
+    let (ks, kl) = k.storage_and_layout();
+    let (vs, vl) = v.storage_and_layout();
+    let slices = (
+        cpu_slice::<half::bf16>(&qs, ql, q.elem_count())?,
+        cpu_slice::<half::bf16>(&ks, kl, k.elem_count())?,
+        cpu_slice::<half::bf16>(&vs, vl, v.elem_count())?,
+    );
+    let segs: Vec<(usize, usize)> = a.segs.iter().map(|s| (s.start, s.len)).collect();
+    let out = super::amx::attend(slices, &segs, h, a.scale);
+    Ok(Some(Tensor::from_vec(out, (n, heads, d), a.q.device())?))
+}
+
+/// The attention on AMX tiles where `amx` (the bf16 GEMMs' choice) and [`on_tiles`] serve `a`; else
 /// [`cpu::varlen_attention`] on f32 copies of `a`'s tensors (a cached prefix: its valid positions), the result
 /// in `a.q`'s dtype.
-pub(super) fn varlen_attention(a: Varlen<'_>, tiles: cpu::Tiles) -> Result<Tensor> {
+pub(super) fn varlen_attention(a: Varlen<'_>, tiles: cpu::Tiles, amx: bool) -> Result<Tensor> {
+    if amx {
+        if let Some(out) = on_tiles(&a)? {
+            return Ok(out);
+        }
+    }
     let (q, k, v) = (f32s(a.q)?, f32s(a.k)?, f32s(a.v)?);
     let prefixes = a
         .segs
@@ -135,8 +182,12 @@ mod tests {
             causal: true,
             scale: 0.25,
         };
-        let got = varlen_attention(a, cpu::Tiles::GemmCrate).unwrap();
+        let bits = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<half::bf16>().unwrap();
+        let got = varlen_attention(a, cpu::Tiles::GemmCrate, false).unwrap();
         assert_eq!(got.dtype(), DType::BF16);
+        // Causal with a cached prefix: the tiles do not serve it, the f32 path answers even where asked for them.
+        let asked = varlen_attention(a, cpu::Tiles::GemmCrate, true).unwrap();
+        assert_eq!(bits(&asked), bits(&got));
         let (q32, k32, v32, pk32, pv32) = (
             f32s(&q).unwrap(),
             f32s(&k).unwrap(),
@@ -167,7 +218,6 @@ mod tests {
             .unwrap()
             .to_dtype(DType::BF16)
             .unwrap();
-        let bits = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<half::bf16>().unwrap();
         assert_eq!(bits(&got), bits(&want));
 
         // Decode: one step of two sequences over their buffers (capacity 8, 5 and 2 valid positions).
@@ -216,5 +266,54 @@ mod tests {
             bits(&got),
             bits(&want.unwrap().to_dtype(DType::BF16).unwrap())
         );
+    }
+
+    /// Whole segments, not causal, where the bf16 GEMMs run on AMX: the tile attention's output, within the
+    /// weights' bf16 rounding of the f32 attention of the same values.
+    #[test]
+    fn whole_segments_attend_on_the_tiles_where_asked() {
+        let (n, heads, kv_heads, d) = (40, 4, 2, 16);
+        let h = super::super::amx::Heads { heads, kv_heads, d };
+        if !super::super::amx::covers(h) {
+            eprintln!("skipped: no AMX tiles here");
+            return;
+        }
+        let bf = |t: Tensor| t.to_dtype(DType::BF16).unwrap();
+        let (q, k, v) = (
+            bf(ramp(&[n, heads, d], 1)),
+            bf(ramp(&[n, kv_heads, d], 2)),
+            bf(ramp(&[n, kv_heads, d], 3)),
+        );
+        let seg = |start, len| VarlenSeg {
+            start,
+            len,
+            prefix: None,
+        };
+        let segs = [seg(0, 7), seg(7, 33)];
+        let a = Varlen {
+            q: &q,
+            k: &k,
+            v: &v,
+            segs: &segs,
+            causal: false,
+            scale: 0.25,
+        };
+        let vals = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<half::bf16>().unwrap();
+        let tiles = super::super::amx::attend(
+            (&vals(&q), &vals(&k), &vals(&v)),
+            &[(0, 7), (7, 33)],
+            h,
+            0.25,
+        );
+        assert_eq!(
+            vals(&varlen_attention(a, cpu::Tiles::GemmCrate, true).unwrap()),
+            tiles
+        );
+        let wide = vals(&varlen_attention(a, cpu::Tiles::GemmCrate, false).unwrap());
+        // Each weight rounded to bf16 moves it by at most 2⁻⁹ of itself: the output by 2⁻⁹ of |v| ≤ 1, plus the
+        // output's own rounding.
+        for (t, w) in tiles.iter().zip(&wide) {
+            assert!((t.to_f32() - w.to_f32()).abs() <= 1.0 / 256.0, "{t} vs {w}");
+        }
     }
 }

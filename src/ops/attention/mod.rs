@@ -2,6 +2,7 @@
 //! and decode attention, each on the fused CUDA kernel, the fused CPU path ([`cpu`]), or the composed fallback
 //! ([`composed`]); their candle references ([`reference`](mod@reference)).
 
+mod amx;
 mod bf16;
 pub mod composed;
 pub(super) mod cpu;
@@ -146,6 +147,11 @@ impl DecodeStep<'_> {
     }
 }
 
+/// What computes the bf16 varlen attention on the CPU, in words for the manifest ([`bf16::describe`]).
+pub(crate) fn describe_bf16(amx: bool) -> String {
+    bf16::describe(amx)
+}
+
 /// The bf16 decode attention on f32 copies, for the fused CPU path's timing.
 #[cfg(test)]
 pub(crate) fn bf16_decode_for_timing(
@@ -198,7 +204,8 @@ impl Ops {
     /// Attention of packed segments: the queries of each segment (its rows of `q`) attend to the segment's keys
     /// (its prefix, then its rows of `k`/`v`), causally or not. Returns (N, heads, d). One launch on CUDA and
     /// the fused f32 path on the CPU where [`Self::varlen_supported`] holds (bf16 on the CPU with the fused ops on:
-    /// that path on f32 copies, [`bf16`]), else [`composed::varlen`] within the attention budget.
+    /// AMX tiles where the bf16 GEMMs run on them and the call has whole segments, not causal, else that path on
+    /// f32 copies, [`bf16`]), else [`composed::varlen`] within the attention budget.
     pub fn varlen_attention(&self, a: Varlen<'_>) -> Result<Tensor> {
         let q = a.q;
         // Empty inputs take the composed path: the kernels would launch an empty grid.
@@ -215,7 +222,7 @@ impl Ops {
             && bf16::covers(q.device(), q.dtype(), q.dim(2)?)
             && q.elem_count() > 0
         {
-            return bf16::varlen_attention(a, self.attention_tiles);
+            return bf16::varlen_attention(a, self.attention_tiles, self.bf16.amx());
         }
         composed::varlen(a, self.attention_budget)
     }

@@ -70,6 +70,25 @@ fn detect() -> bool {
     false
 }
 
+/// Load on this thread the tile configuration of every AMX kernel here: palette 1, eight tiles of 16 rows of 64
+/// bytes.
+///
+/// # Safety
+/// [`supported`] holds.
+pub(crate) unsafe fn configure_tiles() {
+    // SAFETY: the caller checked supported().
+    unsafe { tiles::configure() }
+}
+
+/// Return this thread's tiles to their initial state.
+///
+/// # Safety
+/// [`supported`] holds.
+pub(crate) unsafe fn release_tiles() {
+    // SAFETY: the caller checked supported().
+    unsafe { tiles::release() }
+}
+
 /// One tile's data: 16 rows of 64 bytes, aligned to a cache line.
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]

@@ -56,6 +56,11 @@ pub enum Bf16Gemm {
 const CALIBRATION: (usize, usize, usize) = (192, 896, 1152);
 
 impl Bf16Gemm {
+    /// Whether row segments run on the AMX tile kernel.
+    pub fn amx(&self) -> bool {
+        matches!(self, Self::Amx { .. })
+    }
+
     /// The kernels of this module where the CPU has AVX512-BF16, unless `gemm_crate_only`; the segments' kernel
     /// chosen by timing the packed kernel against candle's bf16 matmul on [`CALIBRATION`] (once per process).
     pub fn for_this_cpu(gemm_crate_only: bool) -> Self {

@@ -1,0 +1,707 @@
+//! bf16 attention of whole segments (no cached prefix, not causal: the vision tower's windows and images) on
+//! AMX tiles, in the order torch's CPU flash attention computes bf16: the scores `q·kᵀ` as f32 sums of bf16
+//! products, times the scale; then per block of [`KEY_BLOCK`] keys the block's maximum, `exp(s − max)` in f32,
+//! summed in f32 and rounded to bf16 as the weights, the running maximum rescaling the f32 sum and the f32
+//! output; `weights · v` as f32 sums of bf16 products added to that output; at the end the output times the
+//! reciprocal of the sum, rounded to bf16 once.
+//!
+//! Per (segment, KV head) the keys are packed once as second operands of `q·kᵀ` (depth pairs by 16 keys) and
+//! the values as second operands of `weights · v` (key pairs by 16 head dimensions); per block of 32 queries
+//! the queries are first operands, copied with the head dimension padded to a whole tile, and the weights
+//! (32 queries by a block's keys) are written straight in the first operand's layout.
+
+use half::bf16;
+use rayon::prelude::*;
+
+use crate::ops::gemm::bf16::amx as gemm_amx;
+
+/// Rows of every tile.
+const TILE: usize = 16;
+/// bf16 values per tile row (depths, or keys).
+const CHUNK: usize = 32;
+/// Keys per block of the online softmax: torch's split of the keys.
+pub(crate) const KEY_BLOCK: usize = 512;
+/// Queries per work item: two tiles.
+const QUERY_BLOCK: usize = 2 * TILE;
+/// Largest head dimension served.
+const MAX_HEAD_DIM: usize = 256;
+
+/// One tile's data: 16 rows of 64 bytes, aligned to a cache line.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Tile([u32; TILE * TILE]);
+
+const ZERO_TILE: Tile = Tile([0; TILE * TILE]);
+
+/// Head counts and head dimension of one call.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Heads {
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub d: usize,
+}
+
+impl Heads {
+    /// Depth chunks of a query or key row (32 depths each, the last zero-padded).
+    fn chunks(&self) -> usize {
+        self.d.div_ceil(CHUNK)
+    }
+
+    /// Tiles of 16 head dimensions of a value row.
+    fn dim_tiles(&self) -> usize {
+        self.d.div_ceil(TILE)
+    }
+}
+
+/// Whether this kernel runs calls of these shapes here: AMX on this CPU and OS, an even head dimension up to
+/// [`MAX_HEAD_DIM`], whole groups of query heads per KV head.
+pub(crate) fn covers(h: Heads) -> bool {
+    gemm_amx::supported()
+        && h.d > 0
+        && h.d.is_multiple_of(2)
+        && h.d <= MAX_HEAD_DIM
+        && h.kv_heads > 0
+        && h.heads.is_multiple_of(h.kv_heads)
+}
+
+/// The attention of `q` (N × heads × d) to `k`, `v` (N × kv_heads × d) within each segment `(start, len)` of
+/// rows, every query seeing all of its segment's keys; returns (N × heads × d), rows outside every segment
+/// zero. Panics unless [`covers`] holds and the slices hold N rows.
+pub(crate) fn attend(
+    (q, k, v): (&[bf16], &[bf16], &[bf16]),
+    segs: &[(usize, usize)],
+    h: Heads,
+    scale: f32,
+) -> Vec<bf16> {
+    assert!(covers(h), "the AMX attention does not cover {h:?} here");
+    let n = q.len() / (h.heads * h.d);
+    assert!(k.len() >= n * h.kv_heads * h.d && v.len() >= n * h.kv_heads * h.d);
+    assert!(segs.iter().all(|&(s, l)| s + l <= n));
+    let mut out = vec![bf16::ZERO; n * h.heads * h.d];
+    let groups: Vec<(usize, usize)> = (0..segs.len())
+        .flat_map(|s| (0..h.kv_heads).map(move |g| (s, g)))
+        .collect();
+    let packed: Vec<(Vec<Tile>, Vec<Tile>)> = groups
+        .par_iter()
+        .map(|&(s, g)| {
+            // SAFETY: covers() holds (AVX-512 with BW and VL come with AMX's check); the rows lie in k and v.
+            unsafe { (pack_keys(k, segs[s], g, h), pack_values(v, segs[s], g, h)) }
+        })
+        .collect();
+    let per_group = h.heads / h.kv_heads;
+    let items: Vec<(usize, usize, usize)> = groups
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &(s, _))| {
+            let blocks = segs[s].1.div_ceil(QUERY_BLOCK);
+            (0..per_group).flat_map(move |j| (0..blocks).map(move |b| (i, j, b)))
+        })
+        .collect();
+    let out_ptr = OutPtr(out.as_mut_ptr());
+    items
+        .into_par_iter()
+        .for_each_init(Scratch::default, |scratch, (i, j, b)| {
+            let (s, g) = groups[i];
+            let (start, len) = segs[s];
+            let head = g * per_group + j;
+            let rows = (
+                start + b * QUERY_BLOCK,
+                QUERY_BLOCK.min(len - b * QUERY_BLOCK),
+            );
+            let item = Item {
+                q,
+                head,
+                rows,
+                keys: len,
+                packed: &packed[i],
+            };
+            // SAFETY: covers() holds; this item alone writes its rows' outputs of this head.
+            unsafe { item.run(h, scale, scratch, &out_ptr) };
+        });
+    out
+}
+
+/// The output's first value, shared by the work items (each writes only its own rows of its own head).
+struct OutPtr(*mut bf16);
+
+// SAFETY: the items write disjoint parts of the output, which outlives them.
+unsafe impl Sync for OutPtr {}
+
+/// A work item's buffers, reused across the items of a thread.
+#[derive(Default)]
+struct Scratch {
+    /// Scores of a block: 32 queries × [`KEY_BLOCK`] keys.
+    scores: Vec<f32>,
+    /// The block's weights in bf16, rows of [`KEY_BLOCK`] (zero past its keys to a whole chunk).
+    weights: Vec<bf16>,
+    /// The f32 output accumulators: 32 queries × the value tiles' 16 dimensions each.
+    acc: Vec<f32>,
+    /// The queries, each row padded with zeros to whole chunks.
+    queries: Vec<bf16>,
+}
+
+/// One block of up to 32 queries of one head of one segment.
+struct Item<'a> {
+    q: &'a [bf16],
+    head: usize,
+    /// First row and count.
+    rows: (usize, usize),
+    /// The segment's keys.
+    keys: usize,
+    /// The KV head's packed keys and values.
+    packed: &'a (Vec<Tile>, Vec<Tile>),
+}
+
+impl Item<'_> {
+    /// # Safety
+    /// [`covers`] holds; no other item writes these rows of this head.
+    unsafe fn run(&self, h: Heads, scale: f32, s: &mut Scratch, out: &OutPtr) {
+        let (chunks, dim_tiles) = (h.chunks(), h.dim_tiles());
+        let (qstride, astride) = (chunks * CHUNK, dim_tiles * TILE);
+        s.scores.resize(QUERY_BLOCK * KEY_BLOCK, 0.0);
+        s.weights.resize(QUERY_BLOCK * KEY_BLOCK, bf16::ZERO);
+        s.acc.clear();
+        s.acc.resize(QUERY_BLOCK * astride, 0.0);
+        s.queries.clear();
+        s.queries.resize(QUERY_BLOCK * qstride, bf16::ZERO);
+        let (first, nq) = self.rows;
+        for r in 0..nq {
+            let src = &self.q[((first + r) * h.heads + self.head) * h.d..][..h.d];
+            s.queries[r * qstride..][..h.d].copy_from_slice(src);
+        }
+        let two = nq > TILE;
+        let (mut max, mut sum) = ([f32::NEG_INFINITY; QUERY_BLOCK], [0f32; QUERY_BLOCK]);
+        let (keys, values) = self.packed;
+        // SAFETY (the tile calls): covers() holds, so the CPU has AMX and AVX-512 and the process its tile state.
+        unsafe { gemm_amx::configure_tiles() };
+        for k0 in (0..self.keys).step_by(KEY_BLOCK) {
+            let kn = KEY_BLOCK.min(self.keys - k0);
+            let key_tiles = &keys[k0 / TILE * chunks..];
+            // SAFETY: the queries hold 32 rows of qstride values, the key tiles kn.div_ceil(16) · chunks tiles,
+            // the scores 32 rows of KEY_BLOCK.
+            unsafe {
+                tiles::scores(
+                    (s.queries.as_ptr(), qstride),
+                    key_tiles,
+                    (kn.div_ceil(TILE), chunks, two),
+                    s.scores.as_mut_ptr(),
+                )
+            };
+            for r in 0..nq {
+                let row = &mut s.scores[r * KEY_BLOCK..][..kn];
+                let w = &mut s.weights[r * KEY_BLOCK..][..kn.next_multiple_of(CHUNK)];
+                // SAFETY: the CPU has AVX-512F, BW and VL (covers()).
+                let rescale = unsafe { softmax_block(row, w, scale, (&mut max[r], &mut sum[r])) };
+                if k0 > 0 {
+                    s.acc[r * astride..][..astride]
+                        .iter_mut()
+                        .for_each(|x| *x *= rescale);
+                }
+            }
+            let value_tiles = &values[k0 / CHUNK * dim_tiles..];
+            // SAFETY: the weights hold 32 rows of KEY_BLOCK, the value tiles kn.div_ceil(32) · dim_tiles tiles,
+            // the accumulators 32 rows of astride.
+            unsafe {
+                tiles::weighted_sums(
+                    s.weights.as_ptr(),
+                    value_tiles,
+                    (kn.div_ceil(CHUNK), dim_tiles, two, k0 == 0),
+                    (s.acc.as_mut_ptr(), astride),
+                )
+            };
+        }
+        // SAFETY: as above.
+        unsafe { gemm_amx::release_tiles() };
+        for (r, sum) in sum.iter().enumerate().take(nq) {
+            let inv = 1.0 / sum;
+            // SAFETY: row first + r of this head lies in the output; this item alone writes it.
+            let o = unsafe {
+                std::slice::from_raw_parts_mut(
+                    out.0.add(((first + r) * h.heads + self.head) * h.d),
+                    h.d,
+                )
+            };
+            crate::ops::simd::vectorised(
+                #[inline(always)]
+                || {
+                    for (o, x) in o.iter_mut().zip(&s.acc[r * astride..]) {
+                        *o = round(x * inv);
+                    }
+                },
+            );
+        }
+    }
+}
+
+/// `x` rounded to bf16, to nearest with ties to even (a NaN stays a quiet NaN); branch-free.
+#[inline(always)]
+fn round(x: f32) -> bf16 {
+    let b = x.to_bits();
+    let nan = (b >> 16) | 0x40;
+    let rounded = b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16;
+    bf16::from_bits(if x.is_nan() { nan } else { rounded } as u16)
+}
+
+/// One query's block of scores `s` (its keys): `s ← s · scale`, the block maximum folded into the running
+/// maximum, `w ← bf16(exp(s − max))` (zero past the block's keys to `w`'s end), the running sum updated as
+/// `block sum + exp(old max − max) · sum`. Returns `exp(old max − max)`, the factor of the output so far.
+///
+/// # Safety
+/// The CPU has AVX-512F, BW and VL.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+unsafe fn softmax_block(
+    s: &mut [f32],
+    w: &mut [half::bf16],
+    scale: f32,
+    (max, sum): (&mut f32, &mut f32),
+) -> f32 {
+    use std::arch::x86_64::*;
+    let n = s.len();
+    let (p, wp) = (s.as_mut_ptr(), w.as_mut_ptr());
+    let mask = |i: usize| -> __mmask16 { ((1u32 << (n - i).min(16)) - 1) as u16 };
+    let (vs, ninf) = (_mm512_set1_ps(scale), _mm512_set1_ps(f32::NEG_INFINITY));
+    let mut vmax = ninf;
+    for i in (0..n).step_by(16) {
+        // SAFETY: the masked lanes lie inside s.
+        unsafe {
+            let x = _mm512_mul_ps(_mm512_mask_loadu_ps(ninf, mask(i), p.add(i)), vs);
+            _mm512_mask_storeu_ps(p.add(i), mask(i), x);
+            vmax = _mm512_max_ps(vmax, x);
+        }
+    }
+    let new = max.max(_mm512_reduce_max_ps(vmax));
+    if new == f32::NEG_INFINITY {
+        // No key scored above -inf: zero weights, the running state unchanged (torch's guard against NaN).
+        w.fill(half::bf16::ZERO);
+        return 1.0;
+    }
+    let rescale = (*max - new).exp();
+    let mut vsum = _mm512_setzero_ps();
+    let vnew = _mm512_set1_ps(new);
+    for i in (0..n).step_by(16) {
+        // SAFETY: the masked lanes lie inside s and w.
+        unsafe {
+            let x = _mm512_maskz_loadu_ps(mask(i), p.add(i));
+            let e = _mm512_maskz_mov_ps(
+                mask(i),
+                crate::ops::simd::avx512::exp16(_mm512_sub_ps(x, vnew)),
+            );
+            vsum = _mm512_add_ps(vsum, e);
+            _mm256_mask_storeu_epi16(wp.add(i).cast(), mask(i), round16(e));
+        }
+    }
+    w[n..].fill(half::bf16::ZERO);
+    *sum = _mm512_reduce_add_ps(vsum) + rescale * *sum;
+    *max = new;
+    rescale
+}
+
+/// 16 f32 lanes rounded to bf16 bits as [`round`] rounds.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+fn round16(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    let v = _mm512_castps_si512(v);
+    let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(v), _mm512_set1_epi32(1));
+    let rounded = _mm512_srli_epi32::<16>(_mm512_add_epi32(
+        _mm512_add_epi32(v, _mm512_set1_epi32(0x7fff)),
+        lsb,
+    ));
+    let abs = _mm512_and_si512(v, _mm512_set1_epi32(0x7fff_ffff));
+    let nan = _mm512_cmpgt_epu32_mask(abs, _mm512_set1_epi32(0x7f80_0000));
+    let quiet = _mm512_or_si512(_mm512_srli_epi32::<16>(v), _mm512_set1_epi32(0x40));
+    _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet))
+}
+
+/// The keys `(start, len)` of KV head `g` as second operands of `q·kᵀ`: tile (key tile `t`, chunk `c`) at
+/// `t · chunks + c`, its row `p` holding depth pair `16c + p` of the tile's 16 keys (depth `2p` in the low
+/// half); zeros past the keys and the head dimension. Whole key tiles gather a pair of each key at once.
+///
+/// # Safety
+/// The CPU has AVX-512F; the rows lie inside `k`.
+#[target_feature(enable = "avx512f")]
+unsafe fn pack_keys(k: &[bf16], (start, len): (usize, usize), g: usize, h: Heads) -> Vec<Tile> {
+    use std::arch::x86_64::*;
+    let (chunks, pairs, stride) = (h.chunks(), h.d / 2, h.kv_heads * h.d);
+    let mut tiles = vec![ZERO_TILE; len.div_ceil(TILE) * chunks];
+    let index = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32((2 * stride) as i32),
+    );
+    for (t, kt) in tiles.chunks_mut(chunks).enumerate() {
+        let first = (start + t * TILE) * stride + g * h.d;
+        let keys = TILE.min(len - t * TILE);
+        for p in 0..pairs {
+            let row = &mut kt[p / TILE].0[(p % TILE) * TILE..][..TILE];
+            if keys == TILE {
+                // SAFETY: the 16 keys' pair p lies inside k; the row is 16 u32.
+                unsafe {
+                    let v =
+                        _mm512_i32gather_epi32::<1>(index, k.as_ptr().add(first + 2 * p).cast());
+                    _mm512_storeu_si512(row.as_mut_ptr().cast(), v);
+                }
+                continue;
+            }
+            for (j, x) in row.iter_mut().enumerate().take(keys) {
+                let at = first + j * stride + 2 * p;
+                *x = k[at].to_bits() as u32 | (k[at + 1].to_bits() as u32) << 16;
+            }
+        }
+    }
+    tiles
+}
+
+/// The values `(start, len)` of KV head `g` as second operands of `weights · v`: tile (key chunk `c`, dimension
+/// tile `t`) at `c · dim_tiles + t`, its row `p` holding keys `32c + 2p` (low half) and `32c + 2p + 1` of the
+/// tile's 16 dimensions; zeros past the keys and the head dimension.
+///
+/// # Safety
+/// The CPU has AVX-512F, BW and VL; the rows lie inside `v`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn pack_values(v: &[bf16], (start, len): (usize, usize), g: usize, h: Heads) -> Vec<Tile> {
+    use std::arch::x86_64::*;
+    let (dim_tiles, stride) = (h.dim_tiles(), h.kv_heads * h.d);
+    let mut tiles = vec![ZERO_TILE; len.div_ceil(CHUNK) * dim_tiles];
+    let row = |n: usize| (start + n) * stride + g * h.d;
+    for (c, vt) in tiles.chunks_mut(dim_tiles).enumerate() {
+        for p in 0..TILE {
+            let n0 = c * CHUNK + 2 * p;
+            if n0 >= len {
+                break;
+            }
+            for (t, tile) in vt.iter_mut().enumerate() {
+                let m: __mmask16 = ((1u32 << (h.d - t * TILE).min(TILE)) - 1) as u16;
+                // SAFETY: the masked lanes of both rows lie inside v (the second only where it is a key).
+                unsafe {
+                    let lo = _mm256_maskz_loadu_epi16(m, v.as_ptr().add(row(n0) + t * TILE).cast());
+                    let hi = match n0 + 1 < len {
+                        true => _mm256_maskz_loadu_epi16(
+                            m,
+                            v.as_ptr().add(row(n0 + 1) + t * TILE).cast(),
+                        ),
+                        false => _mm256_setzero_si256(),
+                    };
+                    let pair = _mm512_or_si512(
+                        _mm512_cvtepu16_epi32(lo),
+                        _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(hi)),
+                    );
+                    _mm512_storeu_si512(tile.0.as_mut_ptr().add(p * TILE).cast(), pair);
+                }
+            }
+        }
+    }
+    tiles
+}
+
+/// The tile products, as inline assembly (the tile registers are not the compiler's).
+mod tiles {
+    use std::arch::asm;
+
+    use super::{Tile, CHUNK, KEY_BLOCK, TILE};
+
+    macro_rules! load {
+        ($tmm:literal, $p:expr, $stride:expr) => {
+            asm!(concat!("tileloadd ", $tmm, ", [{p} + {s}*1]"), p = in(reg) $p, s = in(reg) $stride,
+                 options(nostack, readonly))
+        };
+    }
+    macro_rules! store {
+        ($tmm:literal, $p:expr, $stride:expr) => {
+            asm!(concat!("tilestored [{p} + {s}*1], ", $tmm), p = in(reg) $p, s = in(reg) $stride,
+                 options(nostack))
+        };
+    }
+    macro_rules! dot {
+        ($c:literal, $a:literal, $b:literal) => {
+            asm!(
+                concat!("tdpbf16ps ", $c, ", ", $a, ", ", $b),
+                options(nostack, nomem)
+            )
+        };
+    }
+    macro_rules! zero {
+        ($($tmm:literal),*) => {
+            $(asm!(concat!("tilezero ", $tmm), options(nostack, nomem));)*
+        };
+    }
+
+    /// Scores of the first 16 queries (and of the next 16 where `two`) against `key_tiles` 16-key tiles
+    /// (`keys`, chunk-major per tile), into `scores` (rows of [`KEY_BLOCK`] f32): two key tiles at a time, tiles
+    /// 0–3 accumulating, 4–5 the queries, 6–7 the keys.
+    ///
+    /// # Safety
+    /// The tiles are configured on this thread; `queries` holds 32 rows of `qstride` bf16 (`chunks` · 32 of
+    /// them), `keys` `key_tiles` · `chunks` tiles, `scores` 32 rows of [`KEY_BLOCK`].
+    pub(super) unsafe fn scores(
+        (queries, qstride): (*const half::bf16, usize),
+        keys: &[Tile],
+        (key_tiles, chunks, two): (usize, usize, bool),
+        scores: *mut f32,
+    ) {
+        let (qs, ss) = (2 * qstride, 4 * KEY_BLOCK);
+        let q1 = queries.add(TILE * qstride);
+        for t in (0..key_tiles).step_by(2) {
+            let pair = t + 1 < key_tiles;
+            zero!("tmm0", "tmm1", "tmm2", "tmm3");
+            for c in 0..chunks {
+                load!("tmm4", queries.add(c * CHUNK), qs);
+                load!("tmm6", keys[t * chunks + c].0.as_ptr(), 64usize);
+                dot!("tmm0", "tmm4", "tmm6");
+                if two {
+                    load!("tmm5", q1.add(c * CHUNK), qs);
+                    dot!("tmm2", "tmm5", "tmm6");
+                }
+                if pair {
+                    load!("tmm7", keys[(t + 1) * chunks + c].0.as_ptr(), 64usize);
+                    dot!("tmm1", "tmm4", "tmm7");
+                    if two {
+                        dot!("tmm3", "tmm5", "tmm7");
+                    }
+                }
+            }
+            let (s0, s1) = (
+                scores.add(t * TILE),
+                scores.add(TILE * KEY_BLOCK + t * TILE),
+            );
+            store!("tmm0", s0, ss);
+            if two {
+                store!("tmm2", s1, ss);
+            }
+            if pair {
+                store!("tmm1", s0.add(TILE), ss);
+                if two {
+                    store!("tmm3", s1.add(TILE), ss);
+                }
+            }
+        }
+    }
+
+    /// `acc += weights · values` for the first 16 queries (and the next 16 where `two`), `acc` zeroed first
+    /// where `fresh`: `weights` rows of [`KEY_BLOCK`] bf16 over `key_chunks` chunks of 32 keys, `values` the
+    /// chunks' tiles (`dim_tiles` per chunk), `acc` rows of `astride` f32. Up to four dimension tiles at a time:
+    /// tiles 0–3 accumulate, 4 holds the weights, 5–7 the values.
+    ///
+    /// # Safety
+    /// The tiles are configured on this thread; the pointers hold those rows, `values` `key_chunks` ·
+    /// `dim_tiles` tiles.
+    pub(super) unsafe fn weighted_sums(
+        weights: *const half::bf16,
+        values: &[Tile],
+        (key_chunks, dim_tiles, two, fresh): (usize, usize, bool, bool),
+        (acc, astride): (*mut f32, usize),
+    ) {
+        let (ws, as_) = (2 * KEY_BLOCK, 4 * astride);
+        for qt in 0..1 + usize::from(two) {
+            let (w, a) = (
+                weights.add(qt * TILE * KEY_BLOCK),
+                acc.add(qt * TILE * astride),
+            );
+            for t0 in (0..dim_tiles).step_by(4) {
+                let nt = 4.min(dim_tiles - t0);
+                let at = |t: usize| a.add((t0 + t) * TILE);
+                let vt = |c: usize, t: usize| values[c * dim_tiles + t0 + t].0.as_ptr();
+                if fresh {
+                    zero!("tmm0", "tmm1", "tmm2", "tmm3");
+                } else {
+                    load!("tmm0", at(0), as_);
+                    if nt > 1 {
+                        load!("tmm1", at(1), as_);
+                    }
+                    if nt > 2 {
+                        load!("tmm2", at(2), as_);
+                    }
+                    if nt > 3 {
+                        load!("tmm3", at(3), as_);
+                    }
+                }
+                for c in 0..key_chunks {
+                    load!("tmm4", w.add(c * CHUNK), ws);
+                    load!("tmm5", vt(c, 0), 64usize);
+                    dot!("tmm0", "tmm4", "tmm5");
+                    if nt > 1 {
+                        load!("tmm6", vt(c, 1), 64usize);
+                        dot!("tmm1", "tmm4", "tmm6");
+                    }
+                    if nt > 2 {
+                        load!("tmm7", vt(c, 2), 64usize);
+                        dot!("tmm2", "tmm4", "tmm7");
+                    }
+                    if nt > 3 {
+                        load!("tmm5", vt(c, 3), 64usize);
+                        dot!("tmm3", "tmm4", "tmm5");
+                    }
+                }
+                store!("tmm0", at(0), as_);
+                if nt > 1 {
+                    store!("tmm1", at(1), as_);
+                }
+                if nt > 2 {
+                    store!("tmm2", at(2), as_);
+                }
+                if nt > 3 {
+                    store!("tmm3", at(3), as_);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Values in [-2, 2) from a hash of `i` and `seed`, rounded to bf16.
+    fn values(len: usize, seed: u64) -> Vec<bf16> {
+        (0..len as u64)
+            .map(|i| {
+                let x = (i.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                    ^ seed.wrapping_mul(0xbf58_476d_1ce4_e5b9))
+                .wrapping_mul(0x94d0_49bb_1331_11eb);
+                bf16::from_f32((x >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0)
+            })
+            .collect()
+    }
+
+    /// torch's CPU flash attention for bf16 written out one query at a time, sums in order: f32 scores
+    /// times the scale, per block of 512 keys the running maximum, `exp` in f32 summed in f32, the weights
+    /// rounded to bf16, the output accumulated in f32 and multiplied by the reciprocal of the sum.
+    fn flash_reference(
+        (q, k, v): (&[bf16], &[bf16], &[bf16]),
+        segs: &[(usize, usize)],
+        h: Heads,
+        scale: f32,
+    ) -> Vec<bf16> {
+        let n = q.len() / (h.heads * h.d);
+        let mut out = vec![bf16::ZERO; n * h.heads * h.d];
+        let f = |x: &[bf16], i: usize| x[i].to_f32();
+        for &(start, len) in segs {
+            for head in 0..h.heads {
+                let g = head / (h.heads / h.kv_heads);
+                for i in start..start + len {
+                    let qi = (i * h.heads + head) * h.d;
+                    let kv = |j: usize| ((start + j) * h.kv_heads + g) * h.d;
+                    let (mut max, mut sum, mut acc) = (f32::NEG_INFINITY, 0f32, vec![0f32; h.d]);
+                    for k0 in (0..len).step_by(KEY_BLOCK) {
+                        let block = k0..len.min(k0 + KEY_BLOCK);
+                        let s: Vec<f32> = block
+                            .clone()
+                            .map(|j| {
+                                (0..h.d)
+                                    .map(|e| f(q, qi + e) * f(k, kv(j) + e))
+                                    .sum::<f32>()
+                                    * scale
+                            })
+                            .collect();
+                        let new = s.iter().cloned().fold(max, f32::max);
+                        let p: Vec<f32> = s.iter().map(|x| (x - new).exp()).collect();
+                        let rescale = (max - new).exp();
+                        sum = p.iter().sum::<f32>() + rescale * sum;
+                        if k0 > 0 {
+                            acc.iter_mut().for_each(|a| *a *= rescale);
+                        }
+                        for (j, p) in block.zip(&p) {
+                            let w = bf16::from_f32(*p).to_f32();
+                            for (e, a) in acc.iter_mut().enumerate() {
+                                *a += w * f(v, kv(j) + e);
+                            }
+                        }
+                        max = new;
+                    }
+                    for (e, a) in acc.iter().enumerate() {
+                        out[qi + e] = bf16::from_f32(a * (1.0 / sum));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The attention in f64 from the same bf16 values (softmax exact, nothing rounded).
+    fn exact_attention(
+        (q, k, v): (&[bf16], &[bf16], &[bf16]),
+        segs: &[(usize, usize)],
+        h: Heads,
+        scale: f32,
+    ) -> Vec<f64> {
+        let mut out = vec![0f64; q.len()];
+        let f = |x: &[bf16], i: usize| x[i].to_f64();
+        for &(start, len) in segs {
+            for head in 0..h.heads {
+                let g = head / (h.heads / h.kv_heads);
+                let kv = |j: usize| ((start + j) * h.kv_heads + g) * h.d;
+                for i in start..start + len {
+                    let qi = (i * h.heads + head) * h.d;
+                    let s: Vec<f64> = (0..len)
+                        .map(|j| {
+                            (0..h.d)
+                                .map(|e| f(q, qi + e) * f(k, kv(j) + e))
+                                .sum::<f64>()
+                                * scale as f64
+                        })
+                        .collect();
+                    let max = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let p: Vec<f64> = s.iter().map(|x| (x - max).exp()).collect();
+                    let sum: f64 = p.iter().sum();
+                    for e in 0..h.d {
+                        out[qi + e] = (0..len).map(|j| p[j] * f(v, kv(j) + e)).sum::<f64>() / sum;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// On segments of one key, of partial tiles, of a window's 64 keys and of two key blocks, with grouped
+    /// heads and head dimensions of one and a half to four depth chunks: the tiles give the bits of torch's
+    /// order written out (at least 99.5 % of the values; elsewhere the sums' order moved a rounding, within two
+    /// bf16 steps), and their error against the exact attention is that order's.
+    #[test]
+    fn tiles_follow_torchs_flash_attention() {
+        if !gemm_amx::supported() {
+            eprintln!("skipped: no AMX tiles here");
+            return;
+        }
+        let segs = [(0, 1), (1, 37), (38, 64), (102, 700), (802, 17)];
+        let n = 819;
+        for (heads, kv_heads, d) in [(4, 2, 80), (2, 2, 64), (2, 1, 128), (3, 3, 48)] {
+            let h = Heads { heads, kv_heads, d };
+            let (q, k, v) = (
+                values(n * heads * d, 1),
+                values(n * kv_heads * d, 2),
+                values(n * kv_heads * d, 3),
+            );
+            let scale = 1.0 / (d as f32).sqrt();
+            let got = attend((&q, &k, &v), &segs, h, scale);
+            let want = flash_reference((&q, &k, &v), &segs, h, scale);
+            let mut exact = 0;
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                let steps = w.to_f32().abs().max(1.0 / 64.0) / 64.0;
+                assert!(
+                    (g.to_f32() - w.to_f32()).abs() <= steps,
+                    "{h:?} value {i}: {g} vs {w}"
+                );
+                exact += usize::from(g == w);
+            }
+            assert!(
+                exact * 1000 >= 995 * got.len(),
+                "{h:?}: {exact} of {} exact",
+                got.len()
+            );
+            let truth = exact_attention((&q, &k, &v), &segs, h, scale);
+            let rms = |x: &[bf16]| {
+                let s2: f64 = x
+                    .iter()
+                    .zip(&truth)
+                    .map(|(x, t)| (x.to_f64() - t).powi(2))
+                    .sum();
+                (s2 / x.len() as f64).sqrt()
+            };
+            assert!(
+                rms(&got) <= 1.01 * rms(&want),
+                "{h:?}: {} vs {}",
+                rms(&got),
+                rms(&want)
+            );
+        }
+    }
+}
