@@ -323,7 +323,7 @@ fn exp_u20(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
     let r = _mm512_fnmadd_ps(n, bits(0x3f31_7218), x);
     let mut y = _mm512_fmadd_ps(
         r,
-        _mm512_set1_ps(0.008_289_290_6),
+        _mm512_set1_ps(0.008_289_291),
         _mm512_set1_ps(0.041_897_822),
     );
     for c in [0.166_676_52, 0.499_991_5, 0.999_999_7, 1.0] {
@@ -684,7 +684,7 @@ mod tests {
         let x = x.min(ln_max).max(ln_min);
         let n = x.mul_add(f32::from_bits(0x3fb8_aa3b), 0.5).floor();
         let r = (-n).mul_add(f32::from_bits(0x3f31_7218), x);
-        let mut y = r.mul_add(0.008_289_290_6, 0.041_897_822);
+        let mut y = r.mul_add(0.008_289_291, 0.041_897_822);
         for c in [0.166_676_52, 0.499_991_5, 0.999_999_7, 1.0] {
             y = r.mul_add(y, c);
         }
