@@ -1,9 +1,10 @@
-//! bf16 attention of whole segments (no cached prefix, not causal: the vision tower's windows and images) on
-//! AMX tiles, in the order torch's CPU flash attention computes bf16: the scores `q·kᵀ` as f32 sums of bf16
-//! products, times the scale; then per block of [`KEY_BLOCK`] keys the block's maximum, `exp(s − max)` in f32,
-//! summed in f32 and rounded to bf16 as the weights, the running maximum rescaling the f32 sum and the f32
-//! output; `weights · v` as f32 sums of bf16 products added to that output; at the end the output times the
-//! reciprocal of the sum, rounded to bf16 once.
+//! bf16 attention of packed segments (with or without a cached prefix, causal or not) on AMX tiles, in the order
+//! torch's CPU flash attention computes bf16: the scores `q·kᵀ` as f32 sums of bf16 products, times the scale;
+//! then per block of [`KEY_BLOCK`] keys (counted from the sequence's first key, the cached ones included) the
+//! block's maximum, `exp(s − max)` in f32, summed in f32 and rounded to bf16 as the weights, the running maximum
+//! rescaling the f32 sum and the f32 output; `weights · v` as f32 sums of bf16 products added to that output; at
+//! the end the output times the reciprocal of the sum, rounded to bf16 once. A causal query's later keys count
+//! as -inf inside their block, as torch masks them.
 //!
 //! Per (segment, KV head) the keys are packed once as second operands of `q·kᵀ` (depth pairs by 16 keys) and
 //! the values as second operands of `weights · v` (key pairs by 16 head dimensions); per block of 32 queries
@@ -24,7 +25,7 @@ pub(crate) const KEY_BLOCK: usize = 512;
 /// Queries per work item: two tiles.
 const QUERY_BLOCK: usize = 2 * TILE;
 /// Largest head dimension served.
-const MAX_HEAD_DIM: usize = 256;
+pub(crate) const MAX_HEAD_DIM: usize = 256;
 
 /// One tile's data: 16 rows of 64 bytes, aligned to a cache line.
 #[derive(Clone, Copy)]
@@ -64,19 +65,50 @@ pub(crate) fn covers(h: Heads) -> bool {
         && h.heads.is_multiple_of(h.kv_heads)
 }
 
-/// The attention of `q` (N × heads × d) to `k`, `v` (N × kv_heads × d) within each segment `(start, len)` of
-/// rows, every query seeing all of its segment's keys; returns (N × heads × d), rows outside every segment
-/// zero. Panics unless [`covers`] holds and the slices hold N rows.
+/// A segment of rows: its queries attend to its cached prefix's keys (where it continues a cached sequence),
+/// then to its own rows' keys.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Seg<'a> {
+    /// First row and row count in q, k and v.
+    pub start: usize,
+    pub len: usize,
+    /// The cache's keys and values (kv_heads × capacity × d each), the capacity and the valid positions, which
+    /// come before the segment's rows.
+    pub prefix: Option<(&'a [bf16], &'a [bf16], usize, usize)>,
+}
+
+impl Seg<'_> {
+    /// Cached positions before the segment's rows.
+    fn cached(&self) -> usize {
+        self.prefix.map_or(0, |p| p.3)
+    }
+
+    /// Keys every query of the segment may see: the cached ones and the segment's own.
+    fn keys(&self) -> usize {
+        self.cached() + self.len
+    }
+}
+
+/// The attention of `q` (N × heads × d) to `k`, `v` (N × kv_heads × d) within each segment of rows (after its
+/// cached prefix), each query seeing all of its segment's keys or, `causal`, those up to its own position;
+/// returns (N × heads × d), rows outside every segment zero. Panics unless [`covers`] holds and the slices hold
+/// N rows (the caches their capacity).
 pub(crate) fn attend(
     (q, k, v): (&[bf16], &[bf16], &[bf16]),
-    segs: &[(usize, usize)],
+    segs: &[Seg<'_>],
     h: Heads,
-    scale: f32,
+    (scale, causal): (f32, bool),
 ) -> Vec<bf16> {
     assert!(covers(h), "the AMX attention does not cover {h:?} here");
     let n = q.len() / (h.heads * h.d);
     assert!(k.len() >= n * h.kv_heads * h.d && v.len() >= n * h.kv_heads * h.d);
-    assert!(segs.iter().all(|&(s, l)| s + l <= n));
+    for s in segs {
+        assert!(s.start + s.len <= n);
+        if let Some((pk, pv, cap, p)) = s.prefix {
+            let whole = h.kv_heads * cap * h.d;
+            assert!(p <= cap && pk.len() >= whole && pv.len() >= whole);
+        }
+    }
     let mut out = vec![bf16::ZERO; n * h.heads * h.d];
     let groups: Vec<(usize, usize)> = (0..segs.len())
         .flat_map(|s| (0..h.kv_heads).map(move |g| (s, g)))
@@ -84,8 +116,12 @@ pub(crate) fn attend(
     let packed: Vec<(Vec<Tile>, Vec<Tile>)> = groups
         .par_iter()
         .map(|&(s, g)| {
-            // SAFETY: covers() holds (AVX-512 with BW and VL come with AMX's check); the rows lie in k and v.
-            unsafe { (pack_keys(k, segs[s], g, h), pack_values(v, segs[s], g, h)) }
+            let (keys, values) = (
+                Rows::of(k, &segs[s], g, h, 0),
+                Rows::of(v, &segs[s], g, h, 1),
+            );
+            // SAFETY: covers() holds (AVX-512 with BW and VL come with AMX's check); the rows lie in the slices.
+            unsafe { (pack_keys(&keys, h), pack_values(&values, h)) }
         })
         .collect();
     let per_group = h.heads / h.kv_heads;
@@ -93,7 +129,7 @@ pub(crate) fn attend(
         .iter()
         .enumerate()
         .flat_map(|(i, &(s, _))| {
-            let blocks = segs[s].1.div_ceil(QUERY_BLOCK);
+            let blocks = segs[s].len.div_ceil(QUERY_BLOCK);
             (0..per_group).flat_map(move |j| (0..blocks).map(move |b| (i, j, b)))
         })
         .collect();
@@ -101,24 +137,83 @@ pub(crate) fn attend(
     items
         .into_par_iter()
         .for_each_init(Scratch::default, |scratch, (i, j, b)| {
-            let (s, g) = groups[i];
-            let (start, len) = segs[s];
-            let head = g * per_group + j;
-            let rows = (
-                start + b * QUERY_BLOCK,
-                QUERY_BLOCK.min(len - b * QUERY_BLOCK),
-            );
+            let (seg, g) = (&segs[groups[i].0], groups[i].1);
             let item = Item {
                 q,
-                head,
-                rows,
-                keys: len,
+                head: g * per_group + j,
+                rows: (
+                    seg.start + b * QUERY_BLOCK,
+                    QUERY_BLOCK.min(seg.len - b * QUERY_BLOCK),
+                ),
+                position: seg.cached() + b * QUERY_BLOCK,
+                keys: seg.keys(),
+                causal,
                 packed: &packed[i],
             };
             // SAFETY: covers() holds; this item alone writes its rows' outputs of this head.
             unsafe { item.run(h, scale, scratch, &out_ptr) };
         });
     out
+}
+
+/// Where key (or value) `n` of one KV head of a segment lies: the cache's first `cached` positions, then the
+/// segment's rows.
+struct Rows<'a> {
+    rows: &'a [bf16],
+    /// The cache (its KV head's positions, each `d` values) and its valid positions.
+    cache: Option<(&'a [bf16], usize)>,
+    /// Offset of the segment's first row for this KV head, and the row stride (kv_heads · d).
+    first: usize,
+    stride: usize,
+    /// All keys: cached and the segment's.
+    len: usize,
+    d: usize,
+}
+
+impl<'a> Rows<'a> {
+    /// Keys (`which` 0) or values (1) of KV head `g` of `seg` in `x`.
+    fn of(x: &'a [bf16], seg: &Seg<'a>, g: usize, h: Heads, which: usize) -> Self {
+        let cache = seg.prefix.map(|p| {
+            let buf = if which == 0 { p.0 } else { p.1 };
+            (&buf[g * p.2 * h.d..][..p.3 * h.d], p.3)
+        });
+        Self {
+            rows: x,
+            cache,
+            first: seg.start * h.kv_heads * h.d + g * h.d,
+            stride: h.kv_heads * h.d,
+            len: seg.keys(),
+            d: h.d,
+        }
+    }
+
+    /// The offset in its slice and the slice of key `n`, with the stride to the next key of the same source.
+    fn at(&self, n: usize) -> (&'a [bf16], usize, usize) {
+        match self.cache {
+            Some((c, p)) if n < p => (c, n * self.d, self.d),
+            _ => {
+                let cached = self.cache.map_or(0, |c| c.1);
+                (
+                    self.rows,
+                    self.first + (n - cached) * self.stride,
+                    self.stride,
+                )
+            }
+        }
+    }
+
+    /// Key `n`'s `d` values.
+    fn row(&self, n: usize) -> &'a [bf16] {
+        let (x, at, _) = self.at(n);
+        &x[at..][..self.d]
+    }
+
+    /// Keys `n .. n + 16` as (slice, offset of the first, stride) where all 16 exist and come from one source.
+    fn tile(&self, n: usize) -> Option<(&'a [bf16], usize, usize)> {
+        let cached = self.cache.map_or(0, |c| c.1);
+        let one_source = n + TILE <= cached || n >= cached;
+        (n + TILE <= self.len && one_source).then(|| self.at(n))
+    }
 }
 
 /// The output's first value, shared by the work items (each writes only its own rows of its own head).
@@ -146,8 +241,12 @@ struct Item<'a> {
     head: usize,
     /// First row and count.
     rows: (usize, usize),
+    /// The first query's position among the segment's keys (its cached prefix first).
+    position: usize,
     /// The segment's keys.
     keys: usize,
+    /// Whether each query sees only the keys up to its own position.
+    causal: bool,
     /// The KV head's packed keys and values.
     packed: &'a (Vec<Tile>, Vec<Tile>),
 }
@@ -174,21 +273,32 @@ impl Item<'_> {
         let (keys, values) = self.packed;
         // SAFETY (the tile calls): covers() holds, so the CPU has AMX and AVX-512 and the process its tile state.
         unsafe { gemm_amx::configure_tiles() };
-        for k0 in (0..self.keys).step_by(KEY_BLOCK) {
-            let kn = KEY_BLOCK.min(self.keys - k0);
+        // Keys any of the block's queries sees; a block's length is torch's (up to 512 of all the keys), the
+        // keys past a query's position masked with -inf inside it.
+        let seen = match self.causal {
+            true => self.keys.min(self.position + nq),
+            false => self.keys,
+        };
+        for k0 in (0..seen).step_by(KEY_BLOCK) {
+            let (kn, vis) = (KEY_BLOCK.min(self.keys - k0), KEY_BLOCK.min(seen - k0));
             let key_tiles = &keys[k0 / TILE * chunks..];
-            // SAFETY: the queries hold 32 rows of qstride values, the key tiles kn.div_ceil(16) · chunks tiles,
+            // SAFETY: the queries hold 32 rows of qstride values, the key tiles vis.div_ceil(16) · chunks tiles,
             // the scores 32 rows of KEY_BLOCK.
             unsafe {
                 tiles::scores(
                     (s.queries.as_ptr(), qstride),
                     key_tiles,
-                    (kn.div_ceil(TILE), chunks, two),
+                    (vis.div_ceil(TILE), chunks, two),
                     s.scores.as_mut_ptr(),
                 )
             };
             for r in 0..nq {
                 let row = &mut s.scores[r * KEY_BLOCK..][..kn];
+                let sees = match self.causal {
+                    true => (self.position + r + 1).saturating_sub(k0).min(vis),
+                    false => vis,
+                };
+                row[sees..].fill(f32::NEG_INFINITY);
                 let w = &mut s.weights[r * KEY_BLOCK..][..kn.next_multiple_of(CHUNK)];
                 // SAFETY: the CPU has AVX-512F, BW and VL (covers()).
                 let rescale = unsafe { softmax_block(row, w, scale, (&mut max[r], &mut sum[r])) };
@@ -199,13 +309,13 @@ impl Item<'_> {
                 }
             }
             let value_tiles = &values[k0 / CHUNK * dim_tiles..];
-            // SAFETY: the weights hold 32 rows of KEY_BLOCK, the value tiles kn.div_ceil(32) · dim_tiles tiles,
+            // SAFETY: the weights hold 32 rows of KEY_BLOCK, the value tiles vis.div_ceil(32) · dim_tiles tiles,
             // the accumulators 32 rows of astride.
             unsafe {
                 tiles::weighted_sums(
                     s.weights.as_ptr(),
                     value_tiles,
-                    (kn.div_ceil(CHUNK), dim_tiles, two, k0 == 0),
+                    (vis.div_ceil(CHUNK), dim_tiles, two, k0 == 0),
                     (s.acc.as_mut_ptr(), astride),
                 )
             };
@@ -355,73 +465,69 @@ fn round16(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m256i {
     _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet))
 }
 
-/// The keys `(start, len)` of KV head `g` as second operands of `q·kᵀ`: tile (key tile `t`, chunk `c`) at
-/// `t · chunks + c`, its row `p` holding depth pair `16c + p` of the tile's 16 keys (depth `2p` in the low
-/// half); zeros past the keys and the head dimension. Whole key tiles gather a pair of each key at once.
+/// A KV head's keys `rows` as second operands of `q·kᵀ`: tile (key tile `t`, chunk `c`) at `t · chunks + c`,
+/// its row `p` holding depth pair `16c + p` of the tile's 16 keys (depth `2p` in the low half); zeros past the
+/// keys and the head dimension. Whole key tiles from one source gather a pair of each key at once.
 ///
 /// # Safety
-/// The CPU has AVX-512F; the rows lie inside `k`.
+/// The CPU has AVX-512F.
 #[target_feature(enable = "avx512f")]
-unsafe fn pack_keys(k: &[bf16], (start, len): (usize, usize), g: usize, h: Heads) -> Vec<Tile> {
+unsafe fn pack_keys(rows: &Rows<'_>, h: Heads) -> Vec<Tile> {
     use std::arch::x86_64::*;
-    let (chunks, pairs, stride) = (h.chunks(), h.d / 2, h.kv_heads * h.d);
-    let mut tiles = vec![ZERO_TILE; len.div_ceil(TILE) * chunks];
-    let index = _mm512_mullo_epi32(
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-        _mm512_set1_epi32((2 * stride) as i32),
-    );
+    let (chunks, pairs) = (h.chunks(), h.d / 2);
+    let mut tiles = vec![ZERO_TILE; rows.len.div_ceil(TILE) * chunks];
+    let lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     for (t, kt) in tiles.chunks_mut(chunks).enumerate() {
-        let first = (start + t * TILE) * stride + g * h.d;
-        let keys = TILE.min(len - t * TILE);
+        let n0 = t * TILE;
+        let whole = rows.tile(n0);
+        let index = whole.map(|(_, _, stride)| {
+            _mm512_mullo_epi32(lanes, _mm512_set1_epi32((2 * stride) as i32))
+        });
         for p in 0..pairs {
             let row = &mut kt[p / TILE].0[(p % TILE) * TILE..][..TILE];
-            if keys == TILE {
-                // SAFETY: the 16 keys' pair p lies inside k; the row is 16 u32.
+            if let (Some((x, at, _)), Some(index)) = (whole, index) {
+                // SAFETY: the 16 keys' pair p lies inside x (Rows::tile checked the 16 keys); the row is 16 u32.
                 unsafe {
-                    let v =
-                        _mm512_i32gather_epi32::<1>(index, k.as_ptr().add(first + 2 * p).cast());
+                    let v = _mm512_i32gather_epi32::<1>(index, x.as_ptr().add(at + 2 * p).cast());
                     _mm512_storeu_si512(row.as_mut_ptr().cast(), v);
                 }
                 continue;
             }
-            for (j, x) in row.iter_mut().enumerate().take(keys) {
-                let at = first + j * stride + 2 * p;
-                *x = k[at].to_bits() as u32 | (k[at + 1].to_bits() as u32) << 16;
+            for (j, x) in row.iter_mut().enumerate().take(rows.len - n0) {
+                let key = rows.row(n0 + j);
+                *x = key[2 * p].to_bits() as u32 | (key[2 * p + 1].to_bits() as u32) << 16;
             }
         }
     }
     tiles
 }
 
-/// The values `(start, len)` of KV head `g` as second operands of `weights · v`: tile (key chunk `c`, dimension
-/// tile `t`) at `c · dim_tiles + t`, its row `p` holding keys `32c + 2p` (low half) and `32c + 2p + 1` of the
-/// tile's 16 dimensions; zeros past the keys and the head dimension.
+/// A KV head's values `rows` as second operands of `weights · v`: tile (key chunk `c`, dimension tile `t`) at
+/// `c · dim_tiles + t`, its row `p` holding keys `32c + 2p` (low half) and `32c + 2p + 1` of the tile's 16
+/// dimensions; zeros past the keys and the head dimension.
 ///
 /// # Safety
-/// The CPU has AVX-512F, BW and VL; the rows lie inside `v`.
+/// The CPU has AVX-512F, BW and VL.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-unsafe fn pack_values(v: &[bf16], (start, len): (usize, usize), g: usize, h: Heads) -> Vec<Tile> {
+unsafe fn pack_values(rows: &Rows<'_>, h: Heads) -> Vec<Tile> {
     use std::arch::x86_64::*;
-    let (dim_tiles, stride) = (h.dim_tiles(), h.kv_heads * h.d);
-    let mut tiles = vec![ZERO_TILE; len.div_ceil(CHUNK) * dim_tiles];
-    let row = |n: usize| (start + n) * stride + g * h.d;
+    let dim_tiles = h.dim_tiles();
+    let mut tiles = vec![ZERO_TILE; rows.len.div_ceil(CHUNK) * dim_tiles];
     for (c, vt) in tiles.chunks_mut(dim_tiles).enumerate() {
         for p in 0..TILE {
             let n0 = c * CHUNK + 2 * p;
-            if n0 >= len {
+            if n0 >= rows.len {
                 break;
             }
+            let (r0, r1) = (rows.row(n0), (n0 + 1 < rows.len).then(|| rows.row(n0 + 1)));
             for (t, tile) in vt.iter_mut().enumerate() {
                 let m: __mmask16 = ((1u32 << (h.d - t * TILE).min(TILE)) - 1) as u16;
-                // SAFETY: the masked lanes of both rows lie inside v (the second only where it is a key).
+                // SAFETY: the masked lanes lie inside the rows (d values each).
                 unsafe {
-                    let lo = _mm256_maskz_loadu_epi16(m, v.as_ptr().add(row(n0) + t * TILE).cast());
-                    let hi = match n0 + 1 < len {
-                        true => _mm256_maskz_loadu_epi16(
-                            m,
-                            v.as_ptr().add(row(n0 + 1) + t * TILE).cast(),
-                        ),
-                        false => _mm256_setzero_si256(),
+                    let lo = _mm256_maskz_loadu_epi16(m, r0.as_ptr().add(t * TILE).cast());
+                    let hi = match r1 {
+                        Some(r1) => _mm256_maskz_loadu_epi16(m, r1.as_ptr().add(t * TILE).cast()),
+                        None => _mm256_setzero_si256(),
                     };
                     let pair = _mm512_or_si512(
                         _mm512_cvtepu16_epi32(lo),
@@ -611,7 +717,7 @@ mod tests {
         (q, k, v): (&[bf16], &[bf16], &[bf16]),
         segs: &[(usize, usize)],
         h: Heads,
-        scale: f32,
+        (scale, causal): (f32, bool),
     ) -> Vec<bf16> {
         let n = q.len() / (h.heads * h.d);
         let mut out = vec![bf16::ZERO; n * h.heads * h.d];
@@ -623,15 +729,20 @@ mod tests {
                     let qi = (i * h.heads + head) * h.d;
                     let kv = |j: usize| ((start + j) * h.kv_heads + g) * h.d;
                     let (mut max, mut sum, mut acc) = (f32::NEG_INFINITY, 0f32, vec![0f32; h.d]);
-                    for k0 in (0..len).step_by(KEY_BLOCK) {
+                    // Causal: the blocks up to the query's own key, later keys -inf inside its block.
+                    let seen = if causal { i - start + 1 } else { len };
+                    for k0 in (0..seen).step_by(KEY_BLOCK) {
                         let block = k0..len.min(k0 + KEY_BLOCK);
                         let s: Vec<f32> = block
                             .clone()
-                            .map(|j| {
-                                (0..h.d)
-                                    .map(|e| f(q, qi + e) * f(k, kv(j) + e))
-                                    .sum::<f32>()
-                                    * scale
+                            .map(|j| match j < seen {
+                                true => {
+                                    (0..h.d)
+                                        .map(|e| f(q, qi + e) * f(k, kv(j) + e))
+                                        .sum::<f32>()
+                                        * scale
+                                }
+                                false => f32::NEG_INFINITY,
                             })
                             .collect();
                         let new = s.iter().cloned().fold(max, f32::max);
@@ -782,8 +893,16 @@ mod tests {
                 values(n * kv_heads * d, 3),
             );
             let scale = 1.0 / (d as f32).sqrt();
-            let got = attend((&q, &k, &v), &segs, h, scale);
-            let want = flash_reference((&q, &k, &v), &segs, h, scale);
+            let whole: Vec<Seg<'_>> = segs
+                .iter()
+                .map(|&(start, len)| Seg {
+                    start,
+                    len,
+                    prefix: None,
+                })
+                .collect();
+            let got = attend((&q, &k, &v), &whole, h, (scale, false));
+            let want = flash_reference((&q, &k, &v), &segs, h, (scale, false));
             let mut exact = 0;
             for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                 // Two bf16 steps of the value, plus 2⁻¹¹ for values that cancellation made small.
@@ -815,5 +934,62 @@ mod tests {
                 rms(&want)
             );
         }
+    }
+
+    /// Causal attention with and without a cached prefix: torch's order written out (masked keys inside a block
+    /// count as -inf), and a segment that continues a cache gives, bit for bit, the rows the whole sequence gives.
+    #[test]
+    fn causal_tiles_and_cached_prefixes() {
+        if !gemm_amx::supported() {
+            eprintln!("skipped: no AMX tiles here");
+            return;
+        }
+        let (heads, kv_heads, d, n) = (4, 2, 64, 700);
+        let h = Heads { heads, kv_heads, d };
+        let (q, k, v) = (
+            values(n * heads * d, 4),
+            values(n * kv_heads * d, 5),
+            values(n * kv_heads * d, 6),
+        );
+        let scale = 0.125;
+        let seg = |start, len| Seg {
+            start,
+            len,
+            prefix: None,
+        };
+        let full = attend((&q, &k, &v), &[seg(0, 37), seg(37, 663)], h, (scale, true));
+        let want = flash_reference((&q, &k, &v), &[(0, 37), (37, 663)], h, (scale, true));
+        let exact = full.iter().zip(&want).filter(|(g, w)| g == w).count();
+        assert!(
+            exact * 1000 >= 995 * full.len(),
+            "{exact} of {} exact",
+            full.len()
+        );
+        for (g, w) in full.iter().zip(&want) {
+            assert!((g.to_f32() - w.to_f32()).abs() <= w.to_f32().abs() / 128.0 + 1.0 / 2048.0);
+        }
+        // The second segment's first 530 rows as a cache of capacity 600 (kv_heads × capacity × d), the rest
+        // (133 rows, from row 567) attending after it.
+        let (cap, p, first) = (600, 530, 37 + 530);
+        let cache = |x: &[bf16]| {
+            let mut c = vec![bf16::ZERO; kv_heads * cap * d];
+            for g in 0..kv_heads {
+                for j in 0..p {
+                    let src = &x[((37 + j) * kv_heads + g) * d..][..d];
+                    c[(g * cap + j) * d..][..d].copy_from_slice(src);
+                }
+            }
+            c
+        };
+        let (ck, cv) = (cache(&k), cache(&v));
+        let cont = Seg {
+            start: first,
+            len: n - first,
+            prefix: Some((&ck, &cv, cap, p)),
+        };
+        let got = attend((&q, &k, &v), &[cont], h, (scale, true));
+        let rows = first * heads * d..;
+        assert_eq!(&got[rows.clone()], &full[rows]);
+        assert!(got[..first * heads * d].iter().all(|x| *x == bf16::ZERO));
     }
 }

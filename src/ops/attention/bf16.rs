@@ -28,21 +28,23 @@ fn narrow(t: &Tensor, dtype: DType) -> Result<Tensor> {
 }
 
 /// What computes the bf16 varlen attention on the CPU, in words for the manifest; `amx`: whether the bf16
-/// GEMMs run on AMX tiles (the tile attention then serves whole segments where the CPU runs it).
+/// GEMMs run on AMX tiles (the tile attention then serves every varlen call whose shapes it covers).
 pub(crate) fn describe(amx: bool) -> String {
     let wide = "f32 attention on f32 copies (widened exactly), the output rounded to bf16 once";
     match amx {
         true => format!(
-            "AMX tiles for segments without a cached prefix, not causal (torch's CPU flash attention order: \
-             f32 scores of bf16 products, softmax in blocks of {} keys, weights rounded to bf16); else the {wide}",
+            "AMX tiles where the head dimension is even and at most {} (torch's CPU flash attention order: f32 \
+             scores of bf16 products, softmax in blocks of {} keys counted from the first cached position, \
+             weights rounded to bf16); else the {wide}",
+            super::amx::MAX_HEAD_DIM,
             super::amx::KEY_BLOCK
         ),
         false => format!("the {wide}"),
     }
 }
 
-/// The attention on AMX tiles ([`super::amx`]) where it serves `a`: whole segments (no cached prefix), not
-/// causal, shapes it covers; `None` elsewhere.
+/// The attention on AMX tiles ([`super::amx`]) where it covers the shapes (segments with or without a cached
+/// prefix, causal or not); `None` elsewhere.
 fn on_tiles(a: &Varlen<'_>) -> Result<Option<Tensor>> {
     let (n, heads, d) = a.q.dims3()?;
     let h = super::amx::Heads {
@@ -50,7 +52,7 @@ fn on_tiles(a: &Varlen<'_>) -> Result<Option<Tensor>> {
         kv_heads: a.k.dim(1)?,
         d,
     };
-    if a.causal || a.segs.iter().any(|s| s.prefix.is_some()) || !super::amx::covers(h) {
+    if !super::amx::covers(h) {
         return Ok(None);
     }
     let (q, k, v) = (a.q.contiguous()?, a.k.contiguous()?, a.v.contiguous()?);
@@ -62,8 +64,43 @@ fn on_tiles(a: &Varlen<'_>) -> Result<Option<Tensor>> {
         cpu_slice::<half::bf16>(&ks, kl, k.elem_count())?,
         cpu_slice::<half::bf16>(&vs, vl, v.elem_count())?,
     );
-    let segs: Vec<(usize, usize)> = a.segs.iter().map(|s| (s.start, s.len)).collect();
-    let out = super::amx::attend(slices, &segs, h, a.scale);
+    // The caches (kv_heads, capacity, d), made contiguous and held while their slices are read.
+    let caches = a
+        .segs
+        .iter()
+        .map(|s| {
+            s.prefix
+                .map(|(pk, pv, p)| {
+                    Ok::<_, candle_core::Error>((pk.contiguous()?, pv.contiguous()?, p))
+                })
+                .transpose()
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let guards: Vec<_> = caches
+        .iter()
+        .map(|c| {
+            c.as_ref()
+                .map(|(k, v, _)| (k.storage_and_layout(), v.storage_and_layout()))
+        })
+        .collect();
+    let mut segs = Vec::with_capacity(a.segs.len());
+    for ((s, c), g) in a.segs.iter().zip(&caches).zip(&guards) {
+        let prefix = match (c, g) {
+            (Some((pk, _, p)), Some(((ks, kl), (vs, vl)))) => Some((
+                cpu_slice::<half::bf16>(ks, kl, pk.elem_count())?,
+                cpu_slice::<half::bf16>(vs, vl, pk.elem_count())?,
+                pk.dim(1)?,
+                *p,
+            )),
+            _ => None,
+        };
+        segs.push(super::amx::Seg {
+            start: s.start,
+            len: s.len,
+            prefix,
+        });
+    }
+    let out = super::amx::attend(slices, &segs, h, (a.scale, a.causal));
     Ok(Some(Tensor::from_vec(out, (n, heads, d), a.q.device())?))
 }
 
@@ -185,9 +222,22 @@ mod tests {
         let bits = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<half::bf16>().unwrap();
         let got = varlen_attention(a, cpu::Tiles::GemmCrate, false).unwrap();
         assert_eq!(got.dtype(), DType::BF16);
-        // Causal with a cached prefix: the tiles do not serve it, the f32 path answers even where asked for them.
-        let asked = varlen_attention(a, cpu::Tiles::GemmCrate, true).unwrap();
-        assert_eq!(bits(&asked), bits(&got));
+        // Causal with a cached prefix on the tiles (where the CPU has them): the weights rounded to bf16, within
+        // 2⁻⁸ of the f32 attention of values in [-1, 1].
+        if super::super::amx::covers(super::super::amx::Heads { heads, kv_heads, d }) {
+            let tiles = varlen_attention(a, cpu::Tiles::GemmCrate, true).unwrap();
+            let f = |t: &Tensor| {
+                t.flatten_all()
+                    .unwrap()
+                    .to_dtype(DType::F32)
+                    .unwrap()
+                    .to_vec1::<f32>()
+                    .unwrap()
+            };
+            for (t, w) in f(&tiles).iter().zip(f(&got)) {
+                assert!((t - w).abs() <= 1.0 / 256.0, "{t} vs {w}");
+            }
+        }
         let (q32, k32, v32, pk32, pv32) = (
             f32s(&q).unwrap(),
             f32s(&k).unwrap(),
@@ -299,11 +349,16 @@ mod tests {
             scale: 0.25,
         };
         let vals = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<half::bf16>().unwrap();
+        let seg_at = |start, len| super::super::amx::Seg {
+            start,
+            len,
+            prefix: None,
+        };
         let tiles = super::super::amx::attend(
             (&vals(&q), &vals(&k), &vals(&v)),
-            &[(0, 7), (7, 33)],
+            &[seg_at(0, 7), seg_at(7, 33)],
             h,
-            0.25,
+            (0.25, false),
         );
         assert_eq!(
             vals(&varlen_attention(a, cpu::Tiles::GemmCrate, true).unwrap()),

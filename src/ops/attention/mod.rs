@@ -204,8 +204,8 @@ impl Ops {
     /// Attention of packed segments: the queries of each segment (its rows of `q`) attend to the segment's keys
     /// (its prefix, then its rows of `k`/`v`), causally or not. Returns (N, heads, d). One launch on CUDA and
     /// the fused f32 path on the CPU where [`Self::varlen_supported`] holds (bf16 on the CPU with the fused ops on:
-    /// AMX tiles where the bf16 GEMMs run on them and the call has whole segments, not causal, else that path on
-    /// f32 copies, [`bf16`]), else [`composed::varlen`] within the attention budget.
+    /// AMX tiles where the bf16 GEMMs run on them, else that path on f32 copies, [`bf16`]), else
+    /// [`composed::varlen`] within the attention budget.
     pub fn varlen_attention(&self, a: Varlen<'_>) -> Result<Tensor> {
         let q = a.q;
         // Empty inputs take the composed path: the kernels would launch an empty grid.
