@@ -14,6 +14,7 @@
 use half::bf16;
 use rayon::prelude::*;
 
+use crate::ops::elementwise::bf16::round;
 use crate::ops::gemm::bf16::amx as gemm_amx;
 
 /// Rows of every tile.
@@ -343,15 +344,6 @@ impl Item<'_> {
     }
 }
 
-/// `x` rounded to bf16, to nearest with ties to even (a NaN stays a quiet NaN); branch-free.
-#[inline(always)]
-fn round(x: f32) -> bf16 {
-    let b = x.to_bits();
-    let nan = (b >> 16) | 0x40;
-    let rounded = b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16;
-    bf16::from_bits(if x.is_nan() { nan } else { rounded } as u16)
-}
-
 /// One query's block of scores `s` (its keys): `s ← s · scale`, the block maximum folded into the running
 /// maximum, `w ← bf16(exp(s − max))` (zero past the block's keys to `w`'s end), the running sum updated as
 /// `block sum + exp(old max − max) · sum`. Returns `exp(old max − max)`, the factor of the output so far.
@@ -448,7 +440,7 @@ fn exp_u20(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
     _mm512_mul_ps(_mm512_mul_ps(y, pow), _mm512_set1_ps(2.0))
 }
 
-/// 16 f32 lanes rounded to bf16 bits as [`round`] rounds.
+/// 16 f32 lanes rounded to bf16 bits as [`round`] rounds (to nearest, ties to even; a NaN stays a quiet NaN).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 fn round16(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m256i {

@@ -21,7 +21,7 @@ pub fn supported(tensors: &[&Tensor]) -> bool {
 /// `x` rounded to bf16, to nearest with ties to even (a NaN stays a quiet NaN).
 /// Branch-free (a select), so loops of it vectorise.
 #[inline(always)]
-fn round(x: f32) -> bf16 {
+pub(crate) fn round(x: f32) -> bf16 {
     let b = x.to_bits();
     let nan = (b >> 16) | 0x40;
     let rounded = b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16;
