@@ -1,8 +1,9 @@
-//! bf16 attention on the CPU as torch's CPU attention computes it: the bf16 queries, keys and values widened to
-//! f32 (exactly), scores, softmax and the weighted sum in f32, the output rounded to bf16 once. Both paths run the
-//! f32 implementations on f32 copies: the fused varlen attention ([`super::cpu`]) and the per-sequence decode
-//! attention ([`super::reference`]); candle's composed bf16 attention would round the scores to bf16 before the
-//! softmax.
+//! bf16 attention on the CPU. Where the bf16 GEMMs run on AMX, the varlen attention runs on AMX tiles in torch's
+//! CPU flash attention order ([`super::amx`]: the softmax weights rounded to bf16 in blocks of 512 keys).
+//! Elsewhere, and for decode: the bf16 queries, keys and values widened to f32 (exactly), scores, softmax and the
+//! weighted sum in f32, the output rounded to bf16 once, by the f32 implementations on f32 copies: the fused
+//! varlen attention ([`super::cpu`]) and the per-sequence decode attention ([`super::reference`]); candle's
+//! composed bf16 attention would round the scores to bf16 before the softmax.
 
 use candle_core::{DType, Result, Tensor};
 
@@ -86,9 +87,9 @@ fn on_tiles(a: &Varlen<'_>) -> Result<Option<Tensor>> {
     let mut segs = Vec::with_capacity(a.segs.len());
     for ((s, c), g) in a.segs.iter().zip(&caches).zip(&guards) {
         let prefix = match (c, g) {
-            (Some((pk, _, p)), Some(((ks, kl), (vs, vl)))) => Some((
+            (Some((pk, pv, p)), Some(((ks, kl), (vs, vl)))) => Some((
                 cpu_slice::<half::bf16>(ks, kl, pk.elem_count())?,
-                cpu_slice::<half::bf16>(vs, vl, pk.elem_count())?,
+                cpu_slice::<half::bf16>(vs, vl, pv.elem_count())?,
                 pk.dim(1)?,
                 *p,
             )),

@@ -1,0 +1,464 @@
+//! bf16 attention of packed segments (with or without a cached prefix, causal or not) on AMX tiles, in the order
+//! torch's CPU flash attention computes bf16: the scores `q·kᵀ` as f32 sums of bf16 products, times the scale;
+//! then per block of [`KEY_BLOCK`] keys (counted from the sequence's first key, the cached ones included) the
+//! block's maximum, `exp(s − max)` in f32, summed in f32 and rounded to bf16 as the weights, the running maximum
+//! rescaling the f32 sum and the f32 output; `weights · v` as f32 sums of bf16 products added to that output; at
+//! the end the output times the reciprocal of the sum, rounded to bf16 once. A causal query's later keys count
+//! as -inf inside their block, as torch masks them.
+//!
+//! Per (segment, KV head) the keys are packed once as second operands of `q·kᵀ` (depth pairs by 16 keys) and
+//! the values as second operands of `weights · v` (key pairs by 16 head dimensions); per block of 32 queries
+//! the queries are first operands, copied with the head dimension padded to a whole tile, and the weights
+//! (32 queries by a block's keys) are written straight in the first operand's layout.
+
+use half::bf16;
+use rayon::prelude::*;
+
+use crate::ops::elementwise::bf16::round;
+use crate::ops::gemm::bf16::amx as gemm_amx;
+
+mod pack;
+mod tiles;
+
+/// Rows of every tile.
+const TILE: usize = 16;
+/// bf16 values per tile row (depths, or keys).
+const CHUNK: usize = 32;
+/// Keys per block of the online softmax: torch's split of the keys.
+pub(crate) const KEY_BLOCK: usize = 512;
+/// Queries per work item: two tiles.
+const QUERY_BLOCK: usize = 2 * TILE;
+/// Largest head dimension served.
+pub(crate) const MAX_HEAD_DIM: usize = 256;
+
+/// One tile's data: 16 rows of 64 bytes, aligned to a cache line.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Tile([u32; TILE * TILE]);
+
+const ZERO_TILE: Tile = Tile([0; TILE * TILE]);
+
+/// Head counts and head dimension of one call.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Heads {
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub d: usize,
+}
+
+impl Heads {
+    /// Depth chunks of a query or key row (32 depths each, the last zero-padded).
+    fn chunks(&self) -> usize {
+        self.d.div_ceil(CHUNK)
+    }
+
+    /// Tiles of 16 head dimensions of a value row.
+    fn dim_tiles(&self) -> usize {
+        self.d.div_ceil(TILE)
+    }
+}
+
+/// Whether this kernel runs calls of these shapes here: AMX on this CPU and OS, an even head dimension up to
+/// [`MAX_HEAD_DIM`], whole groups of query heads per KV head.
+pub(crate) fn covers(h: Heads) -> bool {
+    gemm_amx::supported()
+        && h.d > 0
+        && h.d.is_multiple_of(2)
+        && h.d <= MAX_HEAD_DIM
+        && h.kv_heads > 0
+        && h.heads.is_multiple_of(h.kv_heads)
+}
+
+/// A segment of rows: its queries attend to its cached prefix's keys (where it continues a cached sequence),
+/// then to its own rows' keys.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Seg<'a> {
+    /// First row and row count in q, k and v.
+    pub start: usize,
+    pub len: usize,
+    /// The cache's keys and values (kv_heads × capacity × d each), the capacity and the valid positions, which
+    /// come before the segment's rows.
+    pub prefix: Option<(&'a [bf16], &'a [bf16], usize, usize)>,
+}
+
+impl Seg<'_> {
+    /// Cached positions before the segment's rows.
+    fn cached(&self) -> usize {
+        self.prefix.map_or(0, |p| p.3)
+    }
+
+    /// Keys every query of the segment may see: the cached ones and the segment's own.
+    fn keys(&self) -> usize {
+        self.cached() + self.len
+    }
+}
+
+/// The attention of `q` (N × heads × d) to `k`, `v` (N × kv_heads × d) within each segment of rows (after its
+/// cached prefix), each query seeing all of its segment's keys or, `causal`, those up to its own position;
+/// returns (N × heads × d), rows outside every segment zero. Panics unless [`covers`] holds and the slices hold
+/// N rows (the caches their capacity).
+pub(crate) fn attend(
+    (q, k, v): (&[bf16], &[bf16], &[bf16]),
+    segs: &[Seg<'_>],
+    h: Heads,
+    (scale, causal): (f32, bool),
+) -> Vec<bf16> {
+    assert!(covers(h), "the AMX attention does not cover {h:?} here");
+    let n = q.len() / (h.heads * h.d);
+    assert!(k.len() >= n * h.kv_heads * h.d && v.len() >= n * h.kv_heads * h.d);
+    for s in segs {
+        assert!(s.start + s.len <= n);
+        if let Some((pk, pv, cap, p)) = s.prefix {
+            let whole = h.kv_heads * cap * h.d;
+            assert!(p <= cap && pk.len() >= whole && pv.len() >= whole);
+        }
+    }
+    let mut out = vec![bf16::ZERO; n * h.heads * h.d];
+    let groups: Vec<(usize, usize)> = (0..segs.len())
+        .flat_map(|s| (0..h.kv_heads).map(move |g| (s, g)))
+        .collect();
+    let packed: Vec<(Vec<Tile>, Vec<Tile>)> = groups
+        .par_iter()
+        .map(|&(s, g)| {
+            let (keys, values) = (
+                Rows::of(k, &segs[s], g, h, 0),
+                Rows::of(v, &segs[s], g, h, 1),
+            );
+            // SAFETY: covers() holds (AVX-512 with BW and VL come with AMX's check); the rows lie in the slices.
+            unsafe { (pack::pack_keys(&keys, h), pack::pack_values(&values, h)) }
+        })
+        .collect();
+    let per_group = h.heads / h.kv_heads;
+    let items: Vec<(usize, usize, usize)> = groups
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &(s, _))| {
+            let blocks = segs[s].len.div_ceil(QUERY_BLOCK);
+            (0..per_group).flat_map(move |j| (0..blocks).map(move |b| (i, j, b)))
+        })
+        .collect();
+    let out_ptr = OutPtr(out.as_mut_ptr());
+    items
+        .into_par_iter()
+        .for_each_init(Scratch::default, |scratch, (i, j, b)| {
+            let (seg, g) = (&segs[groups[i].0], groups[i].1);
+            let item = Item {
+                q,
+                head: g * per_group + j,
+                rows: (
+                    seg.start + b * QUERY_BLOCK,
+                    QUERY_BLOCK.min(seg.len - b * QUERY_BLOCK),
+                ),
+                position: seg.cached() + b * QUERY_BLOCK,
+                keys: seg.keys(),
+                causal,
+                packed: &packed[i],
+            };
+            // SAFETY: covers() holds; this item alone writes its rows' outputs of this head.
+            unsafe { item.run(h, scale, scratch, &out_ptr) };
+        });
+    out
+}
+
+/// Where key (or value) `n` of one KV head of a segment lies: the cache's first `cached` positions, then the
+/// segment's rows.
+struct Rows<'a> {
+    rows: &'a [bf16],
+    /// The cache (its KV head's positions, each `d` values) and its valid positions.
+    cache: Option<(&'a [bf16], usize)>,
+    /// Offset of the segment's first row for this KV head, and the row stride (kv_heads · d).
+    first: usize,
+    stride: usize,
+    /// All keys: cached and the segment's.
+    len: usize,
+    d: usize,
+}
+
+impl<'a> Rows<'a> {
+    /// Keys (`which` 0) or values (1) of KV head `g` of `seg` in `x`.
+    fn of(x: &'a [bf16], seg: &Seg<'a>, g: usize, h: Heads, which: usize) -> Self {
+        let cache = seg.prefix.map(|p| {
+            let buf = if which == 0 { p.0 } else { p.1 };
+            (&buf[g * p.2 * h.d..][..p.3 * h.d], p.3)
+        });
+        Self {
+            rows: x,
+            cache,
+            first: seg.start * h.kv_heads * h.d + g * h.d,
+            stride: h.kv_heads * h.d,
+            len: seg.keys(),
+            d: h.d,
+        }
+    }
+
+    /// The offset in its slice and the slice of key `n`, with the stride to the next key of the same source.
+    fn at(&self, n: usize) -> (&'a [bf16], usize, usize) {
+        match self.cache {
+            Some((c, p)) if n < p => (c, n * self.d, self.d),
+            _ => {
+                let cached = self.cache.map_or(0, |c| c.1);
+                (
+                    self.rows,
+                    self.first + (n - cached) * self.stride,
+                    self.stride,
+                )
+            }
+        }
+    }
+
+    /// Key `n`'s `d` values.
+    fn row(&self, n: usize) -> &'a [bf16] {
+        let (x, at, _) = self.at(n);
+        &x[at..][..self.d]
+    }
+
+    /// Keys `n .. n + 16` as (slice, offset of the first, stride) where all 16 exist and come from one source.
+    fn tile(&self, n: usize) -> Option<(&'a [bf16], usize, usize)> {
+        let cached = self.cache.map_or(0, |c| c.1);
+        let one_source = n + TILE <= cached || n >= cached;
+        (n + TILE <= self.len && one_source).then(|| self.at(n))
+    }
+}
+
+/// The output's first value, shared by the work items (each writes only its own rows of its own head).
+struct OutPtr(*mut bf16);
+
+// SAFETY: the items write disjoint parts of the output, which outlives them.
+unsafe impl Sync for OutPtr {}
+
+/// A work item's buffers, reused across the items of a thread.
+#[derive(Default)]
+struct Scratch {
+    /// Scores of a block: 32 queries × [`KEY_BLOCK`] keys.
+    scores: Vec<f32>,
+    /// The block's weights in bf16, rows of [`KEY_BLOCK`] (zero past its keys to a whole chunk).
+    weights: Vec<bf16>,
+    /// The f32 output accumulators: 32 queries × the value tiles' 16 dimensions each.
+    acc: Vec<f32>,
+    /// The queries, each row padded with zeros to whole chunks.
+    queries: Vec<bf16>,
+}
+
+/// One block of up to 32 queries of one head of one segment.
+struct Item<'a> {
+    q: &'a [bf16],
+    head: usize,
+    /// First row and count.
+    rows: (usize, usize),
+    /// The first query's position among the segment's keys (its cached prefix first).
+    position: usize,
+    /// The segment's keys.
+    keys: usize,
+    /// Whether each query sees only the keys up to its own position.
+    causal: bool,
+    /// The KV head's packed keys and values.
+    packed: &'a (Vec<Tile>, Vec<Tile>),
+}
+
+impl Item<'_> {
+    /// # Safety
+    /// [`covers`] holds; no other item writes these rows of this head.
+    unsafe fn run(&self, h: Heads, scale: f32, s: &mut Scratch, out: &OutPtr) {
+        let (chunks, dim_tiles) = (h.chunks(), h.dim_tiles());
+        let (qstride, astride) = (chunks * CHUNK, dim_tiles * TILE);
+        s.scores.resize(QUERY_BLOCK * KEY_BLOCK, 0.0);
+        s.weights.resize(QUERY_BLOCK * KEY_BLOCK, bf16::ZERO);
+        s.acc.clear();
+        s.acc.resize(QUERY_BLOCK * astride, 0.0);
+        s.queries.clear();
+        s.queries.resize(QUERY_BLOCK * qstride, bf16::ZERO);
+        let (first, nq) = self.rows;
+        for r in 0..nq {
+            let src = &self.q[((first + r) * h.heads + self.head) * h.d..][..h.d];
+            s.queries[r * qstride..][..h.d].copy_from_slice(src);
+        }
+        let two = nq > TILE;
+        let (mut max, mut sum) = ([f32::NEG_INFINITY; QUERY_BLOCK], [0f32; QUERY_BLOCK]);
+        let (keys, values) = self.packed;
+        // SAFETY (the tile calls): covers() holds, so the CPU has AMX and AVX-512 and the process its tile state.
+        unsafe { gemm_amx::configure_tiles() };
+        // Keys any of the block's queries sees; a block's length is torch's (up to 512 of all the keys), the
+        // keys past a query's position masked with -inf inside it.
+        let seen = match self.causal {
+            true => self.keys.min(self.position + nq),
+            false => self.keys,
+        };
+        for k0 in (0..seen).step_by(KEY_BLOCK) {
+            let (kn, vis) = (KEY_BLOCK.min(self.keys - k0), KEY_BLOCK.min(seen - k0));
+            let key_tiles = &keys[k0 / TILE * chunks..];
+            // SAFETY: the queries hold 32 rows of qstride values, the key tiles vis.div_ceil(16) · chunks tiles,
+            // the scores 32 rows of KEY_BLOCK.
+            unsafe {
+                tiles::scores(
+                    (s.queries.as_ptr(), qstride),
+                    key_tiles,
+                    (vis.div_ceil(TILE), chunks, two),
+                    s.scores.as_mut_ptr(),
+                )
+            };
+            for r in 0..nq {
+                let row = &mut s.scores[r * KEY_BLOCK..][..kn];
+                let sees = match self.causal {
+                    true => (self.position + r + 1).saturating_sub(k0).min(vis),
+                    false => vis,
+                };
+                row[sees..].fill(f32::NEG_INFINITY);
+                let w = &mut s.weights[r * KEY_BLOCK..][..kn.next_multiple_of(CHUNK)];
+                // SAFETY: the CPU has AVX-512F, BW and VL (covers()).
+                let rescale = unsafe { softmax_block(row, w, scale, (&mut max[r], &mut sum[r])) };
+                if k0 > 0 {
+                    s.acc[r * astride..][..astride]
+                        .iter_mut()
+                        .for_each(|x| *x *= rescale);
+                }
+            }
+            let value_tiles = &values[k0 / CHUNK * dim_tiles..];
+            // SAFETY: the weights hold 32 rows of KEY_BLOCK, the value tiles vis.div_ceil(32) · dim_tiles tiles,
+            // the accumulators 32 rows of astride.
+            unsafe {
+                tiles::weighted_sums(
+                    s.weights.as_ptr(),
+                    value_tiles,
+                    (vis.div_ceil(CHUNK), dim_tiles, two, k0 == 0),
+                    (s.acc.as_mut_ptr(), astride),
+                )
+            };
+        }
+        // SAFETY: as above.
+        unsafe { gemm_amx::release_tiles() };
+        for (r, sum) in sum.iter().enumerate().take(nq) {
+            let inv = 1.0 / sum;
+            // SAFETY: row first + r of this head lies in the output; this item alone writes it.
+            let o = unsafe {
+                std::slice::from_raw_parts_mut(
+                    out.0.add(((first + r) * h.heads + self.head) * h.d),
+                    h.d,
+                )
+            };
+            crate::ops::simd::vectorised(
+                #[inline(always)]
+                || {
+                    for (o, x) in o.iter_mut().zip(&s.acc[r * astride..]) {
+                        *o = round(x * inv);
+                    }
+                },
+            );
+        }
+    }
+}
+
+/// One query's block of scores `s` (its keys): `s ← s · scale`, the block maximum folded into the running
+/// maximum, `w ← bf16(exp(s − max))` (zero past the block's keys to `w`'s end), the running sum updated as
+/// `block sum + exp(old max − max) · sum`. Returns `exp(old max − max)`, the factor of the output so far.
+/// As torch's kernel: whole vectors of 16 through [`exp_u20`] summed lane by lane and reduced by halves, the
+/// last keys (fewer than 16) through libm's `exp` added in order.
+///
+/// # Safety
+/// The CPU has AVX-512F, BW and VL.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+unsafe fn softmax_block(
+    s: &mut [f32],
+    w: &mut [half::bf16],
+    scale: f32,
+    (max, sum): (&mut f32, &mut f32),
+) -> f32 {
+    use std::arch::x86_64::*;
+    let (n, whole) = (s.len(), s.len() / 16 * 16);
+    let (p, wp) = (s.as_mut_ptr(), w.as_mut_ptr());
+    let vs = _mm512_set1_ps(scale);
+    let mut vmax = _mm512_set1_ps(f32::NEG_INFINITY);
+    for i in (0..whole).step_by(16) {
+        // SAFETY: 16 values from i lie inside s.
+        unsafe {
+            let x = _mm512_mul_ps(_mm512_loadu_ps(p.add(i)), vs);
+            _mm512_storeu_ps(p.add(i), x);
+            vmax = _mm512_max_ps(vmax, x);
+        }
+    }
+    let mut block = _mm512_reduce_max_ps(vmax);
+    for x in &mut s[whole..] {
+        *x *= scale;
+        block = block.max(*x);
+    }
+    let new = max.max(block);
+    if new == f32::NEG_INFINITY {
+        // No key scored above -inf: zero weights, the running state unchanged (torch's guard against NaN).
+        w.fill(half::bf16::ZERO);
+        return 1.0;
+    }
+    let rescale = (*max - new).exp();
+    let mut vsum = _mm512_setzero_ps();
+    let vnew = _mm512_set1_ps(new);
+    for i in (0..whole).step_by(16) {
+        // SAFETY: 16 values from i lie inside s and w.
+        unsafe {
+            let e = exp_u20(_mm512_sub_ps(_mm512_loadu_ps(p.add(i)), vnew));
+            vsum = _mm512_add_ps(vsum, e);
+            _mm256_storeu_si256(wp.add(i).cast(), round16(e));
+        }
+    }
+    let mut total = _mm512_reduce_add_ps(vsum);
+    for (x, w) in s[whole..].iter().zip(&mut w[whole..n]) {
+        let e = (x - new).exp();
+        total += e;
+        *w = round(e);
+    }
+    w[n..].fill(half::bf16::ZERO);
+    *sum = total + rescale * *sum;
+    *max = new;
+    rescale
+}
+
+/// `exp` of 16 lanes as torch's vectorised `exp_u20` computes it (about 20 ulp): inputs clamped to
+/// [ln FLT_MIN, ln FLT_MAX], `n = ⌊x·log₂e + ½⌋` (one fused multiply-add, rounded down), `r = x − n·ln 2`
+/// (fused), a degree-5 polynomial in `r` by fused Horner steps, times `2ⁿ⁻¹` built in the exponent bits (zero
+/// below ln FLT_MIN) and times 2.
+#[inline]
+#[target_feature(enable = "avx512f,fma")]
+fn exp_u20(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    let bits = |b: u32| _mm512_castsi512_ps(_mm512_set1_epi32(b as i32));
+    let (ln_min, ln_max) = (bits(0xc2ae_ac50), bits(0x42b1_7218));
+    let below = _mm512_cmp_ps_mask::<_CMP_LT_OS>(x, ln_min);
+    let x = _mm512_max_ps(_mm512_min_ps(x, ln_max), ln_min);
+    let n = _mm512_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC }>(
+        _mm512_fmadd_ps(x, bits(0x3fb8_aa3b), _mm512_set1_ps(0.5)),
+    );
+    let n = _mm512_cvtepi32_ps(n);
+    let r = _mm512_fnmadd_ps(n, bits(0x3f31_7218), x);
+    let mut y = _mm512_fmadd_ps(
+        r,
+        _mm512_set1_ps(0.008_289_291),
+        _mm512_set1_ps(0.041_897_822),
+    );
+    for c in [0.166_676_52, 0.499_991_5, 0.999_999_7, 1.0] {
+        y = _mm512_fmadd_ps(r, y, _mm512_set1_ps(c));
+    }
+    let e = _mm512_cvtps_epi32(_mm512_sub_ps(n, _mm512_set1_ps(1.0)));
+    let pow = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(
+        e,
+        _mm512_set1_epi32(127),
+    )));
+    let pow = _mm512_mask_blend_ps(below, pow, _mm512_setzero_ps());
+    _mm512_mul_ps(_mm512_mul_ps(y, pow), _mm512_set1_ps(2.0))
+}
+
+/// 16 f32 lanes rounded to bf16 bits as [`round`] rounds (to nearest, ties to even; a NaN stays a quiet NaN).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+fn round16(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    let v = _mm512_castps_si512(v);
+    let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(v), _mm512_set1_epi32(1));
+    let rounded = _mm512_srli_epi32::<16>(_mm512_add_epi32(
+        _mm512_add_epi32(v, _mm512_set1_epi32(0x7fff)),
+        lsb,
+    ));
+    let abs = _mm512_and_si512(v, _mm512_set1_epi32(0x7fff_ffff));
+    let nan = _mm512_cmpgt_epu32_mask(abs, _mm512_set1_epi32(0x7f80_0000));
+    let quiet = _mm512_or_si512(_mm512_srli_epi32::<16>(v), _mm512_set1_epi32(0x40));
+    _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet))
+}
+
+#[cfg(test)]
+mod tests;
