@@ -332,7 +332,7 @@ fn rotate(x: &[bf16], b: &[f32], cs: (&[f32], &[f32]), o: &mut [bf16], d: usize,
 }
 
 /// One head of [`qkv_rope`]: each value with its bias, rounded, as it is read (no per-row buffer), then the
-/// pair (x[j], x[j + d/2]) through `pair` with the tables' (cos, sin) of j.
+/// pair `(x[j], x[j + d/2])` through `pair` with the tables' `(cos, sin)` of `j`.
 #[inline(always)]
 fn rotate_head(
     x: &[bf16],
