@@ -8,7 +8,6 @@
 use candle_core::{DType, Result, Tensor};
 
 use super::{cpu, reference, DecodeKv, Varlen, VarlenSeg};
-use crate::ops::cpu_data::cpu_slice;
 
 /// Whether a call in `dtype` on `device` with this head_dim runs here: CPU, bf16, and the fused f32 path covers
 /// the head_dim.
@@ -32,21 +31,31 @@ fn narrow(t: &Tensor, dtype: DType) -> Result<Tensor> {
 /// GEMMs run on AMX tiles (the tile attention then serves every varlen call whose shapes it covers).
 pub(crate) fn describe(amx: bool) -> String {
     let wide = "f32 attention on f32 copies (widened exactly), the output rounded to bf16 once";
-    match amx {
-        true => format!(
+    #[cfg(target_arch = "x86_64")]
+    if amx {
+        return format!(
             "AMX tiles where the head dimension is even and at most {} (torch's CPU flash attention order: f32 \
              scores of bf16 products, softmax in blocks of {} keys counted from the first cached position, \
              weights rounded to bf16); else the {wide}",
             super::amx::MAX_HEAD_DIM,
             super::amx::KEY_BLOCK
-        ),
-        false => format!("the {wide}"),
+        );
     }
+    let _ = amx;
+    format!("the {wide}")
+}
+
+/// No AMX tiles off x86-64.
+#[cfg(not(target_arch = "x86_64"))]
+fn on_tiles(_: &Varlen<'_>) -> Result<Option<Tensor>> {
+    Ok(None)
 }
 
 /// The attention on AMX tiles ([`super::amx`]) where it covers the shapes (segments with or without a cached
 /// prefix, causal or not); `None` elsewhere.
+#[cfg(target_arch = "x86_64")]
 fn on_tiles(a: &Varlen<'_>) -> Result<Option<Tensor>> {
+    use crate::ops::cpu_data::cpu_slice;
     let (n, heads, d) = a.q.dims3()?;
     let h = super::amx::Heads {
         heads,
@@ -225,6 +234,7 @@ mod tests {
         assert_eq!(got.dtype(), DType::BF16);
         // Causal with a cached prefix on the tiles (where the CPU has them): the weights rounded to bf16, within
         // 2⁻⁸ of the f32 attention of values in [-1, 1].
+        #[cfg(target_arch = "x86_64")]
         if super::super::amx::covers(super::super::amx::Heads { heads, kv_heads, d }) {
             let tiles = varlen_attention(a, cpu::Tiles::GemmCrate, true).unwrap();
             let f = |t: &Tensor| {
@@ -322,6 +332,7 @@ mod tests {
     /// Whole segments, not causal, where the bf16 GEMMs run on AMX: the tile attention's output, within the
     /// weights' bf16 rounding of the f32 attention of the same values.
     #[test]
+    #[cfg(target_arch = "x86_64")]
     fn whole_segments_attend_on_the_tiles_where_asked() {
         let (n, heads, kv_heads, d) = (40, 4, 2, 16);
         let h = super::super::amx::Heads { heads, kv_heads, d };

@@ -2,6 +2,7 @@
 //! and decode attention, each on the fused CUDA kernel, the fused CPU path ([`cpu`]), or the composed fallback
 //! ([`composed`]); their candle references ([`reference`](mod@reference)).
 
+#[cfg(target_arch = "x86_64")]
 mod amx;
 mod bf16;
 pub mod composed;

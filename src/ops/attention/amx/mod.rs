@@ -58,10 +58,12 @@ impl Heads {
     }
 }
 
-/// Whether this kernel runs calls of these shapes here: AMX on this CPU and OS, an even head dimension up to
-/// [`MAX_HEAD_DIM`], whole groups of query heads per KV head.
+/// Whether this kernel runs calls of these shapes here: AMX on this CPU and OS (with AVX-512, AVX2 and FMA for the
+/// softmax), an even head dimension up to [`MAX_HEAD_DIM`], whole groups of query heads per KV head.
 pub(crate) fn covers(h: Heads) -> bool {
     gemm_amx::supported()
+        && is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
         && h.d > 0
         && h.d.is_multiple_of(2)
         && h.d <= MAX_HEAD_DIM
