@@ -15,7 +15,7 @@ use half::bf16;
 use rayon::prelude::*;
 
 use crate::ops::elementwise::bf16::round;
-use crate::ops::gemm::bf16::amx as gemm_amx;
+use crate::ops::gemm::bf16::amx::{self as gemm_amx, round16, Tile, ZERO_TILE};
 
 mod pack;
 mod tiles;
@@ -30,13 +30,6 @@ pub(crate) const KEY_BLOCK: usize = 512;
 const QUERY_BLOCK: usize = 2 * TILE;
 /// Largest head dimension served.
 pub(crate) const MAX_HEAD_DIM: usize = 256;
-
-/// One tile's data: 16 rows of 64 bytes, aligned to a cache line.
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct Tile([u32; TILE * TILE]);
-
-const ZERO_TILE: Tile = Tile([0; TILE * TILE]);
 
 /// Head counts and head dimension of one call.
 #[derive(Debug, Clone, Copy)]
@@ -122,9 +115,10 @@ pub(crate) fn attend(
     let packed: Vec<(Vec<Tile>, Vec<Tile>)> = groups
         .par_iter()
         .map(|&(s, g)| {
+            let (seg, cache) = (&segs[s], segs[s].prefix);
             let (keys, values) = (
-                Rows::of(k, &segs[s], g, h, 0),
-                Rows::of(v, &segs[s], g, h, 1),
+                Rows::of(k, cache.map(|c| c.0), seg, g, h),
+                Rows::of(v, cache.map(|c| c.1), seg, g, h),
             );
             // SAFETY: covers() holds (AVX-512 with BW and VL come with AMX's check); the rows lie in the slices.
             unsafe { (pack::pack_keys(&keys, h), pack::pack_values(&values, h)) }
@@ -177,12 +171,11 @@ struct Rows<'a> {
 }
 
 impl<'a> Rows<'a> {
-    /// Keys (`which` 0) or values (1) of KV head `g` of `seg` in `x`.
-    fn of(x: &'a [bf16], seg: &Seg<'a>, g: usize, h: Heads, which: usize) -> Self {
-        let cache = seg.prefix.map(|p| {
-            let buf = if which == 0 { p.0 } else { p.1 };
-            (&buf[g * p.2 * h.d..][..p.3 * h.d], p.3)
-        });
+    /// Keys (or values) of KV head `g` of `seg` in `x`, its cached prefix in `cache` (kv_heads × capacity × d).
+    fn of(x: &'a [bf16], cache: Option<&'a [bf16]>, seg: &Seg<'a>, g: usize, h: Heads) -> Self {
+        let cache = cache
+            .zip(seg.prefix)
+            .map(|(buf, (_, _, cap, p))| (&buf[g * cap * h.d..][..p * h.d], p));
         Self {
             rows: x,
             cache,
@@ -443,23 +436,6 @@ fn exp_u20(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
     )));
     let pow = _mm512_mask_blend_ps(below, pow, _mm512_setzero_ps());
     _mm512_mul_ps(_mm512_mul_ps(y, pow), _mm512_set1_ps(2.0))
-}
-
-/// 16 f32 lanes rounded to bf16 bits as [`round`] rounds (to nearest, ties to even; a NaN stays a quiet NaN).
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-fn round16(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m256i {
-    use std::arch::x86_64::*;
-    let v = _mm512_castps_si512(v);
-    let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(v), _mm512_set1_epi32(1));
-    let rounded = _mm512_srli_epi32::<16>(_mm512_add_epi32(
-        _mm512_add_epi32(v, _mm512_set1_epi32(0x7fff)),
-        lsb,
-    ));
-    let abs = _mm512_and_si512(v, _mm512_set1_epi32(0x7fff_ffff));
-    let nan = _mm512_cmpgt_epu32_mask(abs, _mm512_set1_epi32(0x7f80_0000));
-    let quiet = _mm512_or_si512(_mm512_srli_epi32::<16>(v), _mm512_set1_epi32(0x40));
-    _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet))
 }
 
 #[cfg(test)]

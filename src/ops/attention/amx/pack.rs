@@ -1,6 +1,7 @@
 //! The keys and values of a KV head packed as the tile products' second operands.
 
 use super::{Heads, Rows, Tile, CHUNK, TILE, ZERO_TILE};
+use crate::ops::gemm::bf16::amx::gather_pairs;
 
 /// A KV head's keys `rows` as second operands of `q·kᵀ`: tile (key tile `t`, chunk `c`) at `t · chunks + c`,
 /// its row `p` holding depth pair `16c + p` of the tile's 16 keys (depth `2p` in the low half); zeros past the
@@ -10,29 +11,20 @@ use super::{Heads, Rows, Tile, CHUNK, TILE, ZERO_TILE};
 /// The CPU has AVX-512F.
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn pack_keys(rows: &Rows<'_>, h: Heads) -> Vec<Tile> {
-    use std::arch::x86_64::*;
     let (chunks, pairs) = (h.chunks(), h.d / 2);
     let mut tiles = vec![ZERO_TILE; rows.len.div_ceil(TILE) * chunks];
-    let lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     for (t, kt) in tiles.chunks_mut(chunks).enumerate() {
         let n0 = t * TILE;
-        let whole = rows.tile(n0);
-        let index = whole.map(|(_, _, stride)| {
-            _mm512_mullo_epi32(lanes, _mm512_set1_epi32((2 * stride) as i32))
-        });
-        for p in 0..pairs {
-            let row = &mut kt[p / TILE].0[(p % TILE) * TILE..][..TILE];
-            if let (Some((x, at, _)), Some(index)) = (whole, index) {
-                // SAFETY: the 16 keys' pair p lies inside x (Rows::tile checked the 16 keys); the row is 16 u32.
-                unsafe {
-                    let v = _mm512_i32gather_epi32::<1>(index, x.as_ptr().add(at + 2 * p).cast());
-                    _mm512_storeu_si512(row.as_mut_ptr().cast(), v);
-                }
-                continue;
-            }
-            for (j, x) in row.iter_mut().enumerate().take(rows.len - n0) {
-                let key = rows.row(n0 + j);
-                *x = key[2 * p].to_bits() as u32 | (key[2 * p + 1].to_bits() as u32) << 16;
+        if let Some((x, at, stride)) = rows.tile(n0) {
+            // SAFETY: the CPU has AVX-512F; the 16 keys' d values lie inside x (Rows::tile checked them).
+            unsafe { gather_pairs(&x[at..], stride, pairs, kt) };
+            continue;
+        }
+        for j in 0..TILE.min(rows.len - n0) {
+            let key = rows.row(n0 + j);
+            for (p, pair) in key.chunks_exact(2).enumerate() {
+                kt[p / TILE].0[(p % TILE) * TILE + j] =
+                    pair[0].to_bits() as u32 | (pair[1].to_bits() as u32) << 16;
             }
         }
     }

@@ -89,12 +89,15 @@ pub(crate) unsafe fn release_tiles() {
     unsafe { tiles::release() }
 }
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) use tiles::{gather_pairs, round16};
+
 /// One tile's data: 16 rows of 64 bytes, aligned to a cache line.
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
-struct Tile([u32; TILE_LEN]);
+pub(crate) struct Tile(pub(crate) [u32; TILE_LEN]);
 
-const ZERO_TILE: Tile = Tile([0; TILE_LEN]);
+pub(crate) const ZERO_TILE: Tile = Tile([0; TILE_LEN]);
 
 /// `c = a · wᵀ (+ bias)` for `a` (m × k) and `w` (n × k), both row-major bf16, and `bias` ([`super::Kernel`]),
 /// into `c` (m × n, row-major, overwritten),
@@ -146,8 +149,17 @@ fn pack_a(a: &[bf16], m: usize, k: usize) -> Vec<Tile> {
         .for_each(|(rt, tiles)| {
             let rows = TILE.min(m - rt * TILE);
             let whole = match rows == TILE && k.is_multiple_of(2) {
-                // SAFETY: supported() (the caller's check) includes AVX-512F; 16 rows of k values from rt · 16.
-                true => unsafe { tiles::pack_whole(&a[rt * TILE * k..][..TILE * k], k, tiles) },
+                // SAFETY: supported() (the caller's check) includes AVX-512F; 16 rows of k values from rt · 16,
+                // pairs up to k / 2.
+                true => unsafe {
+                    tiles::gather_pairs(
+                        &a[rt * TILE * k..][..TILE * k],
+                        k,
+                        k / CHUNK * TILE,
+                        tiles,
+                    );
+                    k / CHUNK
+                },
                 false => 0,
             };
             if whole == chunks {
@@ -314,12 +326,6 @@ mod tiles {
     ) {
         use std::arch::x86_64::*;
         let mask: __mmask16 = ((1u32 << cols) - 1) as u16;
-        let (one, half_ulp) = (_mm512_set1_epi32(1), _mm512_set1_epi32(0x7fff));
-        let (abs_mask, inf, quiet) = (
-            _mm512_set1_epi32(0x7fff_ffff),
-            _mm512_set1_epi32(0x7f80_0000),
-            _mm512_set1_epi32(0x40),
-        );
         // SAFETY: the bias holds n values (masked past column n).
         let bias = match c.bias.is_null() {
             true => _mm512_setzero_ps(),
@@ -330,16 +336,10 @@ mod tiles {
             _mm512_load_ps(sum.0.as_ptr().add(j * TILE).cast())
         }));
         for (r, &v) in sums.iter().enumerate().take(rows) {
-            let v = _mm512_castps_si512(match c.bias.is_null() {
+            let bits = round16(match c.bias.is_null() {
                 true => v,
                 false => _mm512_add_ps(v, bias),
             });
-            let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(v), one);
-            let rounded =
-                _mm512_srli_epi32::<16>(_mm512_add_epi32(_mm512_add_epi32(v, half_ulp), lsb));
-            let nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(v, abs_mask), inf);
-            let nan_bits = _mm512_or_si512(_mm512_srli_epi32::<16>(v), quiet);
-            let bits = _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, nan_bits));
             // SAFETY: the store writes row i0 + r's columns j0 .. j0 + cols.
             unsafe { _mm256_mask_storeu_epi16(c.c.add((i0 + r) * c.n + j0).cast(), mask, bits) };
         }
@@ -382,33 +382,54 @@ mod tiles {
         out
     }
 
-    /// The whole chunks (32 depths) of 16 rows `a` (16 × k, `k` even) as activation tiles (see `pack_a`): tile
-    /// row `p` of chunk `q` gathers depth pair `16q + p` of the 16 rows, one 32-bit gather each. Returns how
-    /// many chunks it wrote (⌊k / 32⌋).
+    /// 16 f32 lanes rounded to bf16 bits as `bf16::from_f32` rounds (to nearest, ties to even; a NaN stays a quiet
+    /// NaN), in integer lanes.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub(crate) fn round16(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m256i {
+        use std::arch::x86_64::*;
+        let v = _mm512_castps_si512(v);
+        let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(v), _mm512_set1_epi32(1));
+        let rounded = _mm512_srli_epi32::<16>(_mm512_add_epi32(
+            _mm512_add_epi32(v, _mm512_set1_epi32(0x7fff)),
+            lsb,
+        ));
+        let abs = _mm512_and_si512(v, _mm512_set1_epi32(0x7fff_ffff));
+        let nan = _mm512_cmpgt_epu32_mask(abs, _mm512_set1_epi32(0x7f80_0000));
+        let quiet = _mm512_or_si512(_mm512_srli_epi32::<16>(v), _mm512_set1_epi32(0x40));
+        _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet))
+    }
+
+    /// 16 rows of `x` (row `r` from value `r · stride`) as second operands in depth pairs: row `p % 16` of
+    /// `tiles[p / 16]` gathers pair `p` (values `2p`, `2p + 1`) of the 16 rows, one 32-bit gather each, for
+    /// `p < pairs`.
     ///
     /// # Safety
-    /// The CPU has AVX-512F; `a` holds 16 · k values and `tiles` at least ⌊k / 32⌋ tiles.
+    /// The CPU has AVX-512F; `x` holds `15 · stride + 2 · pairs` values and `tiles` ⌈pairs / 16⌉ tiles.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn pack_whole(a: &[half::bf16], k: usize, tiles: &mut [Tile]) -> usize {
+    pub(crate) unsafe fn gather_pairs(
+        x: &[half::bf16],
+        stride: usize,
+        pairs: usize,
+        tiles: &mut [Tile],
+    ) {
         use std::arch::x86_64::*;
-        let whole = k / super::CHUNK;
-        assert!(a.len() >= TILE * k && tiles.len() >= whole);
-        let stride = (2 * k) as i32;
+        assert!(pairs == 0 || x.len() >= 15 * stride + 2 * pairs);
+        assert!(tiles.len() >= pairs.div_ceil(TILE));
         let rows = _mm512_mullo_epi32(
             _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-            _mm512_set1_epi32(stride),
+            _mm512_set1_epi32((2 * stride) as i32),
         );
-        for (q, tile) in tiles[..whole].iter_mut().enumerate() {
-            for p in 0..TILE {
-                // SAFETY: row r's depth pair 16q + p lies inside a (16q + p < k / 2); the store fills row p.
-                unsafe {
-                    let base = a.as_ptr().add(super::CHUNK * q + 2 * p).cast::<i32>();
-                    let v = _mm512_i32gather_epi32::<1>(rows, base);
-                    _mm512_store_si512(tile.0.as_mut_ptr().add(p * TILE).cast(), v);
-                }
+        for p in 0..pairs {
+            // SAFETY: pair p of each of the 16 rows lies inside x (asserted); the store fills tile row p % 16.
+            unsafe {
+                let v = _mm512_i32gather_epi32::<1>(rows, x.as_ptr().add(2 * p).cast());
+                _mm512_store_si512(
+                    tiles[p / TILE].0.as_mut_ptr().add(p % TILE * TILE).cast(),
+                    v,
+                );
             }
         }
-        whole
     }
 
     /// Return the tiles to their initial state (cheaper context switches).
@@ -498,9 +519,7 @@ mod tiles {
 
     pub(super) unsafe fn release() {}
 
-    pub(super) unsafe fn pack_whole(_: &[half::bf16], _: usize, _: &mut [Tile]) -> usize {
-        0
-    }
+    pub(super) unsafe fn gather_pairs(_: &[half::bf16], _: usize, _: usize, _: &mut [Tile]) {}
 
     pub(super) unsafe fn store_transposed(
         _: &Tile,
