@@ -331,10 +331,12 @@ mod tiles {
             true => _mm512_setzero_ps(),
             false => unsafe { _mm512_maskz_loadu_ps(mask, c.bias.add(j0)) },
         };
-        // SAFETY: the tile is 16 rows of 16 f32, aligned to 64 bytes.
-        let sums = transpose(std::array::from_fn(|j| unsafe {
-            _mm512_load_ps(sum.0.as_ptr().add(j * TILE).cast())
-        }));
+        // SAFETY: the tile is 16 rows of 16 f32, aligned to 64 bytes; the CPU has AVX-512F.
+        let sums = unsafe {
+            crate::ops::gemm::packed::pack::transpose16(std::array::from_fn(|j| {
+                _mm512_load_ps(sum.0.as_ptr().add(j * TILE).cast())
+            }))
+        };
         for (r, &v) in sums.iter().enumerate().take(rows) {
             let bits = round16(match c.bias.is_null() {
                 true => v,
@@ -343,43 +345,6 @@ mod tiles {
             // SAFETY: the store writes row i0 + r's columns j0 .. j0 + cols.
             unsafe { _mm256_mask_storeu_epi16(c.c.add((i0 + r) * c.n + j0).cast(), mask, bits) };
         }
-    }
-
-    /// The 16 × 16 transpose of `rows` (row `j` → lane `j` of every output): 32-bit then 64-bit interleaves
-    /// within 128-bit lanes, then two rounds of 128-bit lane shuffles.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn transpose(r: [std::arch::x86_64::__m512; 16]) -> [std::arch::x86_64::__m512; 16] {
-        use std::arch::x86_64::*;
-        // a[2i], a[2i + 1]: rows 2i and 2i + 1 interleaved (low, high halves of each 128-bit lane).
-        let a: [__m512; 16] = std::array::from_fn(|x| match x % 2 {
-            0 => _mm512_unpacklo_ps(r[x], r[x + 1]),
-            _ => _mm512_unpackhi_ps(r[x - 1], r[x]),
-        });
-        // b[4i + c]: column c of each 128-bit lane for rows 4i .. 4i + 4.
-        let b: [__m512; 16] = std::array::from_fn(|x| {
-            let (i, c) = (x / 4, x % 4);
-            let (p, q) = (
-                _mm512_castps_pd(a[4 * i + c / 2]),
-                _mm512_castps_pd(a[4 * i + 2 + c / 2]),
-            );
-            _mm512_castpd_ps(match c % 2 {
-                0 => _mm512_unpacklo_pd(p, q),
-                _ => _mm512_unpackhi_pd(p, q),
-            })
-        });
-        let mut out = [_mm512_setzero_ps(); 16];
-        for c in 0..4 {
-            let s0 = _mm512_shuffle_f32x4::<0x88>(b[c], b[4 + c]);
-            let s1 = _mm512_shuffle_f32x4::<0xdd>(b[c], b[4 + c]);
-            let s2 = _mm512_shuffle_f32x4::<0x88>(b[8 + c], b[12 + c]);
-            let s3 = _mm512_shuffle_f32x4::<0xdd>(b[8 + c], b[12 + c]);
-            out[c] = _mm512_shuffle_f32x4::<0x88>(s0, s2);
-            out[8 + c] = _mm512_shuffle_f32x4::<0xdd>(s0, s2);
-            out[4 + c] = _mm512_shuffle_f32x4::<0x88>(s1, s3);
-            out[12 + c] = _mm512_shuffle_f32x4::<0xdd>(s1, s3);
-        }
-        out
     }
 
     /// 16 f32 lanes rounded to bf16 bits as `bf16::from_f32` rounds (to nearest, ties to even; a NaN stays a quiet

@@ -19,7 +19,7 @@ use rayon::prelude::*;
 
 mod blis;
 mod micro;
-mod pack;
+pub(crate) mod pack;
 mod prepacked;
 #[cfg(test)]
 pub(super) mod timing;

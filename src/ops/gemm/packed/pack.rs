@@ -39,10 +39,12 @@ pub(super) unsafe fn transpose_into(
     }
 }
 
-/// The transpose of a 16 × 16 block held as 16 rows.
+/// The transpose of a 16 × 16 block held as 16 rows (also the AMX bf16 GEMM's accumulator tiles).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn transpose16(r: [std::arch::x86_64::__m512; 16]) -> [std::arch::x86_64::__m512; 16] {
+pub(crate) unsafe fn transpose16(
+    r: [std::arch::x86_64::__m512; 16],
+) -> [std::arch::x86_64::__m512; 16] {
     use std::arch::x86_64::*;
     let z = _mm512_setzero_ps();
     // Pairs of rows interleaved: in each 128-bit lane, values 0-1 (lo) or 2-3 (hi) of two rows.
