@@ -87,6 +87,15 @@ impl Linear {
         })
     }
 
+    /// `silu(x·Gᵀ + b_G) · (x·Uᵀ + b_U)` of a packed gate-up layer (W = [G | U]) in one pass where the ops have one
+    /// ([`Ops::matmul_swiglu`]), with the bits of [`Self::matmul_bias`] followed by `swiglu_packed`; `None`
+    /// elsewhere.
+    pub fn matmul_swiglu(&self, p: Pass<'_>, x: &Tensor) -> Result<Option<Tensor>> {
+        p.ops.section("linear.matmul", x.device(), || {
+            p.ops.matmul_swiglu(x, &self.w, self.b.as_ref(), p.rows)
+        })
+    }
+
     /// `x·Wᵀ` and the bias still to add: the biased product and `None` where the ops add the bias inside a bf16
     /// product, before its one rounding (torch's order: [`Ops::matmul_nt_bias`]), else the product and the bias.
     pub fn matmul_bias(&self, p: Pass<'_>, x: &Tensor) -> Result<(Tensor, Option<&Tensor>)> {

@@ -126,7 +126,10 @@ impl TextMlp {
 
     /// `residual + down(silu(gate(x)) · up(x))`.
     pub fn forward(&self, p: Pass<'_>, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
-        let h = p.ops.swiglu_packed(&self.gate_up.matmul(p, x)?, None)?;
+        let h = match self.gate_up.matmul_swiglu(p, x)? {
+            Some(h) => h,
+            None => p.ops.swiglu_packed(&self.gate_up.matmul(p, x)?, None)?,
+        };
         self.down_proj.forward_residual(p, &h, residual)
     }
 }

@@ -153,10 +153,15 @@ impl VisionMlp {
     /// `residual + down(silu(gate(x)) · up(x))`; the biases of gate and up are folded into the SwiGLU, the one of
     /// down into the residual add.
     pub fn forward(&self, p: Pass<'_>, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
-        let (gu, b) = self.gate_up.matmul_bias(p, x)?;
-        let h = p.ops.section("vision.mlp.swiglu", x.device(), || {
-            p.ops.swiglu_packed(&gu, b)
-        })?;
+        let h = match self.gate_up.matmul_swiglu(p, x)? {
+            Some(h) => h,
+            None => {
+                let (gu, b) = self.gate_up.matmul_bias(p, x)?;
+                p.ops.section("vision.mlp.swiglu", x.device(), || {
+                    p.ops.swiglu_packed(&gu, b)
+                })?
+            }
+        };
         self.down_proj.forward_residual(p, &h, residual)
     }
 }

@@ -98,6 +98,38 @@ impl Ops {
         }
     }
 
+    /// `silu(x · gᵀ + b_g) · (x · uᵀ + b_u)` for bf16 `x` (…, in), a packed gate-up weight `w` = [g | u] (2·I, in)
+    /// and its bias `b` (2·I, if any) in one pass over the AMX tiles ([`bf16::amx::gemm_nt_swiglu`]): the bits of
+    /// [`Self::matmul_nt_bias`] followed by `swiglu_packed`, without the (…, 2·I) projection in memory. Where the
+    /// rows form segments, the bf16 segments run on AMX and the fused ops are on; `None` elsewhere (the caller
+    /// runs the product, then the SwiGLU). Returns (…, I).
+    pub fn matmul_swiglu(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        b: Option<&Tensor>,
+        rows: Rows<'_>,
+    ) -> Result<Option<Tensor>> {
+        let bf16s = (x.dtype(), w.dtype()) == (DType::BF16, DType::BF16)
+            && b.is_none_or(|b| b.dtype() == DType::BF16);
+        if !self.config.fused_kernels || !x.device().is_cpu() || !self.bf16.amx() || !bf16s {
+            return Ok(None);
+        }
+        let (mut dims, count, lens) = product_shape(x, w, rows)?;
+        let (n, k) = w.dims2()?;
+        let Some(lens) = lens else {
+            return Ok(None);
+        };
+        if count == 0 || k == 0 || !n.is_multiple_of(2) {
+            return Ok(None);
+        }
+        if let Some(last) = dims.last_mut() {
+            *last = n / 2;
+        }
+        let x2 = x.reshape((count, k))?;
+        Ok(Some(bf16::matmul_swiglu(&x2, w, b, &lens)?.reshape(dims)?))
+    }
+
     /// The bf16 kernel of segments (or, for independent rows, the row kernel) where `x` and `w` are bf16 and this
     /// CPU runs one for such rows.
     fn bf16_kernel(&self, x: &Tensor, w: &Tensor, segments: bool) -> Option<bf16::Kernel> {

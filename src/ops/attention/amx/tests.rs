@@ -295,3 +295,47 @@ fn causal_tiles_and_cached_prefixes() {
     assert_eq!(&got[rows.clone()], &full[rows]);
     assert!(got[..first * heads * d].iter().all(|x| *x == bf16::ZERO));
 }
+
+/// `cargo test --release --lib attention::amx::tests::timing -- --ignored --nocapture`: the vision tower's full
+/// attention at `max_pixels` 1,003,520 (one segment of 5,088 rows, 16 heads of 80) and its windowed attention
+/// (segments of 64 rows), best of three each.
+#[test]
+#[ignore = "a timing run: use --release --ignored --nocapture"]
+fn timing() {
+    if !gemm_amx::supported() {
+        eprintln!("skipped: no AMX tiles here");
+        return;
+    }
+    let (n, heads, d) = (5088, 16, 80);
+    let h = Heads {
+        heads,
+        kv_heads: heads,
+        d,
+    };
+    let (q, k, v) = (
+        values(n * heads * d, 1),
+        values(n * heads * d, 2),
+        values(n * heads * d, 3),
+    );
+    for len in [n, 64] {
+        let segs: Vec<Seg<'_>> = (0..n / len)
+            .map(|s| Seg {
+                start: s * len,
+                len,
+                prefix: None,
+            })
+            .collect();
+        let best = (0..4)
+            .map(|_| {
+                let t0 = std::time::Instant::now();
+                std::hint::black_box(attend((&q, &k, &v), &segs, h, (0.11, false)));
+                t0.elapsed().as_secs_f64()
+            })
+            .skip(1)
+            .fold(f64::INFINITY, f64::min);
+        eprintln!(
+            "{n} rows in segments of {len}, {heads} heads of {d}: {:.1} ms",
+            best * 1e3
+        );
+    }
+}

@@ -206,13 +206,7 @@ pub(crate) fn matmul_nt(
     segments: Kernel,
 ) -> Result<Tensor> {
     let ((m, k), (n, _)) = (x.dims2()?, w.dims2()?);
-    let bias = match b {
-        Some(b) if b.dims() != [n] => {
-            candle_core::bail!("bf16 GEMM: bias {:?} for {n} outputs", b.dims())
-        }
-        Some(b) => b.to_dtype(candle_core::DType::F32)?.to_vec1::<f32>()?,
-        None => Vec::new(),
-    };
+    let bias = bias_values(b, n)?;
     let mut c = vec![bf16::ZERO; m * n];
     with_bf16(x, |a| {
         with_bf16(w, |b| {
@@ -231,6 +225,43 @@ pub(crate) fn matmul_nt(
         })
     })?;
     Tensor::from_vec(c, (m, n), x.device())
+}
+
+/// `silu(x · gᵀ + b_g) · (x · uᵀ + b_u)` for bf16 `x` (rows, k), the packed gate-up weight `w` = [g | u] (2·I, k) and
+/// its bias `b` (2·I), the rows of each segment of `lens` by [`amx::gemm_nt_swiglu`] (each segment alone). Needs
+/// [`amx::supported`] and k > 0. Returns (rows, I).
+pub(crate) fn matmul_swiglu(
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    lens: &[usize],
+) -> Result<Tensor> {
+    let ((m, k), (n, _)) = (x.dims2()?, w.dims2()?);
+    let (bias, i) = (bias_values(b, n)?, n / 2);
+    let mut c = vec![bf16::ZERO; m * i];
+    with_bf16(x, |a| {
+        with_bf16(w, |w| {
+            let mut r0 = 0;
+            for &len in lens {
+                let (a, c) = (&a[r0 * k..(r0 + len) * k], &mut c[r0 * i..(r0 + len) * i]);
+                amx::gemm_nt_swiglu(a, w, &bias, (len, k, i), c);
+                r0 += len;
+            }
+            Ok(())
+        })
+    })?;
+    Tensor::from_vec(c, (m, i), x.device())
+}
+
+/// A linear layer's bias (`n` values) as f32, or none (empty).
+fn bias_values(b: Option<&Tensor>, n: usize) -> Result<Vec<f32>> {
+    match b {
+        Some(b) if b.dims() != [n] => {
+            candle_core::bail!("bf16 GEMM: bias {:?} for {n} outputs", b.dims())
+        }
+        Some(b) => b.to_dtype(candle_core::DType::F32)?.to_vec1::<f32>(),
+        None => Ok(Vec::new()),
+    }
 }
 
 /// Run `f` on the bf16 data of a CPU tensor (made contiguous).

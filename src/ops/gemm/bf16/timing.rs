@@ -153,3 +153,44 @@ fn decode_step() {
     });
     eprintln!("f32 row kernel, one decode step: {line}");
 }
+
+/// `cargo test --release --lib gemm::bf16::timing::swiglu -- --ignored --nocapture`: the `small` checkpoint's
+/// gate-up projections at `max_pixels` 1,003,520 (the vision tower's 5,088 rows with a bias, the text model's
+/// 1,306 without) through the AMX product followed by the bf16 SwiGLU pass, and through the fused AMX pass;
+/// alternated, best of five each.
+#[test]
+#[ignore = "a timing run: use --release --ignored --nocapture"]
+fn swiglu() {
+    use candle_core::{Device, Tensor};
+    if super::check::skip() || !super::amx::supported() {
+        eprintln!("skipped: no AMX tiles here");
+        return;
+    }
+    for (m, k, i, biased) in [(5088, 1280, 3420, true), (1306, 896, 4864, false)] {
+        let (a, w) = (
+            super::check::values(m * k, 1),
+            super::check::values(2 * i * k, 2),
+        );
+        let bias: Vec<f32> = match biased {
+            true => (0..2 * i).map(|j| (j % 7) as f32 * 0.01).collect(),
+            false => Vec::new(),
+        };
+        let (mut gu, mut c) = (vec![bf16::ZERO; m * 2 * i], vec![bf16::ZERO; m * i]);
+        let two_passes = best(5, || {
+            super::amx::gemm_nt(&a, &w, &bias, (m, k, 2 * i), &mut gu);
+            let t = Tensor::from_slice(&gu, (m, 2 * i), &Device::Cpu).unwrap();
+            std::hint::black_box(crate::ops::elementwise::bf16::swiglu_packed(&t, None).unwrap());
+        });
+        let fused = best(5, || {
+            super::amx::gemm_nt_swiglu(&a, &w, &bias, (m, k, i), &mut c)
+        });
+        let rate = |s: f64| 2.0 * (m * k * 2 * i) as f64 / s / 1e9;
+        eprintln!(
+            "{m} x {k} x 2·{i}: product then SwiGLU {:.2} ms ({:.1} GFLOP/s), fused {:.2} ms ({:.1} GFLOP/s)",
+            two_passes * 1e3,
+            rate(two_passes),
+            fused * 1e3,
+            rate(fused)
+        );
+    }
+}

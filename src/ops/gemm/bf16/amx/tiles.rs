@@ -1,0 +1,275 @@
+//! The AMX instructions, as inline assembly (the tile registers are not the compiler's), and the vector
+//! code around them.
+
+use std::arch::asm;
+
+use super::{Tile, TILE};
+
+/// Load the tile configuration: palette 1, the eight tiles 16 rows of 64 bytes.
+///
+/// # Safety
+/// The CPU has AMX and the process its tile state.
+pub(super) unsafe fn configure() {
+    #[repr(C, align(64))]
+    struct Config([u8; 64]);
+    let mut config = Config([0; 64]);
+    config.0[0] = 1;
+    for t in 0..8 {
+        config.0[16 + 2 * t] = 64;
+        config.0[48 + t] = TILE as u8;
+    }
+    // SAFETY: the configuration is 64 valid bytes; the caller checked AMX.
+    unsafe { asm!("ldtilecfg [{0}]", in(reg) config.0.as_ptr(), options(nostack, readonly)) };
+}
+
+/// Write the accumulator tile `sum` (weight row `j`, row `r` of `a` at `j · 16 + r`) transposed into `c`
+/// (m × n): `c[(i0 + r) · n + j0 + j]` for `r < rows`, `j < cols`, each plus its column's bias (where there is
+/// one) rounded to bf16 as `bf16::from_f32` rounds (to nearest, ties to even; a NaN stays a quiet NaN). The
+/// tile transposed in registers, then a row at a time: the bias added, rounded in integer lanes, one masked
+/// store.
+///
+/// # Safety
+/// The CPU has AVX-512F, BW and VL; those outputs lie inside `c` and no other task writes them.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+pub(super) unsafe fn store_transposed(
+    sum: &Tile,
+    c: &super::SharedOut,
+    (i0, j0): (usize, usize),
+    (rows, cols): (usize, usize),
+) {
+    use std::arch::x86_64::*;
+    let mask: __mmask16 = ((1u32 << cols) - 1) as u16;
+    // SAFETY: the bias holds n values (masked past column n).
+    let bias = match c.bias.is_null() {
+        true => _mm512_setzero_ps(),
+        false => unsafe { _mm512_maskz_loadu_ps(mask, c.bias.add(j0)) },
+    };
+    // SAFETY: the tile is 16 rows of 16 f32, aligned to 64 bytes; the CPU has AVX-512F.
+    let sums = unsafe {
+        crate::ops::gemm::packed::pack::transpose16(std::array::from_fn(|j| {
+            _mm512_load_ps(sum.0.as_ptr().add(j * TILE).cast())
+        }))
+    };
+    for (r, &v) in sums.iter().enumerate().take(rows) {
+        let bits = round16(match c.bias.is_null() {
+            true => v,
+            false => _mm512_add_ps(v, bias),
+        });
+        // SAFETY: the store writes row i0 + r's columns j0 .. j0 + cols.
+        unsafe { _mm256_mask_storeu_epi16(c.c.add((i0 + r) * c.n + j0).cast(), mask, bits) };
+    }
+}
+
+/// The SwiGLU of a gate tile and an up tile (`tiles[0]`, `tiles[1]`: output column `j` by row `r` at `j · 16 + r`)
+/// into `c` (m × I): `c[(i0 + r) · I + j0 + j]` for `r < rows`, `j < cols`. Each half's sum plus its bias (where
+/// there is one: `bias`, from column `j0`) rounded to bf16; the gate's SiLU by the row function of
+/// `elementwise::bf16::swiglu_packed` on the tile's columns (whole vectors of 16 through the same `exp`, a partial
+/// last tile through the same 8-lane and libm steps, since tiles start at multiples of 16), rounded to bf16; times
+/// the up value, rounded to bf16; one masked store per row.
+///
+/// # Safety
+/// The CPU has AVX-512F, BW and VL, AVX2 and FMA; those outputs lie inside `c`, no other task writes them, and
+/// each bias holds `cols` values.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+pub(super) unsafe fn store_swiglu(
+    tiles: [&Tile; 2],
+    bias: Option<(&[f32], &[f32])>,
+    c: &super::SharedOut,
+    (i0, j0): (usize, usize),
+    (rows, cols): (usize, usize),
+) {
+    use std::arch::x86_64::*;
+    const ONES: [f32; TILE] = [1.0; TILE];
+    let mask: __mmask16 = ((1u32 << cols) - 1) as u16;
+    // SAFETY: each tile is 16 rows of 16 f32, aligned to 64 bytes.
+    let [gate, up] = tiles.map(|t| unsafe {
+        crate::ops::gemm::packed::pack::transpose16(std::array::from_fn(|j| {
+            _mm512_load_ps(t.0.as_ptr().add(j * TILE).cast())
+        }))
+    });
+    // SAFETY: each bias holds cols values (masked past them).
+    let bias = bias.map(|(g, u)| unsafe {
+        (
+            _mm512_maskz_loadu_ps(mask, g.as_ptr()),
+            _mm512_maskz_loadu_ps(mask, u.as_ptr()),
+        )
+    });
+    // A bf16 value (the rounding of an f32 sum) as f32.
+    let rounded =
+        |v: __m512| _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(round16(v))));
+    for r in 0..rows {
+        let (g, u) = match bias {
+            Some((bg, bu)) => (_mm512_add_ps(gate[r], bg), _mm512_add_ps(up[r], bu)),
+            None => (gate[r], up[r]),
+        };
+        let g = rounded(g);
+        let silu = match cols == TILE {
+            // The row function's whole vectors: g / (1 + exp(0 − g)), times 1 (exact).
+            // SAFETY: the CPU has AVX-512F, AVX2 and FMA.
+            true => _mm512_div_ps(
+                g,
+                _mm512_add_ps(_mm512_set1_ps(1.0), unsafe {
+                    crate::ops::simd::avx512::exp16(_mm512_sub_ps(_mm512_setzero_ps(), g))
+                }),
+            ),
+            false => {
+                let (mut g16, mut silu) = ([0f32; TILE], [0f32; TILE]);
+                // SAFETY: 16 values.
+                unsafe { _mm512_storeu_ps(g16.as_mut_ptr(), g) };
+                let g16 = &g16[..cols];
+                // SAFETY: the CPU has AVX-512F, AVX2 and FMA; the slices are cols long.
+                let done = unsafe {
+                    crate::ops::simd::avx512::swiglu_row(
+                        g16,
+                        &ONES[..cols],
+                        None,
+                        &mut silu[..cols],
+                    )
+                };
+                for j in done..cols {
+                    silu[j] = g16[j] / (1.0 + (-g16[j]).exp());
+                }
+                // SAFETY: 16 values.
+                unsafe { _mm512_loadu_ps(silu.as_ptr()) }
+            }
+        };
+        let silu = rounded(silu);
+        let bits = round16(_mm512_mul_ps(silu, rounded(u)));
+        // SAFETY: the store writes row i0 + r's columns j0 .. j0 + cols.
+        unsafe { _mm256_mask_storeu_epi16(c.c.add((i0 + r) * c.n + j0).cast(), mask, bits) };
+    }
+}
+
+/// 16 f32 lanes rounded to bf16 bits as `bf16::from_f32` rounds (to nearest, ties to even; a NaN stays a quiet
+/// NaN), in integer lanes.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+pub(crate) fn round16(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    let v = _mm512_castps_si512(v);
+    let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(v), _mm512_set1_epi32(1));
+    let rounded = _mm512_srli_epi32::<16>(_mm512_add_epi32(
+        _mm512_add_epi32(v, _mm512_set1_epi32(0x7fff)),
+        lsb,
+    ));
+    let abs = _mm512_and_si512(v, _mm512_set1_epi32(0x7fff_ffff));
+    let nan = _mm512_cmpgt_epu32_mask(abs, _mm512_set1_epi32(0x7f80_0000));
+    let quiet = _mm512_or_si512(_mm512_srli_epi32::<16>(v), _mm512_set1_epi32(0x40));
+    _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet))
+}
+
+/// 16 rows of `x` (row `r` from value `r · stride`) as second operands in depth pairs: row `p % 16` of
+/// `tiles[p / 16]` gathers pair `p` (values `2p`, `2p + 1`) of the 16 rows, one 32-bit gather each, for
+/// `p < pairs`.
+///
+/// # Safety
+/// The CPU has AVX-512F; `x` holds `15 · stride + 2 · pairs` values and `tiles` ⌈pairs / 16⌉ tiles.
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn gather_pairs(
+    x: &[half::bf16],
+    stride: usize,
+    pairs: usize,
+    tiles: &mut [Tile],
+) {
+    use std::arch::x86_64::*;
+    assert!(pairs == 0 || x.len() >= 15 * stride + 2 * pairs);
+    assert!(tiles.len() >= pairs.div_ceil(TILE));
+    let rows = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32((2 * stride) as i32),
+    );
+    for p in 0..pairs {
+        // SAFETY: pair p of each of the 16 rows lies inside x (asserted); the store fills tile row p % 16.
+        unsafe {
+            let v = _mm512_i32gather_epi32::<1>(rows, x.as_ptr().add(2 * p).cast());
+            _mm512_store_si512(
+                tiles[p / TILE].0.as_mut_ptr().add(p % TILE * TILE).cast(),
+                v,
+            );
+        }
+    }
+}
+
+/// Return the tiles to their initial state (cheaper context switches).
+///
+/// # Safety
+/// The CPU has AMX.
+pub(super) unsafe fn release() {
+    // SAFETY: the caller checked AMX.
+    unsafe { asm!("tilerelease", options(nostack, nomem)) };
+}
+
+/// `sums[2w + r]` = weight tile `w` × activation tile `r` over `chunks` chunks, for `w < nw`, `r < nr`:
+/// weight chunk `q` of tile `w` at `weight(w, q)` (address, row stride), activation chunk `q` of tile `r`
+/// at `a[r] + q`. Tiles 0–3 accumulate, 4–5 hold weight tiles, 6–7 activation tiles. `halfway` runs once,
+/// after the products of the first half of the chunks are issued (vector work that overlaps the rest).
+///
+/// # Safety
+/// [`configure`] ran on this thread; every address reads a whole tile.
+#[inline(always)]
+pub(super) unsafe fn block(
+    chunks: usize,
+    weight: impl Fn(usize, usize) -> (*const u8, usize),
+    a: [*const Tile; 2],
+    (nw, nr): (usize, usize),
+    sums: &mut [Tile; 4],
+    halfway: impl FnOnce(),
+) {
+    macro_rules! load {
+        ($tmm:literal, $at:expr) => {{
+            let (p, stride): (*const u8, usize) = $at;
+            asm!(concat!("tileloadd ", $tmm, ", [{p} + {s}*1]"), p = in(reg) p, s = in(reg) stride,
+                 options(nostack, readonly));
+        }};
+    }
+    macro_rules! dot {
+        ($c:literal, $w:literal, $x:literal) => {
+            asm!(
+                concat!("tdpbf16ps ", $c, ", ", $w, ", ", $x),
+                options(nostack, nomem)
+            )
+        };
+    }
+    macro_rules! store {
+        ($tmm:literal, $i:expr) => {
+            asm!(concat!("tilestored [{p} + {s}*1], ", $tmm), p = in(reg) sums[$i].0.as_mut_ptr(),
+                 s = in(reg) 64usize, options(nostack))
+        };
+    }
+    let mut halfway = Some(halfway);
+    // SAFETY: the caller configured the tiles; the addresses read whole tiles.
+    unsafe {
+        asm!(
+            "tilezero tmm0",
+            "tilezero tmm1",
+            "tilezero tmm2",
+            "tilezero tmm3",
+            options(nostack, nomem)
+        );
+        for q in 0..chunks {
+            load!("tmm4", weight(0, q));
+            load!("tmm6", (a[0].add(q).cast(), 64));
+            dot!("tmm0", "tmm4", "tmm6");
+            if nr == 2 {
+                load!("tmm7", (a[1].add(q).cast(), 64));
+                dot!("tmm1", "tmm4", "tmm7");
+            }
+            if nw == 2 {
+                load!("tmm5", weight(1, q));
+                dot!("tmm2", "tmm5", "tmm6");
+                if nr == 2 {
+                    dot!("tmm3", "tmm5", "tmm7");
+                }
+            }
+            if q + 1 == chunks.div_ceil(2) {
+                if let Some(f) = halfway.take() {
+                    f();
+                }
+            }
+        }
+        store!("tmm0", 0);
+        store!("tmm1", 1);
+        store!("tmm2", 2);
+        store!("tmm3", 3);
+    }
+}
