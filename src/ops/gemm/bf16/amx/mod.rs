@@ -5,7 +5,9 @@
 //! 32 × 16 one stored as 16 rows of 16 depth pairs. The weight is the first operand, loaded straight from `w`
 //! (each of its rows is contiguous in depth, which is the first operand's layout: no packing, no copy); the
 //! activation is the second, packed once per call ([`pack_a`]). A register block is two weight tiles by two
-//! activation tiles into four accumulators (32 weight rows × 32 rows of `a`), stored transposed into `c`.
+//! activation tiles into four accumulators (32 weight rows × 32 rows of `a`), stored transposed into `c`. Which
+//! weight tiles a block pairs and where its sums go is a [`Plan`]: the plain product here, the SwiGLU of a gate/up
+//! projection in [`swiglu`].
 //!
 //! Each output is one f32 chain over `k`'s chunks of 32 depths in order from zero, rounded to bf16 once when
 //! stored; past `k` and past `m` or `n` the tiles hold zeros. Nothing depends on `m`, on the row's place, on
