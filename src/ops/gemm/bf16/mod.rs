@@ -406,6 +406,62 @@ mod tests {
         assert_eq!(ind, check::product(row::gemm_nt_rows, &a, &w, (m, k, n)));
     }
 
+    /// `Ops::matmul_swiglu` runs the fused AMX pass on segments where the bf16 segments run on AMX, with the bits
+    /// of the biased product followed by the SwiGLU op; `None` for independent rows, with `--kernels off`,
+    /// `--cpu-gemm gemm-crate`, in f32 and on CPUs without AMX.
+    #[test]
+    fn ops_fuse_the_swiglu_only_on_amx_segments() {
+        use crate::ops::{CpuGemm, Ops, OpsConfig, Rows};
+        let (m, k, i) = (6, 70, 21);
+        let dev = Device::Cpu;
+        let (a, w) = (check::values(m * k, 11), check::values(2 * i * k, 12));
+        let x = Tensor::from_slice(&a, (2, m / 2, k), &dev).unwrap();
+        let wt = Tensor::from_slice(&w, (2 * i, k), &dev).unwrap();
+        let b = Tensor::from_vec(check::values(2 * i, 13), 2 * i, &dev).unwrap();
+        let segs = Rows::Segments(&[2, 4]);
+        let ops = Ops::new(&OpsConfig::default(), &dev, DType::BF16).unwrap();
+        let got = ops.matmul_swiglu(&x, &wt, Some(&b), segs).unwrap();
+        if !Bf16Gemm::for_this_cpu(false).amx() {
+            assert!(got.is_none());
+            eprintln!("skipped the fused pass's bits: no AMX tiles here");
+            return;
+        }
+        let got = got.expect("fused on AMX");
+        assert_eq!(got.dims(), [2, m / 2, i]);
+        let gu = ops
+            .matmul_nt_bias(&x, &wt, &b, segs)
+            .unwrap()
+            .expect("folded");
+        let want = ops.swiglu_packed(&gu, None).unwrap();
+        let bits = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<bf16>().unwrap();
+        assert_eq!(bits(&got), bits(&want));
+        assert!(ops
+            .matmul_swiglu(&x, &wt, Some(&b), Rows::Independent)
+            .unwrap()
+            .is_none());
+        let f32s = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
+        assert!(ops
+            .matmul_swiglu(&f32s(&x), &f32s(&wt), None, segs)
+            .unwrap()
+            .is_none());
+        for config in [
+            OpsConfig {
+                fused_kernels: false,
+                ..OpsConfig::default()
+            },
+            OpsConfig {
+                cpu_gemm: CpuGemm::GemmCrate,
+                ..OpsConfig::default()
+            },
+        ] {
+            let other = Ops::new(&config, &dev, DType::BF16).unwrap();
+            assert!(other
+                .matmul_swiglu(&x, &wt, Some(&b), segs)
+                .unwrap()
+                .is_none());
+        }
+    }
+
     /// `Ops::matmul_nt_bias` adds the bias inside the bf16 kernels (their bits with the bias) and leaves it to the
     /// caller (`None`) where no bf16 kernel runs the rows, with `--kernels off` and in f32.
     #[test]
