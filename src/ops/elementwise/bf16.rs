@@ -176,11 +176,7 @@ pub fn swiglu_packed(gu: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
                         };
                         widen(rg, bg, g);
                         widen(ru, bu, u);
-                        // silu(g)·1 is silu(g), bit for bit.
-                        let done = super::cpu::vector_swiglu(g, &ones, None, silu, level);
-                        for c in done..cols {
-                            silu[c] = g[c] / (1.0 + (-g[c]).exp());
-                        }
+                        silu_row(g, &ones, silu, level);
                         for ((o, s), u) in o.iter_mut().zip(silu.iter()).zip(u.iter()) {
                             *o = round(round(*s).to_f32() * u);
                         }
@@ -189,6 +185,17 @@ pub fn swiglu_packed(gu: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
             });
     }
     Tensor::from_vec(out, shape, gu.device())
+}
+
+/// `out = silu(g)` as [`swiglu_packed`] computes it: whole vectors through the f32 SwiGLU's row function on
+/// `level` (times `ones`, as long as `g`: silu(g)·1 is silu(g), bit for bit), the last columns through libm's
+/// `exp`. The partition depends only on `g`'s length, so a slice starting at a multiple of 16 gets the bits the
+/// whole row gets there.
+pub(crate) fn silu_row(g: &[f32], ones: &[f32], out: &mut [f32], level: Level) {
+    let done = super::cpu::vector_swiglu(g, ones, None, out, level);
+    for c in done..g.len() {
+        out[c] = g[c] / (1.0 + (-g[c]).exp());
+    }
 }
 
 /// `t` (bf16 on the CPU) widened to f32, exactly, in one parallel pass; other tensors through `to_dtype`.

@@ -39,6 +39,14 @@ pub unsafe fn exp16(x: __m512) -> __m512 {
     _mm512_mul_ps(y, _mm512_castsi512_ps(pow2))
 }
 
+/// `g / (1 + exp(0 − g))` on 16 lanes: the SiLU of [`swiglu_row`].
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub unsafe fn silu16(g: __m512) -> __m512 {
+    let e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
+    _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0), e))
+}
+
 /// [`super::avx2::swiglu_row`] 16 columns at a time (then 8 through the AVX2 one); returns how many leading
 /// columns it wrote (⌊n/8⌋·8, the caller finishes the rest).
 ///
@@ -52,8 +60,6 @@ pub unsafe fn swiglu_row(
     out: &mut [f32],
 ) -> usize {
     let n16 = g.len() / 16 * 16;
-    let one = _mm512_set1_ps(1.0);
-    let zero = _mm512_setzero_ps();
     for c in (0..n16).step_by(16) {
         let mut gv = _mm512_loadu_ps(g.as_ptr().add(c));
         let mut uv = _mm512_loadu_ps(u.as_ptr().add(c));
@@ -61,9 +67,7 @@ pub unsafe fn swiglu_row(
             gv = _mm512_add_ps(gv, _mm512_loadu_ps(bg.as_ptr().add(c)));
             uv = _mm512_add_ps(uv, _mm512_loadu_ps(bu.as_ptr().add(c)));
         }
-        let e = exp16(_mm512_sub_ps(zero, gv));
-        let s = _mm512_div_ps(gv, _mm512_add_ps(one, e));
-        _mm512_storeu_ps(out.as_mut_ptr().add(c), _mm512_mul_ps(s, uv));
+        _mm512_storeu_ps(out.as_mut_ptr().add(c), _mm512_mul_ps(silu16(gv), uv));
     }
     let bias = bias.map(|(bg, bu)| (&bg[n16..], &bu[n16..]));
     n16 + super::avx2::swiglu_row(&g[n16..], &u[n16..], bias, &mut out[n16..])

@@ -62,9 +62,9 @@ pub(super) unsafe fn store_transposed(
 
 /// The SwiGLU of a gate tile and an up tile (`tiles[0]`, `tiles[1]`: output column `j` by row `r` at `j · 16 + r`)
 /// into `c` (m × I): `c[(i0 + r) · I + j0 + j]` for `r < rows`, `j < cols`. Each half's sum plus its bias (where
-/// there is one: `bias`, from column `j0`) rounded to bf16; the gate's SiLU by the row function of
-/// `elementwise::bf16::swiglu_packed` on the tile's columns (whole vectors of 16 through the same `exp`, a partial
-/// last tile through the same 8-lane and libm steps, since tiles start at multiples of 16), rounded to bf16; times
+/// there is one: `bias`, from column `j0`) rounded to bf16; the gate's SiLU as `elementwise::bf16::swiglu_packed`
+/// computes it (a whole tile through the same `silu16`, a partial last tile through its `silu_row`, since tiles
+/// start at multiples of 16), rounded to bf16; times
 /// the up value, rounded to bf16; one masked store per row.
 ///
 /// # Safety
@@ -104,31 +104,18 @@ pub(super) unsafe fn store_swiglu(
         };
         let g = rounded(g);
         let silu = match cols == TILE {
-            // The row function's whole vectors: g / (1 + exp(0 − g)), times 1 (exact).
             // SAFETY: the CPU has AVX-512F, AVX2 and FMA.
-            true => _mm512_div_ps(
-                g,
-                _mm512_add_ps(_mm512_set1_ps(1.0), unsafe {
-                    crate::ops::simd::avx512::exp16(_mm512_sub_ps(_mm512_setzero_ps(), g))
-                }),
-            ),
+            true => unsafe { crate::ops::simd::avx512::silu16(g) },
             false => {
                 let (mut g16, mut silu) = ([0f32; TILE], [0f32; TILE]);
                 // SAFETY: 16 values.
                 unsafe { _mm512_storeu_ps(g16.as_mut_ptr(), g) };
-                let g16 = &g16[..cols];
-                // SAFETY: the CPU has AVX-512F, AVX2 and FMA; the slices are cols long.
-                let done = unsafe {
-                    crate::ops::simd::avx512::swiglu_row(
-                        g16,
-                        &ONES[..cols],
-                        None,
-                        &mut silu[..cols],
-                    )
-                };
-                for j in done..cols {
-                    silu[j] = g16[j] / (1.0 + (-g16[j]).exp());
-                }
+                crate::ops::elementwise::bf16::silu_row(
+                    &g16[..cols],
+                    &ONES[..cols],
+                    &mut silu[..cols],
+                    crate::ops::simd::Level::Avx512,
+                );
                 // SAFETY: 16 values.
                 unsafe { _mm512_loadu_ps(silu.as_ptr()) }
             }
