@@ -1,5 +1,8 @@
 //! The f32 values of CPU tensors as slices, without a copy where the tensor is contiguous: what the fused CPU
-//! paths (GEMM segments, attention, elementwise loops) read their operands through.
+//! paths (GEMM segments, attention, elementwise loops) read their operands through; and fresh output storage
+//! that the parallel passes write without a zero-fill of the whole output first.
+
+use std::mem::MaybeUninit;
 
 use candle_core::{Result, Shape, Storage, Tensor};
 use rayon::prelude::*;
@@ -15,6 +18,37 @@ pub(super) fn cpu_slice<'a, T: candle_core::WithDType>(
     };
     let start = layout.start_offset();
     Ok(&cs.as_slice::<T>()?[start..start + n])
+}
+
+/// A vector of `len` values whose fresh storage `fill` writes. Zero-filling an output before a kernel overwrites
+/// it is a pass over memory on one thread (tens of MB per GEMM of a screenshot) while the other cores wait;
+/// here the kernels write into the storage directly, or zero each chunk just before writing it ([`zeroed`]).
+///
+/// # Safety
+/// `fill` writes every one of the `len` values (a panic inside it leaves an empty vector behind).
+pub(crate) unsafe fn written<T>(len: usize, fill: impl FnOnce(&mut [MaybeUninit<T>])) -> Vec<T> {
+    let mut v = Vec::with_capacity(len);
+    fill(&mut v.spare_capacity_mut()[..len]);
+    // SAFETY: the caller's fill wrote all len values.
+    unsafe { v.set_len(len) };
+    v
+}
+
+/// The chunk `c` of fresh storage set to `zero` throughout, as initialised values: what a parallel pass does to
+/// each chunk it then writes, while the chunk is in its core's cache.
+pub(crate) fn zeroed<T: Copy>(c: &mut [MaybeUninit<T>], zero: T) -> &mut [T] {
+    c.fill(MaybeUninit::new(zero));
+    // SAFETY: every value was just written; MaybeUninit<T> has T's layout.
+    unsafe { &mut *(c as *mut [MaybeUninit<T>] as *mut [T]) }
+}
+
+/// Initialised values seen as storage to overwrite, for the kernels that write fresh storage.
+///
+/// # Safety
+/// Whoever writes through the result writes initialised values only.
+pub(crate) unsafe fn as_storage<T>(c: &mut [T]) -> &mut [MaybeUninit<T>] {
+    // SAFETY: same layout; the caller writes initialised values only.
+    unsafe { &mut *(c as *mut [T] as *mut [MaybeUninit<T>]) }
 }
 
 /// Run `f` on the f32 data of a CPU tensor (made contiguous).

@@ -4,11 +4,13 @@
 //! rounds as torch's bf16 ops do (below). The composed ops widen and round 8 values per call of an intrinsic the
 //! binary was not compiled to inline; here the rounding is a few integer operations the compiler vectorises.
 
+use std::mem::MaybeUninit;
+
 use candle_core::{DType, Result, Tensor};
 use half::bf16;
 use rayon::prelude::*;
 
-use crate::ops::cpu_data::cpu_slice;
+use crate::ops::cpu_data::{cpu_slice, written, zeroed};
 use crate::ops::simd::{vectorised, Level};
 
 /// Whether this path serves `tensors`: all bf16 and on the CPU.
@@ -35,6 +37,16 @@ fn rows(
     width: usize,
     f: impl Fn(&[bf16], Option<&[bf16]>, &mut [bf16]) + Sync + Send,
 ) -> Result<Tensor> {
+    row_blocks(y, r, (width, 1), f)
+}
+
+/// [`rows`] handed to `f` `block` rows at a time (the last block may hold fewer).
+fn row_blocks(
+    y: &Tensor,
+    r: Option<&Tensor>,
+    (width, block): (usize, usize),
+    f: impl Fn(&[bf16], Option<&[bf16]>, &mut [bf16]) + Sync + Send,
+) -> Result<Tensor> {
     let y = y.contiguous()?;
     let r = r.map(Tensor::contiguous).transpose()?;
     let (ys, yl) = y.storage_and_layout();
@@ -44,19 +56,28 @@ fn rows(
         Some((s, l)) => Some(cpu_slice::<bf16>(s, l, yd.len())?),
         None => None,
     };
-    let mut out = vec![bf16::ZERO; yd.len()];
-    if width > 0 {
-        out.par_chunks_mut(width)
+    if yd.is_empty() {
+        return Tensor::from_vec(Vec::<bf16>::new(), y.shape(), y.device());
+    }
+    if width == 0 || !yd.len().is_multiple_of(width) {
+        candle_core::bail!("bf16 rows of {width} values in {} values", yd.len());
+    }
+    let fill = |out: &mut [MaybeUninit<bf16>]| {
+        let chunk = width * block;
+        out.par_chunks_mut(chunk)
             .enumerate()
-            .with_min_len(8)
+            .with_min_len(8usize.div_ceil(block))
             .for_each(|(i, o)| {
-                let row = i * width..(i + 1) * width;
+                let row = i * chunk..i * chunk + o.len();
+                let o = zeroed(o, bf16::ZERO);
                 vectorised(
                     #[inline(always)]
                     || f(&yd[row.clone()], rd.map(|r| &r[row]), o),
                 )
-            });
-    }
+            })
+    };
+    // SAFETY: the chunks cover the output (a whole number of rows); each is zeroed, then written.
+    let out = unsafe { written(yd.len(), fill) };
     Tensor::from_vec(out, y.shape(), y.device())
 }
 
@@ -125,23 +146,53 @@ pub fn add(y: &Tensor, r: &Tensor) -> Result<Tensor> {
     )
 }
 
+/// Rows whose sums of squares [`rms_norm`] takes side by side.
+const NORM_ROWS: usize = 16;
+
 /// Qwen2 RMSNorm of bf16 rows as the composed reference computes it: per row the sum of squares in f32 in order,
-/// `x / sqrt(mean + eps)` in f32 rounded to bf16, then times the weight rounded to bf16.
+/// `x / sqrt(mean + eps)` in f32 rounded to bf16, then times the weight rounded to bf16. One row's sum is a chain
+/// of dependent additions; [`NORM_ROWS`] rows' chains run side by side, each in its row's order (same bits).
 pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
     let (width, w) = vector_values("rms_norm", x, w)?;
-    rows(
+    row_blocks(
         x,
         None,
-        width,
+        (width, NORM_ROWS),
         #[inline(always)]
         |x, _, o| {
-            let sum2 = x.iter().map(|v| v.to_f32() * v.to_f32()).sum::<f32>();
-            let m = (sum2 / width as f32 + eps).sqrt();
-            for ((o, x), w) in o.iter_mut().zip(x).zip(&w) {
-                *o = round(round(x.to_f32() / m).to_f32() * w);
+            let sums = match x.len() == NORM_ROWS * width {
+                true => sums_of_squares::<NORM_ROWS>(x, width),
+                false => {
+                    let mut sums = [0f32; NORM_ROWS];
+                    for (s, row) in sums.iter_mut().zip(x.chunks(width)) {
+                        *s = sums_of_squares::<1>(row, width)[0];
+                    }
+                    sums
+                }
+            };
+            for ((o, x), sum2) in o.chunks_mut(width).zip(x.chunks(width)).zip(sums) {
+                let m = (sum2 / width as f32 + eps).sqrt();
+                for ((o, x), w) in o.iter_mut().zip(x).zip(&w) {
+                    *o = round(round(x.to_f32() / m).to_f32() * w);
+                }
             }
         },
     )
+}
+
+/// The sums of squares of the `R` rows of `width` values in `x`, each in f32 from its first value to its last
+/// (the composed reference's order; from +0 rather than -0, the same for squares).
+#[inline(always)]
+fn sums_of_squares<const R: usize>(x: &[bf16], width: usize) -> [f32; R] {
+    let x = &x[..R * width];
+    let mut sums = [0f32; R];
+    for j in 0..width {
+        for (r, s) in sums.iter_mut().enumerate() {
+            let v = x[r * width + j].to_f32();
+            *s += v * v;
+        }
+    }
+    sums
 }
 
 /// `silu(g)·u` of a packed bf16 projection `gu` (rows, 2·I) = [gate | up] after its bias (2·I, if any; each
@@ -272,18 +323,27 @@ pub fn qkv_rope(a: super::QkvRope<'_>) -> Result<(Tensor, Tensor, Tensor)> {
     let (ys, yl) = y.storage_and_layout();
     let data = cpu_slice::<bf16>(&ys, yl, n * width)?;
     let (mut q, mut k, mut v) = (
-        vec![bf16::ZERO; n * heads * d],
-        vec![bf16::ZERO; n * kv_heads * d],
-        vec![bf16::ZERO; n * kv_heads * d],
+        Vec::with_capacity(n * heads * d),
+        Vec::with_capacity(n * kv_heads * d),
+        Vec::with_capacity(n * kv_heads * d),
     );
-    if n > 0 && d > 0 {
-        let (qw, kw) = (heads * d, kv_heads * d);
-        q.par_chunks_mut(qw)
-            .zip(k.par_chunks_mut(kw))
-            .zip(v.par_chunks_mut(kw))
+    let (qw, kw) = (heads * d, kv_heads * d);
+    if n > 0 && qw > 0 && kw > 0 {
+        fn spare(v: &mut Vec<bf16>, len: usize) -> &mut [MaybeUninit<bf16>] {
+            &mut v.spare_capacity_mut()[..len]
+        }
+        spare(&mut q, n * qw)
+            .par_chunks_mut(qw)
+            .zip(spare(&mut k, n * kw).par_chunks_mut(kw))
+            .zip(spare(&mut v, n * kw).par_chunks_mut(kw))
             .enumerate()
             .with_min_len(8)
             .for_each(|(i, ((qo, ko), vo))| {
+                let (qo, ko, vo) = (
+                    zeroed(qo, bf16::ZERO),
+                    zeroed(ko, bf16::ZERO),
+                    zeroed(vo, bf16::ZERO),
+                );
                 vectorised(
                     #[inline(always)]
                     || {
@@ -301,6 +361,16 @@ pub fn qkv_rope(a: super::QkvRope<'_>) -> Result<(Tensor, Tensor, Tensor)> {
                     },
                 )
             });
+        // SAFETY: the n rows of each output were zeroed, then written, above.
+        unsafe {
+            q.set_len(n * qw);
+            k.set_len(n * kw);
+            v.set_len(n * kw);
+        }
+    } else {
+        q.resize(n * qw, bf16::ZERO);
+        k.resize(n * kw, bf16::ZERO);
+        v.resize(n * kw, bf16::ZERO);
     }
     let dev = a.y.device();
     Ok((

@@ -102,10 +102,12 @@ fn bf16_rates(a: &Tensor, b: &Tensor, n: usize) -> Result<Vec<MatmulRate>> {
         kernels.push(("bf16 AMX", "AMX tiles, tdpbf16ps, f32 sums", amx::gemm_nt));
     }
     let mut c = vec![half::bf16::ZERO; n * n];
+    // SAFETY: the kernels write bf16 values only.
+    let c = unsafe { crate::ops::cpu_data::as_storage(&mut c) };
     let mut rates = Vec::new();
     for (path, detail, f) in kernels {
         let secs = best_seconds(&Device::Cpu, || {
-            f(&av, &bv, &[], (n, n, n), &mut c);
+            f(&av, &bv, &[], (n, n, n), c);
             Ok(())
         })?;
         rates.push(MatmulRate {

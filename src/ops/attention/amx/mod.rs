@@ -11,9 +11,12 @@
 //! the queries are first operands, copied with the head dimension padded to a whole tile, and the weights
 //! (32 queries by a block's keys) are written straight in the first operand's layout.
 
+use std::mem::MaybeUninit;
+
 use half::bf16;
 use rayon::prelude::*;
 
+use crate::ops::cpu_data::{written, zeroed};
 use crate::ops::elementwise::bf16::round;
 use crate::ops::gemm::bf16::amx::{self as gemm_amx, round16, Tile, ZERO_TILE};
 
@@ -108,7 +111,6 @@ pub(crate) fn attend(
             assert!(p <= cap && pk.len() >= whole && pv.len() >= whole);
         }
     }
-    let mut out = vec![bf16::ZERO; n * h.heads * h.d];
     let groups: Vec<(usize, usize)> = (0..segs.len())
         .flat_map(|s| (0..h.kv_heads).map(move |g| (s, g)))
         .collect();
@@ -133,27 +135,38 @@ pub(crate) fn attend(
             (0..per_group).flat_map(move |j| (0..blocks).map(move |b| (i, j, b)))
         })
         .collect();
-    let out_ptr = OutPtr(out.as_mut_ptr());
-    items
-        .into_par_iter()
-        .for_each_init(Scratch::default, |scratch, (i, j, b)| {
-            let (seg, g) = (&segs[groups[i].0], groups[i].1);
-            let item = Item {
-                q,
-                head: g * per_group + j,
-                rows: (
-                    seg.start + b * QUERY_BLOCK,
-                    QUERY_BLOCK.min(seg.len - b * QUERY_BLOCK),
-                ),
-                position: seg.cached() + b * QUERY_BLOCK,
-                keys: seg.keys(),
-                causal,
-                packed: &packed[i],
-            };
-            // SAFETY: covers() holds; this item alone writes its rows' outputs of this head.
-            unsafe { item.run(h, scale, scratch, &out_ptr) };
-        });
-    out
+    let row_len = h.heads * h.d;
+    let mut covered = vec![false; n];
+    for s in segs {
+        covered[s.start..s.start + s.len].fill(true);
+    }
+    let fill = |out: &mut [MaybeUninit<bf16>]| {
+        for (row, _) in out.chunks_mut(row_len).zip(&covered).filter(|c| !*c.1) {
+            zeroed(row, bf16::ZERO);
+        }
+        let out_ptr = OutPtr(out.as_mut_ptr().cast());
+        items
+            .into_par_iter()
+            .for_each_init(Scratch::default, |scratch, (i, j, b)| {
+                let (seg, g) = (&segs[groups[i].0], groups[i].1);
+                let item = Item {
+                    q,
+                    head: g * per_group + j,
+                    rows: (
+                        seg.start + b * QUERY_BLOCK,
+                        QUERY_BLOCK.min(seg.len - b * QUERY_BLOCK),
+                    ),
+                    position: seg.cached() + b * QUERY_BLOCK,
+                    keys: seg.keys(),
+                    causal,
+                    packed: &packed[i],
+                };
+                // SAFETY: covers() holds; this item alone writes its rows' outputs of this head.
+                unsafe { item.run(h, scale, scratch, &out_ptr) };
+            });
+    };
+    // SAFETY: the rows outside every segment are zeroed; the items write every head of each segment's rows.
+    unsafe { written(n * row_len, fill) }
 }
 
 /// Where key (or value) `n` of one KV head of a segment lies: the cache's first `cached` positions, then the

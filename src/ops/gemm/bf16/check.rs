@@ -1,5 +1,6 @@
 //! What the bf16 kernels' tests share: inputs and the check against an f64 reference.
 
+use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use half::bf16;
@@ -22,10 +23,16 @@ pub fn values(len: usize, seed: usize) -> Vec<bf16> {
         .collect()
 }
 
-/// `f`'s product, into an output that starts as NaN.
+/// An initialised output handed to a kernel as the storage it writes (the kernels write bf16 values only).
+pub fn storage(c: &mut [bf16]) -> &mut [MaybeUninit<bf16>] {
+    // SAFETY: the kernels under test write initialised values only.
+    unsafe { crate::ops::cpu_data::as_storage(c) }
+}
+
+/// `f`'s product, into an output that starts as NaN (so that an output it leaves unwritten shows).
 pub fn product(f: Kernel, a: &[bf16], w: &[bf16], dims: (usize, usize, usize)) -> Vec<bf16> {
     let mut c = vec![bf16::NAN; dims.0 * dims.2];
-    f(a, w, &[], dims, &mut c);
+    f(a, w, &[], dims, storage(&mut c));
     c
 }
 
@@ -39,7 +46,7 @@ pub fn matches_reference(f: Kernel, shapes: &[(usize, usize, usize)]) {
         let bias: Vec<f32> = values(n, 5).iter().map(|b| 4.0 * b.to_f32()).collect();
         for bias in [&[][..], &bias[..]] {
             let mut c = vec![bf16::NAN; m * n];
-            f(&a, &w, bias, (m, k, n), &mut c);
+            f(&a, &w, bias, (m, k, n), storage(&mut c));
             for i in 0..m {
                 for j in 0..n {
                     let want: f64 = (0..k)
@@ -65,7 +72,7 @@ fn bias_is_added_before_the_rounding(f: Kernel) {
     let (a, w) = (values(m, 6), values(n, 7));
     let bias: Vec<f32> = values(n, 8).iter().map(|b| b.to_f32() / 3.0).collect();
     let mut c = vec![bf16::NAN; m * n];
-    f(&a, &w, &bias, (m, 1, n), &mut c);
+    f(&a, &w, &bias, (m, 1, n), storage(&mut c));
     let mut twice_differs = false;
     for i in 0..m {
         for j in 0..n {

@@ -17,8 +17,12 @@ pub mod row;
 #[cfg(test)]
 mod timing;
 
+use std::mem::MaybeUninit;
+
 use candle_core::{Result, Storage, Tensor};
 use half::bf16;
+
+use crate::ops::cpu_data::{as_storage, written};
 
 /// What multiplies bf16 activations by bf16 weights on the CPU.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -141,8 +145,9 @@ impl Bf16Gemm {
 }
 
 /// A bf16 kernel `c = a · wᵀ + bias` with `dims` = (m, k, n): `bias` holds `n` values added to each output's f32
-/// sum before its one rounding to bf16 (as torch's bf16 linear layers add theirs), or none (empty).
-pub type Kernel = fn(&[bf16], &[bf16], &[f32], (usize, usize, usize), &mut [bf16]);
+/// sum before its one rounding to bf16 (as torch's bf16 linear layers add theirs), or none (empty). The kernel
+/// writes every one of the m × n outputs of `c` (fresh storage: it reads none of them).
+pub type Kernel = fn(&[bf16], &[bf16], &[f32], (usize, usize, usize), &mut [MaybeUninit<bf16>]);
 
 /// GFLOP/s of the AMX kernel (0 where the CPU has none), of the packed kernel and of candle's bf16 matmul on
 /// [`CALIBRATION`], best of three each.
@@ -154,6 +159,8 @@ fn calibrate() -> (f64, f64, f64) {
         (0..n * k).map(value).collect(),
     );
     let mut c = vec![bf16::ZERO; m * n];
+    // SAFETY: the kernels write bf16 values only.
+    let c = unsafe { as_storage(&mut c) };
     let best = |f: &mut dyn FnMut()| {
         (0..4)
             .map(|_| {
@@ -164,9 +171,9 @@ fn calibrate() -> (f64, f64, f64) {
             .skip(1)
             .fold(f64::INFINITY, f64::min)
     };
-    let packed = best(&mut || packed::gemm_nt(&a, &w, &[], (m, k, n), &mut c));
+    let packed = best(&mut || packed::gemm_nt(&a, &w, &[], (m, k, n), c));
     let amx = match amx::supported() {
-        true => best(&mut || amx::gemm_nt(&a, &w, &[], (m, k, n), &mut c)),
+        true => best(&mut || amx::gemm_nt(&a, &w, &[], (m, k, n), c)),
         false => f64::INFINITY,
     };
     let x = Tensor::from_slice(&a, (m, k), &candle_core::Device::Cpu);
@@ -207,11 +214,13 @@ pub(crate) fn matmul_nt(
 ) -> Result<Tensor> {
     let ((m, k), (n, _)) = (x.dims2()?, w.dims2()?);
     let bias = bias_values(b, n)?;
-    let mut c = vec![bf16::ZERO; m * n];
+    if lens.is_some_and(|l| l.iter().sum::<usize>() != m) {
+        candle_core::bail!("matmul_nt: segments {lens:?} for {m} rows");
+    }
     with_bf16(x, |a| {
         with_bf16(w, |b| {
-            match lens {
-                None => row::gemm_nt_rows(a, b, &bias, (m, k, n), &mut c),
+            let fill = |c: &mut [MaybeUninit<bf16>]| match lens {
+                None => row::gemm_nt_rows(a, b, &bias, (m, k, n), c),
                 Some(lens) => {
                     let mut r0 = 0;
                     for &len in lens {
@@ -220,11 +229,12 @@ pub(crate) fn matmul_nt(
                         r0 += len;
                     }
                 }
-            }
-            Ok(())
+            };
+            // SAFETY: the kernels write all m × n outputs (the segments' lengths add up to m, checked above).
+            let c = unsafe { written(m * n, fill) };
+            Tensor::from_vec(c, (m, n), x.device())
         })
-    })?;
-    Tensor::from_vec(c, (m, n), x.device())
+    })
 }
 
 /// `silu(x · gᵀ + b_g) · (x · uᵀ + b_u)` for bf16 `x` (rows, k), the packed gate-up weight `w` = [g | u] (2·I, k) and
@@ -238,19 +248,24 @@ pub(crate) fn matmul_swiglu(
 ) -> Result<Tensor> {
     let ((m, k), (n, _)) = (x.dims2()?, w.dims2()?);
     let (bias, i) = (bias_values(b, n)?, n / 2);
-    let mut c = vec![bf16::ZERO; m * i];
+    if lens.iter().sum::<usize>() != m {
+        candle_core::bail!("matmul_swiglu: segments {lens:?} for {m} rows");
+    }
     with_bf16(x, |a| {
         with_bf16(w, |w| {
-            let mut r0 = 0;
-            for &len in lens {
-                let (a, c) = (&a[r0 * k..(r0 + len) * k], &mut c[r0 * i..(r0 + len) * i]);
-                amx::gemm_nt_swiglu(a, w, &bias, (len, k, i), c);
-                r0 += len;
-            }
-            Ok(())
+            let fill = |c: &mut [MaybeUninit<bf16>]| {
+                let mut r0 = 0;
+                for &len in lens {
+                    let (a, c) = (&a[r0 * k..(r0 + len) * k], &mut c[r0 * i..(r0 + len) * i]);
+                    amx::gemm_nt_swiglu(a, w, &bias, (len, k, i), c);
+                    r0 += len;
+                }
+            };
+            // SAFETY: the segments' lengths add up to m (checked above); each writes its m × I outputs.
+            let c = unsafe { written(m * i, fill) };
+            Tensor::from_vec(c, (m, i), x.device())
         })
-    })?;
-    Tensor::from_vec(c, (m, i), x.device())
+    })
 }
 
 /// A linear layer's bias (`n` values) as f32, or none (empty).
@@ -277,10 +292,10 @@ fn with_bf16<R>(t: &Tensor, f: impl FnOnce(&[bf16]) -> Result<R>) -> Result<R> {
 
 /// The product over no depth (k = 0) into `c` (m × n): each output its column's bias (zero without one), rounded
 /// to bf16.
-fn no_depth(c: &mut [bf16], (m, n): (usize, usize), bias: &[f32]) {
+fn no_depth(c: &mut [MaybeUninit<bf16>], (m, n): (usize, usize), bias: &[f32]) {
     for row in c[..m * n].chunks_mut(n) {
         for (j, o) in row.iter_mut().enumerate() {
-            *o = bf16::from_f32(bias.get(j).copied().unwrap_or(0.0));
+            o.write(bf16::from_f32(bias.get(j).copied().unwrap_or(0.0)));
         }
     }
 }
@@ -299,7 +314,7 @@ unsafe impl Sync for SharedOut {}
 
 impl SharedOut {
     /// The output `c` of `n` columns and the `bias` (`n` values, or empty: none). Panics on another bias length.
-    fn new(c: &mut [bf16], n: usize, bias: &[f32]) -> Self {
+    fn new(c: &mut [MaybeUninit<bf16>], n: usize, bias: &[f32]) -> Self {
         assert!(
             bias.is_empty() || bias.len() == n,
             "bias of {} for {n} columns",
@@ -311,7 +326,7 @@ impl SharedOut {
             bias.as_ptr()
         };
         Self {
-            c: c.as_mut_ptr(),
+            c: c.as_mut_ptr().cast(),
             n,
             bias,
         }
@@ -489,7 +504,7 @@ mod tests {
             match kernel {
                 Some(f) => {
                     let mut want = vec![bf16::NAN; m * n];
-                    f(&a, &w, &bias, (m, k, n), &mut want);
+                    f(&a, &w, &bias, (m, k, n), check::storage(&mut want));
                     let got = got
                         .expect("folded")
                         .flatten_all()

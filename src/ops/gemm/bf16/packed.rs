@@ -14,6 +14,8 @@
 
 use rayon::prelude::*;
 
+use std::mem::MaybeUninit;
+
 use half::bf16;
 
 use super::SharedOut;
@@ -33,7 +35,13 @@ const PANELS_PER_TASK: usize = 4;
 /// into `c` (m × n, row-major, overwritten),
 /// `dims` = (m, k, n), on rayon's threads. Panics where the CPU lacks AVX512-BF16 ([`super::supported`]) or a
 /// slice is shorter than its shape.
-pub fn gemm_nt(a: &[bf16], w: &[bf16], bias: &[f32], dims: (usize, usize, usize), c: &mut [bf16]) {
+pub fn gemm_nt(
+    a: &[bf16],
+    w: &[bf16],
+    bias: &[f32],
+    dims: (usize, usize, usize),
+    c: &mut [MaybeUninit<bf16>],
+) {
     let (m, k, n) = dims;
     assert!(super::supported(), "the bf16 GEMM needs AVX512-BF16");
     assert!(a.len() >= m * k && w.len() >= n * k && c.len() >= m * n);

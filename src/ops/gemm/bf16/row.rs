@@ -6,6 +6,8 @@
 //! masked load, zeros past the end), then the 16 lanes added in a fixed tree and the sum rounded to bf16. Nothing
 //! depends on `m`, on the row's place, on `n` or on the thread count: batch-invariant by construction.
 
+use std::mem::MaybeUninit;
+
 use half::bf16;
 
 use super::SharedOut;
@@ -31,7 +33,7 @@ pub fn gemm_nt_rows(
     w: &[bf16],
     bias: &[f32],
     dims: (usize, usize, usize),
-    c: &mut [bf16],
+    c: &mut [MaybeUninit<bf16>],
 ) {
     let (m, k, n) = dims;
     assert!(super::supported(), "the bf16 GEMM needs AVX512-BF16");

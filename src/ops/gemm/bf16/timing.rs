@@ -4,6 +4,7 @@
 
 use half::bf16;
 
+use super::check::storage;
 use crate::ops::gemm::packed::timing::gemm_crate;
 
 /// Best seconds of `f` over `rounds` runs after one warm-up.
@@ -54,16 +55,16 @@ fn model_shapes() {
             x.matmul(&wt.t().unwrap()).unwrap();
         });
         let packed = best(rounds, || {
-            super::packed::gemm_nt(&a, &w, &[], (m, k, n), &mut c)
+            super::packed::gemm_nt(&a, &w, &[], (m, k, n), storage(&mut c))
         });
         let amx = match super::amx::supported() {
             true => best(rounds, || {
-                super::amx::gemm_nt(&a, &w, &[], (m, k, n), &mut c)
+                super::amx::gemm_nt(&a, &w, &[], (m, k, n), storage(&mut c))
             }),
             false => f64::INFINITY,
         };
         let row = best(rounds, || {
-            super::row::gemm_nt_rows(&a, &w, &[], (m, k, n), &mut c)
+            super::row::gemm_nt_rows(&a, &w, &[], (m, k, n), storage(&mut c))
         });
         let f32s = best(rounds, || gemm_crate(&a32, &w32, (m, k, n), &mut c32));
         let rate = |s: f64| 2.0 * (m * k * n) as f64 / s / 1e9;
@@ -133,7 +134,7 @@ fn decode_step() {
     };
     let line = per_shape(2, &mut |i| {
         let (k, n) = shapes[i % 4];
-        super::row::gemm_nt_rows(&a16[..k], &w16[i], &[], (1, k, n), &mut c16[..n]);
+        super::row::gemm_nt_rows(&a16[..k], &w16[i], &[], (1, k, n), storage(&mut c16[..n]));
     });
     eprintln!("bf16 row kernel, one decode step: {line}");
     drop(w16);
@@ -178,14 +179,14 @@ fn swiglu() {
         };
         let (mut gu, mut c) = (vec![bf16::ZERO; m * 2 * i], vec![bf16::ZERO; m * i]);
         let product = best(5, || {
-            super::amx::gemm_nt(&a, &w, &bias, (m, k, 2 * i), &mut gu)
+            super::amx::gemm_nt(&a, &w, &bias, (m, k, 2 * i), storage(&mut gu))
         });
         let t = Tensor::from_slice(&gu, (m, 2 * i), &Device::Cpu).unwrap();
         let pass = best(5, || {
             std::hint::black_box(crate::ops::elementwise::bf16::swiglu_packed(&t, None).unwrap());
         });
         let fused = best(5, || {
-            super::amx::gemm_nt_swiglu(&a, &w, &bias, (m, k, i), &mut c)
+            super::amx::gemm_nt_swiglu(&a, &w, &bias, (m, k, i), storage(&mut c))
         });
         let rate = |s: f64| 2.0 * (m * k * 2 * i) as f64 / s / 1e9;
         eprintln!(

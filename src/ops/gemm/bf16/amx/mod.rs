@@ -15,12 +15,15 @@
 
 use std::sync::OnceLock;
 
+use std::mem::MaybeUninit;
+
 use half::bf16;
 use rayon::prelude::*;
 
 pub use swiglu::gemm_nt_swiglu;
 
 use super::SharedOut;
+use crate::ops::cpu_data::{written, zeroed};
 
 /// Rows of every tile: weight rows of a first operand, depth pairs of a second one, rows of an accumulator.
 const TILE: usize = 16;
@@ -107,7 +110,13 @@ pub(crate) const ZERO_TILE: Tile = Tile([0; TILE_LEN]);
 /// into `c` (m × n, row-major, overwritten),
 /// `dims` = (m, k, n), on rayon's threads. Panics where the CPU lacks AMX ([`supported`]) or a slice is
 /// shorter than its shape.
-pub fn gemm_nt(a: &[bf16], w: &[bf16], bias: &[f32], dims: (usize, usize, usize), c: &mut [bf16]) {
+pub fn gemm_nt(
+    a: &[bf16],
+    w: &[bf16],
+    bias: &[f32],
+    dims: (usize, usize, usize),
+    c: &mut [MaybeUninit<bf16>],
+) {
     let (m, k, n) = dims;
     assert!(supported(), "the AMX bf16 GEMM needs AMX-BF16");
     assert!(a.len() >= m * k && w.len() >= n * k && c.len() >= m * n);
@@ -202,38 +211,39 @@ impl Plan for Linear<'_> {
 /// in); zeros past `k` and for rows past `m`.
 fn pack_a(a: &[bf16], m: usize, k: usize) -> Vec<Tile> {
     let chunks = k.div_ceil(CHUNK);
-    let mut packed = vec![ZERO_TILE; m.div_ceil(TILE) * chunks];
-    packed
-        .par_chunks_mut(chunks)
-        .enumerate()
-        .for_each(|(rt, tiles)| {
-            let rows = TILE.min(m - rt * TILE);
-            let whole = match rows == TILE && k.is_multiple_of(2) {
-                // SAFETY: supported() (the caller's check) includes AVX-512F; 16 rows of k values from rt · 16,
-                // pairs up to k / 2.
-                true => unsafe {
-                    tiles::gather_pairs(
-                        &a[rt * TILE * k..][..TILE * k],
-                        k,
-                        k / CHUNK * TILE,
-                        tiles,
-                    );
-                    k / CHUNK
-                },
-                false => 0,
-            };
-            if whole == chunks {
-                return;
-            }
-            for r in 0..rows {
-                let row = &a[(rt * TILE + r) * k..][..k];
-                for (q, pair) in row.chunks(2).enumerate().skip(whole * TILE) {
-                    let hi = pair.get(1).map_or(0, |v| v.to_bits() as u32);
-                    tiles[q / TILE].0[(q % TILE) * TILE + r] = pair[0].to_bits() as u32 | hi << 16;
-                }
-            }
-        });
-    packed
+    let fill = |packed: &mut [MaybeUninit<Tile>]| {
+        packed
+            .par_chunks_mut(chunks)
+            .enumerate()
+            .for_each(|(rt, tiles)| pack_row_tile(a, (m, k), rt, zeroed(tiles, ZERO_TILE)))
+    };
+    // SAFETY: every row tile's chunks are zeroed (then written) by its task.
+    unsafe { written(m.div_ceil(TILE) * chunks, fill) }
+}
+
+/// Row tile `rt` of [`pack_a`] into its zeroed `tiles` (one per chunk).
+fn pack_row_tile(a: &[bf16], (m, k): (usize, usize), rt: usize, tiles: &mut [Tile]) {
+    let chunks = tiles.len();
+    let rows = TILE.min(m - rt * TILE);
+    let whole = match rows == TILE && k.is_multiple_of(2) {
+        // SAFETY: supported() (the caller's check) includes AVX-512F; 16 rows of k values from rt · 16,
+        // pairs up to k / 2.
+        true => unsafe {
+            tiles::gather_pairs(&a[rt * TILE * k..][..TILE * k], k, k / CHUNK * TILE, tiles);
+            k / CHUNK
+        },
+        false => 0,
+    };
+    if whole == chunks {
+        return;
+    }
+    for r in 0..rows {
+        let row = &a[(rt * TILE + r) * k..][..k];
+        for (q, pair) in row.chunks(2).enumerate().skip(whole * TILE) {
+            let hi = pair.get(1).map_or(0, |v| v.to_bits() as u32);
+            tiles[q / TILE].0[(q % TILE) * TILE + r] = pair[0].to_bits() as u32 | hi << 16;
+        }
+    }
 }
 
 /// Where the tile products read the weight: its full chunks in place (row stride `2k` bytes), the last

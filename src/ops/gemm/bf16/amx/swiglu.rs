@@ -7,6 +7,8 @@
 //! each half's f32 sum plus its bias rounded to bf16 once, then the SiLU of the gate in f32 with the vectorised
 //! `exp` of `elementwise::bf16::swiglu_packed` rounded to bf16, times the up value, rounded to bf16.
 
+use std::mem::MaybeUninit;
+
 use half::bf16;
 
 use super::{run, supported, tiles, Plan, SharedOut, Tile, Weights, TILE};
@@ -20,7 +22,7 @@ pub fn gemm_nt_swiglu(
     w: &[bf16],
     bias: &[f32],
     (m, k, i): (usize, usize, usize),
-    c: &mut [bf16],
+    c: &mut [MaybeUninit<bf16>],
 ) {
     assert!(supported(), "the AMX bf16 GEMM needs AMX-BF16");
     assert!(k > 0, "a SwiGLU projection of no depth");
@@ -109,7 +111,7 @@ mod tests {
             let b32: Vec<f32> = b16.iter().map(|v| v.to_f32() * 4.0).collect();
             for bias in [&b32[..], &[][..]] {
                 let mut gu = vec![bf16::ZERO; m * 2 * i];
-                super::super::gemm_nt(&a, &w, bias, (m, k, 2 * i), &mut gu);
+                super::super::gemm_nt(&a, &w, bias, (m, k, 2 * i), check::storage(&mut gu));
                 let gu = Tensor::from_vec(gu, (m, 2 * i), &Device::Cpu).unwrap();
                 let want = crate::ops::elementwise::bf16::swiglu_packed(&gu, None)
                     .unwrap()
@@ -118,7 +120,7 @@ mod tests {
                     .to_vec1::<bf16>()
                     .unwrap();
                 let mut got = vec![bf16::ZERO; m * i];
-                gemm_nt_swiglu(&a, &w, bias, (m, k, i), &mut got);
+                gemm_nt_swiglu(&a, &w, bias, (m, k, i), check::storage(&mut got));
                 let bits = |v: &[bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(
                     bits(&got),
