@@ -34,12 +34,23 @@ pub(crate) unsafe fn written<T>(len: usize, fill: impl FnOnce(&mut [MaybeUninit<
     v
 }
 
-/// The chunk `c` of fresh storage set to `zero` throughout, as initialised values: what a parallel pass does to
-/// each chunk it then writes, while the chunk is in its core's cache.
-pub(crate) fn zeroed<T: Copy>(c: &mut [MaybeUninit<T>], zero: T) -> &mut [T] {
-    c.fill(MaybeUninit::new(zero));
-    // SAFETY: every value was just written; MaybeUninit<T> has T's layout.
-    unsafe { &mut *(c as *mut [MaybeUninit<T>] as *mut [T]) }
+/// Types whose value of all-zero bytes is their zero.
+///
+/// # Safety
+/// All-zero bytes are a valid value of the type.
+pub(crate) unsafe trait ZeroBytes: Copy {}
+
+// SAFETY: zero bytes are +0.
+unsafe impl ZeroBytes for half::bf16 {}
+
+/// The chunk `c` of fresh storage set to zero throughout (one `memset`), as initialised values: what a parallel
+/// pass does to each chunk it then writes, while the chunk is in its core's cache.
+pub(crate) fn zeroed<T: ZeroBytes>(c: &mut [MaybeUninit<T>]) -> &mut [T] {
+    // SAFETY: c's values are writable; zero bytes are a T (ZeroBytes).
+    unsafe {
+        std::ptr::write_bytes(c.as_mut_ptr(), 0, c.len());
+        &mut *(c as *mut [MaybeUninit<T>] as *mut [T])
+    }
 }
 
 /// Initialised values seen as storage to overwrite, for the kernels that write fresh storage.

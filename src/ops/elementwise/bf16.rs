@@ -69,7 +69,7 @@ fn row_blocks(
             .with_min_len(8usize.div_ceil(block))
             .for_each(|(i, o)| {
                 let row = i * chunk..i * chunk + o.len();
-                let o = zeroed(o, bf16::ZERO);
+                let o = zeroed(o);
                 vectorised(
                     #[inline(always)]
                     || f(&yd[row.clone()], rd.map(|r| &r[row]), o),
@@ -339,11 +339,7 @@ pub fn qkv_rope(a: super::QkvRope<'_>) -> Result<(Tensor, Tensor, Tensor)> {
             .enumerate()
             .with_min_len(8)
             .for_each(|(i, ((qo, ko), vo))| {
-                let (qo, ko, vo) = (
-                    zeroed(qo, bf16::ZERO),
-                    zeroed(ko, bf16::ZERO),
-                    zeroed(vo, bf16::ZERO),
-                );
+                let (qo, ko, vo) = (zeroed(qo), zeroed(ko), zeroed(vo));
                 vectorised(
                     #[inline(always)]
                     || {

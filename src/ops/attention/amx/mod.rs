@@ -142,7 +142,7 @@ pub(crate) fn attend(
     }
     let fill = |out: &mut [MaybeUninit<bf16>]| {
         for (row, _) in out.chunks_mut(row_len).zip(&covered).filter(|c| !*c.1) {
-            zeroed(row, bf16::ZERO);
+            zeroed(row);
         }
         let out_ptr = OutPtr(out.as_mut_ptr().cast());
         items

@@ -1,6 +1,7 @@
 //! The keys and values of a KV head packed as the tile products' second operands.
 
 use super::{Heads, Rows, Tile, CHUNK, TILE, ZERO_TILE};
+use crate::ops::cpu_data::as_storage;
 use crate::ops::gemm::bf16::amx::gather_pairs;
 
 /// A KV head's keys `rows` as second operands of `q·kᵀ`: tile (key tile `t`, chunk `c`) at `t · chunks + c`,
@@ -17,7 +18,7 @@ pub(super) unsafe fn pack_keys(rows: &Rows<'_>, h: Heads) -> Vec<Tile> {
         let n0 = t * TILE;
         if let Some((x, at, stride)) = rows.tile(n0) {
             // SAFETY: the CPU has AVX-512F; the 16 keys' d values lie inside x (Rows::tile checked them).
-            unsafe { gather_pairs(&x[at..], stride, pairs, kt) };
+            unsafe { gather_pairs(&x[at..], stride, pairs, as_storage(kt)) };
             continue;
         }
         for j in 0..TILE.min(rows.len - n0) {

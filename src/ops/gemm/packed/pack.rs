@@ -39,8 +39,10 @@ pub(super) unsafe fn transpose_into(
     }
 }
 
-/// The transpose of a 16 × 16 block held as 16 rows (also the AMX bf16 GEMM's accumulator tiles).
+/// The transpose of a 16 × 16 block held as 16 rows (also the AMX bf16 GEMM's accumulator tiles). Inlined, so
+/// that the 16 rows stay in registers instead of passing through memory.
 #[cfg(target_arch = "x86_64")]
+#[inline]
 #[target_feature(enable = "avx512f")]
 pub(crate) unsafe fn transpose16(
     r: [std::arch::x86_64::__m512; 16],

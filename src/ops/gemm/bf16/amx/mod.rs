@@ -23,7 +23,7 @@ use rayon::prelude::*;
 pub use swiglu::gemm_nt_swiglu;
 
 use super::SharedOut;
-use crate::ops::cpu_data::{written, zeroed};
+use crate::ops::cpu_data::{written, zeroed, ZeroBytes};
 
 /// Rows of every tile: weight rows of a first operand, depth pairs of a second one, rows of an accumulator.
 const TILE: usize = 16;
@@ -105,6 +105,9 @@ pub(crate) use tiles::{gather_pairs, round16};
 pub(crate) struct Tile(pub(crate) [u32; TILE_LEN]);
 
 pub(crate) const ZERO_TILE: Tile = Tile([0; TILE_LEN]);
+
+// SAFETY: a tile of zero bytes is a tile of zeros.
+unsafe impl ZeroBytes for Tile {}
 
 /// `c = a · wᵀ (+ bias)` for `a` (m × k) and `w` (n × k), both row-major bf16, and `bias` ([`super::Kernel`]),
 /// into `c` (m × n, row-major, overwritten),
@@ -215,15 +218,15 @@ fn pack_a(a: &[bf16], m: usize, k: usize) -> Vec<Tile> {
         packed
             .par_chunks_mut(chunks)
             .enumerate()
-            .for_each(|(rt, tiles)| pack_row_tile(a, (m, k), rt, zeroed(tiles, ZERO_TILE)))
+            .for_each(|(rt, tiles)| pack_row_tile(a, (m, k), rt, tiles))
     };
-    // SAFETY: every row tile's chunks are zeroed (then written) by its task.
+    // SAFETY: every row tile's chunks are written by its task.
     unsafe { written(m.div_ceil(TILE) * chunks, fill) }
 }
 
-/// Row tile `rt` of [`pack_a`] into its zeroed `tiles` (one per chunk).
-fn pack_row_tile(a: &[bf16], (m, k): (usize, usize), rt: usize, tiles: &mut [Tile]) {
-    let chunks = tiles.len();
+/// Row tile `rt` of [`pack_a`] into its fresh `tiles` (one per chunk), every one of them written: whole chunks of
+/// 16 rows gathered, the rest zeroed, then filled.
+fn pack_row_tile(a: &[bf16], (m, k): (usize, usize), rt: usize, tiles: &mut [MaybeUninit<Tile>]) {
     let rows = TILE.min(m - rt * TILE);
     let whole = match rows == TILE && k.is_multiple_of(2) {
         // SAFETY: supported() (the caller's check) includes AVX-512F; 16 rows of k values from rt · 16,
@@ -234,14 +237,15 @@ fn pack_row_tile(a: &[bf16], (m, k): (usize, usize), rt: usize, tiles: &mut [Til
         },
         false => 0,
     };
-    if whole == chunks {
+    let rest = zeroed(&mut tiles[whole..]);
+    if rest.is_empty() {
         return;
     }
     for r in 0..rows {
         let row = &a[(rt * TILE + r) * k..][..k];
         for (q, pair) in row.chunks(2).enumerate().skip(whole * TILE) {
             let hi = pair.get(1).map_or(0, |v| v.to_bits() as u32);
-            tiles[q / TILE].0[(q % TILE) * TILE + r] = pair[0].to_bits() as u32 | hi << 16;
+            rest[q / TILE - whole].0[(q % TILE) * TILE + r] = pair[0].to_bits() as u32 | hi << 16;
         }
     }
 }

@@ -8,7 +8,13 @@ pub(super) unsafe fn configure() {
 
 pub(super) unsafe fn release() {}
 
-pub(super) unsafe fn gather_pairs(_: &[half::bf16], _: usize, _: usize, _: &mut [Tile]) {}
+pub(super) unsafe fn gather_pairs(
+    _: &[half::bf16],
+    _: usize,
+    _: usize,
+    _: &mut [std::mem::MaybeUninit<Tile>],
+) {
+}
 
 pub(super) unsafe fn store_transposed(
     _: &Tile,

@@ -44,12 +44,8 @@ pub(super) unsafe fn store_transposed(
         true => _mm512_setzero_ps(),
         false => unsafe { _mm512_maskz_loadu_ps(mask, c.bias.add(j0)) },
     };
-    // SAFETY: the tile is 16 rows of 16 f32, aligned to 64 bytes; the CPU has AVX-512F.
-    let sums = unsafe {
-        crate::ops::gemm::packed::pack::transpose16(std::array::from_fn(|j| {
-            _mm512_load_ps(sum.0.as_ptr().add(j * TILE).cast())
-        }))
-    };
+    // SAFETY: the CPU has AVX-512F.
+    let sums = unsafe { transposed(sum) };
     for (r, &v) in sums.iter().enumerate().take(rows) {
         let bits = round16(match c.bias.is_null() {
             true => v,
@@ -58,6 +54,23 @@ pub(super) unsafe fn store_transposed(
         // SAFETY: the store writes row i0 + r's columns j0 .. j0 + cols.
         unsafe { _mm256_mask_storeu_epi16(c.c.add((i0 + r) * c.n + j0).cast(), mask, bits) };
     }
+}
+
+/// An accumulator tile's 16 rows of 16 f32, transposed, in registers.
+///
+/// # Safety
+/// The CPU has AVX-512F.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn transposed(t: &Tile) -> [std::arch::x86_64::__m512; TILE] {
+    use std::arch::x86_64::*;
+    let mut rows = [_mm512_setzero_ps(); TILE];
+    for (j, row) in rows.iter_mut().enumerate() {
+        // SAFETY: a tile is 16 rows of 16 f32, aligned to 64 bytes.
+        *row = unsafe { _mm512_load_ps(t.0.as_ptr().add(j * TILE).cast()) };
+    }
+    // SAFETY: the CPU has AVX-512F.
+    unsafe { crate::ops::gemm::packed::pack::transpose16(rows) }
 }
 
 /// The SwiGLU of a gate tile and an up tile (`tiles[0]`, `tiles[1]`: output column `j` by row `r` at `j · 16 + r`)
@@ -81,12 +94,8 @@ pub(super) unsafe fn store_swiglu(
     use std::arch::x86_64::*;
     const ONES: [f32; TILE] = [1.0; TILE];
     let mask: __mmask16 = ((1u32 << cols) - 1) as u16;
-    // SAFETY: each tile is 16 rows of 16 f32, aligned to 64 bytes.
-    let [gate, up] = tiles.map(|t| unsafe {
-        crate::ops::gemm::packed::pack::transpose16(std::array::from_fn(|j| {
-            _mm512_load_ps(t.0.as_ptr().add(j * TILE).cast())
-        }))
-    });
+    // SAFETY: the CPU has AVX-512F.
+    let (gate, up) = unsafe { (transposed(tiles[0]), transposed(tiles[1])) };
     // SAFETY: each bias holds cols values (masked past them).
     let bias = bias.map(|(g, u)| unsafe {
         (
@@ -156,7 +165,7 @@ pub(crate) unsafe fn gather_pairs(
     x: &[half::bf16],
     stride: usize,
     pairs: usize,
-    tiles: &mut [Tile],
+    tiles: &mut [std::mem::MaybeUninit<Tile>],
 ) {
     use std::arch::x86_64::*;
     assert!(pairs == 0 || x.len() >= 15 * stride + 2 * pairs);
@@ -170,7 +179,11 @@ pub(crate) unsafe fn gather_pairs(
         unsafe {
             let v = _mm512_i32gather_epi32::<1>(rows, x.as_ptr().add(2 * p).cast());
             _mm512_store_si512(
-                tiles[p / TILE].0.as_mut_ptr().add(p % TILE * TILE).cast(),
+                tiles[p / TILE]
+                    .as_mut_ptr()
+                    .cast::<u32>()
+                    .add(p % TILE * TILE)
+                    .cast(),
                 v,
             );
         }
