@@ -154,22 +154,14 @@ const NORM_ROWS: usize = 16;
 /// of dependent additions; [`NORM_ROWS`] rows' chains run side by side, each in its row's order (same bits).
 pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
     let (width, w) = vector_values("rms_norm", x, w)?;
+    let wide = Level::detect() == Level::Avx512 && width >= 2;
     row_blocks(
         x,
         None,
         (width, NORM_ROWS),
         #[inline(always)]
         |x, _, o| {
-            let sums = match x.len() == NORM_ROWS * width {
-                true => sums_of_squares::<NORM_ROWS>(x, width),
-                false => {
-                    let mut sums = [0f32; NORM_ROWS];
-                    for (s, row) in sums.iter_mut().zip(x.chunks(width)) {
-                        *s = sums_of_squares::<1>(row, width)[0];
-                    }
-                    sums
-                }
-            };
+            let sums = sums_of_squares(x, width, wide);
             for ((o, x), sum2) in o.chunks_mut(width).zip(x.chunks(width)).zip(sums) {
                 let m = (sum2 / width as f32 + eps).sqrt();
                 for ((o, x), w) in o.iter_mut().zip(x).zip(&w) {
@@ -180,17 +172,21 @@ pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
     )
 }
 
-/// The sums of squares of the `R` rows of `width` values in `x`, each in f32 from its first value to its last
-/// (the composed reference's order; from +0 rather than -0, the same for squares).
+/// The sums of squares of the rows of `width` values in `x` (up to [`NORM_ROWS`]), each in f32 from its first
+/// value to its last (the composed reference's order); a whole block's side by side where `wide` (AVX-512F, from
+/// +0 rather than -0: the same for squares).
 #[inline(always)]
-fn sums_of_squares<const R: usize>(x: &[bf16], width: usize) -> [f32; R] {
-    let x = &x[..R * width];
-    let mut sums = [0f32; R];
-    for j in 0..width {
-        for (r, s) in sums.iter_mut().enumerate() {
-            let v = x[r * width + j].to_f32();
-            *s += v * v;
-        }
+fn sums_of_squares(x: &[bf16], width: usize, wide: bool) -> [f32; NORM_ROWS] {
+    #[cfg(target_arch = "x86_64")]
+    if wide && x.len() == NORM_ROWS * width {
+        // SAFETY: wide means AVX-512F and width ≥ 2; x holds 16 rows.
+        return unsafe { crate::ops::simd::avx512::sums_of_squares16(x, width) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = wide;
+    let mut sums = [0f32; NORM_ROWS];
+    for (s, row) in sums.iter_mut().zip(x.chunks(width)) {
+        *s = row.iter().map(|v| v.to_f32() * v.to_f32()).sum::<f32>();
     }
     sums
 }
@@ -483,6 +479,12 @@ mod tests {
         assert_eq!(
             bits(&rms_norm(&res, &b, 1e-6).unwrap()),
             bits(&reference::rms_norm_hf(&res, &b, 1e-6).unwrap())
+        );
+        // Whole blocks of 16 rows and a partial one, an odd width (its last value alone).
+        let (odd, w_odd) = (r((35, 301), 20.0), r((1, 301), 1.0).squeeze(0).unwrap());
+        assert_eq!(
+            bits(&rms_norm(&odd, &w_odd, 1e-6).unwrap()),
+            bits(&reference::rms_norm_hf(&odd, &w_odd, 1e-6).unwrap())
         );
         assert!(bias_add(&y, &b.narrow(0, 0, 10).unwrap()).is_err());
     }

@@ -112,3 +112,50 @@ pub unsafe fn exp_sum(s: &mut [f32]) -> f32 {
     }
     sum
 }
+
+/// The sums of squares of 16 rows of `width` bf16 values (`x` holds them one after another), lane `r` adding
+/// row `r`'s squares in f32 from its first value to its last, as a loop over the row does (the same bits; bf16
+/// NaNs widened quiet, as `half` widens them). One 32-bit gather reads a pair of values of each row.
+///
+/// # Safety
+/// The CPU has AVX-512F; `width` ≥ 2 and `x` holds 16 rows.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn sums_of_squares16(x: &[half::bf16], width: usize) -> [f32; 16] {
+    assert!(width >= 2 && x.len() >= 16 * width && 32 * width < i32::MAX as usize);
+    let rows = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32((2 * width) as i32),
+    );
+    let high = _mm512_set1_epi32(0xffff_0000_u32 as i32);
+    let square = |bits: __m512i| {
+        let nan = _mm512_cmpgt_epu32_mask(
+            _mm512_and_si512(bits, _mm512_set1_epi32(0x7fff_ffff)),
+            _mm512_set1_epi32(0x7f80_0000),
+        );
+        let v = _mm512_castsi512_ps(_mm512_mask_or_epi32(
+            bits,
+            nan,
+            bits,
+            _mm512_set1_epi32(0x0040_0000),
+        ));
+        _mm512_mul_ps(v, v)
+    };
+    // SAFETY (the gathers): pair (j, j + 1) of each row lies inside its row (j + 1 < width).
+    let pair = |j: usize| unsafe { _mm512_i32gather_epi32::<1>(rows, x.as_ptr().add(j).cast()) };
+    let mut sums = _mm512_setzero_ps();
+    let mut j = 0;
+    while j + 1 < width {
+        let v = pair(j);
+        sums = _mm512_add_ps(sums, square(_mm512_slli_epi32::<16>(v)));
+        sums = _mm512_add_ps(sums, square(_mm512_and_si512(v, high)));
+        j += 2;
+    }
+    if j < width {
+        // An odd width's last value: the high half of the pair before it.
+        sums = _mm512_add_ps(sums, square(_mm512_and_si512(pair(j - 1), high)));
+    }
+    let mut out = [0f32; 16];
+    // SAFETY: 16 values.
+    unsafe { _mm512_storeu_ps(out.as_mut_ptr(), sums) };
+    out
+}

@@ -155,8 +155,8 @@ pub(crate) fn round16(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m256
 }
 
 /// 16 rows of `x` (row `r` from value `r · stride`) as second operands in depth pairs: row `p % 16` of
-/// `tiles[p / 16]` gathers pair `p` (values `2p`, `2p + 1`) of the 16 rows, one 32-bit gather each, for
-/// `p < pairs`.
+/// `tiles[p / 16]` holds pair `p` (values `2p`, `2p + 1`) of the 16 rows, for `p < pairs`. Whole tiles are the
+/// 16 rows' 64 bytes transposed in registers; a last partial tile gathers a pair of the 16 rows at a time.
 ///
 /// # Safety
 /// The CPU has AVX-512F; `x` holds `15 · stride + 2 · pairs` values and `tiles` ⌈pairs / 16⌉ tiles.
@@ -174,7 +174,21 @@ pub(crate) unsafe fn gather_pairs(
         _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
         _mm512_set1_epi32((2 * stride) as i32),
     );
-    for p in 0..pairs {
+    let whole = pairs / TILE;
+    for (t, tile) in tiles.iter_mut().enumerate().take(whole) {
+        // SAFETY: pairs 16t .. 16t + 16 of each of the 16 rows lie inside x (asserted); the stores fill the tile.
+        unsafe {
+            let mut rows = [_mm512_setzero_ps(); TILE];
+            for (r, row) in rows.iter_mut().enumerate() {
+                *row = _mm512_loadu_ps(x.as_ptr().add(r * stride + 2 * TILE * t).cast());
+            }
+            let pairs = crate::ops::gemm::packed::pack::transpose16(rows);
+            for (p, v) in pairs.iter().enumerate() {
+                _mm512_store_ps(tile.as_mut_ptr().cast::<f32>().add(p * TILE), *v);
+            }
+        }
+    }
+    for p in whole * TILE..pairs {
         // SAFETY: pair p of each of the 16 rows lies inside x (asserted); the store fills tile row p % 16.
         unsafe {
             let v = _mm512_i32gather_epi32::<1>(rows, x.as_ptr().add(2 * p).cast());
