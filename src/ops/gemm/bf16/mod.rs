@@ -212,29 +212,11 @@ pub(crate) fn matmul_nt(
     lens: Option<&[usize]>,
     segments: Kernel,
 ) -> Result<Tensor> {
-    let ((m, k), (n, _)) = (x.dims2()?, w.dims2()?);
-    let bias = bias_values(b, n)?;
-    if lens.is_some_and(|l| l.iter().sum::<usize>() != m) {
-        candle_core::bail!("matmul_nt: segments {lens:?} for {m} rows");
+    let (m, n) = (x.dim(0)?, w.dim(0)?);
+    match lens {
+        Some(lens) => by_segments(x, w, b, (lens, n), segments),
+        None => by_segments(x, w, b, (&[m], n), row::gemm_nt_rows),
     }
-    with_bf16(x, |a| {
-        with_bf16(w, |b| {
-            let fill = |c: &mut [MaybeUninit<bf16>]| match lens {
-                None => row::gemm_nt_rows(a, b, &bias, (m, k, n), c),
-                Some(lens) => {
-                    let mut r0 = 0;
-                    for &len in lens {
-                        let (a, c) = (&a[r0 * k..(r0 + len) * k], &mut c[r0 * n..(r0 + len) * n]);
-                        segments(a, b, &bias, (len, k, n), c);
-                        r0 += len;
-                    }
-                }
-            };
-            // SAFETY: the kernels write all m × n outputs (the segments' lengths add up to m, checked above).
-            let c = unsafe { written(m * n, fill) };
-            Tensor::from_vec(c, (m, n), x.device())
-        })
-    })
 }
 
 /// `silu(x · gᵀ + b_g) · (x · uᵀ + b_u)` for bf16 `x` (rows, k), the packed gate-up weight `w` = [g | u] (2·I, k) and
@@ -246,24 +228,39 @@ pub(crate) fn matmul_swiglu(
     b: Option<&Tensor>,
     lens: &[usize],
 ) -> Result<Tensor> {
+    by_segments(x, w, b, (lens, w.dim(0)? / 2), amx::gemm_nt_swiglu)
+}
+
+/// `kernel` over the rows of each segment of `lens` of bf16 `x` (rows, k) with the weight `w` (n, k) and its bias
+/// (n, as f32), each segment alone, into a new (rows, `cols`) output.
+fn by_segments(
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    (lens, cols): (&[usize], usize),
+    kernel: Kernel,
+) -> Result<Tensor> {
     let ((m, k), (n, _)) = (x.dims2()?, w.dims2()?);
-    let (bias, i) = (bias_values(b, n)?, n / 2);
+    let bias = bias_values(b, n)?;
     if lens.iter().sum::<usize>() != m {
-        candle_core::bail!("matmul_swiglu: segments {lens:?} for {m} rows");
+        candle_core::bail!("bf16 GEMM: segments {lens:?} for {m} rows");
     }
     with_bf16(x, |a| {
         with_bf16(w, |w| {
             let fill = |c: &mut [MaybeUninit<bf16>]| {
                 let mut r0 = 0;
                 for &len in lens {
-                    let (a, c) = (&a[r0 * k..(r0 + len) * k], &mut c[r0 * i..(r0 + len) * i]);
-                    amx::gemm_nt_swiglu(a, w, &bias, (len, k, i), c);
+                    let (a, c) = (
+                        &a[r0 * k..(r0 + len) * k],
+                        &mut c[r0 * cols..(r0 + len) * cols],
+                    );
+                    kernel(a, w, &bias, (len, k, cols), c);
                     r0 += len;
                 }
             };
-            // SAFETY: the segments' lengths add up to m (checked above); each writes its m × I outputs.
-            let c = unsafe { written(m * i, fill) };
-            Tensor::from_vec(c, (m, i), x.device())
+            // SAFETY: the segments' lengths add up to m (checked above); each kernel writes its segment's outputs.
+            let c = unsafe { written(m * cols, fill) };
+            Tensor::from_vec(c, (m, cols), x.device())
         })
     })
 }
