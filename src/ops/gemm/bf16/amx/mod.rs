@@ -319,8 +319,8 @@ impl<'a> Weights<'a> {
 /// The products of row-tile pairs `rows` with the plan's weight-tile pairs `wps`, stored by the plan.
 ///
 /// The sums of each register block are stored while the tiles compute the next block (two sets of sums, the
-/// previous block's stores placed halfway through the next one's chunks), so that the vector unit's rounding and
-/// stores overlap the tile products instead of holding them up.
+/// previous block's stores placed after the next one's products are issued), so that the vector unit's rounding
+/// and stores overlap the tile products instead of holding them up.
 ///
 /// # Safety
 /// The CPU has AMX-BF16 and the process its tile state ([`supported`]); no other task writes these outputs.

@@ -215,8 +215,10 @@ pub(super) unsafe fn release() {
 
 /// `sums[2w + r]` = weight tile `w` × activation tile `r` over `chunks` chunks, for `w < nw`, `r < nr`:
 /// weight chunk `q` of tile `w` at `weight(w, q)` (address, row stride), activation chunk `q` of tile `r`
-/// at `a[r] + q`. Tiles 0–3 accumulate, 4–5 hold weight tiles, 6–7 activation tiles. `halfway` runs once,
-/// after the products of the first half of the chunks are issued (vector work that overlaps the rest).
+/// at `a[r] + q`. Tiles 0–3 accumulate, 4–5 hold weight tiles, 6–7 activation tiles. `overlapped` runs once,
+/// after all the chunks' loads and products are issued and before the sums are stored: vector work that runs
+/// while the tiles work through the queued products (halfway through the chunks, the products issued after it
+/// measured slower).
 ///
 /// # Safety
 /// [`configure`] ran on this thread; every address reads a whole tile.
@@ -227,7 +229,7 @@ pub(super) unsafe fn block(
     a: [*const Tile; 2],
     (nw, nr): (usize, usize),
     sums: &mut [Tile; 4],
-    halfway: impl FnOnce(),
+    overlapped: impl FnOnce(),
 ) {
     macro_rules! load {
         ($tmm:literal, $at:expr) => {{
@@ -250,7 +252,6 @@ pub(super) unsafe fn block(
                  s = in(reg) 64usize, options(nostack))
         };
     }
-    let mut halfway = Some(halfway);
     // SAFETY: the caller configured the tiles; the addresses read whole tiles.
     unsafe {
         asm!(
@@ -275,12 +276,8 @@ pub(super) unsafe fn block(
                     dot!("tmm3", "tmm5", "tmm7");
                 }
             }
-            if q + 1 == chunks.div_ceil(2) {
-                if let Some(f) = halfway.take() {
-                    f();
-                }
-            }
         }
+        overlapped();
         store!("tmm0", 0);
         store!("tmm1", 1);
         store!("tmm2", 2);
