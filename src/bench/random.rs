@@ -272,12 +272,22 @@ pub fn random_model(
     dtype: DType,
     ops: &crate::ops::OpsConfig,
 ) -> anyhow::Result<VlModel> {
+    let vb = random_var_builder(&cfg, seed, device, dtype);
+    Ok(VlModel::from_var_builder(cfg, vb, ops)?)
+}
+
+/// A var builder over random weights (seeded) for the checkpoint of `cfg`, on `device` in `dtype`.
+pub(crate) fn random_var_builder(
+    cfg: &ModelConfig,
+    seed: u64,
+    device: &Device,
+    dtype: DType,
+) -> VarBuilder<'static> {
     let backend = RandomBackend {
         seed,
         tied: cfg.tie_word_embeddings,
     };
-    let vb = VarBuilder::from_backend(Box::new(backend), dtype, device.clone());
-    Ok(VlModel::from_var_builder(cfg, vb, ops)?)
+    VarBuilder::from_backend(Box::new(backend), dtype, device.clone())
 }
 
 #[cfg(test)]

@@ -24,6 +24,8 @@ pub mod device;
 pub mod files;
 pub mod flops;
 mod forward;
+#[cfg(test)]
+mod held_tests;
 pub mod nn;
 pub mod qwen2_5_vl;
 pub mod qwen3_vl;
@@ -144,6 +146,14 @@ impl VisionTower {
         })
     }
 
+    /// Let the ops hold the tower's linear layers in their tile layout where they run faster so.
+    fn hold_weights(&mut self, ops: &Ops) -> candle_core::Result<()> {
+        match self {
+            Self::Qwen25(m) => m.hold_weights(ops),
+            Self::Qwen3(m) => m.hold_weights(ops),
+        }
+    }
+
     /// Encode `pixels` (N, patch_dim) of images `grids`.
     fn forward(
         &self,
@@ -223,7 +233,8 @@ impl VlModel {
             }
             None
         };
-        let vision = VisionTower::new(cfg.family, &cfg.vision, vb.pp(vis_prefix))?;
+        let mut vision = VisionTower::new(cfg.family, &cfg.vision, vb.pp(vis_prefix))?;
+        vision.hold_weights(&ops)?;
         let text = text::TextModel::new(&cfg.text, vb.pp(lm_prefix), lm_head)?;
         let t = &cfg.text;
         Ok(Self {

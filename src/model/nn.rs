@@ -4,7 +4,7 @@
 use candle_core::{Result, Tensor};
 use candle_nn::VarBuilder;
 
-use crate::ops::{Ops, Rows};
+use crate::ops::{HeldWeight, Ops, Rows};
 
 /// Load `name` under `vb` with the expected `shape`, cast to the builder's dtype; errors name the full tensor.
 pub fn weight<S: Into<candle_core::Shape>>(
@@ -29,8 +29,15 @@ pub fn weight<S: Into<candle_core::Shape>>(
 /// `y = x·Wᵀ + b` for 2-D `x` (rows, in).
 #[derive(Debug, Clone)]
 pub struct Linear {
-    w: Tensor,
+    w: Weight,
     b: Option<Tensor>,
+}
+
+/// A linear layer's weight (out, in): a tensor, or held by the ops in their tile layout ([`Linear::hold`]).
+#[derive(Debug, Clone)]
+enum Weight {
+    Tensor(Tensor),
+    Held(HeldWeight),
 }
 
 impl Linear {
@@ -42,30 +49,63 @@ impl Linear {
         } else {
             None
         };
-        Ok(Self { w, b })
+        Ok(Self {
+            w: Weight::Tensor(w),
+            b,
+        })
     }
     /// One layer computing the given layers' outputs side by side (their weights stacked along `out`): one GEMM
     /// instead of several. All parts must agree on having a bias.
     pub fn concat(parts: &[Linear]) -> Result<Self> {
-        let w: Vec<&Tensor> = parts.iter().map(|p| &p.w).collect();
+        let w = parts
+            .iter()
+            .map(|p| p.tensor("Linear::concat"))
+            .collect::<Result<Vec<_>>>()?;
         let b: Option<Vec<&Tensor>> = parts.iter().map(|p| p.b.as_ref()).collect();
         if b.is_none() && parts.iter().any(|p| p.b.is_some()) {
             candle_core::bail!("Linear::concat: some parts have a bias and some do not");
         }
         Ok(Self {
-            w: Tensor::cat(&w, 0)?,
+            w: Weight::Tensor(Tensor::cat(&w, 0)?),
             b: b.map(|b| Tensor::cat(&b, 0)).transpose()?,
         })
     }
 
     /// Wrap an existing weight (out, in), e.g. the tied embedding.
     pub(crate) fn from_weight(w: Tensor) -> Self {
-        Self { w, b: None }
+        Self {
+            w: Weight::Tensor(w),
+            b: None,
+        }
     }
 
     /// Wrap an existing weight (out, in) and bias (out), e.g. a reshaped convolution.
     pub(crate) fn from_parts(w: Tensor, b: Option<Tensor>) -> Self {
-        Self { w, b }
+        Self {
+            w: Weight::Tensor(w),
+            b,
+        }
+    }
+
+    /// Hand the weight to the ops to hold in their tile layout where its products run faster so
+    /// ([`Ops::hold_weight`]; as a packed gate-up weight [G | U] where `gate_up`, whose product is then only the
+    /// SwiGLU: [`Self::matmul_swiglu`]). For layers whose rows are never decoded one at a time (the vision
+    /// tower's): the tensor is dropped.
+    pub(crate) fn hold(&mut self, ops: &Ops, gate_up: bool) -> Result<()> {
+        if let Weight::Tensor(w) = &self.w {
+            if let Some(held) = ops.hold_weight(w, gate_up)? {
+                self.w = Weight::Held(held);
+            }
+        }
+        Ok(())
+    }
+
+    /// The weight as a tensor, or an error naming `what` where the ops hold it.
+    fn tensor(&self, what: &str) -> Result<&Tensor> {
+        match &self.w {
+            Weight::Tensor(w) => Ok(w),
+            Weight::Held(_) => candle_core::bail!("{what}: the weight is held in tiles"),
+        }
     }
 }
 
@@ -82,27 +122,40 @@ pub struct Pass<'a> {
 impl Linear {
     /// `x·Wᵀ` without the bias.
     pub fn matmul(&self, p: Pass<'_>, x: &Tensor) -> Result<Tensor> {
-        p.ops.section("linear.matmul", x.device(), || {
-            p.ops.matmul_nt(x, &self.w, p.rows)
-        })
+        p.ops
+            .section("linear.matmul", x.device(), || match &self.w {
+                Weight::Held(w) if !w.gate_up() => p.ops.matmul_held(x, w, None),
+                _ => p.ops.matmul_nt(x, self.tensor("matmul")?, p.rows),
+            })
     }
 
     /// `silu(x·Gᵀ + b_G) · (x·Uᵀ + b_U)` of a packed gate-up layer (W = [G | U]) in one pass where the ops have one
     /// ([`Ops::matmul_swiglu`]), with the bits of [`Self::matmul_bias`] followed by `swiglu_packed`; `None`
     /// elsewhere.
     pub fn matmul_swiglu(&self, p: Pass<'_>, x: &Tensor) -> Result<Option<Tensor>> {
-        p.ops.section("linear.matmul", x.device(), || {
-            p.ops.matmul_swiglu(x, &self.w, self.b.as_ref(), p.rows)
-        })
+        p.ops
+            .section("linear.matmul", x.device(), || match &self.w {
+                Weight::Held(w) if w.gate_up() => {
+                    p.ops.matmul_held(x, w, self.b.as_ref()).map(Some)
+                }
+                _ => p
+                    .ops
+                    .matmul_swiglu(x, self.tensor("matmul_swiglu")?, self.b.as_ref(), p.rows),
+            })
     }
 
     /// `x·Wᵀ` and the bias still to add: the biased product and `None` where the ops add the bias inside a bf16
     /// product, before its one rounding (torch's order: [`Ops::matmul_nt_bias`]), else the product and the bias.
     pub fn matmul_bias(&self, p: Pass<'_>, x: &Tensor) -> Result<(Tensor, Option<&Tensor>)> {
         if let Some(b) = &self.b {
-            let folded = p.ops.section("linear.matmul", x.device(), || {
-                p.ops.matmul_nt_bias(x, &self.w, b, p.rows)
-            })?;
+            let folded = p
+                .ops
+                .section("linear.matmul", x.device(), || match &self.w {
+                    Weight::Held(w) if !w.gate_up() => p.ops.matmul_held(x, w, Some(b)).map(Some),
+                    _ => p
+                        .ops
+                        .matmul_nt_bias(x, self.tensor("matmul_bias")?, b, p.rows),
+                })?;
             if let Some(y) = folded {
                 return Ok((y, None));
             }

@@ -48,7 +48,7 @@ pub use config::{kernels_sha256, CpuGemm, GemmCalibration, OpsConfig};
 pub(crate) use cpu_data::map_rows;
 pub use elementwise::{QkHeads, QkvRope};
 pub(crate) use gemm::peak::matmul_peak;
-pub use gemm::{Rows, BLAS_MIN_ROWS, ROW_BLOCK};
+pub use gemm::{HeldWeight, Rows, BLAS_MIN_ROWS, ROW_BLOCK};
 
 use gemm::blas;
 use gemm::packed::BuiltinGemm;

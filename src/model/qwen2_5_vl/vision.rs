@@ -76,6 +76,12 @@ impl VisionAttention {
         })
     }
 
+    /// Let the ops hold `qkv` and `proj` in their tile layout ([`Linear::hold`]).
+    pub(crate) fn hold_weights(&mut self, ops: &Ops) -> Result<()> {
+        self.qkv.hold(ops, false)?;
+        self.proj.hold(ops, false)
+    }
+
     /// `residual + proj(attention over the (N, D) rows x)`; `full` selects per-image attention instead of windows.
     pub fn forward(
         &self,
@@ -147,6 +153,12 @@ impl VisionMlp {
             down_proj: Linear::new(i, d, true, vb.pp("down_proj"))?,
         })
     }
+
+    /// Let the ops hold the gate-up pair and `down_proj` in their tile layout ([`Linear::hold`]).
+    fn hold_weights(&mut self, ops: &Ops) -> Result<()> {
+        self.gate_up.hold(ops, true)?;
+        self.down_proj.hold(ops, false)
+    }
 }
 
 impl VisionMlp {
@@ -188,6 +200,12 @@ impl VisionBlock {
         })
     }
 
+    /// Let the ops hold the block's linear layers in their tile layout ([`Linear::hold`]).
+    fn hold_weights(&mut self, ops: &Ops) -> Result<()> {
+        self.attn.hold_weights(ops)?;
+        self.mlp.hold_weights(ops)
+    }
+
     /// `x + attn(norm1(x))`, then `+ mlp(norm2(x))`.
     pub fn forward(&self, p: Pass<'_>, x: &Tensor, ctx: &VisionCtx) -> Result<Tensor> {
         let (dev, ops) = (x.device(), p.ops);
@@ -226,6 +244,12 @@ impl PatchMerger {
             unit: cfg.merge_unit(),
         })
     }
+
+    /// Let the ops hold `mlp.0` and `mlp.2` in their tile layout ([`Linear::hold`]).
+    fn hold_weights(&mut self, ops: &Ops) -> Result<()> {
+        self.fc1.hold(ops, false)?;
+        self.fc2.hold(ops, false)
+    }
 }
 
 impl PatchMerger {
@@ -261,6 +285,15 @@ impl VisionModel {
             merger: PatchMerger::new(cfg, vb.pp("merger"))?,
             cfg: cfg.clone(),
         })
+    }
+
+    /// Let the ops hold the blocks' and the merger's linear layers in their tile layout where their products run
+    /// faster so ([`Linear::hold`]): the tower's rows always come as segments, never decoded one at a time.
+    pub(crate) fn hold_weights(&mut self, ops: &Ops) -> Result<()> {
+        for block in &mut self.blocks {
+            block.hold_weights(ops)?;
+        }
+        self.merger.hold_weights(ops)
     }
 
     /// Build the per-call layout for `grids`: permuted rotary tables and window/full groupings.

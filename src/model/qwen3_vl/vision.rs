@@ -34,6 +34,12 @@ impl VisionMlp {
         })
     }
 
+    /// Let the ops hold `linear_fc1` and `linear_fc2` in their tile layout ([`Linear::hold`]).
+    fn hold_weights(&mut self, ops: &Ops) -> Result<()> {
+        self.fc1.hold(ops, false)?;
+        self.fc2.hold(ops, false)
+    }
+
     fn forward(&self, p: Pass<'_>, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
         let (y, b) = self.fc1.matmul_bias_or_zeros(p, x, "vision linear_fc1")?;
         let h = p.ops.section("vision.mlp.bias_gelu", x.device(), || {
@@ -61,6 +67,12 @@ impl VisionBlock {
             attn: VisionAttention::new(cfg, vb.pp("attn"))?,
             mlp: VisionMlp::new(cfg, vb.pp("mlp"))?,
         })
+    }
+
+    /// Let the ops hold the block's linear layers in their tile layout ([`Linear::hold`]).
+    fn hold_weights(&mut self, ops: &Ops) -> Result<()> {
+        self.attn.hold_weights(ops)?;
+        self.mlp.hold_weights(ops)
     }
 
     fn forward(&self, p: Pass<'_>, x: &Tensor, ctx: &VisionCtx) -> Result<Tensor> {
@@ -98,6 +110,12 @@ impl Merger {
             unit: cfg.merge_unit(),
             postshuffle,
         })
+    }
+
+    /// Let the ops hold `linear_fc1` and `linear_fc2` in their tile layout ([`Linear::hold`]).
+    fn hold_weights(&mut self, ops: &Ops) -> Result<()> {
+        self.fc1.hold(ops, false)?;
+        self.fc2.hold(ops, false)
     }
 
     /// (N, D) → (N/unit, out_hidden); `p.rows` counts merged rows.
@@ -158,6 +176,19 @@ impl VisionModel {
             deepstack,
             cfg: cfg.clone(),
         })
+    }
+
+    /// Let the ops hold the tower's linear layers (patch embedding, blocks, mergers) in their tile layout where
+    /// their products run faster so ([`Linear::hold`]): the tower's rows always come as segments.
+    pub(crate) fn hold_weights(&mut self, ops: &Ops) -> Result<()> {
+        self.patch_embed.hold(ops, false)?;
+        for block in &mut self.blocks {
+            block.hold_weights(ops)?;
+        }
+        for merger in std::iter::once(&mut self.merger).chain(&mut self.deepstack) {
+            merger.hold_weights(ops)?;
+        }
+        Ok(())
     }
 
     /// Rotary tables (merge-block order, no permutation) and per-frame attention ranges of `grids`.

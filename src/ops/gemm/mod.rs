@@ -5,11 +5,13 @@
 
 pub mod bf16;
 pub mod blas;
+mod held;
 pub mod packed;
 pub(crate) mod peak;
 pub mod row;
 mod rows;
 
+pub use held::HeldWeight;
 pub use rows::Rows;
 
 use candle_core::{DType, Device, Result, Tensor};

@@ -138,7 +138,8 @@ impl Bf16Gemm {
             } => format!(
                 "AMX tiles (tdpbf16ps, f32 sums, bf16 output) for row segments ({amx_gflops:.1} GFLOP/s vs the \
                  AVX512-BF16 packed kernel's {packed_gflops:.1} and candle's {candle_gflops:.1} at load), \
-                 AVX512-BF16 row kernel for independent rows{BIAS}"
+                 AVX512-BF16 row kernel for independent rows{BIAS}; the weights that only row segments multiply \
+                 (the vision tower's) held in the tiles' layout from load where the fused ops are on"
             ),
         }
     }
@@ -231,6 +232,25 @@ pub(crate) fn matmul_swiglu(
     by_segments(x, w, b, (lens, w.dim(0)? / 2), amx::gemm_nt_swiglu)
 }
 
+/// `x · wᵀ (+ b)` for bf16 `x` (rows, k) and a weight held in tiles (n × k) with its bias `b` (n), or for a gate-up
+/// weight the SwiGLU of its two halves ([`amx::gemm_nt_held`]), all rows in one product: each row's bits stand
+/// alone in the tile kernel, so segments need no separate products. Returns (rows, n) or (rows, n / 2). Needs
+/// [`amx::supported`].
+pub(crate) fn matmul_held(x: &Tensor, w: &amx::TileWeight, b: Option<&Tensor>) -> Result<Tensor> {
+    let (m, k) = x.dims2()?;
+    let (n, wk) = w.dims();
+    if k != wk {
+        candle_core::bail!("bf16 GEMM: rows of {k} for a weight of {n} x {wk}");
+    }
+    let (bias, cols) = (bias_values(b, n)?, w.out_cols());
+    with_bf16(x, |a| {
+        let fill = |c: &mut [MaybeUninit<bf16>]| amx::gemm_nt_held(a, w, &bias, m, c);
+        // SAFETY: the kernel writes all m × cols outputs.
+        let c = unsafe { written(m * cols, fill) };
+        Tensor::from_vec(c, (m, cols), x.device())
+    })
+}
+
 /// `kernel` over the rows of each segment of `lens` of bf16 `x` (rows, k) with the weight `w` (n, k) and its bias
 /// (n, as f32), each segment alone, into a new (rows, `cols`) output.
 fn by_segments(
@@ -277,7 +297,7 @@ fn bias_values(b: Option<&Tensor>, n: usize) -> Result<Vec<f32>> {
 }
 
 /// Run `f` on the bf16 data of a CPU tensor (made contiguous).
-fn with_bf16<R>(t: &Tensor, f: impl FnOnce(&[bf16]) -> Result<R>) -> Result<R> {
+pub(super) fn with_bf16<R>(t: &Tensor, f: impl FnOnce(&[bf16]) -> Result<R>) -> Result<R> {
     let t = t.contiguous()?;
     let (storage, layout) = t.storage_and_layout();
     let Storage::Cpu(cs) = &*storage else {

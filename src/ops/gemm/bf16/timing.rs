@@ -199,3 +199,76 @@ fn swiglu() {
         );
     }
 }
+
+/// `cargo test --release --lib gemm::bf16::timing::vision_tower_cold -- --ignored --nocapture`: a screenshot's
+/// products of the Qwen2.5-VL vision tower (5,088 patches, 32 layers, each its own weights: about 1.26 GB in bf16,
+/// beyond the caches as in the model, where a product timed alone would find its weight in the L3) through the AMX
+/// kernel with the weights in place and held in tiles ([`super::amx::TileWeight`]), alternated: q/k/v, out, the
+/// fused gate/up SwiGLU and down per layer; GFLOP/s per projection (best of three passes).
+#[test]
+#[ignore = "a timing run: use --release --ignored --nocapture"]
+fn vision_tower_cold() {
+    use super::amx::{gemm_nt, gemm_nt_held, gemm_nt_swiglu, TileWeight};
+    if super::check::skip() || !super::amx::supported() {
+        eprintln!("skipped: no AMX tiles here");
+        return;
+    }
+    let (m, d, i, layers) = (5088, 1280, 3420, 32);
+    // (k, n) of each layer's products: qkv, proj, gate and up (the SwiGLU's 2I rows), down.
+    let shapes = [(d, 3 * d), (d, d), (d, 2 * i), (i, d)];
+    let names = ["qkv", "proj", "gate_up+swiglu", "down"];
+    let weights: Vec<Vec<bf16>> = (0..layers * shapes.len())
+        .map(|j| super::check::values(shapes[j % 4].0 * shapes[j % 4].1, j))
+        .collect();
+    let t0 = std::time::Instant::now();
+    let held: Vec<TileWeight> = weights
+        .iter()
+        .enumerate()
+        .map(|(j, w)| TileWeight::new(w, (shapes[j % 4].1, shapes[j % 4].0), j % 4 == 2))
+        .collect();
+    eprintln!(
+        "held in tiles in {:.0} ms",
+        t0.elapsed().as_secs_f64() * 1e3
+    );
+    let a = super::check::values(m * i, 7);
+    let mut c = vec![bf16::ZERO; m * 3 * d];
+    for held_weights in [false, true, false, true] {
+        let mut best = ([f64::INFINITY; 4], f64::INFINITY);
+        for _ in 0..3 {
+            let mut secs = [0f64; 4];
+            let t0 = std::time::Instant::now();
+            for (j, w) in weights.iter().enumerate() {
+                let (k, n) = shapes[j % 4];
+                let cols = if j % 4 == 2 { n / 2 } else { n };
+                let (a, c) = (&a[..m * k], storage(&mut c[..m * cols]));
+                let t = std::time::Instant::now();
+                match (held_weights, j % 4) {
+                    (true, _) => gemm_nt_held(a, &held[j], &[], m, c),
+                    (false, 2) => gemm_nt_swiglu(a, w, &[], (m, k, n / 2), c),
+                    (false, _) => gemm_nt(a, w, &[], (m, k, n), c),
+                }
+                secs[j % 4] += t.elapsed().as_secs_f64();
+            }
+            let all = t0.elapsed().as_secs_f64();
+            if all < best.1 {
+                best = (secs, all);
+            }
+        }
+        let flops = |s: usize| 2.0 * (m * shapes[s].0 * shapes[s].1 * layers) as f64;
+        let total: f64 = (0..4).map(flops).sum();
+        let mut line = format!(
+            "{:.0} ms, {:.0} GFLOP/s:",
+            best.1 * 1e3,
+            total / best.1 / 1e9
+        );
+        for (s, name) in names.iter().enumerate() {
+            line += &format!(
+                "  {name} {:.1} ms/layer {:.0} GFLOP/s",
+                best.0[s] / layers as f64 * 1e3,
+                flops(s) / best.0[s] / 1e9
+            );
+        }
+        let how = if held_weights { "held" } else { "in place" };
+        eprintln!("AMX bf16, a screenshot's vision tower products, weights {how}: {line}");
+    }
+}

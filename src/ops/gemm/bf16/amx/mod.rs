@@ -20,6 +20,7 @@ use std::mem::MaybeUninit;
 use half::bf16;
 use rayon::prelude::*;
 
+pub use held::{gemm_nt_held, TileWeight};
 pub use swiglu::gemm_nt_swiglu;
 
 use super::SharedOut;
@@ -137,13 +138,26 @@ pub fn gemm_nt(
     run(&plan, a, (m, k));
 }
 
-/// The products of `a` (m × k, k > 0) with a plan's weight tiles, on rayon's threads: `a` packed once, then tasks
-/// of groups of row-tile pairs (as many as fit A_BYTES_PER_TASK) by groups of weight-tile pairs, at least four
-/// per thread where the product allows.
+/// The products of `a` (m × k, k > 0) with a plan's weight tiles, on rayon's threads: `a` packed once, then the
+/// [`schedule`]'s tasks.
 fn run(plan: &impl Plan, a: &[bf16], (m, k): (usize, usize)) {
     let chunks = k.div_ceil(CHUNK);
     let packed = pack_a(a, m, k);
-    let (row_pairs, weight_pairs) = (m.div_ceil(2 * TILE), plan.pairs());
+    schedule((m, chunks), plan.pairs(), |rows, wps| {
+        // SAFETY: the callers checked supported(); the task writes only its own blocks' outputs.
+        unsafe { task(plan, &packed, (m, chunks), rows, wps) }
+    });
+}
+
+/// Tasks over `m` rows of `chunks` chunks by `weight_pairs` pairs of weight tiles, on rayon's threads: groups of
+/// row-tile pairs (as many as fit A_BYTES_PER_TASK) by groups of weight-tile pairs, at least four per thread where
+/// the product allows; `task(row pairs, weight pairs)`.
+fn schedule(
+    (m, chunks): (usize, usize),
+    weight_pairs: usize,
+    task: impl Fn(std::ops::Range<usize>, std::ops::Range<usize>) + Sync,
+) {
+    let row_pairs = m.div_ceil(2 * TILE);
     let per_rows = (A_BYTES_PER_TASK / (chunks * 2 * TILE_LEN * 4)).clamp(1, 8);
     let row_tasks = row_pairs.div_ceil(per_rows);
     let want = 4 * rayon::current_num_threads();
@@ -153,9 +167,7 @@ fn run(plan: &impl Plan, a: &[bf16], (m, k): (usize, usize)) {
         .collect();
     tasks.into_par_iter().for_each(|(t, g0)| {
         let rows = t * per_rows..row_pairs.min((t + 1) * per_rows);
-        let wps = g0..weight_pairs.min(g0 + per_weights);
-        // SAFETY: the callers checked supported(); the task writes only its own blocks' outputs.
-        unsafe { task(plan, &packed, (m, chunks), rows, wps) };
+        task(rows, g0..weight_pairs.min(g0 + per_weights));
     });
 }
 
@@ -202,7 +214,9 @@ impl Plan for Linear<'_> {
                 let (i0, j0) = (tile * TILE, (2 * wp + t) * TILE);
                 let part = (TILE.min(m - i0), TILE.min(n - j0));
                 // SAFETY: the tile's rows and columns lie inside c; this task alone writes them.
-                unsafe { tiles::store_transposed(&sums[2 * t + r], &self.out, (i0, j0), part) };
+                unsafe {
+                    tiles::store_transposed(&sums[2 * t + r], &self.out, (i0, j0), part, true)
+                };
             }
         }
     }
@@ -371,6 +385,7 @@ unsafe fn task(
     }
 }
 
+mod held;
 mod swiglu;
 /// The AMX instructions, as inline assembly (the tile registers are not the compiler's).
 #[cfg(target_arch = "x86_64")]

@@ -21,6 +21,7 @@ pub(super) unsafe fn store_transposed(
     _: &super::SharedOut,
     _: (usize, usize),
     _: (usize, usize),
+    _: bool,
 ) {
 }
 
@@ -40,5 +41,6 @@ pub(super) unsafe fn store_swiglu(
     _: &super::SharedOut,
     _: (usize, usize),
     _: (usize, usize),
+    _: bool,
 ) {
 }

@@ -78,7 +78,14 @@ impl Plan for SwiGlu<'_> {
             let part = (TILE.min(m - i0), TILE.min(self.out.n - j0));
             // SAFETY: the tile's rows and columns lie inside c; this task alone writes them.
             unsafe {
-                tiles::store_swiglu([&sums[r], &sums[2 + r]], bias, &self.out, (i0, j0), part)
+                tiles::store_swiglu(
+                    [&sums[r], &sums[2 + r]],
+                    bias,
+                    &self.out,
+                    (i0, j0),
+                    part,
+                    true,
+                )
             };
         }
     }

@@ -22,11 +22,11 @@ pub(super) unsafe fn configure() {
     unsafe { asm!("ldtilecfg [{0}]", in(reg) config.0.as_ptr(), options(nostack, readonly)) };
 }
 
-/// Write the accumulator tile `sum` (weight row `j`, row `r` of `a` at `j · 16 + r`) transposed into `c`
-/// (m × n): `c[(i0 + r) · n + j0 + j]` for `r < rows`, `j < cols`, each plus its column's bias (where there is
-/// one) rounded to bf16 as `bf16::from_f32` rounds (to nearest, ties to even; a NaN stays a quiet NaN). The
-/// tile transposed in registers, then a row at a time: the bias added, rounded in integer lanes, one masked
-/// store.
+/// Write the accumulator tile `sum` into `c` (m × n): `c[(i0 + r) · n + j0 + j]` for `r < rows`, `j < cols`,
+/// each plus its column's bias (where there is one) rounded to bf16 as `bf16::from_f32` rounds (to nearest, ties
+/// to even; a NaN stays a quiet NaN). The tile holds row `r` of `a` by weight row `j` at `j · 16 + r` where
+/// `transpose` (transposed in registers first: the weight was the first operand), else at `r · 16 + j`; then a
+/// row at a time: the bias added, rounded in integer lanes, one masked store.
 ///
 /// # Safety
 /// The CPU has AVX-512F, BW and VL; those outputs lie inside `c` and no other task writes them.
@@ -36,6 +36,7 @@ pub(super) unsafe fn store_transposed(
     c: &super::SharedOut,
     (i0, j0): (usize, usize),
     (rows, cols): (usize, usize),
+    transpose: bool,
 ) {
     use std::arch::x86_64::*;
     let mask: __mmask16 = ((1u32 << cols) - 1) as u16;
@@ -45,7 +46,7 @@ pub(super) unsafe fn store_transposed(
         false => unsafe { _mm512_maskz_loadu_ps(mask, c.bias.add(j0)) },
     };
     // SAFETY: the CPU has AVX-512F.
-    let sums = unsafe { transposed(sum) };
+    let sums = unsafe { by_rows(sum, transpose) };
     for (r, &v) in sums.iter().enumerate().take(rows) {
         let bits = round16(match c.bias.is_null() {
             true => v,
@@ -53,6 +54,24 @@ pub(super) unsafe fn store_transposed(
         });
         // SAFETY: the store writes row i0 + r's columns j0 .. j0 + cols.
         unsafe { _mm256_mask_storeu_epi16(c.c.add((i0 + r) * c.n + j0).cast(), mask, bits) };
+    }
+}
+
+/// An accumulator tile's 16 rows of 16 f32 in registers, transposed where `transpose`.
+///
+/// # Safety
+/// The CPU has AVX-512F.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn by_rows(t: &Tile, transpose: bool) -> [std::arch::x86_64::__m512; TILE] {
+    use std::arch::x86_64::*;
+    match transpose {
+        // SAFETY: the CPU has AVX-512F.
+        true => unsafe { transposed(t) },
+        // SAFETY: a tile is 16 rows of 16 f32, aligned to 64 bytes.
+        false => {
+            std::array::from_fn(|j| unsafe { _mm512_load_ps(t.0.as_ptr().add(j * TILE).cast()) })
+        }
     }
 }
 
@@ -73,8 +92,8 @@ unsafe fn transposed(t: &Tile) -> [std::arch::x86_64::__m512; TILE] {
     unsafe { crate::ops::gemm::packed::pack::transpose16(rows) }
 }
 
-/// The SwiGLU of a gate tile and an up tile (`tiles[0]`, `tiles[1]`: output column `j` by row `r` at `j · 16 + r`)
-/// into `c` (m × I): `c[(i0 + r) · I + j0 + j]` for `r < rows`, `j < cols`. Each half's sum plus its bias (where
+/// The SwiGLU of a gate tile and an up tile (`tiles[0]`, `tiles[1]`: output column `j` by row `r` at `j · 16 + r`
+/// where `transpose`, else at `r · 16 + j`) into `c` (m × I): `c[(i0 + r) · I + j0 + j]` for `r < rows`, `j < cols`. Each half's sum plus its bias (where
 /// there is one: `bias`, from column `j0`) rounded to bf16; the gate's SiLU as `elementwise::bf16::swiglu_packed`
 /// computes it (a whole tile through the same `silu16`, a partial last tile through its `silu_row`, since tiles
 /// start at multiples of 16), rounded to bf16; times
@@ -90,12 +109,13 @@ pub(super) unsafe fn store_swiglu(
     c: &super::SharedOut,
     (i0, j0): (usize, usize),
     (rows, cols): (usize, usize),
+    transpose: bool,
 ) {
     use std::arch::x86_64::*;
     const ONES: [f32; TILE] = [1.0; TILE];
     let mask: __mmask16 = ((1u32 << cols) - 1) as u16;
     // SAFETY: the CPU has AVX-512F.
-    let (gate, up) = unsafe { (transposed(tiles[0]), transposed(tiles[1])) };
+    let (gate, up) = unsafe { (by_rows(tiles[0], transpose), by_rows(tiles[1], transpose)) };
     // SAFETY: each bias holds cols values (masked past them).
     let bias = bias.map(|(g, u)| unsafe {
         (

@@ -1,0 +1,62 @@
+//! Linear layers' weights held in the AMX GEMM's tile layout from load ([`HeldWeight`]): for weights that only
+//! row segments multiply (the vision tower's), on CPUs whose bf16 segments run on AMX, the weight is laid out
+//! once as its tile pairs instead of being read in place on every product.
+
+use std::sync::Arc;
+
+use candle_core::{DType, Result, Tensor};
+
+use super::bf16::{self, amx::TileWeight};
+use crate::ops::Ops;
+
+/// A linear layer's bf16 weight (out, in) held in tiles: a plain weight, or a packed gate-up weight [g | u] whose
+/// product is the SwiGLU of its halves. Shared by the clones of a model.
+#[derive(Debug, Clone)]
+pub struct HeldWeight(Arc<TileWeight>);
+
+impl HeldWeight {
+    /// Whether it is a gate-up weight (its product is the SwiGLU).
+    pub fn gate_up(&self) -> bool {
+        self.0.gate_up()
+    }
+}
+
+impl Ops {
+    /// `w` (out, in) held in tiles (as a gate-up weight [g | u] where `gate_up`), where its products run faster so:
+    /// a bf16 CPU weight, bf16 segments on the AMX kernel, the fused ops on (the bias joins the sums); `None`
+    /// elsewhere (the layer keeps `w`).
+    pub fn hold_weight(&self, w: &Tensor, gate_up: bool) -> Result<Option<HeldWeight>> {
+        let (n, k) = w.dims2()?;
+        let eligible = w.device().is_cpu()
+            && w.dtype() == DType::BF16
+            && self.bf16.amx()
+            && self.config.fused_kernels
+            && k > 0
+            && (!gate_up || n.is_multiple_of(2));
+        if !eligible {
+            return Ok(None);
+        }
+        let held = bf16::with_bf16(w, |w| Ok(TileWeight::new(w, (n, k), gate_up)))?;
+        Ok(Some(HeldWeight(Arc::new(held))))
+    }
+
+    /// `x · wᵀ + b` for bf16 `x` (…, in) and a held weight with its bias `b` (out), the bias added to the f32 sums
+    /// before their one rounding (as [`Ops::matmul_nt_bias`] adds it); for a gate-up weight the SwiGLU of the two
+    /// halves (as [`Ops::matmul_swiglu`]), (…, out / 2). Every row's bits stand alone, whatever rows come with it.
+    pub fn matmul_held(&self, x: &Tensor, w: &HeldWeight, b: Option<&Tensor>) -> Result<Tensor> {
+        let (n, k) = w.0.dims();
+        let mut dims = x.dims().to_vec();
+        match dims.last_mut() {
+            Some(last) if *last == k => *last = w.0.out_cols(),
+            _ => candle_core::bail!("matmul_held: x {:?} for a weight of {n} x {k}", x.dims()),
+        }
+        if x.dtype() != DType::BF16 || !x.device().is_cpu() {
+            candle_core::bail!(
+                "matmul_held: a held weight multiplies bf16 CPU rows, not {:?}",
+                x.dtype()
+            );
+        }
+        let count = x.elem_count() / k;
+        bf16::matmul_held(&x.reshape((count, k))?, &w.0, b)?.reshape(dims)
+    }
+}
