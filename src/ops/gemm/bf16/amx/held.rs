@@ -11,7 +11,7 @@ use std::mem::MaybeUninit;
 use half::bf16;
 use rayon::prelude::*;
 
-use super::{schedule, supported, tiles, SharedOut, Tile, CHUNK, TILE, ZERO_TILE};
+use super::{pipelined, schedule, supported, tiles, SharedOut, Tile, CHUNK, TILE, ZERO_TILE};
 use crate::ops::cpu_data::written;
 
 /// A bf16 weight (n × k) as second-operand tiles in pairs: tile `t` of pair `wp` at chunk `q` is
@@ -228,48 +228,36 @@ struct Job<'a> {
 
 impl Job<'_> {
     /// The products of row-tile pairs `rows` with the weight pairs `wps`, each register block's sums stored while
-    /// the tiles compute the next block (as [`super::task`] does).
+    /// the tiles compute the next block ([`pipelined`]).
     ///
     /// # Safety
     /// The CPU has AMX-BF16 and the process its tile state; no other task writes these outputs.
     unsafe fn task(&self, rows: std::ops::Range<usize>, wps: std::ops::Range<usize>) {
-        let (chunks, row_tiles) = (self.w.chunks, self.m.div_ceil(TILE));
-        let mut sums = [[ZERO_TILE; 4]; 2];
-        let mut previous: Option<(usize, usize, ([usize; 2], usize))> = None;
-        tiles::configure();
-        let blocks = wps.flat_map(|wp| rows.clone().map(move |rp| (wp, rp)));
-        for (i, (wp, rp)) in blocks.enumerate() {
-            let rt = [2 * rp, (2 * rp + 1).min(row_tiles - 1)];
-            let nr = if 2 * rp + 1 < row_tiles { 2 } else { 1 };
-            let [even, odd] = &mut sums;
-            let (now, before) = match i % 2 {
-                0 => (even, &*odd),
-                _ => (odd, &*even),
-            };
+        let chunks = self.w.chunks;
+        let block = |wp: usize,
+                     (rt, nr): ([usize; 2], usize),
+                     sums: &mut [Tile; 4],
+                     overlapped: &dyn Fn()| {
             let weight = [self.w.tile(wp, 0), self.w.tile(wp, 1)];
-            // SAFETY: the tiles are configured; the addresses read whole tiles of the packed rows and of the
-            // weight (a pair's missing second tile is never read); the previous block's outputs are this task's.
+            // SAFETY: the tiles are configured (pipelined); the addresses read whole tiles of the packed rows and
+            // of the weight (a pair's missing second tile is never read).
             unsafe {
                 tiles::block(
                     chunks,
                     |t, q| (self.packed[rt[t] * chunks + q].0.as_ptr().cast(), 64),
                     weight,
                     (nr, self.w.tiles_in(wp)),
-                    now,
-                    || {
-                        if let Some((_, wp, rows)) = previous {
-                            self.store(wp, rows, before);
-                        }
-                    },
+                    sums,
+                    overlapped,
                 )
-            };
-            previous = Some((i % 2, wp, (rt, nr)));
-        }
-        tiles::release();
-        if let Some((set, wp, rows)) = previous {
-            // SAFETY: as above.
-            unsafe { self.store(wp, rows, &sums[set]) };
-        }
+            }
+        };
+        // SAFETY: the caller's guarantees; the stores write this task's outputs alone.
+        unsafe {
+            pipelined(self.m, (rows, wps), block, |wp, rows, sums| {
+                self.store(wp, rows, sums)
+            })
+        };
     }
 
     /// Write the sums of weight pair `wp` by row tiles `rt` (`nr` of them): `sums[2t + r]` is row tile `t` by

@@ -332,10 +332,6 @@ impl<'a> Weights<'a> {
 
 /// The products of row-tile pairs `rows` with the plan's weight-tile pairs `wps`, stored by the plan.
 ///
-/// The sums of each register block are stored while the tiles compute the next block (two sets of sums, the
-/// previous block's stores placed after the next one's products are issued), so that the vector unit's rounding
-/// and stores overlap the tile products instead of holding them up.
-///
 /// # Safety
 /// The CPU has AMX-BF16 and the process its tile state ([`supported`]); no other task writes these outputs.
 unsafe fn task(
@@ -344,6 +340,45 @@ unsafe fn task(
     (m, chunks): (usize, usize),
     rows: std::ops::Range<usize>,
     wps: std::ops::Range<usize>,
+) {
+    let block =
+        |wp: usize, (rt, nr): ([usize; 2], usize), sums: &mut [Tile; 4], overlapped: &dyn Fn()| {
+            let a = rt.map(|r| packed[r * chunks..].as_ptr());
+            // SAFETY: the tiles are configured (pipelined); the block's addresses read whole tiles.
+            unsafe {
+                tiles::block(
+                    chunks,
+                    |t, q| plan.chunk(wp, t, q),
+                    a,
+                    (plan.tiles_in(wp), nr),
+                    sums,
+                    overlapped,
+                )
+            }
+        };
+    // SAFETY: the caller's guarantees; the plan's stores write this task's outputs alone.
+    unsafe {
+        pipelined(m, (rows, wps), block, |wp, rows, sums| {
+            plan.store(wp, rows, sums, m)
+        })
+    };
+}
+
+/// The register blocks of row-tile pairs `rows` by weight pairs `wps` (weight pairs outer) on this thread's tiles:
+/// `block(wp, (row tiles, their count), sums, overlapped)` computes a block's sums, running `overlapped` while its
+/// products are under way, and `store(wp, (row tiles, count), sums)` writes a block's sums out. Each block's sums
+/// are stored while the tiles compute the next block (two sets of sums, the previous block's stores as the next
+/// one's `overlapped`), so that the vector unit's rounding and stores overlap the tile products instead of holding
+/// them up.
+///
+/// # Safety
+/// The CPU has AMX-BF16 and the process its tile state ([`supported`]); `block` reads whole tiles and `store`
+/// writes outputs no other task writes.
+unsafe fn pipelined(
+    m: usize,
+    (rows, wps): (std::ops::Range<usize>, std::ops::Range<usize>),
+    block: impl Fn(usize, ([usize; 2], usize), &mut [Tile; 4], &dyn Fn()),
+    store: impl Fn(usize, ([usize; 2], usize), &[Tile; 4]),
 ) {
     let row_tiles = m.div_ceil(TILE);
     let mut sums = [[ZERO_TILE; 4]; 2];
@@ -359,29 +394,17 @@ unsafe fn task(
             0 => (even, &*odd),
             _ => (odd, &*even),
         };
-        let a = rt.map(|r| packed[r * chunks..].as_ptr());
-        // SAFETY: the tiles are configured; the block's addresses read whole tiles; the previous block's
-        // outputs are this task's alone.
-        unsafe {
-            tiles::block(
-                chunks,
-                |t, q| plan.chunk(wp, t, q),
-                a,
-                (plan.tiles_in(wp), nr),
-                now,
-                || {
-                    if let Some((_, wp, rows)) = previous {
-                        plan.store(wp, rows, before, m);
-                    }
-                },
-            )
+        let overlapped = || {
+            if let Some((_, wp, rows)) = previous {
+                store(wp, rows, before);
+            }
         };
+        block(wp, (rt, nr), now, &overlapped);
         previous = Some((i % 2, wp, (rt, nr)));
     }
     tiles::release();
     if let Some((set, wp, rows)) = previous {
-        // SAFETY: as above.
-        unsafe { plan.store(wp, rows, &sums[set], m) };
+        store(wp, rows, &sums[set]);
     }
 }
 
