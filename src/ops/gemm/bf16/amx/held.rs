@@ -11,15 +11,18 @@ use std::mem::MaybeUninit;
 use half::bf16;
 use rayon::prelude::*;
 
-use super::{pipelined, schedule, supported, tiles, SharedOut, Tile, CHUNK, TILE, ZERO_TILE};
+use super::{
+    pack_a, pipelined, schedule, supported, tiles, SharedOut, Tile, CHUNK, TILE, ZERO_TILE,
+};
 use crate::ops::cpu_data::written;
 
-/// A bf16 weight (n × k) as second-operand tiles in pairs: tile `t` of pair `wp` at chunk `q` is
-/// `tiles[(2wp + t) · chunks + q]`, row `p` of it holding depth pair `p` of the chunk for 16 output columns. A
-/// plain weight pairs its column tiles 2wp and 2wp + 1 (rows 32wp .. of the weight); a gate-up weight [g | u]
-/// (2I rows) pairs gate tile wp with up tile wp (rows 16wp .. of each half), as the SwiGLU multiplies them.
+/// A bf16 weight (n × k) as second-operand tiles, in [`pack_a`]'s layout (row `p` of a tile holds depth pair `p`
+/// of its chunk for 16 output columns), paired: a plain weight pairs its column tiles 2wp and 2wp + 1 (rows 32wp ..
+/// of the weight); a gate-up weight [g | u] (2I rows) pairs gate tile wp with up tile wp (rows 16wp .. of each
+/// half), as the SwiGLU multiplies them.
 pub struct TileWeight {
-    tiles: Vec<Tile>,
+    /// The packed weight, or its gate half and its up half.
+    parts: Vec<Vec<Tile>>,
     n: usize,
     k: usize,
     chunks: usize,
@@ -52,40 +55,25 @@ impl TileWeight {
             !gate_up || n.is_multiple_of(2),
             "a gate-up weight of {n} rows"
         );
-        let chunks = k.div_ceil(CHUNK);
+        assert!(supported(), "the AMX bf16 GEMM needs AMX-BF16");
         let tile_count = n.div_ceil(TILE);
-        let (pairs, last_tiles) = match gate_up {
-            true => ((n / 2).div_ceil(TILE), 2),
-            false => (tile_count.div_ceil(2), 2 - tile_count % 2),
-        };
-        // The weight rows (output columns) of tile t of pair wp: (first row, rows).
-        let rows = |wp: usize, t: usize| match gate_up {
+        let (parts, pairs, last_tiles) = match gate_up {
             true => {
-                let first = wp * TILE;
-                (t * n / 2 + first, TILE.min(n / 2 - first))
+                let (gate, up) = w[..n * k].split_at(n / 2 * k);
+                let parts = vec![pack_a(gate, n / 2, k), pack_a(up, n / 2, k)];
+                (parts, (n / 2).div_ceil(TILE), 2)
             }
-            false => {
-                let first = (2 * wp + t) * TILE;
-                (first, TILE.min(n.saturating_sub(first)))
-            }
+            false => (
+                vec![pack_a(w, n, k)],
+                tile_count.div_ceil(2),
+                2 - tile_count % 2,
+            ),
         };
-        let fill = |tiles: &mut [MaybeUninit<Tile>]| {
-            tiles
-                .par_chunks_mut(chunks)
-                .enumerate()
-                .for_each(|(i, tile)| {
-                    for (q, slot) in tile.iter_mut().enumerate() {
-                        slot.write(pairs_tile(w, k, rows(i / 2, i % 2), q));
-                    }
-                })
-        };
-        // SAFETY: every tile's chunks are written by its task.
-        let tiles = unsafe { written(pairs * 2 * chunks, fill) };
         Self {
-            tiles,
+            parts,
             n,
             k,
-            chunks,
+            chunks: k.div_ceil(CHUNK),
             pairs,
             last_tiles,
             gate_up,
@@ -118,26 +106,14 @@ impl TileWeight {
         }
     }
 
-    /// Tile `t` of pair `wp` at chunk 0 (its chunks follow it).
+    /// Tile `t` of pair `wp` at chunk 0 (its chunks follow it; past the last tile of a plain weight, the end of
+    /// its tiles, never read).
     fn tile(&self, wp: usize, t: usize) -> *const Tile {
-        self.tiles[(2 * wp + t) * self.chunks..].as_ptr()
-    }
-}
-
-/// Chunk `q` of the weight rows `(first, count)` of `w` (rows of `k`) as one second-operand tile: row `p` holds
-/// depth pair `p` of the chunk for each of the rows (the lower depth in the low half), zeros past `k` and past
-/// `count` rows.
-fn pairs_tile(w: &[bf16], k: usize, (first, count): (usize, usize), q: usize) -> Tile {
-    let mut tile = ZERO_TILE;
-    for j in 0..count {
-        let row = &w[(first + j) * k..][..k];
-        let depths = &row[(q * CHUNK).min(k)..k.min((q + 1) * CHUNK)];
-        for (p, pair) in depths.chunks(2).enumerate() {
-            let hi = pair.get(1).map_or(0, |v| v.to_bits() as u32);
-            tile.0[p * TILE + j] = pair[0].to_bits() as u32 | hi << 16;
+        match self.gate_up {
+            true => self.parts[t][wp * self.chunks..].as_ptr(),
+            false => self.parts[0][(2 * wp + t) * self.chunks..].as_ptr(),
         }
     }
-    tile
 }
 
 /// The rows of `a` (m × k) as first-operand tiles: tile `(r, q)` (row tile `r`, chunk `q`) is `packed[r · chunks
@@ -285,13 +261,7 @@ impl Job<'_> {
                         let part = (rows, TILE.min(n - j0));
                         // SAFETY: as above.
                         unsafe {
-                            tiles::store_transposed(
-                                &sums[2 * t + r],
-                                self.out,
-                                (i0, j0),
-                                part,
-                                false,
-                            )
+                            tiles::store_sums(&sums[2 * t + r], self.out, (i0, j0), part, false)
                         };
                     }
                 }

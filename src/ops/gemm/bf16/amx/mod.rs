@@ -214,9 +214,7 @@ impl Plan for Linear<'_> {
                 let (i0, j0) = (tile * TILE, (2 * wp + t) * TILE);
                 let part = (TILE.min(m - i0), TILE.min(n - j0));
                 // SAFETY: the tile's rows and columns lie inside c; this task alone writes them.
-                unsafe {
-                    tiles::store_transposed(&sums[2 * t + r], &self.out, (i0, j0), part, true)
-                };
+                unsafe { tiles::store_sums(&sums[2 * t + r], &self.out, (i0, j0), part, true) };
             }
         }
     }

@@ -16,7 +16,7 @@ pub(super) unsafe fn gather_pairs(
 ) {
 }
 
-pub(super) unsafe fn store_transposed(
+pub(super) unsafe fn store_sums(
     _: &Tile,
     _: &super::SharedOut,
     _: (usize, usize),

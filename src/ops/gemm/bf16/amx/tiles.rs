@@ -31,7 +31,7 @@ pub(super) unsafe fn configure() {
 /// # Safety
 /// The CPU has AVX-512F, BW and VL; those outputs lie inside `c` and no other task writes them.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-pub(super) unsafe fn store_transposed(
+pub(super) unsafe fn store_sums(
     sum: &Tile,
     c: &super::SharedOut,
     (i0, j0): (usize, usize),
