@@ -18,7 +18,7 @@ use rayon::prelude::*;
 
 use crate::ops::cpu_data::{written, zeroed};
 use crate::ops::elementwise::bf16::round;
-use crate::ops::gemm::bf16::amx::{self as gemm_amx, round16, Tile, ZERO_TILE};
+use crate::ops::gemm::bf16::amx::{self as gemm_amx, round16_bf16, Tile, ZERO_TILE};
 
 mod pack;
 mod tiles;
@@ -102,6 +102,7 @@ pub(crate) fn attend(
     (scale, causal): (f32, bool),
 ) -> Vec<bf16> {
     assert!(covers(h), "the AMX attention does not cover {h:?} here");
+    assert!(scale > 0.0 && scale.is_finite(), "attention scale {scale}");
     let n = q.len() / (h.heads * h.d);
     assert!(k.len() >= n * h.kv_heads * h.d && v.len() >= n * h.kv_heads * h.d);
     for s in segs {
@@ -145,25 +146,23 @@ pub(crate) fn attend(
             zeroed(row);
         }
         let out_ptr = OutPtr(out.as_mut_ptr().cast());
-        items
-            .into_par_iter()
-            .for_each_init(Scratch::default, |scratch, (i, j, b)| {
-                let (seg, g) = (&segs[groups[i].0], groups[i].1);
-                let item = Item {
-                    q,
-                    head: g * per_group + j,
-                    rows: (
-                        seg.start + b * QUERY_BLOCK,
-                        QUERY_BLOCK.min(seg.len - b * QUERY_BLOCK),
-                    ),
-                    position: seg.cached() + b * QUERY_BLOCK,
-                    keys: seg.keys(),
-                    causal,
-                    packed: &packed[i],
-                };
-                // SAFETY: covers() holds; this item alone writes its rows' outputs of this head.
-                unsafe { item.run(h, scale, scratch, &out_ptr) };
-            });
+        items.into_par_iter().for_each(|(i, j, b)| {
+            let (seg, g) = (&segs[groups[i].0], groups[i].1);
+            let item = Item {
+                q,
+                head: g * per_group + j,
+                rows: (
+                    seg.start + b * QUERY_BLOCK,
+                    QUERY_BLOCK.min(seg.len - b * QUERY_BLOCK),
+                ),
+                position: seg.cached() + b * QUERY_BLOCK,
+                keys: seg.keys(),
+                causal,
+                packed: &packed[i],
+            };
+            // SAFETY: covers() holds; this item alone writes its rows' outputs of this head.
+            SCRATCH.with_borrow_mut(|scratch| unsafe { item.run(h, scale, scratch, &out_ptr) });
+        });
     };
     // SAFETY: the rows outside every segment are zeroed; the items write every head of each segment's rows.
     unsafe { written(n * row_len, fill) }
@@ -234,10 +233,16 @@ struct OutPtr(*mut bf16);
 // SAFETY: the items write disjoint parts of the output, which outlives them.
 unsafe impl Sync for OutPtr {}
 
+thread_local! {
+    /// Each thread's buffers, kept across items and calls (allocating and faulting them in per batch of items
+    /// cost as much as the short segments' products).
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
+}
+
 /// A work item's buffers, reused across the items of a thread.
 #[derive(Default)]
 struct Scratch {
-    /// Scores of a block: 32 queries × [`KEY_BLOCK`] keys.
+    /// Scores of two blocks: 32 queries × [`KEY_BLOCK`] keys each.
     scores: Vec<f32>,
     /// The block's weights in bf16, rows of [`KEY_BLOCK`] (zero past its keys to a whole chunk).
     weights: Vec<bf16>,
@@ -269,9 +274,9 @@ impl Item<'_> {
     unsafe fn run(&self, h: Heads, scale: f32, s: &mut Scratch, out: &OutPtr) {
         let (chunks, dim_tiles) = (h.chunks(), h.dim_tiles());
         let (qstride, astride) = (chunks * CHUNK, dim_tiles * TILE);
-        s.scores.resize(QUERY_BLOCK * KEY_BLOCK, 0.0);
+        s.scores.resize(2 * QUERY_BLOCK * KEY_BLOCK, 0.0);
         s.weights.resize(QUERY_BLOCK * KEY_BLOCK, bf16::ZERO);
-        s.acc.clear();
+        // The accumulators need no zeros: the first key block's products start from zero tiles.
         s.acc.resize(QUERY_BLOCK * astride, 0.0);
         s.queries.clear();
         s.queries.resize(QUERY_BLOCK * qstride, bf16::ZERO);
@@ -282,7 +287,6 @@ impl Item<'_> {
         }
         let two = nq > TILE;
         let (mut max, mut sum) = ([f32::NEG_INFINITY; QUERY_BLOCK], [0f32; QUERY_BLOCK]);
-        let (keys, values) = self.packed;
         // SAFETY (the tile calls): covers() holds, so the CPU has AMX and AVX-512 and the process its tile state.
         unsafe { gemm_amx::configure_tiles() };
         // Keys any of the block's queries sees; a block's length is torch's (up to 512 of all the keys), the
@@ -291,47 +295,8 @@ impl Item<'_> {
             true => self.keys.min(self.position + nq),
             false => self.keys,
         };
-        for k0 in (0..seen).step_by(KEY_BLOCK) {
-            let (kn, vis) = (KEY_BLOCK.min(self.keys - k0), KEY_BLOCK.min(seen - k0));
-            let key_tiles = &keys[k0 / TILE * chunks..];
-            // SAFETY: the queries hold 32 rows of qstride values, the key tiles vis.div_ceil(16) · chunks tiles,
-            // the scores 32 rows of KEY_BLOCK.
-            unsafe {
-                tiles::scores(
-                    (s.queries.as_ptr(), qstride),
-                    key_tiles,
-                    (vis.div_ceil(TILE), chunks, two),
-                    s.scores.as_mut_ptr(),
-                )
-            };
-            for r in 0..nq {
-                let row = &mut s.scores[r * KEY_BLOCK..][..kn];
-                let sees = match self.causal {
-                    true => (self.position + r + 1).saturating_sub(k0).min(vis),
-                    false => vis,
-                };
-                row[sees..].fill(f32::NEG_INFINITY);
-                let w = &mut s.weights[r * KEY_BLOCK..][..kn.next_multiple_of(CHUNK)];
-                // SAFETY: the CPU has AVX-512F, BW and VL (covers()).
-                let rescale = unsafe { softmax_block(row, w, scale, (&mut max[r], &mut sum[r])) };
-                if k0 > 0 {
-                    s.acc[r * astride..][..astride]
-                        .iter_mut()
-                        .for_each(|x| *x *= rescale);
-                }
-            }
-            let value_tiles = &values[k0 / CHUNK * dim_tiles..];
-            // SAFETY: the weights hold 32 rows of KEY_BLOCK, the value tiles vis.div_ceil(32) · dim_tiles tiles,
-            // the accumulators 32 rows of astride.
-            unsafe {
-                tiles::weighted_sums(
-                    s.weights.as_ptr(),
-                    value_tiles,
-                    (vis.div_ceil(CHUNK), dim_tiles, two, k0 == 0),
-                    (s.acc.as_mut_ptr(), astride),
-                )
-            };
-        }
+        // SAFETY: as above.
+        unsafe { self.key_blocks(h, scale, s, (seen, two), (&mut max, &mut sum)) };
         // SAFETY: as above.
         unsafe { gemm_amx::release_tiles() };
         for (r, sum) in sum.iter().enumerate().take(nq) {
@@ -353,40 +318,145 @@ impl Item<'_> {
             );
         }
     }
+
+    /// The online softmax over the keys the queries see (`seen`), block by block: the scores of a block on the
+    /// tiles, its softmax row by row, `weights · v` into the accumulators; `max` and `sum` the rows' running
+    /// maximum and sum.
+    ///
+    /// # Safety
+    /// As [`Self::run`], with the tiles configured and the scratch buffers sized and the queries copied by it.
+    unsafe fn key_blocks(
+        &self,
+        h: Heads,
+        scale: f32,
+        s: &mut Scratch,
+        (seen, two): (usize, bool),
+        (max, sum): (&mut [f32; QUERY_BLOCK], &mut [f32; QUERY_BLOCK]),
+    ) {
+        let (chunks, dim_tiles) = (h.chunks(), h.dim_tiles());
+        let (qstride, astride) = (chunks * CHUNK, dim_tiles * TILE);
+        let (keys, values) = self.packed;
+        let nq = self.rows.1;
+        let blocks = ScoreBlocks {
+            queries: (s.queries.as_ptr(), qstride),
+            keys,
+            chunks,
+            two,
+            seen,
+        };
+        // Two buffers of scores: a block's products on the tiles are issued between the rows of the previous
+        // block's softmax on the vector units, so that the two run side by side.
+        let bufs = [0, 1].map(|b| s.scores[b * QUERY_BLOCK * KEY_BLOCK..].as_mut_ptr());
+        // SAFETY: the queries hold 32 rows of qstride values, each buffer 32 rows of KEY_BLOCK.
+        unsafe { blocks.issue(0, bufs[0], 0..blocks.pairs(0)) };
+        for (b, k0) in (0..seen).step_by(KEY_BLOCK).enumerate() {
+            let (kn, vis) = (KEY_BLOCK.min(self.keys - k0), KEY_BLOCK.min(seen - k0));
+            let next = (k0 + KEY_BLOCK < seen).then_some(k0 + KEY_BLOCK);
+            let (units, mut issued) = (next.map_or(0, |k| blocks.pairs(k)), 0);
+            for r in 0..nq {
+                // SAFETY: row r of buffer b % 2 holds KEY_BLOCK scores; the tiles write the other buffer.
+                let row =
+                    unsafe { std::slice::from_raw_parts_mut(bufs[b % 2].add(r * KEY_BLOCK), kn) };
+                let sees = match self.causal {
+                    true => (self.position + r + 1).saturating_sub(k0).min(vis),
+                    false => vis,
+                };
+                row[sees..].fill(f32::NEG_INFINITY);
+                let w = &mut s.weights[r * KEY_BLOCK..][..kn.next_multiple_of(CHUNK)];
+                // SAFETY: the CPU has AVX-512F, BW, VL, DQ and BF16 (covers()).
+                let rescale = unsafe { softmax_block(row, w, scale, (&mut max[r], &mut sum[r])) };
+                let due = (r + 1) * units / nq;
+                if let Some(k) = next.filter(|_| due > issued) {
+                    // SAFETY: as for the first block.
+                    unsafe { blocks.issue(k, bufs[(b + 1) % 2], issued..due) };
+                    issued = due;
+                }
+                if k0 > 0 {
+                    s.acc[r * astride..][..astride]
+                        .iter_mut()
+                        .for_each(|x| *x *= rescale);
+                }
+            }
+            let value_tiles = &values[k0 / CHUNK * dim_tiles..];
+            // SAFETY: the weights hold 32 rows of KEY_BLOCK, the value tiles vis.div_ceil(32) · dim_tiles tiles,
+            // the accumulators 32 rows of astride.
+            unsafe {
+                tiles::weighted_sums(
+                    s.weights.as_ptr(),
+                    value_tiles,
+                    (vis.div_ceil(CHUNK), dim_tiles, two, k0 == 0),
+                    (s.acc.as_mut_ptr(), astride),
+                )
+            };
+        }
+    }
 }
 
-/// One query's block of scores `s` (its keys): `s ← s · scale`, the block maximum folded into the running
-/// maximum, `w ← bf16(exp(s − max))` (zero past the block's keys to `w`'s end), the running sum updated as
+/// The score products of one item's key blocks: its queries against the blocks' keys.
+struct ScoreBlocks<'a> {
+    /// The queries (32 rows) and their row stride.
+    queries: (*const bf16, usize),
+    /// The KV head's packed keys.
+    keys: &'a [Tile],
+    chunks: usize,
+    /// Whether a second tile of queries is in use.
+    two: bool,
+    /// Keys any of the queries sees.
+    seen: usize,
+}
+
+impl ScoreBlocks<'_> {
+    /// Pairs of key tiles of the block from key `k0`.
+    fn pairs(&self, k0: usize) -> usize {
+        KEY_BLOCK.min(self.seen - k0).div_ceil(TILE).div_ceil(2)
+    }
+
+    /// The scores of pairs `pairs` of the block from key `k0` into `buf` (rows of [`KEY_BLOCK`]).
+    ///
+    /// # Safety
+    /// The tiles are configured on this thread; the queries hold 32 rows, `buf` 32 rows of [`KEY_BLOCK`].
+    unsafe fn issue(&self, k0: usize, buf: *mut f32, pairs: std::ops::Range<usize>) {
+        let key_tiles = KEY_BLOCK.min(self.seen - k0).div_ceil(TILE);
+        // SAFETY: the block's key tiles lie in the packed keys (they cover every key, to whole tiles).
+        unsafe {
+            tiles::scores(
+                self.queries,
+                &self.keys[k0 / TILE * self.chunks..],
+                (key_tiles, self.chunks, self.two),
+                buf,
+                pairs,
+            )
+        }
+    }
+}
+
+/// One query's block of scores `s` (its keys): the block maximum of `s · scale` folded into the running
+/// maximum, `w ← bf16(exp(s · scale − max))` (zero past the block's keys to `w`'s end), the running sum updated as
 /// `block sum + exp(old max − max) · sum`. Returns `exp(old max − max)`, the factor of the output so far.
 /// As torch's kernel: whole vectors of 16 through [`exp_u20`] summed lane by lane and reduced by halves, the
-/// last keys (fewer than 16) through libm's `exp` added in order.
+/// last keys (fewer than 16) through libm's `exp` added in order. The maximum is taken before the scaling: with
+/// `scale > 0` rounding keeps the order, so it is the scaled scores' maximum, and `s` is read, never written.
 ///
 /// # Safety
-/// The CPU has AVX-512F, BW and VL.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+/// The CPU has AVX-512F, BW, VL, DQ and BF16.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma")]
 unsafe fn softmax_block(
-    s: &mut [f32],
+    s: &[f32],
     w: &mut [half::bf16],
     scale: f32,
     (max, sum): (&mut f32, &mut f32),
 ) -> f32 {
     use std::arch::x86_64::*;
     let (n, whole) = (s.len(), s.len() / 16 * 16);
-    let (p, wp) = (s.as_mut_ptr(), w.as_mut_ptr());
-    let vs = _mm512_set1_ps(scale);
+    let (p, wp) = (s.as_ptr(), w.as_mut_ptr());
     let mut vmax = _mm512_set1_ps(f32::NEG_INFINITY);
     for i in (0..whole).step_by(16) {
         // SAFETY: 16 values from i lie inside s.
-        unsafe {
-            let x = _mm512_mul_ps(_mm512_loadu_ps(p.add(i)), vs);
-            _mm512_storeu_ps(p.add(i), x);
-            vmax = _mm512_max_ps(vmax, x);
-        }
+        vmax = _mm512_max_ps(vmax, unsafe { _mm512_loadu_ps(p.add(i)) });
     }
-    let mut block = _mm512_reduce_max_ps(vmax);
-    for x in &mut s[whole..] {
-        *x *= scale;
-        block = block.max(*x);
+    let mut block = _mm512_reduce_max_ps(vmax) * scale;
+    for x in &s[whole..] {
+        block = block.max(x * scale);
     }
     let new = max.max(block);
     if new == f32::NEG_INFINITY {
@@ -396,18 +466,19 @@ unsafe fn softmax_block(
     }
     let rescale = (*max - new).exp();
     let mut vsum = _mm512_setzero_ps();
-    let vnew = _mm512_set1_ps(new);
+    let (vs, vnew) = (_mm512_set1_ps(scale), _mm512_set1_ps(new));
     for i in (0..whole).step_by(16) {
         // SAFETY: 16 values from i lie inside s and w.
         unsafe {
-            let e = exp_u20(_mm512_sub_ps(_mm512_loadu_ps(p.add(i)), vnew));
+            let x = _mm512_mul_ps(_mm512_loadu_ps(p.add(i)), vs);
+            let e = exp_u20(_mm512_sub_ps(x, vnew));
             vsum = _mm512_add_ps(vsum, e);
-            _mm256_storeu_si256(wp.add(i).cast(), round16(e));
+            _mm256_storeu_si256(wp.add(i).cast(), round16_bf16(e));
         }
     }
     let mut total = _mm512_reduce_add_ps(vsum);
     for (x, w) in s[whole..].iter().zip(&mut w[whole..n]) {
-        let e = (x - new).exp();
+        let e = (x * scale - new).exp();
         total += e;
         *w = round(e);
     }
@@ -429,10 +500,10 @@ fn exp_u20(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
     let (ln_min, ln_max) = (bits(0xc2ae_ac50), bits(0x42b1_7218));
     let below = _mm512_cmp_ps_mask::<_CMP_LT_OS>(x, ln_min);
     let x = _mm512_max_ps(_mm512_min_ps(x, ln_max), ln_min);
-    let n = _mm512_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC }>(
+    let whole = _mm512_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC }>(
         _mm512_fmadd_ps(x, bits(0x3fb8_aa3b), _mm512_set1_ps(0.5)),
     );
-    let n = _mm512_cvtepi32_ps(n);
+    let n = _mm512_cvtepi32_ps(whole);
     let r = _mm512_fnmadd_ps(n, bits(0x3f31_7218), x);
     let mut y = _mm512_fmadd_ps(
         r,
@@ -442,10 +513,10 @@ fn exp_u20(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
     for c in [0.166_676_52, 0.499_991_5, 0.999_999_7, 1.0] {
         y = _mm512_fmadd_ps(r, y, _mm512_set1_ps(c));
     }
-    let e = _mm512_cvtps_epi32(_mm512_sub_ps(n, _mm512_set1_ps(1.0)));
+    // 2ⁿ⁻¹: the biased exponent n − 1 + 127 from n's integer (n lies in [−126, 128], so n − 1 is exact either way).
     let pow = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(
-        e,
-        _mm512_set1_epi32(127),
+        whole,
+        _mm512_set1_epi32(126),
     )));
     let pow = _mm512_mask_blend_ps(below, pow, _mm512_setzero_ps());
     _mm512_mul_ps(_mm512_mul_ps(y, pow), _mm512_set1_ps(2.0))

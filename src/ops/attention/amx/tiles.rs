@@ -29,9 +29,10 @@ macro_rules! zero {
     };
 }
 
-/// Scores of the first 16 queries (and of the next 16 where `two`) against `key_tiles` 16-key tiles
-/// (`keys`, chunk-major per tile), into `scores` (rows of [`KEY_BLOCK`] f32): two key tiles at a time, tiles
-/// 0–3 accumulating, 4–5 the queries, 6–7 the keys.
+/// Scores of the first 16 queries (and of the next 16 where `two`) against pairs `pairs` of `key_tiles` 16-key
+/// tiles (`keys`, chunk-major per tile; pair `p` is tiles `2p` and `2p + 1`, the last one alone where
+/// `key_tiles` is odd), into `scores` (rows of [`KEY_BLOCK`] f32): tiles 0–3 accumulating, 4–5 the queries, 6–7
+/// the keys.
 ///
 /// # Safety
 /// The tiles are configured on this thread; `queries` holds 32 rows of `qstride` bf16 (`chunks` · 32 of
@@ -41,10 +42,11 @@ pub(super) unsafe fn scores(
     keys: &[Tile],
     (key_tiles, chunks, two): (usize, usize, bool),
     scores: *mut f32,
+    pairs: std::ops::Range<usize>,
 ) {
     let (qs, ss) = (2 * qstride, 4 * KEY_BLOCK);
     let q1 = queries.add(TILE * qstride);
-    for t in (0..key_tiles).step_by(2) {
+    for t in pairs.map(|p| 2 * p) {
         let pair = t + 1 < key_tiles;
         zero!("tmm0", "tmm1", "tmm2", "tmm3");
         for c in 0..chunks {

@@ -36,20 +36,20 @@ const TILE_LEN: usize = TILE * TILE;
 const A_BYTES_PER_TASK: usize = 1 << 20;
 
 /// Whether this CPU and OS run the kernel: AMX-TILE and AMX-BF16 reported by `cpuid`, AVX512-BF16 (the row
-/// kernel beside it) and AVX-512VL (the stores), and Linux granting the process the tile data state
-/// (`arch_prctl`, asked once).
+/// kernel beside it, and the stores' rounding), AVX-512VL and DQ (the stores), and Linux granting the process the
+/// tile data state (`arch_prctl`, asked once).
 pub fn supported() -> bool {
     static OK: OnceLock<bool> = OnceLock::new();
-    *OK.get_or_init(|| super::supported() && avx512vl() && detect())
+    *OK.get_or_init(|| super::supported() && avx512vl_dq() && detect())
 }
 
 #[cfg(target_arch = "x86_64")]
-fn avx512vl() -> bool {
-    is_x86_feature_detected!("avx512vl")
+fn avx512vl_dq() -> bool {
+    is_x86_feature_detected!("avx512vl") && is_x86_feature_detected!("avx512dq")
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn avx512vl() -> bool {
+fn avx512vl_dq() -> bool {
     false
 }
 
@@ -98,7 +98,7 @@ pub(crate) unsafe fn release_tiles() {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(crate) use tiles::{gather_pairs, round16};
+pub(crate) use tiles::{gather_pairs, round16_bf16};
 
 /// One tile's data: 16 rows of 64 bytes, aligned to a cache line.
 #[derive(Clone, Copy)]

@@ -29,8 +29,8 @@ pub(super) unsafe fn configure() {
 /// row at a time: the bias added, rounded in integer lanes, one masked store.
 ///
 /// # Safety
-/// The CPU has AVX-512F, BW and VL; those outputs lie inside `c` and no other task writes them.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+/// The CPU has AVX-512F, BW, VL, DQ and BF16; those outputs lie inside `c` and no other task writes them.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")]
 pub(super) unsafe fn store_sums(
     sum: &Tile,
     c: &super::SharedOut,
@@ -48,7 +48,7 @@ pub(super) unsafe fn store_sums(
     // SAFETY: the CPU has AVX-512F.
     let sums = unsafe { by_rows(sum, transpose) };
     for (r, &v) in sums.iter().enumerate().take(rows) {
-        let bits = round16(match c.bias.is_null() {
+        let bits = round16_bf16(match c.bias.is_null() {
             true => v,
             false => _mm512_add_ps(v, bias),
         });
@@ -100,9 +100,9 @@ unsafe fn transposed(t: &Tile) -> [std::arch::x86_64::__m512; TILE] {
 /// the up value, rounded to bf16; one masked store per row.
 ///
 /// # Safety
-/// The CPU has AVX-512F, BW and VL, AVX2 and FMA; those outputs lie inside `c`, no other task writes them, and
-/// each bias holds `cols` values.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+/// The CPU has AVX-512F, BW, VL, DQ and BF16, AVX2 and FMA; those outputs lie inside `c`, no other task writes
+/// them, and each bias holds `cols` values.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma")]
 pub(super) unsafe fn store_swiglu(
     tiles: [&Tile; 2],
     bias: Option<(&[f32], &[f32])>,
@@ -124,8 +124,11 @@ pub(super) unsafe fn store_swiglu(
         )
     });
     // A bf16 value (the rounding of an f32 sum) as f32.
-    let rounded =
-        |v: __m512| _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(round16(v))));
+    let rounded = |v: __m512| {
+        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(
+            round16_bf16(v),
+        )))
+    };
     for r in 0..rows {
         let (g, u) = match bias {
             Some((bg, bu)) => (_mm512_add_ps(gate[r], bg), _mm512_add_ps(up[r], bu)),
@@ -150,7 +153,7 @@ pub(super) unsafe fn store_swiglu(
             }
         };
         let silu = rounded(silu);
-        let bits = round16(_mm512_mul_ps(silu, rounded(u)));
+        let bits = round16_bf16(_mm512_mul_ps(silu, rounded(u)));
         // SAFETY: the store writes row i0 + r's columns j0 .. j0 + cols.
         unsafe { _mm256_mask_storeu_epi16(c.c.add((i0 + r) * c.n + j0).cast(), mask, bits) };
     }
@@ -172,6 +175,22 @@ pub(crate) fn round16(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m256
     let nan = _mm512_cmpgt_epu32_mask(abs, _mm512_set1_epi32(0x7f80_0000));
     let quiet = _mm512_or_si512(_mm512_srli_epi32::<16>(v), _mm512_set1_epi32(0x40));
     _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet))
+}
+
+/// [`round16`] by the CPU's own conversion (`vcvtneps2bf16`: to nearest, ties to even, a NaN quieted as
+/// [`round16`] quiets it). The instruction reads subnormal inputs as zero, so a vector holding one goes through
+/// [`round16`]: the bits are [`round16`]'s for every input.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")]
+pub(crate) fn round16_bf16(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    /// `vfpclassps` category: subnormal.
+    const SUBNORMAL: i32 = 0x20;
+    if _mm512_fpclass_ps_mask::<SUBNORMAL>(v) != 0 {
+        return round16(v);
+    }
+    // SAFETY: both are 32 bytes of plain lanes.
+    unsafe { std::mem::transmute::<__m256bh, __m256i>(_mm512_cvtneps_pbh(v)) }
 }
 
 /// 16 rows of `x` (row `r` from value `r · stride`) as second operands in depth pairs: row `p % 16` of
@@ -302,5 +321,60 @@ pub(super) unsafe fn block(
         store!("tmm1", 1);
         store!("tmm2", 2);
         store!("tmm3", 3);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The CPU's conversion gives [`round16`]'s bits on specials, subnormals, ties and random patterns.
+    #[test]
+    fn the_cpus_rounding_gives_round16s_bits() {
+        if !super::super::supported() {
+            eprintln!("skipped: no AMX here");
+            return;
+        }
+        use std::arch::x86_64::*;
+        let mut values: Vec<u32> = vec![
+            0,
+            0x8000_0000,
+            1,
+            0x8000_0001,
+            0x007f_ffff,
+            0x0080_0000,
+            0x7f80_0000,
+            0xff80_0000,
+            0x7f80_0001,
+            0x7fc0_0000,
+            0xffc0_1234,
+            0x3f80_8000,
+            0x3f81_8000,
+            0x3f80_7fff,
+            0x7f7f_ffff,
+            0x0000_8000,
+        ];
+        let mut x = 0x9e37_79b9_u32;
+        for _ in 0..1 << 20 {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            values.push(x);
+            // Halfway between two bf16 values, and a subnormal among normal lanes.
+            values.push(x & 0xffff_0000 | 0x8000);
+            values.push(x & 0x807f_ffff);
+        }
+        values.resize(values.len().next_multiple_of(16), 0);
+        for lanes in values.chunks_exact(16) {
+            let (mut want, mut got) = ([0u16; 16], [0u16; 16]);
+            // SAFETY: the CPU has what both need (supported()); 16 lanes each.
+            unsafe {
+                let v = _mm512_loadu_si512(lanes.as_ptr().cast());
+                let v = _mm512_castsi512_ps(v);
+                _mm256_storeu_si256(want.as_mut_ptr().cast(), round16(v));
+                _mm256_storeu_si256(got.as_mut_ptr().cast(), round16_bf16(v));
+            }
+            assert_eq!(got, want, "{lanes:08x?}");
+        }
     }
 }
