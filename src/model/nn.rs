@@ -192,8 +192,16 @@ impl Linear {
     }
 
     /// `r + (x·Wᵀ + b)`: the layer closing a residual branch, bias and residual in one pass
-    /// ([`Ops::bias_residual`]).
+    /// ([`Ops::bias_residual`]), or in the product's store for a held weight ([`Ops::matmul_held_residual`]).
     pub(crate) fn forward_residual(&self, p: Pass<'_>, x: &Tensor, r: &Tensor) -> Result<Tensor> {
+        if let Weight::Held(w) = &self.w {
+            if !w.gate_up() {
+                // The residual joins the product's store: no pass of its own.
+                return p.ops.section("linear.matmul", x.device(), || {
+                    p.ops.matmul_held_residual(x, w, self.b.as_ref(), r)
+                });
+            }
+        }
         let (y, b) = self.matmul_bias(p, x)?;
         p.ops
             .section("linear.bias_residual", x.device(), || match b {

@@ -44,19 +44,51 @@ impl Ops {
     /// before their one rounding (as [`Ops::matmul_nt_bias`] adds it); for a gate-up weight the SwiGLU of the two
     /// halves (as [`Ops::matmul_swiglu`]), (…, out / 2). Every row's bits stand alone, whatever rows come with it.
     pub fn matmul_held(&self, x: &Tensor, w: &HeldWeight, b: Option<&Tensor>) -> Result<Tensor> {
-        let (n, k) = w.0.dims();
-        let mut dims = x.dims().to_vec();
-        match dims.last_mut() {
-            Some(last) if *last == k => *last = w.0.out_cols(),
-            _ => candle_core::bail!("matmul_held: x {:?} for a weight of {n} x {k}", x.dims()),
-        }
-        if x.dtype() != DType::BF16 || !x.device().is_cpu() {
-            candle_core::bail!(
-                "matmul_held: a held weight multiplies bf16 CPU rows, not {:?}",
-                x.dtype()
-            );
-        }
-        let count = x.elem_count() / k;
-        bf16::matmul_held(&x.reshape((count, k))?, &w.0, b)?.reshape(dims)
+        held_product(x, w, b, None)
     }
+
+    /// `r + (x · wᵀ + b)` for a held plain weight: [`Ops::matmul_held`] with the residual add in the product's
+    /// store, the bits of [`Ops::residual_add`] after the product. `r` is shaped as the product.
+    pub fn matmul_held_residual(
+        &self,
+        x: &Tensor,
+        w: &HeldWeight,
+        b: Option<&Tensor>,
+        r: &Tensor,
+    ) -> Result<Tensor> {
+        held_product(x, w, b, Some(r))
+    }
+}
+
+/// [`Ops::matmul_held`], with the residual `r` where given.
+fn held_product(
+    x: &Tensor,
+    w: &HeldWeight,
+    b: Option<&Tensor>,
+    r: Option<&Tensor>,
+) -> Result<Tensor> {
+    let (n, k) = w.0.dims();
+    let mut dims = x.dims().to_vec();
+    match dims.last_mut() {
+        Some(last) if *last == k => *last = w.0.out_cols(),
+        _ => candle_core::bail!("matmul_held: x {:?} for a weight of {n} x {k}", x.dims()),
+    }
+    if x.dtype() != DType::BF16 || !x.device().is_cpu() {
+        candle_core::bail!(
+            "matmul_held: a held weight multiplies bf16 CPU rows, not {:?}",
+            x.dtype()
+        );
+    }
+    let count = x.elem_count() / k;
+    let r = match r {
+        Some(r) if r.dims() != dims.as_slice() => {
+            candle_core::bail!(
+                "matmul_held: residual {:?} for a product {dims:?}",
+                r.dims()
+            )
+        }
+        Some(r) => Some(r.reshape((count, w.0.out_cols()))?),
+        None => None,
+    };
+    bf16::matmul_held(&x.reshape((count, k))?, &w.0, b, r.as_ref())?.reshape(dims)
 }

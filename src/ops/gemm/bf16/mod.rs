@@ -236,18 +236,30 @@ pub(crate) fn matmul_swiglu(
 /// weight the SwiGLU of its two halves ([`amx::gemm_nt_held`]), all rows in one product: each row's bits stand
 /// alone in the tile kernel, so segments need no separate products. Returns (rows, n) or (rows, n / 2). Needs
 /// [`amx::supported`].
-pub(crate) fn matmul_held(x: &Tensor, w: &amx::TileWeight, b: Option<&Tensor>) -> Result<Tensor> {
+pub(crate) fn matmul_held(
+    x: &Tensor,
+    w: &amx::TileWeight,
+    b: Option<&Tensor>,
+    residual: Option<&Tensor>,
+) -> Result<Tensor> {
     let (m, k) = x.dims2()?;
     let (n, wk) = w.dims();
     if k != wk {
         candle_core::bail!("bf16 GEMM: rows of {k} for a weight of {n} x {wk}");
     }
     let (bias, cols) = (bias_values(b, n)?, w.out_cols());
-    with_bf16(x, |a| {
-        let fill = |c: &mut [MaybeUninit<bf16>]| amx::gemm_nt_held(a, w, &bias, m, c);
+    let run = |a: &[bf16], r: Option<&[bf16]>| {
+        let fill = |c: &mut [MaybeUninit<bf16>]| amx::gemm_nt_held(a, w, (&bias, r), m, c);
         // SAFETY: the kernel writes all m × cols outputs.
         let c = unsafe { written(m * cols, fill) };
         Tensor::from_vec(c, (m, cols), x.device())
+    };
+    with_bf16(x, |a| match residual {
+        Some(r) if w.gate_up() || r.dims2()? != (m, cols) => {
+            candle_core::bail!("bf16 GEMM: residual {:?} for {m} x {cols}", r.dims())
+        }
+        Some(r) => with_bf16(r, |r| run(a, Some(r))),
+        None => run(a, None),
     })
 }
 
@@ -318,12 +330,15 @@ fn no_depth(c: &mut [MaybeUninit<bf16>], (m, n): (usize, usize), bias: &[f32]) {
 }
 
 /// A kernel's output (m × n, row-major) shared by its rayon tasks, which write disjoint parts of it, with the
-/// bias added to each column's sums before they are rounded (where there is one).
+/// bias added to each column's sums before they are rounded (where there is one), and a residual added to the
+/// rounded product and rounded again (where there is one: the AMX stores only).
 struct SharedOut {
     c: *mut bf16,
     n: usize,
     /// `n` values, or null.
     bias: *const f32,
+    /// m × n values laid out as `c`, or null.
+    residual: *const bf16,
 }
 // SAFETY: the tasks write disjoint outputs inside one rayon scope; the bias is only read.
 unsafe impl Send for SharedOut {}
@@ -346,6 +361,22 @@ impl SharedOut {
             c: c.as_mut_ptr().cast(),
             n,
             bias,
+            residual: std::ptr::null(),
+        }
+    }
+
+    /// The same output with `residual` (m × n values) added to each rounded product, `r + y` rounded again as
+    /// the residual add rounds it. Panics where `residual` is shorter than `c`'s m × n values (`m` rows).
+    fn with_residual(self, residual: &[bf16], m: usize) -> Self {
+        assert!(
+            residual.len() >= m * self.n,
+            "residual of {} for {m} x {}",
+            residual.len(),
+            self.n
+        );
+        Self {
+            residual: residual.as_ptr(),
+            ..self
         }
     }
 
@@ -354,6 +385,7 @@ impl SharedOut {
     /// # Safety
     /// (i, j) lies inside the output and no other task writes it.
     unsafe fn set(&self, i: usize, j: usize, v: f32) {
+        debug_assert!(self.residual.is_null(), "the residual is the AMX stores'");
         let v = if self.bias.is_null() {
             v
         } else {

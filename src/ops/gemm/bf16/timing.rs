@@ -243,7 +243,7 @@ fn vision_tower_cold() {
                 let (a, c) = (&a[..m * k], storage(&mut c[..m * cols]));
                 let t = std::time::Instant::now();
                 match (held_weights, j % 4) {
-                    (true, _) => gemm_nt_held(a, &held[j], &[], m, c),
+                    (true, _) => gemm_nt_held(a, &held[j], (&[], None), m, c),
                     (false, 2) => gemm_nt_swiglu(a, w, &[], (m, k, n / 2), c),
                     (false, _) => gemm_nt(a, w, &[], (m, k, n), c),
                 }

@@ -151,12 +151,14 @@ fn pack_rows(a: &[bf16], m: usize, k: usize) -> Vec<Tile> {
 
 /// `a · wᵀ (+ bias)` for the held weight `w` (n × k) and `a` (m × k, row-major bf16) into `c` (m × n), or for a
 /// gate-up weight the SwiGLU `silu(a · gᵀ + b_g) · (a · uᵀ + b_u)` into `c` (m × I), `bias` holding n values or
-/// none (empty): the bits of [`super::gemm_nt`] and [`super::gemm_nt_swiglu`] on the weight in place. Panics where
-/// the CPU lacks AMX ([`supported`]) or a slice is shorter than its shape.
+/// none (empty): the bits of [`super::gemm_nt`] and [`super::gemm_nt_swiglu`] on the weight in place. With a
+/// `residual` (m × n, plain products only) each rounded output `y` becomes `r + y` rounded again: the bits of the
+/// residual add after the product. Panics where the CPU lacks AMX ([`supported`]), a slice is shorter than its
+/// shape, or a gate-up product has a residual.
 pub fn gemm_nt_held(
     a: &[bf16],
     w: &TileWeight,
-    bias: &[f32],
+    (bias, residual): (&[f32], Option<&[bf16]>),
     m: usize,
     c: &mut [MaybeUninit<bf16>],
 ) {
@@ -178,6 +180,13 @@ pub fn gemm_nt_held(
             (!bias.is_empty()).then(|| bias.split_at(cols)),
         ),
         false => (SharedOut::new(c, n, bias), None),
+    };
+    let out = match residual {
+        Some(r) => {
+            assert!(!w.gate_up, "a residual after a gate-up product");
+            out.with_residual(r, m)
+        }
+        None => out,
     };
     let job = Job {
         w,
@@ -320,12 +329,25 @@ mod tests {
                             check::storage(&mut want),
                         ),
                     }
-                    gemm_nt_held(&a, &held, bias, m, check::storage(&mut got));
+                    gemm_nt_held(&a, &held, (bias, None), m, check::storage(&mut got));
                     let case = format!(
                         "{m} x {k} x {n}, bias {}, gate-up {gate_up}",
                         !bias.is_empty()
                     );
                     assert_eq!(bits(&got), bits(&want), "{case}");
+                    if !gate_up {
+                        // The residual in the store: the residual add's bits after the product's.
+                        let r = check::values(m * n, 4);
+                        let added: Vec<bf16> = r
+                            .iter()
+                            .zip(&want)
+                            .map(|(r, y)| {
+                                crate::ops::elementwise::bf16::round(r.to_f32() + y.to_f32())
+                            })
+                            .collect();
+                        gemm_nt_held(&a, &held, (bias, Some(&r)), m, check::storage(&mut got));
+                        assert_eq!(bits(&got), bits(&added), "{case}, residual");
+                    }
                 }
             }
         }
@@ -369,7 +391,8 @@ mod tests {
                     ),
                     false => super::super::gemm_nt(&a, &w, &[], (m, k, n), check::storage(&mut c)),
                 });
-                let tiles = best(&mut || gemm_nt_held(&a, &held, &[], m, check::storage(&mut c)));
+                let tiles =
+                    best(&mut || gemm_nt_held(&a, &held, (&[], None), m, check::storage(&mut c)));
                 let rate = |s: f64| 2.0 * (m * k * n) as f64 / s / 1e9;
                 eprintln!(
                     "round {round}: {m} x {k} x {n} (gate-up {gate_up}): in place {:.1} ms {:.0} GFLOP/s, held \

@@ -24,9 +24,10 @@ pub(super) unsafe fn configure() {
 
 /// Write the accumulator tile `sum` into `c` (m × n): `c[(i0 + r) · n + j0 + j]` for `r < rows`, `j < cols`,
 /// each plus its column's bias (where there is one) rounded to bf16 as `bf16::from_f32` rounds (to nearest, ties
-/// to even; a NaN stays a quiet NaN). The tile holds row `r` of `a` by weight row `j` at `j · 16 + r` where
-/// `transpose` (transposed in registers first: the weight was the first operand), else at `r · 16 + j`; then a
-/// row at a time: the bias added, rounded in integer lanes, one masked store.
+/// to even; a NaN stays a quiet NaN), then plus the output's residual value (where `c` has one) and rounded again.
+/// The tile holds row `r` of `a` by weight row `j` at `j · 16 + r` where `transpose` (transposed in registers
+/// first: the weight was the first operand), else at `r · 16 + j`; then a row at a time: the bias added, rounded,
+/// the residual added and rounded, one masked store.
 ///
 /// # Safety
 /// The CPU has AVX-512F, BW, VL, DQ and BF16; those outputs lie inside `c` and no other task writes them.
@@ -47,13 +48,24 @@ pub(super) unsafe fn store_sums(
     };
     // SAFETY: the CPU has AVX-512F.
     let sums = unsafe { by_rows(sum, transpose) };
+    // A bf16 value's bits as f32.
+    let widen = |b: __m256i| _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(b)));
     for (r, &v) in sums.iter().enumerate().take(rows) {
-        let bits = round16_bf16(match c.bias.is_null() {
+        let y = round16_bf16(match c.bias.is_null() {
             true => v,
             false => _mm512_add_ps(v, bias),
         });
+        let at = (i0 + r) * c.n + j0;
+        let bits = match c.residual.is_null() {
+            true => y,
+            // SAFETY: the residual holds the output's values (masked past column j0 + cols).
+            false => round16_bf16(_mm512_add_ps(
+                widen(unsafe { _mm256_maskz_loadu_epi16(mask, c.residual.add(at).cast()) }),
+                widen(y),
+            )),
+        };
         // SAFETY: the store writes row i0 + r's columns j0 .. j0 + cols.
-        unsafe { _mm256_mask_storeu_epi16(c.c.add((i0 + r) * c.n + j0).cast(), mask, bits) };
+        unsafe { _mm256_mask_storeu_epi16(c.c.add(at).cast(), mask, bits) };
     }
 }
 
