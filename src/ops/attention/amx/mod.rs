@@ -21,6 +21,7 @@ use crate::ops::elementwise::bf16::round;
 use crate::ops::gemm::bf16::amx::{self as gemm_amx, round16_bf16, Tile, ZERO_TILE};
 
 mod pack;
+mod rows;
 mod tiles;
 
 /// Rows of every tile.
@@ -278,12 +279,13 @@ impl Item<'_> {
         s.weights.resize(QUERY_BLOCK * KEY_BLOCK, bf16::ZERO);
         // The accumulators need no zeros: the first key block's products start from zero tiles.
         s.acc.resize(QUERY_BLOCK * astride, 0.0);
-        s.queries.clear();
+        // Rows past the block's queries keep what they hold: their sums are never read.
         s.queries.resize(QUERY_BLOCK * qstride, bf16::ZERO);
         let (first, nq) = self.rows;
         for r in 0..nq {
             let src = &self.q[((first + r) * h.heads + self.head) * h.d..][..h.d];
-            s.queries[r * qstride..][..h.d].copy_from_slice(src);
+            // SAFETY: the CPU has AVX-512F and BW (covers()).
+            unsafe { rows::padded(src, &mut s.queries[r * qstride..][..qstride]) };
         }
         let two = nq > TILE;
         let (mut max, mut sum) = ([f32::NEG_INFINITY; QUERY_BLOCK], [0f32; QUERY_BLOCK]);
@@ -308,14 +310,8 @@ impl Item<'_> {
                     h.d,
                 )
             };
-            crate::ops::simd::vectorised(
-                #[inline(always)]
-                || {
-                    for (o, x) in o.iter_mut().zip(&s.acc[r * astride..]) {
-                        *o = round(x * inv);
-                    }
-                },
-            );
+            // SAFETY: the CPU has AVX-512F, BW, VL, DQ and BF16 (covers()).
+            unsafe { rows::scaled(&s.acc[r * astride..][..h.d], inv, o) };
         }
     }
 

@@ -34,7 +34,8 @@ pub(super) unsafe fn pack_keys(rows: &Rows<'_>, h: Heads) -> Vec<Tile> {
 
 /// A KV head's values `rows` as second operands of `weights · v`: tile (key chunk `c`, dimension tile `t`) at
 /// `c · dim_tiles + t`, its row `p` holding keys `32c + 2p` (low half) and `32c + 2p + 1` of the tile's 16
-/// dimensions; zeros past the keys and the head dimension.
+/// dimensions; zeros past the keys and the head dimension. Two keys' 32 dimensions at a time are interleaved by
+/// one permutation per tile row.
 ///
 /// # Safety
 /// The CPU has AVX-512F, BW and VL.
@@ -42,6 +43,14 @@ pub(super) unsafe fn pack_keys(rows: &Rows<'_>, h: Heads) -> Vec<Tile> {
 pub(super) unsafe fn pack_values(rows: &Rows<'_>, h: Heads) -> Vec<Tile> {
     use std::arch::x86_64::*;
     let dim_tiles = h.dim_tiles();
+    // Lane 2i of a tile row from the first key's dimension i, lane 2i + 1 from the second's (index 32 + i):
+    // dimensions 0–15 of the pair, then 16–31.
+    let interleave = |from: u16| {
+        let idx: [u16; 32] = std::array::from_fn(|l| from + l as u16 / 2 + 32 * (l as u16 % 2));
+        // SAFETY: 32 values.
+        unsafe { _mm512_loadu_si512(idx.as_ptr().cast()) }
+    };
+    let (lo, hi) = (interleave(0), interleave(16));
     let mut tiles = vec![ZERO_TILE; rows.len.div_ceil(CHUNK) * dim_tiles];
     for (c, vt) in tiles.chunks_mut(dim_tiles).enumerate() {
         for p in 0..TILE {
@@ -50,20 +59,20 @@ pub(super) unsafe fn pack_values(rows: &Rows<'_>, h: Heads) -> Vec<Tile> {
                 break;
             }
             let (r0, r1) = (rows.row(n0), (n0 + 1 < rows.len).then(|| rows.row(n0 + 1)));
-            for (t, tile) in vt.iter_mut().enumerate() {
-                let m: __mmask16 = ((1u32 << (h.d - t * TILE).min(TILE)) - 1) as u16;
-                // SAFETY: the masked lanes lie inside the rows (d values each).
+            for t in (0..dim_tiles).step_by(2) {
+                let m = super::rows::first32(h.d - t * TILE);
+                // SAFETY: the masked lanes lie inside the rows (d values each); each tile row is 16 u32.
                 unsafe {
-                    let lo = _mm256_maskz_loadu_epi16(m, r0.as_ptr().add(t * TILE).cast());
-                    let hi = match r1 {
-                        Some(r1) => _mm256_maskz_loadu_epi16(m, r1.as_ptr().add(t * TILE).cast()),
-                        None => _mm256_setzero_si256(),
+                    let a = _mm512_maskz_loadu_epi16(m, r0.as_ptr().add(t * TILE).cast());
+                    let b = match r1 {
+                        Some(r1) => _mm512_maskz_loadu_epi16(m, r1.as_ptr().add(t * TILE).cast()),
+                        None => _mm512_setzero_si512(),
                     };
-                    let pair = _mm512_or_si512(
-                        _mm512_cvtepu16_epi32(lo),
-                        _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(hi)),
-                    );
-                    _mm512_storeu_si512(tile.0.as_mut_ptr().add(p * TILE).cast(), pair);
+                    let mut row = |t: usize| vt[t].0.as_mut_ptr().add(p * TILE).cast();
+                    _mm512_storeu_si512(row(t), _mm512_permutex2var_epi16(a, lo, b));
+                    if t + 1 < dim_tiles {
+                        _mm512_storeu_si512(row(t + 1), _mm512_permutex2var_epi16(a, hi, b));
+                    }
                 }
             }
         }

@@ -188,7 +188,7 @@ fn tiles_follow_torchs_flash_attention() {
     }
     let segs = [(0, 1), (1, 37), (38, 64), (102, 700), (802, 17)];
     let n = 819;
-    for (heads, kv_heads, d) in [(4, 2, 80), (2, 2, 64), (2, 1, 128), (3, 3, 48)] {
+    for (heads, kv_heads, d) in [(4, 2, 80), (2, 2, 64), (2, 1, 128), (3, 3, 48), (2, 1, 40)] {
         let h = Heads { heads, kv_heads, d };
         let (q, k, v) = (
             values(n * heads * d, 1),
