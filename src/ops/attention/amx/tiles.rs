@@ -82,10 +82,10 @@ pub(super) unsafe fn scores(
     }
 }
 
-/// `acc += weights · values` for the first 16 queries (and the next 16 where `two`), `acc` zeroed first
-/// where `fresh`: `weights` rows of [`KEY_BLOCK`] bf16 over `key_chunks` chunks of 32 keys, `values` the
-/// chunks' tiles (`dim_tiles` per chunk), `acc` rows of `astride` f32. Up to four dimension tiles at a time:
-/// tiles 0–3 accumulate, 4 holds the weights, 5–7 the values.
+/// `acc += weights · values` for the first 16 queries (and the next 16 where `two`), per query tile up to four
+/// dimension tiles at a time, `acc` zeroed first where `fresh`: `weights` rows of [`KEY_BLOCK`] bf16 over `key_chunks` chunks of 32 keys,
+/// `values` the chunks' tiles (`dim_tiles` per chunk), `acc` rows of `astride` f32. Tiles 0–3 accumulate, 4
+/// holds the weights, 5–7 the values.
 ///
 /// # Safety
 /// The tiles are configured on this thread; the pointers hold those rows, `values` `key_chunks` ·
@@ -97,56 +97,56 @@ pub(super) unsafe fn weighted_sums(
     (acc, astride): (*mut f32, usize),
 ) {
     let (ws, as_) = (2 * KEY_BLOCK, 4 * astride);
-    for qt in 0..1 + usize::from(two) {
+    let groups = dim_tiles.div_ceil(4);
+    for u in 0..(1 + usize::from(two)) * groups {
+        let (qt, t0) = (u / groups, 4 * (u % groups));
         let (w, a) = (
             weights.add(qt * TILE * KEY_BLOCK),
             acc.add(qt * TILE * astride),
         );
-        for t0 in (0..dim_tiles).step_by(4) {
-            let nt = 4.min(dim_tiles - t0);
-            let at = |t: usize| a.add((t0 + t) * TILE);
-            let vt = |c: usize, t: usize| values[c * dim_tiles + t0 + t].0.as_ptr();
-            if fresh {
-                zero!("tmm0", "tmm1", "tmm2", "tmm3");
-            } else {
-                load!("tmm0", at(0), as_);
-                if nt > 1 {
-                    load!("tmm1", at(1), as_);
-                }
-                if nt > 2 {
-                    load!("tmm2", at(2), as_);
-                }
-                if nt > 3 {
-                    load!("tmm3", at(3), as_);
-                }
-            }
-            for c in 0..key_chunks {
-                load!("tmm4", w.add(c * CHUNK), ws);
-                load!("tmm5", vt(c, 0), 64usize);
-                dot!("tmm0", "tmm4", "tmm5");
-                if nt > 1 {
-                    load!("tmm6", vt(c, 1), 64usize);
-                    dot!("tmm1", "tmm4", "tmm6");
-                }
-                if nt > 2 {
-                    load!("tmm7", vt(c, 2), 64usize);
-                    dot!("tmm2", "tmm4", "tmm7");
-                }
-                if nt > 3 {
-                    load!("tmm5", vt(c, 3), 64usize);
-                    dot!("tmm3", "tmm4", "tmm5");
-                }
-            }
-            store!("tmm0", at(0), as_);
+        let nt = 4.min(dim_tiles - t0);
+        let at = |t: usize| a.add((t0 + t) * TILE);
+        let vt = |c: usize, t: usize| values[c * dim_tiles + t0 + t].0.as_ptr();
+        if fresh {
+            zero!("tmm0", "tmm1", "tmm2", "tmm3");
+        } else {
+            load!("tmm0", at(0), as_);
             if nt > 1 {
-                store!("tmm1", at(1), as_);
+                load!("tmm1", at(1), as_);
             }
             if nt > 2 {
-                store!("tmm2", at(2), as_);
+                load!("tmm2", at(2), as_);
             }
             if nt > 3 {
-                store!("tmm3", at(3), as_);
+                load!("tmm3", at(3), as_);
             }
+        }
+        for c in 0..key_chunks {
+            load!("tmm4", w.add(c * CHUNK), ws);
+            load!("tmm5", vt(c, 0), 64usize);
+            dot!("tmm0", "tmm4", "tmm5");
+            if nt > 1 {
+                load!("tmm6", vt(c, 1), 64usize);
+                dot!("tmm1", "tmm4", "tmm6");
+            }
+            if nt > 2 {
+                load!("tmm7", vt(c, 2), 64usize);
+                dot!("tmm2", "tmm4", "tmm7");
+            }
+            if nt > 3 {
+                load!("tmm5", vt(c, 3), 64usize);
+                dot!("tmm3", "tmm4", "tmm5");
+            }
+        }
+        store!("tmm0", at(0), as_);
+        if nt > 1 {
+            store!("tmm1", at(1), as_);
+        }
+        if nt > 2 {
+            store!("tmm2", at(2), as_);
+        }
+        if nt > 3 {
+            store!("tmm3", at(3), as_);
         }
     }
 }
