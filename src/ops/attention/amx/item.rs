@@ -125,8 +125,11 @@ impl Item<'_> {
             acc: (s.acc.as_mut_ptr(), dim_tiles * TILE),
             two,
         };
-        // Two buffers of scores: the block's, and the next one's on the tiles.
-        let bufs = [0, 1].map(|b| s.scores[b * QUERY_BLOCK * KEY_BLOCK..].as_mut_ptr());
+        // Two buffers of scores: the block's, and the next one's on the tiles. (The buffers are reached through
+        // pointers taken once from the vectors, which are not touched otherwise while these are in use.)
+        let base = s.scores.as_mut_ptr();
+        // SAFETY: the scores hold two blocks.
+        let bufs = [base, unsafe { base.add(QUERY_BLOCK * KEY_BLOCK) }];
         // SAFETY: the queries hold 32 rows of their stride, each buffer 32 rows of KEY_BLOCK.
         unsafe { scores.issue(0, bufs[0], 0..scores.pairs(0)) };
         for (b, k0) in (0..seen).step_by(KEY_BLOCK).enumerate() {
@@ -152,9 +155,11 @@ impl Item<'_> {
                     issued = due;
                 }
                 if k0 > 0 {
-                    s.acc[r * sums.acc.1..][..sums.acc.1]
-                        .iter_mut()
-                        .for_each(|x| *x *= rescale);
+                    let (acc, stride) = sums.acc;
+                    // SAFETY: the accumulators hold 32 rows of their stride; the tiles are not writing them now.
+                    let row =
+                        unsafe { std::slice::from_raw_parts_mut(acc.add(r * stride), stride) };
+                    row.iter_mut().for_each(|x| *x *= rescale);
                 }
             }
             // SAFETY: the block's weights are whole.
