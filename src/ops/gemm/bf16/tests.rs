@@ -1,0 +1,226 @@
+//! The bf16 GEMMs through the ops: which kernel runs where (CPU, setting, dtype), the bias and the SwiGLU in the
+//! kernels, and the kernels against candle's bf16 matmul.
+use super::*;
+use candle_core::{DType, Device};
+
+#[test]
+fn the_path_follows_the_cpu_and_gemm_crate_only() {
+    assert_eq!(Bf16Gemm::for_this_cpu(true), Bf16Gemm::Candle);
+    let got = Bf16Gemm::for_this_cpu(false);
+    assert_eq!(got == Bf16Gemm::Candle, !supported());
+    assert_eq!(got.row_kernel(), supported());
+    eprintln!("{}", got.describe());
+}
+
+/// `Ops::matmul_nt` on bf16 tensors: the packed kernel's bits for segments, the row kernel's for independent
+/// rows (3-d input), candle's matmul under `--cpu-gemm gemm-crate`; the manifest says which.
+#[test]
+fn ops_matmul_nt_dispatches_bf16_by_cpu_and_setting() {
+    use crate::ops::{CpuGemm, Ops, OpsConfig, Rows};
+    let (m, k, n) = (6, 70, 33);
+    let dev = Device::Cpu;
+    let (a, w) = (check::values(m * k, 9), check::values(n * k, 10));
+    let x = Tensor::from_slice(&a, (2, m / 2, k), &dev).unwrap();
+    let wt = Tensor::from_slice(&w, (n, k), &dev).unwrap();
+    let bits = |t: Tensor| t.flatten_all().unwrap().to_vec1::<bf16>().unwrap();
+    let ops = Ops::new(&OpsConfig::default(), &dev, DType::BF16).unwrap();
+    let want = Bf16Gemm::for_this_cpu(false);
+    assert_eq!(ops.manifest().cpu_bf16_gemm, want.describe());
+    let seg = bits(ops.matmul_nt(&x, &wt, Rows::Segments(&[2, 4])).unwrap());
+    let ind = bits(ops.matmul_nt(&x, &wt, Rows::Independent).unwrap());
+    let config = OpsConfig {
+        cpu_gemm: CpuGemm::GemmCrate,
+        ..OpsConfig::default()
+    };
+    let crate_only = Ops::new(&config, &dev, DType::BF16).unwrap();
+    assert_eq!(
+        crate_only.manifest().cpu_bf16_gemm,
+        Bf16Gemm::Candle.describe()
+    );
+    let candle = bits(x.reshape((m, k)).unwrap().matmul(&wt.t().unwrap()).unwrap());
+    assert_eq!(
+        bits(crate_only.matmul_nt(&x, &wt, Rows::Independent).unwrap()),
+        candle
+    );
+    let x2 = x.reshape((m, k)).unwrap();
+    let per_segment = bits(
+        Tensor::cat(
+            &[
+                x2.narrow(0, 0, 2)
+                    .unwrap()
+                    .matmul(&wt.t().unwrap())
+                    .unwrap(),
+                x2.narrow(0, 2, 4)
+                    .unwrap()
+                    .matmul(&wt.t().unwrap())
+                    .unwrap(),
+            ],
+            0,
+        )
+        .unwrap(),
+    );
+    match want.segment_kernel() {
+        Some(f) => assert_eq!(seg, check::product(f, &a, &w, (m, k, n))),
+        None => assert_eq!(seg, per_segment),
+    }
+    if !want.row_kernel() {
+        eprintln!("skipped the row kernel's part: this CPU has no AVX512-BF16");
+        return;
+    }
+    assert_eq!(ind, check::product(row::gemm_nt_rows, &a, &w, (m, k, n)));
+}
+
+/// `Ops::matmul_swiglu` runs the fused AMX pass on segments where the bf16 segments run on AMX, with the bits
+/// of the biased product followed by the SwiGLU op; `None` for independent rows, with `--kernels off`,
+/// `--cpu-gemm gemm-crate`, in f32 and on CPUs without AMX.
+#[test]
+fn ops_fuse_the_swiglu_only_on_amx_segments() {
+    use crate::ops::{CpuGemm, Ops, OpsConfig, Rows};
+    let (m, k, i) = (6, 70, 21);
+    let dev = Device::Cpu;
+    let (a, w) = (check::values(m * k, 11), check::values(2 * i * k, 12));
+    let x = Tensor::from_slice(&a, (2, m / 2, k), &dev).unwrap();
+    let wt = Tensor::from_slice(&w, (2 * i, k), &dev).unwrap();
+    let b = Tensor::from_vec(check::values(2 * i, 13), 2 * i, &dev).unwrap();
+    let segs = Rows::Segments(&[2, 4]);
+    let ops = Ops::new(&OpsConfig::default(), &dev, DType::BF16).unwrap();
+    let got = ops.matmul_swiglu(&x, &wt, Some(&b), segs).unwrap();
+    if !Bf16Gemm::for_this_cpu(false).amx() {
+        assert!(got.is_none());
+        eprintln!("skipped the fused pass's bits: no AMX tiles here");
+        return;
+    }
+    let got = got.expect("fused on AMX");
+    assert_eq!(got.dims(), [2, m / 2, i]);
+    let gu = ops
+        .matmul_nt_bias(&x, &wt, &b, segs)
+        .unwrap()
+        .expect("folded");
+    let want = ops.swiglu_packed(&gu, None).unwrap();
+    let bits = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<bf16>().unwrap();
+    assert_eq!(bits(&got), bits(&want));
+    assert!(ops
+        .matmul_swiglu(&x, &wt, Some(&b), Rows::Independent)
+        .unwrap()
+        .is_none());
+    let f32s = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
+    assert!(ops
+        .matmul_swiglu(&f32s(&x), &f32s(&wt), None, segs)
+        .unwrap()
+        .is_none());
+    for config in [
+        OpsConfig {
+            fused_kernels: false,
+            ..OpsConfig::default()
+        },
+        OpsConfig {
+            cpu_gemm: CpuGemm::GemmCrate,
+            ..OpsConfig::default()
+        },
+    ] {
+        let other = Ops::new(&config, &dev, DType::BF16).unwrap();
+        assert!(other
+            .matmul_swiglu(&x, &wt, Some(&b), segs)
+            .unwrap()
+            .is_none());
+    }
+}
+
+/// `Ops::matmul_nt_bias` adds the bias inside the bf16 kernels (their bits with the bias) and leaves it to the
+/// caller (`None`) where no bf16 kernel runs the rows, with `--kernels off` and in f32.
+#[test]
+fn ops_fold_the_bias_into_the_bf16_kernels_only() {
+    use crate::ops::{Ops, OpsConfig, Rows};
+    let (m, k, n) = (6, 70, 33);
+    let dev = Device::Cpu;
+    let (a, w, bv) = (
+        check::values(m * k, 9),
+        check::values(n * k, 10),
+        check::values(n, 11),
+    );
+    let x = Tensor::from_slice(&a, (m, k), &dev).unwrap();
+    let wt = Tensor::from_slice(&w, (n, k), &dev).unwrap();
+    let b = Tensor::from_slice(&bv, n, &dev).unwrap();
+    let bias: Vec<f32> = bv.iter().map(|v| v.to_f32()).collect();
+    let ops = Ops::new(&OpsConfig::default(), &dev, DType::BF16).unwrap();
+    let choice = Bf16Gemm::for_this_cpu(false);
+    let row = choice.row_kernel().then_some(row::gemm_nt_rows as Kernel);
+    for (rows, kernel) in [
+        (Rows::Segments(&[m]), choice.segment_kernel()),
+        (Rows::Independent, row),
+    ] {
+        let got = ops.matmul_nt_bias(&x, &wt, &b, rows).unwrap();
+        match kernel {
+            Some(f) => {
+                let mut want = vec![bf16::NAN; m * n];
+                f(&a, &w, &bias, (m, k, n), check::storage(&mut want));
+                let got = got
+                    .expect("folded")
+                    .flatten_all()
+                    .unwrap()
+                    .to_vec1::<bf16>()
+                    .unwrap();
+                assert_eq!(got, want);
+            }
+            None => assert!(got.is_none()),
+        }
+    }
+    let off = OpsConfig {
+        fused_kernels: false,
+        ..OpsConfig::default()
+    };
+    let off = Ops::new(&off, &dev, DType::BF16).unwrap();
+    assert!(off
+        .matmul_nt_bias(&x, &wt, &b, Rows::Independent)
+        .unwrap()
+        .is_none());
+    let f32s = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
+    let ops32 = Ops::new(&OpsConfig::default(), &dev, DType::F32).unwrap();
+    let folded = ops32.matmul_nt_bias(&f32s(&x), &f32s(&wt), &f32s(&b), Rows::Independent);
+    assert!(folded.unwrap().is_none());
+}
+
+/// Segments through the packed kernel, independent rows through the row kernel, both close to candle's
+/// bf16 matmul, on a strided (transposed twice) input.
+#[test]
+fn tensors_in_segments_or_independent_rows_match_candles_product() {
+    if check::skip() {
+        return;
+    }
+    let (m, k, n) = (37, 130, 45);
+    let dev = Device::Cpu;
+    let x = Tensor::from_vec(check::values(m * k, 7), (k, m), &dev)
+        .unwrap()
+        .t()
+        .unwrap();
+    let w = Tensor::from_vec(check::values(n * k, 8), (n, k), &dev).unwrap();
+    let want = x
+        .to_dtype(DType::F32)
+        .unwrap()
+        .matmul(&w.to_dtype(DType::F32).unwrap().t().unwrap());
+    let want: Vec<f32> = want.unwrap().flatten_all().unwrap().to_vec1().unwrap();
+    let mut kernels: Vec<Kernel> = vec![packed::gemm_nt];
+    if amx::supported() {
+        kernels.push(amx::gemm_nt);
+    }
+    let cases = kernels
+        .iter()
+        .flat_map(|&f| [(None, f), (Some(vec![5, 0, 32]), f)]);
+    for (lens, f) in cases {
+        let got = matmul_nt(&x, &w, None, lens.as_deref(), f).unwrap();
+        assert_eq!(got.dtype(), DType::BF16);
+        let got: Vec<f32> = got
+            .to_dtype(DType::F32)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        for (g, w) in got.iter().zip(&want) {
+            assert!(
+                (g - w).abs() <= w.abs() / 256.0 + 1e-3,
+                "{lens:?}: {g} vs {w}"
+            );
+        }
+    }
+}
