@@ -10,8 +10,19 @@ use crate::hub::DataLocation;
 use crate::ops::{CpuGemm, GemmCalibration};
 use crate::records::{HistorySource, Procedure};
 use crate::settings::RuleName;
-use crate::settings::{BenchModel, SystemPrompt};
+use crate::settings::SystemPrompt;
 use crate::settings::{DTypeSpec, DeviceSpec};
+
+mod bench;
+mod data;
+mod serve;
+mod values;
+
+pub use bench::BenchArgs;
+pub use data::{DataCommand, ImportArgs, SampleArgs, ValidateArgs};
+pub use serve::{BackendKind, ServeArgs, ServedArgs};
+
+use values::{at_least_one, hf_true, on_off, whole};
 
 /// Offline evaluator of Qwen2.5-VL mobile GUI agents on the Mobile-R1 benchmark.
 #[derive(Debug, Parser)]
@@ -117,127 +128,6 @@ pub struct PackArgs {
     pub hub: HubArgs,
 }
 
-/// Arguments of `serve`.
-#[derive(Debug, Args)]
-pub struct ServeArgs {
-    /// The served checkpoint.
-    #[command(flatten)]
-    pub model: ModelArgs,
-    /// Address to bind. Loopback by default; any other address needs `--api-key-env`.
-    #[arg(long, default_value = "127.0.0.1")]
-    pub host: std::net::IpAddr,
-    /// Port to listen on (0: any free port; the address is printed on stdout).
-    #[arg(long, default_value_t = 8000, value_parser = whole::<u16>, allow_negative_numbers = true)]
-    pub port: u16,
-    /// Most sequences decoded together.
-    #[arg(long, default_value_t = 16, value_parser = whole::<usize>, allow_negative_numbers = true)]
-    pub batch_size: usize,
-    /// Token budget of one batch (prompt + generated tokens); automatic from free memory when absent. Also the
-    /// longest prompt plus `max_tokens` a request may ask for.
-    #[arg(long, value_parser = whole::<usize>, allow_negative_numbers = true)]
-    pub max_batch_tokens: Option<usize>,
-    /// Most tokens one request may generate, and the `max_tokens` of a request that gives none (less than the
-    /// model's context, `max_position_embeddings`).
-    #[arg(long, default_value_t = 1024, value_parser = whole::<usize>, allow_negative_numbers = true)]
-    pub max_new_tokens: usize,
-    /// Most requests waiting beyond the running batch; more are answered 429 with `Retry-After`.
-    #[arg(long, default_value_t = 64, value_parser = whole::<usize>, allow_negative_numbers = true)]
-    pub max_queue: usize,
-    /// Name of the environment variable holding the API key clients must send (`Authorization: Bearer <key>`).
-    #[arg(long, value_name = "VAR")]
-    pub api_key_env: Option<String>,
-    /// The model id of `/v1/models` and of requests (default: `--model` as given).
-    #[arg(long)]
-    pub served_model_name: Option<String>,
-    /// Most bytes of a request body (413 beyond).
-    #[arg(long, default_value_t = 16 << 20, value_parser = whole::<usize>, allow_negative_numbers = true)]
-    pub max_body_bytes: usize,
-    /// Most bytes of text over a request's messages (413 beyond), checked before anything is tokenised.
-    #[arg(long, default_value_t = 1 << 20, value_parser = whole::<usize>, allow_negative_numbers = true)]
-    pub max_text_bytes: usize,
-    /// Most requests reading and preparing their body at once (the others hold their queue slot and wait).
-    #[arg(long, default_value_t = 2, value_parser = whole::<usize>, allow_negative_numbers = true)]
-    pub max_preparing: usize,
-    /// Most open connections; more wait to be accepted.
-    #[arg(long, default_value_t = 256, value_parser = whole::<usize>, allow_negative_numbers = true)]
-    pub max_connections: usize,
-    /// Seconds a client has to send a whole request head: from the accept on a new connection, from the head's
-    /// first byte on a kept-alive one.
-    #[arg(long, default_value_t = 10.0, value_parser = seconds)]
-    pub header_timeout: f64,
-    /// Seconds a kept-alive connection may stay silent between requests before the server closes it.
-    #[arg(long, default_value_t = 15.0, value_parser = seconds)]
-    pub keep_alive_timeout: f64,
-    /// Seconds a client has to send a whole request body, once the server reads it (408 beyond).
-    #[arg(long, default_value_t = 60.0, value_parser = seconds)]
-    pub body_timeout: f64,
-    /// Seconds from Ctrl-C or SIGTERM to the exit: the requests in flight that are not answered by then get an
-    /// error.
-    #[arg(long, default_value_t = 60.0, value_parser = seconds)]
-    pub shutdown_timeout: f64,
-    /// Most pictures in one request.
-    #[arg(long, default_value_t = 8, value_parser = whole::<usize>, allow_negative_numbers = true)]
-    pub max_images: usize,
-    /// Most pixels of one picture as sent (checked from its header before it is decoded).
-    #[arg(long, default_value_t = 16_000_000, value_parser = whole::<u64>, allow_negative_numbers = true)]
-    pub max_image_pixels: u64,
-}
-
-/// Where `eval` sends its prompts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum BackendKind {
-    /// The checkpoint of `--model`, run here.
-    #[default]
-    Local,
-    /// An OpenAI-compatible server (`--endpoint`, `--api-model`).
-    Openai,
-}
-
-/// `eval`'s flags for `--backend openai`.
-#[derive(Debug, Args, Clone)]
-pub struct ServedArgs {
-    /// `local` (the checkpoint of `--model`, run here) or `openai` (an OpenAI-compatible server).
-    #[arg(long, value_enum, default_value = "local")]
-    pub backend: BackendKind,
-    /// The server's base URL, e.g. `http://127.0.0.1:8000/v1` (`/v1` is added to a URL without a path).
-    #[arg(long, value_name = "URL")]
-    pub endpoint: Option<String>,
-    /// The model id the server serves (as `GET /v1/models` lists it).
-    #[arg(long, value_name = "NAME")]
-    pub api_model: Option<String>,
-    /// Name of the environment variable holding the server's API key.
-    #[arg(long, value_name = "VAR")]
-    pub api_key_env: Option<String>,
-    /// Most requests in flight at once.
-    #[arg(long, default_value_t = 8, value_parser = whole::<usize>, allow_negative_numbers = true)]
-    pub concurrency: usize,
-    /// Seconds one HTTP call may take before it is retried (more than 0).
-    #[arg(long, value_name = "S", default_value_t = 600.0, value_parser = seconds, allow_negative_numbers = true)]
-    pub request_timeout: f64,
-    /// Retries of a request after a connection error, a timeout, a 408, 409 or a 5xx; then it is recorded as an
-    /// error.
-    #[arg(long, default_value_t = 5, value_parser = whole::<u32>, allow_negative_numbers = true)]
-    pub max_retries: u32,
-    /// Seconds one request may spend waiting out busy answers (HTTP 429, after each `Retry-After`) before it is
-    /// recorded as an error; a 429 costs no retry.
-    #[arg(long, value_name = "S", default_value_t = 600.0, value_parser = seconds, allow_negative_numbers = true)]
-    pub busy_wait: f64,
-    /// Connection failures in a row, over all requests, after which the server counts as gone and the run stops
-    /// as on Ctrl-C, saying how to resume (0: never).
-    #[arg(long, value_name = "N", default_value_t = 10, value_parser = whole::<usize>, allow_negative_numbers = true)]
-    pub max_connection_failures: usize,
-    /// The judge prompts' server (default: `--endpoint`).
-    #[arg(long, value_name = "URL")]
-    pub judge_endpoint: Option<String>,
-    /// The judge's model id there (default: `--api-model`).
-    #[arg(long, value_name = "NAME")]
-    pub judge_api_model: Option<String>,
-    /// The served model's family, for its system prompt and coordinate frame: `qwen2.5-vl` or `qwen3-vl`
-    /// (default: the family the server's `/v1/models` names, as `serve` does, else qwen2.5-vl).
-    #[arg(long, value_name = "FAMILY", value_parser = model_family)]
-    pub model_family: Option<crate::settings::ModelFamily>,
-}
-
 /// Arguments of `self-test`.
 #[derive(Debug, Args)]
 pub struct SelfTestArgs {
@@ -250,68 +140,6 @@ pub struct SelfTestArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
-}
-
-/// `data` subcommands.
-#[derive(Debug, Subcommand)]
-pub enum DataCommand {
-    /// Check a benchmark folder completely (images included) and print a summary.
-    Validate(ValidateArgs),
-    /// Turn another mobile-agent benchmark (AndroidControl, AITZ, GUI-Odyssey, CAGUI) into a benchmark folder.
-    Import(ImportArgs),
-}
-
-/// Arguments of `data import`.
-#[derive(Debug, Args)]
-pub struct ImportArgs {
-    /// `androidcontrol`, `androidcontrol-mobile-use`, `aitz`, `gui-odyssey` or `cagui`.
-    #[arg(long)]
-    pub format: crate::import::ImportFormat,
-    /// The source as published: AndroidControl's TFRecord folder (or one file), the mobile_use JSONL file, the AITZ
-    /// or CAGUI folder the episodes' `image_path` values are relative to, the GUI-Odyssey folder.
-    #[arg(long)]
-    pub source: PathBuf,
-    /// The benchmark folder to write: new, empty, or an earlier import of the same source (replaced).
-    #[arg(long)]
-    pub out: PathBuf,
-    /// AndroidControl: a key of `splits.json` (`train`, `validation`, `test`) or `test_subsplits.json`;
-    /// GUI-Odyssey: a split file, `NAME[:train|test]` (e.g. `random`, test part by default).
-    #[arg(long)]
-    pub split: Option<String>,
-    /// `high` (the goal only, default) or `low` (the goal and each step's instruction), where the source has
-    /// step instructions.
-    #[arg(long)]
-    pub level: Option<crate::import::Level>,
-    /// Import at most N episodes.
-    #[arg(long, value_parser = whole::<usize>, allow_negative_numbers = true)]
-    pub limit: Option<usize>,
-    /// Fail on the first source step or episode that cannot be imported (default: count it in the summary).
-    #[arg(long)]
-    pub strict: bool,
-    /// `androidcontrol-mobile-use`: the folder holding the screenshots, found by file name (default: the JSONL's
-    /// folder, then its `images/`).
-    #[arg(long)]
-    pub images: Option<PathBuf>,
-}
-
-/// Arguments of `data validate`.
-#[derive(Debug, Args)]
-pub struct ValidateArgs {
-    /// Benchmark folder holding `data.jsonl`, or `hf:OWNER/NAME[@REVISION]`; the embedded sample when absent.
-    #[arg(long)]
-    pub data: Option<DataLocation>,
-    /// The Hub, for `hf:` data.
-    #[command(flatten)]
-    pub hub: HubArgs,
-}
-
-/// Arguments of `sample`.
-#[derive(Debug, Args)]
-pub struct SampleArgs {
-    /// Folder to write `data.jsonl`, `images/` and `benchmark.json` into: new, empty, or an earlier `sample` output
-    /// (replaced); any other folder is refused.
-    #[arg(long)]
-    pub out: PathBuf,
 }
 
 /// Arguments of `score`.
@@ -422,23 +250,6 @@ impl std::str::FromStr for CalibrationFlag {
         } else {
             s.parse().map(Self::Set)
         }
-    }
-}
-
-/// A Hugging Face switch: `1`, `true`, `yes` or `on` (any case) is on; anything else, empty included, is off.
-fn hf_true(s: &str) -> Result<bool, String> {
-    Ok(matches!(
-        s.trim().to_ascii_lowercase().as_str(),
-        "1" | "true" | "yes" | "on"
-    ))
-}
-
-/// `on`/`off` (also `1`/`0`, `true`/`false`, `yes`/`no`), case-insensitive.
-fn on_off(s: &str) -> Result<bool, String> {
-    match s.trim().to_ascii_lowercase().as_str() {
-        "on" | "1" | "true" | "yes" => Ok(true),
-        "off" | "0" | "false" | "no" => Ok(false),
-        other => Err(format!("`{other}` is neither on nor off")),
     }
 }
 
@@ -603,141 +414,6 @@ pub struct MergeArgs {
     #[arg(long)]
     pub rules: Option<RuleName>,
 }
-
-/// Arguments of `bench`.
-#[derive(Debug, Args)]
-pub struct BenchArgs {
-    /// `tiny`, `small` (Qwen2.5-0.5B text + real 3B vision), `3b`, `7b`, `qwen3-2b`, `qwen3-4b`, `qwen3-8b`, or a config.json / model folder.
-    #[arg(long, default_value = "tiny")]
-    pub config: BenchModel,
-    /// Accepted for older command lines: random weights are `bench`'s only mode (a real checkpoint's throughput
-    /// is in `eval`'s `throughput.json`).
-    #[arg(long, hide = true)]
-    pub random_weights: bool,
-    /// `auto` (the first GPU of a CUDA or Metal build, else the CPU), `cpu`, `cuda`, `cuda:N` or `metal`; a
-    /// comma-separated list (`cuda:0,cuda:1`) runs one copy of the model per device, sharing the prompts as `eval`.
-    #[arg(long, default_value = "auto", value_delimiter = ',', num_args = 1)]
-    pub device: Vec<DeviceSpec>,
-    /// `f32`, `bf16` or `f16` (default: bf16 on GPU, f32 on CPU).
-    #[arg(long)]
-    pub dtype: Option<DTypeSpec>,
-    /// Number of step prompts (at least 1; rounded up to whole 4-step trajectories).
-    #[arg(long, default_value_t = 16, value_parser = at_least_one::<usize>, allow_negative_numbers = true)]
-    pub steps: usize,
-    /// Most sequences decoded together.
-    #[arg(long, default_value_t = 8, value_parser = whole::<usize>, allow_negative_numbers = true)]
-    pub batch_size: usize,
-    /// Token budget of one batch; automatic from free memory when absent.
-    #[arg(long, value_parser = whole::<usize>, allow_negative_numbers = true)]
-    pub max_batch_tokens: Option<usize>,
-    /// New tokens per prompt.
-    #[arg(long, default_value_t = 32, value_parser = whole::<usize>, allow_negative_numbers = true)]
-    pub max_new_tokens: usize,
-    /// Smallest image area in pixels.
-    #[arg(long, default_value_t = 3136, value_parser = whole::<u64>, allow_negative_numbers = true)]
-    pub min_pixels: u64,
-    /// Largest image area in pixels (default 1280·28²).
-    #[arg(long, default_value_t = 1_003_520, value_parser = whole::<u64>, allow_negative_numbers = true)]
-    pub max_pixels: u64,
-    /// Folder with a Qwen2.5-VL tokenizer.json and chat template (default: a copy built into the binary).
-    #[arg(long)]
-    pub tokenizer: Option<PathBuf>,
-    /// Skip the aggregation (judge) phase.
-    #[arg(long)]
-    pub no_judge: bool,
-    /// Seed of the random weights.
-    #[arg(long, default_value_t = 1234, value_parser = whole::<u64>, allow_negative_numbers = true)]
-    pub seed: u64,
-    /// `predicted`: run the same trajectories with the gold history, then with the model's own (each step
-    /// chained to the previous one's answer) and report both (`history` in the JSON).
-    #[arg(long, default_value = "gold")]
-    pub history: HistorySource,
-    /// The procedure of `--history predicted` (`uis1-sop` or `guievalkit`; default `uis1-sop`).
-    #[arg(long)]
-    pub semi_online: Option<Procedure>,
-    /// How the ops run.
-    #[command(flatten)]
-    pub ops: OpsArgs,
-    /// torch's matmul rate on this machine in the run's dtype, GFLOP/s (`compare.py` prints it): one more rate
-    /// the MFU figures are held against, besides the ones measured in the run.
-    #[arg(long, value_name = "GFLOPS", value_parser = positive_gflops)]
-    pub torch_gflops: Option<f64>,
-    /// Print one JSON object instead of a table.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// A positive, finite rate in GFLOP/s.
-fn positive_gflops(s: &str) -> Result<f64, String> {
-    match s.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
-        _ => Err(format!("expected a positive rate in GFLOP/s, found {s:?}")),
-    }
-}
-
-/// A whole number (`--max-new-tokens 32`); a negative or fractional value, or one beyond the type's range, is
-/// refused with the accepted range, rather than taken for a flag (clap names the flag).
-fn whole<T: Whole>(s: &str) -> Result<T, String> {
-    let t = s.trim();
-    if let Ok(v) = t.parse() {
-        return Ok(v);
-    }
-    let range = format!("0 to {}", T::MAX);
-    match t.parse::<i128>() {
-        Ok(v) if v >= 0 => Err(format!("{v} is beyond the accepted range ({range})")),
-        _ => Err(format!(
-            "expected a whole number (0, 1, 2, …; accepted: {range}), found {s:?}"
-        )),
-    }
-}
-
-/// A whole number of at least 1 (`--hub-timeout`, `bench --steps`), refused below with the accepted range.
-fn at_least_one<T: Whole>(s: &str) -> Result<T, String> {
-    let v: T = whole(s)?;
-    if v == T::ZERO {
-        return Err(format!("must be at least 1 (accepted: 1 to {})", T::MAX));
-    }
-    Ok(v)
-}
-
-/// `qwen2.5-vl` or `qwen3-vl` (case-insensitive; the `config.json` spellings `qwen2_5_vl` and `qwen3_vl` too).
-fn model_family(s: &str) -> Result<crate::settings::ModelFamily, String> {
-    use crate::settings::ModelFamily;
-    let key = s.trim().to_ascii_lowercase();
-    ModelFamily::ALL
-        .into_iter()
-        .find(|f| key == f.display_name().to_ascii_lowercase() || key == f.model_type())
-        .ok_or_else(|| format!("unknown model family {s:?}: expected qwen2.5-vl or qwen3-vl"))
-}
-
-/// The longest time a duration flag takes: 30 days (larger values would overflow the clock's arithmetic).
-const LONGEST_SECONDS: f64 = 30.0 * 86_400.0;
-
-/// A positive number of seconds up to 30 days (`--request-timeout 2.5`).
-fn seconds(s: &str) -> Result<f64, String> {
-    match s.trim().parse::<f64>() {
-        Ok(v) if v > 0.0 && v <= LONGEST_SECONDS => Ok(v),
-        _ => Err(format!(
-            "expected a positive number of seconds up to {LONGEST_SECONDS} (30 days; e.g. 30 or 2.5), found {s:?}"
-        )),
-    }
-}
-
-/// The unsigned integer types a flag takes, with their range for the error messages.
-trait Whole: std::str::FromStr + std::fmt::Display + PartialEq + Copy {
-    const ZERO: Self;
-    const MAX: Self;
-}
-
-macro_rules! whole_types {
-    ($($t:ty),*) => {$(
-        impl Whole for $t {
-            const ZERO: Self = 0;
-            const MAX: Self = <$t>::MAX;
-        }
-    )*};
-}
-whole_types!(u16, u32, u64, usize);
 
 #[cfg(test)]
 mod tests {
