@@ -81,6 +81,9 @@ fn held_product(
     }
     let count = x.elem_count() / k;
     let r = match r {
+        Some(_) if w.gate_up() => {
+            candle_core::bail!("matmul_held: a residual after a gate-up (SwiGLU) product")
+        }
         Some(r) if r.dims() != dims.as_slice() => {
             candle_core::bail!(
                 "matmul_held: residual {:?} for a product {dims:?}",
@@ -91,4 +94,50 @@ fn held_product(
         None => None,
     };
     bf16::matmul_held(&x.reshape((count, k))?, &w.0, b, r.as_ref())?.reshape(dims)
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{DType, Device, Tensor};
+
+    use crate::ops::{Ops, OpsConfig};
+
+    /// A residual of another shape, or after a gate-up product, is an error naming it, not a panic in the kernel.
+    #[test]
+    fn a_residual_that_does_not_fit_is_an_error() {
+        let dev = Device::Cpu;
+        let ops = Ops::new(&OpsConfig::default(), &dev, DType::BF16).unwrap();
+        let w = Tensor::ones((32, 16), DType::BF16, &dev).unwrap();
+        let (Some(plain), Some(gate_up)) = (
+            ops.hold_weight(&w, false).unwrap(),
+            ops.hold_weight(&w, true).unwrap(),
+        ) else {
+            eprintln!(
+                "skipped: the ops hold no weights here (no AMX, or another bf16 GEMM chosen)"
+            );
+            return;
+        };
+        let x = Tensor::ones((5, 16), DType::BF16, &dev).unwrap();
+        let r = |rows, cols| Tensor::ones((rows, cols), DType::BF16, &dev).unwrap();
+        let sum = ops
+            .matmul_held_residual(&x, &plain, None, &r(5, 32))
+            .unwrap();
+        assert_eq!(
+            sum.to_dtype(DType::F32)
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap(),
+            17.0
+        );
+        let err = ops
+            .matmul_held_residual(&x, &plain, None, &r(32, 5))
+            .unwrap_err();
+        assert!(err.to_string().contains("residual [32, 5]"), "{err}");
+        let err = ops
+            .matmul_held_residual(&x, &gate_up, None, &r(5, 16))
+            .unwrap_err();
+        assert!(err.to_string().contains("gate-up"), "{err}");
+    }
 }

@@ -234,8 +234,9 @@ pub(crate) fn matmul_swiglu(
 
 /// `x · wᵀ (+ b)` for bf16 `x` (rows, k) and a weight held in tiles (n × k) with its bias `b` (n), or for a gate-up
 /// weight the SwiGLU of its two halves ([`amx::gemm_nt_held`]), all rows in one product: each row's bits stand
-/// alone in the tile kernel, so segments need no separate products. Returns (rows, n) or (rows, n / 2). Needs
-/// [`amx::supported`].
+/// alone in the tile kernel, so segments need no separate products; with a `residual` (rows, n) of a plain weight
+/// added in the store. Returns (rows, n) or (rows, n / 2). Needs [`amx::supported`]; the caller checks the
+/// residual's shape (the kernel panics on a short one).
 pub(crate) fn matmul_held(
     x: &Tensor,
     w: &amx::TileWeight,
@@ -255,9 +256,6 @@ pub(crate) fn matmul_held(
         Tensor::from_vec(c, (m, cols), x.device())
     };
     with_bf16(x, |a| match residual {
-        Some(r) if w.gate_up() || r.dims2()? != (m, cols) => {
-            candle_core::bail!("bf16 GEMM: residual {:?} for {m} x {cols}", r.dims())
-        }
         Some(r) => with_bf16(r, |r| run(a, Some(r))),
         None => run(a, None),
     })

@@ -249,7 +249,7 @@ impl Job<'_> {
     /// weight tile `r`, rows by output columns.
     ///
     /// # Safety
-    /// The CPU has AVX-512F, BW and VL (and AVX2 and FMA for the SwiGLU); no other task writes these outputs.
+    /// The CPU has what the stores need ([`supported`]); no other task writes these outputs.
     unsafe fn store(&self, wp: usize, (rt, nr): ([usize; 2], usize), sums: &[Tile; 4]) {
         let n = self.out.n;
         for (t, &tile) in rt.iter().enumerate().take(nr) {

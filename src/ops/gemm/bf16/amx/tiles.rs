@@ -48,8 +48,6 @@ pub(super) unsafe fn store_sums(
     };
     // SAFETY: the CPU has AVX-512F.
     let sums = unsafe { by_rows(sum, transpose) };
-    // A bf16 value's bits as f32.
-    let widen = |b: __m256i| _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(b)));
     for (r, &v) in sums.iter().enumerate().take(rows) {
         let y = round16_bf16(match c.bias.is_null() {
             true => v,
@@ -60,8 +58,8 @@ pub(super) unsafe fn store_sums(
             true => y,
             // SAFETY: the residual holds the output's values (masked past column j0 + cols).
             false => round16_bf16(_mm512_add_ps(
-                widen(unsafe { _mm256_maskz_loadu_epi16(mask, c.residual.add(at).cast()) }),
-                widen(y),
+                widen16(unsafe { _mm256_maskz_loadu_epi16(mask, c.residual.add(at).cast()) }),
+                widen16(y),
             )),
         };
         // SAFETY: the store writes row i0 + r's columns j0 .. j0 + cols.
@@ -105,11 +103,11 @@ unsafe fn transposed(t: &Tile) -> [std::arch::x86_64::__m512; TILE] {
 }
 
 /// The SwiGLU of a gate tile and an up tile (`tiles[0]`, `tiles[1]`: output column `j` by row `r` at `j · 16 + r`
-/// where `transpose`, else at `r · 16 + j`) into `c` (m × I): `c[(i0 + r) · I + j0 + j]` for `r < rows`, `j < cols`. Each half's sum plus its bias (where
-/// there is one: `bias`, from column `j0`) rounded to bf16; the gate's SiLU as `elementwise::bf16::swiglu_packed`
-/// computes it (a whole tile through the same `silu16`, a partial last tile through its `silu_row`, since tiles
-/// start at multiples of 16), rounded to bf16; times
-/// the up value, rounded to bf16; one masked store per row.
+/// where `transpose`, else at `r · 16 + j`) into `c` (m × I): `c[(i0 + r) · I + j0 + j]` for `r < rows`,
+/// `j < cols`. Each half's sum plus its bias (where there is one: `bias`, from column `j0`) rounded to bf16; the
+/// gate's SiLU as `elementwise::bf16::swiglu_packed` computes it (a whole tile through the same `silu16`, a partial
+/// last tile through its `silu_row`, since tiles start at multiples of 16), rounded to bf16; times the up value,
+/// rounded to bf16; one masked store per row.
 ///
 /// # Safety
 /// The CPU has AVX-512F, BW, VL, DQ and BF16, AVX2 and FMA; those outputs lie inside `c`, no other task writes
@@ -136,11 +134,7 @@ pub(super) unsafe fn store_swiglu(
         )
     });
     // A bf16 value (the rounding of an f32 sum) as f32.
-    let rounded = |v: __m512| {
-        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(
-            round16_bf16(v),
-        )))
-    };
+    let rounded = |v: __m512| widen16(round16_bf16(v));
     for r in 0..rows {
         let (g, u) = match bias {
             Some((bg, bu)) => (_mm512_add_ps(gate[r], bg), _mm512_add_ps(up[r], bu)),
@@ -175,7 +169,7 @@ pub(super) unsafe fn store_swiglu(
 /// NaN), in integer lanes.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-pub(crate) fn round16(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m256i {
+fn round16(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m256i {
     use std::arch::x86_64::*;
     let v = _mm512_castps_si512(v);
     let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(v), _mm512_set1_epi32(1));
@@ -187,6 +181,14 @@ pub(crate) fn round16(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m256
     let nan = _mm512_cmpgt_epu32_mask(abs, _mm512_set1_epi32(0x7f80_0000));
     let quiet = _mm512_or_si512(_mm512_srli_epi32::<16>(v), _mm512_set1_epi32(0x40));
     _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet))
+}
+
+/// 16 bf16 values as f32 (exact: the bits shifted into the high half).
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn widen16(b: std::arch::x86_64::__m256i) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(b)))
 }
 
 /// [`round16`] by the CPU's own conversion (`vcvtneps2bf16`: to nearest, ties to even, a NaN quieted as
