@@ -70,6 +70,10 @@ pub struct Ops {
     rows: gemm::row::RowGemm,
     /// What multiplies bf16 activations by bf16 weights.
     bf16: gemm::bf16::Bf16Gemm,
+    /// The CBLAS library whose bf16 GEMM multiplies bf16 row segments instead, where one does.
+    bf16_blas: Option<Arc<blas::Blas>>,
+    /// How that was decided, where a library with a bf16 GEMM was loaded for a bf16 CPU run.
+    bf16_blas_choice: Option<blas::BlasChoice>,
     /// How the library was chosen, on the CPU.
     blas_choice: Option<blas::BlasChoice>,
     profiler: Profiler,
@@ -99,6 +103,22 @@ fn log_blas_choice(c: &blas::BlasChoice, builtin: BuiltinGemm) {
     }
 }
 
+/// Whether the loaded library's bf16 GEMM multiplies a bf16 run's row segments instead of `builtin`
+/// ([`gemm::bf16::blas::decide`]), logged; `None` where it has no bf16 GEMM.
+fn decide_bf16_blas(
+    lib: &blas::Blas,
+    config: &OpsConfig,
+    builtin: gemm::bf16::Bf16Gemm,
+) -> Option<blas::BlasChoice> {
+    let required = matches!(config.cpu_gemm, CpuGemm::Blas | CpuGemm::Library(_));
+    let spec = config.cpu_gemm.to_string();
+    let calibration = &config.cpu_gemm_calibration;
+    let c = gemm::bf16::blas::decide(lib, (&spec, required), builtin, calibration)?;
+    let what = c.library.as_deref().unwrap_or_default();
+    tracing::info!("CPU bf16 GEMMs of row segments: {what}: {}", c.reason);
+    Some(c)
+}
+
 impl Ops {
     /// The context of `config` for work on `device` with weights of `dtype`: on the CPU the CBLAS library asked for
     /// is loaded here (a required one that cannot be loaded is an error), and the bf16 kernels are chosen (timed)
@@ -114,17 +134,30 @@ impl Ops {
             true => gemm::bf16::Bf16Gemm::for_this_cpu(config.cpu_gemm == CpuGemm::GemmCrate),
             false => gemm::bf16::Bf16Gemm::Candle,
         };
-        let (blas, gemm_note, blas_choice) = if device.is_cpu() {
-            let calibration = &config.cpu_gemm_calibration;
-            let (blas, choice) = blas::choose(&config.cpu_gemm, calibration, builtin)?;
-            log_blas_choice(&choice, builtin);
-            match blas {
-                Some(b) => (Some(Arc::new(b)), String::new(), Some(choice)),
-                None => (None, builtin.describe(), Some(choice)),
+        let (loaded, blas_choice) = match device.is_cpu() {
+            true => {
+                let calibration = &config.cpu_gemm_calibration;
+                let (blas, choice) = blas::choose(&config.cpu_gemm, calibration, builtin)?;
+                log_blas_choice(&choice, builtin);
+                (blas.map(Arc::new), Some(choice))
             }
-        } else {
-            (None, "none (not a CPU run)".to_string(), None)
+            false => (None, None),
         };
+        let blas = loaded
+            .clone()
+            .filter(|_| blas_choice.as_ref().is_some_and(|c| c.used));
+        let gemm_note = match (device.is_cpu(), &blas) {
+            (false, _) => "none (not a CPU run)".to_string(),
+            (true, Some(_)) => String::new(),
+            (true, None) => builtin.describe(),
+        };
+        let bf16_run =
+            device.is_cpu() && dtype == DType::BF16 && config.cpu_gemm != CpuGemm::GemmCrate;
+        let bf16_blas_choice = match (&loaded, bf16_run) {
+            (Some(lib), true) => decide_bf16_blas(lib, config, bf16),
+            _ => None,
+        };
+        let bf16_blas = loaded.filter(|_| bf16_blas_choice.as_ref().is_some_and(|c| c.used));
         Ok(Self {
             config: config.clone(),
             blas,
@@ -135,6 +168,8 @@ impl Ops {
             ),
             rows,
             bf16,
+            bf16_blas,
+            bf16_blas_choice,
             blas_choice,
             profiler: Profiler::new(config.profile),
             attention_budget: composed::DEFAULT_MAX_SCORE_ELEMS,
@@ -179,6 +214,22 @@ impl Ops {
         }
     }
 
+    /// What multiplies bf16 products on the CPU, in words (`ops.cpu_bf16_gemm`).
+    fn bf16_description(&self) -> String {
+        let library = self
+            .bf16_blas_choice
+            .as_ref()
+            .and_then(|c| c.library.as_deref());
+        match (&self.bf16_blas, library) {
+            (Some(_), Some(lib)) => format!(
+                "row segments on {lib} (f32 sums, a linear layer's bias added before the one rounding to bf16); \
+                 independent rows and the weights held in tiles on the built-in kernels: {}",
+                self.bf16.describe()
+            ),
+            _ => self.bf16.describe(),
+        }
+    }
+
     /// What the run manifest records about the ops.
     pub fn manifest(&self) -> OpsManifest {
         OpsManifest {
@@ -197,7 +248,8 @@ impl Ops {
             cpu_attention_packed_min_keys: attention::cpu::packed_plan(self.attention_tiles)
                 .map(|p| p.min_keys),
             cpu_attention_packed: attention::cpu::describe_packed_plan(self.attention_tiles),
-            cpu_bf16_gemm: self.bf16.describe(),
+            cpu_bf16_gemm: self.bf16_description(),
+            cpu_bf16_blas_choice: self.bf16_blas_choice.clone(),
             cpu_bf16_attention: attention::describe_bf16(self.bf16.amx()),
         }
     }

@@ -54,6 +54,10 @@ pub struct OpsManifest {
     /// What multiplies bf16 activations by bf16 weights on the CPU (`ops::gemm::bf16`).
     #[serde(default)]
     pub cpu_bf16_gemm: String,
+    /// How the CBLAS library's own bf16 GEMM was chosen for bf16 row segments (or not), where a library with one
+    /// was loaded for a bf16 CPU run.
+    #[serde(default)]
+    pub cpu_bf16_blas_choice: Option<BlasChoice>,
     /// What computes the bf16 prefill attention on the CPU, in words.
     #[serde(default)]
     pub cpu_bf16_attention: String,

@@ -276,7 +276,7 @@ fn choose_uses_a_library_only_where_it_fits_and_is_not_slower() {
         .as_deref()
         .and_then(|c| core_misfit(c, CpuSimd::detect()));
     assert_eq!(auto.used, misfit.is_none() && b >= g, "{auto:?}");
-    assert_eq!(lib.is_some(), auto.used);
+    assert!(lib.is_some(), "the library found is loaded, used or not");
     let kept: Calibration = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     assert_eq!((kept.blas_gflops, kept.builtin_gflops), (b, g));
     // A later start reads the kept rates and decides the same.
@@ -296,7 +296,7 @@ fn choose_uses_a_library_only_where_it_fits_and_is_not_slower() {
             };
             std::fs::write(&file, serde_json::to_string(&kept).unwrap()).unwrap();
             let (lib, c) = choose(&CpuGemm::Auto, &kept_in, builtin).unwrap();
-            assert_eq!((lib.is_some(), c.used), (used, used), "{c:?}");
+            assert_eq!((lib.is_some(), c.used), (true, used), "{c:?}");
             assert_eq!(
                 c.reason.contains("slower than the built-in"),
                 !used,

@@ -51,6 +51,9 @@ impl Ops {
             return candle_matmul_nt(x, w);
         }
         let x2 = x.reshape((count, k))?;
+        if let (Some(lib), Some(lens)) = (self.bf16_blas_for(x, w), &lens) {
+            return bf16::blas::matmul_nt(&x2, w, None, lens, lib)?.reshape(dims);
+        }
         if let Some(segments) = self.bf16_kernel(x, w, lens.is_some()) {
             // bf16 on AVX512-BF16 or AMX: every row's bits stand alone in each kernel, whatever the segments.
             return bf16::matmul_nt(&x2, w, None, lens.as_deref(), segments)?.reshape(dims);
@@ -90,6 +93,12 @@ impl Ops {
             return Ok(None);
         }
         let (dims, count, lens) = product_shape(x, w, rows)?;
+        if let (Some(lib), Some(lens), true) = (self.bf16_blas_for(x, w), &lens, count > 0) {
+            let x2 = x.reshape((count, w.dim(1)?))?;
+            return Ok(Some(
+                bf16::blas::matmul_nt(&x2, w, Some(b), lens, lib)?.reshape(dims)?,
+            ));
+        }
         match self.bf16_kernel(x, w, lens.is_some()) {
             Some(segments) if count > 0 => {
                 let x2 = x.reshape((count, w.dim(1)?))?;
@@ -114,7 +123,8 @@ impl Ops {
     ) -> Result<Option<Tensor>> {
         let bf16s = (x.dtype(), w.dtype()) == (DType::BF16, DType::BF16)
             && b.is_none_or(|b| b.dtype() == DType::BF16);
-        if !self.config.fused_kernels || !x.device().is_cpu() || !self.bf16.amx() || !bf16s {
+        let amx_segments = self.bf16.amx() && self.bf16_blas.is_none();
+        if !self.config.fused_kernels || !x.device().is_cpu() || !amx_segments || !bf16s {
             return Ok(None);
         }
         let (mut dims, count, lens) = product_shape(x, w, rows)?;
@@ -130,6 +140,12 @@ impl Ops {
         }
         let x2 = x.reshape((count, k))?;
         Ok(Some(bf16::matmul_swiglu(&x2, w, b, &lens)?.reshape(dims)?))
+    }
+
+    /// The CBLAS library whose bf16 GEMM multiplies row segments where `x` and `w` are bf16 and one does.
+    fn bf16_blas_for(&self, x: &Tensor, w: &Tensor) -> Option<&blas::Blas> {
+        let bf16s = (x.dtype(), w.dtype()) == (DType::BF16, DType::BF16);
+        self.bf16_blas.as_deref().filter(|_| bf16s)
     }
 
     /// The bf16 kernel of segments (or, for independent rows, the row kernel) where `x` and `w` are bf16 and this

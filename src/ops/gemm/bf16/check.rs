@@ -5,7 +5,7 @@ use std::ops::Range;
 
 use half::bf16;
 
-pub use super::Kernel;
+pub(crate) use super::KernelFn;
 
 /// True, with a line saying so, where this CPU has no AVX512-BF16: the test then skips.
 pub fn skip() -> bool {
@@ -30,7 +30,7 @@ pub fn storage(c: &mut [bf16]) -> &mut [MaybeUninit<bf16>] {
 }
 
 /// `f`'s product, into an output that starts as NaN (so that an output it leaves unwritten shows).
-pub fn product(f: Kernel, a: &[bf16], w: &[bf16], dims: (usize, usize, usize)) -> Vec<bf16> {
+pub fn product(f: &KernelFn<'_>, a: &[bf16], w: &[bf16], dims: (usize, usize, usize)) -> Vec<bf16> {
     let mut c = vec![bf16::NAN; dims.0 * dims.2];
     f(a, w, &[], dims, storage(&mut c));
     c
@@ -38,7 +38,7 @@ pub fn product(f: Kernel, a: &[bf16], w: &[bf16], dims: (usize, usize, usize)) -
 
 /// Assert `f` gives `a · wᵀ`, and `a · wᵀ + bias`, on random inputs of each shape (m, k, n) of `shapes`,
 /// within the output's bf16 rounding (and f32 sums) of an f64 reference.
-pub fn matches_reference(f: Kernel, shapes: &[(usize, usize, usize)]) {
+pub fn matches_reference(f: &KernelFn<'_>, shapes: &[(usize, usize, usize)]) {
     bias_is_added_before_the_rounding(f);
     for &(m, k, n) in shapes {
         let (a, w) = (values(m * k, 1), values(n * k, 2));
@@ -67,7 +67,7 @@ pub fn matches_reference(f: Kernel, shapes: &[(usize, usize, usize)]) {
 
 /// Assert that `f` rounds `a·w + bias` once: at depth 1 each sum `a·w` is exact in f32, so the output must be
 /// `bf16(a·w + b)` bit for bit, which differs from `bf16(bf16(a·w) + b)` somewhere among these values.
-fn bias_is_added_before_the_rounding(f: Kernel) {
+fn bias_is_added_before_the_rounding(f: &KernelFn<'_>) {
     let (m, n) = (7, 40);
     let (a, w) = (values(m, 6), values(n, 7));
     let bias: Vec<f32> = values(n, 8).iter().map(|b| b.to_f32() / 3.0).collect();
@@ -90,7 +90,11 @@ fn bias_is_added_before_the_rounding(f: Kernel) {
 
 /// Assert that `f`'s rows `r` of a product of shape `dims` have the same bits when computed without the
 /// other rows, for each range `r` of `parts`, and that the whole product has the same bits on one thread.
-pub fn rows_stand_alone(f: Kernel, (m, k, n): (usize, usize, usize), parts: &[Range<usize>]) {
+pub fn rows_stand_alone(
+    f: &KernelFn<'_>,
+    (m, k, n): (usize, usize, usize),
+    parts: &[Range<usize>],
+) {
     let (a, w) = (values(m * k, 3), values(n * k, 4));
     let all = product(f, &a, &w, (m, k, n));
     for r in parts {

@@ -12,6 +12,7 @@
 //! CPUs without AVX512-BF16, and `--cpu-gemm gemm-crate`, keep candle's bf16 matmul ([`Bf16Gemm::Candle`]).
 
 pub mod amx;
+pub(crate) mod blas;
 pub mod packed;
 pub mod row;
 #[cfg(test)]
@@ -105,6 +106,15 @@ impl Bf16Gemm {
             Self::Kernels { .. } => Some(packed::gemm_nt),
             Self::Amx { .. } => Some(amx::gemm_nt),
             Self::Candle | Self::RowKernelOnly { .. } => None,
+        }
+    }
+
+    /// The name of what multiplies row segments.
+    pub fn segments_name(self) -> &'static str {
+        match self {
+            Self::Candle | Self::RowKernelOnly { .. } => "candle bf16 matmul",
+            Self::Kernels { .. } => "AVX512-BF16 packed kernel",
+            Self::Amx { .. } => "AMX tile kernel",
         }
     }
 
@@ -215,8 +225,8 @@ pub(crate) fn matmul_nt(
 ) -> Result<Tensor> {
     let (m, n) = (x.dim(0)?, w.dim(0)?);
     match lens {
-        Some(lens) => by_segments(x, w, b, (lens, n), segments),
-        None => by_segments(x, w, b, (&[m], n), row::gemm_nt_rows),
+        Some(lens) => by_segments(x, w, b, (lens, n), &segments),
+        None => by_segments(x, w, b, (&[m], n), &row::gemm_nt_rows),
     }
 }
 
@@ -229,7 +239,7 @@ pub(crate) fn matmul_swiglu(
     b: Option<&Tensor>,
     lens: &[usize],
 ) -> Result<Tensor> {
-    by_segments(x, w, b, (lens, w.dim(0)? / 2), amx::gemm_nt_swiglu)
+    by_segments(x, w, b, (lens, w.dim(0)? / 2), &amx::gemm_nt_swiglu)
 }
 
 /// `x · wᵀ (+ b)` for bf16 `x` (rows, k) and a weight held in tiles (n × k) with its bias `b` (n), or for a gate-up
@@ -261,6 +271,10 @@ pub(crate) fn matmul_held(
     })
 }
 
+/// A [`Kernel`], or a closure with its contract.
+pub(crate) type KernelFn<'a> =
+    dyn Fn(&[bf16], &[bf16], &[f32], (usize, usize, usize), &mut [MaybeUninit<bf16>]) + Sync + 'a;
+
 /// `kernel` over the rows of each segment of `lens` of bf16 `x` (rows, k) with the weight `w` (n, k) and its bias
 /// (n, as f32), each segment alone, into a new (rows, `cols`) output.
 fn by_segments(
@@ -268,7 +282,7 @@ fn by_segments(
     w: &Tensor,
     b: Option<&Tensor>,
     (lens, cols): (&[usize], usize),
-    kernel: Kernel,
+    kernel: &KernelFn<'_>,
 ) -> Result<Tensor> {
     let ((m, k), (n, _)) = (x.dims2()?, w.dims2()?);
     let bias = bias_values(b, n)?;

@@ -168,7 +168,7 @@ mod tests {
         }
         // Partial row and weight tiles, odd k (a last lone depth), several tasks, k = 0.
         matches_reference(
-            gemm_nt,
+            &gemm_nt,
             &[
                 (1, 1, 1),
                 (5, 7, 15),
@@ -190,6 +190,6 @@ mod tests {
         // Rows 100..111 alone (another place in the panels and tasks), rows across a task's end, one row, and
         // all rows on one thread.
         let parts = [100..111, 125..131, 7..8];
-        rows_stand_alone(gemm_nt, (2 * MR * PANELS_PER_TASK + 9, 301, 70), &parts);
+        rows_stand_alone(&gemm_nt, (2 * MR * PANELS_PER_TASK + 9, 301, 70), &parts);
     }
 }

@@ -169,7 +169,7 @@ mod tests {
         }
         // Partial row and weight groups, depths with and without a tail (odd ones too), k = 0, several tasks.
         matches_reference(
-            gemm_nt_rows,
+            &gemm_nt_rows,
             &[
                 (1, 1, 1),
                 (1, 32, 2),
@@ -191,6 +191,6 @@ mod tests {
         // Each row alone, rows 5..8 together, and all rows on one thread.
         let mut parts: Vec<_> = (0..11).map(|i| i..i + 1).collect();
         parts.push(5..8);
-        rows_stand_alone(gemm_nt_rows, (11, 901, 301), &parts);
+        rows_stand_alone(&gemm_nt_rows, (11, 901, 301), &parts);
     }
 }

@@ -60,14 +60,14 @@ fn ops_matmul_nt_dispatches_bf16_by_cpu_and_setting() {
         .unwrap(),
     );
     match want.segment_kernel() {
-        Some(f) => assert_eq!(seg, check::product(f, &a, &w, (m, k, n))),
+        Some(f) => assert_eq!(seg, check::product(&f, &a, &w, (m, k, n))),
         None => assert_eq!(seg, per_segment),
     }
     if !want.row_kernel() {
         eprintln!("skipped the row kernel's part: this CPU has no AVX512-BF16");
         return;
     }
-    assert_eq!(ind, check::product(row::gemm_nt_rows, &a, &w, (m, k, n)));
+    assert_eq!(ind, check::product(&row::gemm_nt_rows, &a, &w, (m, k, n)));
 }
 
 /// `Ops::matmul_swiglu` runs the fused AMX pass on segments where the bf16 segments run on AMX, with the bits

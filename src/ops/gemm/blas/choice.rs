@@ -114,7 +114,7 @@ pub(crate) fn decide(
     required: bool,
     calibration: &GemmCalibration,
     builtin: BuiltinGemm,
-) -> (Option<Blas>, BlasChoice) {
+) -> (Blas, BlasChoice) {
     let misfit = blas
         .corename
         .as_deref()
@@ -165,7 +165,7 @@ pub(crate) fn decide(
         calibration: source,
         reason,
     };
-    (used.then_some(blas), choice)
+    (blas, choice)
 }
 
 /// The calibration rates of `blas` on this machine: from the calibration file, else from this process's first

@@ -21,8 +21,9 @@
 //! with the batch's size or the thread count, so each segment of rows (one prompt, one image) is its own call
 //! ([`super::Rows`]). `gemm-crate` gives the `gemm` crate's bit-for-bit behaviour back.
 
+pub mod bf16;
 mod choice;
-mod record;
+pub(crate) mod record;
 
 pub(crate) use crate::records::BlasChoice;
 pub(crate) use choice::needs_attention;
@@ -52,6 +53,10 @@ type Sgemm = unsafe extern "C" fn(
     i32,
 );
 type SetThreads = unsafe extern "C" fn(i32);
+/// MKL's `int MKL_Set_Threading_Layer(int)`.
+type SetLayer = unsafe extern "C" fn(i32) -> i32;
+/// `MKL_THREADING_SEQUENTIAL`.
+const MKL_THREADING_SEQUENTIAL: i32 = 1;
 /// `const char *openblas_get_config(void)`, `char *openblas_get_corename(void)`.
 type GetString = unsafe extern "C" fn() -> *const std::ffi::c_char;
 
@@ -79,6 +84,8 @@ const AUTO_NAMES: [&str; 3] = ["libopenblas.so.0", "libopenblas.so", "libopenbla
 /// A loaded CBLAS library.
 pub struct Blas {
     sgemm: Sgemm,
+    /// Its bf16 GEMM, where it exports one that passed the check at load.
+    bf16: Option<bf16::Bf16Symbol>,
     /// What was loaded: the library's own description (OpenBLAS's config string) and its file name.
     pub description: String,
     /// The kernels OpenBLAS picked for this CPU (`openblas_get_corename`, e.g. `Haswell`, `SkylakeX`), when the
@@ -111,6 +118,11 @@ impl Blas {
             let sgemm = *lib
                 .get::<Sgemm>(b"cblas_sgemm\0")
                 .map_err(|e| format!("{path}: no cblas_sgemm ({e})"))?;
+            // MKL's single library loads its threading layer on the first call: the sequential one, as each call
+            // runs on one of rayon's threads (its default, Intel OpenMP, is a separate package).
+            if let Ok(layer) = lib.get::<SetLayer>(b"MKL_Set_Threading_Layer\0") {
+                layer(MKL_THREADING_SEQUENTIAL);
+            }
             for name in [&b"openblas_set_num_threads\0"[..], b"MKL_Set_Num_Threads\0"] {
                 if let Ok(set) = lib.get::<SetThreads>(name) {
                     set(1);
@@ -122,13 +134,18 @@ impl Blas {
                 Some(c) => format!("{c} ({path})"),
                 None => path.to_string(),
             };
-            let blas = Self {
+            let mut blas = Self {
                 sgemm,
+                bf16: bf16::bind(&lib),
                 description,
                 corename,
                 _lib: lib,
             };
             blas.check().map_err(|e| format!("{path}: {e}"))?;
+            if let Some(Err(e)) = blas.bf16.is_some().then(|| blas.check_bf16()) {
+                tracing::warn!("{path}: {e}; its bf16 GEMM is not used");
+                blas.bf16 = None;
+            }
             Ok(blas)
         }
     }
@@ -251,14 +268,15 @@ impl Blas {
     }
 }
 
-struct SendPtr(*mut f32);
-// SAFETY: the pointer is only used for disjoint column blocks inside one rayon scope.
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
+struct SendPtr<T>(*mut T);
+// SAFETY: the pointer is only read, or written in disjoint blocks, inside one rayon scope.
+unsafe impl<T> Send for SendPtr<T> {}
+unsafe impl<T> Sync for SendPtr<T> {}
 
-/// Load and judge what `gemm` (`--cpu-gemm`, `MOBILE_R1_EVAL_BLAS`) asks for: the library to use, if any, and
-/// the record of the choice (see [`choice`] for the rules), its calibration kept where
-/// `calibration` says. An error only where a library required by `gemm` cannot be loaded.
+/// Load and judge what `gemm` (`--cpu-gemm`, `MOBILE_R1_EVAL_BLAS`) asks for: the library loaded, if any, and
+/// the record of the choice for the f32 GEMMs (`used`: see [`choice`] for the rules), its calibration kept where
+/// `calibration` says. A library loaded but not used for f32 may still multiply bf16 ([`super::bf16::blas`]).
+/// An error only where a library required by `gemm` cannot be loaded.
 pub fn choose(
     gemm: &CpuGemm,
     calibration: &GemmCalibration,
@@ -279,7 +297,10 @@ pub fn choose(
             None,
             choice::none(&spec, "no OpenBLAS installed: the built-in GEMM"),
         ),
-        Some(b) => choice::decide(b, &spec, required, calibration, builtin),
+        Some(b) => {
+            let (b, choice) = choice::decide(b, &spec, required, calibration, builtin);
+            (Some(b), choice)
+        }
     })
 }
 

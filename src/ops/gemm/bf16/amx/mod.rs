@@ -438,7 +438,7 @@ mod tests {
         // Partial row and weight tiles and pairs, depths below, at and past a chunk (odd: a lone last depth),
         // several tasks, k = 0.
         matches_reference(
-            gemm_nt,
+            &gemm_nt,
             &[
                 (1, 1, 1),
                 (5, 7, 15),
@@ -461,6 +461,6 @@ mod tests {
         // Rows alone at other places in the tiles and tasks, across a pair's end, one row, and all rows on one
         // thread; k spans several chunks and a tail.
         let parts = [100..111, 29..35, 7..8];
-        rows_stand_alone(gemm_nt, (2 * 2 * TILE * 3 + 9, 301, 70), &parts);
+        rows_stand_alone(&gemm_nt, (2 * 2 * TILE * 3 + 9, 301, 70), &parts);
     }
 }
