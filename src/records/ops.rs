@@ -57,7 +57,7 @@ pub struct OpsManifest {
     /// How the CBLAS library's own bf16 GEMM was chosen for bf16 row segments (or not), where a library with one
     /// was loaded for a bf16 CPU run.
     #[serde(default)]
-    pub cpu_bf16_blas_choice: Option<BlasChoice>,
+    pub cpu_bf16_blas_choice: Option<Box<BlasChoice>>,
     /// What computes the bf16 prefill attention on the CPU, in words.
     #[serde(default)]
     pub cpu_bf16_attention: String,
@@ -143,7 +143,9 @@ mod tests {
             r#""cpu_gemm_blas_min_rows":4,"cpu_gemm_packed_min_rows":768,"#,
             r#""cpu_attention_tiled_min_keys":64,"cpu_attention_packed_min_keys":2048,"#,
             r#""cpu_attention_packed":"attention of 2048 keys or more in query blocks on the packed kernel","#,
-            r#""cpu_bf16_gemm":"gemm crate (candle's bf16 matmul)","#,
+            r#""cpu_bf16_gemm":"gemm crate (candle's bf16 matmul)","cpu_bf16_blas_choice":{"spec":"mkl.so","#,
+            r#""library":"mkl.so (cblas_gemm_bf16bf16f32)","corename":null,"used":true,"blas_gflops":900.0,"#,
+            r#""builtin_gflops":800.5,"calibration":"measured at load","reason":"asked for"},"#,
             r#""cpu_bf16_attention":"the f32 attention on f32 copies"}"#
         );
         let m: OpsManifest = serde_json::from_str(json).unwrap();

@@ -399,6 +399,50 @@ fn the_cpu_blas_switch_is_recorded_and_a_bad_library_is_refused() {
     assert!(!bad.join("predictions.jsonl").exists());
 }
 
+/// A bf16 CPU run with a CBLAS library that has a bf16 GEMM (MKL, put into `.mkl/` by `.ci/mkl.sh`) named by
+/// `--cpu-gemm`: every step is answered, and the manifest records that the library's bf16 GEMM multiplied the row
+/// segments, with the rates it measured. Skipped where MKL is absent.
+#[test]
+fn a_named_library_with_a_bf16_gemm_runs_the_bf16_segments() {
+    let mkl = Path::new(env!("CARGO_MANIFEST_DIR")).join(".mkl/libmkl_rt.so.3");
+    if !mkl.exists() {
+        eprintln!(
+            "skipped: no MKL at {} (bash .ci/mkl.sh puts it there)",
+            mkl.display()
+        );
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("mkl");
+    let flags = [
+        "--no-judge",
+        "--dtype",
+        "bf16",
+        "--cpu-gemm",
+        mkl.to_str().unwrap(),
+    ];
+    ok(&eval(&out, None, &flags));
+    assert_eq!(responses(&out).len(), 30);
+    let ops = &json_file(&out.join("manifest.json"))["backend"]["ops"];
+    let choice = &ops["cpu_bf16_blas_choice"];
+    assert_eq!(choice["used"], true, "{choice}");
+    assert!(
+        choice["library"]
+            .as_str()
+            .unwrap()
+            .contains("cblas_gemm_bf16bf16f32"),
+        "{choice}"
+    );
+    assert!(choice["blas_gflops"].as_f64().unwrap() > 0.0, "{choice}");
+    assert!(
+        ops["cpu_bf16_gemm"]
+            .as_str()
+            .unwrap()
+            .contains("row segments on"),
+        "{ops}"
+    );
+}
+
 /// `--device cpu,cpu`: two copies of the model share the trajectories through one queue and one writer; the
 /// predictions and metrics equal a one-device run's, and `throughput.json` gives each device's share.
 #[test]

@@ -188,3 +188,55 @@ fn the_bf16_calibration_is_kept_beside_the_f32_one() {
         (first.blas_gflops, first.builtin_gflops)
     );
 }
+
+/// `cargo test --release --lib bf16::blas::tests::timing -- --ignored --nocapture`: the `small` checkpoint's
+/// prefill products at 1,003,520 pixels and the calibration product through the library's bf16 GEMM (as the ops
+/// call it: chunks of rows, columns split over the threads), the AMX kernel in place and on a weight held in
+/// tiles, alternated, best of three each.
+#[test]
+#[ignore = "a timing run: use --release --ignored --nocapture"]
+fn timing() {
+    use crate::ops::gemm::bf16::amx;
+    let Some(blas) = mkl() else { return };
+    if !amx::supported() {
+        eprintln!("skipped: no AMX");
+        return;
+    }
+    let shapes = [
+        CALIBRATION,
+        (5088, 1280, 3840),
+        (5088, 1280, 1280),
+        (5088, 3420, 1280),
+        (1306, 896, 1152),
+        (1306, 896, 9728),
+        (1306, 4864, 896),
+    ];
+    for (m, k, n) in shapes {
+        let (a, w) = (check::values(m * k, 1), check::values(n * k, 2));
+        let held = amx::TileWeight::new(&w, (n, k), false);
+        let mut c = vec![bf16::ZERO; m * n];
+        let mut time = |f: &mut dyn FnMut(&mut [MaybeUninit<bf16>])| {
+            let t = Instant::now();
+            f(check::storage(&mut c));
+            t.elapsed().as_secs_f64()
+        };
+        let mut best = [f64::INFINITY; 3];
+        for round in 0..4 {
+            let t = [
+                time(&mut |c| product(&blas, &a, &w, &[], (m, k, n), c)),
+                time(&mut |c| amx::gemm_nt(&a, &w, &[], (m, k, n), c)),
+                time(&mut |c| amx::gemm_nt_held(&a, &held, (&[], None), m, c)),
+            ];
+            for (b, t) in best.iter_mut().zip(t).filter(|_| round > 0) {
+                *b = b.min(t);
+            }
+        }
+        let rate = |s: f64| 2.0 * (m * k * n) as f64 / s / 1e9;
+        eprintln!(
+            "{m} x {k} x {n}: MKL bf16 {:.0}, AMX in place {:.0}, AMX held {:.0} GFLOP/s",
+            rate(best[0]),
+            rate(best[1]),
+            rate(best[2])
+        );
+    }
+}
