@@ -180,7 +180,13 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport> {
     let (device, dtype) = (model.device(), model.dtype());
     let (vision_seconds, vision_attention_flops) = time_vision(model, &loaded.kit, &bench)?;
     let n = if device.is_cpu() { 2048 } else { 8192 };
-    let mut rates = matmul_rates(device, dtype, n, model.ops().blas())?;
+    // The library this run uses for its dtype's products (in bf16, the one whose bf16 GEMM runs, if any).
+    let ops = model.ops();
+    let library = match dtype {
+        DType::BF16 => ops.bf16_blas().or(ops.blas()),
+        _ => ops.blas(),
+    };
+    let mut rates = matmul_rates(device, dtype, n, library)?;
     rates.extend(cfg.torch_flops.map(|flops| MatmulRate {
         path: "torch".to_string(),
         detail: "given with --torch-gflops, measured outside this run".to_string(),

@@ -186,6 +186,11 @@ impl Ops {
         self.blas.as_deref()
     }
 
+    /// The CBLAS library whose bf16 GEMM multiplies bf16 row segments, if any.
+    pub fn bf16_blas(&self) -> Option<&blas::Blas> {
+        self.bf16_blas.as_deref()
+    }
+
     /// [`Profiler::section`] of this context's profiler.
     pub fn section<T, E: From<candle_core::Error>>(
         &self,

@@ -77,29 +77,43 @@ pub fn matmul_rates(
         }
     }
     if device.is_cpu() && dtype == DType::BF16 {
-        rates.extend(bf16_rates(&a, &b, n)?);
+        rates.extend(bf16_rates(&a, &b, n, in_use)?);
     }
     Ok(rates)
 }
 
 /// The rates of this program's bf16 kernels of row segments on `n`³ (bf16 CPU tensors `a`, `b`): the AVX512-BF16
-/// packed kernel and the AMX kernel, where the CPU runs them (each whether or not the run uses it).
-fn bf16_rates(a: &Tensor, b: &Tensor, n: usize) -> Result<Vec<MatmulRate>> {
-    use super::bf16::{amx, packed, Kernel};
+/// packed kernel and the AMX kernel, where the CPU runs them (each whether or not the run uses it), and the bf16
+/// GEMM of `library` where it has one (called as the run calls it).
+fn bf16_rates(a: &Tensor, b: &Tensor, n: usize, library: Option<&Blas>) -> Result<Vec<MatmulRate>> {
+    use super::bf16::{amx, packed, KernelFn};
     let (av, bv) = (
         a.flatten_all()?.to_vec1::<half::bf16>()?,
         b.flatten_all()?.to_vec1::<half::bf16>()?,
     );
-    let mut kernels: Vec<(&str, &str, Kernel)> = Vec::new();
+    let mut kernels: Vec<(String, &str, Box<KernelFn<'_>>)> = Vec::new();
     if super::bf16::supported() {
         kernels.push((
-            "bf16 packed",
+            "bf16 packed".into(),
             "AVX512-BF16 vdpbf16ps, f32 sums",
-            packed::gemm_nt,
+            Box::new(packed::gemm_nt),
         ));
     }
     if amx::supported() {
-        kernels.push(("bf16 AMX", "AMX tiles, tdpbf16ps, f32 sums", amx::gemm_nt));
+        kernels.push((
+            "bf16 AMX".into(),
+            "AMX tiles, tdpbf16ps, f32 sums",
+            Box::new(amx::gemm_nt),
+        ));
+    }
+    if let Some((lib, symbol)) = library.and_then(|l| Some((l, l.bf16_gemm()?))) {
+        kernels.push((
+            format!("cblas bf16: {} ({symbol})", lib.description),
+            "the library's bf16 GEMM, f32 sums, one call per chunk of rows and block of columns",
+            Box::new(move |a, w, bias, dims, c| {
+                super::bf16::blas::product(lib, a, w, bias, dims, c)
+            }),
+        ));
     }
     let mut c = vec![half::bf16::ZERO; n * n];
     // SAFETY: the kernels write bf16 values only.
@@ -111,7 +125,7 @@ fn bf16_rates(a: &Tensor, b: &Tensor, n: usize) -> Result<Vec<MatmulRate>> {
             Ok(())
         })?;
         rates.push(MatmulRate {
-            path: path.to_string(),
+            path,
             detail: detail.to_string(),
             flops: 2.0 * (n as f64).powi(3) / secs,
         });
@@ -185,6 +199,20 @@ mod tests {
         ];
         for (runs, path) in want {
             assert_eq!(paths.contains(&path), runs, "{path} in {paths:?}");
+        }
+        assert!(
+            !paths.iter().any(|p| p.starts_with("cblas bf16")),
+            "{paths:?}"
+        );
+        // A library with a bf16 GEMM adds its rate (MKL from .ci/mkl.sh, where it is installed).
+        if let Some(path) = super::super::bf16::blas::tests::mkl_path() {
+            let mkl = Blas::open(&path).unwrap();
+            let rates = matmul_rates(&Device::Cpu, DType::BF16, 96, Some(&mkl)).unwrap();
+            let lib = rates.iter().find(|r| r.path.starts_with("cblas bf16: "));
+            assert!(
+                lib.is_some_and(|r| r.flops > 0.0 && r.path.contains("bf16bf16f32")),
+                "{rates:?}"
+            );
         }
         assert!(rates.iter().all(|r| r.flops > 0.0), "{rates:?}");
     }

@@ -40,7 +40,7 @@ pub(crate) fn matmul_nt(
 
 /// [`super::Kernel`]'s contract through `blas`: every output of `c` (m × n) written, the bias added to the f32
 /// sums before their rounding. Panics where the library has no bf16 GEMM.
-fn product(
+pub(crate) fn product(
     blas: &Blas,
     a: &[bf16],
     w: &[bf16],
@@ -183,4 +183,4 @@ fn calibrate(blas: &Blas, builtin: Bf16Gemm) -> Result<(f64, f64)> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
