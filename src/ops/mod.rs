@@ -122,7 +122,7 @@ fn decide_bf16_blas(
 impl Ops {
     /// The context of `config` for work on `device` with weights of `dtype`: on the CPU the CBLAS library asked for
     /// is loaded here (a required one that cannot be loaded is an error), and the bf16 kernels are chosen (timed)
-    /// only for bf16 weights; elsewhere neither.
+    /// only for bf16 weights, the library's own bf16 GEMM among them where it has one; elsewhere neither.
     pub fn new(
         config: &OpsConfig,
         device: &Device,
