@@ -8,22 +8,7 @@ use half::bf16;
 use super::{Blas, SendPtr, NO_TRANS, ROW_MAJOR, TRANS};
 
 /// `cblas_gemm_bf16bf16f32` / `cblas_sbgemm`: as `cblas_sgemm` with bf16 (`u16`) operands.
-pub(super) type GemmBf16 = unsafe extern "C" fn(
-    i32,
-    i32,
-    i32,
-    i32,
-    i32,
-    i32,
-    f32,
-    *const u16,
-    i32,
-    *const u16,
-    i32,
-    f32,
-    *mut f32,
-    i32,
-);
+pub(super) type GemmBf16 = super::Gemm<u16>;
 
 /// The bf16 GEMM symbols tried, in order.
 pub(super) const SYMBOLS: [&str; 2] = ["cblas_gemm_bf16bf16f32", "cblas_sbgemm"];

@@ -35,8 +35,9 @@ use candle_core::Tensor;
 use super::packed::BuiltinGemm;
 use crate::ops::{CpuGemm, GemmCalibration};
 
-/// `cblas_sgemm(layout, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)` with 32-bit ints.
-type Sgemm = unsafe extern "C" fn(
+/// `cblas_sgemm(layout, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)` with 32-bit ints, for
+/// operands of `T` (f32; the bf16 GEMMs take 16-bit operands) and an f32 output.
+type Gemm<T> = unsafe extern "C" fn(
     i32,
     i32,
     i32,
@@ -44,14 +45,16 @@ type Sgemm = unsafe extern "C" fn(
     i32,
     i32,
     f32,
-    *const f32,
+    *const T,
     i32,
-    *const f32,
+    *const T,
     i32,
     f32,
     *mut f32,
     i32,
 );
+/// `cblas_sgemm`.
+type Sgemm = Gemm<f32>;
 type SetThreads = unsafe extern "C" fn(i32);
 /// MKL's `int MKL_Set_Threading_Layer(int)`.
 type SetLayer = unsafe extern "C" fn(i32) -> i32;
