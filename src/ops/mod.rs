@@ -153,11 +153,19 @@ impl Ops {
         };
         let bf16_run =
             device.is_cpu() && dtype == DType::BF16 && config.cpu_gemm != CpuGemm::GemmCrate;
-        let bf16_blas_choice = match (&loaded, bf16_run) {
-            (Some(lib), true) => decide_bf16_blas(lib, config, bf16),
-            _ => None,
+        // The library whose bf16 GEMM may take the segments: the one loaded where it has one, else under `auto`
+        // an installed one that has (MKL).
+        let bf16_candidate = match (bf16_run, loaded) {
+            (false, _) => None,
+            (true, Some(lib)) if lib.bf16_gemm().is_some() => Some(lib),
+            (true, _) if config.cpu_gemm == CpuGemm::Auto => blas::Blas::find_bf16().map(Arc::new),
+            (true, _) => None,
         };
-        let bf16_blas = loaded.filter(|_| bf16_blas_choice.as_ref().is_some_and(|c| c.used));
+        let bf16_blas_choice = bf16_candidate
+            .as_deref()
+            .and_then(|lib| decide_bf16_blas(lib, config, bf16));
+        let bf16_blas =
+            bf16_candidate.filter(|_| bf16_blas_choice.as_ref().is_some_and(|c| c.used));
         Ok(Self {
             config: config.clone(),
             blas,

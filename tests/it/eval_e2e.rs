@@ -441,6 +441,41 @@ fn a_named_library_with_a_bf16_gemm_runs_the_bf16_segments() {
             .contains("row segments on"),
         "{ops}"
     );
+    // Under `auto`, an installed MKL (here found through the loader's path) is timed against the built-in kernel
+    // and used only where it is at least as fast; the rates are kept beside the f32 calibration.
+    let auto = tmp.path().join("auto");
+    let calibration = tmp.path().join("cache/cpu-gemm.json");
+    let envs = [
+        ("LD_LIBRARY_PATH", mkl.parent().unwrap().to_str().unwrap()),
+        ("MOBILE_R1_EVAL_BLAS", "auto"),
+        (
+            "MOBILE_R1_EVAL_CPU_GEMM_CALIBRATION",
+            calibration.to_str().unwrap(),
+        ),
+    ];
+    ok(&eval_env(
+        &auto,
+        None,
+        &["--no-judge", "--dtype", "bf16"],
+        &envs,
+    ));
+    assert_eq!(responses(&auto).len(), 30);
+    let choice =
+        json_file(&auto.join("manifest.json"))["backend"]["ops"]["cpu_bf16_blas_choice"].clone();
+    assert_eq!(choice["spec"], "auto", "{choice}");
+    assert!(
+        choice["library"]
+            .as_str()
+            .unwrap()
+            .starts_with("libmkl_rt.so"),
+        "{choice}"
+    );
+    let (b, g) = (
+        choice["blas_gflops"].as_f64().unwrap(),
+        choice["builtin_gflops"].as_f64().unwrap(),
+    );
+    assert_eq!(choice["used"], b >= g, "{choice}");
+    assert!(calibration.with_file_name("cpu-gemm-bf16.json").is_file());
 }
 
 /// `--device cpu,cpu`: two copies of the model share the trajectories through one queue and one writer; the

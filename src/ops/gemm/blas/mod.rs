@@ -83,6 +83,9 @@ const NO_TRANS: i32 = 111;
 const TRANS: i32 = 112;
 /// The names tried by `auto`, in order.
 const AUTO_NAMES: [&str; 3] = ["libopenblas.so.0", "libopenblas.so", "libopenblas.dylib"];
+/// The names `auto` also tries in a bf16 run for a library with a bf16 GEMM, where the one found for f32 has none:
+/// MKL's single dynamic library.
+const BF16_AUTO_NAMES: [&str; 3] = ["libmkl_rt.so.3", "libmkl_rt.so.2", "libmkl_rt.so"];
 
 /// A loaded CBLAS library.
 pub struct Blas {
@@ -224,6 +227,14 @@ impl Blas {
                     .map_err(|reason| BlasError { spec, reason })
             }
         }
+    }
+
+    /// The first library of [`BF16_AUTO_NAMES`] that loads with a bf16 GEMM, for `auto` in a bf16 run.
+    pub fn find_bf16() -> Option<Self> {
+        BF16_AUTO_NAMES
+            .iter()
+            .filter_map(|n| Self::open(n).ok())
+            .find(|b| b.bf16_gemm().is_some())
     }
 
     /// `c = a · wᵀ` for row-major `a` (m × k) and `w` (n × k); returns c (m × n). The columns are split into one
