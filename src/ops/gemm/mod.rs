@@ -40,7 +40,8 @@ impl Ops {
     /// [`row`] where the CPU runs it ([`row::RowGemm`], whatever the GEMM of segments), else in `gemm` crate
     /// products of [`ROW_BLOCK`] rows. bf16 `x` and `w` on a CPU with AVX512-BF16 take [`bf16`]'s kernels
     /// (independent rows: the row one; segments: the AMX or packed one, whichever measured fastest at load, where
-    /// it beat candle's bf16 matmul). Elsewhere it is candle's matmul.
+    /// it beat candle's bf16 matmul), bf16 segments the CBLAS library's bf16 GEMM where it was chosen
+    /// ([`bf16::blas`]). Elsewhere it is candle's matmul.
     pub fn matmul_nt(&self, x: &Tensor, w: &Tensor, rows: Rows<'_>) -> Result<Tensor> {
         if !x.device().is_cpu() {
             return candle_matmul_nt(x, w);

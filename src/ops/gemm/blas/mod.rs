@@ -1,4 +1,5 @@
-//! An optional CBLAS library for the CPU's f32 GEMMs, loaded at run time.
+//! An optional CBLAS library for the CPU's f32 GEMMs, loaded at run time (and its bf16 GEMM, where it exports one,
+//! for bf16 row segments: [`bf16`], [`super::bf16::blas`]).
 //!
 //! The `gemm` crate behind candle's CPU matmul uses AVX-512 kernels where the CPU has AVX-512F and FMA kernels
 //! elsewhere (chosen at run time). A CBLAS library (OpenBLAS, MKL, BLIS) can be faster on some machines and much
