@@ -16,6 +16,15 @@ pub fn skip() -> bool {
     skip
 }
 
+/// The CPU ops of a bf16 run on the built-in kernels (`--cpu-gemm off`: no CBLAS library, whatever is installed).
+pub fn builtin_ops() -> crate::ops::Ops {
+    let config = crate::ops::OpsConfig {
+        cpu_gemm: crate::ops::CpuGemm::Builtin,
+        ..crate::ops::OpsConfig::default()
+    };
+    crate::ops::Ops::new(&config, &candle_core::Device::Cpu, candle_core::DType::BF16).unwrap()
+}
+
 /// `len` bf16 values in [-1, 1), different for each `seed`.
 pub fn values(len: usize, seed: usize) -> Vec<bf16> {
     (0..len)

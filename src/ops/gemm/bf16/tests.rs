@@ -23,15 +23,7 @@ fn ops_matmul_nt_dispatches_bf16_by_cpu_and_setting() {
     let x = Tensor::from_slice(&a, (2, m / 2, k), &dev).unwrap();
     let wt = Tensor::from_slice(&w, (n, k), &dev).unwrap();
     let bits = |t: Tensor| t.flatten_all().unwrap().to_vec1::<bf16>().unwrap();
-    let ops = Ops::new(
-        &OpsConfig {
-            cpu_gemm: CpuGemm::Builtin,
-            ..OpsConfig::default()
-        },
-        &dev,
-        DType::BF16,
-    )
-    .unwrap();
+    let ops = check::builtin_ops();
     let want = Bf16Gemm::for_this_cpu(false);
     assert_eq!(ops.manifest().cpu_bf16_gemm, want.describe());
     let seg = bits(ops.matmul_nt(&x, &wt, Rows::Segments(&[2, 4])).unwrap());
@@ -91,15 +83,7 @@ fn ops_fuse_the_swiglu_only_on_amx_segments() {
     let wt = Tensor::from_slice(&w, (2 * i, k), &dev).unwrap();
     let b = Tensor::from_vec(check::values(2 * i, 13), 2 * i, &dev).unwrap();
     let segs = Rows::Segments(&[2, 4]);
-    let ops = Ops::new(
-        &OpsConfig {
-            cpu_gemm: CpuGemm::Builtin,
-            ..OpsConfig::default()
-        },
-        &dev,
-        DType::BF16,
-    )
-    .unwrap();
+    let ops = check::builtin_ops();
     let got = ops.matmul_swiglu(&x, &wt, Some(&b), segs).unwrap();
     if !Bf16Gemm::for_this_cpu(false).amx() {
         assert!(got.is_none());
@@ -146,7 +130,7 @@ fn ops_fuse_the_swiglu_only_on_amx_segments() {
 /// caller (`None`) where no bf16 kernel runs the rows, with `--kernels off` and in f32.
 #[test]
 fn ops_fold_the_bias_into_the_bf16_kernels_only() {
-    use crate::ops::{CpuGemm, Ops, OpsConfig, Rows};
+    use crate::ops::{Ops, OpsConfig, Rows};
     let (m, k, n) = (6, 70, 33);
     let dev = Device::Cpu;
     let (a, w, bv) = (
@@ -158,15 +142,7 @@ fn ops_fold_the_bias_into_the_bf16_kernels_only() {
     let wt = Tensor::from_slice(&w, (n, k), &dev).unwrap();
     let b = Tensor::from_slice(&bv, n, &dev).unwrap();
     let bias: Vec<f32> = bv.iter().map(|v| v.to_f32()).collect();
-    let ops = Ops::new(
-        &OpsConfig {
-            cpu_gemm: CpuGemm::Builtin,
-            ..OpsConfig::default()
-        },
-        &dev,
-        DType::BF16,
-    )
-    .unwrap();
+    let ops = check::builtin_ops();
     let choice = Bf16Gemm::for_this_cpu(false);
     let row = choice.row_kernel().then_some(row::gemm_nt_rows as Kernel);
     for (rows, kernel) in [

@@ -136,15 +136,7 @@ fn the_ops_send_bf16_segments_to_a_named_library() {
         .matmul_swiglu(&x, &wt, Some(&bt), segments)
         .unwrap()
         .is_none());
-    let builtin = Ops::new(
-        &OpsConfig {
-            cpu_gemm: CpuGemm::Builtin,
-            ..OpsConfig::default()
-        },
-        &dev,
-        DType::BF16,
-    )
-    .unwrap();
+    let builtin = check::builtin_ops();
     let independent = |o: &Ops| bits(o.matmul_nt(&x, &wt, Rows::Independent).unwrap());
     assert_eq!(independent(&ops), independent(&builtin));
     let f32_run = mkl_ops(&path, GemmCalibration::EachStart, DType::F32);
