@@ -7,15 +7,14 @@
 
 use std::mem::MaybeUninit;
 use std::path::PathBuf;
-use std::sync::Mutex;
-use std::time::Instant;
 
 use candle_core::{Device, Result, Tensor};
 use half::bf16;
 
 use super::{by_segments, Bf16Gemm, SharedOut};
 use crate::ops::gemm::blas::bf16::Block;
-use crate::ops::gemm::blas::{record, Blas, BlasChoice};
+use crate::ops::gemm::blas::record::{self, seconds};
+use crate::ops::gemm::blas::{Blas, BlasChoice};
 use crate::ops::GemmCalibration;
 
 /// The calibration product (rows, k, n): the `small` text model's gate-up product at 1,024 rows, about 9 GFLOP
@@ -114,24 +113,18 @@ pub(crate) fn decide(
     })
 }
 
-/// The rates of `key`: from the bf16 calibration file beside the f32 one, else from this process's first
-/// measurement of the same key, else measured now.
+/// The rates of `key` ([`record::kept_rates`]), kept in the bf16 calibration file beside the f32 one where there is
+/// one.
 fn rates(
     calibration: &GemmCalibration,
     key: &record::CalibrationKey,
     measure: impl FnOnce() -> Result<(f64, f64)>,
 ) -> Result<((f64, f64), String)> {
-    static IN_PROCESS: Mutex<Vec<(record::CalibrationKey, (f64, f64))>> = Mutex::new(Vec::new());
-    if let GemmCalibration::File(path) = calibration {
-        return record::rates(&file_beside(path), key, measure);
-    }
-    let mut seen = IN_PROCESS.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some((_, r)) = seen.iter().find(|(k, _)| k == key) {
-        return Ok((*r, "measured earlier in this process".into()));
-    }
-    let r = measure()?;
-    seen.push((key.clone(), r));
-    Ok((r, "measured at load".into()))
+    let file = match calibration {
+        GemmCalibration::File(path) => Some(file_beside(path)),
+        GemmCalibration::EachStart => None,
+    };
+    record::kept_rates(file.as_deref(), key, measure)
 }
 
 /// The bf16 calibration's file beside the f32 one's `path`: `NAME.json` → `NAME-bf16.json`.
@@ -160,11 +153,6 @@ fn calibrate(blas: &Blas, builtin: Bf16Gemm) -> Result<(f64, f64)> {
             Ok(())
         }
         None => x.matmul(&wt).map(drop),
-    };
-    let seconds = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
-        let t = Instant::now();
-        f()?;
-        Ok(t.elapsed().as_secs_f64().max(1e-9))
     };
     let (mut best_blas, mut best_builtin) = (f64::INFINITY, f64::INFINITY);
     for round in 0..6 {

@@ -10,12 +10,9 @@
 //! measured once per machine and kept ([`super::record`]), and within one process once per library. A library
 //! asked for by name (`on`, a path) is used whatever it measures, with a warning when it is the slower one.
 
-use std::sync::Mutex;
-use std::time::Instant;
-
 use candle_core::{Device, Tensor};
 
-use super::record::{self, CalibrationKey};
+use super::record::{self, seconds, CalibrationKey};
 use super::{Blas, BuiltinGemm};
 use crate::ops::GemmCalibration;
 use crate::records::BlasChoice;
@@ -168,26 +165,18 @@ pub(crate) fn decide(
     (blas, choice)
 }
 
-/// The calibration rates of `blas` on this machine: from the calibration file, else from this process's first
-/// measurement of the same library (a measurement, not a setting: kept so that two model loads in one process
-/// agree), else measured now.
+/// The calibration rates of `blas` on this machine ([`record::kept_rates`]).
 fn measured(
     calibration: &GemmCalibration,
     key: &CalibrationKey,
     blas: &Blas,
     builtin: BuiltinGemm,
 ) -> candle_core::Result<((f64, f64), String)> {
-    static IN_PROCESS: Mutex<Vec<(CalibrationKey, (f64, f64))>> = Mutex::new(Vec::new());
-    if let GemmCalibration::File(path) = calibration {
-        return record::rates(path, key, || calibrate(blas, builtin));
-    }
-    let mut seen = IN_PROCESS.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some((_, r)) = seen.iter().find(|(k, _)| k == key) {
-        return Ok((*r, "measured earlier in this process".into()));
-    }
-    let r = calibrate(blas, builtin)?;
-    seen.push((key.clone(), r));
-    Ok((r, "measured at load".into()))
+    let file = match calibration {
+        GemmCalibration::File(path) => Some(path.as_path()),
+        GemmCalibration::EachStart => None,
+    };
+    record::kept_rates(file, key, || calibrate(blas, builtin))
 }
 
 /// The choice when no library is loaded: `reason` says why (`off`, none installed).
@@ -239,12 +228,6 @@ pub(crate) fn calibrate(blas: &Blas, builtin: BuiltinGemm) -> candle_core::Resul
         best_builtin = best_builtin.min(seconds(&mut via_builtin)?);
     }
     Ok((flop / best_blas / 1e9, flop / best_builtin / 1e9))
-}
-
-fn seconds(f: &mut impl FnMut() -> candle_core::Result<()>) -> candle_core::Result<f64> {
-    let t = Instant::now();
-    f()?;
-    Ok(t.elapsed().as_secs_f64().max(1e-9))
 }
 
 #[cfg(test)]

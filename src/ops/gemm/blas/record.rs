@@ -114,6 +114,35 @@ pub fn rates(
     Ok(((blas, builtin), source))
 }
 
+/// The rates `(library, built-in)` for `key` and where they come from: read from or measured into the file at
+/// `file` where there is one ([`rates`]), else from this process's first measurement of the same key (a
+/// measurement, not a setting: kept so that two model loads in one process agree), else measured by `measure` now.
+pub(crate) fn kept_rates(
+    file: Option<&Path>,
+    key: &CalibrationKey,
+    measure: impl FnOnce() -> candle_core::Result<(f64, f64)>,
+) -> candle_core::Result<((f64, f64), String)> {
+    static IN_PROCESS: std::sync::Mutex<Vec<(CalibrationKey, (f64, f64))>> =
+        std::sync::Mutex::new(Vec::new());
+    if let Some(path) = file {
+        return rates(path, key, measure);
+    }
+    let mut seen = IN_PROCESS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, r)) = seen.iter().find(|(k, _)| k == key) {
+        return Ok((*r, "measured earlier in this process".into()));
+    }
+    let r = measure()?;
+    seen.push((key.clone(), r));
+    Ok((r, "measured at load".into()))
+}
+
+/// Seconds one call of `f` takes (at least a nanosecond).
+pub(crate) fn seconds(f: &mut dyn FnMut() -> candle_core::Result<()>) -> candle_core::Result<f64> {
+    let t = std::time::Instant::now();
+    f()?;
+    Ok(t.elapsed().as_secs_f64().max(1e-9))
+}
+
 /// The file's calibration, when it is one of this format (anything else is measured again and replaced).
 fn read(path: &Path) -> Option<Calibration> {
     let text = std::fs::read_to_string(path).ok()?;

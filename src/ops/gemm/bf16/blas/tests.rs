@@ -216,7 +216,7 @@ fn timing() {
         let held = amx::TileWeight::new(&w, (n, k), false);
         let mut c = vec![bf16::ZERO; m * n];
         let mut time = |f: &mut dyn FnMut(&mut [MaybeUninit<bf16>])| {
-            let t = Instant::now();
+            let t = std::time::Instant::now();
             f(check::storage(&mut c));
             t.elapsed().as_secs_f64()
         };
