@@ -6,7 +6,8 @@
 #   BIN=path/to/mobile-r1-eval OUT=gpu-results bash benches/gpu/gpu_checks.sh [full|quick|kernels|profile|mma]
 #
 # `quick` stops after step 2; `kernels` runs steps 2, 6, 3, 4 and 7's profiled bench; `profile` runs only step 7;
-# `mma` runs step 8.
+# `mma` runs step 8; `lease` runs benches/gpu/lease.sh (correctness, then speed, by priority, within $BUDGET
+# seconds: made for one call on a GPU machine lent for a few minutes).
 #
 # 1. correctness: the embedded sample benchmark through the tiny test checkpoint on CPU and on CUDA (f32 at batch
 #    sizes 1, 3 and 8; bf16 at 1 and 8), predictions compared token for token (benches/gpu/compare_runs.py);
@@ -49,6 +50,11 @@ export LD_LIBRARY_PATH=${libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 stage() {  # stage NAME SECONDS CMD...: run (functions too) with a limit, log to $OUT/NAME.log, report its status
   local name=$1 limit=$2; shift 2
   local t0=$SECONDS
+  if [ -n "${DEADLINE:-}" ]; then  # a whole-run deadline: shorten the stage to fit, skip it when too little is left
+    local left=$((DEADLINE - SECONDS))
+    if [ "$left" -lt 20 ]; then echo "== $name: skipped, ${left} s left of the run"; return; fi
+    [ "$left" -lt "$limit" ] && limit=$left
+  fi
   timeout "$limit" bash -c '"$@"' _ "$@" >"$LOGS/$name.log" 2>&1
   local rc=$?
   echo "== $name: rc=$rc, $((SECONDS - t0)) s"
@@ -66,6 +72,10 @@ run_eval() {  # run_eval NAME DEVICE DTYPE BATCH
 }
 export -f bench3b run_eval
 export BIN WORK
+if [ "$MODE" = lease ]; then
+  . benches/gpu/lease.sh
+  exit 0
+fi
 if [ "$MODE" = mma ]; then
   TAIL=70 stage self_test 60 "$BIN" self-test --device cuda
   # The new kernels end to end: CUDA f32 must give the CPU's tokens (as it did before them).
