@@ -18,7 +18,7 @@
 # 6. compare.py with `small` in f32 (identical tokens required);
 # 7. (`profile` only) where the time goes: the 3b bench without the judge, with the kernels off, and with the
 #    per-section profiler (MOBILE_R1_EVAL_PROFILE=1).
-# 8. (`mma` only) the tensor-core varlen attention (MOBILE_R1_EVAL_MMA=1, opt-in until it passes here): self-test
+# 8. (`mma` only) the tensor-core varlen attention (MOBILE_R1_EVAL_MMA=1; the default since it passed there): self-test
 #    (its cases are labelled `varlen mma`), CPU vs CUDA f32 tokens on the sample (the other new kernels end to end),
 #    the sample through the tiny checkpoint in bf16 with and without it
 #    (agreement counted), the 3b bench without and with it, its profile, and compare.py 3b bf16 with it; last,
@@ -50,6 +50,7 @@ export LD_LIBRARY_PATH=${libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 stage() {  # stage NAME SECONDS CMD...: run (functions too) with a limit, log to $OUT/NAME.log, report its status
   local name=$1 limit=$2; shift 2
   local t0=$SECONDS
+  if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return; fi  # ONLY="stage …": just those
   if [ -n "${DEADLINE:-}" ]; then  # a whole-run deadline: shorten the stage to fit, skip it when too little is left
     local left=$((DEADLINE - SECONDS))
     if [ "$left" -lt 20 ]; then echo "== $name: skipped, ${left} s left of the run"; return; fi
@@ -77,6 +78,7 @@ if [ "$MODE" = lease ]; then
   exit 0
 fi
 if [ "$MODE" = mma ]; then
+  export MOBILE_R1_EVAL_MMA=off  # the CUDA-core attention, against which the stages below set it on
   TAIL=70 stage self_test 60 "$BIN" self-test --device cuda
   # The new kernels end to end: CUDA f32 must give the CPU's tokens (as it did before them).
   TAIL=3 stage eval_cpu 90 run_eval cpu cpu f32 8

@@ -187,8 +187,18 @@ pub struct OpsArgs {
         action = ArgAction::Set
     )]
     pub kernels: bool,
-    /// bf16/f16 varlen attention on CUDA on tensor cores (`varlen_mma_*`) instead of CUDA cores.
-    #[arg(long, env = "MOBILE_R1_EVAL_MMA", value_parser = BoolishValueParser::new())]
+    /// `on`: bf16/f16 varlen attention on CUDA on tensor cores (`varlen_mma_*`); `off`: on CUDA cores (the
+    /// kernel before it, to compare). No effect on the CPU or in f32. A bare `--tensor-core-attention` means `on`.
+    #[arg(
+        long,
+        env = "MOBILE_R1_EVAL_MMA",
+        default_value = "on",
+        value_name = "on|off",
+        value_parser = on_off,
+        num_args = 0..=1,
+        default_missing_value = "on",
+        action = ArgAction::Set
+    )]
     pub tensor_core_attention: bool,
     /// The CPU's f32 GEMMs: `auto` (OpenBLAS where it is installed, fits the CPU and is not slower than the
     /// built-in GEMM), `off` (the built-in GEMM: a packed AVX2 kernel for large segments on CPUs without AVX-512,
@@ -419,12 +429,32 @@ pub struct MergeArgs {
 mod tests {
     use super::*;
 
-    fn calibration(flag: &[&str]) -> CalibrationFlag {
+    fn ops(flag: &[&str]) -> OpsArgs {
         let argv = ["mobile-r1-eval", "self-test"].iter().chain(flag);
         match Cli::try_parse_from(argv).unwrap().command {
-            Command::SelfTest(a) => a.ops.cpu_gemm_calibration,
+            Command::SelfTest(a) => a.ops,
             other => panic!("{other:?}"),
         }
+    }
+
+    fn calibration(flag: &[&str]) -> CalibrationFlag {
+        ops(flag).cpu_gemm_calibration
+    }
+
+    #[test]
+    fn tensor_core_attention_is_on_unless_turned_off() {
+        if std::env::var_os("MOBILE_R1_EVAL_MMA").is_some() {
+            eprintln!("skipped: MOBILE_R1_EVAL_MMA is set");
+            return;
+        }
+        let flag = "--tensor-core-attention";
+        assert!(ops(&[]).tensor_core_attention);
+        assert!(ops(&[flag]).tensor_core_attention);
+        assert!(ops(&[flag, "on", "--device", "cpu"]).tensor_core_attention);
+        assert!(!ops(&[flag, "off"]).tensor_core_attention);
+        assert!(!ops(&[flag, "0", "--kernels", "on"]).tensor_core_attention);
+        let argv = ["mobile-r1-eval", "self-test", flag, "maybe"];
+        assert!(Cli::try_parse_from(argv).is_err());
     }
 
     #[test]

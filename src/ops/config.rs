@@ -26,11 +26,11 @@ pub struct OpsConfig {
 }
 
 impl Default for OpsConfig {
-    /// Fused ops on, tensor-core attention off, CPU GEMM `auto` calibrated once per process, profiling off.
+    /// Fused ops on, tensor-core attention on, CPU GEMM `auto` calibrated once per process, profiling off.
     fn default() -> Self {
         Self {
             fused_kernels: true,
-            tensor_core_attention: false,
+            tensor_core_attention: true,
             cpu_gemm: CpuGemm::Auto,
             cpu_gemm_calibration: GemmCalibration::EachStart,
             profile: false,
@@ -178,7 +178,7 @@ mod tests {
     #[test]
     fn config_round_trips_through_json_and_defaults_as_documented() {
         let d = OpsConfig::default();
-        assert!(d.fused_kernels && !d.tensor_core_attention && !d.profile);
+        assert!(d.fused_kernels && d.tensor_core_attention && !d.profile);
         assert_eq!(d.cpu_gemm, CpuGemm::Auto);
         let c = OpsConfig {
             cpu_gemm: CpuGemm::Library("/x/libmkl_rt.so".into()),

@@ -14,7 +14,8 @@ pub struct OpsManifest {
     pub fused: bool,
     /// Whether this build has the CUDA kernels (the `cuda` feature).
     pub cuda_kernels: bool,
-    /// Whether bf16/f16 varlen attention on CUDA runs on tensor cores.
+    /// Whether bf16/f16 varlen attention on CUDA runs on tensor cores (the setting: no effect on the CPU or in
+    /// f32).
     pub tensor_core_attention: bool,
     /// SHA-256 of `kernels/fused.cu` as compiled into this build.
     pub kernels_sha256: String,

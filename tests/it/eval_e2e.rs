@@ -284,8 +284,9 @@ fn fused_ops_and_their_references_give_the_same_predictions() {
         ok(&eval_env(&out, None, &["--no-judge"], &envs));
         let manifest = json_file(&out.join("manifest.json"));
         assert_eq!(manifest["backend"]["ops"]["fused"], kernels == "on");
-        // The tensor-core attention is opt-in (MOBILE_R1_EVAL_MMA) and the profiler follows its switch.
-        assert_eq!(manifest["backend"]["ops"]["tensor_core_attention"], false);
+        // The tensor-core attention is on by default (off only through MOBILE_R1_EVAL_MMA or its flag) and the
+        // profiler follows its switch.
+        assert_eq!(manifest["backend"]["ops"]["tensor_core_attention"], true);
         assert_eq!(manifest["backend"]["ops"]["profiled"], kernels == "on");
         let profile = &json_file(&out.join("throughput.json"))["profile"];
         if kernels == "on" {

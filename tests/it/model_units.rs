@@ -337,7 +337,7 @@ fn ops_settings_are_recorded_and_the_profiler_follows_its_setting() {
     let input = golden_input(&gold, "");
     let plain = load_model("tiny-a");
     let m = plain.ops_manifest();
-    assert!(m.fused && !m.tensor_core_attention);
+    assert!(m.fused && m.tensor_core_attention);
     assert_eq!(m.kernels_sha256.len(), 64);
     assert_eq!(plain.profile_snapshot(), None);
     let config = OpsConfig {
