@@ -179,3 +179,51 @@ fn swiglu_rounds_as_torch_does() {
         );
     }
 }
+
+/// The q/k/v rotary of one 1080×2400 screenshot's vision layer (4,992 rows of 3 × 16 heads × 80, f32 tables),
+/// against a plain copy of the same bytes: how far the one pass is from the memory traffic it needs.
+#[test]
+#[ignore = "a timing run: use --release --ignored --nocapture"]
+fn qkv_rope_timing() {
+    let dev = Device::Cpu;
+    let (n, heads, d) = (4992, 16, 80);
+    let r = |shape: &[usize]| {
+        Tensor::randn(0f32, 1.0, shape, &dev)
+            .unwrap()
+            .to_dtype(DType::BF16)
+            .unwrap()
+    };
+    let (y, bias) = (r(&[n, 3 * heads * d]), r(&[3 * heads * d]));
+    let angles = Tensor::randn(0f32, 2.0, (n, d / 2), &dev).unwrap();
+    let (cos, sin) = (angles.cos().unwrap(), angles.sin().unwrap());
+    let a = super::super::QkvRope {
+        y: &y,
+        bias: &bias,
+        cos: &cos,
+        sin: &sin,
+        heads,
+        kv_heads: heads,
+    };
+    let best = |f: &dyn Fn()| {
+        (0..7)
+            .map(|_| {
+                let t0 = std::time::Instant::now();
+                f();
+                t0.elapsed().as_secs_f64() * 1e3
+            })
+            .fold(f64::INFINITY, f64::min)
+    };
+    let rope = best(&|| drop(qkv_rope(a).unwrap()));
+    let copy = best(&|| drop(y.copy().unwrap()));
+    eprintln!("bf16 qkv_rope {n}x3x{heads}x{d}: {rope:.2} ms; a copy of its input: {copy:.2} ms");
+    // The program's allocator settings (main.rs): large blocks from the heap, kept after free, so that a fresh
+    // output does not fault its pages in again at each call.
+    // SAFETY: mallopt only changes allocator parameters (for the rest of this test process too).
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 30);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
+    }
+    let rope = best(&|| drop(qkv_rope(a).unwrap()));
+    let copy = best(&|| drop(y.copy().unwrap()));
+    eprintln!("with main's mallopt: qkv_rope {rope:.2} ms; a copy: {copy:.2} ms");
+}

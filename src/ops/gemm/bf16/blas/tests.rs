@@ -191,15 +191,16 @@ fn the_bf16_calibration_is_kept_beside_the_f32_one() {
 
 /// `cargo test --release --lib bf16::blas::tests::timing -- --ignored --nocapture`: the `small` checkpoint's
 /// prefill products at 1,003,520 pixels and the calibration product through the library's bf16 GEMM (as the ops
-/// call it: chunks of rows, columns split over the threads), the AMX kernel in place and on a weight held in
-/// tiles, alternated, best of three each.
+/// call it: chunks of rows, columns split over the threads) against this CPU's own kernel, alternated, best of
+/// three each: with AMX the tile kernel in place and on a weight held in tiles, else the AVX512-BF16 packed one.
 #[test]
 #[ignore = "a timing run: use --release --ignored --nocapture"]
 fn timing() {
-    use crate::ops::gemm::bf16::amx;
+    use crate::ops::gemm::bf16::{amx, packed};
     let Some(blas) = mkl() else { return };
-    if !amx::supported() {
-        eprintln!("skipped: no AMX");
+    let tiles = amx::supported();
+    if !tiles && !crate::ops::gemm::bf16::supported() {
+        eprintln!("skipped: neither AMX nor AVX512-BF16");
         return;
     }
     let shapes = [
@@ -213,7 +214,7 @@ fn timing() {
     ];
     for (m, k, n) in shapes {
         let (a, w) = (check::values(m * k, 1), check::values(n * k, 2));
-        let held = amx::TileWeight::new(&w, (n, k), false);
+        let held = tiles.then(|| amx::TileWeight::new(&w, (n, k), false));
         let mut c = vec![bf16::ZERO; m * n];
         let mut time = |f: &mut dyn FnMut(&mut [MaybeUninit<bf16>])| {
             let t = std::time::Instant::now();
@@ -224,19 +225,32 @@ fn timing() {
         for round in 0..4 {
             let t = [
                 time(&mut |c| product(&blas, &a, &w, &[], (m, k, n), c)),
-                time(&mut |c| amx::gemm_nt(&a, &w, &[], (m, k, n), c)),
-                time(&mut |c| amx::gemm_nt_held(&a, &held, (&[], None), m, c)),
+                time(&mut |c| match tiles {
+                    true => amx::gemm_nt(&a, &w, &[], (m, k, n), c),
+                    false => packed::gemm_nt(&a, &w, &[], (m, k, n), c),
+                }),
+                match &held {
+                    Some(held) => time(&mut |c| amx::gemm_nt_held(&a, held, (&[], None), m, c)),
+                    None => f64::NAN,
+                },
             ];
             for (b, t) in best.iter_mut().zip(t).filter(|_| round > 0) {
                 *b = b.min(t);
             }
         }
         let rate = |s: f64| 2.0 * (m * k * n) as f64 / s / 1e9;
-        eprintln!(
-            "{m} x {k} x {n}: MKL bf16 {:.0}, AMX in place {:.0}, AMX held {:.0} GFLOP/s",
-            rate(best[0]),
-            rate(best[1]),
-            rate(best[2])
-        );
+        match tiles {
+            true => eprintln!(
+                "{m} x {k} x {n}: MKL bf16 {:.0}, AMX in place {:.0}, AMX held {:.0} GFLOP/s",
+                rate(best[0]),
+                rate(best[1]),
+                rate(best[2])
+            ),
+            false => eprintln!(
+                "{m} x {k} x {n}: MKL bf16 {:.0}, AVX512-BF16 packed {:.0} GFLOP/s",
+                rate(best[0]),
+                rate(best[1])
+            ),
+        }
     }
 }
