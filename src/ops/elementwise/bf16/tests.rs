@@ -181,7 +181,8 @@ fn swiglu_rounds_as_torch_does() {
 }
 
 /// The q/k/v rotary of one 1080×2400 screenshot's vision layer (4,992 rows of 3 × 16 heads × 80, f32 tables),
-/// against a plain copy of the same bytes: how far the one pass is from the memory traffic it needs.
+/// against a plain copy of the same bytes: how far the one pass is from the memory traffic it needs. Both write
+/// fresh outputs, so both also pay whatever page faults this test process's allocator gives them.
 #[test]
 #[ignore = "a timing run: use --release --ignored --nocapture"]
 fn qkv_rope_timing() {
@@ -216,14 +217,4 @@ fn qkv_rope_timing() {
     let rope = best(&|| drop(qkv_rope(a).unwrap()));
     let copy = best(&|| drop(y.copy().unwrap()));
     eprintln!("bf16 qkv_rope {n}x3x{heads}x{d}: {rope:.2} ms; a copy of its input: {copy:.2} ms");
-    // The program's allocator settings (main.rs): large blocks from the heap, kept after free, so that a fresh
-    // output does not fault its pages in again at each call.
-    // SAFETY: mallopt only changes allocator parameters (for the rest of this test process too).
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 30);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
-    }
-    let rope = best(&|| drop(qkv_rope(a).unwrap()));
-    let copy = best(&|| drop(y.copy().unwrap()));
-    eprintln!("with main's mallopt: qkv_rope {rope:.2} ms; a copy: {copy:.2} ms");
 }
