@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pack what `gpu_checks.sh lease` needs on a GPU machine that has no Rust toolchain into .gpu/ (keep it out of
+# Pack what `gpu_checks.sh lease` needs on a GPU machine that has no Rust toolchain into .gpu/ (ignored by
 # git): the `cuda` build of the binary, the fixtures it reads (the tiny checkpoints and the tokenizer) and the
 # wheel of the Qwen3 tokenizer files compare.py's `qwen3-*` presets write, each compressed, so that the kit and
 # the sources travel small.
