@@ -5,9 +5,10 @@
 #    (f32 token for token; `--device auto` and `cuda:0`; bf16 at batch 1 and 16, with tensor-core attention
 #    and on CUDA cores, counted); a CUDA run interrupted by SIGINT and resumed (no step lost or doubled, the
 #    uninterrupted run's answers); the same for the tiny Qwen3-VL checkpoint;
-# 2. speed: `bench --config 3b` with tensor-core attention and on CUDA cores, compare.py `3b` bf16 against
-#    transformers, the `small` f32 and `qwen3-tiny` f32 parity against transformers (tokens and top-5 log-probs), a Qwen3-VL 4B
-#    bench row, the profile, the several-device path on one GPU (`cuda:0,cuda:0`) and `serve` under clients.
+# 2. speed: `bench --config 3b` with tensor-core attention and on CUDA cores, its profile, compare.py `3b`
+#    bf16 against transformers, the `small` f32 and `qwen3-tiny` f32 parity against transformers (tokens and
+#    top-5 log-probs), a Qwen3-VL 4B bench row, the several-device path on one GPU (`cuda:0,cuda:0`) and `serve`
+#    under clients.
 # ONLY="stage …" (the stage names below) runs just those.
 DEADLINE=$((SECONDS + ${BUDGET:-540}))
 export M3=tests/fixtures/models/qwen3-tiny-a
@@ -79,6 +80,7 @@ cp "$WORK"/cuda_f32_b8/throughput.json "$LOGS/eval_cuda_throughput.json" 2>/dev/
 
 stage bench_3b 90 bench3b 128
 stage bench_3b_cuda_cores 90 env MOBILE_R1_EVAL_MMA=off bash -c 'bench3b 128'
+stage bench_3b_profile 60 env MOBILE_R1_EVAL_PROFILE=1 bash -c 'bench3b 64 --no-judge'
 TAIL=30 stage compare_3b_bf16 180 python3 benches/compare/compare.py --preset 3b --device cuda --dtype bf16 \
   --steps 64 --batch 32 --max-pixels 1003520 --no-logprobs --binary "$BIN" --work "$WORK/cmp-3b" \
   --json-out "$LOGS/compare_3b.json"
@@ -89,7 +91,6 @@ stage bench_q3_4b 90 "$BIN" bench --config qwen3-4b --device cuda --dtype bf16 -
 TAIL=30 stage compare_q3_tiny_f32 60 python3 benches/compare/compare.py --preset qwen3-tiny --device cuda \
   --dtype f32 --steps 8 --batch 8 --max-pixels 1003520 --binary "$BIN" --work "$WORK/cmp-q3" \
   --json-out "$LOGS/compare_q3_tiny.json"
-stage bench_3b_profile 60 env MOBILE_R1_EVAL_PROFILE=1 bash -c 'bench3b 64 --no-judge'
 stage bench_3b_two_copies 60 "$BIN" bench --config 3b --device cuda:0,cuda:0 --dtype bf16 --steps 64 \
   --batch-size 32 --no-judge --json
 TAIL=30 stage serve_bench 150 env MODEL="$WORK/cmp-3b/3b-ckpt" DATA="$WORK/cmp-3b/data" CLIENTS="8 64" \
