@@ -18,7 +18,8 @@
 # 6. compare.py with `small` in f32 (identical tokens required);
 # 7. (`profile` only) where the time goes: the 3b bench without the judge, with the kernels off, and with the
 #    per-section profiler (MOBILE_R1_EVAL_PROFILE=1).
-# 8. (`mma` only) the tensor-core varlen attention (MOBILE_R1_EVAL_MMA=1; the default since it passed there): self-test
+# 8. (`mma` only) the tensor-core varlen attention (MOBILE_R1_EVAL_MMA=1; the default since it passed there):
+#    self-test
 #    (its cases are labelled `varlen mma`), CPU vs CUDA f32 tokens on the sample (the other new kernels end to end),
 #    the sample through the tiny checkpoint in bf16 with and without it
 #    (agreement counted), the 3b bench without and with it, its profile, and compare.py 3b bf16 with it; last,
@@ -68,10 +69,14 @@ ldd "$BIN" | grep -i "not found"
 bench3b() { "$BIN" bench --config 3b --device cuda --dtype bf16 --steps "$1" --batch-size 64 \
   --tokenizer tests/fixtures/tokenizer --json "${@:2}"; }
 export M=tests/fixtures/models/tiny-a
-run_eval() {  # run_eval NAME DEVICE DTYPE BATCH
-  rm -rf "$WORK/$1"; "$BIN" eval --model "$M" --out "$WORK/$1" --device "$2" --dtype "$3" --batch-size "$4" --max-new-tokens 24 --max-pixels 1003520
+# eval_cmd NAME DEVICE DTYPE BATCH sets the caller's `cmd` to the sample's eval into $WORK/NAME (which resumes a run
+# already there); run_eval NAME DEVICE DTYPE BATCH runs it afresh.
+eval_cmd() {
+  cmd=("$BIN" eval --model "$M" --out "$WORK/$1" --device "$2" --dtype "$3" --batch-size "$4" --max-new-tokens 24
+    --max-pixels 1003520)
 }
-export -f bench3b run_eval
+run_eval() { local cmd; eval_cmd "$@"; rm -rf "${WORK:?}/$1"; "${cmd[@]}"; }
+export -f bench3b eval_cmd run_eval
 export BIN WORK
 if [ "$MODE" = lease ]; then
   . benches/gpu/lease.sh

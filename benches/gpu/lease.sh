@@ -1,5 +1,6 @@
-# Sourced by `gpu_checks.sh lease` (its stage, run_eval, bench3b, $BIN, $WORK, $LOGS and $M): every GPU check
-# of the build in one call on a machine lent for a few minutes, by priority, inside $BUDGET seconds (default 540):
+# Sourced by `gpu_checks.sh lease` (its stage, eval_cmd, run_eval, bench3b, $BIN, $WORK, $LOGS and $M): every
+# GPU check of the build in one call on a machine lent for a few minutes, by priority, inside $BUDGET seconds
+# (default 540):
 #
 # 1. correctness: self-test; the embedded sample through the tiny Qwen2.5-VL checkpoint on the CPU and on CUDA
 #    (f32 token for token; `--device auto` and `cuda:0`; bf16 at batch 1 and 16, with tensor-core attention
@@ -23,18 +24,18 @@ manifests() {
 import json, os, sys
 m = json.load(open(sys.argv[1]))
 b = m.get("backend", {})
-print(os.path.basename(os.path.dirname(sys.argv[1])), b.get("device"), json.dumps(b.get("ops", {}).get("tensor_core_attention")))
+run = os.path.basename(os.path.dirname(sys.argv[1]))
+print(run, b.get("device"), json.dumps(b.get("ops", {}).get("tensor_core_attention")))
 PY
   done
 }
 # The bf16 batch-1 CUDA run again, stopped by SIGINT after its third answer and resumed with the same command:
 # every step once, and the uninterrupted run's answers.
 interrupt_resume() {
-  local d=$WORK/cuda_bf16_b1_resumed i
-  local cmd=("$BIN" eval --model "$M" --out "$d" --device cuda --dtype bf16 --batch-size 1 --max-new-tokens 24
-    --max-pixels 1003520)
+  local d=$WORK/cuda_bf16_b1_resumed i cmd
+  eval_cmd cuda_bf16_b1_resumed cuda:0 bf16 1
   rm -rf "$d"
-  "${cmd[@]}" &
+  "${cmd[@]}" &  # the program itself, so that the signal reaches it
   local pid=$!
   for i in $(seq 1200); do
     [ "$(cat "$d/predictions.jsonl" 2>/dev/null | wc -l)" -ge 3 ] && break

@@ -304,7 +304,9 @@ mod tests {
 }
 
 /// Times of SwiGLU and q/k/v + rotary at each vector path this CPU supports (the `small` vision tower's shapes
-/// for one screenshot): `cargo test --release --lib ops::elementwise::cpu::timing -- --ignored --nocapture`.
+/// for one screenshot), then the bf16 q/k/v + rotary beside a plain copy of its input (the memory traffic it
+/// needs; both write fresh outputs, so both also pay the page faults this test process's allocator gives them):
+/// `cargo test --release --lib ops::elementwise::cpu::timing -- --ignored --nocapture`.
 #[cfg(test)]
 mod timing {
     use super::tests::bits;
@@ -355,6 +357,22 @@ mod timing {
         assert!(
             outs.windows(2).all(|w| w[0] == w[1]),
             "AVX2 and AVX-512 bits differ"
+        );
+        let (y16, bias16) = (
+            y.to_dtype(DType::BF16).unwrap(),
+            bias.to_dtype(DType::BF16).unwrap(),
+        );
+        let a16 = QkvRope {
+            y: &y16,
+            bias: &bias16,
+            ..a
+        };
+        let r = best(|| drop(super::super::bf16::qkv_rope(a16).unwrap()));
+        let c = best(|| drop(y16.copy().unwrap()));
+        eprintln!(
+            "bf16 qkv_rope 4992x3x1280 {:.2} ms, a copy of its input {:.2} ms",
+            r * 1e3,
+            c * 1e3
         );
     }
 }
