@@ -263,7 +263,7 @@ impl Ops {
             cpu_attention_packed: attention::cpu::describe_packed_plan(self.attention_tiles),
             cpu_bf16_gemm: self.bf16_description(),
             cpu_bf16_blas_choice: self.bf16_blas_choice.clone().map(Box::new),
-            cpu_bf16_attention: attention::describe_bf16(self.bf16.amx()),
+            cpu_bf16_attention: attention::describe_bf16(self.bf16),
         }
     }
 

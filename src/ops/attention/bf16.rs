@@ -1,5 +1,6 @@
-//! bf16 attention on the CPU. Where the bf16 GEMMs run on AMX, the varlen attention runs on AMX tiles in torch's
-//! CPU flash attention order ([`super::amx`]: the softmax weights rounded to bf16 in blocks of 512 keys).
+//! bf16 attention on the CPU. Where the bf16 GEMMs run on this project's kernels, the varlen attention runs in
+//! torch's CPU flash attention order ([`super::flash`]: the softmax weights rounded to bf16 in blocks of 512 keys),
+//! its products on AMX tiles where the GEMMs run on them, else by AVX512-BF16 dot products ([`Flash`]).
 //! Elsewhere, and for decode: the bf16 queries, keys and values widened to f32 (exactly), scores, softmax and the
 //! weighted sum in f32, the output rounded to bf16 once, by the f32 implementations on f32 copies: the fused
 //! varlen attention ([`super::cpu`]) and the per-sequence decode attention ([`super::reference`]); candle's
@@ -27,42 +28,72 @@ fn narrow(t: &Tensor, dtype: DType) -> Result<Tensor> {
     }
 }
 
-/// What computes the bf16 varlen attention on the CPU, in words for the manifest; `amx`: whether the bf16
-/// GEMMs run on AMX tiles (the tile attention then serves every varlen call whose shapes it covers).
-pub(crate) fn describe(amx: bool) -> String {
-    let wide = "f32 attention on f32 copies (widened exactly), the output rounded to bf16 once";
-    #[cfg(target_arch = "x86_64")]
-    if amx {
-        return format!(
-            "AMX tiles where the head dimension is even and at most {} (torch's CPU flash attention order: f32 \
-             scores of bf16 products, softmax in blocks of {} keys counted from the first cached position, \
-             weights rounded to bf16); else the {wide}",
-            super::amx::MAX_HEAD_DIM,
-            super::amx::KEY_BLOCK
-        );
-    }
-    let _ = amx;
-    format!("the {wide}")
+/// Whether the bf16 varlen attention runs in torch's flash order, and what multiplies its products there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flash {
+    /// Not at all: the f32 attention on f32 copies.
+    Off,
+    /// AMX tiles.
+    Tiles,
+    /// AVX512-BF16 dot products.
+    Dots,
 }
 
-/// No AMX tiles off x86-64.
+impl Flash {
+    /// The choice that goes with the bf16 GEMMs' `gemm`: tiles where they run on AMX, dot products where they
+    /// run on this project's other kernels (the CPU has AVX512-BF16), off where candle's matmul runs them.
+    pub(crate) fn of(gemm: crate::ops::gemm::bf16::Bf16Gemm) -> Self {
+        match (gemm.amx(), gemm.row_kernel()) {
+            (true, _) => Self::Tiles,
+            (false, true) => Self::Dots,
+            (false, false) => Self::Off,
+        }
+    }
+}
+
+/// What computes the bf16 varlen attention on the CPU with `flash`, in words for the manifest (the flash order
+/// serves every varlen call whose shapes it covers).
+pub(crate) fn describe(flash: Flash) -> String {
+    let wide = "f32 attention on f32 copies (widened exactly), the output rounded to bf16 once";
+    let products = match flash {
+        Flash::Off => return format!("the {wide}"),
+        Flash::Tiles => "AMX tiles",
+        Flash::Dots => "AVX512-BF16 dot products (vdpbf16ps)",
+    };
+    #[cfg(target_arch = "x86_64")]
+    let (max_d, block) = (super::flash::MAX_HEAD_DIM, super::flash::KEY_BLOCK);
+    #[cfg(not(target_arch = "x86_64"))]
+    let (max_d, block) = (0, 0);
+    format!(
+        "{products} where the head dimension is even and at most {max_d} (torch's CPU flash attention order: f32 \
+         scores of bf16 products, softmax in blocks of {block} keys counted from the first cached position, \
+         weights rounded to bf16); else the {wide}"
+    )
+}
+
+/// No flash attention off x86-64.
 #[cfg(not(target_arch = "x86_64"))]
-fn on_tiles(_: &Varlen<'_>) -> Result<Option<Tensor>> {
+fn on_tiles(_: &Varlen<'_>, _: Flash) -> Result<Option<Tensor>> {
     Ok(None)
 }
 
-/// The attention on AMX tiles ([`super::amx`]) where it covers the shapes (segments with or without a cached
-/// prefix, causal or not); `None` elsewhere.
+/// The attention in torch's flash order ([`super::flash`]) with `flash`'s products where it covers the shapes
+/// (segments with or without a cached prefix, causal or not); `None` elsewhere and where `flash` is off.
 #[cfg(target_arch = "x86_64")]
-fn on_tiles(a: &Varlen<'_>) -> Result<Option<Tensor>> {
+fn on_tiles(a: &Varlen<'_>, flash: Flash) -> Result<Option<Tensor>> {
     use crate::ops::cpu_data::cpu_slice;
+    let products = match flash {
+        Flash::Off => return Ok(None),
+        Flash::Tiles => super::flash::Products::Tiles,
+        Flash::Dots => super::flash::Products::Dots,
+    };
     let (n, heads, d) = a.q.dims3()?;
-    let h = super::amx::Heads {
+    let h = super::flash::Heads {
         heads,
         kv_heads: a.k.dim(1)?,
         d,
     };
-    if !super::amx::covers(h) {
+    if !super::flash::covers(h, products) {
         return Ok(None);
     }
     let (q, k, v) = (a.q.contiguous()?, a.k.contiguous()?, a.v.contiguous()?);
@@ -104,24 +135,22 @@ fn on_tiles(a: &Varlen<'_>) -> Result<Option<Tensor>> {
             )),
             _ => None,
         };
-        segs.push(super::amx::Seg {
+        segs.push(super::flash::Seg {
             start: s.start,
             len: s.len,
             prefix,
         });
     }
-    let out = super::amx::attend(slices, &segs, h, (a.scale, a.causal));
+    let out = super::flash::attend(slices, &segs, h, (a.scale, a.causal), products);
     Ok(Some(Tensor::from_vec(out, (n, heads, d), a.q.device())?))
 }
 
-/// The attention on AMX tiles where `amx` (the bf16 GEMMs' choice) and [`on_tiles`] serve `a`; else
+/// The attention in torch's flash order where `flash` (the bf16 GEMMs' choice) and [`on_tiles`] serve `a`; else
 /// [`cpu::varlen_attention`] on f32 copies of `a`'s tensors (a cached prefix: its valid positions), the result
 /// in `a.q`'s dtype.
-pub(super) fn varlen_attention(a: Varlen<'_>, tiles: cpu::Tiles, amx: bool) -> Result<Tensor> {
-    if amx {
-        if let Some(out) = on_tiles(&a)? {
-            return Ok(out);
-        }
+pub(super) fn varlen_attention(a: Varlen<'_>, tiles: cpu::Tiles, flash: Flash) -> Result<Tensor> {
+    if let Some(out) = on_tiles(&a, flash)? {
+        return Ok(out);
     }
     let (q, k, v) = (f32s(a.q)?, f32s(a.k)?, f32s(a.v)?);
     let prefixes = a
@@ -230,13 +259,19 @@ mod tests {
             scale: 0.25,
         };
         let bits = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<half::bf16>().unwrap();
-        let got = varlen_attention(a, cpu::Tiles::GemmCrate, false).unwrap();
+        let got = varlen_attention(a, cpu::Tiles::GemmCrate, Flash::Off).unwrap();
         assert_eq!(got.dtype(), DType::BF16);
-        // Causal with a cached prefix on the tiles (where the CPU has them): the weights rounded to bf16, within
-        // 2⁻⁸ of the f32 attention of values in [-1, 1].
+        // Causal with a cached prefix in the flash order (where the CPU runs it): the weights rounded to bf16,
+        // within 2⁻⁸ of the f32 attention of values in [-1, 1].
         #[cfg(target_arch = "x86_64")]
-        if super::super::amx::covers(super::super::amx::Heads { heads, kv_heads, d }) {
-            let tiles = varlen_attention(a, cpu::Tiles::GemmCrate, true).unwrap();
+        for (flash, products) in flash_products() {
+            if !super::super::flash::covers(
+                super::super::flash::Heads { heads, kv_heads, d },
+                products,
+            ) {
+                continue;
+            }
+            let tiles = varlen_attention(a, cpu::Tiles::GemmCrate, flash).unwrap();
             let f = |t: &Tensor| {
                 t.flatten_all()
                     .unwrap()
@@ -329,16 +364,37 @@ mod tests {
         );
     }
 
-    /// Whole segments, not causal, where the bf16 GEMMs run on AMX: the tile attention's output, within the
-    /// weights' bf16 rounding of the f32 attention of the same values.
+    /// Both choices of the flash order's products.
+    #[cfg(target_arch = "x86_64")]
+    fn flash_products() -> [(Flash, super::super::flash::Products); 2] {
+        use super::super::flash::Products;
+        [
+            (Flash::Tiles, Products::Tiles),
+            (Flash::Dots, Products::Dots),
+        ]
+    }
+
+    /// Whole segments, not causal, in the flash order with each choice of products the CPU runs: the flash
+    /// attention's output, within the weights' bf16 rounding of the f32 attention of the same values.
     #[test]
     #[cfg(target_arch = "x86_64")]
-    fn whole_segments_attend_on_the_tiles_where_asked() {
+    fn whole_segments_attend_in_the_flash_order_where_asked() {
+        let mut ran = false;
+        for (flash, products) in flash_products() {
+            ran |= whole_segments_with(flash, products);
+        }
+        if !ran {
+            eprintln!("skipped: no AVX512-BF16 here");
+        }
+    }
+
+    /// [`whole_segments_attend_in_the_flash_order_where_asked`] with `products`; false where the CPU lacks them.
+    #[cfg(target_arch = "x86_64")]
+    fn whole_segments_with(flash: Flash, products: super::super::flash::Products) -> bool {
         let (n, heads, kv_heads, d) = (40, 4, 2, 16);
-        let h = super::super::amx::Heads { heads, kv_heads, d };
-        if !super::super::amx::covers(h) {
-            eprintln!("skipped: no AMX tiles here");
-            return;
+        let h = super::super::flash::Heads { heads, kv_heads, d };
+        if !super::super::flash::covers(h, products) {
+            return false;
         }
         let bf = |t: Tensor| t.to_dtype(DType::BF16).unwrap();
         let (q, k, v) = (
@@ -361,26 +417,28 @@ mod tests {
             scale: 0.25,
         };
         let vals = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<half::bf16>().unwrap();
-        let seg_at = |start, len| super::super::amx::Seg {
+        let seg_at = |start, len| super::super::flash::Seg {
             start,
             len,
             prefix: None,
         };
-        let tiles = super::super::amx::attend(
+        let tiles = super::super::flash::attend(
             (&vals(&q), &vals(&k), &vals(&v)),
             &[seg_at(0, 7), seg_at(7, 33)],
             h,
             (0.25, false),
+            products,
         );
         assert_eq!(
-            vals(&varlen_attention(a, cpu::Tiles::GemmCrate, true).unwrap()),
+            vals(&varlen_attention(a, cpu::Tiles::GemmCrate, flash).unwrap()),
             tiles
         );
-        let wide = vals(&varlen_attention(a, cpu::Tiles::GemmCrate, false).unwrap());
+        let wide = vals(&varlen_attention(a, cpu::Tiles::GemmCrate, Flash::Off).unwrap());
         // Each weight rounded to bf16 moves it by at most 2⁻⁹ of itself: the output by 2⁻⁹ of |v| ≤ 1, plus the
         // output's own rounding.
         for (t, w) in tiles.iter().zip(&wide) {
             assert!((t.to_f32() - w.to_f32()).abs() <= 1.0 / 256.0, "{t} vs {w}");
         }
+        true
     }
 }

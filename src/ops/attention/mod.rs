@@ -2,13 +2,13 @@
 //! and decode attention, each on the fused CUDA kernel, the fused CPU path ([`cpu`]), or the composed fallback
 //! ([`composed`]); their candle references ([`reference`](mod@reference)).
 
-#[cfg(target_arch = "x86_64")]
-mod amx;
 mod bf16;
 pub mod composed;
 pub(super) mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
+#[cfg(target_arch = "x86_64")]
+mod flash;
 pub(super) mod reference;
 
 use candle_core::{DType, Device, Result, Tensor};
@@ -149,8 +149,8 @@ impl DecodeStep<'_> {
 }
 
 /// What computes the bf16 varlen attention on the CPU, in words for the manifest ([`bf16::describe`]).
-pub(crate) fn describe_bf16(amx: bool) -> String {
-    bf16::describe(amx)
+pub(crate) fn describe_bf16(gemm: crate::ops::gemm::bf16::Bf16Gemm) -> String {
+    bf16::describe(bf16::Flash::of(gemm))
 }
 
 /// The bf16 decode attention on f32 copies, for the fused CPU path's timing.
@@ -205,7 +205,8 @@ impl Ops {
     /// Attention of packed segments: the queries of each segment (its rows of `q`) attend to the segment's keys
     /// (its prefix, then its rows of `k`/`v`), causally or not. Returns (N, heads, d). One launch on CUDA and
     /// the fused f32 path on the CPU where [`Self::varlen_supported`] holds (bf16 on the CPU with the fused ops on:
-    /// AMX tiles where the bf16 GEMMs run on them, else that path on f32 copies, [`bf16`]), else
+    /// torch's flash order where the bf16 GEMMs run on this project's kernels, else that path on f32 copies,
+    /// [`bf16`]), else
     /// [`composed::varlen`] within the attention budget.
     pub fn varlen_attention(&self, a: Varlen<'_>) -> Result<Tensor> {
         let q = a.q;
@@ -223,7 +224,7 @@ impl Ops {
             && bf16::covers(q.device(), q.dtype(), q.dim(2)?)
             && q.elem_count() > 0
         {
-            return bf16::varlen_attention(a, self.attention_tiles, self.bf16.amx());
+            return bf16::varlen_attention(a, self.attention_tiles, bf16::Flash::of(self.bf16));
         }
         composed::varlen(a, self.attention_budget)
     }

@@ -199,12 +199,15 @@ fn calibrate() -> (f64, f64, f64) {
     (gflops(amx), gflops(packed), gflops(candle))
 }
 
-/// Whether this CPU runs the kernels (AVX-512F, AVX-512BW and AVX512-BF16).
+/// Whether this CPU runs the kernels (AVX-512F, BW, VL and DQ, and AVX512-BF16: every CPU with AVX512-BF16 has
+/// the other four).
 pub fn supported() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         is_x86_feature_detected!("avx512f")
             && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512dq")
             && is_x86_feature_detected!("avx512bf16")
     }
     #[cfg(not(target_arch = "x86_64"))]

@@ -2,11 +2,12 @@
 //! layer's bf16 weight `w` (n × k), read in place.
 //!
 //! `vdpbf16ps` adds to each f32 lane the products of one pair of bf16 values from each operand. Here a vector
-//! holds 16 rows of `a` at one pair of depths (the activation packed once per call: [`pack_a`]), and the other
+//! holds 16 rows of `a` at one pair of depths (the activation packed once per call, as the AMX kernel packs it:
+//! [`super::amx::pack_a`]), and the other
 //! operand is one weight row's pair of depths broadcast to all lanes, read straight from `w` (its rows are
 //! contiguous in depth, which is what a broadcast needs: no packing of the weight, no copy of it). A register
 //! tile is [`MV`] × 16 rows of `a` by [`NJ`] weight rows: 24 accumulators, each an f32 chain over all of `k`'s
-//! pairs in order from zero, rounded to bf16 once when stored.
+//! pairs in order from zero, plus the bias, rounded to bf16 once when stored.
 //!
 //! Every output is that one chain: nothing depends on `m`, on the row's place, on `n` or on the thread count
 //! (padding rows are zeros and only reach outputs that are not written), so each row's bits are the same
@@ -28,8 +29,13 @@ const MV: usize = 2;
 const MR: usize = MV * LANES;
 /// Weight rows per register tile (2 × 12 accumulators, two row vectors and a broadcast: 27 of 32 registers).
 const NJ: usize = 12;
-/// Panels of `a` per task: the weight rows of a tile are read once for this many panels.
-const PANELS_PER_TASK: usize = 4;
+/// Bytes of packed `a` a task works through (its panels stay in the core's L2 cache beside the weight rows of a
+/// tile, each of those read once for all the task's panels).
+const A_BYTES_PER_TASK: usize = 448 << 10;
+/// Panels of `a` per task at depth `k`: [`A_BYTES_PER_TASK`] of them, at least one, at most 8.
+fn panels_per_task(k: usize) -> usize {
+    (A_BYTES_PER_TASK / (k.div_ceil(2) * MR * 4)).clamp(1, 8)
+}
 
 /// `c = a · wᵀ (+ bias)` for `a` (m × k) and `w` (n × k), both row-major bf16, and `bias` ([`super::Kernel`]),
 /// into `c` (m × n, row-major, overwritten),
@@ -52,77 +58,98 @@ pub fn gemm_nt(
         super::no_depth(c, (m, n), bias);
         return;
     }
-    let packed = pack_a(a, m, k);
-    let panel_len = k.div_ceil(2) * MR;
+    // Each 16 rows of `a` packed as a run of AMX tiles: pair `q` of row `r` at `q · 16 + r` from the run's start.
+    let packed = super::amx::pack_a(a, m, k);
+    let (runs, per_run) = (m.div_ceil(LANES), packed.len() / m.div_ceil(LANES));
+    // Panel p's runs; a last panel of one run reads it twice (the second one's sums are not written).
+    let panel = |p: usize| -> [*const u32; MV] {
+        std::array::from_fn(|v| {
+            packed[(MV * p + v).min(runs - 1) * per_run..]
+                .as_ptr()
+                .cast()
+        })
+    };
     let out = SharedOut::new(c, n, bias);
-    let row_tasks = m.div_ceil(MR * PANELS_PER_TASK);
+    let per_task = panels_per_task(k);
+    let row_tasks = m.div_ceil(MR * per_task);
     let groups = n.div_ceil(NJ);
     let want = 4 * rayon::current_num_threads();
     let per = groups.div_ceil(want.div_ceil(row_tasks)).max(1);
     let tasks: Vec<(usize, usize)> = (0..row_tasks)
         .flat_map(|t| (0..groups).step_by(per).map(move |g| (t, g)))
         .collect();
+    let copy = rows_share_cache_sets(k).then(|| padded_copy(w, n, k));
+    let (w, stride) = match &copy {
+        Some(c) => (&c[..], k + COPY_PAD),
+        None => (w, k),
+    };
     tasks.into_par_iter().for_each(|(t, g0)| {
-        let panels = t * PANELS_PER_TASK..(m.div_ceil(MR)).min((t + 1) * PANELS_PER_TASK);
+        let panels = t * per_task..(m.div_ceil(MR)).min((t + 1) * per_task);
         for g in g0..groups.min(g0 + per) {
             let j0 = g * NJ;
             // A short last group repeats its last weight row; those sums are not written.
             let wrows: [*const bf16; NJ] =
-                std::array::from_fn(|t| w[(j0 + t).min(n - 1) * k..].as_ptr());
+                std::array::from_fn(|t| w[(j0 + t).min(n - 1) * stride..][..k].as_ptr());
             for p in panels.clone() {
-                let mut sums = [[0f32; MR]; NJ];
-                // SAFETY: AVX512-BF16 checked above; the panel holds k.div_ceil(2) pairs of MR rows, each weight
-                // row k values.
-                unsafe { tile(k, packed[p * panel_len..].as_ptr(), wrows, &mut sums) };
                 let (i0, rows, cols) = (p * MR, MR.min(m - p * MR), NJ.min(n - j0));
-                for (jt, col) in sums.iter().take(cols).enumerate() {
-                    for (r, &v) in col.iter().take(rows).enumerate() {
-                        // SAFETY: (i0 + r, j0 + jt) lies inside c; this task alone writes these columns of
-                        // these panels' rows.
-                        unsafe { out.set(i0 + r, j0 + jt, v) };
-                    }
-                }
+                // SAFETY: the kernels' features checked above; each run holds k.div_ceil(2) pairs of 16 rows,
+                // each weight row k values; rows × cols from (i0, j0) lie inside c, and this task alone writes
+                // these columns of these panels' rows.
+                unsafe { tile(k, panel(p), wrows, &out, (i0, j0), (rows, cols)) };
             }
         }
     });
 }
 
-/// The rows of `a` (m × k) as panels of [`MR`] rows, each a run of depth pairs: pair `q` of row `r` of panel `p`
-/// is the 32-bit value at `(p · pairs + q) · MR + r`, depth `2q` in its low half and `2q + 1` in its high half
-/// (the order `vdpbf16ps` pairs them in); zeros past `k` and for rows past `m`.
-fn pack_a(a: &[bf16], m: usize, k: usize) -> Vec<u32> {
-    let pairs = k.div_ceil(2);
-    let mut packed = vec![0u32; m.div_ceil(MR) * pairs * MR];
-    packed
-        .par_chunks_mut(pairs * MR)
-        .enumerate()
-        .for_each(|(p, panel)| {
-            for r in 0..MR.min(m - p * MR) {
-                let row = &a[(p * MR + r) * k..][..k];
-                for (q, pair) in row.chunks(2).enumerate() {
-                    let hi = pair.get(1).map_or(0, |v| v.to_bits() as u32);
-                    panel[q * MR + r] = pair[0].to_bits() as u32 | hi << 16;
-                }
-            }
-        });
-    packed
+/// Values of padding after each weight row's copy: 64 bytes, one more cache set from row to row.
+const COPY_PAD: usize = 32;
+
+/// Whether the [`NJ`] weight rows of a tile, `k` values apart, fall into so few of the L1 data cache's sets
+/// (64 sets of 64-byte lines, as on every x86-64 CPU with AVX-512) that they evict each other: more than four of
+/// them in one set (at `k` = 2048, 4 KB apart, all twelve share one). Such a weight is read from a copy made
+/// once per call, each row padded by [`COPY_PAD`] (the products are the same: the copy holds the same values).
+fn rows_share_cache_sets(k: usize) -> bool {
+    let mut sets = [0u8; 64];
+    for t in 0..NJ {
+        sets[t * 2 * k / 64 % 64] += 1;
+    }
+    sets.iter().any(|&s| s > 4)
 }
 
-/// The products of one packed panel of `a` (`k.div_ceil(2)` pairs of [`MR`] rows) with [`NJ`] weight rows of `k`
-/// values each, into `sums[t][r]` (weight row `t`, row `r` of the panel).
+/// The `n` rows of `w` (each `k` values), each followed by [`COPY_PAD`] zeros.
+fn padded_copy(w: &[bf16], n: usize, k: usize) -> Vec<bf16> {
+    let mut copy = vec![bf16::ZERO; n * (k + COPY_PAD)];
+    copy.par_chunks_mut(k + COPY_PAD)
+        .zip(w[..n * k].par_chunks(k))
+        .for_each(|(to, from)| to[..k].copy_from_slice(from));
+    copy
+}
+
+/// The products of one panel of `a` (two runs of packed pairs, `k.div_ceil(2)` pairs of 16 rows each) with [`NJ`]
+/// weight rows of `k` values each, stored into `out` from row `i0`, column `j0`: the first `rows` rows' first `cols` sums, each
+/// plus its column's bias rounded to bf16 (16 rows at a time through the AMX kernel's stores: transposed in
+/// registers, one masked store per row; the bits of `bf16::from_f32`).
 ///
 /// # Safety
-/// The CPU has AVX-512F and AVX512-BF16; `a` reads the panel, every weight pointer `k` values.
+/// The CPU has the features of [`super::supported`]; each `a` pointer reads a run, every weight pointer `k` values;
+/// those outputs lie inside `out` and no other task writes them.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bf16")]
-unsafe fn tile(k: usize, a: *const u32, w: [*const bf16; NJ], sums: &mut [[f32; MR]; NJ]) {
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")]
+unsafe fn tile(
+    k: usize,
+    a: [*const u32; MV],
+    w: [*const bf16; NJ],
+    out: &SharedOut,
+    (i0, j0): (usize, usize),
+    (rows, cols): (usize, usize),
+) {
     use std::arch::x86_64::*;
     let mut acc = [[_mm512_setzero_ps(); NJ]; MV];
     // One pair of depths: the rows' vectors, then each weight row's pair broadcast and multiplied with them.
     macro_rules! step {
         ($q:expr, $pair:expr) => {{
             let av: [__m512bh; MV] = std::array::from_fn(|v| {
-                std::mem::transmute(_mm512_loadu_si512(a.add($q * MR + v * LANES).cast()))
+                std::mem::transmute(_mm512_load_si512(a[v].add($q * LANES).cast()))
             });
             for (t, wt) in w.iter().enumerate() {
                 let b: __m512bh = std::mem::transmute(_mm512_set1_epi32($pair(*wt) as i32));
@@ -144,15 +171,26 @@ unsafe fn tile(k: usize, a: *const u32, w: [*const bf16; NJ], sums: &mut [[f32; 
         step!(full, |wt: *const half::bf16| (*wt.add(k - 1)).to_bits()
             as u32);
     }
-    for (v, row) in acc.iter().enumerate() {
+    // Weight row t's 16 sums as row t of a tile (rows past NJ zero), stored transposed: one row of c each.
+    let mut sums = super::amx::ZERO_TILE;
+    for (v, row) in acc.iter().enumerate().take(rows.div_ceil(LANES)) {
         for (t, s) in row.iter().enumerate() {
-            _mm512_storeu_ps(sums[t][v * LANES..].as_mut_ptr(), *s);
+            _mm512_store_ps(sums.0[t * LANES..].as_mut_ptr().cast(), *s);
         }
+        let at = (i0 + v * LANES, j0);
+        super::amx::store_sums(&sums, out, at, ((rows - v * LANES).min(LANES), cols), true);
     }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn tile(_: usize, _: *const u32, _: [*const bf16; NJ], _: &mut [[f32; MR]; NJ]) {
+unsafe fn tile(
+    _: usize,
+    _: [*const u32; MV],
+    _: [*const bf16; NJ],
+    _: &SharedOut,
+    _: (usize, usize),
+    _: (usize, usize),
+) {
     unreachable!("the bf16 GEMM runs only where super::supported()")
 }
 
@@ -178,8 +216,23 @@ mod tests {
                 (150, 97, 29),
                 (3, 20, 200),
                 (4, 0, 9),
+                // Weight rows 2 KB and 4 KB apart: read from the padded copy.
+                (33, 1024, 29),
+                (5, 2048, 13),
             ],
         );
+    }
+
+    #[test]
+    fn weight_rows_a_power_of_two_kilobytes_apart_are_copied() {
+        assert!(
+            rows_share_cache_sets(2048)
+                && rows_share_cache_sets(1024)
+                && rows_share_cache_sets(4096)
+        );
+        for k in [896, 1280, 2080, 3420, 3584, 4864, 11008, 18944] {
+            assert!(!rows_share_cache_sets(k), "k = {k}");
+        }
     }
 
     #[test]
@@ -190,6 +243,10 @@ mod tests {
         // Rows 100..111 alone (another place in the panels and tasks), rows across a task's end, one row, and
         // all rows on one thread.
         let parts = [100..111, 125..131, 7..8];
-        rows_stand_alone(&gemm_nt, (2 * MR * PANELS_PER_TASK + 9, 301, 70), &parts);
+        rows_stand_alone(
+            &gemm_nt,
+            (2 * MR * panels_per_task(301) + 9, 301, 70),
+            &parts,
+        );
     }
 }

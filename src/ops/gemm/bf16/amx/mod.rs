@@ -35,22 +35,12 @@ const TILE_LEN: usize = TILE * TILE;
 /// Bytes of packed activation a task keeps in the core's L2 cache (its rows are read once per weight block).
 const A_BYTES_PER_TASK: usize = 1 << 20;
 
-/// Whether this CPU and OS run the kernel: AMX-TILE and AMX-BF16 reported by `cpuid`, AVX512-BF16 (the row
-/// kernel beside it, and the stores' rounding), AVX-512VL and DQ (the stores), and Linux granting the process the
-/// tile data state (`arch_prctl`, asked once).
+/// Whether this CPU and OS run the kernel: AMX-TILE and AMX-BF16 reported by `cpuid`, the AVX-512 features of
+/// [`super::supported`] (the row kernel beside it, and the stores), and Linux granting the process the tile data
+/// state (`arch_prctl`, asked once).
 pub fn supported() -> bool {
     static OK: OnceLock<bool> = OnceLock::new();
-    *OK.get_or_init(|| super::supported() && avx512vl_dq() && detect())
-}
-
-#[cfg(target_arch = "x86_64")]
-fn avx512vl_dq() -> bool {
-    is_x86_feature_detected!("avx512vl") && is_x86_feature_detected!("avx512dq")
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn avx512vl_dq() -> bool {
-    false
+    *OK.get_or_init(|| super::supported() && detect())
 }
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
@@ -97,6 +87,8 @@ pub(crate) unsafe fn release_tiles() {
     unsafe { tiles::release() }
 }
 
+#[cfg(target_arch = "x86_64")]
+pub(super) use tiles::store_sums;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use tiles::{gather_pairs, round16_bf16};
 
@@ -224,7 +216,7 @@ impl Plan for Linear<'_> {
 /// `packed[r · chunks + q]`, its row `p` holding depth pair `p` of the chunk for each of the 16 rows, depth
 /// `2p` in the low half of the 32-bit value and `2p + 1` in the high half (the order `tdpbf16ps` pairs them
 /// in); zeros past `k` and for rows past `m`.
-fn pack_a(a: &[bf16], m: usize, k: usize) -> Vec<Tile> {
+pub(super) fn pack_a(a: &[bf16], m: usize, k: usize) -> Vec<Tile> {
     let chunks = k.div_ceil(CHUNK);
     let fill = |packed: &mut [MaybeUninit<Tile>]| {
         packed

@@ -32,7 +32,7 @@ pub(super) unsafe fn configure() {
 /// # Safety
 /// The CPU has AVX-512F, BW, VL, DQ and BF16; those outputs lie inside `c` and no other task writes them.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")]
-pub(super) unsafe fn store_sums(
+pub(in crate::ops::gemm::bf16) unsafe fn store_sums(
     sum: &Tile,
     c: &super::SharedOut,
     (i0, j0): (usize, usize),

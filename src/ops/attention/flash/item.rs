@@ -3,7 +3,9 @@
 
 use half::bf16;
 
-use super::{softmax_block, tiles, Heads, Tile, CHUNK, KEY_BLOCK, QUERY_BLOCK, TILE};
+use super::{
+    dots, softmax_block, tiles, Heads, Products, Tile, CHUNK, KEY_BLOCK, QUERY_BLOCK, TILE,
+};
 use crate::ops::gemm::bf16::amx as gemm_amx;
 
 /// The output's first value, shared by the work items (each writes only its own rows of its own head).
@@ -45,6 +47,8 @@ pub(super) struct Item<'a> {
     pub(super) causal: bool,
     /// The KV head's packed keys and values.
     pub(super) packed: &'a (Vec<Tile>, Vec<Tile>),
+    /// What multiplies them.
+    pub(super) products: Products,
 }
 
 impl Item<'_> {
@@ -67,8 +71,11 @@ impl Item<'_> {
         }
         let two = nq > TILE;
         let (mut max, mut sum) = ([f32::NEG_INFINITY; QUERY_BLOCK], [0f32; QUERY_BLOCK]);
-        // SAFETY (the tile calls): covers() holds, so the CPU has AMX and AVX-512 and the process its tile state.
-        unsafe { gemm_amx::configure_tiles() };
+        let tiles = self.products == Products::Tiles;
+        if tiles {
+            // SAFETY: covers() holds, so the CPU has AMX and the process its tile state.
+            unsafe { gemm_amx::configure_tiles() };
+        }
         // Keys any of the block's queries sees; a block's length is torch's (up to 512 of all the keys), the
         // keys past a query's position masked with -inf inside it.
         let seen = match self.causal {
@@ -77,8 +84,10 @@ impl Item<'_> {
         };
         // SAFETY: as above.
         unsafe { self.key_blocks(h, scale, s, (seen, two), (&mut max, &mut sum)) };
-        // SAFETY: as above.
-        unsafe { gemm_amx::release_tiles() };
+        if tiles {
+            // SAFETY: as above.
+            unsafe { gemm_amx::release_tiles() };
+        }
         for (r, sum) in sum.iter().enumerate().take(nq) {
             let inv = 1.0 / sum;
             // SAFETY: row first + r of this head lies in the output; this item alone writes it.
@@ -113,6 +122,7 @@ impl Item<'_> {
         let (keys, values) = self.packed;
         let nq = self.rows.1;
         let scores = ScoreBlocks {
+            products: self.products,
             queries: (s.queries.as_ptr(), chunks * CHUNK),
             keys,
             chunks,
@@ -120,6 +130,7 @@ impl Item<'_> {
             seen,
         };
         let sums = ValueSums {
+            products: self.products,
             values,
             dim_tiles,
             acc: (s.acc.as_mut_ptr(), dim_tiles * TILE),
@@ -179,6 +190,7 @@ struct ScoreBlocks<'a> {
     two: bool,
     /// Keys any of the queries sees.
     seen: usize,
+    products: Products,
 }
 
 impl ScoreBlocks<'_> {
@@ -190,18 +202,18 @@ impl ScoreBlocks<'_> {
     /// The scores of pairs `pairs` of the block from key `k0` into `buf` (rows of [`KEY_BLOCK`]).
     ///
     /// # Safety
-    /// The tiles are configured on this thread; the queries hold 32 rows, `buf` 32 rows of [`KEY_BLOCK`].
+    /// [`super::covers`] holds (for tiles: configured on this thread); the queries hold 32 rows, `buf` 32 rows
+    /// of [`KEY_BLOCK`].
     unsafe fn issue(&self, k0: usize, buf: *mut f32, pairs: std::ops::Range<usize>) {
         let key_tiles = KEY_BLOCK.min(self.seen - k0).div_ceil(TILE);
         // SAFETY: the block's key tiles lie in the packed keys (they cover every key, to whole tiles).
         unsafe {
-            tiles::scores(
-                self.queries,
-                &self.keys[k0 / TILE * self.chunks..],
-                (key_tiles, self.chunks, self.two),
-                buf,
-                pairs,
-            )
+            let keys = &self.keys[k0 / TILE * self.chunks..];
+            let shape = (key_tiles, self.chunks, self.two);
+            match self.products {
+                Products::Tiles => tiles::scores(self.queries, keys, shape, buf, pairs),
+                Products::Dots => dots::scores(self.queries, keys, shape, buf, pairs),
+            }
         }
     }
 }
@@ -215,6 +227,7 @@ struct ValueSums<'a> {
     acc: (*mut f32, usize),
     /// Whether a second tile of queries is in use.
     two: bool,
+    products: Products,
 }
 
 impl ValueSums<'_> {
@@ -222,17 +235,17 @@ impl ValueSums<'_> {
     /// of its keys, the weights in `weights` (rows of [`KEY_BLOCK`]).
     ///
     /// # Safety
-    /// The tiles are configured on this thread; `weights` holds 32 rows of [`KEY_BLOCK`], the accumulators 32
-    /// rows.
+    /// [`super::covers`] holds (for tiles: configured on this thread); `weights` holds 32 rows of [`KEY_BLOCK`],
+    /// the accumulators 32 rows.
     unsafe fn issue(&self, (k0, vis): (usize, usize), weights: *const bf16) {
         // SAFETY: the block's value tiles lie in the packed values (they cover every key, to whole chunks).
         unsafe {
-            tiles::weighted_sums(
-                weights,
-                &self.values[k0 / CHUNK * self.dim_tiles..],
-                (vis.div_ceil(CHUNK), self.dim_tiles, self.two, k0 == 0),
-                self.acc,
-            )
+            let values = &self.values[k0 / CHUNK * self.dim_tiles..];
+            let shape = (vis.div_ceil(CHUNK), self.dim_tiles, self.two, k0 == 0);
+            match self.products {
+                Products::Tiles => tiles::weighted_sums(weights, values, shape, self.acc),
+                Products::Dots => dots::weighted_sums(weights, values, shape, self.acc),
+            }
         }
     }
 }

@@ -1,5 +1,18 @@
-//! The tile attention against torch's flash-attention order written out, and its `exp_u20` against the formula.
+//! The flash attention (on tiles and by dot products) against torch's flash-attention order written out, and its
+//! `exp_u20` against the formula.
 use super::*;
+
+/// The products this CPU runs; a message where none.
+fn products() -> Vec<Products> {
+    let ran: Vec<Products> = [Products::Tiles, Products::Dots]
+        .into_iter()
+        .filter(|p| p.supported())
+        .collect();
+    if ran.is_empty() {
+        eprintln!("skipped: no AVX512-BF16 here");
+    }
+    ran
+}
 
 /// Values in [-2, 2) from a hash of `i` and `seed`, rounded to bf16.
 fn values(len: usize, seed: u64) -> Vec<bf16> {
@@ -113,14 +126,14 @@ fn exp_u20(x: f32) -> f32 {
 /// past ln FLT_MAX (clamped), and stays within about 20 ulp of libm's `exp` on [-87, 88).
 #[test]
 fn exp_u20_lanes_follow_the_formula() {
-    if !gemm_amx::supported() {
+    if !Products::Dots.supported() {
         eprintln!("skipped: no AVX-512 here");
         return;
     }
     let xs: Vec<f32> = (0..8000).map(|i| -95.0 + i as f32 * 0.0233).collect();
     for c in xs.chunks_exact(16) {
         let mut out = [0f32; 16];
-        // SAFETY: AMX's check includes AVX-512F and FMA; 16 values in and out.
+        // SAFETY: the dot products' check includes AVX-512F (and every such CPU has FMA); 16 values in and out.
         unsafe {
             use std::arch::x86_64::*;
             _mm512_storeu_ps(
@@ -177,15 +190,17 @@ fn exact_attention(
 }
 
 /// On segments of one key, of partial tiles, of a window's 64 keys and of two key blocks, with grouped
-/// heads and head dimensions of one and a half to four depth chunks: the tiles give the bits of torch's
-/// order written out (at least 99.5 % of the values; elsewhere the sums' order moved a rounding: within two
-/// bf16 steps plus 2⁻¹¹), and their error against the exact attention is that order's.
+/// heads and head dimensions of one and a half to four depth chunks: tiles and dot products give the bits of
+/// torch's order written out (at least 99.5 % of the values; elsewhere the sums' order moved a rounding:
+/// within two bf16 steps plus 2⁻¹¹), and their error against the exact attention is that order's.
 #[test]
-fn tiles_follow_torchs_flash_attention() {
-    if !gemm_amx::supported() {
-        eprintln!("skipped: no AMX tiles here");
-        return;
+fn products_follow_torchs_flash_attention() {
+    for products in products() {
+        follow_torchs_flash_attention(products);
     }
+}
+
+fn follow_torchs_flash_attention(products: Products) {
     let segs = [(0, 1), (1, 37), (38, 64), (102, 700), (802, 17)];
     let n = 819;
     for (heads, kv_heads, d) in [(4, 2, 80), (2, 2, 64), (2, 1, 128), (3, 3, 48), (2, 1, 40)] {
@@ -204,7 +219,7 @@ fn tiles_follow_torchs_flash_attention() {
                 prefix: None,
             })
             .collect();
-        let got = attend((&q, &k, &v), &whole, h, (scale, false));
+        let got = attend((&q, &k, &v), &whole, h, (scale, false), products);
         let want = flash_reference((&q, &k, &v), &segs, h, (scale, false));
         let mut exact = 0;
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
@@ -212,13 +227,13 @@ fn tiles_follow_torchs_flash_attention() {
             let steps = w.to_f32().abs() / 128.0 + 1.0 / 2048.0;
             assert!(
                 (g.to_f32() - w.to_f32()).abs() <= steps,
-                "{h:?} value {i}: {g} vs {w}"
+                "{products:?} {h:?} value {i}: {g} vs {w}"
             );
             exact += usize::from(g == w);
         }
         assert!(
             exact * 1000 >= 995 * got.len(),
-            "{h:?}: {exact} of {} exact",
+            "{products:?} {h:?}: {exact} of {} exact",
             got.len()
         );
         let truth = exact_attention((&q, &k, &v), &segs, h, scale);
@@ -232,7 +247,7 @@ fn tiles_follow_torchs_flash_attention() {
         };
         assert!(
             rms(&got) <= 1.01 * rms(&want),
-            "{h:?}: {} vs {}",
+            "{products:?} {h:?}: {} vs {}",
             rms(&got),
             rms(&want)
         );
@@ -242,11 +257,13 @@ fn tiles_follow_torchs_flash_attention() {
 /// Causal attention with and without a cached prefix: torch's order written out (masked keys inside a block
 /// count as -inf), and a segment that continues a cache gives, bit for bit, the rows the whole sequence gives.
 #[test]
-fn causal_tiles_and_cached_prefixes() {
-    if !gemm_amx::supported() {
-        eprintln!("skipped: no AMX tiles here");
-        return;
+fn causal_attention_and_cached_prefixes() {
+    for products in products() {
+        causal_and_cached(products);
     }
+}
+
+fn causal_and_cached(products: Products) {
     let (heads, kv_heads, d, n) = (4, 2, 64, 700);
     let h = Heads { heads, kv_heads, d };
     let (q, k, v) = (
@@ -260,12 +277,18 @@ fn causal_tiles_and_cached_prefixes() {
         len,
         prefix: None,
     };
-    let full = attend((&q, &k, &v), &[seg(0, 37), seg(37, 663)], h, (scale, true));
+    let full = attend(
+        (&q, &k, &v),
+        &[seg(0, 37), seg(37, 663)],
+        h,
+        (scale, true),
+        products,
+    );
     let want = flash_reference((&q, &k, &v), &[(0, 37), (37, 663)], h, (scale, true));
     let exact = full.iter().zip(&want).filter(|(g, w)| g == w).count();
     assert!(
         exact * 1000 >= 995 * full.len(),
-        "{exact} of {} exact",
+        "{products:?}: {exact} of {} exact",
         full.len()
     );
     for (g, w) in full.iter().zip(&want) {
@@ -290,22 +313,24 @@ fn causal_tiles_and_cached_prefixes() {
         len: n - first,
         prefix: Some((&ck, &cv, cap, p)),
     };
-    let got = attend((&q, &k, &v), &[cont], h, (scale, true));
+    let got = attend((&q, &k, &v), &[cont], h, (scale, true), products);
     let rows = first * heads * d..;
     assert_eq!(&got[rows.clone()], &full[rows]);
     assert!(got[..first * heads * d].iter().all(|x| *x == bf16::ZERO));
 }
 
-/// `cargo test --release --lib attention::amx::tests::timing -- --ignored --nocapture`: the vision tower's full
+/// `cargo test --release --lib attention::flash::tests::timing -- --ignored --nocapture`: the vision tower's full
 /// attention at `max_pixels` 1,003,520 (one segment of 5,088 rows, 16 heads of 80) and its windowed attention
-/// (segments of 64 rows), best of three each.
+/// (segments of 64 rows), best of three each, with each choice of products the CPU runs.
 #[test]
 #[ignore = "a timing run: use --release --ignored --nocapture"]
 fn timing() {
-    if !gemm_amx::supported() {
-        eprintln!("skipped: no AMX tiles here");
-        return;
+    for products in products() {
+        timing_of(products);
     }
+}
+
+fn timing_of(products: Products) {
     let (n, heads, d) = (5088, 16, 80);
     let h = Heads {
         heads,
@@ -328,13 +353,13 @@ fn timing() {
         let best = (0..4)
             .map(|_| {
                 let t0 = std::time::Instant::now();
-                std::hint::black_box(attend((&q, &k, &v), &segs, h, (0.11, false)));
+                std::hint::black_box(attend((&q, &k, &v), &segs, h, (0.11, false), products));
                 t0.elapsed().as_secs_f64()
             })
             .skip(1)
             .fold(f64::INFINITY, f64::min);
         eprintln!(
-            "{n} rows in segments of {len}, {heads} heads of {d}: {:.1} ms",
+            "{products:?}: {n} rows in segments of {len}, {heads} heads of {d}: {:.1} ms",
             best * 1e3
         );
     }

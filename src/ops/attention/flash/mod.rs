@@ -1,5 +1,6 @@
-//! bf16 attention of packed segments (with or without a cached prefix, causal or not) on AMX tiles, in the order
-//! torch's CPU flash attention computes bf16: the scores `q·kᵀ` as f32 sums of bf16 products, times the scale;
+//! bf16 attention of packed segments (with or without a cached prefix, causal or not), its products on AMX tiles
+//! or, on CPUs without them, by AVX512-BF16 dot products on the same operands ([`Products`]), in the order torch's
+//! CPU flash attention computes bf16: the scores `q·kᵀ` as f32 sums of bf16 products, times the scale;
 //! then per block of [`KEY_BLOCK`] keys (counted from the sequence's first key, the cached ones included) the
 //! block's maximum, `exp(s − max)` in f32, summed in f32 and rounded to bf16 as the weights, the running maximum
 //! rescaling the f32 sum and the f32 output; `weights · v` as f32 sums of bf16 products added to that output; at
@@ -20,6 +21,7 @@ use crate::ops::cpu_data::{written, zeroed};
 use crate::ops::elementwise::bf16::round;
 use crate::ops::gemm::bf16::amx::{self as gemm_amx, round16_bf16, Tile, ZERO_TILE};
 
+mod dots;
 mod item;
 mod pack;
 mod rows;
@@ -58,10 +60,30 @@ impl Heads {
     }
 }
 
-/// Whether this kernel runs calls of these shapes here: AMX on this CPU and OS (with AVX-512, AVX2 and FMA for the
-/// softmax), an even head dimension up to [`MAX_HEAD_DIM`], whole groups of query heads per KV head.
-pub(crate) fn covers(h: Heads) -> bool {
-    gemm_amx::supported()
+/// What multiplies the operands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Products {
+    /// AMX tiles (`tdpbf16ps`).
+    Tiles,
+    /// AVX512-BF16 dot products (`vdpbf16ps`): [`dots`].
+    Dots,
+}
+
+impl Products {
+    /// Whether this CPU (and OS) runs them: AMX for the tiles, AVX512-BF16 with AVX-512 F, BW, VL and DQ for
+    /// the dot products (and for the softmax either way).
+    pub(crate) fn supported(self) -> bool {
+        match self {
+            Self::Tiles => gemm_amx::supported(),
+            Self::Dots => crate::ops::gemm::bf16::supported(),
+        }
+    }
+}
+
+/// Whether this kernel runs calls of these shapes here with `products`: [`Products::supported`] (with AVX2 and FMA
+/// for the softmax), an even head dimension up to [`MAX_HEAD_DIM`], whole groups of query heads per KV head.
+pub(crate) fn covers(h: Heads, products: Products) -> bool {
+    products.supported()
         && is_x86_feature_detected!("avx2")
         && is_x86_feature_detected!("fma")
         && h.d > 0
@@ -97,15 +119,19 @@ impl Seg<'_> {
 
 /// The attention of `q` (N × heads × d) to `k`, `v` (N × kv_heads × d) within each segment of rows (after its
 /// cached prefix), each query seeing all of its segment's keys or, `causal`, those up to its own position;
-/// returns (N × heads × d), rows outside every segment zero. Panics unless [`covers`] holds and the slices hold
+/// returns (N × heads × d), rows outside every segment zero; the products by `products`. Panics unless [`covers`] holds and the slices hold
 /// N rows (the caches their capacity).
 pub(crate) fn attend(
     (q, k, v): (&[bf16], &[bf16], &[bf16]),
     segs: &[Seg<'_>],
     h: Heads,
     (scale, causal): (f32, bool),
+    products: Products,
 ) -> Vec<bf16> {
-    assert!(covers(h), "the AMX attention does not cover {h:?} here");
+    assert!(
+        covers(h, products),
+        "the flash attention does not cover {h:?} with {products:?} here"
+    );
     assert!(scale > 0.0 && scale.is_finite(), "attention scale {scale}");
     let n = q.len() / (h.heads * h.d);
     assert!(k.len() >= n * h.kv_heads * h.d && v.len() >= n * h.kv_heads * h.d);
@@ -163,6 +189,7 @@ pub(crate) fn attend(
                 keys: seg.keys(),
                 causal,
                 packed: &packed[i],
+                products,
             };
             // SAFETY: covers() holds; this item alone writes its rows' outputs of this head.
             SCRATCH.with_borrow_mut(|scratch| unsafe { item.run(h, scale, scratch, &out_ptr) });
