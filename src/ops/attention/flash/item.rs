@@ -1,4 +1,4 @@
-//! One work item of the tile attention: a block of up to 32 queries of one head of one segment, against the
+//! One work item of the flash attention: a block of up to 32 queries of one head of one segment, against the
 //! segment's keys block by block.
 
 use half::bf16;
@@ -102,14 +102,15 @@ impl Item<'_> {
         }
     }
 
-    /// The online softmax over the keys the queries see (`seen`), block by block: the scores of a block on the
-    /// tiles, its softmax row by row, `weights · v` into the accumulators; `max` and `sum` the rows' running
-    /// maximum and sum. The next block's scores are issued on the tiles between the rows of a block's softmax,
-    /// so that the tiles and the vector units run side by side. (Issuing the previous block's weighted sums
-    /// there as well was slower.)
+    /// The online softmax over the keys the queries see (`seen`), block by block: the scores of a block, its
+    /// softmax row by row, `weights · v` into the accumulators; `max` and `sum` the rows' running maximum and
+    /// sum. The next block's scores are issued between the rows of a block's softmax, so that on AMX the tiles
+    /// and the vector units run side by side (by dot products they run in turn). (Issuing the previous block's
+    /// weighted sums there as well was slower.)
     ///
     /// # Safety
-    /// As [`Self::run`], with the tiles configured and the scratch buffers sized and the queries copied by it.
+    /// As [`Self::run`], with the tiles configured (for tiles) and the scratch buffers sized and the queries
+    /// copied by it.
     unsafe fn key_blocks(
         &self,
         h: Heads,

@@ -5,7 +5,8 @@
 //! holds 16 rows of `a` at one pair of depths (the activation packed once per call, as the AMX kernel packs it:
 //! [`super::amx::pack_a`]), and the other
 //! operand is one weight row's pair of depths broadcast to all lanes, read straight from `w` (its rows are
-//! contiguous in depth, which is what a broadcast needs: no packing of the weight, no copy of it). A register
+//! contiguous in depth, which is what a broadcast needs: no packing of the weight, and a copy only where its
+//! rows would share the L1 cache's sets: [`rows_share_cache_sets`]). A register
 //! tile is [`MV`] × 16 rows of `a` by [`NJ`] weight rows: 24 accumulators, each an f32 chain over all of `k`'s
 //! pairs in order from zero, plus the bias, rounded to bf16 once when stored.
 //!
@@ -125,10 +126,10 @@ fn padded_copy(w: &[bf16], n: usize, k: usize) -> Vec<bf16> {
     copy
 }
 
-/// The products of one panel of `a` (two runs of packed pairs, `k.div_ceil(2)` pairs of 16 rows each) with [`NJ`]
-/// weight rows of `k` values each, stored into `out` from row `i0`, column `j0`: the first `rows` rows' first `cols` sums, each
-/// plus its column's bias rounded to bf16 (16 rows at a time through the AMX kernel's stores: transposed in
-/// registers, one masked store per row; the bits of `bf16::from_f32`).
+/// The products of one panel of `a` (two runs of packed pairs, `k.div_ceil(2)` pairs of 16 rows each) with
+/// [`NJ`] weight rows of `k` values each, stored into `out` from row `i0`, column `j0`: the first `rows` rows'
+/// first `cols` sums, each plus its column's bias rounded to bf16 (16 rows at a time through the AMX kernel's
+/// stores: transposed in registers, one masked store per row; the bits of `bf16::from_f32`).
 ///
 /// # Safety
 /// The CPU has the features of [`super::supported`]; each `a` pointer reads a run, every weight pointer `k` values;
