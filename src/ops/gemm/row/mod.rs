@@ -182,12 +182,13 @@ unsafe fn tile<const R: usize>(
     }
     let full = k - k % 8;
     for p in (0..full).step_by(8) {
-        // The next tile's weight rows follow these in memory: ask for their line at this depth once per 64 bytes,
-        // so that it is in cache when that tile loads it (decode streams the weights; this measured about 10%
-        // faster than the hardware prefetchers alone). A hint: it reads nothing and cannot fault.
+        // The weight rows two tiles on follow these in memory: ask for their line at this depth once per 64 bytes,
+        // into L2, so that it is near when that tile loads it (decode streams the weights; hints into L1 one tile
+        // on measured about 10% faster than the hardware prefetchers alone, and into L2, which keeps more misses
+        // in flight, 20–40% faster again on Zen 4). A hint: it reads nothing and cannot fault.
         if p % 16 == 0 {
             for wt in &w {
-                _mm_prefetch::<_MM_HINT_T0>(wt.wrapping_add(TC * k + p).cast());
+                _mm_prefetch::<_MM_HINT_T1>(wt.wrapping_add(2 * TC * k + p).cast());
             }
         }
         step!(p, |ptr| _mm256_loadu_ps(ptr));
