@@ -1,6 +1,6 @@
 //! bf16 attention on the CPU. Where the bf16 GEMMs run on this project's kernels, the varlen attention runs in
 //! torch's CPU flash attention order ([`super::flash`]: the softmax weights rounded to bf16 in blocks of 512 keys),
-//! its products on AMX tiles where the GEMMs run on them, else by AVX512-BF16 dot products ([`Flash`]).
+//! its products on AMX tiles where the GEMMs run on them, else by AVX512-BF16 dot products ([`Products`]).
 //! Elsewhere, and for decode: the bf16 queries, keys and values widened to f32 (exactly), scores, softmax and the
 //! weighted sum in f32, the output rounded to bf16 once, by the f32 implementations on f32 copies: the fused
 //! varlen attention ([`super::cpu`]) and the per-sequence decode attention ([`super::reference`]); candle's
@@ -28,37 +28,36 @@ fn narrow(t: &Tensor, dtype: DType) -> Result<Tensor> {
     }
 }
 
-/// Whether the bf16 varlen attention runs in torch's flash order, and what multiplies its products there.
+/// What multiplies the flash attention's products ([`super::flash`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Flash {
-    /// Not at all: the f32 attention on f32 copies.
-    Off,
-    /// AMX tiles.
+pub(crate) enum Products {
+    /// AMX tiles (`tdpbf16ps`).
     Tiles,
-    /// AVX512-BF16 dot products.
+    /// AVX512-BF16 dot products (`vdpbf16ps`) on the tiles' operands in memory.
     Dots,
 }
 
-impl Flash {
+impl Products {
     /// The choice that goes with the bf16 GEMMs' `gemm`: tiles where they run on AMX, dot products where they
-    /// run on this project's other kernels (the CPU has AVX512-BF16), off where candle's matmul runs them.
-    pub(crate) fn of(gemm: crate::ops::gemm::bf16::Bf16Gemm) -> Self {
+    /// run on this project's other kernels (the CPU has AVX512-BF16); none (the f32 attention on f32 copies)
+    /// where candle's matmul runs them.
+    pub(crate) fn of(gemm: crate::ops::gemm::bf16::Bf16Gemm) -> Option<Self> {
         match (gemm.amx(), gemm.row_kernel()) {
-            (true, _) => Self::Tiles,
-            (false, true) => Self::Dots,
-            (false, false) => Self::Off,
+            (true, _) => Some(Self::Tiles),
+            (false, true) => Some(Self::Dots),
+            (false, false) => None,
         }
     }
 }
 
 /// What computes the bf16 varlen attention on the CPU with `flash`, in words for the manifest (the flash order
 /// serves every varlen call whose shapes it covers).
-pub(crate) fn describe(flash: Flash) -> String {
+pub(crate) fn describe(flash: Option<Products>) -> String {
     let wide = "f32 attention on f32 copies (widened exactly), the output rounded to bf16 once";
     let products = match flash {
-        Flash::Off => return format!("the {wide}"),
-        Flash::Tiles => "AMX tiles",
-        Flash::Dots => "AVX512-BF16 dot products (vdpbf16ps)",
+        None => return format!("the {wide}"),
+        Some(Products::Tiles) => "AMX tiles",
+        Some(Products::Dots) => "AVX512-BF16 dot products (vdpbf16ps)",
     };
     #[cfg(target_arch = "x86_64")]
     let (max_d, block) = (super::flash::MAX_HEAD_DIM, super::flash::KEY_BLOCK);
@@ -73,20 +72,15 @@ pub(crate) fn describe(flash: Flash) -> String {
 
 /// No flash attention off x86-64.
 #[cfg(not(target_arch = "x86_64"))]
-fn on_tiles(_: &Varlen<'_>, _: Flash) -> Result<Option<Tensor>> {
+fn on_tiles(_: &Varlen<'_>, _: Products) -> Result<Option<Tensor>> {
     Ok(None)
 }
 
 /// The attention in torch's flash order ([`super::flash`]) with `flash`'s products where it covers the shapes
-/// (segments with or without a cached prefix, causal or not); `None` elsewhere and where `flash` is off.
+/// (segments with or without a cached prefix, causal or not); `None` elsewhere.
 #[cfg(target_arch = "x86_64")]
-fn on_tiles(a: &Varlen<'_>, flash: Flash) -> Result<Option<Tensor>> {
+fn on_tiles(a: &Varlen<'_>, products: Products) -> Result<Option<Tensor>> {
     use crate::ops::cpu_data::cpu_slice;
-    let products = match flash {
-        Flash::Off => return Ok(None),
-        Flash::Tiles => super::flash::Products::Tiles,
-        Flash::Dots => super::flash::Products::Dots,
-    };
     let (n, heads, d) = a.q.dims3()?;
     let h = super::flash::Heads {
         heads,
@@ -148,8 +142,12 @@ fn on_tiles(a: &Varlen<'_>, flash: Flash) -> Result<Option<Tensor>> {
 /// The attention in torch's flash order where `flash` (the bf16 GEMMs' choice) and [`on_tiles`] serve `a`; else
 /// [`cpu::varlen_attention`] on f32 copies of `a`'s tensors (a cached prefix: its valid positions), the result
 /// in `a.q`'s dtype.
-pub(super) fn varlen_attention(a: Varlen<'_>, tiles: cpu::Tiles, flash: Flash) -> Result<Tensor> {
-    if let Some(out) = on_tiles(&a, flash)? {
+pub(super) fn varlen_attention(
+    a: Varlen<'_>,
+    tiles: cpu::Tiles,
+    flash: Option<Products>,
+) -> Result<Tensor> {
+    if let Some(out) = flash.map(|p| on_tiles(&a, p)).transpose()?.flatten() {
         return Ok(out);
     }
     let (q, k, v) = (f32s(a.q)?, f32s(a.k)?, f32s(a.v)?);
@@ -259,19 +257,19 @@ mod tests {
             scale: 0.25,
         };
         let bits = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<half::bf16>().unwrap();
-        let got = varlen_attention(a, cpu::Tiles::GemmCrate, Flash::Off).unwrap();
+        let got = varlen_attention(a, cpu::Tiles::GemmCrate, None).unwrap();
         assert_eq!(got.dtype(), DType::BF16);
         // Causal with a cached prefix in the flash order (where the CPU runs it): the weights rounded to bf16,
         // within 2⁻⁸ of the f32 attention of values in [-1, 1].
         #[cfg(target_arch = "x86_64")]
-        for (flash, products) in flash_products() {
+        for products in [Products::Tiles, Products::Dots] {
             if !super::super::flash::covers(
                 super::super::flash::Heads { heads, kv_heads, d },
                 products,
             ) {
                 continue;
             }
-            let tiles = varlen_attention(a, cpu::Tiles::GemmCrate, flash).unwrap();
+            let tiles = varlen_attention(a, cpu::Tiles::GemmCrate, Some(products)).unwrap();
             let f = |t: &Tensor| {
                 t.flatten_all()
                     .unwrap()
@@ -364,24 +362,14 @@ mod tests {
         );
     }
 
-    /// Both choices of the flash order's products.
-    #[cfg(target_arch = "x86_64")]
-    fn flash_products() -> [(Flash, super::super::flash::Products); 2] {
-        use super::super::flash::Products;
-        [
-            (Flash::Tiles, Products::Tiles),
-            (Flash::Dots, Products::Dots),
-        ]
-    }
-
     /// Whole segments, not causal, in the flash order with each choice of products the CPU runs: the flash
     /// attention's output, within the weights' bf16 rounding of the f32 attention of the same values.
     #[test]
     #[cfg(target_arch = "x86_64")]
     fn whole_segments_attend_in_the_flash_order_where_asked() {
         let mut ran = false;
-        for (flash, products) in flash_products() {
-            ran |= whole_segments_with(flash, products);
+        for products in [Products::Tiles, Products::Dots] {
+            ran |= whole_segments_with(products);
         }
         if !ran {
             eprintln!("skipped: no AVX512-BF16 here");
@@ -390,7 +378,7 @@ mod tests {
 
     /// [`whole_segments_attend_in_the_flash_order_where_asked`] with `products`; false where the CPU lacks them.
     #[cfg(target_arch = "x86_64")]
-    fn whole_segments_with(flash: Flash, products: super::super::flash::Products) -> bool {
+    fn whole_segments_with(products: Products) -> bool {
         let (n, heads, kv_heads, d) = (40, 4, 2, 16);
         let h = super::super::flash::Heads { heads, kv_heads, d };
         if !super::super::flash::covers(h, products) {
@@ -430,10 +418,10 @@ mod tests {
             products,
         );
         assert_eq!(
-            vals(&varlen_attention(a, cpu::Tiles::GemmCrate, flash).unwrap()),
+            vals(&varlen_attention(a, cpu::Tiles::GemmCrate, Some(products)).unwrap()),
             tiles
         );
-        let wide = vals(&varlen_attention(a, cpu::Tiles::GemmCrate, Flash::Off).unwrap());
+        let wide = vals(&varlen_attention(a, cpu::Tiles::GemmCrate, None).unwrap());
         // Each weight rounded to bf16 moves it by at most 2⁻⁹ of itself: the output by 2⁻⁹ of |v| ≤ 1, plus the
         // output's own rounding.
         for (t, w) in tiles.iter().zip(&wide) {

@@ -150,7 +150,7 @@ impl DecodeStep<'_> {
 
 /// What computes the bf16 varlen attention on the CPU, in words for the manifest ([`bf16::describe`]).
 pub(crate) fn describe_bf16(gemm: crate::ops::gemm::bf16::Bf16Gemm) -> String {
-    bf16::describe(bf16::Flash::of(gemm))
+    bf16::describe(bf16::Products::of(gemm))
 }
 
 /// The bf16 decode attention on f32 copies, for the fused CPU path's timing.
@@ -224,7 +224,7 @@ impl Ops {
             && bf16::covers(q.device(), q.dtype(), q.dim(2)?)
             && q.elem_count() > 0
         {
-            return bf16::varlen_attention(a, self.attention_tiles, bf16::Flash::of(self.bf16));
+            return bf16::varlen_attention(a, self.attention_tiles, bf16::Products::of(self.bf16));
         }
         composed::varlen(a, self.attention_budget)
     }

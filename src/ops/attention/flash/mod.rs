@@ -60,14 +60,7 @@ impl Heads {
     }
 }
 
-/// What multiplies the operands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Products {
-    /// AMX tiles (`tdpbf16ps`).
-    Tiles,
-    /// AVX512-BF16 dot products (`vdpbf16ps`): [`dots`].
-    Dots,
-}
+pub(crate) use super::bf16::Products;
 
 impl Products {
     /// Whether this CPU (and OS) runs them: AMX for the tiles, AVX512-BF16 with AVX-512 F, BW, VL and DQ for
