@@ -8,7 +8,7 @@
 
 use candle_core::{DType, Result, Tensor};
 
-use super::{cpu, reference, DecodeKv, Varlen, VarlenSeg};
+use super::{cpu, reference, DecodeKv, Products, Varlen, VarlenSeg};
 
 /// Whether a call in `dtype` on `device` with this head_dim runs here: CPU, bf16, and the fused f32 path covers
 /// the head_dim.
@@ -25,28 +25,6 @@ fn narrow(t: &Tensor, dtype: DType) -> Result<Tensor> {
     match dtype {
         DType::BF16 => crate::ops::elementwise::bf16::to_bf16(t),
         other => t.to_dtype(other),
-    }
-}
-
-/// What multiplies the flash attention's products ([`super::flash`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Products {
-    /// AMX tiles (`tdpbf16ps`).
-    Tiles,
-    /// AVX512-BF16 dot products (`vdpbf16ps`) on the tiles' operands in memory.
-    Dots,
-}
-
-impl Products {
-    /// The choice that goes with the bf16 GEMMs' `gemm`: tiles where they run on AMX, dot products where they
-    /// run on this project's other kernels (the CPU has AVX512-BF16); none (the f32 attention on f32 copies)
-    /// where candle's matmul runs them.
-    pub(crate) fn of(gemm: crate::ops::gemm::bf16::Bf16Gemm) -> Option<Self> {
-        match (gemm.amx(), gemm.row_kernel()) {
-            (true, _) => Some(Self::Tiles),
-            (false, true) => Some(Self::Dots),
-            (false, false) => None,
-        }
     }
 }
 

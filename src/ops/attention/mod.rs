@@ -148,9 +148,31 @@ impl DecodeStep<'_> {
     }
 }
 
+/// What multiplies the flash attention's products ([`flash`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Products {
+    /// AMX tiles (`tdpbf16ps`).
+    Tiles,
+    /// AVX512-BF16 dot products (`vdpbf16ps`) on the tiles' operands in memory.
+    Dots,
+}
+
+impl Products {
+    /// The choice that goes with the bf16 GEMMs' `gemm`: tiles where they run on AMX, dot products where they
+    /// run on this project's other kernels (the CPU has AVX512-BF16); none (the f32 attention on f32 copies)
+    /// where candle's matmul runs them.
+    pub(crate) fn of(gemm: crate::ops::gemm::bf16::Bf16Gemm) -> Option<Self> {
+        match (gemm.amx(), gemm.row_kernel()) {
+            (true, _) => Some(Self::Tiles),
+            (false, true) => Some(Self::Dots),
+            (false, false) => None,
+        }
+    }
+}
+
 /// What computes the bf16 varlen attention on the CPU, in words for the manifest ([`bf16::describe`]).
 pub(crate) fn describe_bf16(gemm: crate::ops::gemm::bf16::Bf16Gemm) -> String {
-    bf16::describe(bf16::Products::of(gemm))
+    bf16::describe(Products::of(gemm))
 }
 
 /// The bf16 decode attention on f32 copies, for the fused CPU path's timing.
@@ -224,7 +246,7 @@ impl Ops {
             && bf16::covers(q.device(), q.dtype(), q.dim(2)?)
             && q.elem_count() > 0
         {
-            return bf16::varlen_attention(a, self.attention_tiles, bf16::Products::of(self.bf16));
+            return bf16::varlen_attention(a, self.attention_tiles, Products::of(self.bf16));
         }
         composed::varlen(a, self.attention_budget)
     }

@@ -60,7 +60,7 @@ impl Heads {
     }
 }
 
-pub(crate) use super::bf16::Products;
+pub(crate) use super::Products;
 
 impl Products {
     /// Whether this CPU (and OS) runs them: AMX for the tiles, AVX512-BF16 with AVX-512 F, BW, VL and DQ for
