@@ -88,7 +88,8 @@ fn model_shapes() {
 /// `cargo test --release --lib gemm::bf16::timing::decode_step -- --ignored --nocapture`: one decode step's
 /// products of the `small` checkpoint's 24 text layers at one row (each layer its own weights, 0.72 GB in bf16,
 /// 1.43 GB in f32: far beyond the caches, as in a real step), through the bf16 row kernel and the f32 row kernel;
-/// the bytes of weights per second each reaches, in all and per projection (best of five steps).
+/// the bytes of weights per second each reaches, in all and per projection (best of five steps), between two
+/// measurements of the stream read bandwidth (`bench`'s yardstick), so that the share of it reads off one run.
 #[test]
 #[ignore = "a timing run: use --release --ignored --nocapture"]
 fn decode_step() {
@@ -105,6 +106,11 @@ fn decode_step() {
     let a16 = super::check::values(4864, 999);
     let mut c16 = vec![bf16::ZERO; 9728];
     let calls = layers * shapes.len();
+    let stream = || {
+        let (bytes, kernel) = crate::bench::yardstick::stream_read_bandwidth();
+        eprintln!("stream read ({kernel}): {:.1} GB/s", bytes / 1e9);
+    };
+    stream();
     let per_shape = |dtype_bytes: usize, run: &mut dyn FnMut(usize)| {
         let mut best = ([f64::INFINITY; 4], f64::INFINITY);
         for _ in 0..6 {
@@ -153,6 +159,7 @@ fn decode_step() {
         crate::ops::gemm::row::sgemm_nt_rows(&a32[..k], &w32[i], (1, k, n), &mut c32[..n]);
     });
     eprintln!("f32 row kernel, one decode step: {line}");
+    stream();
 }
 
 /// `cargo test --release --lib gemm::bf16::timing::swiglu -- --ignored --nocapture`: the `small` checkpoint's
