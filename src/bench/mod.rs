@@ -332,16 +332,16 @@ fn report(cfg: &BenchConfig, device: &str, model: &VlModel, m: &Measured) -> Ben
     let prefill_work = prefill_flops(model, steps, params);
     let work = prefill_work + decode_flops(steps, params.1);
     let vision_work = 2.0 * params.0 as f64 * steps.patches as f64 + m.vision_attention_flops;
-    let hardware = distinct_devices(device);
+    let devices = distinct_devices(device);
     let rates = with_reached_rates(
         &m.rates,
-        (hardware == 1).then_some([
+        (devices == 1).then_some([
             (prefill_work, steps.prefill_seconds),
             (vision_work, m.vision_seconds),
         ]),
     );
     let (peak, peak_source) = best_rate(&rates);
-    let hardware = hardware as f64;
+    let hardware = devices as f64;
     let against = |peak: f64| MfuTriple {
         mfu: ratio(work, steps.wall_seconds, peak * hardware),
         mfu_prefill: ratio(prefill_work, steps.prefill_seconds, peak),

@@ -28,8 +28,8 @@ fn narrow(t: &Tensor, dtype: DType) -> Result<Tensor> {
     }
 }
 
-/// What computes the bf16 varlen attention on the CPU with `flash`, in words for the manifest (the flash order
-/// serves every varlen call whose shapes it covers).
+/// What computes the bf16 varlen attention on the CPU with the flash order's products `flash` (none: not that
+/// order), in words for the manifest (the flash order serves every varlen call whose shapes it covers).
 pub(crate) fn describe(flash: Option<Products>) -> String {
     let wide = "f32 attention on f32 copies (widened exactly), the output rounded to bf16 once";
     let products = match flash {
@@ -54,7 +54,7 @@ fn on_tiles(_: &Varlen<'_>, _: Products) -> Result<Option<Tensor>> {
     Ok(None)
 }
 
-/// The attention in torch's flash order ([`super::flash`]) with `flash`'s products where it covers the shapes
+/// The attention in torch's flash order ([`super::flash`]) by `products` where it covers the shapes
 /// (segments with or without a cached prefix, causal or not); `None` elsewhere.
 #[cfg(target_arch = "x86_64")]
 fn on_tiles(a: &Varlen<'_>, products: Products) -> Result<Option<Tensor>> {
