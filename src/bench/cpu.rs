@@ -1,8 +1,10 @@
 //! The CPU a benchmark ran on (model, vector features, clock) and its ISA peak f32 rate, the second MFU
-//! denominator beside the best measured GEMM rate: cores × FMA units × lanes × 2 × clock, with the unit count and
-//! the clock stated as assumptions in the report.
+//! denominator beside the best measured GEMM rate: the FMA rate its cores reach from registers, with the clock
+//! they ran at and the FMAs a cycle that makes, beside what the kind of core is expected to do.
 
 use serde::{Deserialize, Serialize};
+
+use super::silicon::Silicon;
 
 /// The vector features reported (those that decide which GEMM and fused-op kernels run).
 const FEATURES: [&str; 12] = [
@@ -91,52 +93,64 @@ fn has_feature(name: &str) -> bool {
 /// The ISA peak f32 rate of the cores a run uses, with the numbers it multiplies.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IsaPeak {
-    /// cores × fma_units × lanes × 2 × clock, in FLOP/s.
+    /// f32 FLOP/s of FMA loops from registers on every compute thread at once ([`super::silicon`]): the rate no
+    /// product exceeds at the clock the cores ran.
     pub flops: f64,
     /// Cores counted: the run's compute threads.
     pub cores: usize,
-    /// FMA instructions of `lanes` f32 lanes each core starts per cycle.
+    /// FMA instructions of `lanes` f32 lanes a core of this kind starts per cycle, by its vendor, family and
+    /// features (what `fma_per_cycle` is expected to show).
     pub fma_units: u32,
     /// f32 lanes of the widest vector the GEMMs use.
     pub lanes: u32,
-    /// Clock assumed for every core, GHz.
+    /// The clock the compute threads ran at, measured (a chain of dependent multiplies on each), GHz.
     pub clock_ghz: f64,
+    /// `cpu MHz` of `/proc/cpuinfo` in GHz (under a hypervisor usually the nominal clock, not the one run at).
+    #[serde(default)]
+    pub nominal_clock_ghz: Option<f64>,
+    /// Vector FMAs a core ran per cycle in the FMA loops: `flops` / (cores × lanes × 2 × clock).
+    #[serde(default)]
+    pub fma_per_cycle: f64,
     /// What the numbers assume, in words.
     pub assumptions: String,
 }
 
-/// The ISA peak for `threads` compute threads on `cpu`; `None` off x86-64, without FMA, or without a clock.
-pub fn isa_peak(cpu: &CpuInfo, threads: usize) -> Option<IsaPeak> {
-    let clock_ghz = cpu.clock_mhz? / 1000.0;
-    if !cpu.has("fma") || clock_ghz <= 0.0 {
+/// The ISA peak for `threads` compute threads on `cpu` from what the threads reached (`measured`); `None` off
+/// x86-64 or without AVX2 and FMA.
+pub fn isa_peak(cpu: &CpuInfo, threads: usize, measured: Option<Silicon>) -> Option<IsaPeak> {
+    let m = measured?;
+    if !cpu.has("fma") || m.clock_ghz <= 0.0 || threads == 0 {
         return None;
     }
     let amd = cpu.vendor == "AuthenticAMD";
     // Zen 3/4 (family 25) run a 512-bit FMA as two halves on their two 256-bit FMA pipes.
-    let (lanes, fma_units, units_why) = match (cpu.has("avx512f"), amd, cpu.family) {
+    let (fma_units, units_why) = match (m.lanes == 16, amd, cpu.family) {
         (true, true, Some(25)) => (
-            16,
             1,
             "AMD family 25 (Zen 4): AVX-512 on two 256-bit FMA pipes, one 512-bit FMA a cycle",
         ),
-        (true, true, _) => (16, 2, "AMD with AVX-512 past Zen 4: two 512-bit FMA pipes"),
+        (true, true, _) => (2, "AMD with AVX-512 past Zen 4: two 512-bit FMA pipes"),
         (true, false, _) => (
-            16,
             2,
             "two 512-bit FMA units (Xeon Gold/Platinum; some Silver/Bronze parts have one)",
         ),
-        (false, _, _) => (8, 2, "two 256-bit FMA units (AVX2)"),
+        (false, _, _) => (2, "two 256-bit FMA units (AVX2)"),
     };
-    let flops = threads as f64 * f64::from(fma_units) * f64::from(lanes) * 2.0 * clock_ghz * 1e9;
+    let fma_per_cycle =
+        m.fma_flops / (threads as f64 * f64::from(m.lanes) * 2.0 * m.clock_ghz * 1e9);
     Some(IsaPeak {
-        flops,
+        flops: m.fma_flops,
         cores: threads,
         fma_units,
-        lanes,
-        clock_ghz,
+        lanes: m.lanes,
+        clock_ghz: m.clock_ghz,
+        nominal_clock_ghz: cpu.clock_mhz.map(|c| c / 1000.0),
+        fma_per_cycle,
         assumptions: format!(
-            "{units_why}; every core at /proc/cpuinfo's {clock_ghz:.3} GHz (no turbo, no AVX-512 down-clocking); \
-             each of the {threads} compute threads on its own physical core"
+            "measured: {threads} compute threads at once, each running independent {}-lane FMAs from registers \
+             ({fma_per_cycle:.2} a cycle at the measured {:.3} GHz; expected {fma_units}: {units_why}); \
+             each thread on its own physical core",
+            m.lanes, m.clock_ghz
         ),
     })
 }
@@ -157,20 +171,42 @@ mod tests {
     }
 
     #[test]
-    fn isa_peak_counts_units_lanes_and_clock() {
-        let zen4 = isa_peak(&cpu("AuthenticAMD", 25, &["avx2", "fma", "avx512f"]), 2).unwrap();
-        assert_eq!((zen4.fma_units, zen4.lanes), (1, 16));
-        assert!((zen4.flops - 2.0 * 16.0 * 2.0 * 2.5e9).abs() < 1.0);
-        let xeon = isa_peak(&cpu("GenuineIntel", 6, &["avx2", "fma", "avx512f"]), 2).unwrap();
-        assert!((xeon.flops - 2.0 * 2.0 * 16.0 * 2.0 * 2.5e9).abs() < 1.0);
-        let avx2 = isa_peak(&cpu("AuthenticAMD", 25, &["avx2", "fma"]), 4).unwrap();
-        assert!((avx2.flops - 4.0 * 2.0 * 8.0 * 2.0 * 2.5e9).abs() < 1.0);
+    fn isa_peak_is_the_measured_fma_rate_with_units_expected_by_kind() {
+        let at = |lanes, fma_flops| {
+            Some(Silicon {
+                clock_ghz: 3.5,
+                fma_flops,
+                lanes,
+            })
+        };
+        // Two Zen 4 cores running one 16-lane FMA a cycle at 3.5 GHz, above the nominal 2.5.
+        let zen4 = isa_peak(
+            &cpu("AuthenticAMD", 25, &["avx2", "fma", "avx512f"]),
+            2,
+            at(16, 224e9),
+        )
+        .unwrap();
+        assert_eq!((zen4.fma_units, zen4.lanes, zen4.flops), (1, 16, 224e9));
+        assert!((zen4.fma_per_cycle - 1.0).abs() < 1e-9, "{zen4:?}");
+        assert_eq!(zen4.nominal_clock_ghz, Some(2.5));
         assert!(
-            avx2.assumptions.contains("2.500 GHz"),
+            zen4.assumptions.contains("3.500 GHz"),
             "{}",
-            avx2.assumptions
+            zen4.assumptions
         );
-        assert!(isa_peak(&cpu("GenuineIntel", 6, &["avx"]), 2).is_none());
+        let xeon = isa_peak(
+            &cpu("GenuineIntel", 6, &["avx2", "fma", "avx512f"]),
+            2,
+            at(16, 448e9),
+        )
+        .unwrap();
+        assert_eq!(xeon.fma_units, 2);
+        assert!((xeon.fma_per_cycle - 2.0).abs() < 1e-9, "{xeon:?}");
+        let avx2 = isa_peak(&cpu("AuthenticAMD", 25, &["avx2", "fma"]), 4, at(8, 448e9)).unwrap();
+        assert_eq!((avx2.fma_units, avx2.lanes), (2, 8));
+        assert!((avx2.fma_per_cycle - 2.0).abs() < 1e-9, "{avx2:?}");
+        assert!(isa_peak(&cpu("GenuineIntel", 6, &["avx"]), 2, at(8, 1e9)).is_none());
+        assert!(isa_peak(&cpu("GenuineIntel", 6, &["avx2", "fma"]), 2, None).is_none());
     }
 
     #[test]

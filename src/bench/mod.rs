@@ -8,6 +8,7 @@ pub mod cpu;
 mod phases;
 pub mod random;
 mod report;
+mod silicon;
 pub mod yardstick;
 
 pub use report::{
@@ -200,7 +201,7 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport> {
         .unwrap_or((0.0, ""));
     let cpu_info = cpu::CpuInfo::detect();
     let isa = (device.is_cpu() && dtype == DType::F32)
-        .then(|| cpu::isa_peak(&cpu_info, rayon::current_num_threads()))
+        .then(|| cpu::isa_peak(&cpu_info, rayon::current_num_threads(), silicon::measure()))
         .flatten();
     let measured = Measured {
         steps,
