@@ -93,25 +93,25 @@ fn attention_at(
 
 /// An element of the KV buffers: f32, or bf16 widened to f32 as it is read.
 trait Kv: candle_core::WithDType + Send + Sync {
-    /// `src` as f32 values: borrowed where they are f32, else widened into `scratch`.
-    fn widen<'a>(src: &'a [Self], scratch: &'a mut Vec<f32>) -> &'a [f32];
+    /// `src` as f32 values: borrowed where they are f32, else widened into `scratch` on the vector path `level`
+    /// (one the CPU supports).
+    fn widen<'a>(src: &'a [Self], scratch: &'a mut Vec<f32>, level: Level) -> &'a [f32];
 }
 
 impl Kv for f32 {
-    fn widen<'a>(src: &'a [f32], _: &'a mut Vec<f32>) -> &'a [f32] {
+    fn widen<'a>(src: &'a [f32], _: &'a mut Vec<f32>, _: Level) -> &'a [f32] {
         src
     }
 }
 
 impl Kv for bf16 {
-    fn widen<'a>(src: &'a [bf16], scratch: &'a mut Vec<f32>) -> &'a [f32] {
-        scratch.clear();
-        // A bf16 is the top half of its f32: the loop compiles to vector shifts.
-        scratch.extend(
-            src.iter()
-                .map(|x| f32::from_bits((x.to_bits() as u32) << 16)),
-        );
-        scratch
+    fn widen<'a>(src: &'a [bf16], scratch: &'a mut Vec<f32>, level: Level) -> &'a [f32] {
+        if scratch.len() < src.len() {
+            scratch.resize(src.len(), 0.0);
+        }
+        let out = &mut scratch[..src.len()];
+        kernel::widen(src, out, level);
+        out
     }
 }
 
@@ -208,23 +208,29 @@ fn step<E: Kv>(qs: &[f32], seqs: &[Seq<'_, E>], dims: Dims) -> Vec<f32> {
 fn chunk<E: Kv>(qg: &[f32], (k, v): (&[E], &[E]), dims: Dims) -> Partial {
     let d = dims.d;
     let (group, rows) = (qg.len() / d, k.len() / d);
-    let mut scratch = Vec::new();
     let mut scores = vec![0f32; group * rows];
-    let k = E::widen(k, &mut scratch);
-    for (qi, s) in qg.chunks_exact(d).zip(scores.chunks_exact_mut(rows)) {
-        kernel::scores(qi, k, s, dims.level);
-    }
     let (mut max, mut sum) = (Vec::with_capacity(group), Vec::with_capacity(group));
-    for s in scores.chunks_exact_mut(rows) {
-        max.push(s.iter().copied().fold(f32::NEG_INFINITY, f32::max));
-        sum.push(exp_shifted(s, dims.level));
-    }
-    let v = E::widen(v, &mut scratch);
     let mut o = vec![0f32; group * d];
-    for (p, oi) in scores.chunks_exact(rows).zip(o.chunks_exact_mut(d)) {
-        kernel::weighted_sum(p, v, oi, dims.level);
-    }
+    SCRATCH.with_borrow_mut(|scratch| {
+        let k = E::widen(k, scratch, dims.level);
+        for (qi, s) in qg.chunks_exact(d).zip(scores.chunks_exact_mut(rows)) {
+            kernel::scores(qi, k, s, dims.level);
+        }
+        for s in scores.chunks_exact_mut(rows) {
+            max.push(kernel::max(s, dims.level));
+            sum.push(exp_shifted(s, dims.level));
+        }
+        let v = E::widen(v, scratch, dims.level);
+        for (p, oi) in scores.chunks_exact(rows).zip(o.chunks_exact_mut(d)) {
+            kernel::weighted_sum(p, v, oi, dims.level);
+        }
+    });
     Partial { max, sum, o }
+}
+
+thread_local! {
+    /// Each thread's widened keys or values of a chunk, kept between work items.
+    static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// `out` (group × d) from the chunks of one (sequence, KV head), in order: each chunk's sums and weighted sums
@@ -250,9 +256,38 @@ fn merge(parts: &[Partial], out: &mut [f32], d: usize) {
     }
 }
 
-/// The two inner loops on each vector path.
+/// The inner loops on each vector path.
 mod kernel {
+    use half::bf16;
+
     use crate::ops::simd::Level;
+
+    /// `out[i] = src[i]` as f32 (a bf16 is the top half of its f32: exact) on `level` (one the CPU supports);
+    /// `out` as long as `src`.
+    pub(super) fn widen(src: &[bf16], out: &mut [f32], level: Level) {
+        #[cfg(target_arch = "x86_64")]
+        match level {
+            // SAFETY (both arms): the caller checked the CPU supports `level`; the lengths are equal.
+            Level::Avx512 => return unsafe { x86::widen16(src, out) },
+            Level::Avx2 => return unsafe { x86::widen8(src, out) },
+            Level::Portable => {}
+        }
+        let _ = level;
+        for (o, x) in out.iter_mut().zip(src) {
+            *o = f32::from_bits(u32::from(x.to_bits()) << 16);
+        }
+    }
+
+    /// The largest of `s` (−∞ for none; scores are never NaN where the inputs are not) on `level`.
+    pub(super) fn max(s: &[f32], level: Level) -> f32 {
+        #[cfg(target_arch = "x86_64")]
+        if level == Level::Avx512 {
+            // SAFETY: the caller checked the CPU supports AVX-512.
+            return unsafe { x86::max16(s) };
+        }
+        let _ = level;
+        s.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+    }
 
     /// `s[j] = q·k_j` for every key row of `k` (rows × d) on `level` (one the CPU supports).
     pub(super) fn scores(q: &[f32], k: &[f32], s: &mut [f32], level: Level) {
@@ -293,6 +328,50 @@ mod kernel {
     #[cfg(target_arch = "x86_64")]
     mod x86 {
         use std::arch::x86_64::*;
+
+        use half::bf16;
+
+        /// [`super::widen`] 16 values at a time.
+        #[target_feature(enable = "avx512f,avx2")]
+        pub(super) unsafe fn widen16(src: &[bf16], out: &mut [f32]) {
+            let n = src.len() / 16 * 16;
+            for i in (0..n).step_by(16) {
+                let b = _mm256_loadu_si256(src.as_ptr().add(i).cast());
+                let w = _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(b));
+                _mm512_storeu_ps(out.as_mut_ptr().add(i), _mm512_castsi512_ps(w));
+            }
+            widen_tail(&src[n..], &mut out[n..]);
+        }
+
+        /// [`super::widen`] 8 values at a time.
+        #[target_feature(enable = "avx2")]
+        pub(super) unsafe fn widen8(src: &[bf16], out: &mut [f32]) {
+            let n = src.len() / 8 * 8;
+            for i in (0..n).step_by(8) {
+                let b = _mm_loadu_si128(src.as_ptr().add(i).cast());
+                let w = _mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(b));
+                _mm256_storeu_ps(out.as_mut_ptr().add(i), _mm256_castsi256_ps(w));
+            }
+            widen_tail(&src[n..], &mut out[n..]);
+        }
+
+        fn widen_tail(src: &[bf16], out: &mut [f32]) {
+            for (o, x) in out.iter_mut().zip(src) {
+                *o = f32::from_bits(u32::from(x.to_bits()) << 16);
+            }
+        }
+
+        /// [`super::max`] in 16 lanes.
+        #[target_feature(enable = "avx512f")]
+        pub(super) unsafe fn max16(s: &[f32]) -> f32 {
+            let mut m = _mm512_set1_ps(f32::NEG_INFINITY);
+            let mut blocks = s.chunks_exact(16);
+            for b in &mut blocks {
+                m = _mm512_max_ps(m, _mm512_loadu_ps(b.as_ptr()));
+            }
+            let tail = blocks.remainder().iter().copied();
+            tail.fold(_mm512_reduce_max_ps(m), f32::max)
+        }
 
         /// The sum of 8 lanes: the halves added, then pairs, then the last two.
         #[inline]

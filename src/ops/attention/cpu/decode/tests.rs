@@ -251,6 +251,41 @@ fn mismatched_caches_are_refused() {
     assert!(err.to_string().contains("valid positions"), "{err}");
 }
 
+/// The bf16 widening and the score maximum give the portable loop's values on every vector path, at lengths
+/// around the vector widths (special values included: infinities, NaN, signed zeros, subnormals).
+#[test]
+fn widen_and_max_agree_on_every_level() {
+    let specials = [
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -0.0,
+        1e-40,
+        -3.5,
+    ];
+    for n in [0, 1, 7, 8, 15, 16, 17, 33, 256] {
+        let mut xs = values(n, n as u64 + 1);
+        for (x, s) in xs.iter_mut().zip(specials) {
+            *x = s;
+        }
+        let b: Vec<bf16> = xs.iter().map(|&x| bf16::from_f32(x)).collect();
+        let want: Vec<u32> = b.iter().map(|x| x.to_f32().to_bits()).collect();
+        let finite: Vec<f32> = values(n, n as u64 + 7).iter().map(|x| x * 30.0).collect();
+        let top = finite.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        for level in Level::supported() {
+            let mut out = vec![0f32; n];
+            kernel::widen(&b, &mut out, level);
+            let got: Vec<u32> = out.iter().map(|x| x.to_bits()).collect();
+            assert_eq!(got, want, "widen, {n} values at {level:?}");
+            assert_eq!(
+                kernel::max(&finite, level),
+                top,
+                "max, {n} values at {level:?}"
+            );
+        }
+    }
+}
+
 /// Times of one decode step's attention for one layer, fused against the composed per-sequence path (bf16: on
 /// f32 copies, [`crate::ops::attention`]'s `bf16` module), alternated, best of 200: the `small` preset's shape
 /// (14 heads of 64 over 2 KV heads) over a 300-token prompt and a 1,306-token screenshot prompt, Qwen3-VL-2B's
