@@ -9,8 +9,8 @@ use crate::ops::ProfileSnapshot;
 use crate::records::MatmulRate;
 use crate::records::{DeviceShare, PhaseSummary};
 
-/// Version of the report format.
-pub const BENCH_SCHEMA_VERSION: u32 = 3;
+/// Version of the report format (4: `isa_peak` measured, with the clock run at and FMAs a cycle).
+pub const BENCH_SCHEMA_VERSION: u32 = 4;
 
 /// What one `bench` run measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

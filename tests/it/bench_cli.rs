@@ -71,13 +71,16 @@ fn bench_json_reports_throughput_memory_and_mfu() {
     assert!(r["cpu"]["logical_cpus"].as_u64().unwrap() >= 1);
     assert!(r["cpu"]["features"].is_array());
     if let Some(isa) = r["isa_peak"].as_object() {
+        // The measured FMA rate is the product of the cores, lanes, two FLOPs, the measured clock and the FMAs
+        // a cycle it implies; the nominal clock is /proc/cpuinfo's.
         let product = isa["cores"].as_f64().unwrap()
-            * isa["fma_units"].as_f64().unwrap()
+            * isa["fma_per_cycle"].as_f64().unwrap()
             * isa["lanes"].as_f64().unwrap()
             * 2.0
             * isa["clock_ghz"].as_f64().unwrap()
             * 1e9;
         assert!((isa["flops"].as_f64().unwrap() - product).abs() <= 1e-6 * product);
+        assert!(isa["fma_per_cycle"].as_f64().unwrap() > 0.0, "{isa:?}");
         assert!(isa["assumptions"].as_str().unwrap().contains("GHz"));
         assert!(r["mfu_isa"]["mfu_prefill"].as_f64().unwrap() > 0.0);
     }
