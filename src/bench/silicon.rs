@@ -1,6 +1,6 @@
 //! What the cores reach when they do nothing but one thing, measured on every compute thread at once: the clock
-//! they run at (a chain of dependent integer multiplies, three cycles each on every x86-64 core since Core 2 and
-//! Zen 1) and the rate of f32 FMAs from registers (independent accumulators of the widest vector, enough of them to
+//! they run at (a chain of dependent 64-bit integer multiplies, three cycles each on Intel cores since Nehalem and
+//! AMD cores since Zen) and the rate of f32 FMAs from registers (independent accumulators of the widest vector, enough of them to
 //! hide the FMA latency on two units). No product can beat the FMA rate at the clock it ran, so the ISA peak is
 //! that rate, not the nominal clock of `/proc/cpuinfo` (under a hypervisor the base clock, below the turbo the cores
 //! run at).
@@ -162,8 +162,9 @@ mod fma {
 mod tests {
     use super::*;
 
-    /// The clock is a plausible one and the FMA rate between one and four vector FMAs a cycle per thread: a
-    /// chain the compiler folded, or accumulators it spilled to memory, would land outside.
+    /// The clock is a plausible one and the FMA rate at most four and a half vector FMAs a cycle per thread (a
+    /// chain the compiler folded would land above) and at least a fifth (accumulators spilled to memory, or a
+    /// thread sharing its core with the other tests' threads, land below one).
     #[test]
     fn clock_and_fma_rate_are_those_of_a_cpu() {
         let Some(s) = measure() else {
@@ -174,7 +175,6 @@ mod tests {
         assert!((0.3..8.0).contains(&s.clock_ghz), "{s:?}");
         let threads = rayon::current_num_threads() as f64;
         let per_cycle = s.fma_flops / (threads * f64::from(s.lanes) * 2.0 * s.clock_ghz * 1e9);
-        // Loose below: a test thread may share its core with the other tests' threads.
         assert!(
             (0.2..4.5).contains(&per_cycle),
             "{per_cycle} FMAs a cycle: {s:?}"

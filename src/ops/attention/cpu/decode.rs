@@ -265,6 +265,7 @@ mod kernel {
     /// `out[i] = src[i]` as f32 (a bf16 is the top half of its f32: exact) on `level` (one the CPU supports);
     /// `out` as long as `src`.
     pub(super) fn widen(src: &[bf16], out: &mut [f32], level: Level) {
+        assert_eq!(src.len(), out.len(), "widen: lengths differ");
         #[cfg(target_arch = "x86_64")]
         match level {
             // SAFETY (both arms): the caller checked the CPU supports `level`; the lengths are equal.
@@ -331,6 +332,8 @@ mod kernel {
 
         use half::bf16;
 
+        use crate::ops::simd::Level;
+
         /// [`super::widen`] 16 values at a time.
         #[target_feature(enable = "avx512f,avx2")]
         pub(super) unsafe fn widen16(src: &[bf16], out: &mut [f32]) {
@@ -340,7 +343,7 @@ mod kernel {
                 let w = _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(b));
                 _mm512_storeu_ps(out.as_mut_ptr().add(i), _mm512_castsi512_ps(w));
             }
-            widen_tail(&src[n..], &mut out[n..]);
+            super::widen(&src[n..], &mut out[n..], Level::Portable);
         }
 
         /// [`super::widen`] 8 values at a time.
@@ -352,13 +355,7 @@ mod kernel {
                 let w = _mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(b));
                 _mm256_storeu_ps(out.as_mut_ptr().add(i), _mm256_castsi256_ps(w));
             }
-            widen_tail(&src[n..], &mut out[n..]);
-        }
-
-        fn widen_tail(src: &[bf16], out: &mut [f32]) {
-            for (o, x) in out.iter_mut().zip(src) {
-                *o = f32::from_bits(u32::from(x.to_bits()) << 16);
-            }
+            super::widen(&src[n..], &mut out[n..], Level::Portable);
         }
 
         /// [`super::max`] in 16 lanes.
