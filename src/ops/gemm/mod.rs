@@ -111,10 +111,11 @@ impl Ops {
     }
 
     /// `silu(x · gᵀ + b_g) · (x · uᵀ + b_u)` for bf16 `x` (…, in), a packed gate-up weight `w` = [g | u] (2·I, in)
-    /// and its bias `b` (2·I, if any) in one pass over the AMX tiles ([`bf16::amx::gemm_nt_swiglu`]): the bits of
-    /// [`Self::matmul_nt_bias`] followed by `swiglu_packed`, without the (…, 2·I) projection in memory. Where the
-    /// rows form segments, the bf16 segments run on AMX and the fused ops are on; `None` elsewhere (the caller
-    /// runs the product, then the SwiGLU). Returns (…, I).
+    /// and its bias `b` (2·I, if any) in one pass over the register tiles of the kernel that runs the bf16 segments
+    /// (AMX or AVX512-BF16: [`bf16::Bf16Gemm::swiglu_kernel`]): the bits of [`Self::matmul_nt_bias`] followed by
+    /// `swiglu_packed`, without the (…, 2·I) projection in memory. Where the rows form segments, the bf16 segments
+    /// run on one of those kernels (no bf16 library) and the fused ops are on; `None` elsewhere (the caller runs
+    /// the product, then the SwiGLU). Returns (…, I).
     pub fn matmul_swiglu(
         &self,
         x: &Tensor,
@@ -124,10 +125,15 @@ impl Ops {
     ) -> Result<Option<Tensor>> {
         let bf16s = (x.dtype(), w.dtype()) == (DType::BF16, DType::BF16)
             && b.is_none_or(|b| b.dtype() == DType::BF16);
-        let amx_segments = self.bf16.amx() && self.bf16_blas.is_none();
-        if !self.config.fused_kernels || !x.device().is_cpu() || !amx_segments || !bf16s {
+        let kernel = self
+            .bf16
+            .swiglu_kernel()
+            .filter(|_| self.bf16_blas.is_none());
+        let Some(kernel) =
+            kernel.filter(|_| self.config.fused_kernels && x.device().is_cpu() && bf16s)
+        else {
             return Ok(None);
-        }
+        };
         let (mut dims, count, lens) = product_shape(x, w, rows)?;
         let (n, k) = w.dims2()?;
         let Some(lens) = lens else {
@@ -140,7 +146,9 @@ impl Ops {
             *last = n / 2;
         }
         let x2 = x.reshape((count, k))?;
-        Ok(Some(bf16::matmul_swiglu(&x2, w, b, &lens)?.reshape(dims)?))
+        Ok(Some(
+            bf16::matmul_swiglu(&x2, w, b, &lens, kernel)?.reshape(dims)?,
+        ))
     }
 
     /// The CBLAS library whose bf16 GEMM multiplies row segments where `x` and `w` are bf16 and one does.

@@ -109,6 +109,17 @@ impl Bf16Gemm {
         }
     }
 
+    /// The gate-up product and its SwiGLU in one pass over row segments, where they run on one of this module's
+    /// kernels: [`packed::gemm_nt_swiglu`] or [`amx::gemm_nt_swiglu`] (each the bits of its own product followed by
+    /// the SwiGLU pass).
+    pub fn swiglu_kernel(self) -> Option<Kernel> {
+        match self {
+            Self::Kernels { .. } => Some(packed::gemm_nt_swiglu),
+            Self::Amx { .. } => Some(amx::gemm_nt_swiglu),
+            Self::Candle | Self::RowKernelOnly { .. } => None,
+        }
+    }
+
     /// The name of what multiplies row segments.
     pub fn segments_name(self) -> &'static str {
         match self {
@@ -234,15 +245,16 @@ pub(crate) fn matmul_nt(
 }
 
 /// `silu(x · gᵀ + b_g) · (x · uᵀ + b_u)` for bf16 `x` (rows, k), the packed gate-up weight `w` = [g | u] (2·I, k) and
-/// its bias `b` (2·I), the rows of each segment of `lens` by [`amx::gemm_nt_swiglu`] (each segment alone). Needs
-/// [`amx::supported`] and k > 0. Returns (rows, I).
+/// its bias `b` (2·I), the rows of each segment of `lens` by `kernel` ([`Bf16Gemm::swiglu_kernel`], each segment
+/// alone). Needs the kernel's CPU features and k > 0. Returns (rows, I).
 pub(crate) fn matmul_swiglu(
     x: &Tensor,
     w: &Tensor,
     b: Option<&Tensor>,
     lens: &[usize],
+    kernel: Kernel,
 ) -> Result<Tensor> {
-    by_segments(x, w, b, (lens, w.dim(0)? / 2), &amx::gemm_nt_swiglu)
+    by_segments(x, w, b, (lens, w.dim(0)? / 2), &kernel)
 }
 
 /// `x · wᵀ (+ b)` for bf16 `x` (rows, k) and a weight held in tiles (n × k) with its bias `b` (n), or for a gate-up

@@ -59,6 +59,86 @@ pub fn gemm_nt(
         super::no_depth(c, (m, n), bias);
         return;
     }
+    let copy = rows_share_cache_sets(k).then(|| padded_copy(w, n, k));
+    let (w, stride) = match &copy {
+        Some(c) => (&c[..], k + COPY_PAD),
+        None => (w, k),
+    };
+    let out = SharedOut::new(c, n, bias);
+    over_tiles(a, (m, k), n.div_ceil(NJ), |g, p, panel| {
+        let j0 = g * NJ;
+        // A short last group repeats its last weight row; those sums are not written.
+        let wrows: [*const bf16; NJ] =
+            std::array::from_fn(|t| w[(j0 + t).min(n - 1) * stride..][..k].as_ptr());
+        let (i0, rows, cols) = (p * MR, MR.min(m - p * MR), NJ.min(n - j0));
+        // SAFETY: the kernels' features checked above; each run holds k.div_ceil(2) pairs of 16 rows, each weight
+        // row k values; rows × cols from (i0, j0) lie inside c, and this task alone writes these columns of these
+        // panels' rows.
+        unsafe { tile(k, panel, wrows, &out, (i0, j0), (rows, cols)) };
+    });
+}
+
+/// Output columns of a register tile of [`gemm_nt_swiglu`]: half its [`NJ`] weight rows are the gate's, half the
+/// up's, for the same columns.
+const HALF: usize = NJ / 2;
+
+/// The output of [`tile_swiglu`] and the gate's and up's biases (I values each), if any.
+type SwiGluOut<'a> = (&'a SharedOut, Option<(&'a [f32], &'a [f32])>);
+
+/// `c = silu(a · gᵀ + b_g) · (a · uᵀ + b_u)` for `a` (m × k) and the gate-up weight `w` (2I × k: the gate's I
+/// rows, then the up's), both row-major bf16, and `bias` (2I values, or empty: none) into `c` (m × I, row-major,
+/// overwritten); `dims` = (m, k, I). A register tile pairs [`HALF`] gate rows with the up rows of the same
+/// columns, so the (m × 2I) projection is never written. Each output has the bits of [`gemm_nt`] followed by
+/// `elementwise::bf16::swiglu_packed` (see [`tile_swiglu`]). Panics where the CPU lacks AVX512-BF16, `k` is 0, or
+/// a slice is shorter than its shape.
+pub fn gemm_nt_swiglu(
+    a: &[bf16],
+    w: &[bf16],
+    bias: &[f32],
+    (m, k, i): (usize, usize, usize),
+    c: &mut [MaybeUninit<bf16>],
+) {
+    assert!(super::supported(), "the bf16 GEMM needs AVX512-BF16");
+    assert!(k > 0, "a SwiGLU projection of no depth");
+    assert!(a.len() >= m * k && w.len() >= 2 * i * k && c.len() >= m * i);
+    assert!(
+        bias.is_empty() || bias.len() == 2 * i,
+        "bias of {} for 2 x {i}",
+        bias.len()
+    );
+    if m == 0 || i == 0 {
+        return;
+    }
+    let copy = rows_share_cache_sets(k).then(|| padded_copy(w, 2 * i, k));
+    let (w, stride) = match &copy {
+        Some(c) => (&c[..], k + COPY_PAD),
+        None => (w, k),
+    };
+    let out = SharedOut::new(c, i, &[]);
+    let bias = (!bias.is_empty()).then(|| bias.split_at(i));
+    over_tiles(a, (m, k), i.div_ceil(HALF), |g, p, panel| {
+        let j0 = g * HALF;
+        // Gate rows j0.., then the up rows of the same columns; a short last group repeats its last column.
+        let wrows: [*const bf16; NJ] = std::array::from_fn(|t| {
+            let col = (j0 + t % HALF).min(i - 1);
+            let row = if t < HALF { col } else { i + col };
+            w[row * stride..][..k].as_ptr()
+        });
+        let (i0, rows, cols) = (p * MR, MR.min(m - p * MR), HALF.min(i - j0));
+        // SAFETY: as in `gemm_nt`; the outputs are m × I, and this task alone writes these columns of these rows.
+        unsafe { tile_swiglu(k, panel, wrows, (&out, bias), (i0, j0), (rows, cols)) };
+    });
+}
+
+/// `f(group, panel, the panel's two runs)` for every group of [`NJ`] weight rows (`groups` of them) and every
+/// panel of [`MR`] rows of `a` (m × k, packed here once), on rayon's threads: each task a few panels (their
+/// packed rows stay in L2) by a share of the groups, each weight row of a tile read once for all of them.
+fn over_tiles(
+    a: &[bf16],
+    (m, k): (usize, usize),
+    groups: usize,
+    f: impl Fn(usize, usize, [*const u32; MV]) + Sync,
+) {
     // Each 16 rows of `a` packed as a run of AMX tiles: pair `q` of row `r` at `q · 16 + r` from the run's start.
     let packed = super::amx::pack_a(a, m, k);
     let (runs, per_run) = (m.div_ceil(LANES), packed.len() / m.div_ceil(LANES));
@@ -70,33 +150,18 @@ pub fn gemm_nt(
                 .cast()
         })
     };
-    let out = SharedOut::new(c, n, bias);
     let per_task = panels_per_task(k);
     let row_tasks = m.div_ceil(MR * per_task);
-    let groups = n.div_ceil(NJ);
     let want = 4 * rayon::current_num_threads();
     let per = groups.div_ceil(want.div_ceil(row_tasks)).max(1);
     let tasks: Vec<(usize, usize)> = (0..row_tasks)
         .flat_map(|t| (0..groups).step_by(per).map(move |g| (t, g)))
         .collect();
-    let copy = rows_share_cache_sets(k).then(|| padded_copy(w, n, k));
-    let (w, stride) = match &copy {
-        Some(c) => (&c[..], k + COPY_PAD),
-        None => (w, k),
-    };
     tasks.into_par_iter().for_each(|(t, g0)| {
         let panels = t * per_task..(m.div_ceil(MR)).min((t + 1) * per_task);
         for g in g0..groups.min(g0 + per) {
-            let j0 = g * NJ;
-            // A short last group repeats its last weight row; those sums are not written.
-            let wrows: [*const bf16; NJ] =
-                std::array::from_fn(|t| w[(j0 + t).min(n - 1) * stride..][..k].as_ptr());
             for p in panels.clone() {
-                let (i0, rows, cols) = (p * MR, MR.min(m - p * MR), NJ.min(n - j0));
-                // SAFETY: the kernels' features checked above; each run holds k.div_ceil(2) pairs of 16 rows,
-                // each weight row k values; rows × cols from (i0, j0) lie inside c, and this task alone writes
-                // these columns of these panels' rows.
-                unsafe { tile(k, panel(p), wrows, &out, (i0, j0), (rows, cols)) };
+                f(g, p, panel(p));
             }
         }
     });
@@ -145,6 +210,83 @@ unsafe fn tile(
     (rows, cols): (usize, usize),
 ) {
     use std::arch::x86_64::*;
+    let acc = sums(k, a, w);
+    // Weight row t's 16 sums as row t of a tile (rows past NJ zero), stored transposed: one row of c each.
+    let mut sums = super::amx::ZERO_TILE;
+    for (v, row) in acc.iter().enumerate().take(rows.div_ceil(LANES)) {
+        for (t, s) in row.iter().enumerate() {
+            _mm512_store_ps(sums.0[t * LANES..].as_mut_ptr().cast(), *s);
+        }
+        let at = (i0 + v * LANES, j0);
+        super::amx::store_sums(&sums, out, at, ((rows - v * LANES).min(LANES), cols), true);
+    }
+}
+
+/// The SwiGLU of one register tile of [`gemm_nt_swiglu`] into `out` (m × I) from row `i0`, column `j0`: for the
+/// first `rows` rows and `cols` columns, each half's sum plus its bias rounded to bf16 once (the product's bits),
+/// then as `swiglu_packed` computes a row of I columns: the gate's SiLU in f32 through the vectorised `silu16`
+/// for the columns its vector loops cover (the first I rounded down to a multiple of 8; `exp16` is `exp8` lane for
+/// lane) and libm's `exp` past them, rounded to bf16, times the up value, rounded to bf16. Each column is one
+/// vector over the tile's 16 rows, stored a value at a time.
+///
+/// # Safety
+/// As [`tile`]'s, the CPU also having AVX2 and FMA; each bias holds I values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma")]
+unsafe fn tile_swiglu(
+    k: usize,
+    a: [*const u32; MV],
+    w: [*const bf16; NJ],
+    (out, bias): SwiGluOut<'_>,
+    (i0, j0): (usize, usize),
+    (rows, cols): (usize, usize),
+) {
+    use std::arch::x86_64::*;
+    let widen = |b: __m256i| _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(b)));
+    let rounded = |v: __m512| widen(super::amx::round16_bf16(v));
+    let vector_cols = out.n / 8 * 8;
+    let acc = sums(k, a, w);
+    for (v, run) in acc.iter().enumerate().take(rows.div_ceil(LANES)) {
+        for t in 0..cols {
+            let j = j0 + t;
+            let (mut g, mut u) = (run[t], run[HALF + t]);
+            if let Some((bg, bu)) = bias {
+                g = _mm512_add_ps(g, _mm512_set1_ps(bg[j]));
+                u = _mm512_add_ps(u, _mm512_set1_ps(bu[j]));
+            }
+            let (g, u) = (rounded(g), rounded(u));
+            let silu = if j < vector_cols {
+                crate::ops::simd::avx512::silu16(g)
+            } else {
+                let mut x = [0f32; LANES];
+                _mm512_storeu_ps(x.as_mut_ptr(), g);
+                x.iter_mut().for_each(|x| *x /= 1.0 + (-*x).exp());
+                _mm512_loadu_ps(x.as_ptr())
+            };
+            let y = super::amx::round16_bf16(_mm512_mul_ps(rounded(silu), u));
+            let mut bits = [0u16; LANES];
+            _mm256_storeu_si256(bits.as_mut_ptr().cast(), y);
+            for (r, &b) in bits.iter().enumerate().take((rows - v * LANES).min(LANES)) {
+                *out.c.add((i0 + v * LANES + r) * out.n + j) = half::bf16::from_bits(b);
+            }
+        }
+    }
+}
+
+/// The register tile's sums: `acc[v][t]` holds the 16 rows of run `v` times weight row `t`, each one f32 chain
+/// over the depth pairs in order from zero.
+///
+/// # Safety
+/// As [`tile`]'s.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")]
+unsafe fn sums(
+    k: usize,
+    a: [*const u32; MV],
+    w: [*const bf16; NJ],
+) -> [[std::arch::x86_64::__m512; NJ]; MV] {
+    use std::arch::x86_64::*;
     let mut acc = [[_mm512_setzero_ps(); NJ]; MV];
     // One pair of depths: the rows' vectors, then each weight row's pair broadcast and multiplied with them.
     macro_rules! step {
@@ -172,15 +314,7 @@ unsafe fn tile(
         step!(full, |wt: *const half::bf16| (*wt.add(k - 1)).to_bits()
             as u32);
     }
-    // Weight row t's 16 sums as row t of a tile (rows past NJ zero), stored transposed: one row of c each.
-    let mut sums = super::amx::ZERO_TILE;
-    for (v, row) in acc.iter().enumerate().take(rows.div_ceil(LANES)) {
-        for (t, s) in row.iter().enumerate() {
-            _mm512_store_ps(sums.0[t * LANES..].as_mut_ptr().cast(), *s);
-        }
-        let at = (i0 + v * LANES, j0);
-        super::amx::store_sums(&sums, out, at, ((rows - v * LANES).min(LANES), cols), true);
-    }
+    acc
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -189,6 +323,18 @@ unsafe fn tile(
     _: [*const u32; MV],
     _: [*const bf16; NJ],
     _: &SharedOut,
+    _: (usize, usize),
+    _: (usize, usize),
+) {
+    unreachable!("the bf16 GEMM runs only where super::supported()")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn tile_swiglu(
+    _: usize,
+    _: [*const u32; MV],
+    _: [*const bf16; NJ],
+    _: SwiGluOut<'_>,
     _: (usize, usize),
     _: (usize, usize),
 ) {
@@ -222,6 +368,50 @@ mod tests {
                 (5, 2048, 13),
             ],
         );
+    }
+
+    /// The fused pass gives the bits of the product (the bias in its sums) followed by the bf16 SwiGLU pass, with
+    /// and without a bias: partial row and column tiles, an odd depth, several tasks, columns in the SwiGLU pass's
+    /// 16-wide, 8-wide and scalar parts (I = 29, 3,420), a weight read from its padded copy (k = 1,024).
+    #[test]
+    fn swiglu_matches_the_product_then_the_swiglu_pass() {
+        if check::skip() {
+            return;
+        }
+        for (m, k, i) in [
+            (1, 1, 1),
+            (37, 70, 12),
+            (70, 96, 16),
+            (150, 97, 29),
+            (33, 1024, 13),
+            (5, 64, 3420),
+        ] {
+            let (a, w) = (check::values(m * k, 1), check::values(2 * i * k, 2));
+            let b32: Vec<f32> = check::values(2 * i, 3)
+                .iter()
+                .map(|v| v.to_f32() * 4.0)
+                .collect();
+            for bias in [&b32[..], &[][..]] {
+                let mut gu = vec![bf16::ZERO; m * 2 * i];
+                gemm_nt(&a, &w, bias, (m, k, 2 * i), check::storage(&mut gu));
+                let gu = candle_core::Tensor::from_vec(gu, (m, 2 * i), &candle_core::Device::Cpu);
+                let want = crate::ops::elementwise::bf16::swiglu_packed(&gu.unwrap(), None)
+                    .unwrap()
+                    .flatten_all()
+                    .unwrap()
+                    .to_vec1::<bf16>()
+                    .unwrap();
+                let mut got = vec![bf16::ZERO; m * i];
+                gemm_nt_swiglu(&a, &w, bias, (m, k, i), check::storage(&mut got));
+                let bits = |v: &[bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&got),
+                    bits(&want),
+                    "{m} x {k} x {i}, bias {}",
+                    !bias.is_empty()
+                );
+            }
+        }
     }
 
     #[test]
