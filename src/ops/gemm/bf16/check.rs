@@ -116,3 +116,38 @@ pub fn rows_stand_alone(
         .unwrap();
     assert_eq!(pool.install(|| product(f, &a, &w, (m, k, n))), all);
 }
+
+/// `swiglu` (a fused gate-up and SwiGLU kernel: (m, k, I) into m × I) gives the bits of `product` (its sums with
+/// the bias, into m × 2I) followed by the bf16 SwiGLU pass, with and without a bias, on each (m, k, I) of
+/// `shapes`.
+pub fn swiglu_matches_product_then_pass(
+    product: &KernelFn<'_>,
+    swiglu: &KernelFn<'_>,
+    shapes: &[(usize, usize, usize)],
+) {
+    for &(m, k, i) in shapes {
+        let (a, w) = (values(m * k, 1), values(2 * i * k, 2));
+        let b32: Vec<f32> = values(2 * i, 3).iter().map(|v| v.to_f32() * 4.0).collect();
+        for bias in [&b32[..], &[][..]] {
+            let mut gu = vec![bf16::ZERO; m * 2 * i];
+            product(&a, &w, bias, (m, k, 2 * i), storage(&mut gu));
+            let gu =
+                candle_core::Tensor::from_vec(gu, (m, 2 * i), &candle_core::Device::Cpu).unwrap();
+            let want = crate::ops::elementwise::bf16::swiglu_packed(&gu, None)
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<bf16>()
+                .unwrap();
+            let mut got = vec![bf16::ZERO; m * i];
+            swiglu(&a, &w, bias, (m, k, i), storage(&mut got));
+            let bits = |v: &[bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&got),
+                bits(&want),
+                "{m} x {k} x {i}, bias {}",
+                !bias.is_empty()
+            );
+        }
+    }
+}

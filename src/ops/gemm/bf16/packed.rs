@@ -378,40 +378,18 @@ mod tests {
         if check::skip() {
             return;
         }
-        for (m, k, i) in [
-            (1, 1, 1),
-            (37, 70, 12),
-            (70, 96, 16),
-            (150, 97, 29),
-            (33, 1024, 13),
-            (5, 64, 3420),
-        ] {
-            let (a, w) = (check::values(m * k, 1), check::values(2 * i * k, 2));
-            let b32: Vec<f32> = check::values(2 * i, 3)
-                .iter()
-                .map(|v| v.to_f32() * 4.0)
-                .collect();
-            for bias in [&b32[..], &[][..]] {
-                let mut gu = vec![bf16::ZERO; m * 2 * i];
-                gemm_nt(&a, &w, bias, (m, k, 2 * i), check::storage(&mut gu));
-                let gu = candle_core::Tensor::from_vec(gu, (m, 2 * i), &candle_core::Device::Cpu);
-                let want = crate::ops::elementwise::bf16::swiglu_packed(&gu.unwrap(), None)
-                    .unwrap()
-                    .flatten_all()
-                    .unwrap()
-                    .to_vec1::<bf16>()
-                    .unwrap();
-                let mut got = vec![bf16::ZERO; m * i];
-                gemm_nt_swiglu(&a, &w, bias, (m, k, i), check::storage(&mut got));
-                let bits = |v: &[bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                assert_eq!(
-                    bits(&got),
-                    bits(&want),
-                    "{m} x {k} x {i}, bias {}",
-                    !bias.is_empty()
-                );
-            }
-        }
+        check::swiglu_matches_product_then_pass(
+            &gemm_nt,
+            &gemm_nt_swiglu,
+            &[
+                (1, 1, 1),
+                (37, 70, 12),
+                (70, 96, 16),
+                (150, 97, 29),
+                (33, 1024, 13),
+                (5, 64, 3420),
+            ],
+        );
     }
 
     #[test]

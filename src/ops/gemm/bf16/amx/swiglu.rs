@@ -93,8 +93,6 @@ impl Plan for SwiGlu<'_> {
 
 #[cfg(test)]
 mod tests {
-    use candle_core::{Device, Tensor};
-
     use super::super::super::check;
     use super::*;
 
@@ -106,36 +104,16 @@ mod tests {
             eprintln!("skipped: no AMX tiles here");
             return;
         }
-        for (m, k, i) in [
-            (1, 1, 1),
-            (37, 70, 12),
-            (70, 96, 16),
-            (150, 97, 29),
-            (64, 1280, 53),
-        ] {
-            let (a, w) = (check::values(m * k, 1), check::values(2 * i * k, 2));
-            let b16 = check::values(2 * i, 3);
-            let b32: Vec<f32> = b16.iter().map(|v| v.to_f32() * 4.0).collect();
-            for bias in [&b32[..], &[][..]] {
-                let mut gu = vec![bf16::ZERO; m * 2 * i];
-                super::super::gemm_nt(&a, &w, bias, (m, k, 2 * i), check::storage(&mut gu));
-                let gu = Tensor::from_vec(gu, (m, 2 * i), &Device::Cpu).unwrap();
-                let want = crate::ops::elementwise::bf16::swiglu_packed(&gu, None)
-                    .unwrap()
-                    .flatten_all()
-                    .unwrap()
-                    .to_vec1::<bf16>()
-                    .unwrap();
-                let mut got = vec![bf16::ZERO; m * i];
-                gemm_nt_swiglu(&a, &w, bias, (m, k, i), check::storage(&mut got));
-                let bits = |v: &[bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                assert_eq!(
-                    bits(&got),
-                    bits(&want),
-                    "{m} x {k} x {i}, bias {}",
-                    !bias.is_empty()
-                );
-            }
-        }
+        check::swiglu_matches_product_then_pass(
+            &super::super::gemm_nt,
+            &gemm_nt_swiglu,
+            &[
+                (1, 1, 1),
+                (37, 70, 12),
+                (70, 96, 16),
+                (150, 97, 29),
+                (64, 1280, 53),
+            ],
+        );
     }
 }
