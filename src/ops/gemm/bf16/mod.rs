@@ -286,6 +286,25 @@ pub(crate) fn matmul_held(
     })
 }
 
+/// The checks of a fused gate-up and SwiGLU kernel's arguments (`a` m × k, `w` 2I × k, `bias` 2I values or none,
+/// `c` m × I; panics where `k` is 0 or a slice is shorter than its shape), and whether there are outputs to write.
+fn swiglu_has_work(
+    a: &[bf16],
+    w: &[bf16],
+    bias: &[f32],
+    (m, k, i): (usize, usize, usize),
+    c: &[MaybeUninit<bf16>],
+) -> bool {
+    assert!(k > 0, "a SwiGLU projection of no depth");
+    assert!(a.len() >= m * k && w.len() >= 2 * i * k && c.len() >= m * i);
+    assert!(
+        bias.is_empty() || bias.len() == 2 * i,
+        "bias of {} for 2 x {i}",
+        bias.len()
+    );
+    m > 0 && i > 0
+}
+
 /// A [`Kernel`], or a closure with its contract.
 pub(crate) type KernelFn<'a> =
     dyn Fn(&[bf16], &[bf16], &[f32], (usize, usize, usize), &mut [MaybeUninit<bf16>]) + Sync + 'a;

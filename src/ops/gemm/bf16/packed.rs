@@ -99,14 +99,7 @@ pub fn gemm_nt_swiglu(
     c: &mut [MaybeUninit<bf16>],
 ) {
     assert!(super::supported(), "the bf16 GEMM needs AVX512-BF16");
-    assert!(k > 0, "a SwiGLU projection of no depth");
-    assert!(a.len() >= m * k && w.len() >= 2 * i * k && c.len() >= m * i);
-    assert!(
-        bias.is_empty() || bias.len() == 2 * i,
-        "bias of {} for 2 x {i}",
-        bias.len()
-    );
-    if m == 0 || i == 0 {
+    if !super::swiglu_has_work(a, w, bias, (m, k, i), c) {
         return;
     }
     let copy = rows_share_cache_sets(k).then(|| padded_copy(w, 2 * i, k));

@@ -25,14 +25,7 @@ pub fn gemm_nt_swiglu(
     c: &mut [MaybeUninit<bf16>],
 ) {
     assert!(supported(), "the AMX bf16 GEMM needs AMX-BF16");
-    assert!(k > 0, "a SwiGLU projection of no depth");
-    assert!(a.len() >= m * k && w.len() >= 2 * i * k && c.len() >= m * i);
-    assert!(
-        bias.is_empty() || bias.len() == 2 * i,
-        "bias of {} for 2 x {i}",
-        bias.len()
-    );
-    if m == 0 || i == 0 {
+    if !super::super::swiglu_has_work(a, w, bias, (m, k, i), c) {
         return;
     }
     let (gate, up) = w[..2 * i * k].split_at(i * k);
