@@ -10,6 +10,9 @@
 //! tile is [`MV`] × 16 rows of `a` by [`NJ`] weight rows: 24 accumulators, each an f32 chain over all of `k`'s
 //! pairs in order from zero, plus the bias, rounded to bf16 once when stored.
 //!
+//! [`gemm_nt_swiglu`] runs a gate-up projection's tiles with half their weight rows the gate's and half the up's,
+//! and stores the SwiGLU of each pair instead of the two halves.
+//!
 //! Every output is that one chain: nothing depends on `m`, on the row's place, on `n` or on the thread count
 //! (padding rows are zeros and only reach outputs that are not written), so each row's bits are the same
 //! whatever else is multiplied with it.
