@@ -16,7 +16,7 @@ use super::super::DecodeKv;
 use super::kernels::exp_shifted;
 use super::Dims;
 use crate::ops::cpu_data::cpu_slice;
-use crate::ops::simd::Level;
+use crate::ops::simd::{vectorised, Level};
 
 /// Keys per work item.
 pub(crate) const CHUNK: usize = 256;
@@ -93,24 +93,31 @@ fn attention_at(
 
 /// An element of the KV buffers: f32, or bf16 widened to f32 as it is read.
 trait Kv: candle_core::WithDType + Send + Sync {
-    /// `src` as f32 values: borrowed where they are f32, else widened into `scratch` on the vector path `level`
-    /// (one the CPU supports).
-    fn widen<'a>(src: &'a [Self], scratch: &'a mut Vec<f32>, level: Level) -> &'a [f32];
+    /// `src` as f32 values: borrowed where they are f32, else widened into `scratch`.
+    fn widen<'a>(src: &'a [Self], scratch: &'a mut Vec<f32>) -> &'a [f32];
 }
 
 impl Kv for f32 {
-    fn widen<'a>(src: &'a [f32], _: &'a mut Vec<f32>, _: Level) -> &'a [f32] {
+    fn widen<'a>(src: &'a [f32], _: &'a mut Vec<f32>) -> &'a [f32] {
         src
     }
 }
 
 impl Kv for bf16 {
-    fn widen<'a>(src: &'a [bf16], scratch: &'a mut Vec<f32>, level: Level) -> &'a [f32] {
+    fn widen<'a>(src: &'a [bf16], scratch: &'a mut Vec<f32>) -> &'a [f32] {
         if scratch.len() < src.len() {
             scratch.resize(src.len(), 0.0);
         }
         let out = &mut scratch[..src.len()];
-        kernel::widen(src, out, level);
+        // A bf16 is the top half of its f32 (exact): the loop compiles to vector shifts at the widest width.
+        vectorised(
+            #[inline(always)]
+            || {
+                for (o, x) in out.iter_mut().zip(src) {
+                    *o = f32::from_bits(u32::from(x.to_bits()) << 16);
+                }
+            },
+        );
         out
     }
 }
@@ -212,7 +219,7 @@ fn chunk<E: Kv>(qg: &[f32], (k, v): (&[E], &[E]), dims: Dims) -> Partial {
     let (mut max, mut sum) = (Vec::with_capacity(group), Vec::with_capacity(group));
     let mut o = vec![0f32; group * d];
     SCRATCH.with_borrow_mut(|scratch| {
-        let k = E::widen(k, scratch, dims.level);
+        let k = E::widen(k, scratch);
         for (qi, s) in qg.chunks_exact(d).zip(scores.chunks_exact_mut(rows)) {
             kernel::scores(qi, k, s, dims.level);
         }
@@ -220,7 +227,7 @@ fn chunk<E: Kv>(qg: &[f32], (k, v): (&[E], &[E]), dims: Dims) -> Partial {
             max.push(kernel::max(s, dims.level));
             sum.push(exp_shifted(s, dims.level));
         }
-        let v = E::widen(v, scratch, dims.level);
+        let v = E::widen(v, scratch);
         for (p, oi) in scores.chunks_exact(rows).zip(o.chunks_exact_mut(d)) {
             kernel::weighted_sum(p, v, oi, dims.level);
         }
@@ -258,26 +265,7 @@ fn merge(parts: &[Partial], out: &mut [f32], d: usize) {
 
 /// The inner loops on each vector path.
 mod kernel {
-    use half::bf16;
-
     use crate::ops::simd::Level;
-
-    /// `out[i] = src[i]` as f32 (a bf16 is the top half of its f32: exact) on `level` (one the CPU supports);
-    /// `out` as long as `src`.
-    pub(super) fn widen(src: &[bf16], out: &mut [f32], level: Level) {
-        assert_eq!(src.len(), out.len(), "widen: lengths differ");
-        #[cfg(target_arch = "x86_64")]
-        match level {
-            // SAFETY (both arms): the caller checked the CPU supports `level`; the lengths are equal.
-            Level::Avx512 => return unsafe { x86::widen16(src, out) },
-            Level::Avx2 => return unsafe { x86::widen8(src, out) },
-            Level::Portable => {}
-        }
-        let _ = level;
-        for (o, x) in out.iter_mut().zip(src) {
-            *o = f32::from_bits(u32::from(x.to_bits()) << 16);
-        }
-    }
 
     /// The largest of `s` (−∞ for none; scores are never NaN where the inputs are not) on `level`.
     pub(super) fn max(s: &[f32], level: Level) -> f32 {
@@ -329,34 +317,6 @@ mod kernel {
     #[cfg(target_arch = "x86_64")]
     mod x86 {
         use std::arch::x86_64::*;
-
-        use half::bf16;
-
-        use crate::ops::simd::Level;
-
-        /// [`super::widen`] 16 values at a time.
-        #[target_feature(enable = "avx512f,avx2")]
-        pub(super) unsafe fn widen16(src: &[bf16], out: &mut [f32]) {
-            let n = src.len() / 16 * 16;
-            for i in (0..n).step_by(16) {
-                let b = _mm256_loadu_si256(src.as_ptr().add(i).cast());
-                let w = _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(b));
-                _mm512_storeu_ps(out.as_mut_ptr().add(i), _mm512_castsi512_ps(w));
-            }
-            super::widen(&src[n..], &mut out[n..], Level::Portable);
-        }
-
-        /// [`super::widen`] 8 values at a time.
-        #[target_feature(enable = "avx2")]
-        pub(super) unsafe fn widen8(src: &[bf16], out: &mut [f32]) {
-            let n = src.len() / 8 * 8;
-            for i in (0..n).step_by(8) {
-                let b = _mm_loadu_si128(src.as_ptr().add(i).cast());
-                let w = _mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(b));
-                _mm256_storeu_ps(out.as_mut_ptr().add(i), _mm256_castsi256_ps(w));
-            }
-            super::widen(&src[n..], &mut out[n..], Level::Portable);
-        }
 
         /// [`super::max`] in 16 lanes.
         #[target_feature(enable = "avx512f")]

@@ -238,8 +238,7 @@ unsafe fn tile_swiglu(
     (rows, cols): (usize, usize),
 ) {
     use std::arch::x86_64::*;
-    let widen = |b: __m256i| _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(b)));
-    let rounded = |v: __m512| widen(super::amx::round16_bf16(v));
+    let rounded = |v: __m512| super::amx::widen16(super::amx::round16_bf16(v));
     let vector_cols = out.n / 8 * 8;
     let acc = sums(k, a, w);
     for (v, run) in acc.iter().enumerate().take(rows.div_ceil(LANES)) {

@@ -90,7 +90,7 @@ pub(crate) unsafe fn release_tiles() {
 #[cfg(target_arch = "x86_64")]
 pub(super) use tiles::store_sums;
 #[cfg(target_arch = "x86_64")]
-pub(crate) use tiles::{gather_pairs, round16_bf16};
+pub(crate) use tiles::{gather_pairs, round16_bf16, widen16};
 
 /// One tile's data: 16 rows of 64 bytes, aligned to a cache line.
 #[derive(Clone, Copy)]

@@ -186,7 +186,7 @@ fn round16(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m256i {
 /// 16 bf16 values as f32 (exact: the bits shifted into the high half).
 #[inline]
 #[target_feature(enable = "avx512f")]
-fn widen16(b: std::arch::x86_64::__m256i) -> std::arch::x86_64::__m512 {
+pub(crate) fn widen16(b: std::arch::x86_64::__m256i) -> std::arch::x86_64::__m512 {
     use std::arch::x86_64::*;
     _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(b)))
 }
