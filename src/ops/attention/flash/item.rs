@@ -127,6 +127,7 @@ impl Item<'_> {
             queries: (s.queries.as_ptr(), chunks * CHUNK),
             keys,
             chunks,
+            d: h.d,
             two,
             seen,
         };
@@ -160,7 +161,12 @@ impl Item<'_> {
                 let w = &mut s.weights[r * KEY_BLOCK..][..kn.next_multiple_of(CHUNK)];
                 // SAFETY: the CPU has AVX-512F, BW, VL, DQ and BF16 (covers()).
                 let rescale = unsafe { softmax_block(row, w, scale, (&mut max[r], &mut sum[r])) };
-                let due = (r + 1) * units / nq;
+                // On the tiles the next block's scores are spread over the rows; by dot products they run at
+                // once, as whole register blocks of three key tiles (spread, they ran as blocks of two).
+                let due = match self.products {
+                    Products::Tiles => (r + 1) * units / nq,
+                    Products::Dots => units,
+                };
                 if let Some(k) = next.filter(|_| due > issued) {
                     // SAFETY: as for the first block.
                     unsafe { scores.issue(k, bufs[(b + 1) % 2], issued..due) };
@@ -187,6 +193,8 @@ struct ScoreBlocks<'a> {
     /// The KV head's packed keys.
     keys: &'a [Tile],
     chunks: usize,
+    /// The head dimension.
+    d: usize,
     /// Whether a second tile of queries is in use.
     two: bool,
     /// Keys any of the queries sees.
@@ -213,7 +221,7 @@ impl ScoreBlocks<'_> {
             let shape = (key_tiles, self.chunks, self.two);
             match self.products {
                 Products::Tiles => tiles::scores(self.queries, keys, shape, buf, pairs),
-                Products::Dots => dots::scores(self.queries, keys, shape, buf, pairs),
+                Products::Dots => dots::scores(self.queries, keys, shape, buf, (pairs, self.d / 2)),
             }
         }
     }
@@ -245,7 +253,7 @@ impl ValueSums<'_> {
             let shape = (vis.div_ceil(CHUNK), self.dim_tiles, self.two, k0 == 0);
             match self.products {
                 Products::Tiles => tiles::weighted_sums(weights, values, shape, self.acc),
-                Products::Dots => dots::weighted_sums(weights, values, shape, self.acc),
+                Products::Dots => dots::weighted_sums(weights, values, shape, self.acc, vis),
             }
         }
     }

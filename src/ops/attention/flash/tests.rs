@@ -319,9 +319,12 @@ fn causal_and_cached(products: Products) {
     assert!(got[..first * heads * d].iter().all(|x| *x == bf16::ZERO));
 }
 
-/// `cargo test --release --lib attention::flash::tests::timing -- --ignored --nocapture`: the vision tower's full
-/// attention at `max_pixels` 1,003,520 (one segment of 5,088 rows, 16 heads of 80) and its windowed attention
-/// (segments of 64 rows), best of three each, with each choice of products the CPU runs.
+/// `cargo test --release --lib attention::flash::tests::timing -- --ignored --nocapture`: the Qwen2.5-VL vision
+/// tower's full attention at `max_pixels` 1,003,520 (one segment of 5,088 rows, 16 heads of 80) and its windowed
+/// attention (segments of 64 rows), the Qwen3-VL-2B tower's full attention over such a screenshot (3,864 rows, 16
+/// heads of 64) and a causal prompt of 1,306 tokens (14 heads of 64 over 2 KV heads), best of three (of 23 calls
+/// for the windows), with each choice of products the CPU runs; `FLASH_CASE` (a case's name as printed) keeps
+/// only that one, for a profiler.
 #[test]
 #[ignore = "a timing run: use --release --ignored --nocapture"]
 fn timing() {
@@ -331,18 +334,22 @@ fn timing() {
 }
 
 fn timing_of(products: Products) {
-    let (n, heads, d) = (5088, 16, 80);
-    let h = Heads {
-        heads,
-        kv_heads: heads,
-        d,
-    };
-    let (q, k, v) = (
-        values(n * heads * d, 1),
-        values(n * heads * d, 2),
-        values(n * heads * d, 3),
-    );
-    for len in [n, 64] {
+    let cases = [
+        ("full", 5088, 5088, (16, 16, 80), false),
+        ("windows", 5088, 64, (16, 16, 80), false),
+        ("qwen3 full", 3864, 3864, (16, 16, 64), false),
+        ("prompt", 1306, 1306, (14, 2, 64), true),
+    ];
+    for (name, n, len, (heads, kv_heads, d), causal) in cases {
+        if std::env::var("FLASH_CASE").is_ok_and(|c| c != name) {
+            continue;
+        }
+        let h = Heads { heads, kv_heads, d };
+        let (q, k, v) = (
+            values(n * heads * d, 1),
+            values(n * kv_heads * d, 2),
+            values(n * kv_heads * d, 3),
+        );
         let segs: Vec<Seg<'_>> = (0..n / len)
             .map(|s| Seg {
                 start: s * len,
@@ -350,16 +357,17 @@ fn timing_of(products: Products) {
                 prefix: None,
             })
             .collect();
-        let best = (0..4)
+        let calls = if len < 512 { 24 } else { 4 };
+        let best = (0..calls)
             .map(|_| {
                 let t0 = std::time::Instant::now();
-                std::hint::black_box(attend((&q, &k, &v), &segs, h, (0.11, false), products));
+                std::hint::black_box(attend((&q, &k, &v), &segs, h, (0.11, causal), products));
                 t0.elapsed().as_secs_f64()
             })
             .skip(1)
             .fold(f64::INFINITY, f64::min);
         eprintln!(
-            "{products:?}: {n} rows in segments of {len}, {heads} heads of {d}: {:.1} ms",
+            "{products:?} {name}: {n} rows in segments of {len}, {heads} heads of {d} over {kv_heads}: {:.1} ms",
             best * 1e3
         );
     }
