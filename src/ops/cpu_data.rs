@@ -34,6 +34,25 @@ pub(crate) unsafe fn written<T>(len: usize, fill: impl FnOnce(&mut [MaybeUninit<
     v
 }
 
+/// `len` zeros, the large ones written by rayon's threads a chunk each: `vec![0f32; len]` is one `memset` on the
+/// calling thread (tens of MB for an output of a screenshot's rows) while the other cores wait for the op that
+/// follows it.
+pub(crate) fn zeros(len: usize) -> Vec<f32> {
+    /// Values below which one thread zeroes the vector (256 KiB).
+    const SERIAL: usize = 1 << 16;
+    if len < SERIAL {
+        return vec![0f32; len];
+    }
+    // SAFETY: the chunks cover all len values, each zeroed.
+    unsafe {
+        written(len, |c| {
+            c.par_chunks_mut(SERIAL).for_each(|c| {
+                zeroed(c);
+            })
+        })
+    }
+}
+
 /// Types whose value of all-zero bytes is their zero.
 ///
 /// # Safety
@@ -42,6 +61,9 @@ pub(crate) unsafe trait ZeroBytes: Copy {}
 
 // SAFETY: zero bytes are +0.
 unsafe impl ZeroBytes for half::bf16 {}
+
+// SAFETY: zero bytes are +0.0.
+unsafe impl ZeroBytes for f32 {}
 
 /// The chunk `c` of fresh storage set to zero throughout (one `memset`), as initialised values: what a parallel
 /// pass does to each chunk it then writes, while the chunk is in its core's cache.
@@ -86,7 +108,7 @@ pub(crate) fn map_rows(
         .len()
         .checked_div(in_width)
         .map_or(0, |rows| rows * out_width + data.len() % in_width);
-    let mut out = vec![0f32; len];
+    let mut out = zeros(len);
     if in_width > 0 && out_width > 0 {
         out.par_chunks_mut(out_width)
             .zip(data.par_chunks(in_width))
@@ -94,4 +116,17 @@ pub(crate) fn map_rows(
             .for_each(|(o, row)| f(row, o));
     }
     Tensor::from_vec(out, shape, t.device())
+}
+
+#[cfg(test)]
+mod tests {
+    /// Small vectors and large ones (zeroed by rayon's threads a chunk each) are zeros throughout.
+    #[test]
+    fn zeros_are_zeros() {
+        for len in [0, 1, (1 << 16) - 1, (1 << 16) + 1, 3 << 17] {
+            let v = super::zeros(len);
+            assert_eq!(v.len(), len);
+            assert!(v.iter().all(|x| x.to_bits() == 0), "{len}");
+        }
+    }
 }

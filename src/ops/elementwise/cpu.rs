@@ -7,7 +7,7 @@
 use candle_core::{DType, Result, Tensor};
 use rayon::prelude::*;
 
-use crate::ops::cpu_data::{cpu_slice, map_rows};
+use crate::ops::cpu_data::{cpu_slice, map_rows, zeros};
 use crate::ops::simd::{self, Level};
 
 /// Whether this path serves `tensors`: all f32 and on the CPU.
@@ -86,7 +86,7 @@ pub fn bias_residual(y: &Tensor, b: &Tensor, r: &Tensor) -> Result<Tensor> {
         cpu_slice::<f32>(&ys, yl, y.elem_count())?,
         cpu_slice::<f32>(&rs, rl, r.elem_count())?,
     );
-    let mut out = vec![0f32; yd.len()];
+    let mut out = zeros(yd.len());
     if width > 0 {
         out.par_chunks_mut(width)
             .zip(yd.par_chunks(width).zip(rd.par_chunks(width)))
@@ -133,9 +133,9 @@ fn qkv_rope_at(a: super::QkvRope<'_>, level: Level) -> Result<(Tensor, Tensor, T
         cpu_slice(&yg.0, yg.1, n * width)?,
     );
     let (mut q, mut k, mut v) = (
-        vec![0f32; n * heads * d],
-        vec![0f32; n * kv_heads * d],
-        vec![0f32; n * kv_heads * d],
+        zeros(n * heads * d),
+        zeros(n * kv_heads * d),
+        zeros(n * kv_heads * d),
     );
     if n > 0 && d > 0 {
         q.par_chunks_mut(heads * d)

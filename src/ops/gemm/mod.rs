@@ -16,7 +16,7 @@ pub use rows::Rows;
 
 use candle_core::{DType, Device, Result, Tensor};
 
-use super::cpu_data::with_f32;
+use super::cpu_data::{with_f32, written};
 use super::Ops;
 use packed::BuiltinGemm;
 
@@ -238,8 +238,12 @@ fn in_row_blocks(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     per_block(&x, w, &vec![ROW_BLOCK; blocks])?.narrow(0, 0, rows)
 }
 
-/// candle's `x · wᵀ` for x (rows, in) as one product per block of consecutive rows (`lens` rows each).
+/// candle's `x · wᵀ` for x (rows, in) as one product per block of consecutive rows (`lens` rows each); f32 on the
+/// CPU through [`gemm_crate_blocks`].
 fn per_block(x: &Tensor, w: &Tensor, lens: &[usize]) -> Result<Tensor> {
+    if x.device().is_cpu() && (x.dtype(), w.dtype()) == (DType::F32, DType::F32) {
+        return gemm_crate_blocks(x, w, lens);
+    }
     let wt = w.t()?;
     if lens.len() == 1 {
         return x.matmul(&wt);
@@ -253,9 +257,113 @@ fn per_block(x: &Tensor, w: &Tensor, lens: &[usize]) -> Result<Tensor> {
     Tensor::cat(&outs, 0)
 }
 
+/// f32 `x · wᵀ` for x (rows, in) and w (out, in) on the CPU, one `gemm` crate product per block of consecutive
+/// rows (`lens` rows each, adding up to x's rows): for each block the call candle's matmul makes (the same
+/// operands, strides, scalars and thread count, so the same bits), all of them into one fresh output that the
+/// products write. candle's matmul zero-fills each output on the calling thread first, a pass over tens of MB
+/// per product of a screenshot's rows while rayon's threads wait.
+fn gemm_crate_blocks(x: &Tensor, w: &Tensor, lens: &[usize]) -> Result<Tensor> {
+    let ((m, k), (n, kw)) = (x.dims2()?, w.dims2()?);
+    if kw != k || lens.iter().sum::<usize>() != m {
+        candle_core::bail!(
+            "matmul_nt: x {:?}, w {:?}, blocks {lens:?}",
+            x.dims(),
+            w.dims()
+        );
+    }
+    let threads = candle_core::utils::get_num_threads();
+    let parallelism = match threads {
+        0 | 1 => gemm::Parallelism::None,
+        t => gemm::Parallelism::Rayon(t),
+    };
+    let c = with_f32(x, |a| {
+        with_f32(w, |b| {
+            let fill = |c: &mut [std::mem::MaybeUninit<f32>]| {
+                let mut r0 = 0;
+                for &len in lens {
+                    // SAFETY: a holds m × k values, b n × k, c m × n; this block's rows r0..r0 + len of a and c
+                    // lie inside them, with the strides of row-major storage.
+                    unsafe {
+                        gemm::gemm(
+                            len,
+                            n,
+                            k,
+                            c[r0 * n..].as_mut_ptr().cast::<f32>(),
+                            1,
+                            n as isize,
+                            false,
+                            a[r0 * k..].as_ptr(),
+                            1,
+                            k as isize,
+                            b.as_ptr(),
+                            k as isize,
+                            1,
+                            0.0,
+                            1.0,
+                            false,
+                            false,
+                            false,
+                            parallelism,
+                        )
+                    };
+                    r0 += len;
+                }
+            };
+            // SAFETY: the blocks cover the m rows, and a product that does not read its output writes every one of
+            // its values (zeros where k is 0).
+            Ok(unsafe { written(m * n, fill) })
+        })
+    })?;
+    Tensor::from_vec(c, (m, n), x.device())
+}
+
 fn candle_matmul_nt(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     match x.rank() {
         2 => x.matmul(&w.t()?),
         _ => x.broadcast_matmul(&w.t()?),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `gemm` crate's products into fresh storage give candle's matmul bits block by block, for one block
+    /// or several, and zeros where the depth is 0.
+    #[test]
+    fn gemm_crate_blocks_give_candles_products() {
+        let dev = Device::Cpu;
+        let cases = [
+            (1, 7, 5, vec![1]),
+            (37, 64, 33, vec![37]),
+            (40, 96, 130, vec![16, 16, 8]),
+            (300, 129, 70, vec![100, 200]),
+            (5, 0, 3, vec![5]),
+        ];
+        for (m, k, n, lens) in cases {
+            let x = Tensor::randn(0f32, 1.0, (m, k), &dev).unwrap();
+            let w = Tensor::randn(0f32, 1.0, (n, k), &dev).unwrap();
+            let got = gemm_crate_blocks(&x, &w, &lens).unwrap();
+            assert_eq!(got.dims(), &[m, n]);
+            let mut r0 = 0;
+            for len in lens {
+                let want = x.narrow(0, r0, len).unwrap().matmul(&w.t().unwrap());
+                let got = got.narrow(0, r0, len).unwrap();
+                assert_eq!(
+                    got.to_vec2::<f32>().unwrap(),
+                    want.unwrap().to_vec2::<f32>().unwrap(),
+                    "{m} x {k} x {n}, block at {r0}"
+                );
+                r0 += len;
+            }
+        }
+        let (x, w) = (
+            Tensor::zeros((4, 3), DType::F32, &dev).unwrap(),
+            Tensor::zeros((2, 3), DType::F32, &dev).unwrap(),
+        );
+        assert!(
+            gemm_crate_blocks(&x, &w, &[3]).is_err(),
+            "blocks short of the rows"
+        );
     }
 }

@@ -10,7 +10,7 @@ use candle_core::{DType, Result, Tensor};
 use rayon::prelude::*;
 
 use super::VarlenSeg;
-use crate::ops::cpu_data::with_f32;
+use crate::ops::cpu_data::{with_f32, zeros};
 use crate::ops::gemm::packed::{active, Isa};
 use crate::ops::simd::Level;
 
@@ -165,7 +165,7 @@ fn varlen_attention_at(
                 .transpose()
         })
         .collect::<Result<_>>()?;
-    let mut out = vec![0f32; n * heads * d];
+    let mut out = zeros(n * heads * d);
     with_f32(q, |qs| {
         with_f32(k, |ks| {
             with_f32(v, |vs| {

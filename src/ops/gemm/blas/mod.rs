@@ -354,10 +354,10 @@ pub(crate) fn matmul_nt_segments(
     if lens.iter().sum::<usize>() != m {
         candle_core::bail!("matmul_nt: segments {lens:?} do not add up to {m} rows");
     }
-    use crate::ops::cpu_data::with_f32;
+    use crate::ops::cpu_data::{with_f32, zeros};
     let c = with_f32(x, |a| {
         with_f32(w, |b| {
-            let mut c = vec![0f32; m * n];
+            let mut c = zeros(m * n);
             let mut r0 = 0;
             for &len in lens {
                 let a_seg = &a[r0 * k..(r0 + len) * k];
