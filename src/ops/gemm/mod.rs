@@ -272,38 +272,20 @@ fn gemm_crate_blocks(x: &Tensor, w: &Tensor, lens: &[usize]) -> Result<Tensor> {
         );
     }
     let threads = candle_core::utils::get_num_threads();
-    let parallelism = match threads {
-        0 | 1 => gemm::Parallelism::None,
-        t => gemm::Parallelism::Rayon(t),
-    };
     let c = with_f32(x, |a| {
         with_f32(w, |b| {
             let fill = |c: &mut [std::mem::MaybeUninit<f32>]| {
                 let mut r0 = 0;
                 for &len in lens {
-                    // SAFETY: a holds m × k values, b n × k, c m × n; this block's rows r0..r0 + len of a and c
-                    // lie inside them, with the strides of row-major storage.
+                    let rows = &a[r0 * k..(r0 + len) * k];
+                    // SAFETY: this block's rows r0..r0 + len of c (m × n) lie inside it.
                     unsafe {
-                        gemm::gemm(
-                            len,
-                            n,
-                            k,
-                            c[r0 * n..].as_mut_ptr().cast::<f32>(),
-                            1,
-                            n as isize,
-                            false,
-                            a[r0 * k..].as_ptr(),
-                            1,
-                            k as isize,
-                            b.as_ptr(),
-                            k as isize,
-                            1,
-                            0.0,
-                            1.0,
-                            false,
-                            false,
-                            false,
-                            parallelism,
+                        gemm_crate_nt(
+                            rows,
+                            b,
+                            (len, k, n),
+                            c[r0 * n..].as_mut_ptr().cast(),
+                            threads,
                         )
                     };
                     r0 += len;
@@ -315,6 +297,52 @@ fn gemm_crate_blocks(x: &Tensor, w: &Tensor, lens: &[usize]) -> Result<Tensor> {
         })
     })?;
     Tensor::from_vec(c, (m, n), x.device())
+}
+
+/// The `gemm` crate's `c = a · wᵀ` for row-major `a` (m × k) and `w` (n × k) into row-major `c` (m × n), which it
+/// writes without reading, as candle's matmul calls it (`dims` = (m, k, n)), on `threads` of rayon's threads.
+///
+/// # Safety
+/// `c` points to m × n writable values; `a` and `w` hold m × k and n × k.
+pub(in crate::ops) unsafe fn gemm_crate_nt(
+    a: &[f32],
+    w: &[f32],
+    (m, k, n): (usize, usize, usize),
+    c: *mut f32,
+    threads: usize,
+) {
+    assert!(
+        a.len() >= m * k && w.len() >= n * k,
+        "gemm_crate_nt: short operands"
+    );
+    let parallelism = match threads {
+        0 | 1 => gemm::Parallelism::None,
+        t => gemm::Parallelism::Rayon(t),
+    };
+    // SAFETY: the operands hold their shapes (asserted), `c` its m × n values (the caller's promise).
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c,
+            1,
+            n as isize,
+            false,
+            a.as_ptr(),
+            1,
+            k as isize,
+            w.as_ptr(),
+            k as isize,
+            1,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            parallelism,
+        )
+    }
 }
 
 fn candle_matmul_nt(x: &Tensor, w: &Tensor) -> Result<Tensor> {

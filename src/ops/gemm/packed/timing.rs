@@ -7,36 +7,11 @@
 use super::micro::{Avx2, Avx512, Micro};
 use super::*;
 
-pub(in crate::ops) fn gemm_crate(
-    a: &[f32],
-    w: &[f32],
-    (m, k, n): (usize, usize, usize),
-    c: &mut [f32],
-) {
-    let threads = rayon::current_num_threads();
-    // SAFETY: the slices hold m × k, n × k and m × n values, row-major.
+pub(in crate::ops) fn gemm_crate(a: &[f32], w: &[f32], dims: (usize, usize, usize), c: &mut [f32]) {
+    assert!(c.len() >= dims.0 * dims.2);
+    // SAFETY: c holds m × n values.
     unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            c.as_mut_ptr(),
-            1,
-            n as isize,
-            false,
-            a.as_ptr(),
-            1,
-            k as isize,
-            w.as_ptr(),
-            k as isize,
-            1,
-            0.0,
-            1.0,
-            false,
-            false,
-            false,
-            gemm::Parallelism::Rayon(threads),
-        )
+        crate::ops::gemm::gemm_crate_nt(a, w, dims, c.as_mut_ptr(), rayon::current_num_threads())
     }
 }
 
