@@ -254,6 +254,50 @@ fn follow_torchs_flash_attention(products: Products) {
     }
 }
 
+/// A head dimension short of whole chunks (80: the products stop at its 40 depth pairs) gives, bit for bit, what
+/// the same heads padded with zero dimensions to whole chunks (96: every pair multiplied) give in their first 80
+/// dimensions: the pairs left out only added exact zeros. Causal, so the blocks' last key chunks are partial too.
+#[test]
+fn depth_pairs_past_the_head_dimension_add_nothing() {
+    for products in products() {
+        let (n, heads, kv_heads, (d, wide)) = (300, 4, 2, (80, 96));
+        let pad = |x: &[bf16], rows: usize| -> Vec<bf16> {
+            x.chunks(d)
+                .take(rows)
+                .flat_map(|r| {
+                    r.iter()
+                        .copied()
+                        .chain(std::iter::repeat_n(bf16::ZERO, wide - d))
+                })
+                .collect()
+        };
+        let (q, k, v) = (
+            values(n * heads * d, 7),
+            values(n * kv_heads * d, 8),
+            values(n * kv_heads * d, 9),
+        );
+        let segs = [Seg {
+            start: 0,
+            len: n,
+            prefix: None,
+        }];
+        let h = |d| Heads { heads, kv_heads, d };
+        let narrow = attend((&q, &k, &v), &segs, h(d), (0.11, true), products);
+        let (qw, kw, vw) = (
+            pad(&q, n * heads),
+            pad(&k, n * kv_heads),
+            pad(&v, n * kv_heads),
+        );
+        let padded = attend((&qw, &kw, &vw), &segs, h(wide), (0.11, true), products);
+        let firsts: Vec<u16> = padded
+            .chunks(wide)
+            .flat_map(|r| r[..d].iter().map(|x| x.to_bits()))
+            .collect();
+        let got: Vec<u16> = narrow.iter().map(|x| x.to_bits()).collect();
+        assert_eq!(got, firsts, "{products:?}");
+    }
+}
+
 /// Causal attention with and without a cached prefix: torch's order written out (masked keys inside a block
 /// count as -inf), and a segment that continues a cache gives, bit for bit, the rows the whole sequence gives.
 #[test]
