@@ -223,15 +223,29 @@ pub fn swiglu_packed(gu: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
                         };
                         widen(rg, bg, g);
                         widen(ru, bu, u);
-                        silu_row(g, &ones, silu, level);
-                        for ((o, s), u) in o.iter_mut().zip(silu.iter()).zip(u.iter()) {
-                            *o = round(round(*s).to_f32() * u);
-                        }
+                        swiglu_row((g, u), &ones, silu, level, o);
                     },
                 )
             });
     }
     Tensor::from_vec(out, shape, gu.device())
+}
+
+/// One row of [`swiglu_packed`] from its gate and up values `g` and `u` (each already `bf16(sum + bias)`, widened):
+/// `o = bf16(bf16(silu(g)) · u)`, with `silu` as scratch and `ones` (at least as long as `g`) as [`silu_row`]'s.
+/// Inlined, so that its rounding loop takes the vector level of a [`vectorised`] caller.
+#[inline(always)]
+pub(crate) fn swiglu_row(
+    (g, u): (&[f32], &[f32]),
+    ones: &[f32],
+    silu: &mut [f32],
+    level: Level,
+    o: &mut [bf16],
+) {
+    silu_row(g, &ones[..g.len()], silu, level);
+    for ((o, s), u) in o.iter_mut().zip(silu.iter()).zip(u.iter()) {
+        *o = round(round(*s).to_f32() * u);
+    }
 }
 
 /// `out = silu(g)` as [`swiglu_packed`] computes it: whole vectors through the f32 SwiGLU's row function on

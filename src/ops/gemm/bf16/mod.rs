@@ -9,6 +9,8 @@
 //! * [`row`] for independent rows (decode, the logits of last positions): one 16-lane dot product per output,
 //!   the lanes added in a fixed tree at the end; each weight row is read once for all rows.
 //!
+//! Where `vdpbf16ps` runs at half the f32 FMA's rate (Intel's AVX512-BF16 cores without AMX), segments measure
+//! faster on the f32 GEMM over exact f32 copies of the operands ([`widened`]); the choice is measured at load.
 //! CPUs without AVX512-BF16, and `--cpu-gemm gemm-crate`, keep candle's bf16 matmul ([`Bf16Gemm::Candle`]).
 
 pub mod amx;
@@ -17,6 +19,7 @@ pub mod packed;
 pub mod row;
 #[cfg(test)]
 mod timing;
+pub mod widened;
 
 use std::mem::MaybeUninit;
 
@@ -45,6 +48,16 @@ pub enum Bf16Gemm {
         /// candle's rate on it.
         candle_gflops: f64,
     },
+    /// The f32 GEMM on exact f32 copies ([`widened`]) for row segments, measured the fastest at load, and the
+    /// row kernel for independent rows.
+    Widened {
+        /// The widened kernel's rate on the calibration product.
+        widened_gflops: f64,
+        /// The packed kernel's rate on it.
+        packed_gflops: f64,
+        /// candle's rate on it.
+        candle_gflops: f64,
+    },
     /// The AMX tile kernel ([`amx`]) for row segments, measured the fastest at load, and the row kernel for
     /// independent rows.
     Amx {
@@ -67,22 +80,34 @@ impl Bf16Gemm {
     }
 
     /// The kernels of this module where the CPU has AVX512-BF16, unless `gemm_crate_only`; the segments' kernel
-    /// chosen by timing the packed kernel against candle's bf16 matmul on [`CALIBRATION`] (once per process).
+    /// chosen by timing the AMX (where the CPU has it), packed and widened kernels against candle's bf16 matmul on
+    /// [`CALIBRATION`] (once per process), the first of them in that order at least as fast as the others.
     pub fn for_this_cpu(gemm_crate_only: bool) -> Self {
         static CHOICE: std::sync::OnceLock<Bf16Gemm> = std::sync::OnceLock::new();
         if !supported() || gemm_crate_only {
             return Self::Candle;
         }
         *CHOICE.get_or_init(|| {
-            let (amx_gflops, packed_gflops, candle_gflops) = calibrate();
-            if amx_gflops >= packed_gflops.max(candle_gflops) {
+            let Rates {
+                amx: amx_gflops,
+                packed: packed_gflops,
+                widened: widened_gflops,
+                candle: candle_gflops,
+            } = calibrate();
+            if amx_gflops >= packed_gflops.max(widened_gflops).max(candle_gflops) {
                 Self::Amx {
                     amx_gflops,
                     packed_gflops,
                     candle_gflops,
                 }
-            } else if packed_gflops >= candle_gflops {
+            } else if packed_gflops >= widened_gflops.max(candle_gflops) {
                 Self::Kernels {
+                    packed_gflops,
+                    candle_gflops,
+                }
+            } else if widened_gflops >= candle_gflops {
+                Self::Widened {
+                    widened_gflops,
                     packed_gflops,
                     candle_gflops,
                 }
@@ -104,6 +129,7 @@ impl Bf16Gemm {
     pub fn segment_kernel(self) -> Option<Kernel> {
         match self {
             Self::Kernels { .. } => Some(packed::gemm_nt),
+            Self::Widened { .. } => Some(widened::gemm_nt),
             Self::Amx { .. } => Some(amx::gemm_nt),
             Self::Candle | Self::RowKernelOnly { .. } => None,
         }
@@ -115,6 +141,7 @@ impl Bf16Gemm {
     pub fn swiglu_kernel(self) -> Option<Kernel> {
         match self {
             Self::Kernels { .. } => Some(packed::gemm_nt_swiglu),
+            Self::Widened { .. } => Some(widened::gemm_nt_swiglu),
             Self::Amx { .. } => Some(amx::gemm_nt_swiglu),
             Self::Candle | Self::RowKernelOnly { .. } => None,
         }
@@ -125,6 +152,7 @@ impl Bf16Gemm {
         match self {
             Self::Candle | Self::RowKernelOnly { .. } => "candle bf16 matmul",
             Self::Kernels { .. } => "AVX512-BF16 packed kernel",
+            Self::Widened { .. } => "f32 GEMM on exact f32 copies",
             Self::Amx { .. } => "AMX tile kernel",
         }
     }
@@ -152,6 +180,16 @@ impl Bf16Gemm {
                  ({packed_gflops:.1} GFLOP/s vs candle's {candle_gflops:.1} at load), row kernel for \
                  independent rows{BIAS}"
             ),
+            Self::Widened {
+                widened_gflops,
+                packed_gflops,
+                candle_gflops,
+            } => format!(
+                "the gemm crate's f32 GEMM on exact f32 copies of the bf16 operands (f32 sums, bf16 output) for row \
+                 segments ({widened_gflops:.1} GFLOP/s vs the AVX512-BF16 packed kernel's {packed_gflops:.1} and \
+                 candle's bf16 matmul's {candle_gflops:.1} at load), AVX512-BF16 row kernel for independent \
+                 rows{BIAS}"
+            ),
             Self::Amx {
                 amx_gflops,
                 packed_gflops,
@@ -171,9 +209,18 @@ impl Bf16Gemm {
 /// writes every one of the m × n outputs of `c` (fresh storage: it reads none of them).
 pub type Kernel = fn(&[bf16], &[bf16], &[f32], (usize, usize, usize), &mut [MaybeUninit<bf16>]);
 
-/// GFLOP/s of the AMX kernel (0 where the CPU has none), of the packed kernel and of candle's bf16 matmul on
-/// [`CALIBRATION`], best of three each.
-fn calibrate() -> (f64, f64, f64) {
+/// The segments' kernels' rates on [`CALIBRATION`] in GFLOP/s.
+struct Rates {
+    /// The AMX kernel's (0 where the CPU has none).
+    amx: f64,
+    packed: f64,
+    widened: f64,
+    candle: f64,
+}
+
+/// GFLOP/s of the AMX kernel (0 where the CPU has none), of the packed and widened kernels and of candle's bf16
+/// matmul on [`CALIBRATION`], best of three each.
+fn calibrate() -> Rates {
     let (m, k, n) = CALIBRATION;
     let value = |i: usize| bf16::from_f32(((i * 7919) % 1000) as f32 / 1000.0 - 0.5);
     let (a, w): (Vec<bf16>, Vec<bf16>) = (
@@ -194,6 +241,7 @@ fn calibrate() -> (f64, f64, f64) {
             .fold(f64::INFINITY, f64::min)
     };
     let packed = best(&mut || packed::gemm_nt(&a, &w, &[], (m, k, n), c));
+    let widened = best(&mut || widened::gemm_nt(&a, &w, &[], (m, k, n), c));
     let amx = match amx::supported() {
         true => best(&mut || amx::gemm_nt(&a, &w, &[], (m, k, n), c)),
         false => f64::INFINITY,
@@ -207,7 +255,12 @@ fn calibrate() -> (f64, f64, f64) {
         _ => f64::INFINITY,
     };
     let gflops = |s: f64| 2.0 * (m * k * n) as f64 / s / 1e9;
-    (gflops(amx), gflops(packed), gflops(candle))
+    Rates {
+        amx: gflops(amx),
+        packed: gflops(packed),
+        widened: gflops(widened),
+        candle: gflops(candle),
+    }
 }
 
 /// Whether this CPU runs the kernels (AVX-512F, BW, VL and DQ, and AVX512-BF16: every CPU with AVX512-BF16 has

@@ -1,6 +1,7 @@
 //! `cargo test --release --lib gemm::bf16::timing -- --ignored --nocapture`: the `small` checkpoint's products
 //! at `max_pixels` 1,003,520 (prefill) and at 1 and 4 rows (decode) through candle's bf16 matmul, this module's
-//! kernels and the f32 `gemm` crate as candle calls it, alternated, best of several each.
+//! kernels (the widened one included) and the f32 `gemm` crate as candle calls it, alternated, best of several
+//! each.
 
 use half::bf16;
 
@@ -63,22 +64,27 @@ fn model_shapes() {
             }),
             false => f64::INFINITY,
         };
+        let widened = best(rounds, || {
+            super::widened::gemm_nt(&a, &w, &[], (m, k, n), storage(&mut c))
+        });
         let row = best(rounds, || {
             super::row::gemm_nt_rows(&a, &w, &[], (m, k, n), storage(&mut c))
         });
         let f32s = best(rounds, || gemm_crate(&a32, &w32, (m, k, n), &mut c32));
         let rate = |s: f64| 2.0 * (m * k * n) as f64 / s / 1e9;
         eprintln!(
-            "{m} x {k} x {n}: candle bf16 {:.1}, AMX bf16 {:.1}, packed bf16 {:.1}, row bf16 {:.1}, gemm crate f32 \
-             {:.1} GFLOP/s ({:.2} / {:.2} / {:.2} / {:.2} / {:.2} ms)",
+            "{m} x {k} x {n}: candle bf16 {:.1}, AMX bf16 {:.1}, packed bf16 {:.1}, widened bf16 {:.1}, row bf16 \
+             {:.1}, gemm crate f32 {:.1} GFLOP/s ({:.2} / {:.2} / {:.2} / {:.2} / {:.2} / {:.2} ms)",
             rate(candle),
             rate(amx),
             rate(packed),
+            rate(widened),
             rate(row),
             rate(f32s),
             candle * 1e3,
             amx * 1e3,
             packed * 1e3,
+            widened * 1e3,
             row * 1e3,
             f32s * 1e3
         );
