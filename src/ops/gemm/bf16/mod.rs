@@ -11,7 +11,8 @@
 //!
 //! Where `vdpbf16ps` runs at half the f32 FMA's rate (Intel's AVX512-BF16 cores without AMX), segments measure
 //! faster on the f32 GEMM over exact f32 copies of the operands ([`widened`]); the choice is measured at load.
-//! CPUs without AVX512-BF16, and `--cpu-gemm gemm-crate`, keep candle's bf16 matmul ([`Bf16Gemm::Candle`]).
+//! CPUs without AVX512-BF16 run segments on the widened kernel where it measures faster than candle's bf16 matmul
+//! and everything else on candle's, as `--cpu-gemm gemm-crate` does everywhere ([`Bf16Gemm::Candle`]).
 
 pub mod amx;
 pub(crate) mod blas;
@@ -58,6 +59,14 @@ pub enum Bf16Gemm {
         /// candle's rate on it.
         candle_gflops: f64,
     },
+    /// On a CPU without AVX512-BF16: the f32 GEMM on exact f32 copies ([`widened`]) for row segments, measured
+    /// faster than candle's bf16 matmul at load; independent rows on candle's matmul (there is no row kernel).
+    WidenedOnly {
+        /// The widened kernel's rate on the calibration product.
+        widened_gflops: f64,
+        /// candle's rate on it.
+        candle_gflops: f64,
+    },
     /// The AMX tile kernel ([`amx`]) for row segments, measured the fastest at load, and the row kernel for
     /// independent rows.
     Amx {
@@ -73,63 +82,76 @@ pub enum Bf16Gemm {
 /// The calibration product (rows, k, n): a text-model shape of the `small` checkpoint, a few milliseconds.
 const CALIBRATION: (usize, usize, usize) = (192, 896, 1152);
 
+/// Rounds of the calibration: each kernel runs once per round; its best time counts.
+const CALIBRATION_ROUNDS: usize = 6;
+
 impl Bf16Gemm {
     /// Whether row segments run on the AMX tile kernel.
     pub fn amx(&self) -> bool {
         matches!(self, Self::Amx { .. })
     }
 
-    /// The kernels of this module where the CPU has AVX512-BF16, unless `gemm_crate_only`; the segments' kernel
-    /// chosen by timing the AMX (where the CPU has it), packed and widened kernels against candle's bf16 matmul on
-    /// [`CALIBRATION`] (once per process), the first of them in that order at least as fast as the others.
+    /// The kernels of this module, unless `gemm_crate_only`: the segments' kernel chosen by timing the AMX (where
+    /// the CPU has it), packed (where it has AVX512-BF16) and widened kernels against candle's bf16 matmul on
+    /// [`CALIBRATION`] (once per process), the first of them in that order at least as fast as the others; the
+    /// row kernel for independent rows where the CPU has AVX512-BF16.
     pub fn for_this_cpu(gemm_crate_only: bool) -> Self {
         static CHOICE: std::sync::OnceLock<Bf16Gemm> = std::sync::OnceLock::new();
-        if !supported() || gemm_crate_only {
+        if gemm_crate_only {
             return Self::Candle;
         }
-        *CHOICE.get_or_init(|| {
-            let Rates {
-                amx: amx_gflops,
-                packed: packed_gflops,
-                widened: widened_gflops,
-                candle: candle_gflops,
-            } = calibrate();
-            if amx_gflops >= packed_gflops.max(widened_gflops).max(candle_gflops) {
-                Self::Amx {
-                    amx_gflops,
-                    packed_gflops,
-                    candle_gflops,
-                }
-            } else if packed_gflops >= widened_gflops.max(candle_gflops) {
-                Self::Kernels {
-                    packed_gflops,
-                    candle_gflops,
-                }
-            } else if widened_gflops >= candle_gflops {
-                Self::Widened {
+        *CHOICE.get_or_init(|| Self::choose(calibrate(supported()), supported()))
+    }
+
+    /// The choice for the rates `r` measured at load, on a CPU with AVX512-BF16 (`dots`: the packed and row
+    /// kernels run) or without it.
+    fn choose(r: Rates, dots: bool) -> Self {
+        let (amx_gflops, packed_gflops, widened_gflops, candle_gflops) =
+            (r.amx, r.packed, r.widened, r.candle);
+        if !dots {
+            return match widened_gflops >= candle_gflops {
+                true => Self::WidenedOnly {
                     widened_gflops,
-                    packed_gflops,
                     candle_gflops,
-                }
-            } else {
-                Self::RowKernelOnly {
-                    packed_gflops,
-                    candle_gflops,
-                }
+                },
+                false => Self::Candle,
+            };
+        }
+        if amx_gflops >= packed_gflops.max(widened_gflops).max(candle_gflops) {
+            Self::Amx {
+                amx_gflops,
+                packed_gflops,
+                candle_gflops,
             }
-        })
+        } else if packed_gflops >= widened_gflops.max(candle_gflops) {
+            Self::Kernels {
+                packed_gflops,
+                candle_gflops,
+            }
+        } else if widened_gflops >= candle_gflops {
+            Self::Widened {
+                widened_gflops,
+                packed_gflops,
+                candle_gflops,
+            }
+        } else {
+            Self::RowKernelOnly {
+                packed_gflops,
+                candle_gflops,
+            }
+        }
     }
 
     /// Whether independent rows take [`row`].
     pub fn row_kernel(self) -> bool {
-        self != Self::Candle
+        !matches!(self, Self::Candle | Self::WidenedOnly { .. })
     }
 
-    /// The kernel of row segments where it is one of this module's: [`packed`] or [`amx`].
+    /// The kernel of row segments where it is one of this module's: [`packed`], [`widened`] or [`amx`].
     pub fn segment_kernel(self) -> Option<Kernel> {
         match self {
             Self::Kernels { .. } => Some(packed::gemm_nt),
-            Self::Widened { .. } => Some(widened::gemm_nt),
+            Self::Widened { .. } | Self::WidenedOnly { .. } => Some(widened::gemm_nt),
             Self::Amx { .. } => Some(amx::gemm_nt),
             Self::Candle | Self::RowKernelOnly { .. } => None,
         }
@@ -141,7 +163,7 @@ impl Bf16Gemm {
     pub fn swiglu_kernel(self) -> Option<Kernel> {
         match self {
             Self::Kernels { .. } => Some(packed::gemm_nt_swiglu),
-            Self::Widened { .. } => Some(widened::gemm_nt_swiglu),
+            Self::Widened { .. } | Self::WidenedOnly { .. } => Some(widened::gemm_nt_swiglu),
             Self::Amx { .. } => Some(amx::gemm_nt_swiglu),
             Self::Candle | Self::RowKernelOnly { .. } => None,
         }
@@ -152,7 +174,7 @@ impl Bf16Gemm {
         match self {
             Self::Candle | Self::RowKernelOnly { .. } => "candle bf16 matmul",
             Self::Kernels { .. } => "AVX512-BF16 packed kernel",
-            Self::Widened { .. } => "f32 GEMM on exact f32 copies",
+            Self::Widened { .. } | Self::WidenedOnly { .. } => "f32 GEMM on exact f32 copies",
             Self::Amx { .. } => "AMX tile kernel",
         }
     }
@@ -190,6 +212,14 @@ impl Bf16Gemm {
                  candle's bf16 matmul's {candle_gflops:.1} at load), AVX512-BF16 row kernel for independent \
                  rows{BIAS}"
             ),
+            Self::WidenedOnly {
+                widened_gflops,
+                candle_gflops,
+            } => format!(
+                "the gemm crate's f32 GEMM on exact f32 copies of the bf16 operands (f32 sums, bf16 output) for row \
+                 segments ({widened_gflops:.1} GFLOP/s vs candle's bf16 matmul's {candle_gflops:.1} at load); \
+                 gemm crate (candle's bf16 matmul) for independent rows{BIAS}"
+            ),
             Self::Amx {
                 amx_gflops,
                 packed_gflops,
@@ -211,16 +241,18 @@ pub type Kernel = fn(&[bf16], &[bf16], &[f32], (usize, usize, usize), &mut [Mayb
 
 /// The segments' kernels' rates on [`CALIBRATION`] in GFLOP/s.
 struct Rates {
-    /// The AMX kernel's (0 where the CPU has none).
+    /// The AMX kernel's (0 where it does not run here).
     amx: f64,
+    /// The packed kernel's (0 where it does not run here).
     packed: f64,
     widened: f64,
     candle: f64,
 }
 
-/// GFLOP/s of the AMX kernel (0 where the CPU has none), of the packed and widened kernels and of candle's bf16
-/// matmul on [`CALIBRATION`], best of three each.
-fn calibrate() -> Rates {
+/// GFLOP/s of the AMX kernel (0 where the CPU has none), of the packed kernel (0 unless `dots`: the CPU has
+/// AVX512-BF16), of the widened kernel and of candle's bf16 matmul on [`CALIBRATION`], each the best of
+/// [`CALIBRATION_ROUNDS`] runs taken in turn with the others'.
+fn calibrate(dots: bool) -> Rates {
     let (m, k, n) = CALIBRATION;
     let value = |i: usize| bf16::from_f32(((i * 7919) % 1000) as f32 / 1000.0 - 0.5);
     let (a, w): (Vec<bf16>, Vec<bf16>) = (
@@ -230,30 +262,39 @@ fn calibrate() -> Rates {
     let mut c = vec![bf16::ZERO; m * n];
     // SAFETY: the kernels write bf16 values only.
     let c = unsafe { as_storage(&mut c) };
-    let best = |f: &mut dyn FnMut()| {
-        (0..4)
-            .map(|_| {
-                let t0 = std::time::Instant::now();
-                f();
-                t0.elapsed().as_secs_f64()
-            })
-            .skip(1)
-            .fold(f64::INFINITY, f64::min)
-    };
-    let packed = best(&mut || packed::gemm_nt(&a, &w, &[], (m, k, n), c));
-    let widened = best(&mut || widened::gemm_nt(&a, &w, &[], (m, k, n), c));
-    let amx = match amx::supported() {
-        true => best(&mut || amx::gemm_nt(&a, &w, &[], (m, k, n), c)),
-        false => f64::INFINITY,
-    };
     let x = Tensor::from_slice(&a, (m, k), &candle_core::Device::Cpu);
     let wt = Tensor::from_slice(&w, (n, k), &candle_core::Device::Cpu).and_then(|w| w.t());
-    let candle = match (x, wt) {
-        (Ok(x), Ok(wt)) => best(&mut || {
-            let _ = x.matmul(&wt);
-        }),
-        _ => f64::INFINITY,
+    let candle_product = match (&x, &wt) {
+        (Ok(x), Ok(wt)) => Some((x, wt)),
+        _ => None,
     };
+    // [AMX, packed, widened, candle]; a kernel that does not run here keeps an infinite time.
+    let runs = [
+        dots && amx::supported(),
+        dots,
+        true,
+        candle_product.is_some(),
+    ];
+    let mut best = [f64::INFINITY; 4];
+    // The kernels in turn, round after round, each keeping its best time: a process's first products run slower
+    // (threads starting, caches, clocks) and the rounds spread that over all of them.
+    for _ in 0..CALIBRATION_ROUNDS {
+        for (kernel, best) in best.iter_mut().enumerate().filter(|(i, _)| runs[*i]) {
+            let t0 = std::time::Instant::now();
+            match kernel {
+                0 => amx::gemm_nt(&a, &w, &[], (m, k, n), c),
+                1 => packed::gemm_nt(&a, &w, &[], (m, k, n), c),
+                2 => widened::gemm_nt(&a, &w, &[], (m, k, n), c),
+                _ => {
+                    if let Some((x, wt)) = candle_product {
+                        let _ = x.matmul(wt);
+                    }
+                }
+            }
+            *best = best.min(t0.elapsed().as_secs_f64());
+        }
+    }
+    let [amx, packed, widened, candle] = best;
     let gflops = |s: f64| 2.0 * (m * k * n) as f64 / s / 1e9;
     Rates {
         amx: gflops(amx),

@@ -7,9 +7,54 @@ use candle_core::{DType, Device};
 fn the_path_follows_the_cpu_and_gemm_crate_only() {
     assert_eq!(Bf16Gemm::for_this_cpu(true), Bf16Gemm::Candle);
     let got = Bf16Gemm::for_this_cpu(false);
-    assert_eq!(got == Bf16Gemm::Candle, !supported());
     assert_eq!(got.row_kernel(), supported());
+    if !supported() {
+        assert!(matches!(
+            got,
+            Bf16Gemm::Candle | Bf16Gemm::WidenedOnly { .. }
+        ));
+    }
     eprintln!("{}", got.describe());
+}
+
+/// The choice at load: the first of AMX, packed, widened that is at least as fast as the kernels after it and
+/// candle's matmul; without AVX512-BF16 only the widened kernel or candle's.
+#[test]
+fn the_fastest_segment_kernel_is_chosen_in_order() {
+    let rates = |amx, packed, widened, candle| Rates {
+        amx,
+        packed,
+        widened,
+        candle,
+    };
+    let name = |r: Rates, dots: bool| Bf16Gemm::choose(r, dots).segments_name();
+    assert_eq!(
+        name(rates(900.0, 300.0, 280.0, 200.0), true),
+        "AMX tile kernel"
+    );
+    assert_eq!(
+        name(rates(0.0, 300.0, 300.0, 200.0), true),
+        "AVX512-BF16 packed kernel"
+    );
+    assert_eq!(
+        name(rates(0.0, 160.0, 280.0, 200.0), true),
+        "f32 GEMM on exact f32 copies"
+    );
+    assert_eq!(
+        name(rates(0.0, 160.0, 180.0, 200.0), true),
+        "candle bf16 matmul"
+    );
+    let slow_dots = Bf16Gemm::choose(rates(0.0, 160.0, 180.0, 200.0), true);
+    assert!(slow_dots.row_kernel() && slow_dots.segment_kernel().is_none());
+    let without = Bf16Gemm::choose(rates(0.0, 0.0, 280.0, 200.0), false);
+    assert!(matches!(without, Bf16Gemm::WidenedOnly { .. }) && !without.row_kernel());
+    assert!(without
+        .describe()
+        .contains("280.0 GFLOP/s vs candle's bf16 matmul's 200.0"));
+    assert_eq!(
+        Bf16Gemm::choose(rates(0.0, 0.0, 180.0, 200.0), false),
+        Bf16Gemm::Candle
+    );
 }
 
 /// `Ops::matmul_nt` on bf16 tensors: the packed kernel's bits for segments, the row kernel's for independent

@@ -151,9 +151,10 @@ impl Scratch {
     }
 }
 
-/// The first `len` values of `buf`, grown (with zeros) where it is shorter.
+/// The first `len` values of `buf`, grown (with zeros, to exactly `len`) where it is shorter.
 fn sized(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
     if buf.len() < len {
+        buf.reserve_exact(len - buf.len());
         buf.resize(len, 0.0);
     }
     &mut buf[..len]
