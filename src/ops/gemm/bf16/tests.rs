@@ -27,23 +27,17 @@ fn the_fastest_segment_kernel_is_chosen_in_order() {
         widened,
         candle,
     };
-    let name = |r: Rates, dots: bool| Bf16Gemm::choose(r, dots).segments_name();
-    assert_eq!(
-        name(rates(900.0, 300.0, 280.0, 200.0), true),
-        "AMX tile kernel"
-    );
-    assert_eq!(
-        name(rates(0.0, 300.0, 300.0, 200.0), true),
-        "AVX512-BF16 packed kernel"
-    );
-    assert_eq!(
-        name(rates(0.0, 160.0, 280.0, 200.0), true),
-        "f32 GEMM on exact f32 copies"
-    );
-    assert_eq!(
-        name(rates(0.0, 160.0, 180.0, 200.0), true),
-        "candle bf16 matmul"
-    );
+    for (r, want) in [
+        (rates(900.0, 300.0, 280.0, 200.0), "AMX tile kernel"),
+        (rates(0.0, 300.0, 300.0, 200.0), "AVX512-BF16 packed kernel"),
+        (
+            rates(0.0, 160.0, 280.0, 200.0),
+            "f32 GEMM on exact f32 copies",
+        ),
+        (rates(0.0, 160.0, 180.0, 200.0), "candle bf16 matmul"),
+    ] {
+        assert_eq!(Bf16Gemm::choose(r, true).segments_name(), want);
+    }
     let slow_dots = Bf16Gemm::choose(rates(0.0, 160.0, 180.0, 200.0), true);
     assert!(slow_dots.row_kernel() && slow_dots.segment_kernel().is_none());
     let without = Bf16Gemm::choose(rates(0.0, 0.0, 280.0, 200.0), false);
