@@ -284,7 +284,7 @@ pub fn to_bf16(t: &Tensor) -> Result<Tensor> {
     )
 }
 
-/// `f` over every value of the CPU tensor `t` (made contiguous), in parallel blocks.
+/// `f` over every value of the CPU tensor `t` (made contiguous), in parallel blocks ([`map_into`]).
 fn convert<A, B>(t: &Tensor, f: impl Fn(&A) -> B + Sync) -> Result<Tensor>
 where
     A: candle_core::WithDType,
@@ -293,16 +293,38 @@ where
     let t = t.contiguous()?;
     let (ts, tl) = t.storage_and_layout();
     let data = cpu_slice::<A>(&ts, tl, t.elem_count())?;
-    let mut out = vec![B::zero(); data.len()];
-    out.par_chunks_mut(1 << 14)
-        .zip(data.par_chunks(1 << 14))
+    // SAFETY: map_into writes every value.
+    let out = unsafe { written(data.len(), |o| map_into(data, o, f)) };
+    Tensor::from_vec(out, t.shape(), t.device())
+}
+
+/// `o[i] = f(x[i])` for every value of `o` (as long as `x`), in parallel blocks, each loop compiled for the CPU's
+/// vector level: the fresh storage written by the threads, with no zero-fill first.
+pub(crate) fn map_into<A: Sync, B: Send>(
+    x: &[A],
+    o: &mut [MaybeUninit<B>],
+    f: impl Fn(&A) -> B + Sync,
+) {
+    const BLOCK: usize = 1 << 14;
+    assert_eq!(
+        x.len(),
+        o.len(),
+        "map_into: {} values into {}",
+        x.len(),
+        o.len()
+    );
+    o.par_chunks_mut(BLOCK)
+        .zip(x.par_chunks(BLOCK))
         .for_each(|(o, x)| {
             vectorised(
                 #[inline(always)]
-                || o.iter_mut().zip(x).for_each(|(o, x)| *o = f(x)),
+                || {
+                    for (o, x) in o.iter_mut().zip(x) {
+                        o.write(f(x));
+                    }
+                },
             )
         });
-    Tensor::from_vec(out, t.shape(), t.device())
 }
 
 /// `out = x + b` in f32 with the sum rounded to bf16 (as [`bias_add`]), or `x` widened where `b` is empty.

@@ -273,3 +273,74 @@ fn tensors_in_segments_or_independent_rows_match_candles_product() {
         }
     }
 }
+
+/// The choice of a CPU without AVX512-BF16 where the widened kernel measured faster, driven through the ops on
+/// any CPU: segments on the widened kernel (each alone, the bias before the rounding, the SwiGLU in its store),
+/// independent rows on candle's matmul in blocks of 16 rows as under `--cpu-gemm gemm-crate`, and the attention
+/// on f32 copies (no dot products without AVX512-BF16).
+#[test]
+fn ops_without_avx512_bf16_run_segments_widened_and_rows_on_candle() {
+    use crate::ops::{CpuGemm, Ops, OpsConfig, Rows};
+    let (m, k, n) = (6, 70, 34);
+    let dev = Device::Cpu;
+    let (a, w, bv) = (
+        check::values(m * k, 14),
+        check::values(n * k, 15),
+        check::values(n, 16),
+    );
+    let x = Tensor::from_slice(&a, (m, k), &dev).unwrap();
+    let wt = Tensor::from_slice(&w, (n, k), &dev).unwrap();
+    let b = Tensor::from_slice(&bv, n, &dev).unwrap();
+    let bias: Vec<f32> = bv.iter().map(|v| v.to_f32()).collect();
+    let mut ops = check::builtin_ops();
+    ops.bf16 = Bf16Gemm::WidenedOnly {
+        widened_gflops: 2.0,
+        candle_gflops: 1.0,
+    };
+    let bits = |t: Tensor| t.flatten_all().unwrap().to_vec1::<bf16>().unwrap();
+    let segs = Rows::Segments(&[2, 4]);
+    let per_segment = |f: &KernelFn<'_>, bias: &[f32], cols: usize| {
+        let mut want = vec![bf16::NAN; m * cols];
+        f(
+            &a[..2 * k],
+            &w,
+            bias,
+            (2, k, cols),
+            check::storage(&mut want[..2 * cols]),
+        );
+        f(
+            &a[2 * k..],
+            &w,
+            bias,
+            (4, k, cols),
+            check::storage(&mut want[2 * cols..]),
+        );
+        want
+    };
+    let seg = bits(ops.matmul_nt(&x, &wt, segs).unwrap());
+    assert_eq!(seg, per_segment(&widened::gemm_nt, &[], n));
+    let folded = ops.matmul_nt_bias(&x, &wt, &b, segs).unwrap();
+    assert_eq!(
+        bits(folded.expect("folded")),
+        per_segment(&widened::gemm_nt, &bias, n)
+    );
+    let fused = ops.matmul_swiglu(&x, &wt, Some(&b), segs).unwrap();
+    assert_eq!(
+        bits(fused.expect("fused")),
+        per_segment(&widened::gemm_nt_swiglu, &bias, n / 2)
+    );
+    let crate_only = OpsConfig {
+        cpu_gemm: CpuGemm::GemmCrate,
+        ..OpsConfig::default()
+    };
+    let crate_only = Ops::new(&crate_only, &dev, DType::BF16).unwrap();
+    assert_eq!(
+        bits(ops.matmul_nt(&x, &wt, Rows::Independent).unwrap()),
+        bits(crate_only.matmul_nt(&x, &wt, Rows::Independent).unwrap())
+    );
+    assert!(ops
+        .matmul_nt_bias(&x, &wt, &b, Rows::Independent)
+        .unwrap()
+        .is_none());
+    assert!(crate::ops::attention::describe_bf16(ops.bf16).starts_with("the f32 attention"));
+}

@@ -13,7 +13,7 @@ use half::bf16;
 use rayon::prelude::*;
 
 use crate::ops::cpu_data::{as_storage, zeroed};
-use crate::ops::elementwise::bf16::{round, swiglu_row};
+use crate::ops::elementwise::bf16::{map_into, round, swiglu_row};
 use crate::ops::simd::{vectorised, Level};
 
 /// Most rows of a segment multiplied at a time, so that their f32 copy and sums stay tens of MB however long the
@@ -26,7 +26,7 @@ fn block_len(m: usize) -> usize {
     m.div_ceil(m.div_ceil(BLOCK_ROWS).max(1))
 }
 
-/// Values widened or stored per rayon task.
+/// Values stored per rayon task, at least.
 const CHUNK: usize = 1 << 14;
 
 /// `c = a · wᵀ + bias` for bf16 `a` (m × k), `w` (n × k) and `bias` (n values or empty) into `c` (m × n), which it
@@ -160,20 +160,9 @@ fn sized(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
     &mut buf[..len]
 }
 
-/// `o = x` widened to f32, in parallel chunks.
+/// `o = x` widened to f32 (exactly), in parallel chunks.
 fn widen_into(x: &[bf16], o: &mut [MaybeUninit<f32>]) {
-    o.par_chunks_mut(CHUNK)
-        .zip(x.par_chunks(CHUNK))
-        .for_each(|(o, x)| {
-            vectorised(
-                #[inline(always)]
-                || {
-                    for (o, x) in o.iter_mut().zip(x) {
-                        o.write(f32::from_bits((x.to_bits() as u32) << 16));
-                    }
-                },
-            )
-        });
+    map_into(x, o, |x| x.to_f32());
 }
 
 /// One output row: `o[j] = bf16(s[j] + bias[j])` (no bias where `bias` is empty).
