@@ -65,7 +65,7 @@ impl VlModel {
         images: &[&PreparedImage],
         trace: Option<&mut super::VisionTrace>,
     ) -> Result<Tensor> {
-        Ok(self.encode_images_all(images, trace)?.merged)
+        self.on_pool(|| Ok(self.encode_images_all(images, trace)?.merged))
     }
 
     /// [`Self::encode_images`] with the DeepStack features.
@@ -102,6 +102,14 @@ impl VlModel {
 
     /// [`Self::prefill`], optionally recording intermediate outputs into `trace`.
     pub fn prefill_traced(
+        &self,
+        inputs: &[PrefillRequest<'_>],
+        trace: Option<&mut Trace>,
+    ) -> Result<(Vec<SeqCache>, Tensor)> {
+        self.on_pool(|| self.prefill_on_pool(inputs, trace))
+    }
+
+    fn prefill_on_pool(
         &self,
         inputs: &[PrefillRequest<'_>],
         mut trace: Option<&mut Trace>,
@@ -253,8 +261,22 @@ impl VlModel {
         Ok((cos, sin))
     }
 
+    /// `f` on the compute pool where the model runs on the CPU ([`crate::ops::threads::on_compute_pool`]);
+    /// elsewhere on the calling thread, which holds the device's context.
+    fn on_pool<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        if self.device.is_cpu() {
+            crate::ops::threads::on_compute_pool(f)
+        } else {
+            f()
+        }
+    }
+
     /// One decode step: `tokens[i]` is appended to `caches[i]`; returns (B, vocab) f32 logits.
     pub fn decode(&self, tokens: &[u32], caches: &mut [&mut SeqCache]) -> Result<Tensor> {
+        self.on_pool(|| self.decode_on_pool(tokens, caches))
+    }
+
+    fn decode_on_pool(&self, tokens: &[u32], caches: &mut [&mut SeqCache]) -> Result<Tensor> {
         if tokens.len() != caches.len() || tokens.is_empty() {
             return Err(ModelError::Input(format!(
                 "decode: {} tokens for {} caches",
