@@ -198,7 +198,7 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport> {
     let bandwidth = device
         .is_cpu()
         .then(yardstick::stream_read_bandwidth)
-        .unwrap_or((0.0, ""));
+        .unwrap_or((0.0, String::new()));
     let cpu_info = cpu::CpuInfo::detect();
     let isa = (device.is_cpu() && dtype == DType::F32)
         .then(|| cpu::isa_peak(&cpu_info, rayon::current_num_threads(), silicon::measure()))
@@ -245,7 +245,7 @@ struct Measured {
     /// Peak host RSS of the run (bytes), read before the bandwidth pass.
     peak_rss: Option<u64>,
     /// The stream read bandwidth (bytes per second; 0 off the CPU) and the read loop that reached it.
-    bandwidth: (f64, &'static str),
+    bandwidth: (f64, String),
     /// Section times of the step and judge phases (profiling on): name → calls and seconds.
     profile: Option<crate::ops::ProfileSnapshot>,
 }
@@ -398,7 +398,7 @@ fn report(cfg: &BenchConfig, device: &str, model: &VlModel, m: &Measured) -> Ben
             .collect(),
         benchmark_estimate: benchmark_estimate(steps, m.judge.as_ref()),
         decode_bandwidth: yardstick::decode_bandwidth(
-            m.bandwidth,
+            (m.bandwidth.0, &m.bandwidth.1),
             params.1,
             model.dtype().size_in_bytes(),
             (
