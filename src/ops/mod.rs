@@ -131,7 +131,10 @@ impl Ops {
         let builtin = BuiltinGemm::for_this_cpu(config.cpu_gemm == CpuGemm::GemmCrate);
         let rows = gemm::row::RowGemm::for_this_cpu(config.cpu_gemm == CpuGemm::GemmCrate);
         let bf16 = match device.is_cpu() && dtype == DType::BF16 {
-            true => gemm::bf16::Bf16Gemm::for_this_cpu(config.cpu_gemm == CpuGemm::GemmCrate),
+            true => gemm::bf16::Bf16Gemm::for_this_cpu(
+                config.cpu_gemm == CpuGemm::GemmCrate,
+                &config.cpu_gemm_calibration,
+            ),
             false => gemm::bf16::Bf16Gemm::Candle,
         };
         let (loaded, blas_choice) = match device.is_cpu() {

@@ -252,7 +252,9 @@ fn sizes_beyond_the_lp64_interface_stay_off_cblas() {
 /// in a file is measured once and read back.
 #[test]
 fn choose_uses_a_library_only_where_it_fits_and_is_not_slower() {
-    use mobile_r1_eval::ops::gemm::blas::{choose, core_misfit, Calibration, CpuSimd};
+    use mobile_r1_eval::ops::gemm::blas::{
+        choose, core_misfit, Calibration, CpuSimd, LibraryRates,
+    };
     use mobile_r1_eval::ops::gemm::packed::BuiltinGemm;
     let builtin = BuiltinGemm::for_this_cpu(false);
     let (none, off) = choose(&CpuGemm::Builtin, &GemmCalibration::EachStart, builtin).unwrap();
@@ -278,7 +280,7 @@ fn choose_uses_a_library_only_where_it_fits_and_is_not_slower() {
     assert_eq!(auto.used, misfit.is_none() && b >= g, "{auto:?}");
     assert!(lib.is_some(), "the library found is loaded, used or not");
     let kept: Calibration = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
-    assert_eq!((kept.blas_gflops, kept.builtin_gflops), (b, g));
+    assert_eq!((kept.rates.blas_gflops, kept.rates.builtin_gflops), (b, g));
     // A later start reads the kept rates and decides the same.
     let (_, again) = choose(&CpuGemm::Auto, &kept_in, builtin).unwrap();
     assert_eq!(
@@ -290,8 +292,10 @@ fn choose_uses_a_library_only_where_it_fits_and_is_not_slower() {
     if misfit.is_none() {
         for (rates, used) in [((50.0, 60.0), false), ((60.0, 60.0), true)] {
             let kept = Calibration {
-                blas_gflops: rates.0,
-                builtin_gflops: rates.1,
+                rates: LibraryRates {
+                    blas_gflops: rates.0,
+                    builtin_gflops: rates.1,
+                },
                 ..kept.clone()
             };
             std::fs::write(&file, serde_json::to_string(&kept).unwrap()).unwrap();

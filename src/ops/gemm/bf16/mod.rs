@@ -10,12 +10,14 @@
 //!   the lanes added in a fixed tree at the end; each weight row is read once for all rows.
 //!
 //! Where `vdpbf16ps` runs at half the f32 FMA's rate (Intel's AVX512-BF16 cores without AMX), segments measure
-//! faster on the f32 GEMM over exact f32 copies of the operands ([`widened`]); the choice is measured at load.
+//! faster on the f32 GEMM over exact f32 copies of the operands ([`widened`]); the choice is measured at load
+//! (once per machine where the f32 GEMM's calibration is kept in a file: [`calibration`]).
 //! CPUs without AVX512-BF16 run segments on the widened kernel where it measures faster than candle's bf16 matmul
 //! and everything else on candle's, as `--cpu-gemm gemm-crate` does everywhere ([`Bf16Gemm::Candle`]).
 
 pub mod amx;
 pub(crate) mod blas;
+mod calibration;
 pub mod packed;
 pub mod row;
 #[cfg(test)]
@@ -27,7 +29,9 @@ use std::mem::MaybeUninit;
 use candle_core::{Result, Storage, Tensor};
 use half::bf16;
 
-use crate::ops::cpu_data::{as_storage, written};
+use crate::ops::cpu_data::written;
+use crate::ops::GemmCalibration;
+use calibration::Rates;
 
 /// What multiplies bf16 activations by bf16 weights on the CPU.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -79,15 +83,6 @@ pub enum Bf16Gemm {
     },
 }
 
-/// The calibration product (rows, k, n): a text-model shape of the `small` checkpoint at 512 rows, about 1 GFLOP,
-/// so that the widened kernel's copy of the weight weighs on it about as on a prompt's products (at 192 rows the
-/// widened kernel measured 10–15 % ahead of the packed one where it is 47–73 % ahead on the model's shapes). The
-/// calibration takes about 0.15 s at load.
-const CALIBRATION: (usize, usize, usize) = (512, 896, 1152);
-
-/// Rounds of the calibration: each kernel runs once per round; its best time counts.
-const CALIBRATION_ROUNDS: usize = 6;
-
 impl Bf16Gemm {
     /// Whether row segments run on the AMX tile kernel.
     pub fn amx(&self) -> bool {
@@ -96,21 +91,33 @@ impl Bf16Gemm {
 
     /// The kernels of this module, unless `gemm_crate_only`: the segments' kernel chosen by timing the AMX (where
     /// the CPU has it), packed (where it has AVX512-BF16) and widened kernels against candle's bf16 matmul on
-    /// [`CALIBRATION`] (once per process), the first of them in that order at least as fast as the others; the
-    /// row kernel for independent rows where the CPU has AVX512-BF16.
-    pub fn for_this_cpu(gemm_crate_only: bool) -> Self {
+    /// [`CALIBRATION`], the first of them in that order at least as fast as the others; the row kernel for
+    /// independent rows where the CPU has AVX512-BF16. The timing is kept per machine beside the f32 GEMM's
+    /// `calibration` file where there is one ([`calibration::kept_rates`]), and once per process in any case.
+    pub fn for_this_cpu(gemm_crate_only: bool, calibration: &GemmCalibration) -> Self {
         static CHOICE: std::sync::OnceLock<Bf16Gemm> = std::sync::OnceLock::new();
         if gemm_crate_only {
             return Self::Candle;
         }
-        *CHOICE.get_or_init(|| Self::choose(calibrate(supported()), supported()))
+        *CHOICE.get_or_init(|| {
+            let dots = supported();
+            let (rates, source) =
+                calibration::kept_rates(calibration, dots, &mut || calibration::calibrate(dots));
+            let choice = Self::choose(rates, dots);
+            tracing::info!("CPU bf16 GEMMs: {}; rates {source}", choice.describe());
+            choice
+        })
     }
 
     /// The choice for the rates `r` measured at load, on a CPU with AVX512-BF16 (`dots`: the packed and row
     /// kernels run) or without it.
     fn choose(r: Rates, dots: bool) -> Self {
-        let (amx_gflops, packed_gflops, widened_gflops, candle_gflops) =
-            (r.amx, r.packed, r.widened, r.candle);
+        let Rates {
+            amx_gflops,
+            packed_gflops,
+            widened_gflops,
+            candle_gflops,
+        } = r;
         if !dots {
             return match widened_gflops >= candle_gflops {
                 true => Self::WidenedOnly {
@@ -195,14 +202,14 @@ impl Bf16Gemm {
             } => format!(
                 "AVX512-BF16 row kernel (vdpbf16ps, f32 sums) for independent rows; gemm crate (candle's bf16 \
                  matmul) for row segments: {candle_gflops:.1} GFLOP/s vs the packed kernel's {packed_gflops:.1} \
-                 at load{BIAS}"
+                 on the calibration product{BIAS}"
             ),
             Self::Kernels {
                 packed_gflops,
                 candle_gflops,
             } => format!(
                 "AVX512-BF16 (vdpbf16ps, f32 sums, bf16 output): packed kernel for row segments \
-                 ({packed_gflops:.1} GFLOP/s vs candle's {candle_gflops:.1} at load), row kernel for \
+                 ({packed_gflops:.1} GFLOP/s vs candle's {candle_gflops:.1} on the calibration product), row kernel for \
                  independent rows{BIAS}"
             ),
             Self::Widened {
@@ -212,7 +219,7 @@ impl Bf16Gemm {
             } => format!(
                 "the gemm crate's f32 GEMM on exact f32 copies of the bf16 operands (f32 sums, bf16 output) for row \
                  segments ({widened_gflops:.1} GFLOP/s vs the AVX512-BF16 packed kernel's {packed_gflops:.1} and \
-                 candle's bf16 matmul's {candle_gflops:.1} at load), AVX512-BF16 row kernel for independent \
+                 candle's bf16 matmul's {candle_gflops:.1} on the calibration product), AVX512-BF16 row kernel for independent \
                  rows{BIAS}"
             ),
             Self::WidenedOnly {
@@ -220,7 +227,7 @@ impl Bf16Gemm {
                 candle_gflops,
             } => format!(
                 "the gemm crate's f32 GEMM on exact f32 copies of the bf16 operands (f32 sums, bf16 output) for row \
-                 segments ({widened_gflops:.1} GFLOP/s vs candle's bf16 matmul's {candle_gflops:.1} at load); \
+                 segments ({widened_gflops:.1} GFLOP/s vs candle's bf16 matmul's {candle_gflops:.1} on the calibration product); \
                  gemm crate (candle's bf16 matmul) for independent rows{BIAS}"
             ),
             Self::Amx {
@@ -229,7 +236,7 @@ impl Bf16Gemm {
                 candle_gflops,
             } => format!(
                 "AMX tiles (tdpbf16ps, f32 sums, bf16 output) for row segments ({amx_gflops:.1} GFLOP/s vs the \
-                 AVX512-BF16 packed kernel's {packed_gflops:.1} and candle's {candle_gflops:.1} at load), \
+                 AVX512-BF16 packed kernel's {packed_gflops:.1} and candle's {candle_gflops:.1} on the calibration product), \
                  AVX512-BF16 row kernel for independent rows{BIAS}; the weights that only row segments multiply \
                  (the vision tower's) held in the tiles' layout from load where the fused ops are on"
             ),
@@ -241,71 +248,6 @@ impl Bf16Gemm {
 /// sum before its one rounding to bf16 (as torch's bf16 linear layers add theirs), or none (empty). The kernel
 /// writes every one of the m × n outputs of `c` (fresh storage: it reads none of them).
 pub type Kernel = fn(&[bf16], &[bf16], &[f32], (usize, usize, usize), &mut [MaybeUninit<bf16>]);
-
-/// The segments' kernels' rates on [`CALIBRATION`] in GFLOP/s.
-struct Rates {
-    /// The AMX kernel's (0 where it does not run here).
-    amx: f64,
-    /// The packed kernel's (0 where it does not run here).
-    packed: f64,
-    widened: f64,
-    candle: f64,
-}
-
-/// GFLOP/s of the AMX kernel (0 where the CPU has none), of the packed kernel (0 unless `dots`: the CPU has
-/// AVX512-BF16), of the widened kernel and of candle's bf16 matmul on [`CALIBRATION`], each the best of
-/// [`CALIBRATION_ROUNDS`] runs taken in turn with the others'.
-fn calibrate(dots: bool) -> Rates {
-    let (m, k, n) = CALIBRATION;
-    let value = |i: usize| bf16::from_f32(((i * 7919) % 1000) as f32 / 1000.0 - 0.5);
-    let (a, w): (Vec<bf16>, Vec<bf16>) = (
-        (0..m * k).map(value).collect(),
-        (0..n * k).map(value).collect(),
-    );
-    let mut c = vec![bf16::ZERO; m * n];
-    // SAFETY: the kernels write bf16 values only.
-    let c = unsafe { as_storage(&mut c) };
-    let x = Tensor::from_slice(&a, (m, k), &candle_core::Device::Cpu);
-    let wt = Tensor::from_slice(&w, (n, k), &candle_core::Device::Cpu).and_then(|w| w.t());
-    let candle_product = match (&x, &wt) {
-        (Ok(x), Ok(wt)) => Some((x, wt)),
-        _ => None,
-    };
-    // [AMX, packed, widened, candle]; a kernel that does not run here keeps an infinite time.
-    let runs = [
-        dots && amx::supported(),
-        dots,
-        true,
-        candle_product.is_some(),
-    ];
-    let mut best = [f64::INFINITY; 4];
-    // The kernels in turn, round after round, each keeping its best time: a process's first products run slower
-    // (threads starting, caches, clocks) and the rounds spread that over all of them.
-    for _ in 0..CALIBRATION_ROUNDS {
-        for (kernel, best) in best.iter_mut().enumerate().filter(|(i, _)| runs[*i]) {
-            let t0 = std::time::Instant::now();
-            match kernel {
-                0 => amx::gemm_nt(&a, &w, &[], (m, k, n), c),
-                1 => packed::gemm_nt(&a, &w, &[], (m, k, n), c),
-                2 => widened::gemm_nt(&a, &w, &[], (m, k, n), c),
-                _ => {
-                    if let Some((x, wt)) = candle_product {
-                        let _ = x.matmul(wt);
-                    }
-                }
-            }
-            *best = best.min(t0.elapsed().as_secs_f64());
-        }
-    }
-    let [amx, packed, widened, candle] = best;
-    let gflops = |s: f64| 2.0 * (m * k * n) as f64 / s / 1e9;
-    Rates {
-        amx: gflops(amx),
-        packed: gflops(packed),
-        widened: gflops(widened),
-        candle: gflops(candle),
-    }
-}
 
 /// Whether this CPU runs the kernels (AVX-512F, BW, VL and DQ, and AVX512-BF16: every CPU with AVX512-BF16 has
 /// the other four).

@@ -5,8 +5,11 @@ use candle_core::{DType, Device};
 
 #[test]
 fn the_path_follows_the_cpu_and_gemm_crate_only() {
-    assert_eq!(Bf16Gemm::for_this_cpu(true), Bf16Gemm::Candle);
-    let got = Bf16Gemm::for_this_cpu(false);
+    assert_eq!(
+        Bf16Gemm::for_this_cpu(true, &GemmCalibration::EachStart),
+        Bf16Gemm::Candle
+    );
+    let got = Bf16Gemm::for_this_cpu(false, &GemmCalibration::EachStart);
     assert_eq!(got.row_kernel(), supported());
     if !supported() {
         assert!(matches!(
@@ -21,11 +24,11 @@ fn the_path_follows_the_cpu_and_gemm_crate_only() {
 /// candle's matmul; without AVX512-BF16 only the widened kernel or candle's.
 #[test]
 fn the_fastest_segment_kernel_is_chosen_in_order() {
-    let rates = |amx, packed, widened, candle| Rates {
-        amx,
-        packed,
-        widened,
-        candle,
+    let rates = |amx_gflops, packed_gflops, widened_gflops, candle_gflops| Rates {
+        amx_gflops,
+        packed_gflops,
+        widened_gflops,
+        candle_gflops,
     };
     for (r, want) in [
         (rates(900.0, 300.0, 280.0, 200.0), "AMX tile kernel"),
@@ -63,7 +66,7 @@ fn ops_matmul_nt_dispatches_bf16_by_cpu_and_setting() {
     let wt = Tensor::from_slice(&w, (n, k), &dev).unwrap();
     let bits = |t: Tensor| t.flatten_all().unwrap().to_vec1::<bf16>().unwrap();
     let ops = check::builtin_ops();
-    let want = Bf16Gemm::for_this_cpu(false);
+    let want = Bf16Gemm::for_this_cpu(false, &GemmCalibration::EachStart);
     assert_eq!(ops.manifest().cpu_bf16_gemm, want.describe());
     let seg = bits(ops.matmul_nt(&x, &wt, Rows::Segments(&[2, 4])).unwrap());
     let ind = bits(ops.matmul_nt(&x, &wt, Rows::Independent).unwrap());
@@ -132,7 +135,10 @@ fn ops_fuse_the_swiglu_only_on_the_bf16_kernels_segments() {
     let segs = Rows::Segments(&[2, 4]);
     let ops = check::builtin_ops();
     let got = ops.matmul_swiglu(&x, &wt, Some(&b), segs).unwrap();
-    if Bf16Gemm::for_this_cpu(false).swiglu_kernel().is_none() {
+    if Bf16Gemm::for_this_cpu(false, &GemmCalibration::EachStart)
+        .swiglu_kernel()
+        .is_none()
+    {
         assert!(got.is_none());
         eprintln!(
             "skipped the fused pass's bits: no AMX or AVX512-BF16 kernel runs the segments here"
@@ -192,7 +198,7 @@ fn ops_fold_the_bias_into_the_bf16_kernels_only() {
     let b = Tensor::from_slice(&bv, n, &dev).unwrap();
     let bias: Vec<f32> = bv.iter().map(|v| v.to_f32()).collect();
     let ops = check::builtin_ops();
-    let choice = Bf16Gemm::for_this_cpu(false);
+    let choice = Bf16Gemm::for_this_cpu(false, &GemmCalibration::EachStart);
     let row = choice.row_kernel().then_some(row::gemm_nt_rows as Kernel);
     for (rows, kernel) in [
         (Rows::Segments(&[m]), choice.segment_kernel()),

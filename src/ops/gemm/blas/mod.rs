@@ -29,7 +29,7 @@ pub(crate) mod record;
 pub(crate) use crate::records::BlasChoice;
 pub(crate) use choice::needs_attention;
 pub use choice::{core_misfit, CpuSimd};
-pub use record::{cpuinfo_field, Calibration};
+pub use record::{cpuinfo_field, Calibration, LibraryRates};
 
 use candle_core::Tensor;
 

@@ -54,19 +54,28 @@ impl CalibrationKey {
     }
 }
 
-/// The calibration file: both rates of one key.
+/// The calibration file: the rates of one key (`R`: a library's against the built-in GEMM's, [`LibraryRates`], or
+/// another measurement's kept the same way).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Calibration {
+pub struct Calibration<R = LibraryRates> {
     /// Version of this format.
     pub schema_version: u32,
     /// What was measured.
     pub key: CalibrationKey,
+    /// The rates measured.
+    #[serde(flatten)]
+    pub rates: R,
+    /// When (Unix seconds).
+    pub measured_at_unix: u64,
+}
+
+/// A library's rate against the built-in GEMM's.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LibraryRates {
     /// GFLOP/s of the calibration products through the library.
     pub blas_gflops: f64,
     /// GFLOP/s of the same products through the built-in path.
     pub builtin_gflops: f64,
-    /// When (Unix seconds).
-    pub measured_at_unix: u64,
 }
 
 /// The rates `(library, built-in)` in GFLOP/s for `key` and where they come from (for the log and the manifest):
@@ -76,6 +85,24 @@ pub fn rates(
     key: &CalibrationKey,
     measure: impl FnOnce() -> candle_core::Result<(f64, f64)>,
 ) -> candle_core::Result<((f64, f64), String)> {
+    let measure = || {
+        measure().map(|(blas_gflops, builtin_gflops)| LibraryRates {
+            blas_gflops,
+            builtin_gflops,
+        })
+    };
+    let (r, source) = kept_in_file(path, key, measure)?;
+    Ok(((r.blas_gflops, r.builtin_gflops), source))
+}
+
+/// The rates `R` of `key` and where they come from: read from the file at `path` when it holds this key, else
+/// measured by `measure` now and written there (under the file's lock, so processes started together measure
+/// once); a file that cannot be locked or written is reported and the rates measured now are used.
+pub(crate) fn kept_in_file<R: Serialize + serde::de::DeserializeOwned>(
+    path: &Path,
+    key: &CalibrationKey,
+    measure: impl FnOnce() -> candle_core::Result<R>,
+) -> candle_core::Result<(R, String)> {
     let lock = match lock(path) {
         Ok(l) => l,
         Err(e) => {
@@ -89,16 +116,14 @@ pub fn rates(
             ));
         }
     };
-    if let Some(c) = read(path).filter(|c| &c.key == key) {
+    if let Some(c) = read::<R>(path).filter(|c| &c.key == key) {
         let source = format!("measured once on this machine, kept in {}", path.display());
-        return Ok(((c.blas_gflops, c.builtin_gflops), source));
+        return Ok((c.rates, source));
     }
-    let (blas, builtin) = measure()?;
     let record = Calibration {
         schema_version: CALIBRATION_SCHEMA_VERSION,
         key: key.clone(),
-        blas_gflops: blas,
-        builtin_gflops: builtin,
+        rates: measure()?,
         measured_at_unix: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
@@ -111,7 +136,7 @@ pub fn rates(
         }
     };
     drop(lock);
-    Ok(((blas, builtin), source))
+    Ok((record.rates, source))
 }
 
 /// The rates `(library, built-in)` for `key` and where they come from: read from or measured into the file at
@@ -144,9 +169,9 @@ pub(crate) fn seconds(f: &mut dyn FnMut() -> candle_core::Result<()>) -> candle_
 }
 
 /// The file's calibration, when it is one of this format (anything else is measured again and replaced).
-fn read(path: &Path) -> Option<Calibration> {
+fn read<R: serde::de::DeserializeOwned>(path: &Path) -> Option<Calibration<R>> {
     let text = std::fs::read_to_string(path).ok()?;
-    match serde_json::from_str::<Calibration>(&text) {
+    match serde_json::from_str::<Calibration<R>>(&text) {
         Ok(c) if c.schema_version == CALIBRATION_SCHEMA_VERSION => Some(c),
         Ok(_) => None,
         Err(e) => {
@@ -180,7 +205,7 @@ fn lock_path(path: &Path) -> PathBuf {
 }
 
 /// Write `c` atomically (a temporary file, then a rename).
-fn write(path: &Path, c: &Calibration) -> std::io::Result<()> {
+fn write<R: Serialize>(path: &Path, c: &Calibration<R>) -> std::io::Result<()> {
     let text = serde_json::to_string_pretty(c).expect("a calibration serialises");
     let tmp = path.with_extension("json.tmp");
     let mut f = File::create(&tmp)?;
@@ -243,7 +268,10 @@ mod tests {
         let (r, src) = rates(&path, &key("a"), || Ok((1.0, 2.0))).unwrap();
         assert_eq!(r, (1.0, 2.0));
         assert!(src.contains("measured now"), "{src}");
-        assert!(read(&path).is_some(), "replaced by a good record");
+        assert!(
+            read::<LibraryRates>(&path).is_some(),
+            "replaced by a good record"
+        );
         let blocked = dir.path().join("file");
         std::fs::write(&blocked, "").unwrap();
         let (r, src) = rates(&blocked.join("x.json"), &key("a"), || Ok((3.0, 4.0))).unwrap();

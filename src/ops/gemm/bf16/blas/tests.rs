@@ -165,7 +165,7 @@ fn the_bf16_calibration_is_kept_beside_the_f32_one() {
     );
     let kept: record::Calibration =
         serde_json::from_str(&std::fs::read_to_string(file_beside(&file)).unwrap()).unwrap();
-    assert_eq!(Some(kept.blas_gflops), first.blas_gflops);
+    assert_eq!(Some(kept.rates.blas_gflops), first.blas_gflops);
     assert!(
         kept.key.library.contains("cblas_gemm_bf16bf16f32"),
         "{:?}",
