@@ -65,7 +65,7 @@ impl VlModel {
         images: &[&PreparedImage],
         trace: Option<&mut super::VisionTrace>,
     ) -> Result<Tensor> {
-        self.on_pool(|| Ok(self.encode_images_all(images, trace)?.merged))
+        Ok(self.encode_images_all(images, trace)?.merged)
     }
 
     /// [`Self::encode_images`] with the DeepStack features.
@@ -102,14 +102,6 @@ impl VlModel {
 
     /// [`Self::prefill`], optionally recording intermediate outputs into `trace`.
     pub fn prefill_traced(
-        &self,
-        inputs: &[PrefillRequest<'_>],
-        trace: Option<&mut Trace>,
-    ) -> Result<(Vec<SeqCache>, Tensor)> {
-        self.on_pool(|| self.prefill_on_pool(inputs, trace))
-    }
-
-    fn prefill_on_pool(
         &self,
         inputs: &[PrefillRequest<'_>],
         mut trace: Option<&mut Trace>,
@@ -262,7 +254,9 @@ impl VlModel {
     }
 
     /// `f` on the compute pool where the model runs on the CPU ([`crate::ops::threads::on_compute_pool`]);
-    /// elsewhere on the calling thread, which holds the device's context.
+    /// elsewhere on the calling thread, which holds the device's context. Decode steps only: a prefill's tensors
+    /// of tens of MB, allocated on a pool thread, come from glibc's per-thread arenas, which map and return such
+    /// blocks each time (a screenshot prompt's prefill took 6.6x the page faults and ~10 % longer there).
     fn on_pool<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         if self.device.is_cpu() {
             crate::ops::threads::on_compute_pool(f)

@@ -57,10 +57,10 @@ pub fn use_threads(asked: Option<usize>) -> Result<usize, ThreadsError> {
 }
 
 /// `f`, run on a thread of the compute pool (on the calling thread where it is one already), the caller
-/// waiting for it. A model pass does this on the CPU: its kernels then start their parallel work from inside
+/// waiting for it. A decode step does this on the CPU: its kernels then start their parallel work from inside
 /// the pool, where the thread that starts it takes a share and waits by working or spinning, instead of each of
-/// them (hundreds per decode step) handing its work to the pool and putting the calling thread to sleep until
-/// the pool wakes it (decode ~6 % faster, ~3x fewer context switches, measured on 2 cores).
+/// them (hundreds per step) handing its work to the pool and putting the calling thread to sleep until the pool
+/// wakes it (decode ~6 % faster, ~3x fewer context switches, measured on 2 cores).
 pub(crate) fn on_compute_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     rayon::scope(|_| f())
 }
