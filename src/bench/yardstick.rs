@@ -51,8 +51,8 @@ pub struct PerCore {
 /// pool's threads up).
 pub const STREAM_PASSES: usize = 7;
 
-/// How far ahead of its loads the prefetching read loop asks for lines (into L2): 8 KiB, where the plain loop's
-/// reach ended on the machines measured (the row kernels of decode prefetch the same way).
+/// How far ahead of its loads the prefetching read loop asks for lines (into L2): 8 KiB, where the gain levelled
+/// off on an Intel Xeon (1 to 16 KiB tried; decode's row kernels prefetch the weight rows ahead the same way).
 const PREFETCH_AHEAD_BYTES: usize = 8 << 10;
 
 /// The read bandwidth of this machine (bytes per second) and the read loop that reached it: a buffer of
@@ -163,8 +163,8 @@ fn chunk_sum(xs: &[f32]) -> f32 {
 mod simd {
     use std::arch::x86_64::*;
 
-    /// A hint for the line `AHEAD` bytes past `p`, into L2, where `PREFETCH`. A hint reads nothing and cannot
-    /// fault, wherever it points.
+    /// A hint for the line [`super::PREFETCH_AHEAD_BYTES`] past `p`, into L2, where `PREFETCH`. A hint reads
+    /// nothing and cannot fault, wherever it points.
     #[inline(always)]
     fn ahead<const PREFETCH: bool>(p: *const f32) {
         if PREFETCH {
