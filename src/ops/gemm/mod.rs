@@ -40,8 +40,8 @@ impl Ops {
     /// [`row`] where the CPU runs it ([`row::RowGemm`], whatever the GEMM of segments), else in `gemm` crate
     /// products of [`ROW_BLOCK`] rows. bf16 `x` and `w` take [`bf16`]'s kernels where they run
     /// (independent rows: the row one, on AVX512-BF16; segments: the AMX, packed or widened one, whichever measured
-    /// fastest at load, where it beat candle's bf16 matmul), bf16 segments the CBLAS library's bf16 GEMM where it was chosen
-    /// ([`bf16::blas`]). Elsewhere it is candle's matmul.
+    /// fastest at load, where it beat candle's bf16 matmul), bf16 segments the CBLAS library's bf16 GEMM where it
+    /// was chosen ([`bf16::blas`]). Elsewhere it is candle's matmul.
     pub fn matmul_nt(&self, x: &Tensor, w: &Tensor, rows: Rows<'_>) -> Result<Tensor> {
         if !x.device().is_cpu() {
             return candle_matmul_nt(x, w);
@@ -112,10 +112,10 @@ impl Ops {
 
     /// `silu(x · gᵀ + b_g) · (x · uᵀ + b_u)` for bf16 `x` (…, in), a packed gate-up weight `w` = [g | u] (2·I, in)
     /// and its bias `b` (2·I, if any) in one pass over the register tiles of the kernel that runs the bf16 segments
-    /// (AMX, AVX512-BF16 or the widened f32 one: [`bf16::Bf16Gemm::swiglu_kernel`]): the bits of [`Self::matmul_nt_bias`] followed by
-    /// `swiglu_packed`, without the (…, 2·I) projection in memory. Where the rows form segments, the bf16 segments
-    /// run on one of those kernels (no bf16 library) and the fused ops are on; `None` elsewhere (the caller runs
-    /// the product, then the SwiGLU). Returns (…, I).
+    /// (AMX, AVX512-BF16 or the widened f32 one: [`bf16::Bf16Gemm::swiglu_kernel`]): the bits of
+    /// [`Self::matmul_nt_bias`] followed by `swiglu_packed`, without the (…, 2·I) projection in memory. Where the
+    /// rows form segments, the bf16 segments run on one of those kernels (no bf16 library) and the fused ops are
+    /// on; `None` elsewhere (the caller runs the product, then the SwiGLU). Returns (…, I).
     pub fn matmul_swiglu(
         &self,
         x: &Tensor,

@@ -209,8 +209,8 @@ impl Bf16Gemm {
                 candle_gflops,
             } => format!(
                 "AVX512-BF16 (vdpbf16ps, f32 sums, bf16 output): packed kernel for row segments \
-                 ({packed_gflops:.1} GFLOP/s vs candle's {candle_gflops:.1} on the calibration product), row kernel for \
-                 independent rows{BIAS}"
+                 ({packed_gflops:.1} GFLOP/s vs candle's {candle_gflops:.1} on the calibration product), row \
+                 kernel for independent rows{BIAS}"
             ),
             Self::Widened {
                 widened_gflops,
@@ -219,16 +219,16 @@ impl Bf16Gemm {
             } => format!(
                 "the gemm crate's f32 GEMM on exact f32 copies of the bf16 operands (f32 sums, bf16 output) for row \
                  segments ({widened_gflops:.1} GFLOP/s vs the AVX512-BF16 packed kernel's {packed_gflops:.1} and \
-                 candle's bf16 matmul's {candle_gflops:.1} on the calibration product), AVX512-BF16 row kernel for independent \
-                 rows{BIAS}"
+                 candle's bf16 matmul's {candle_gflops:.1} on the calibration product), AVX512-BF16 row kernel for \
+                 independent rows{BIAS}"
             ),
             Self::WidenedOnly {
                 widened_gflops,
                 candle_gflops,
             } => format!(
                 "the gemm crate's f32 GEMM on exact f32 copies of the bf16 operands (f32 sums, bf16 output) for row \
-                 segments ({widened_gflops:.1} GFLOP/s vs candle's bf16 matmul's {candle_gflops:.1} on the calibration product); \
-                 gemm crate (candle's bf16 matmul) for independent rows{BIAS}"
+                 segments ({widened_gflops:.1} GFLOP/s vs candle's bf16 matmul's {candle_gflops:.1} on the \
+                 calibration product); gemm crate (candle's bf16 matmul) for independent rows{BIAS}"
             ),
             Self::Amx {
                 amx_gflops,
@@ -236,8 +236,8 @@ impl Bf16Gemm {
                 candle_gflops,
             } => format!(
                 "AMX tiles (tdpbf16ps, f32 sums, bf16 output) for row segments ({amx_gflops:.1} GFLOP/s vs the \
-                 AVX512-BF16 packed kernel's {packed_gflops:.1} and candle's {candle_gflops:.1} on the calibration product), \
-                 AVX512-BF16 row kernel for independent rows{BIAS}; the weights that only row segments multiply \
+                 AVX512-BF16 packed kernel's {packed_gflops:.1} and candle's {candle_gflops:.1} on the calibration \
+                 product), AVX512-BF16 row kernel for independent rows{BIAS}; the weights that only row segments multiply \
                  (the vision tower's) held in the tiles' layout from load where the fused ops are on"
             ),
         }

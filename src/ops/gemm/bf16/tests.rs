@@ -181,6 +181,36 @@ fn ops_fuse_the_swiglu_only_on_the_bf16_kernels_segments() {
     }
 }
 
+/// bf16 operands of a product with a bias, `dims` = (m, k, n), from seeds `seed`, `seed + 1`, `seed + 2`: the
+/// values (`a`, `w`, the bias in f32) and the same as CPU tensors (`x`, `wt`, `b`).
+struct BiasCase {
+    a: Vec<bf16>,
+    w: Vec<bf16>,
+    bias: Vec<f32>,
+    x: Tensor,
+    wt: Tensor,
+    b: Tensor,
+}
+
+impl BiasCase {
+    fn new((m, k, n): (usize, usize, usize), seed: usize) -> Self {
+        let dev = Device::Cpu;
+        let (a, w, bv) = (
+            check::values(m * k, seed),
+            check::values(n * k, seed + 1),
+            check::values(n, seed + 2),
+        );
+        Self {
+            x: Tensor::from_slice(&a, (m, k), &dev).unwrap(),
+            wt: Tensor::from_slice(&w, (n, k), &dev).unwrap(),
+            b: Tensor::from_slice(&bv, n, &dev).unwrap(),
+            bias: bv.iter().map(|v| v.to_f32()).collect(),
+            a,
+            w,
+        }
+    }
+}
+
 /// `Ops::matmul_nt_bias` adds the bias inside the bf16 kernels (their bits with the bias) and leaves it to the
 /// caller (`None`) where no bf16 kernel runs the rows, with `--kernels off` and in f32.
 #[test]
@@ -188,15 +218,14 @@ fn ops_fold_the_bias_into_the_bf16_kernels_only() {
     use crate::ops::{Ops, OpsConfig, Rows};
     let (m, k, n) = (6, 70, 33);
     let dev = Device::Cpu;
-    let (a, w, bv) = (
-        check::values(m * k, 9),
-        check::values(n * k, 10),
-        check::values(n, 11),
-    );
-    let x = Tensor::from_slice(&a, (m, k), &dev).unwrap();
-    let wt = Tensor::from_slice(&w, (n, k), &dev).unwrap();
-    let b = Tensor::from_slice(&bv, n, &dev).unwrap();
-    let bias: Vec<f32> = bv.iter().map(|v| v.to_f32()).collect();
+    let BiasCase {
+        a,
+        w,
+        bias,
+        x,
+        wt,
+        b,
+    } = BiasCase::new((m, k, n), 9);
     let ops = check::builtin_ops();
     let choice = Bf16Gemm::for_this_cpu(false, &GemmCalibration::EachStart);
     let row = choice.row_kernel().then_some(row::gemm_nt_rows as Kernel);
@@ -289,15 +318,14 @@ fn ops_without_avx512_bf16_run_segments_widened_and_rows_on_candle() {
     use crate::ops::{CpuGemm, Ops, OpsConfig, Rows};
     let (m, k, n) = (6, 70, 34);
     let dev = Device::Cpu;
-    let (a, w, bv) = (
-        check::values(m * k, 14),
-        check::values(n * k, 15),
-        check::values(n, 16),
-    );
-    let x = Tensor::from_slice(&a, (m, k), &dev).unwrap();
-    let wt = Tensor::from_slice(&w, (n, k), &dev).unwrap();
-    let b = Tensor::from_slice(&bv, n, &dev).unwrap();
-    let bias: Vec<f32> = bv.iter().map(|v| v.to_f32()).collect();
+    let BiasCase {
+        a,
+        w,
+        bias,
+        x,
+        wt,
+        b,
+    } = BiasCase::new((m, k, n), 14);
     let mut ops = check::builtin_ops();
     ops.bf16 = Bf16Gemm::WidenedOnly {
         widened_gflops: 2.0,
