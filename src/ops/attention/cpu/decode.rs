@@ -1,6 +1,6 @@
 //! Decode attention on the CPU, fused: each sequence's query heads attend over its KV buffers where they lie, in
-//! f32 or in bf16 (widened to f32 as they are read, a chunk at a time, as torch's CPU attention computes bf16),
-//! with no per-sequence tensors, copies of the cache or candle ops. The keys of a (sequence, KV head) are split
+//! f32 or in bf16 (widened to f32 as they are read, a block of rows at a time, as torch's CPU attention computes
+//! bf16), with no per-sequence tensors, copies of the cache or candle ops. The keys of a (sequence, KV head) are split
 //! into chunks of [`CHUNK`] keys; each chunk is one work item on rayon (the scores of the head group's queries,
 //! their softmax before its division, the weighted sum of the values), and the chunks of a (sequence, KV head)
 //! are merged in order with the usual rescaling by `exp(max_chunk − max)`. The chunks are fixed in size, so a
@@ -211,32 +211,43 @@ fn step<E: Kv>(qs: &[f32], seqs: &[Seq<'_, E>], dims: Dims) -> Vec<f32> {
 }
 
 /// The attention of the head group's pre-scaled queries `qg` (group × d) over one chunk of keys and values
-/// (rows × d each).
+/// (rows × d each): the scores a block of [`kernel::KEYS`] keys at a time, their softmax before its division,
+/// then the weighted sums a block of [`VALUES`] rows at a time (bf16 blocks widened first, into a buffer that
+/// stays in L1).
 fn chunk<E: Kv>(qg: &[f32], (k, v): (&[E], &[E]), dims: Dims) -> Partial {
-    let d = dims.d;
+    let (d, level) = (dims.d, dims.level);
     let (group, rows) = (qg.len() / d, k.len() / d);
     let mut scores = vec![0f32; group * rows];
     let (mut max, mut sum) = (Vec::with_capacity(group), Vec::with_capacity(group));
     let mut o = vec![0f32; group * d];
     SCRATCH.with_borrow_mut(|scratch| {
-        let k = E::widen(k, scratch);
-        for (qi, s) in qg.chunks_exact(d).zip(scores.chunks_exact_mut(rows)) {
-            kernel::scores(qi, k, s, dims.level);
+        for (b, kb) in k.chunks(kernel::KEYS * d).enumerate() {
+            let at = kernel::At {
+                rows,
+                j0: b * kernel::KEYS,
+            };
+            kernel::scores(qg, E::widen(kb, scratch), &mut scores, d, at, level);
         }
         for s in scores.chunks_exact_mut(rows) {
-            max.push(kernel::max(s, dims.level));
-            sum.push(exp_shifted(s, dims.level));
+            max.push(kernel::max(s, level));
+            sum.push(exp_shifted(s, level));
         }
-        let v = E::widen(v, scratch);
-        for (p, oi) in scores.chunks_exact(rows).zip(o.chunks_exact_mut(d)) {
-            kernel::weighted_sum(p, v, oi, dims.level);
+        for (b, vb) in v.chunks(VALUES * d).enumerate() {
+            let at = kernel::At {
+                rows,
+                j0: b * VALUES,
+            };
+            kernel::weighted_sums(&scores, E::widen(vb, scratch), &mut o, at, level);
         }
     });
     Partial { max, sum, o }
 }
 
+/// Value rows added into the running weighted sums at a time.
+const VALUES: usize = 32;
+
 thread_local! {
-    /// Each thread's widened keys or values of a chunk, kept between work items.
+    /// Each thread's widened block of keys or values, kept between work items.
     static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -263,200 +274,7 @@ fn merge(parts: &[Partial], out: &mut [f32], d: usize) {
     }
 }
 
-/// The inner loops on each vector path.
-mod kernel {
-    use crate::ops::simd::Level;
-
-    /// The largest of `s` (−∞ for none; scores are never NaN where the inputs are not) on `level`.
-    pub(super) fn max(s: &[f32], level: Level) -> f32 {
-        #[cfg(target_arch = "x86_64")]
-        if level == Level::Avx512 {
-            // SAFETY: the caller checked the CPU supports AVX-512.
-            return unsafe { x86::max16(s) };
-        }
-        let _ = level;
-        s.iter().copied().fold(f32::NEG_INFINITY, f32::max)
-    }
-
-    /// `s[j] = q·k_j` for every key row of `k` (rows × d) on `level` (one the CPU supports).
-    pub(super) fn scores(q: &[f32], k: &[f32], s: &mut [f32], level: Level) {
-        let d = q.len();
-        #[cfg(target_arch = "x86_64")]
-        match level {
-            // SAFETY (both arms): the caller checked the CPU supports `level`; d is a multiple of 8 and `k`
-            // holds s.len() rows of d.
-            Level::Avx512 => return unsafe { x86::scores16(q, k, s) },
-            Level::Avx2 => return unsafe { x86::scores8(q, k, s) },
-            Level::Portable => {}
-        }
-        let _ = level;
-        for (sj, kj) in s.iter_mut().zip(k.chunks_exact(d)) {
-            *sj = q.iter().zip(kj).map(|(a, b)| a * b).sum();
-        }
-    }
-
-    /// `o = Σ_j p[j]·v_j` over the value rows of `v` (rows × d) on `level` (one the CPU supports).
-    pub(super) fn weighted_sum(p: &[f32], v: &[f32], o: &mut [f32], level: Level) {
-        let d = o.len();
-        #[cfg(target_arch = "x86_64")]
-        match level {
-            // SAFETY (both arms): as in `scores`; `v` holds p.len() rows of d.
-            Level::Avx512 => return unsafe { x86::weighted_sum16(p, v, o) },
-            Level::Avx2 => return unsafe { x86::weighted_sum8(p, v, o) },
-            Level::Portable => {}
-        }
-        let _ = level;
-        o.fill(0.0);
-        for (pj, vj) in p.iter().zip(v.chunks_exact(d)) {
-            for (x, y) in o.iter_mut().zip(vj) {
-                *x += pj * y;
-            }
-        }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    mod x86 {
-        use std::arch::x86_64::*;
-
-        /// [`super::max`] in 16 lanes.
-        #[target_feature(enable = "avx512f")]
-        pub(super) unsafe fn max16(s: &[f32]) -> f32 {
-            let mut m = _mm512_set1_ps(f32::NEG_INFINITY);
-            let mut blocks = s.chunks_exact(16);
-            for b in &mut blocks {
-                m = _mm512_max_ps(m, _mm512_loadu_ps(b.as_ptr()));
-            }
-            let tail = blocks.remainder().iter().copied();
-            tail.fold(_mm512_reduce_max_ps(m), f32::max)
-        }
-
-        /// The sum of 8 lanes: the halves added, then pairs, then the last two.
-        #[inline]
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn sum8(a: __m256) -> f32 {
-            let t = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps::<1>(a));
-            let t = _mm_add_ps(t, _mm_movehl_ps(t, t));
-            _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps::<1>(t, t)))
-        }
-
-        /// Each score: per 16 dims one FMA into the low and one into the high 8-lane accumulator (a last 8 dims
-        /// into the low one), the two added, then [`sum8`].
-        #[target_feature(enable = "avx2,fma")]
-        pub(super) unsafe fn scores8(q: &[f32], k: &[f32], s: &mut [f32]) {
-            let d = q.len();
-            let qp = q.as_ptr();
-            for (j, sj) in s.iter_mut().enumerate() {
-                let kp = k.as_ptr().add(j * d);
-                let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-                let mut c = 0;
-                while c + 16 <= d {
-                    lo =
-                        _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(c)), _mm256_loadu_ps(kp.add(c)), lo);
-                    let (q8, k8) = (qp.add(c + 8), kp.add(c + 8));
-                    hi = _mm256_fmadd_ps(_mm256_loadu_ps(q8), _mm256_loadu_ps(k8), hi);
-                    c += 16;
-                }
-                if c < d {
-                    lo =
-                        _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(c)), _mm256_loadu_ps(kp.add(c)), lo);
-                }
-                *sj = sum8(_mm256_add_ps(lo, hi));
-            }
-        }
-
-        /// [`scores8`] with the two halves of each 16 dims in one 16-lane accumulator.
-        #[target_feature(enable = "avx512f,avx2,fma")]
-        pub(super) unsafe fn scores16(q: &[f32], k: &[f32], s: &mut [f32]) {
-            let d = q.len();
-            let qp = q.as_ptr();
-            for (j, sj) in s.iter_mut().enumerate() {
-                let kp = k.as_ptr().add(j * d);
-                let mut acc = _mm512_setzero_ps();
-                let mut c = 0;
-                while c + 16 <= d {
-                    acc = _mm512_fmadd_ps(
-                        _mm512_loadu_ps(qp.add(c)),
-                        _mm512_loadu_ps(kp.add(c)),
-                        acc,
-                    );
-                    c += 16;
-                }
-                let mut lo = _mm512_castps512_ps256(acc);
-                let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc)));
-                if c < d {
-                    lo =
-                        _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(c)), _mm256_loadu_ps(kp.add(c)), lo);
-                }
-                *sj = sum8(_mm256_add_ps(lo, hi));
-            }
-        }
-
-        /// `o[c..c + 8·N] = Σ_j p[j]·v_j[c..c + 8·N]` (rows of `v` of o.len() values), N 8-lane accumulators.
-        #[inline]
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn block8<const N: usize>(p: &[f32], v: &[f32], o: &mut [f32], c: usize) {
-            let d = o.len();
-            let mut acc = [_mm256_setzero_ps(); N];
-            for (j, pj) in p.iter().enumerate() {
-                let (pb, vp) = (_mm256_set1_ps(*pj), v.as_ptr().add(j * d + c));
-                for (l, a) in acc.iter_mut().enumerate() {
-                    *a = _mm256_fmadd_ps(pb, _mm256_loadu_ps(vp.add(8 * l)), *a);
-                }
-            }
-            for (l, a) in acc.iter().enumerate() {
-                _mm256_storeu_ps(o.as_mut_ptr().add(c + 8 * l), *a);
-            }
-        }
-
-        /// [`block8`] with 16-lane accumulators (16·N dims).
-        #[inline]
-        #[target_feature(enable = "avx512f,avx2,fma")]
-        unsafe fn block16<const N: usize>(p: &[f32], v: &[f32], o: &mut [f32], c: usize) {
-            let d = o.len();
-            let mut acc = [_mm512_setzero_ps(); N];
-            for (j, pj) in p.iter().enumerate() {
-                let (pb, vp) = (_mm512_set1_ps(*pj), v.as_ptr().add(j * d + c));
-                for (l, a) in acc.iter_mut().enumerate() {
-                    *a = _mm512_fmadd_ps(pb, _mm512_loadu_ps(vp.add(16 * l)), *a);
-                }
-            }
-            for (l, a) in acc.iter().enumerate() {
-                _mm512_storeu_ps(o.as_mut_ptr().add(c + 16 * l), *a);
-            }
-        }
-
-        /// `o = Σ_j p[j]·v_j`, 32 dims at a time, then 8.
-        #[target_feature(enable = "avx2,fma")]
-        pub(super) unsafe fn weighted_sum8(p: &[f32], v: &[f32], o: &mut [f32]) {
-            let mut c = 0;
-            while c + 32 <= o.len() {
-                block8::<4>(p, v, o, c);
-                c += 32;
-            }
-            while c < o.len() {
-                block8::<1>(p, v, o, c);
-                c += 8;
-            }
-        }
-
-        /// [`weighted_sum8`] 64 dims at a time, then 16, then 8 (each value the same FMA chain).
-        #[target_feature(enable = "avx512f,avx2,fma")]
-        pub(super) unsafe fn weighted_sum16(p: &[f32], v: &[f32], o: &mut [f32]) {
-            let mut c = 0;
-            while c + 64 <= o.len() {
-                block16::<4>(p, v, o, c);
-                c += 64;
-            }
-            while c + 16 <= o.len() {
-                block16::<1>(p, v, o, c);
-                c += 16;
-            }
-            if c < o.len() {
-                block8::<1>(p, v, o, c);
-            }
-        }
-    }
-}
+mod kernel;
 
 #[cfg(test)]
 mod tests;

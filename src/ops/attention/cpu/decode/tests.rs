@@ -292,7 +292,8 @@ fn widen_and_max_are_exact() {
 /// (14 heads of 64 over 2 KV heads) over a 300-token prompt and a 1,306-token screenshot prompt, Qwen3-VL-2B's
 /// (16 heads of 128 over 8) over the latter, one sequence and four:
 /// `cargo test --release --lib attention::cpu::decode::tests::timing -- --ignored --nocapture`
-/// (`DECODE_FUSED_ONLY=1`: the fused path alone, for a profiler).
+/// (for a profiler: `DECODE_FUSED_ONLY=1` the fused path alone, `DECODE_CASE='small 1306 BF16 1'` one case,
+/// `DECODE_ROUNDS=20000` more rounds).
 #[test]
 #[ignore = "a timing run: use --release --ignored --nocapture"]
 fn timing() {
@@ -303,6 +304,10 @@ fn timing() {
     ] {
         for dtype in [DType::F32, DType::BF16] {
             for b in [1, 4] {
+                if std::env::var("DECODE_CASE").is_ok_and(|c| c != format!("{name} {dtype:?} {b}"))
+                {
+                    continue;
+                }
                 let (heads, kv_heads, d) = shape;
                 let bufs: Vec<(Tensor, Tensor)> = (0..b)
                     .map(|i| {
@@ -324,7 +329,7 @@ fn timing() {
                     _ => crate::ops::attention::bf16_decode_for_timing(&q, (&kn, &vn), &kv, 0.1),
                 };
                 let mut best = [f64::INFINITY; 2];
-                for _ in 0..200 {
+                for _ in 0..std::env::var("DECODE_ROUNDS").map_or(200, |r| r.parse().unwrap()) {
                     let t0 = std::time::Instant::now();
                     attention(&q, (&kn, &vn), &kv, 0.1).unwrap();
                     best[0] = best[0].min(t0.elapsed().as_secs_f64());

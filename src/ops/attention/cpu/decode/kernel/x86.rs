@@ -1,0 +1,306 @@
+//! The x86 vector paths of [`super`]: 16 lanes (AVX-512) and 8 lanes (AVX2).
+
+use std::arch::x86_64::*;
+
+/// [`super::max`] in 16 lanes.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn max16(s: &[f32]) -> f32 {
+    let mut m = _mm512_set1_ps(f32::NEG_INFINITY);
+    let mut blocks = s.chunks_exact(16);
+    for b in &mut blocks {
+        m = _mm512_max_ps(m, _mm512_loadu_ps(b.as_ptr()));
+    }
+    let tail = blocks.remainder().iter().copied();
+    tail.fold(_mm512_reduce_max_ps(m), f32::max)
+}
+
+/// The sum of 8 lanes: the halves added, then pairs, then the last two.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn sum8(a: __m256) -> f32 {
+    let t = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps::<1>(a));
+    let t = _mm_add_ps(t, _mm_movehl_ps(t, t));
+    _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps::<1>(t, t)))
+}
+
+/// Each score of `s` (rows of `k` of q.len() dims): per 16 dims one FMA into the low and one into the high
+/// 8-lane accumulator (a last 8 dims into the low one), the two added, then [`sum8`].
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn scores8(q: &[f32], k: &[f32], s: &mut [f32]) {
+    let d = q.len();
+    let qp = q.as_ptr();
+    for (j, sj) in s.iter_mut().enumerate() {
+        let kp = k.as_ptr().add(j * d);
+        let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut c = 0;
+        while c + 16 <= d {
+            lo = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(c)), _mm256_loadu_ps(kp.add(c)), lo);
+            let (q8, k8) = (qp.add(c + 8), kp.add(c + 8));
+            hi = _mm256_fmadd_ps(_mm256_loadu_ps(q8), _mm256_loadu_ps(k8), hi);
+            c += 16;
+        }
+        if c < d {
+            lo = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(c)), _mm256_loadu_ps(kp.add(c)), lo);
+        }
+        *sj = sum8(_mm256_add_ps(lo, hi));
+    }
+}
+
+/// [`scores8`] with the two halves of each 16 dims in one 16-lane accumulator.
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub(super) unsafe fn scores16(q: &[f32], k: &[f32], s: &mut [f32]) {
+    let d = q.len();
+    let qp = q.as_ptr();
+    for (j, sj) in s.iter_mut().enumerate() {
+        let kp = k.as_ptr().add(j * d);
+        let mut acc = _mm512_setzero_ps();
+        let mut c = 0;
+        while c + 16 <= d {
+            acc = _mm512_fmadd_ps(_mm512_loadu_ps(qp.add(c)), _mm512_loadu_ps(kp.add(c)), acc);
+            c += 16;
+        }
+        let mut lo = _mm512_castps512_ps256(acc);
+        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc)));
+        if c < d {
+            lo = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(c)), _mm256_loadu_ps(kp.add(c)), lo);
+        }
+        *sj = sum8(_mm256_add_ps(lo, hi));
+    }
+}
+
+/// [`scores16`] for 16 keys at once (`k` 16 rows of q.len() dims, `s` their 16 scores): the same FMA chain per
+/// key in its own accumulator, and the 16 reductions done together by [`reduce16`].
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub(super) unsafe fn scores16_block(q: &[f32], k: &[f32], s: &mut [f32]) {
+    let d = q.len();
+    let (qp, kp) = (q.as_ptr(), k.as_ptr());
+    let mut acc = [_mm512_setzero_ps(); 16];
+    let mut c = 0;
+    while c + 16 <= d {
+        let qv = _mm512_loadu_ps(qp.add(c));
+        for (j, a) in acc.iter_mut().enumerate() {
+            *a = _mm512_fmadd_ps(qv, _mm512_loadu_ps(kp.add(j * d + c)), *a);
+        }
+        c += 16;
+    }
+    if c < d {
+        // The last 8 dims into the low halves only, as `scores16` adds them to its low accumulator.
+        let qv = _mm512_maskz_loadu_ps(0xff, qp.add(c));
+        for (j, a) in acc.iter_mut().enumerate() {
+            let kv = _mm512_maskz_loadu_ps(0xff, kp.add(j * d + c));
+            *a = _mm512_mask3_fmadd_ps(qv, kv, *a, 0xff);
+        }
+    }
+    _mm512_storeu_ps(s.as_mut_ptr(), reduce16(&acc));
+}
+
+/// The 16 lanes of each of 16 accumulators summed as [`scores16`] sums one (lane i plus lane i + 8, then the
+/// two 4-lane halves of those, then pairs, then the last two), lane j of the result the sum of `a[j]`. Each step
+/// puts the two operands of every addition of several accumulators into two vectors by shuffles and adds them
+/// once.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn reduce16(a: &[__m512; 16]) -> __m512 {
+    // b[m]: a[2m]'s and a[2m + 1]'s eight sums lane i + lane i + 8.
+    let mut b = [_mm512_setzero_ps(); 8];
+    for (m, x) in b.iter_mut().enumerate() {
+        let (p, q) = (a[2 * m], a[2 * m + 1]);
+        *x = _mm512_add_ps(
+            _mm512_shuffle_f32x4::<0x44>(p, q),
+            _mm512_shuffle_f32x4::<0xEE>(p, q),
+        );
+    }
+    // c[m]: in 128-bit block r the four sums of a[4m + r] (its eight, lane i plus lane i + 4).
+    let mut c = [_mm512_setzero_ps(); 4];
+    for (m, x) in c.iter_mut().enumerate() {
+        let (p, q) = (b[2 * m], b[2 * m + 1]);
+        *x = _mm512_add_ps(
+            _mm512_shuffle_f32x4::<0x88>(p, q),
+            _mm512_shuffle_f32x4::<0xDD>(p, q),
+        );
+    }
+    // d[m]: in block r the two pair sums (lanes 0 + 2, 1 + 3) of a[8m + r], then of a[8m + 4 + r].
+    let mut d = [_mm512_setzero_ps(); 2];
+    for (m, x) in d.iter_mut().enumerate() {
+        let (p, q) = (c[2 * m], c[2 * m + 1]);
+        *x = _mm512_add_ps(
+            _mm512_shuffle_ps::<0x44>(p, q),
+            _mm512_shuffle_ps::<0xEE>(p, q),
+        );
+    }
+    // Lane 4r + i: the sum of a[4i + r]; put back in key order.
+    let e = _mm512_add_ps(
+        _mm512_shuffle_ps::<0x88>(d[0], d[1]),
+        _mm512_shuffle_ps::<0xDD>(d[0], d[1]),
+    );
+    let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_permutexvar_ps(order, e)
+}
+
+/// One block of Q queries' weighted sums over the dims `c..c + W·N` of `o` ([`super::weighted_sums`]): the
+/// queries' weights and running sums, the value rows and how many.
+struct Block<const Q: usize> {
+    p: [*const f32; Q],
+    o: [*mut f32; Q],
+    v: *const f32,
+    n: usize,
+    d: usize,
+}
+
+impl<const Q: usize> Block<Q> {
+    /// Queries `i0..i0 + Q` of `o` (group × d), their weights from `w`.
+    fn new<'a>(
+        w: &impl Fn(usize) -> &'a [f32],
+        v: &[f32],
+        o: &mut [f32],
+        i0: usize,
+        d: usize,
+    ) -> Self {
+        let mut b = Block {
+            p: [std::ptr::null(); Q],
+            o: [std::ptr::null_mut(); Q],
+            v: v.as_ptr(),
+            n: v.len() / d,
+            d,
+        };
+        for i in 0..Q {
+            b.p[i] = w(i0 + i).as_ptr();
+            b.o[i] = o[(i0 + i) * d..].as_mut_ptr();
+        }
+        b
+    }
+}
+
+/// The Q queries' sums over the 16·N dims from `c`: per value row N loads, one weight broadcast per query and
+/// Q·N FMAs (16 lanes).
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn block16<const Q: usize, const N: usize>(b: &Block<Q>, c: usize) {
+    let mut acc = [[_mm512_setzero_ps(); N]; Q];
+    for (a, o) in acc.iter_mut().zip(b.o) {
+        for (l, x) in a.iter_mut().enumerate() {
+            *x = _mm512_loadu_ps(o.add(c + 16 * l));
+        }
+    }
+    for j in 0..b.n {
+        let vp = b.v.add(j * b.d + c);
+        let mut vs = [_mm512_setzero_ps(); N];
+        for (l, x) in vs.iter_mut().enumerate() {
+            *x = _mm512_loadu_ps(vp.add(16 * l));
+        }
+        for (a, p) in acc.iter_mut().zip(b.p) {
+            let w = _mm512_set1_ps(*p.add(j));
+            for (x, y) in a.iter_mut().zip(vs) {
+                *x = _mm512_fmadd_ps(w, y, *x);
+            }
+        }
+    }
+    for (a, o) in acc.iter().zip(b.o) {
+        for (l, x) in a.iter().enumerate() {
+            _mm512_storeu_ps(o.add(c + 16 * l), *x);
+        }
+    }
+}
+
+/// [`block16`] in 8 lanes (8·N dims).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn block8<const Q: usize, const N: usize>(b: &Block<Q>, c: usize) {
+    let mut acc = [[_mm256_setzero_ps(); N]; Q];
+    for (a, o) in acc.iter_mut().zip(b.o) {
+        for (l, x) in a.iter_mut().enumerate() {
+            *x = _mm256_loadu_ps(o.add(c + 8 * l));
+        }
+    }
+    for j in 0..b.n {
+        let vp = b.v.add(j * b.d + c);
+        let mut vs = [_mm256_setzero_ps(); N];
+        for (l, x) in vs.iter_mut().enumerate() {
+            *x = _mm256_loadu_ps(vp.add(8 * l));
+        }
+        for (a, p) in acc.iter_mut().zip(b.p) {
+            let w = _mm256_set1_ps(*p.add(j));
+            for (x, y) in a.iter_mut().zip(vs) {
+                *x = _mm256_fmadd_ps(w, y, *x);
+            }
+        }
+    }
+    for (a, o) in acc.iter().zip(b.o) {
+        for (l, x) in a.iter().enumerate() {
+            _mm256_storeu_ps(o.add(c + 8 * l), *x);
+        }
+    }
+}
+
+/// Q queries' sums over all dims: 64 at a time, then 16, then 8.
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn queries16<const Q: usize>(b: &Block<Q>) {
+    let mut c = 0;
+    while c + 64 <= b.d {
+        block16::<Q, 4>(b, c);
+        c += 64;
+    }
+    while c + 16 <= b.d {
+        block16::<Q, 1>(b, c);
+        c += 16;
+    }
+    if c < b.d {
+        block8::<Q, 1>(b, c);
+    }
+}
+
+/// Q queries' sums over all dims: 32 at a time, then 8.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn queries8<const Q: usize>(b: &Block<Q>) {
+    let mut c = 0;
+    while c + 32 <= b.d {
+        block8::<Q, 4>(b, c);
+        c += 32;
+    }
+    while c < b.d {
+        block8::<Q, 1>(b, c);
+        c += 8;
+    }
+}
+
+/// [`super::weighted_sums`] in 16 lanes, four queries at a time (16 accumulators).
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub(super) unsafe fn weighted_sums16<'a>(
+    w: &impl Fn(usize) -> &'a [f32],
+    v: &[f32],
+    o: &mut [f32],
+    d: usize,
+) {
+    let group = o.len() / d;
+    let mut i = 0;
+    while i < group {
+        let q = (group - i).min(4);
+        match q {
+            1 => queries16(&Block::<1>::new(w, v, o, i, d)),
+            2 => queries16(&Block::<2>::new(w, v, o, i, d)),
+            3 => queries16(&Block::<3>::new(w, v, o, i, d)),
+            _ => queries16(&Block::<4>::new(w, v, o, i, d)),
+        }
+        i += q;
+    }
+}
+
+/// [`super::weighted_sums`] in 8 lanes, two queries at a time (8 accumulators of the 16 registers).
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn weighted_sums8<'a>(
+    w: &impl Fn(usize) -> &'a [f32],
+    v: &[f32],
+    o: &mut [f32],
+    d: usize,
+) {
+    let group = o.len() / d;
+    let mut i = 0;
+    while i < group {
+        let q = (group - i).min(2);
+        match q {
+            1 => queries8(&Block::<1>::new(w, v, o, i, d)),
+            _ => queries8(&Block::<2>::new(w, v, o, i, d)),
+        }
+        i += q;
+    }
+}
