@@ -8,7 +8,7 @@ use crate::ops::simd::Level;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-/// Keys whose scores the AVX-512 path reduces together.
+/// Keys per block of scores: the AVX-512 path reduces their scores together, the AVX2 path eight at a time.
 pub(super) const KEYS: usize = 16;
 
 /// Where a block's scores or weights lie in the chunk's (group × rows) scores: `rows` per query, the block's
@@ -51,7 +51,14 @@ pub(super) fn scores(qg: &[f32], k: &[f32], s: &mut [f32], d: usize, at: At, lev
                 continue;
             }
             Level::Avx2 => {
-                unsafe { x86::scores8(q, k, out) };
+                let full = n - n % 8;
+                for (kb, sb) in k[..full * d]
+                    .chunks_exact(8 * d)
+                    .zip(out.chunks_exact_mut(8))
+                {
+                    unsafe { x86::scores8_block(q, kb, sb) };
+                }
+                unsafe { x86::scores8(q, &k[full * d..], &mut out[full..]) };
                 continue;
             }
             Level::Portable => {}

@@ -235,6 +235,29 @@ fn fused_decode_matches_the_composed_reference() {
     assert!(diff < 2e-6, "{diff}");
 }
 
+/// A block of keys scored together gives each score the bits it has scored alone, on every vector path: head
+/// dims with and without an 8-dim tail, full blocks and short ones, two queries.
+#[test]
+fn block_scores_have_each_keys_own_bits() {
+    for d in [64, 72, 128] {
+        for n in [kernel::KEYS, 8, 9, 3] {
+            let (q, k) = (values(2 * d, d as u64), values(n * d, 7 + n as u64));
+            for level in Level::supported() {
+                let rows = n + 5;
+                let at = |j0| kernel::At { rows, j0 };
+                let mut block = vec![0f32; 2 * rows];
+                kernel::scores(&q, &k, &mut block, d, at(2), level);
+                let mut alone = vec![0f32; 2 * rows];
+                for (j, kj) in k.chunks_exact(d).enumerate() {
+                    kernel::scores(&q, kj, &mut alone, d, at(2 + j), level);
+                }
+                let bits = |s: &[f32]| s.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&block), bits(&alone), "d {d}, {n} keys at {level:?}");
+            }
+        }
+    }
+}
+
 /// Shapes the fused path cannot take give an error naming them.
 #[test]
 fn mismatched_caches_are_refused() {
@@ -293,10 +316,14 @@ fn widen_and_max_are_exact() {
 /// (16 heads of 128 over 8) over the latter, one sequence and four:
 /// `cargo test --release --lib attention::cpu::decode::tests::timing -- --ignored --nocapture`
 /// (for a profiler: `DECODE_FUSED_ONLY=1` the fused path alone, `DECODE_CASE='small 1306 BF16 1'` one case,
-/// `DECODE_ROUNDS=20000` more rounds).
+/// `DECODE_ROUNDS=20000` more rounds; `DECODE_LEVEL=avx2` the AVX2 path on an AVX-512 CPU).
 #[test]
 #[ignore = "a timing run: use --release --ignored --nocapture"]
 fn timing() {
+    let level = match std::env::var("DECODE_LEVEL").as_deref() {
+        Ok("avx2") => Level::Avx2,
+        _ => Level::detect(),
+    };
     for (name, shape, keys) in [
         ("small 300", (14, 2, 64), 300),
         ("small 1306", (14, 2, 64), 1306),
@@ -331,7 +358,7 @@ fn timing() {
                 let mut best = [f64::INFINITY; 2];
                 for _ in 0..std::env::var("DECODE_ROUNDS").map_or(200, |r| r.parse().unwrap()) {
                     let t0 = std::time::Instant::now();
-                    attention(&q, (&kn, &vn), &kv, 0.1).unwrap();
+                    attention_at(&q, (&kn, &vn), &kv, 0.1, level).unwrap();
                     best[0] = best[0].min(t0.elapsed().as_secs_f64());
                     if std::env::var("DECODE_FUSED_ONLY").is_ok() {
                         continue;

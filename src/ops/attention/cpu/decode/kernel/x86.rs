@@ -46,6 +46,61 @@ pub(super) unsafe fn scores8(q: &[f32], k: &[f32], s: &mut [f32]) {
     }
 }
 
+/// [`scores8`] for 8 keys at once (`k` 8 rows of q.len() dims, `s` their 8 scores): the same FMA chains per key,
+/// and the 8 reductions done together (each key's additions in [`sum8`]'s order), four keys per [`quad8`].
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn scores8_block(q: &[f32], k: &[f32], s: &mut [f32]) {
+    let (h0, h1) = (quad8(q, k, 0), quad8(q, k, 4));
+    // Lane 4h + i: the score of key 2i + h.
+    let e = _mm256_add_ps(
+        _mm256_shuffle_ps::<0x88>(h0, h1),
+        _mm256_shuffle_ps::<0xDD>(h0, h1),
+    );
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    _mm256_storeu_ps(s.as_mut_ptr(), _mm256_permutevar8x32_ps(e, order));
+}
+
+/// Keys `j0..j0 + 4` of `k`: their low and high chains, added, then the 4-lane halves of each added and the pair
+/// sums (lanes 0 + 2, 1 + 3) of the result: in 128-bit half h those of key j0 + h, then of key j0 + 2 + h.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn quad8(q: &[f32], k: &[f32], j0: usize) -> __m256 {
+    let d = q.len();
+    let (qp, kp) = (q.as_ptr(), k.as_ptr().add(j0 * d));
+    let (mut lo, mut hi) = ([_mm256_setzero_ps(); 4], [_mm256_setzero_ps(); 4]);
+    let mut c = 0;
+    while c + 16 <= d {
+        let (ql, qh) = (_mm256_loadu_ps(qp.add(c)), _mm256_loadu_ps(qp.add(c + 8)));
+        for (j, (l, h)) in lo.iter_mut().zip(&mut hi).enumerate() {
+            let kr = kp.add(j * d + c);
+            *l = _mm256_fmadd_ps(ql, _mm256_loadu_ps(kr), *l);
+            *h = _mm256_fmadd_ps(qh, _mm256_loadu_ps(kr.add(8)), *h);
+        }
+        c += 16;
+    }
+    if c < d {
+        let ql = _mm256_loadu_ps(qp.add(c));
+        for (j, l) in lo.iter_mut().enumerate() {
+            *l = _mm256_fmadd_ps(ql, _mm256_loadu_ps(kp.add(j * d + c)), *l);
+        }
+    }
+    let mut a = [_mm256_setzero_ps(); 4];
+    for (x, (l, h)) in a.iter_mut().zip(lo.iter().zip(&hi)) {
+        *x = _mm256_add_ps(*l, *h);
+    }
+    // b[m]: key j0 + 2m's four sums lane i + lane i + 4 in the low half, key j0 + 2m + 1's in the high one.
+    let mut b = [_mm256_setzero_ps(); 2];
+    for (m, x) in b.iter_mut().enumerate() {
+        let (p, r) = (a[2 * m], a[2 * m + 1]);
+        let low = _mm256_permute2f128_ps::<0x20>(p, r);
+        *x = _mm256_add_ps(low, _mm256_permute2f128_ps::<0x31>(p, r));
+    }
+    _mm256_add_ps(
+        _mm256_shuffle_ps::<0x44>(b[0], b[1]),
+        _mm256_shuffle_ps::<0xEE>(b[0], b[1]),
+    )
+}
+
 /// [`scores8`] with the two halves of each 16 dims in one 16-lane accumulator.
 #[target_feature(enable = "avx512f,avx2,fma")]
 pub(super) unsafe fn scores16(q: &[f32], k: &[f32], s: &mut [f32]) {
