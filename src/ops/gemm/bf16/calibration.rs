@@ -104,11 +104,11 @@ pub(super) fn kept_rates(
         return (measure(), "measured at load".to_string());
     };
     let key = CalibrationKey::here("the built-in bf16 kernels", None, &timed(dots));
-    match record::kept_in_file(&file_beside(path), &key, || Ok(measure())) {
-        Ok(kept) => kept,
-        // The measurement itself cannot fail; kept for the signature's sake.
-        Err(e) => (measure(), format!("measured at load ({e})")),
-    }
+    let Ok(kept) =
+        record::kept_in_file::<_, std::convert::Infallible>(&file_beside(path), &key, || {
+            Ok(measure())
+        });
+    kept
 }
 
 /// The kernels timed on this CPU, in the key of the kept rates.

@@ -97,12 +97,13 @@ pub fn rates(
 
 /// The rates `R` of `key` and where they come from: read from the file at `path` when it holds this key, else
 /// measured by `measure` now and written there (under the file's lock, so processes started together measure
-/// once); a file that cannot be locked or written is reported and the rates measured now are used.
-pub(crate) fn kept_in_file<R: Serialize + serde::de::DeserializeOwned>(
+/// once); a file that cannot be locked or written is reported and the rates measured now are used. Fails only
+/// where `measure` does, with its error.
+pub(crate) fn kept_in_file<R: Serialize + serde::de::DeserializeOwned, E>(
     path: &Path,
     key: &CalibrationKey,
-    measure: impl FnOnce() -> candle_core::Result<R>,
-) -> candle_core::Result<(R, String)> {
+    measure: impl FnOnce() -> Result<R, E>,
+) -> Result<(R, String), E> {
     let lock = match lock(path) {
         Ok(l) => l,
         Err(e) => {
