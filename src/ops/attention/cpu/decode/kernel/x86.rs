@@ -226,66 +226,54 @@ impl<const Q: usize> Block<Q> {
     }
 }
 
-/// The Q queries' sums over the 16·N dims from `c`: per value row N loads, one weight broadcast per query and
-/// Q·N FMAs (16 lanes).
-#[inline]
-#[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn block16<const Q: usize, const N: usize>(b: &Block<Q>, c: usize) {
-    let mut acc = [[_mm512_setzero_ps(); N]; Q];
-    for (a, o) in acc.iter_mut().zip(b.o) {
-        for (l, x) in a.iter_mut().enumerate() {
-            *x = _mm512_loadu_ps(o.add(c + 16 * l));
-        }
-    }
-    for j in 0..b.n {
-        let vp = b.v.add(j * b.d + c);
-        let mut vs = [_mm512_setzero_ps(); N];
-        for (l, x) in vs.iter_mut().enumerate() {
-            *x = _mm512_loadu_ps(vp.add(16 * l));
-        }
-        for (a, p) in acc.iter_mut().zip(b.p) {
-            let w = _mm512_set1_ps(*p.add(j));
-            for (x, y) in a.iter_mut().zip(vs) {
-                *x = _mm512_fmadd_ps(w, y, *x);
+/// A block kernel of [`queries16`] / [`queries8`] at one vector width: the Q queries' sums over the W·N dims from
+/// `c` (W lanes a vector), per value row N loads, one weight broadcast per query and Q·N FMAs, each sum's chain
+/// continued from the value `o` holds.
+macro_rules! sums_block {
+    ($(#[$doc:meta])* $name:ident, $features:literal, $lanes:literal,
+     $zero:ident, $load:ident, $set1:ident, $fma:ident, $store:ident) => {
+        $(#[$doc])*
+        #[inline]
+        #[target_feature(enable = $features)]
+        unsafe fn $name<const Q: usize, const N: usize>(b: &Block<Q>, c: usize) {
+            let mut acc = [[$zero(); N]; Q];
+            for (a, o) in acc.iter_mut().zip(b.o) {
+                for (l, x) in a.iter_mut().enumerate() {
+                    *x = $load(o.add(c + $lanes * l));
+                }
+            }
+            for j in 0..b.n {
+                let vp = b.v.add(j * b.d + c);
+                let mut vs = [$zero(); N];
+                for (l, x) in vs.iter_mut().enumerate() {
+                    *x = $load(vp.add($lanes * l));
+                }
+                for (a, p) in acc.iter_mut().zip(b.p) {
+                    let w = $set1(*p.add(j));
+                    for (x, y) in a.iter_mut().zip(vs) {
+                        *x = $fma(w, y, *x);
+                    }
+                }
+            }
+            for (a, o) in acc.iter().zip(b.o) {
+                for (l, x) in a.iter().enumerate() {
+                    $store(o.add(c + $lanes * l), *x);
+                }
             }
         }
-    }
-    for (a, o) in acc.iter().zip(b.o) {
-        for (l, x) in a.iter().enumerate() {
-            _mm512_storeu_ps(o.add(c + 16 * l), *x);
-        }
-    }
+    };
 }
 
-/// [`block16`] in 8 lanes (8·N dims).
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn block8<const Q: usize, const N: usize>(b: &Block<Q>, c: usize) {
-    let mut acc = [[_mm256_setzero_ps(); N]; Q];
-    for (a, o) in acc.iter_mut().zip(b.o) {
-        for (l, x) in a.iter_mut().enumerate() {
-            *x = _mm256_loadu_ps(o.add(c + 8 * l));
-        }
-    }
-    for j in 0..b.n {
-        let vp = b.v.add(j * b.d + c);
-        let mut vs = [_mm256_setzero_ps(); N];
-        for (l, x) in vs.iter_mut().enumerate() {
-            *x = _mm256_loadu_ps(vp.add(8 * l));
-        }
-        for (a, p) in acc.iter_mut().zip(b.p) {
-            let w = _mm256_set1_ps(*p.add(j));
-            for (x, y) in a.iter_mut().zip(vs) {
-                *x = _mm256_fmadd_ps(w, y, *x);
-            }
-        }
-    }
-    for (a, o) in acc.iter().zip(b.o) {
-        for (l, x) in a.iter().enumerate() {
-            _mm256_storeu_ps(o.add(c + 8 * l), *x);
-        }
-    }
-}
+sums_block!(
+    /// The block kernel in 16 lanes (16·N dims).
+    block16, "avx512f,avx2,fma", 16,
+    _mm512_setzero_ps, _mm512_loadu_ps, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_storeu_ps
+);
+sums_block!(
+    /// The block kernel in 8 lanes (8·N dims).
+    block8, "avx2,fma", 8,
+    _mm256_setzero_ps, _mm256_loadu_ps, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_storeu_ps
+);
 
 /// Q queries' sums over all dims: 64 at a time, then 16, then 8.
 #[target_feature(enable = "avx512f,avx2,fma")]
@@ -318,44 +306,52 @@ unsafe fn queries8<const Q: usize>(b: &Block<Q>) {
     }
 }
 
+/// Queries `0..group` in blocks of at most `max`: `run(first, count)` for each, in order.
+fn query_blocks(group: usize, max: usize, mut run: impl FnMut(usize, usize)) {
+    let mut i = 0;
+    while i < group {
+        let q = (group - i).min(max);
+        run(i, q);
+        i += q;
+    }
+}
+
 /// [`super::weighted_sums`] in 16 lanes, four queries at a time (16 accumulators).
-#[target_feature(enable = "avx512f,avx2,fma")]
+///
+/// # Safety
+/// The CPU has AVX-512F, AVX2 and FMA; as [`super::weighted_sums`] requires of its operands.
 pub(super) unsafe fn weighted_sums16<'a>(
     w: &impl Fn(usize) -> &'a [f32],
     v: &[f32],
     o: &mut [f32],
     d: usize,
 ) {
-    let group = o.len() / d;
-    let mut i = 0;
-    while i < group {
-        let q = (group - i).min(4);
+    // SAFETY (every arm): the caller's.
+    query_blocks(o.len() / d, 4, |i, q| unsafe {
         match q {
             1 => queries16(&Block::<1>::new(w, v, o, i, d)),
             2 => queries16(&Block::<2>::new(w, v, o, i, d)),
             3 => queries16(&Block::<3>::new(w, v, o, i, d)),
             _ => queries16(&Block::<4>::new(w, v, o, i, d)),
         }
-        i += q;
-    }
+    });
 }
 
 /// [`super::weighted_sums`] in 8 lanes, two queries at a time (8 accumulators of the 16 registers).
-#[target_feature(enable = "avx2,fma")]
+///
+/// # Safety
+/// The CPU has AVX2 and FMA; as [`super::weighted_sums`] requires of its operands.
 pub(super) unsafe fn weighted_sums8<'a>(
     w: &impl Fn(usize) -> &'a [f32],
     v: &[f32],
     o: &mut [f32],
     d: usize,
 ) {
-    let group = o.len() / d;
-    let mut i = 0;
-    while i < group {
-        let q = (group - i).min(2);
+    // SAFETY (both arms): the caller's.
+    query_blocks(o.len() / d, 2, |i, q| unsafe {
         match q {
             1 => queries8(&Block::<1>::new(w, v, o, i, d)),
             _ => queries8(&Block::<2>::new(w, v, o, i, d)),
         }
-        i += q;
-    }
+    });
 }
