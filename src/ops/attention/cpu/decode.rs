@@ -237,7 +237,7 @@ fn chunk<E: Kv>(qg: &[f32], (k, v): (&[E], &[E]), dims: Dims) -> Partial {
                 rows,
                 j0: b * VALUES,
             };
-            kernel::weighted_sums(&scores, E::widen(vb, scratch), &mut o, at, level);
+            kernel::weighted_sums(&scores, E::widen(vb, scratch), &mut o, d, at, level);
         }
     });
     Partial { max, sum, o }

@@ -73,8 +73,7 @@ pub(super) fn scores(qg: &[f32], k: &[f32], s: &mut [f32], d: usize, at: At, lev
 /// `o_i += Σ_j p[i·rows + j0 + j]·v_j` for every query i of `o` (group × d) over the value rows of `v` (n × d),
 /// on `level` (one the CPU supports): each value of `o` one FMA chain over the rows in order, continued from
 /// the value `o` holds.
-pub(super) fn weighted_sums(p: &[f32], v: &[f32], o: &mut [f32], at: At, level: Level) {
-    let d = o.len() / (p.len() / at.rows);
+pub(super) fn weighted_sums(p: &[f32], v: &[f32], o: &mut [f32], d: usize, at: At, level: Level) {
     let n = v.len() / d;
     let weights = |i: usize| &p[i * at.rows + at.j0..][..n];
     #[cfg(target_arch = "x86_64")]

@@ -258,6 +258,31 @@ fn block_scores_have_each_keys_own_bits() {
     }
 }
 
+/// Weighted sums added a block of rows at a time give the bits of one pass over all the rows, on every vector
+/// path: group sizes 7 and 2 (the query blocks' tails), head dims with and without an 8-dim tail.
+#[test]
+fn weighted_sums_in_blocks_have_one_passs_bits() {
+    for (group, d) in [(7, 64), (2, 72), (7, 128)] {
+        let rows = 45;
+        let (p, v) = (values(group * rows, 3), values(rows * d, d as u64));
+        for level in Level::supported() {
+            let mut whole = vec![0f32; group * d];
+            kernel::weighted_sums(&p, &v, &mut whole, d, kernel::At { rows, j0: 0 }, level);
+            let mut blocks = vec![0f32; group * d];
+            for (b, vb) in v.chunks(16 * d).enumerate() {
+                let at = kernel::At { rows, j0: 16 * b };
+                kernel::weighted_sums(&p, vb, &mut blocks, d, at, level);
+            }
+            let bits = |s: &[f32]| s.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&whole),
+                bits(&blocks),
+                "group {group}, d {d} at {level:?}"
+            );
+        }
+    }
+}
+
 /// Shapes the fused path cannot take give an error naming them.
 #[test]
 fn mismatched_caches_are_refused() {
