@@ -70,9 +70,9 @@ pub(crate) fn on_compute_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
 ///
 /// A rayon thread that finds no work spins briefly, then sleeps until new work wakes it; on a virtual machine a
 /// sleep and a wake cost tens of µs, and a decode step has over a hundred sections of tens to hundreds of µs
-/// each, so without help the other threads sleep between sections (measured on 2 cores: ~110 context switches
-/// a step) and come late to each one. [`with_pool_awake`] gives each of them a helper that takes the pool's
-/// pending jobs one at a time and yields its core while there are none, until `f` returns.
+/// each, so without help the other threads sleep between sections (measured on 2 cores: ~125 context switches
+/// a step) and come late to each one. [`with_pool_awake`](awake::with_pool_awake) gives each of them a helper
+/// that takes the pool's pending jobs one at a time and yields its core while there are none, until `f` returns.
 mod awake {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
