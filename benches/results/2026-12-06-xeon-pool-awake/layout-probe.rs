@@ -61,6 +61,26 @@ unsafe fn row4u(w: *const u16, x: *const u16, k: usize, rows: std::ops::Range<us
     }
 }
 
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+unsafe fn row4x1(w: *const u16, x: *const u16, k: usize, rows: std::ops::Range<usize>, out: *mut f32, dist: usize) {
+    for j in rows {
+        let mut acc = [_mm512_setzero_ps(); 4];
+        let wr = w.add(j * k);
+        let mut p = 0;
+        while p < k {
+            let pf = (wr.add(p) as *const u8).wrapping_add(dist);
+            for t in 0..4 { _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(64 * t).cast()); }
+            for t in 0..4 {
+                let xv: __m512bh = std::mem::transmute(_mm512_loadu_si512(x.add(p).cast()));
+                let wv: __m512bh = std::mem::transmute(_mm512_loadu_si512(wr.add(p + 32 * t).cast()));
+                acc[t] = _mm512_dpbf16_ps(acc[t], xv, wv);
+            }
+            p += 128;
+        }
+        *out.add(j) = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+    }
+}
+
 // Interleaved: block of TC rows stored as [k/32][TC][32].
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
 unsafe fn interleaved(w: *const u16, x: *const u16, k: usize, rows: std::ops::Range<usize>, out: *mut f32, dist_bytes: usize) {
@@ -130,7 +150,7 @@ fn main() {
                     let (n, k) = (*n, *k);
                     let wp = if variant != 1 { w.as_ptr() } else { inter[mi].as_ptr() };
                     let tasks = 16usize; let per = (n / tasks / TC).max(1) * TC;
-                    loop { let t = counters[mi].fetch_add(1, Relaxed); let j0 = t * per; if j0 >= n { break; } let j1 = (j0 + per).min(n); unsafe { if variant == 0 { rowmajor(wp, xp.0, k, j0..j1, op.0, dist) } else if variant == 2 { row1(wp, xp.0, k, j0..j1, op.0, dist) } else if variant == 3 { row4u(wp, xp.0, k, j0..j1, op.0, dist) } else { interleaved(wp, xp.0, k, j0..j1, op.0, dist) } } }
+                    loop { let t = counters[mi].fetch_add(1, Relaxed); let j0 = t * per; if j0 >= n { break; } let j1 = (j0 + per).min(n); unsafe { if variant == 0 { rowmajor(wp, xp.0, k, j0..j1, op.0, dist) } else if variant == 2 { row1(wp, xp.0, k, j0..j1, op.0, dist) } else if variant == 3 { row4u(wp, xp.0, k, j0..j1, op.0, dist) } else if variant == 4 { row4x1(wp, xp.0, k, j0..j1, op.0, dist) } else { interleaved(wp, xp.0, k, j0..j1, op.0, dist) } } }
                     arrived.fetch_add(1, AcqRel);
                     while arrived.load(Acquire) < (mi + 1) * threads { std::hint::spin_loop(); }
                 }
@@ -150,12 +170,13 @@ fn main() {
         total as f64 / t0.elapsed().as_secs_f64() / 1e9
     };
     println!("total {} MB", total / 1_000_000);
-    for round in 0..6 {
-        let s = runstream();
-        let a = run(0, 4, &mut out);
-        let b1 = run(2, 4096, &mut out);
-        let b2 = run(1, 4096, &mut out);
-        let b3 = run(3, 4096, &mut out);
-        println!("round {round}: stream {s:.1} rowmajor {a:.1} row1_4K {b1:.1} inter4K {b2:.1} row4u_4K {b3:.1} GB/s");
+    let which: Vec<String> = std::env::args().skip(2).collect();
+    for round in 0..12 {
+        let mut line = format!("round {round}:");
+        for i in 0..which.len() { let v = &which[(i + round) % which.len()];
+            let r = match v.as_str() { "stream" => runstream(), "rowmajor" => run(0, 4, &mut out), "row1" => run(2, 4096, &mut out), "inter" => run(1, 4096, &mut out), "row4u" => run(3, 4096, &mut out), "inter8" => run(1, 8192, &mut out), "row4u8" => run(3, 8192, &mut out), "row4x1" => run(4, 4096, &mut out), _ => panic!() };
+            line += &format!(" {v} {r:.1}");
+        }
+        println!("{line}");
     }
 }
