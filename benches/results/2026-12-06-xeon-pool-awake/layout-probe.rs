@@ -81,6 +81,46 @@ unsafe fn row4x1(w: *const u16, x: *const u16, k: usize, rows: std::ops::Range<u
     }
 }
 
+#[target_feature(enable = "avx512f")]
+unsafe fn rowmajor32(w: *const u16, x: *const u16, k16: usize, rows: std::ops::Range<usize>, out: *mut f32, dist: usize) {
+    let (w, x, k) = (w as *const f32, x as *const f32, k16 / 2);
+    let mut j = rows.start;
+    while j < rows.end {
+        let mut acc = [_mm512_setzero_ps(); TC];
+        let wr: [*const f32; TC] = std::array::from_fn(|t| w.add((j + t) * k));
+        let mut p = 0;
+        while p < k {
+            for t in 0..TC { _mm_prefetch::<_MM_HINT_T1>(wr[t].wrapping_add(dist * TC * k + p).cast()); }
+            let xv = _mm512_loadu_ps(x.add(p));
+            for t in 0..TC { acc[t] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(wr[t].add(p)), acc[t]); }
+            p += 16;
+        }
+        for t in 0..TC { *out.add(j + t) = _mm512_reduce_add_ps(acc[t]); }
+        j += TC;
+    }
+}
+
+#[target_feature(enable = "avx512f")]
+unsafe fn inter32(w: *const u16, x: *const u16, k16: usize, rows: std::ops::Range<usize>, out: *mut f32, dist_bytes: usize) {
+    let (w, x, k) = (w as *const f32, x as *const f32, k16 / 2);
+    let mut j = rows.start;
+    while j < rows.end {
+        let mut acc = [_mm512_setzero_ps(); TC];
+        let base = w.add(j * k);
+        let (mut p, mut off) = (0, 0);
+        while p < k {
+            let pf = (base.add(off) as *const u8).wrapping_add(dist_bytes);
+            for t in 0..TC { _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(64 * t).cast()); }
+            let xv = _mm512_loadu_ps(x.add(p));
+            for t in 0..TC { acc[t] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(base.add(off + 16 * t)), acc[t]); }
+            p += 16;
+            off += 16 * TC;
+        }
+        for t in 0..TC { *out.add(j + t) = _mm512_reduce_add_ps(acc[t]); }
+        j += TC;
+    }
+}
+
 // Interleaved: block of TC rows stored as [k/32][TC][32].
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
 unsafe fn interleaved(w: *const u16, x: *const u16, k: usize, rows: std::ops::Range<usize>, out: *mut f32, dist_bytes: usize) {
@@ -148,9 +188,9 @@ fn main() {
             for _ in 0..threads { s.spawn(|| { let (xp, op) = (&xp, &op);
                 for (mi, (n, k, w)) in mats.iter().enumerate() {
                     let (n, k) = (*n, *k);
-                    let wp = if variant != 1 { w.as_ptr() } else { inter[mi].as_ptr() };
+                    let wp = if variant != 1 && variant != 6 { w.as_ptr() } else { inter[mi].as_ptr() };
                     let tasks = 16usize; let per = (n / tasks / TC).max(1) * TC;
-                    loop { let t = counters[mi].fetch_add(1, Relaxed); let j0 = t * per; if j0 >= n { break; } let j1 = (j0 + per).min(n); unsafe { if variant == 0 { rowmajor(wp, xp.0, k, j0..j1, op.0, dist) } else if variant == 2 { row1(wp, xp.0, k, j0..j1, op.0, dist) } else if variant == 3 { row4u(wp, xp.0, k, j0..j1, op.0, dist) } else if variant == 4 { row4x1(wp, xp.0, k, j0..j1, op.0, dist) } else { interleaved(wp, xp.0, k, j0..j1, op.0, dist) } } }
+                    loop { let t = counters[mi].fetch_add(1, Relaxed); let j0 = t * per; if j0 >= n { break; } let j1 = (j0 + per).min(n); unsafe { if variant == 0 { rowmajor(wp, xp.0, k, j0..j1, op.0, dist) } else if variant == 2 { row1(wp, xp.0, k, j0..j1, op.0, dist) } else if variant == 3 { row4u(wp, xp.0, k, j0..j1, op.0, dist) } else if variant == 4 { row4x1(wp, xp.0, k, j0..j1, op.0, dist) } else if variant == 5 { rowmajor32(wp, xp.0, k, j0..j1, op.0, dist) } else if variant == 6 { inter32(wp, xp.0, k, j0..j1, op.0, dist) } else { interleaved(wp, xp.0, k, j0..j1, op.0, dist) } } }
                     arrived.fetch_add(1, AcqRel);
                     while arrived.load(Acquire) < (mi + 1) * threads { std::hint::spin_loop(); }
                 }
@@ -174,7 +214,7 @@ fn main() {
     for round in 0..12 {
         let mut line = format!("round {round}:");
         for i in 0..which.len() { let v = &which[(i + round) % which.len()];
-            let r = match v.as_str() { "stream" => runstream(), "rowmajor" => run(0, 4, &mut out), "row1" => run(2, 4096, &mut out), "inter" => run(1, 4096, &mut out), "row4u" => run(3, 4096, &mut out), "inter8" => run(1, 8192, &mut out), "row4u8" => run(3, 8192, &mut out), "row4x1" => run(4, 4096, &mut out), _ => panic!() };
+            let r = match v.as_str() { "stream" => runstream(), "rowmajor" => run(0, 4, &mut out), "row1" => run(2, 4096, &mut out), "inter" => run(1, 4096, &mut out), "row4u" => run(3, 4096, &mut out), "inter8" => run(1, 8192, &mut out), "row4u8" => run(3, 8192, &mut out), "row4x1" => run(4, 4096, &mut out), "rowmajor32" => run(5, 4, &mut out), "inter32" => run(6, 4096, &mut out), _ => panic!() };
             line += &format!(" {v} {r:.1}");
         }
         println!("{line}");
